@@ -1,0 +1,32 @@
+"""Atomic output: write to a temp file beside the destination, rename on success.
+
+A crash or an error leaves no half-written wheel in the output directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def atomic_path(dest: Path | str) -> Iterator[Path]:
+    """Yield a temp path in dest's directory; on clean exit rename it over dest, else delete it."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, dest)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def write_text(dest: Path | str, text: str) -> None:
+    with atomic_path(dest) as tmp:
+        tmp.write_text(text)

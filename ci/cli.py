@@ -1,0 +1,73 @@
+"""Shared command-line plumbing: one-line errors, exit codes, --debug and --json.
+
+Exit codes (the contract every stage keeps): 0 success, 1 a finding, 2 bad usage or bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable, NoReturn, Sequence
+
+from ci.errors import CiError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (`prog: error: ...`) and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parser(prog: str, description: str) -> Parser:
+    p = Parser(prog=prog, description=description)
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    return p
+
+
+def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | None],
+        argv: Sequence[str] | None = None) -> NoReturn:
+    """Parse argv, call main, turn CiError into one stderr line and its exit code."""
+    args = p.parse_args(argv)
+    try:
+        code = main(args) or 0
+    except CiError as e:
+        if getattr(args, "debug", False):
+            raise
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        code = e.exit_code
+    except KeyboardInterrupt:
+        print(f"{p.prog}: interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code)
+
+
+def emit_json(obj: Any) -> None:
+    """Print a machine-readable result on stdout (the --json contract)."""
+    json.dump(obj, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def parse_size(text: str) -> int:
+    """'100MiB', '3GB', '120 MB', '2048' (bytes) -> bytes. Decimal units are powers of 1000."""
+    units = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+             "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+             "tib": 2**40}
+    s = text.strip().lower().replace(" ", "")
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = s[len(num):]
+    try:
+        value = float(num)
+    except ValueError:
+        raise CiError(f"not a size: {text!r} (try 100MiB, 3GB or a byte count)") from None
+    if unit not in units or value < 0:
+        raise CiError(f"not a size: {text!r} (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    return int(value * units[unit])
+
+
+def format_size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
