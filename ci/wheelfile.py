@@ -1,0 +1,855 @@
+"""Wheel surgery without recompression: the shared core of ci.patch, ci.split and ci.preload.
+
+`wheel unpack` + `wheel pack` of a 192 MB torch wheel spends ~30 s recompressing 700 MB that did not
+change. This module reads the zip central directory itself and copies each untouched member's
+compressed bytes verbatim (kernel-side with copy_file_range), so the cost of an edit is the cost of
+the edited members. Only stdlib; no zipfile (it cannot copy compressed bytes).
+
+Reading (validates on open; every problem is a one-line `CiError`, exit 2)::
+
+    with WheelArchive.open(path) as wa:       # reads only the central directory
+        wa.name                               # ci.wheelname.WheelName from the file name
+        wa.members                            # list[Member] in archive order (name, csize, usize, mode...)
+        wa.get("pkg/__init__.py")             # Member or None
+        wa.read("pkg/__init__.py")            # bytes, CRC-checked
+        wa.dist_info                          # "pkg-1.0.dist-info"
+        wa.metadata                           # METADATA text
+        wa.record                             # {path: RecordEntry(hash, size)}
+        wa.verify()                           # re-hash every member against RECORD (CiError on mismatch)
+
+Writing: `rewrite` for the common case, `WheelWriter` to assemble a wheel from pieces::
+
+    out = rewrite(src, dest_dir,
+                  replace={"pkg/a.py": b"..."},    # new content, keeps the member's mode
+                  add={"pkg/_preload.py": b"..."}, # new members (or (bytes|Path, mode) tuples)
+                  remove=["pkg/big.so"],
+                  version="1.0+local",             # renames .dist-info, METADATA Version, file name
+                  distribution=None,               # same for the project name
+                  metadata_edit=lambda text: text, # any further METADATA change
+                  verify=False)                    # re-hash untouched members against RECORD first
+
+    w = WheelWriter(WheelName.parse("pkg_libs-1.0-py3-none-any.whl"))
+    w.copy(wa, wa.get("pkg/lib/libx.so"), name="pkg_libs/lib/libx.so")  # compressed bytes, RECORD hash reused
+    w.add("pkg_libs-1.0.dist-info/METADATA", text.encode())
+    path = w.write(dest_dir)                                             # atomic; returns the new wheel
+
+Output rules (the wheel spec's and reproducibility's): .dist-info members physically last and RECORD
+last; RECORD regenerated (hashes of copied members reused from the source RECORD); file modes kept;
+ZIP64 records written whenever a size, offset or the entry count needs them; timestamps from
+SOURCE_DATE_EPOCH when set (for every member), else copied members keep theirs and new members get the
+newest timestamp of the source, so the same inputs always give the same bytes; written to a temp file
+and renamed (ci.atomic).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import re
+import struct
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Union
+
+from ci.atomic import atomic_path
+from ci.errors import CiError
+from ci.wheelname import WheelName, escape
+
+# Zip record layouts (APPNOTE.TXT 4.3); little-endian.
+_LOCAL = struct.Struct("<IHHHHHIIIHH")  # sig, need, flags, method, time, date, crc, csize, usize, nlen, xlen
+_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")  # ..., made, need, flags, method, time, date, crc, csize,
+#                                                  usize, nlen, xlen, clen, disk, iattr, eattr, offset
+_EOCD = struct.Struct("<IHHHHIIH")
+_EOCD64 = struct.Struct("<IQHHIIQQQQ")
+_LOCATOR64 = struct.Struct("<IIQI")
+_SIG_LOCAL, _SIG_CENTRAL = 0x04034B50, 0x02014B50
+_SIG_EOCD, _SIG_EOCD64, _SIG_LOCATOR64 = 0x06054B50, 0x06064B50, 0x07064B50
+_U32, _U16 = 0xFFFFFFFF, 0xFFFF
+_STORED, _DEFLATED = 0, 8
+_FLAG_ENCRYPTED, _FLAG_DESCRIPTOR, _FLAG_UTF8 = 0x1, 0x8, 0x800
+_S_IFMT, _S_IFLNK, _S_IFREG = 0o170000, 0o120000, 0o100000
+_UNIX = 3
+_COMPRESS_LEVEL = 6  # what wheel/setuptools use; new members only
+_CHUNK = 1 << 20
+
+Content = Union[bytes, Path]
+
+
+@dataclass(frozen=True)
+class Member:
+    """One central-directory entry. Sizes and offset already resolved through ZIP64 extras."""
+
+    name: str
+    method: int
+    flags: int
+    crc: int
+    csize: int
+    usize: int
+    dos_time: int
+    dos_date: int
+    external_attr: int
+    made_by: int
+    header_offset: int
+
+    @property
+    def mode(self) -> int:
+        """Unix st_mode (0 when the archiver recorded none)."""
+        return self.external_attr >> 16 if self.made_by >> 8 == _UNIX else 0
+
+    @property
+    def is_dir(self) -> bool:
+        return self.name.endswith("/")
+
+
+@dataclass(frozen=True)
+class RecordEntry:
+    hash: str  # "sha256=<urlsafe b64, no padding>", or "" for RECORD itself
+    size: int | None
+
+
+def record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def _check_name(name: str) -> None:
+    """Refuse names that would escape the install directory or that pip would mangle."""
+    parts = name.split("/")
+    if (name.startswith("/") or "\\" in name or re.match(r"^[A-Za-z]:", name) or ".." in parts
+            or "\0" in name or not name):
+        raise CiError(f"unsafe member name in wheel: {name!r}")
+
+
+def _zip64_extra(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int, int]:
+    """Resolve 0xFFFFFFFF placeholders from the ZIP64 extended-information extra field (id 1)."""
+    pos = 0
+    while pos + 4 <= len(extra):
+        hid, hlen = struct.unpack_from("<HH", extra, pos)
+        body = extra[pos + 4: pos + 4 + hlen]
+        if hid == 1:
+            vals, i = [], 0
+            for v in (usize, csize, offset):
+                if v == _U32:
+                    if i + 8 > len(body):
+                        raise CiError("corrupt ZIP64 extra field")
+                    v = struct.unpack_from("<Q", body, i)[0]
+                    i += 8
+                vals.append(v)
+            return vals[0], vals[1], vals[2]
+        pos += 4 + hlen
+    return usize, csize, offset
+
+
+class WheelArchive:
+    """A wheel opened for reading: the central directory parsed and validated, the file kept open."""
+
+    def __init__(self, path: Path, name: WheelName, members: list[Member], cd_offset: int) -> None:
+        self.path = path
+        self.name = name
+        self.members = members
+        self.cd_offset = cd_offset
+        self._by_name = {m.name: m for m in members}
+        self._fd = os.open(path, os.O_RDONLY)
+        self._record: dict[str, RecordEntry] | None = None
+        self.dist_info = self._find_dist_info()
+
+    # -- opening
+
+    @classmethod
+    def open(cls, path: Path | str) -> "WheelArchive":
+        path = Path(path)
+        name = WheelName.parse(path.name)
+        if not path.is_file():
+            raise CiError(f"no such wheel: {path}")
+        members, cd_offset = read_central_directory(path)
+        return cls(path, name, members, cd_offset)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "WheelArchive":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def _find_dist_info(self) -> str:
+        tops = {m.name.split("/", 1)[0] for m in self.members if "/" in m.name}
+        infos = sorted(t for t in tops if t.endswith(".dist-info"))
+        want = self.name.dist_info
+        match = [t for t in infos if t == want] or [
+            t for t in infos if escape(t[: -len(".dist-info")].rsplit("-", 1)[0]).lower()
+            == self.name.distribution.lower()]
+        if not infos:
+            raise CiError(f"no .dist-info directory in {self.path.name}")
+        if len(match) != 1:
+            raise CiError(f"{self.path.name}: expected one .dist-info named like {want}, found {', '.join(infos)}")
+        return match[0]
+
+    # -- members
+
+    def get(self, name: str) -> Member | None:
+        return self._by_name.get(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    @property
+    def files(self) -> list[Member]:
+        return [m for m in self.members if not m.is_dir]
+
+    @property
+    def compressed_size(self) -> int:
+        return sum(m.csize for m in self.members)
+
+    @property
+    def unpacked_size(self) -> int:
+        return sum(m.usize for m in self.members)
+
+    def data_offset(self, m: Member) -> int:
+        """Offset of m's compressed bytes (the local header's name/extra lengths may differ from the CD's)."""
+        return self.local_header(m)[0]
+
+    def local_header(self, m: Member) -> tuple[int, bool]:
+        """(data offset, whether the local header agrees with the central directory byte for byte).
+
+        An agreeing header can be copied verbatim together with the data, so runs of untouched
+        members become one kernel copy.
+        """
+        head = os.pread(self._fd, _LOCAL.size + 1024, m.header_offset)
+        if len(head) < _LOCAL.size:
+            raise CiError(f"truncated zip: local header of {m.name} is past the end of {self.path.name}")
+        sig, _need, flags, method, t, d, crc, csize, usize, nlen, xlen = _LOCAL.unpack_from(head)
+        if sig != _SIG_LOCAL:
+            raise CiError(f"corrupt zip: bad local header for {m.name} in {self.path.name}")
+        start = m.header_offset + _LOCAL.size + nlen + xlen
+        if start + m.csize > self.cd_offset:
+            raise CiError(f"truncated zip: data of {m.name} runs past the central directory")
+        sizes_ok = (csize, usize) == (m.csize, m.usize) or (csize, usize) == (_U32, _U32)
+        same = (flags == m.flags and not flags & _FLAG_DESCRIPTOR and method == m.method and crc == m.crc
+                and (t, d) == (m.dos_time, m.dos_date) and sizes_ok and nlen <= 1024
+                and head[_LOCAL.size: _LOCAL.size + nlen] == m.name.encode("utf-8" if flags & _FLAG_UTF8 else "cp437"))
+        return start, same
+
+    def read_raw(self, m: Member) -> bytes:
+        """The member's compressed bytes."""
+        return os.pread(self._fd, m.csize, self.data_offset(m)) if m.csize else b""
+
+    def iter_chunks(self, m: Member) -> Iterable[bytes]:
+        """Uncompressed content in chunks, CRC-checked at the end (memory stays flat for 1 GB libraries)."""
+        if m.flags & _FLAG_ENCRYPTED:
+            raise CiError(f"encrypted member not supported: {m.name}")
+        if m.method not in (_STORED, _DEFLATED):
+            raise CiError(f"unsupported compression method {m.method} for {m.name}")
+        d = zlib.decompressobj(-15) if m.method == _DEFLATED else None
+        pos, crc, n = self.data_offset(m), 0, 0
+        end = pos + m.csize
+        while pos < end:
+            raw = os.pread(self._fd, min(_CHUNK * 4, end - pos), pos)
+            if not raw:
+                raise CiError(f"truncated zip: {m.name}")
+            pos += len(raw)
+            try:
+                out = d.decompress(raw) if d else raw
+            except zlib.error as e:
+                raise CiError(f"corrupt data for {m.name}: {e}") from None
+            crc = zlib.crc32(out, crc)
+            n += len(out)
+            yield out
+        if d:
+            tail = d.flush()
+            crc = zlib.crc32(tail, crc)
+            n += len(tail)
+            if tail:
+                yield tail
+        if crc != m.crc or n != m.usize:
+            raise CiError(f"corrupt data for {m.name}: CRC or size does not match the zip directory")
+
+    def read(self, name: str | Member) -> bytes:
+        m = name if isinstance(name, Member) else self._by_name.get(name)
+        if m is None:
+            raise CiError(f"{self.path.name} has no member {name}")
+        return b"".join(self.iter_chunks(m))
+
+    def extract(self, m: Member, dest: Path) -> Path:
+        """Write one member to dest (used when a tool such as patchelf must edit it on disk)."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(dest, "wb") as f:
+            for chunk in self.iter_chunks(m):
+                f.write(chunk)
+        if m.mode:
+            os.chmod(dest, m.mode & 0o7777)
+        return dest
+
+    # -- dist-info
+
+    @property
+    def metadata(self) -> str:
+        return self.read(f"{self.dist_info}/METADATA").decode("utf-8")
+
+    @property
+    def record_name(self) -> str:
+        return f"{self.dist_info}/RECORD"
+
+    @property
+    def record(self) -> dict[str, RecordEntry]:
+        if self._record is None:
+            if self.record_name not in self:
+                raise CiError(f"{self.path.name} has no {self.record_name}")
+            self._record = parse_record(self.read(self.record_name).decode("utf-8"), self.path.name)
+        return self._record
+
+    def hash_member(self, m: Member, algo: str = "sha256") -> str:
+        h = hashlib.new(algo)
+        for chunk in self.iter_chunks(m):
+            h.update(chunk)
+        return f"{algo}={_b64(h.digest())}"
+
+    def verify(self, names: Iterable[str] | None = None, jobs: int | None = None) -> None:
+        """Re-hash members against RECORD (all files by default); CiError naming the first mismatch.
+
+        Decompression and hashing release the GIL, so threads use every core.
+        """
+        record = self.record
+        files = [m for m in self.files if m.name != self.record_name]
+        if names is not None:
+            wanted = set(names)
+            files = [m for m in files if m.name in wanted]
+        else:
+            listed = {m.name for m in files} | {self.record_name}
+            missing = sorted(set(record) - listed)
+            if missing:
+                raise CiError(f"RECORD lists a file the wheel lacks: {missing[0]}")
+        for m in files:
+            entry = record.get(m.name)
+            if entry is None or not entry.hash:
+                raise CiError(f"RECORD has no hash for {m.name} (use --no-verify to rebuild it)")
+            if entry.size is not None and entry.size != m.usize:
+                raise CiError(f"RECORD size mismatch for {m.name}: RECORD says {entry.size}, zip has {m.usize}")
+
+        def check(m: Member) -> str | None:
+            entry = record[m.name]
+            algo = entry.hash.split("=", 1)[0]
+            if algo not in hashlib.algorithms_available:
+                return f"RECORD uses an unknown hash {algo!r} for {m.name}"
+            got = self.hash_member(m, algo)
+            return None if got == entry.hash else f"RECORD hash mismatch for {m.name} (use --no-verify to accept)"
+
+        big_first = sorted(files, key=lambda m: -m.usize)
+        with ThreadPoolExecutor(max_workers=jobs or min(8, os.cpu_count() or 1)) as pool:
+            for problem in pool.map(check, big_first):
+                if problem:
+                    raise CiError(problem)
+
+
+def read_central_directory(path: Path) -> tuple[list[Member], int]:
+    """Parse and validate the central directory; returns (members, central directory offset)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(4)
+        tail_len = min(size, _EOCD.size + _U16)
+        f.seek(size - tail_len)
+        tail = f.read(tail_len)
+        pos = tail.rfind(b"PK\x05\x06")
+        if pos < 0 or pos + _EOCD.size > len(tail):
+            if head == b"PK\x03\x04":
+                raise CiError(f"truncated zip (no end of central directory): {path.name}")
+            raise CiError(f"not a zip file: {path.name}")
+        eocd_at = size - tail_len + pos
+        _, disk, cd_disk, _n_disk, count, cd_size, cd_offset, _clen = _EOCD.unpack_from(tail, pos)
+        if disk or cd_disk:
+            raise CiError(f"multi-disk zip not supported: {path.name}")
+        if count == _U16 or cd_size == _U32 or cd_offset == _U32:
+            loc_at = eocd_at - _LOCATOR64.size
+            f.seek(loc_at)
+            loc = f.read(_LOCATOR64.size)
+            if loc_at < 0 or len(loc) < _LOCATOR64.size or _LOCATOR64.unpack(loc)[0] != _SIG_LOCATOR64:
+                raise CiError(f"corrupt zip (ZIP64 locator missing): {path.name}")
+            eocd64_at = _LOCATOR64.unpack(loc)[2]
+            f.seek(eocd64_at)
+            rec = f.read(_EOCD64.size)
+            if len(rec) < _EOCD64.size or _EOCD64.unpack(rec)[0] != _SIG_EOCD64:
+                raise CiError(f"corrupt zip (ZIP64 end record missing): {path.name}")
+            _, _, _, _, _, _, _, count, cd_size, cd_offset = _EOCD64.unpack(rec)
+            cd_end = eocd64_at
+        else:
+            cd_end = eocd_at
+        if cd_offset + cd_size > cd_end:
+            raise CiError(f"truncated or corrupt zip (central directory out of range): {path.name}")
+        f.seek(cd_offset)
+        cd = f.read(cd_size)
+    members: list[Member] = []
+    seen: set[str] = set()
+    pos = 0
+    for _ in range(count):
+        if pos + _CENTRAL.size > len(cd):
+            raise CiError(f"corrupt zip (central directory too short): {path.name}")
+        (sig, made_by, _need, flags, method, dtime, ddate, crc, csize, usize, nlen, xlen, clen, _disk,
+         _iattr, eattr, offset) = _CENTRAL.unpack_from(cd, pos)
+        if sig != _SIG_CENTRAL:
+            raise CiError(f"corrupt zip (bad central directory entry): {path.name}")
+        raw_name = cd[pos + _CENTRAL.size: pos + _CENTRAL.size + nlen]
+        extra = cd[pos + _CENTRAL.size + nlen: pos + _CENTRAL.size + nlen + xlen]
+        pos += _CENTRAL.size + nlen + xlen + clen
+        name = raw_name.decode("utf-8" if flags & _FLAG_UTF8 else "cp437")
+        usize, csize, offset = _zip64_extra(extra, usize, csize, offset)
+        _check_name(name)
+        if name in seen:
+            raise CiError(f"duplicate member in wheel: {name}")
+        seen.add(name)
+        m = Member(name, method, flags, crc, csize, usize, dtime, ddate, eattr, made_by, offset)
+        if m.mode & _S_IFMT == _S_IFLNK:
+            raise CiError(f"symlink member in wheel (wheels cannot carry symlinks): {name}")
+        if offset + _LOCAL.size > cd_offset:
+            raise CiError(f"truncated or corrupt zip (member {name} outside the archive): {path.name}")
+        members.append(m)
+    return members, cd_offset
+
+
+def parse_record(text: str, where: str = "RECORD") -> dict[str, RecordEntry]:
+    out: dict[str, RecordEntry] = {}
+    for row in csv.reader(io.StringIO(text)):
+        if not row:
+            continue
+        if len(row) != 3:
+            raise CiError(f"malformed RECORD row in {where}: {','.join(row)!r}")
+        path, digest, size = row
+        try:
+            out[path] = RecordEntry(digest, int(size) if size else None)
+        except ValueError:
+            raise CiError(f"malformed RECORD size in {where}: {size!r}") from None
+    return out
+
+
+def format_record(rows: Iterable[tuple[str, str, int | None]]) -> bytes:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    for path, digest, size in rows:
+        w.writerow((path, digest, "" if size is None else size))
+    return buf.getvalue().encode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------- METADATA
+
+
+def set_header(text: str, key: str, value: str) -> str:
+    """Replace the first `key:` header line of an RFC 822 METADATA (body untouched)."""
+    head, sep, body = _split_headers(text)
+    pat = re.compile(rf"^{re.escape(key)}:.*$", re.IGNORECASE | re.MULTILINE)
+    if not pat.search(head):
+        raise CiError(f"METADATA has no {key} header")
+    return pat.sub(lambda _m: f"{key}: {value}", head, count=1) + sep + body
+
+
+def get_headers(text: str, key: str) -> list[str]:
+    head, _, _ = _split_headers(text)
+    return [m.group(1).strip() for m in re.finditer(rf"^{re.escape(key)}:(.*)$", head, re.I | re.M)]
+
+
+def _split_headers(text: str) -> tuple[str, str, str]:
+    """(headers, separator, body): the body (long description) starts after the first blank line."""
+    m = re.search(r"\r?\n\r?\n", text)
+    if not m:
+        return text, "", ""
+    return text[: m.start()], text[m.start(): m.end()], text[m.end():]
+
+
+def edit_headers(text: str, *, remove: Callable[[str, str], bool] | None = None,
+                 append: Iterable[tuple[str, str]] = ()) -> str:
+    """Drop header lines where remove(key, value) is true (with their continuation lines), append new ones."""
+    head, sep, body = _split_headers(text)
+    lines = head.splitlines()
+    kept: list[str] = []
+    dropping = False
+    for line in lines:
+        if line[:1] in (" ", "\t"):
+            if not dropping:
+                kept.append(line)
+            continue
+        key, _, value = line.partition(":")
+        dropping = bool(remove and remove(key.strip(), value.strip()))
+        if not dropping:
+            kept.append(line)
+    kept += [f"{k}: {v}" for k, v in append]
+    newline = "\r\n" if "\r\n" in head else "\n"
+    out = newline.join(kept)
+    if not sep:
+        return out + newline
+    return out + sep + body
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def _dos_time(epoch: float) -> tuple[int, int]:
+    t = time.gmtime(max(epoch, 315532800))  # zip cannot express times before 1980
+    return (t.tm_hour << 11) | (t.tm_min << 5) | (t.tm_sec // 2), ((t.tm_year - 1980) << 9) | (t.tm_mon << 5) | t.tm_mday
+
+
+def _source_date_epoch() -> tuple[int, int] | None:
+    sde = os.environ.get("SOURCE_DATE_EPOCH")
+    if not sde:
+        return None
+    try:
+        return _dos_time(int(sde))
+    except ValueError:
+        raise CiError(f"SOURCE_DATE_EPOCH is not an integer: {sde!r}") from None
+
+
+@dataclass
+class _Planned:
+    name: str
+    src: WheelArchive | None = None
+    member: Member | None = None  # copied compressed bytes from src
+    content: Content | None = None  # or new content to compress
+    mode: int = 0o644
+    record_hash: str | None = None
+
+
+@dataclass
+class _Written:
+    name: str
+    method: int
+    flags: int
+    crc: int
+    csize: int
+    usize: int
+    dos_time: int
+    dos_date: int
+    external_attr: int
+    offset: int
+
+
+class WheelWriter:
+    """Assembles a wheel: copied members (compressed bytes) and new content, then RECORD, atomically.
+
+    Order on disk: members in the order added, except that .dist-info members go last (in the order
+    added) and RECORD, always regenerated, goes very last.
+    """
+
+    def __init__(self, name: WheelName, *, default_time: tuple[int, int] | None = None,
+                 force_zip64: bool = False) -> None:
+        self.name = name
+        self.force_zip64 = force_zip64
+        self._plan: dict[str, _Planned] = {}
+        self._sde = _source_date_epoch()
+        self._default_time = self._sde or default_time or (0, (0 << 9) | (1 << 5) | 1)  # 1980-01-01
+
+    @property
+    def dist_info(self) -> str:
+        return self.name.dist_info
+
+    def _put(self, p: _Planned) -> None:
+        _check_name(p.name)
+        if p.name == f"{self.dist_info}/RECORD":
+            return  # always regenerated
+        if p.name in self._plan:
+            raise CiError(f"duplicate member in output wheel: {p.name}")
+        self._plan[p.name] = p
+
+    def copy(self, src: WheelArchive, m: Member, name: str | None = None, *,
+             record_hash: str | None = None) -> None:
+        """Copy m's compressed bytes from src (optionally under a new name); its RECORD hash is reused."""
+        if record_hash is None and not m.is_dir:
+            entry = src.record.get(m.name)
+            record_hash = entry.hash if entry and entry.hash else None
+        self._put(_Planned(name or m.name, src=src, member=m, record_hash=record_hash))
+
+    def add(self, name: str, content: Content, mode: int = 0o644) -> None:
+        """A new member from bytes or from a file on disk (compressed here, streaming)."""
+        self._put(_Planned(name, content=content, mode=mode))
+
+    def names(self) -> list[str]:
+        return list(self._plan)
+
+    def write(self, dest_dir: Path | str) -> Path:
+        """Write <dest_dir>/<name.filename> atomically; returns its path."""
+        dest = Path(dest_dir) / self.name.filename
+        info = f"{self.dist_info}/"
+        order = [p for p in self._plan.values() if not p.name.startswith(info)]
+        order += [p for p in self._plan.values() if p.name.startswith(info)]
+        if not any(p.name == f"{info}WHEEL" for p in order) or not any(p.name == f"{info}METADATA" for p in order):
+            raise CiError(f"output wheel {dest.name} would lack {info}WHEEL or METADATA")
+        with atomic_path(dest) as tmp:
+            fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC)
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a wheel is an ordinary file
+            try:
+                _ZipOut(fd, self.force_zip64).write_all(order, f"{info}RECORD", self._sde, self._default_time)
+            finally:
+                os.close(fd)
+        return dest
+
+
+class _ZipOut:
+    """The byte-level writer: local headers rebuilt (no data descriptors), data copied or deflated."""
+
+    def __init__(self, fd: int, force_zip64: bool) -> None:
+        self.fd = fd
+        self.pos = 0
+        self.force = force_zip64
+        self.entries: list[_Written] = []
+        self._run: list[int] | None = None  # [source fd, offset, length] not yet copied
+
+    def _w(self, data: bytes) -> None:
+        self._flush()
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+        self.pos += len(data)
+
+    def _local(self, name: bytes, flags: int, method: int, t: int, d: int, crc: int,
+               csize: int, usize: int) -> None:
+        z64 = self.force or csize >= _U32 or usize >= _U32
+        extra = struct.pack("<HHQQ", 1, 16, usize, csize) if z64 else b""
+        self._w(_LOCAL.pack(_SIG_LOCAL, 45 if z64 else 20, flags, method, t, d, crc,
+                            _U32 if z64 else csize, _U32 if z64 else usize, len(name), len(extra)) + name + extra)
+
+    def write_all(self, order: list[_Planned], record_name: str, sde: tuple[int, int] | None,
+                  default_time: tuple[int, int]) -> None:
+        rows: list[tuple[str, str, int | None]] = []
+        for p in order:
+            if p.member is not None:
+                rows.append(self._copy(p, sde))
+            else:
+                rows.append(self._new(p.name, p.content, p.mode, sde or default_time))
+        rows = [r for r in rows if not r[0].endswith("/")]
+        rows.append((record_name, "", None))
+        self._new(record_name, format_record(rows), 0o644, sde or default_time)
+        self._central()
+
+    def _copy(self, p: _Planned, sde: tuple[int, int] | None) -> tuple[str, str, int | None]:
+        src, m = p.src, p.member
+        assert src is not None and m is not None
+        data_at, same = src.local_header(m)
+        offset = self.pos
+        if same and not sde and not self.force and p.name == m.name and m.csize < _U32 and m.usize < _U32:
+            flags, (t, d) = m.flags, (m.dos_time, m.dos_date)
+            length = data_at - m.header_offset + m.csize
+            self._queue(src._fd, m.header_offset, length)  # header and data verbatim
+            self.pos += length
+        else:
+            name = p.name.encode("utf-8")
+            flags = (m.flags & ~(_FLAG_DESCRIPTOR | _FLAG_UTF8)) | (_FLAG_UTF8 if not p.name.isascii() else 0)
+            t, d = sde or (m.dos_time, m.dos_date)
+            self._local(name, flags, m.method, t, d, m.crc, m.csize, m.usize)
+            self._queue(src._fd, data_at, m.csize)
+            self.pos += m.csize
+        attr = m.external_attr if m.made_by >> 8 == _UNIX and m.mode else ((0o40755 if m.is_dir else 0o100644) << 16)
+        self.entries.append(_Written(p.name, m.method, flags, m.crc, m.csize, m.usize, t, d, attr, offset))
+        digest = p.record_hash or src.hash_member(m)  # no source RECORD entry: hash it once
+        return p.name, digest, m.usize
+
+    def _queue(self, fd: int, start: int, length: int) -> None:
+        """Extend the pending source run when contiguous, else flush it: one copy per run, not per member."""
+        run = self._run
+        if run and run[0] == fd and run[1] + run[2] == start:
+            run[2] += length
+            return
+        self._flush()
+        self._run = [fd, start, length]
+
+    def _flush(self) -> None:
+        if self._run:
+            fd, start, length = self._run
+            self._run = None
+            _copy_range(fd, self.fd, start, length)
+
+    def _new(self, name_s: str, content: Content | None, mode: int,
+             when: tuple[int, int]) -> tuple[str, str, int | None]:
+        """Deflate new content. Sizes are unknown until compressed, so compress first, then write."""
+        name = name_s.encode("utf-8")
+        flags = _FLAG_UTF8 if not name_s.isascii() else 0
+        if isinstance(content, Path):
+            chunks: Iterable[bytes] = _file_chunks(content)
+        else:
+            chunks = (bytes(content or b""),)
+        comp = zlib.compressobj(_COMPRESS_LEVEL, zlib.DEFLATED, -15)
+        sha, crc, usize = hashlib.sha256(), 0, 0
+        parts: list[bytes] = []
+        for c in chunks:
+            sha.update(c)
+            crc = zlib.crc32(c, crc)
+            usize += len(c)
+            parts.append(comp.compress(c))
+        parts.append(comp.flush())
+        cdata = b"".join(parts)
+        offset = self.pos
+        t, d = when
+        self._local(name, flags, _DEFLATED, t, d, crc, len(cdata), usize)
+        self._w(cdata)
+        if not mode & _S_IFMT:
+            mode |= _S_IFREG
+        self.entries.append(_Written(name_s, _DEFLATED, flags, crc, len(cdata), usize, t, d, mode << 16, offset))
+        return name_s, f"sha256={_b64(sha.digest())}", usize
+
+    def _central(self) -> None:
+        cd_start = self.pos
+        buf = bytearray()
+        for e in self.entries:
+            name = e.name.encode("utf-8")
+            fields, z = [], {}
+            z["usize"] = self.force or e.usize >= _U32
+            z["csize"] = self.force or e.csize >= _U32
+            z["offset"] = self.force or e.offset >= _U32
+            for key, val in (("usize", e.usize), ("csize", e.csize), ("offset", e.offset)):
+                if z[key]:
+                    fields.append(val)
+            extra = struct.pack(f"<HH{len(fields)}Q", 1, 8 * len(fields), *fields) if fields else b""
+            need = 45 if fields else 20
+            buf += _CENTRAL.pack(_SIG_CENTRAL, (_UNIX << 8) | need, need, e.flags, e.method, e.dos_time,
+                                 e.dos_date, e.crc, _U32 if z["csize"] else e.csize,
+                                 _U32 if z["usize"] else e.usize, len(name), len(extra), 0, 0, 0,
+                                 e.external_attr, _U32 if z["offset"] else e.offset)
+            buf += name + extra
+        self._w(bytes(buf))
+        cd_size, n = len(buf), len(self.entries)
+        z64 = self.force or n >= _U16 or cd_size >= _U32 or cd_start >= _U32
+        if z64:
+            eocd64_at = self.pos
+            self._w(_EOCD64.pack(_SIG_EOCD64, _EOCD64.size - 12, (_UNIX << 8) | 45, 45, 0, 0, n, n,
+                                 cd_size, cd_start))
+            self._w(_LOCATOR64.pack(_SIG_LOCATOR64, 0, eocd64_at, 1))
+        self._w(_EOCD.pack(_SIG_EOCD, 0, 0, min(n, _U16) if not z64 else _U16, min(n, _U16) if not z64 else _U16,
+                           _U32 if z64 else cd_size, _U32 if z64 else cd_start, 0))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _file_chunks(path: Path) -> Iterable[bytes]:
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK * 8):
+            yield chunk
+
+
+def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int) -> None:
+    """Copy count bytes from src_fd@offset to dst_fd's current position, in the kernel when it can."""
+    done = 0
+    try:
+        while done < count:
+            n = os.copy_file_range(src_fd, dst_fd, count - done, offset + done)
+            if n == 0:
+                raise CiError("truncated zip: member data ends early")
+            done += n
+        return
+    except (AttributeError, OSError):
+        pass  # no copy_file_range here (old kernel, another filesystem): fall back to read/write
+    while done < count:
+        chunk = os.pread(src_fd, min(_CHUNK * 8, count - done), offset + done)
+        if not chunk:
+            raise CiError("truncated zip: member data ends early")
+        view = memoryview(chunk)
+        while view:
+            n = os.write(dst_fd, view)
+            view = view[n:]
+        done += len(chunk)
+
+
+# ---------------------------------------------------------------------------------------------- rewrite
+
+
+def newest_time(wa: WheelArchive) -> tuple[int, int]:
+    """The latest (time, date) among members: the deterministic stamp for new content."""
+    m = max(wa.members, key=lambda m: (m.dos_date, m.dos_time), default=None)
+    return (m.dos_time, m.dos_date) if m else (0, 33)
+
+
+def rewrite(src: WheelArchive | Path | str, dest_dir: Path | str, *,
+            replace: Mapping[str, Content] | None = None,
+            add: Mapping[str, Content | tuple[Content, int]] | None = None,
+            remove: Iterable[str] = (),
+            version: str | None = None,
+            distribution: str | None = None,
+            metadata_edit: Callable[[str], str] | None = None,
+            verify: bool = False,
+            force_zip64: bool = False) -> Path:
+    """Write an edited copy of src into dest_dir and return its path (src is never modified).
+
+    `replace` keeps each member's position and mode; `add` appends (content or (content, mode));
+    `remove` drops members. `version`/`distribution` rename the .dist-info and .data directories,
+    METADATA's Version/Name and the file name together. With `verify`, every untouched member is
+    re-hashed against the source RECORD first (CiError on mismatch); without it, RECORD sizes are
+    still checked against the zip directory.
+    """
+    own = not isinstance(src, WheelArchive)
+    wa = WheelArchive.open(src) if own else src
+    try:
+        return _rewrite(wa, Path(dest_dir), dict(replace or {}), dict(add or {}), set(remove), version,
+                        distribution, metadata_edit, verify, force_zip64)
+    finally:
+        if own:
+            wa.close()
+
+
+def _rewrite(wa: WheelArchive, dest_dir: Path, replace: dict[str, Content],
+             add: dict[str, Content | tuple[Content, int]], remove: set[str], version: str | None,
+             distribution: str | None, metadata_edit: Callable[[str], str] | None, verify: bool,
+             force_zip64: bool) -> Path:
+    for name in sorted(set(replace) | remove):
+        if name not in wa:
+            raise CiError(f"{wa.path.name} has no member {name}")
+    for name in add:
+        if name in wa and name not in remove:
+            raise CiError(f"{wa.path.name} already has {name} (use replace)")
+    record = wa.record
+    if verify:
+        wa.verify()
+    else:
+        for m in wa.files:
+            entry = record.get(m.name)
+            if entry and entry.size is not None and entry.size != m.usize and m.name not in replace | remove:
+                raise CiError(f"RECORD size mismatch for {m.name}: RECORD says {entry.size}, zip has {m.usize}")
+    old = wa.name
+    new = old.with_(version=version or old.version, distribution=escape(distribution) if distribution else old.distribution)
+    renames = {f"{wa.dist_info}/": f"{new.dist_info}/", f"{old.data_dir}/": f"{new.data_dir}/"}
+
+    def renamed(name: str) -> str:
+        for a, b in renames.items():
+            if name.startswith(a):
+                return b + name[len(a):]
+        return name
+
+    meta_name = f"{wa.dist_info}/METADATA"
+    if version or distribution or metadata_edit:
+        text = replace.pop(meta_name, None)
+        meta = text.decode("utf-8") if isinstance(text, bytes) else (text.read_text() if text else wa.metadata)
+        if version:
+            meta = set_header(meta, "Version", version)
+        if distribution:
+            meta = set_header(meta, "Name", distribution)
+        if metadata_edit:
+            meta = metadata_edit(meta)
+        replace[meta_name] = meta.encode("utf-8")
+    w = WheelWriter(new, default_time=newest_time(wa), force_zip64=force_zip64)
+    for m in wa.members:
+        if m.name in remove or m.name == wa.record_name:
+            continue
+        if m.name in replace:
+            w.add(renamed(m.name), replace[m.name], (m.mode or 0o100644))
+        else:
+            w.copy(wa, m, renamed(m.name))
+    for name, content in add.items():
+        data, mode = content if isinstance(content, tuple) else (content, 0o644)
+        w.add(renamed(name), data, mode)
+    return w.write(dest_dir)
