@@ -1,0 +1,471 @@
+"""Upload distributions to a private index with twine, then prove the index serves what we sent.
+
+`python -m ci.upload --repository-url URL FILES...` runs twine's checks, uploads each file through
+twine's Repository (credentials from TWINE_USERNAME/TWINE_PASSWORD, keyring or .pypirc, resolved by
+twine and never printed), retries connection errors and 5xx with exponential backoff, and finally
+reads the index's simple page for each project and checks every file's sha256.
+
+Why not `twine upload --skip-existing`: twine 6.2 dropped it for indexes other than PyPI, and a
+name-only skip would hide a different file under the same name. Here `--skip-existing` skips a file
+only when the simple page lists it with the same sha256; a different file under that name fails.
+
+A retried POST may have landed before the connection died: a later "already exists" answer is then
+checked against the simple page, and counts as uploaded only when the sha256 matches.
+
+Exit status: 0 all uploaded (or skipped as identical) and verified; 1 a finding (the index has a
+different file, twine check failed, the upload failed after retries, the simple page disagrees);
+2 bad usage or input (missing file, no repository, credentials rejected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import ipaddress
+import json
+import logging
+import os
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Callable, Iterable
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+
+from ci.errors import CiError, Finding
+from ci.index import classify, sha256_file
+from ci.wheelname import normalize
+
+# Upload URL -> simple index URL, for the public indexes whose layout is known; others: see simple_url_for.
+KNOWN_SIMPLE = {
+    "https://upload.pypi.org/legacy/": "https://pypi.org/simple/",
+    "https://test.pypi.org/legacy/": "https://test.pypi.org/simple/",
+}
+ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+
+
+@dataclass(frozen=True)
+class FileResult:
+    filename: str
+    project: str
+    sha256: str
+    status: str  # "uploaded" | "skipped" (the index already had the same sha256)
+    attempts: int
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    repository_url: str
+    simple_url: str
+    files: tuple[FileResult, ...]
+
+    @property
+    def uploaded(self) -> list[str]:
+        return [f.filename for f in self.files if f.status == "uploaded"]
+
+    @property
+    def skipped(self) -> list[str]:
+        return [f.filename for f in self.files if f.status == "skipped"]
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def strip_userinfo(url: str) -> str:
+    """The URL without user:password@ (so it can be printed)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def simple_url_for(repository_url: str) -> str:
+    """Where the simple pages live, from the upload URL: PyPI-like `.../legacy/` -> sibling `simple/`,
+    otherwise `<upload URL>/simple/` (pypiserver). Override with --simple-url for other layouts."""
+    url = repository_url if repository_url.endswith("/") else repository_url + "/"
+    if url in KNOWN_SIMPLE:
+        return KNOWN_SIMPLE[url]
+    if url.endswith("/legacy/"):
+        return url[: -len("legacy/")] + "simple/"
+    return url + "simple/"
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.hrefs.append(href)
+
+
+def parse_listing(body: str, content_type: str) -> dict[str, str | None]:
+    """A project's simple page (PEP 691 JSON or PEP 503 HTML) -> {filename: sha256 or None}."""
+    if "json" in content_type:
+        data = json.loads(body)
+        return {f["filename"]: (f.get("hashes") or {}).get("sha256") for f in data.get("files", [])}
+    p = _Links()
+    p.feed(body)
+    listing: dict[str, str | None] = {}
+    for href in p.hrefs:
+        url, _, frag = href.partition("#")
+        name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+        m = re.search(r"(?:^|&)sha256=([0-9a-fA-F]{64})", frag)
+        listing[name] = m.group(1).lower() if m else None
+    return listing
+
+
+def redactor(secrets: Iterable[str | None]) -> Callable[[str], str]:
+    """Replace every secret (and its URL-quoted form) in a message: defence in depth for error text."""
+    from urllib.parse import quote
+    needles = sorted({v for s in secrets if s and len(s) >= 3 for v in (s, quote(s, safe=""))},
+                     key=len, reverse=True)
+
+    def redact(text: str) -> str:
+        for n in needles:
+            text = text.replace(n, "***")
+        return text
+    return redact
+
+
+def short_reason(exc: BaseException) -> str:
+    """One line for a requests connection error, without its long pool/URL preamble."""
+    text = str(exc)
+    m = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+    if m:
+        return m.group(0).strip()
+    for needle in ("Connection aborted", "Connection reset", "RemoteDisconnected", "timed out",
+                   "BrokenPipe", "IncompleteRead"):
+        if needle.lower() in text.lower():
+            return needle.lower().replace("remotedisconnected", "server closed the connection")
+    return type(exc).__name__
+
+
+# ---------------------------------------------------------------- the upload
+
+
+@dataclass
+class _Target:
+    path: Path
+    project: str
+    sha256: str
+
+
+def _targets(files: Iterable[str | os.PathLike]) -> list[_Target]:
+    out: list[_Target] = []
+    seen: dict[str, Path] = {}
+    for f in files:
+        path = Path(f)
+        if not path.is_file():
+            raise CiError(f"no such file: {path}")
+        c = classify(path.name)
+        if c is None:
+            raise CiError(f"not a wheel or sdist: {path}")
+        if path.name in seen:
+            raise CiError(f"{path.name} given twice: {seen[path.name]} and {path}")
+        seen[path.name] = path
+        out.append(_Target(path, c[1], sha256_file(path)))
+    if not out:
+        raise CiError("no files to upload")
+    return out
+
+
+def _settings(repository_url: str | None, repository: str | None, config_file: str | None):
+    from twine import exceptions, settings, utils
+    kw = dict(username=os.environ.get("TWINE_USERNAME"), password=os.environ.get("TWINE_PASSWORD"),
+              non_interactive=True, disable_progress_bar=True,
+              config_file=config_file or os.environ.get("TWINE_CONFIG_FILE") or utils.DEFAULT_CONFIG_FILE,
+              cacert=os.environ.get("TWINE_CERT"))
+    try:
+        if repository_url:
+            return settings.Settings(repository_url=repository_url, **kw)
+        return settings.Settings(repository_name=repository, **kw)
+    except exceptions.TwineException as e:
+        raise CiError(str(e).splitlines()[0]) from None
+
+
+def _credentials(s) -> tuple[str | None, str | None]:
+    """Username and password from twine's resolver; none found means an anonymous upload."""
+    from twine import exceptions
+    try:
+        username = s.username
+    except exceptions.TwineException:
+        username = None
+    try:
+        password = s.password
+    except exceptions.TwineException:
+        password = None
+    return username, password
+
+
+def _twine_check(targets: list[_Target], warn: Callable[[str], None]) -> None:
+    """twine check (metadata parses, long description renders); its console output is captured."""
+    from twine import exceptions
+    from twine.commands import check
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    log = logging.getLogger("twine")
+    log.addHandler(handler)
+    try:
+        for t in targets:
+            records.clear()
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    failed = check.check([str(t.path)])
+            except exceptions.TwineException as e:
+                raise Finding(f"twine check failed for {t.path.name}: {str(e).splitlines()[0]}") from None
+            msgs = [" ".join(r.getMessage().split()) for r in records]
+            if failed:
+                raise Finding(f"twine check failed for {t.path.name}: {msgs[0] if msgs else 'see twine check'}")
+            for m in msgs:
+                warn(f"twine check: {t.path.name}: {m}")
+    finally:
+        log.removeHandler(handler)
+
+
+class _Index:
+    """Reads simple pages with the upload's session (same auth and TLS settings)."""
+
+    def __init__(self, session, simple_url: str) -> None:
+        self.session = session
+        self.simple_url = simple_url if simple_url.endswith("/") else simple_url + "/"
+
+    def listing(self, project: str) -> dict[str, str | None]:
+        import requests
+        url = f"{self.simple_url}{normalize(project)}/"
+        origin = urlsplit(url)[:2]
+        for _ in range(5):  # follow redirects on the same origin only: pypiserver sends
+            try:          # unknown projects to PyPI, whose files must not count as ours
+                r = self.session.get(url, headers={"Accept": ACCEPT}, allow_redirects=False, timeout=60)
+            except requests.RequestException as e:
+                raise Finding(f"cannot read the simple page {strip_userinfo(url)}: {short_reason(e)}") from None
+            if r.is_redirect:
+                nxt = urljoin(url, r.headers.get("Location", ""))
+                if urlsplit(nxt)[:2] != origin:
+                    return {}
+                url = nxt
+                continue
+            if r.status_code == 404:
+                return {}
+            if r.status_code != 200:
+                raise Finding(f"cannot read the simple page {strip_userinfo(url)}: HTTP {r.status_code} {r.reason}")
+            return parse_listing(r.text, r.headers.get("Content-Type", ""))
+        return {}
+
+
+def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None, *,
+           repository: str | None = None, skip_existing: bool = False, simple_url: str | None = None,
+           config_file: str | None = None, retries: int = 4, backoff: float = 1.0,
+           check: bool = True, log: Callable[[str], None] | None = None) -> UploadResult:
+    """Check, upload, verify. Raises CiError (bad input, rejected credentials) or Finding."""
+    import requests
+    from twine import exceptions
+    from twine.package import PackageFile
+    from twine.repository import Repository
+
+    say = log or (lambda m: print(f"ci.upload: {m}", file=sys.stderr))
+    if retries < 0:
+        raise CiError("--retries must be >= 0")
+    targets = _targets(files)
+    repository_url = repository_url or os.environ.get("TWINE_REPOSITORY_URL")
+    repository = repository or os.environ.get("TWINE_REPOSITORY")
+    if not repository_url and not repository:
+        raise CiError("no index given: pass --repository-url URL or --repository NAME (a .pypirc section)")
+    s = _settings(repository_url, repository, config_file)
+    url = s.repository_config["repository"]  # twine already moved any user:pass@ out of it
+    username, password = _credentials(s)
+    redact = redactor([password, username if password else None])
+    shown = redact(strip_userinfo(url))
+    if urlsplit(url).scheme == "http" and not is_loopback(url):
+        say(f"warning: {shown} is plain http: credentials and files cross the network unencrypted")
+    simple = simple_url or simple_url_for(url)
+
+    if check:
+        _twine_check(targets, say)
+
+    logging.getLogger("twine").addHandler(logging.NullHandler())  # we report; twine stays quiet
+    repo = Repository(url, username, password, disable_progress_bar=True)
+    repo.set_certificate_authority(s.cacert)
+    repo.set_client_certificate(s.client_cert)
+    index = _Index(repo.session, simple)
+    results: list[FileResult] = []
+
+    def fail(cls: type[CiError], msg: str) -> CiError:
+        done = [r.filename for r in results if r.status == "uploaded"]
+        tail = f" (uploaded before this: {', '.join(done)})" if done else ""
+        return cls(redact(msg + tail))
+
+    try:
+        listings: dict[str, dict[str, str | None]] = {}
+
+        def same_on_index(t: _Target, fresh: bool = False) -> bool | None:
+            """True: listed with our sha256; False: listed with another; None: not listed."""
+            if fresh or t.project not in listings:
+                listings[t.project] = index.listing(t.project)
+            if t.path.name not in listings[t.project]:
+                return None
+            theirs = listings[t.project][t.path.name]
+            if theirs is None:
+                raise fail(Finding, f"the index lists {t.path.name} without a sha256: cannot compare it")
+            return theirs == t.sha256
+
+        for t in targets:
+            if skip_existing:
+                same = same_on_index(t)
+                if same:
+                    say(f"skipping {t.path.name}: the index has it with the same sha256")
+                    results.append(FileResult(t.path.name, t.project, t.sha256, "skipped", 0))
+                    continue
+                if same is False:
+                    raise fail(Finding, f"the index already has a different {t.path.name} (sha256 differs)")
+            try:
+                package = PackageFile.from_filename(str(t.path), None)
+            except exceptions.TwineException as e:
+                raise fail(CiError, f"{t.path.name}: {str(e).splitlines()[0]}") from None
+            attempt = 0
+            while True:
+                attempt += 1
+                say(f"uploading {t.path.name} to {shown}" + (f" (attempt {attempt})" if attempt > 1 else ""))
+                problem = None
+                try:
+                    with contextlib.redirect_stdout(io.StringIO()):
+                        resp = repo.upload(package, max_redirects=1)  # one try; we retry with backoff
+                except requests.ConnectionError as e:
+                    problem, resp = f"connection error: {short_reason(e)}", None
+                except requests.Timeout as e:
+                    problem, resp = f"timeout: {short_reason(e)}", None
+                except requests.RequestException as e:
+                    raise fail(Finding, f"uploading {t.path.name} failed: {short_reason(e)}") from None
+                if resp is not None:
+                    code = resp.status_code
+                    if code in (200, 201):
+                        results.append(FileResult(t.path.name, t.project, t.sha256, "uploaded", attempt))
+                        break
+                    if code in (401, 403):
+                        raise fail(CiError, f"{shown} rejected the credentials (HTTP {code} {resp.reason}); "
+                                            "check TWINE_USERNAME/TWINE_PASSWORD, keyring or .pypirc")
+                    exists = code == 409 or (code == 400 and "exist" in f"{resp.reason} {resp.text}".lower())
+                    if exists:
+                        same = same_on_index(t, fresh=True)
+                        if same and (attempt > 1 or skip_existing):  # our earlier attempt landed
+                            results.append(FileResult(t.path.name, t.project, t.sha256,
+                                                      "uploaded" if attempt > 1 else "skipped", attempt))
+                            break
+                        if same:
+                            raise fail(Finding, f"the index already has {t.path.name} (same sha256); "
+                                                "pass --skip-existing to skip it")
+                        raise fail(Finding, f"the index already has a different {t.path.name} "
+                                            f"(HTTP {code}{'' if same is False else ', not listed'})")
+                    if 500 <= code < 600:
+                        problem = f"HTTP {code} {resp.reason}"
+                    else:
+                        text = " ".join(resp.text.split())[:200]
+                        raise fail(Finding, f"{shown} refused {t.path.name}: HTTP {code} {resp.reason}"
+                                            + (f": {text}" if text else ""))
+                if attempt > retries:
+                    raise fail(Finding, f"uploading {t.path.name} failed after {attempt} attempts: {problem}")
+                delay = backoff * 2 ** (attempt - 1)
+                say(redact(f"{t.path.name}: {problem}; retrying in {delay:g}s"))
+                time.sleep(delay)
+
+        verify(index, targets, say, fail)
+    finally:
+        repo.close()
+    return UploadResult(shown, redact(strip_userinfo(simple)), tuple(results))
+
+
+def verify(index: _Index, targets: list[_Target], say: Callable[[str], None],
+           fail: Callable[..., CiError], waits: tuple[float, ...] = (0.5, 1.0, 2.0)) -> None:
+    """Every file must be on its project's simple page with our sha256 (a short wait for lagging caches)."""
+    pending = list(targets)
+    for wait in (*waits, None):
+        listings = {p: index.listing(p) for p in sorted({t.project for t in pending})}
+        missing = []
+        for t in pending:
+            theirs = listings[t.project].get(t.path.name, "")
+            if theirs == "":
+                missing.append(t)
+            elif theirs is None:
+                raise fail(Finding, f"the simple page lists {t.path.name} without a sha256: cannot verify it")
+            elif theirs != t.sha256:
+                raise fail(Finding, f"the simple page serves a different {t.path.name}: "
+                                    f"sha256 {theirs} != {t.sha256}")
+        if not missing:
+            say(f"verified {len(targets)} file(s) on {index.simple_url}")
+            return
+        if wait is None:
+            raise fail(Finding, f"after uploading, {index.simple_url} does not list "
+                                f"{', '.join(t.path.name for t in missing)}")
+        pending = missing
+        time.sleep(wait)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def main(args: argparse.Namespace) -> int:
+    result = upload(args.files, args.repository_url, repository=args.repository,
+                    skip_existing=args.skip_existing, simple_url=args.simple_url,
+                    config_file=args.config_file, retries=args.retries, backoff=args.backoff,
+                    check=not args.no_check)
+    if args.json:
+        from ci.cli import emit_json
+        emit_json({**asdict(result), "uploaded": result.uploaded, "skipped": result.skipped})
+    else:
+        for f in result.files:
+            print(f"{f.status} {f.filename} sha256={f.sha256}")
+        print(f"verified on {result.simple_url}: {len(result.uploaded)} uploaded, "
+              f"{len(result.skipped)} skipped")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ci.cli import parser
+    p = parser("ci.upload", "Upload wheels/sdists to a private index with twine (check, retry, "
+                            "skip identical files, verify sha256 on the simple page).")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--repository-url", metavar="URL",
+                       help="upload endpoint (default: $TWINE_REPOSITORY_URL)")
+    where.add_argument("--repository", metavar="NAME",
+                       help="a section of .pypirc (default: $TWINE_REPOSITORY)")
+    p.add_argument("--simple-url", metavar="URL",
+                   help="the index's simple URL for checks (default: UPLOAD_URL/simple/, or "
+                        ".../simple/ for a .../legacy/ endpoint)")
+    p.add_argument("--skip-existing", action="store_true",
+                   help="skip files the index already has with the same sha256 (a different file fails)")
+    p.add_argument("--config-file", metavar="PATH", help="a .pypirc (default: $TWINE_CONFIG_FILE or ~/.pypirc)")
+    p.add_argument("--retries", type=int, default=4, help="retries on connection errors and 5xx (default 4)")
+    p.add_argument("--backoff", type=float, default=1.0, metavar="SECONDS",
+                   help="first retry delay, doubled each time (default 1)")
+    p.add_argument("--no-check", action="store_true", help="skip twine check")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("files", nargs="+", metavar="FILE", help="wheels and sdists")
+    return p
+
+
+if __name__ == "__main__":
+    from ci.cli import run
+    run(build_parser(), main)

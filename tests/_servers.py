@@ -1,0 +1,248 @@
+"""Real servers on 127.0.0.1 for the publish tests, and the tiny real wheels they serve.
+
+- PypiServer: pypiserver (pinned) with htpasswd auth, as a subprocess; can be killed and restarted.
+- KillingProxy: a TCP proxy in front of it that, on the first upload, lets part of the body through,
+  then runs a hook (kill the server, maybe restart it) and drops the client: "the server died mid-upload"
+  at a known point, so the test is deterministic.
+- StaticServer: `python -m http.server` over a directory, with its access log kept for assertions.
+- build_wheel: a tiny pure-python project built by setuptools through `python -m build`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
+    """Until url answers any HTTP status (a liveness wait, not a timed assertion)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before answering {url}")
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no answer from {url} in {timeout}s") from None
+            time.sleep(0.05)
+
+
+def write_htpasswd(path: Path, user: str, password: str) -> Path:
+    from passlib.apache import HtpasswdFile
+    ht = HtpasswdFile(str(path), new=True)
+    ht.set_password(user, password)
+    ht.save()
+    return path
+
+
+class PypiServer:
+    """pypiserver serving `packages`, uploads protected by htpasswd; no fallback to PyPI."""
+
+    def __init__(self, root: Path, user: str, password: str, port: int | None = None) -> None:
+        self.root = root
+        self.packages = root / "packages"
+        self.packages.mkdir(parents=True, exist_ok=True)
+        self.htpasswd = write_htpasswd(root / "htpasswd", user, password)
+        self.port = port or free_port()
+        self.log = root / "pypiserver.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def start(self) -> "PypiServer":
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [PY, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(self.port),
+                 "-a", "update", "-P", str(self.htpasswd), "--disable-fallback",
+                 "--backend", "simple-dir", str(self.packages)],
+                stdout=log, stderr=subprocess.STDOUT)
+        wait_http(self.url + "health", self.proc)
+        return self
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def __enter__(self) -> "PypiServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+class KillingProxy:
+    """TCP proxy 127.0.0.1:port -> 127.0.0.1:target. The first POST carrying more than `after` body
+    bytes triggers `on_upload()` (e.g. kill the server) and then the client connection is dropped."""
+
+    def __init__(self, target_port: int, on_upload: Callable[[], None], after: int = 4096) -> None:
+        self.target_port = target_port
+        self.on_upload = on_upload
+        self.after = after
+        self.fired = threading.Event()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(client,), daemon=True).start()
+
+    def _handle(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+        except OSError:
+            client.close()
+            return
+        watch = not self.fired.is_set()
+        done = threading.Event()
+
+        def back() -> None:
+            with contextlib.suppress(OSError):
+                while data := upstream.recv(65536):
+                    client.sendall(data)
+            done.set()
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_WR)
+
+        threading.Thread(target=back, daemon=True).start()
+        seen = b""
+        try:
+            while data := client.recv(65536):
+                if watch and not self.fired.is_set():
+                    seen += data
+                    if seen.startswith(b"POST") and len(seen) > self.after:
+                        upstream.sendall(data[: len(data) // 2])
+                        self.fired.set()
+                        self.on_upload()
+                        # Drop the client hard (RST), as a dead server would.
+                        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        break
+                upstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                upstream.close()
+            with contextlib.suppress(OSError):
+                client.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+
+
+class StaticServer:
+    """`python -m http.server` over root; `requests()` returns the paths it served (its access log)."""
+
+    def __init__(self, root: Path, log: Path) -> None:
+        self.root = root
+        self.log = log
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def __enter__(self) -> "StaticServer":
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [PY, "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(self.root),
+                 str(self.port)], stdout=log, stderr=subprocess.STDOUT)
+        wait_http(self.url, self.proc)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait()
+
+    def requests(self) -> list[str]:
+        """Paths of GET requests answered 200, from the access log."""
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            if '"GET ' in line and '" 200 ' in line:
+                out.append(line.split('"GET ', 1)[1].split(" ", 1)[0])
+        return out
+
+
+def build_wheel(tmp: Path, name: str = "tiny_pkg", version: str = "1.0", module: str = "tinypkg",
+                value: int = 42, requires_python: str = ">=3.8", build_tag: str | None = None) -> Path:
+    """A real pure-python wheel: setuptools via `python -m build --no-isolation` (offline, pinned)."""
+    proj = tmp / f"proj-{name}-{version}-{value}"
+    (proj / module).mkdir(parents=True)
+    (proj / module / "__init__.py").write_text(f"VALUE = {value}\n")
+    (proj / "README.md").write_text(f"# {name}\n\nA tiny package for publish tests.\n")
+    (proj / "pyproject.toml").write_text(textwrap.dedent(f"""\
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "{name}"
+        version = "{version}"
+        description = "tiny test package"
+        readme = "README.md"
+        requires-python = "{requires_python}"
+        [tool.setuptools]
+        packages = ["{module}"]
+        """))
+    dist = tmp / f"dist-{name}-{version}-{value}"
+    subprocess.run([PY, "-m", "build", "--wheel", "--no-isolation", "-o", str(dist), str(proj)],
+                   check=True, capture_output=True)
+    (wheel,) = dist.glob("*.whl")
+    if build_tag:
+        subprocess.run([PY, "-m", "wheel", "tags", "--remove", "--build", build_tag, str(wheel)],
+                       check=True, capture_output=True)
+        (wheel,) = dist.glob("*.whl")
+    return wheel
+
+
+def fresh_venv(path: Path) -> Path:
+    """A venv without pip (fast); install into it with `pip --python`."""
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(path)], check=True)
+    return path / "bin" / "python"
+
+
+def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    return subprocess.run([PY, "-m", "pip", "--python", str(python), "install", "--isolated",
+                           "--no-cache-dir", "--disable-pip-version-check", "-v", *args],
+                          capture_output=True, text=True, env=env)
