@@ -1,0 +1,284 @@
+"""Read the dynamic section of shared libraries in wheels and installed directories.
+
+Only what the dynamic linker uses to find libraries is read: SONAME, DT_NEEDED, DT_RPATH and
+DT_RUNPATH. The program headers locate the dynamic segment and the dynamic string table, so the
+section headers, symbols and debug info of a 1 GB libtorch_cuda.so are never touched.
+
+Wheel members are compressed, and a zip member can only be decompressed forwards: a backward seek
+restarts from byte 0. `_BlockReader` keeps the few blocks pyelftools reads repeatedly, so a member
+is decompressed at most once up to its dynamic string table.
+
+Which distribution provides a library: in a wheel, the wheel's project; in a directory, the
+`*.dist-info/RECORD` that lists the file (None when no RECORD does).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterable
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import Dynamic
+from elftools.elf.elffile import ELFFile
+
+from ci.errors import CiError
+from ci.wheelname import WheelName, normalize
+
+# Libraries a wheel may expect from the system rather than from another wheel (fnmatch patterns):
+# auditwheel's manylinux_2_28 whitelist, the dynamic loader itself, and the NVIDIA driver (which no
+# wheel ships; it comes with the kernel module).
+SYSTEM_LIBS: tuple[str, ...] = (
+    "ld-linux*.so.*", "libc.so.6", "libm.so.6", "libmvec.so.1", "libdl.so.2", "librt.so.1",
+    "libpthread.so.0", "libutil.so.1", "libanl.so.1", "libnsl.so.1", "libresolv.so.2",
+    "libgcc_s.so.1", "libstdc++.so.6", "libatomic.so.1", "libz.so.1", "libexpat.so.1",
+    "libGL.so.1", "libX11.so.6", "libXext.so.6", "libXrender.so.1", "libICE.so.6", "libSM.so.6",
+    "libglib-2.0.so.0", "libgobject-2.0.so.0", "libgthread-2.0.so.0",
+    "libcuda.so.1", "libnvidia-ml.so.1",
+)
+
+_ELF_MAGIC = b"\x7fELF"
+
+
+@dataclass(frozen=True)
+class DynamicInfo:
+    """What the dynamic linker reads to resolve a library's dependencies."""
+
+    soname: str | None
+    needed: tuple[str, ...]
+    rpath: tuple[str, ...]
+    runpath: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SharedLib:
+    """One shared library found in an input (a wheel or an installed directory)."""
+
+    soname: str | None
+    path: str  # '/'-separated, relative to the wheel root or the directory
+    source: str  # the wheel or directory it was found in
+    distribution: str | None  # normalized project name that ships it
+    needed: tuple[str, ...]
+    rpath: tuple[str, ...]
+    runpath: tuple[str, ...]
+
+    @property
+    def filename(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    @property
+    def name(self) -> str:
+        """What a DT_NEEDED entry matches: the SONAME, else the file name (Python extensions)."""
+        return self.soname or self.filename
+
+
+def is_system_lib(name: str, patterns: Iterable[str] = SYSTEM_LIBS) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def looks_like_shared_lib(name: str) -> bool:
+    """`libfoo.so`, `libfoo.so.12`, `_C.cpython-311-x86_64-linux-gnu.so`: the names worth opening."""
+    base = name.rsplit("/", 1)[-1]
+    return base.endswith(".so") or ".so." in base
+
+
+def read_dynamic(stream: BinaryIO) -> DynamicInfo | None:
+    """The dynamic section of an ELF stream; None if it is not ELF or has no dynamic segment.
+
+    A truncated or corrupt ELF file is bad input (CiError), not a silent None.
+    """
+    head = stream.read(4)
+    if head != _ELF_MAGIC:
+        return None
+    stream.seek(0)
+    try:
+        elf = ELFFile(stream)
+        seg = next(elf.iter_segments("PT_DYNAMIC"), None)
+        if seg is None:
+            return None
+        dyn = Dynamic(stream, elf, None, seg["p_offset"], seg["p_filesz"] == 0)
+        tags: dict[str, list[str]] = {}
+        for tag in dyn.iter_tags():
+            kind = tag.entry.d_tag
+            if kind in ("DT_NEEDED", "DT_SONAME", "DT_RPATH", "DT_RUNPATH"):
+                tags.setdefault(kind, []).append(_tag_string(tag, kind))
+    except (ELFError, ValueError, KeyError, AssertionError, EOFError) as e:
+        raise CiError(f"unreadable ELF file: {e}") from None
+    except Exception as e:  # pyelftools' vendored construct raises its own errors on a truncated file
+        if type(e).__module__.startswith("elftools."):
+            raise CiError(f"unreadable ELF file: {e}") from None
+        raise
+    return DynamicInfo(
+        soname=(tags.get("DT_SONAME") or [None])[0],
+        needed=tuple(tags.get("DT_NEEDED", ())),
+        rpath=tuple(p for s in tags.get("DT_RPATH", ()) for p in s.split(":") if p),
+        runpath=tuple(p for s in tags.get("DT_RUNPATH", ()) for p in s.split(":") if p),
+    )
+
+
+def _tag_string(tag, kind: str) -> str:
+    attr = {"DT_NEEDED": "needed", "DT_SONAME": "soname", "DT_RPATH": "rpath", "DT_RUNPATH": "runpath"}[kind]
+    return getattr(tag, attr)
+
+
+def read_dynamic_path(path: Path | str) -> DynamicInfo | None:
+    with open(path, "rb") as f:
+        try:
+            return read_dynamic(f)
+        except CiError as e:
+            raise CiError(f"{path}: {e}") from None
+
+
+class _BlockReader(io.RawIOBase):
+    """A seekable view of a forward-only stream (a zip member) that remembers the blocks it read.
+
+    pyelftools reads the header, program headers, dynamic segment and string table with many small
+    seeks back and forth; cached blocks make those free, and the member is inflated forwards once
+    (plus one restart if the string table lies before the dynamic segment).
+    """
+
+    BLOCK = 1 << 16
+
+    def __init__(self, opener, size: int):
+        self._open = opener
+        self._size = size
+        self._pos = 0
+        self._raw = opener()
+        self._raw_pos = 0
+        self._blocks: dict[int, bytes] = {}
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def _block(self, index: int) -> bytes:
+        if index not in self._blocks:
+            start = index * self.BLOCK
+            if start < self._raw_pos:  # a zip member cannot seek backwards cheaply: reopen
+                self._raw.close()
+                self._raw, self._raw_pos = self._open(), 0
+            while self._raw_pos < start:
+                skipped = self._raw.read(min(start - self._raw_pos, 1 << 20))
+                if not skipped:
+                    break
+                self._raw_pos += len(skipped)
+            data = self._raw.read(self.BLOCK)
+            self._raw_pos += len(data)
+            self._blocks[index] = data
+        return self._blocks[index]
+
+    def readinto(self, buf) -> int:
+        n = min(len(buf), max(0, self._size - self._pos))
+        out = memoryview(buf)
+        done = 0
+        while done < n:
+            index, skip = divmod(self._pos, self.BLOCK)
+            chunk = self._block(index)[skip:skip + n - done]
+            if not chunk:
+                break
+            out[done:done + len(chunk)] = chunk
+            done += len(chunk)
+            self._pos += len(chunk)
+        return done
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _lib(info: DynamicInfo, path: str, source: str, dist: str | None) -> SharedLib:
+    return SharedLib(info.soname, path, source, dist, info.needed, info.rpath, info.runpath)
+
+
+def scan_wheel(wheel: Path) -> list[SharedLib]:
+    """Every shared library in a wheel, with its dynamic section."""
+    dist = WheelName.parse(wheel.name).project
+    try:
+        zf = zipfile.ZipFile(wheel)
+    except (OSError, zipfile.BadZipFile) as e:
+        raise CiError(f"{wheel}: not a readable wheel ({e})") from None
+    libs = []
+    with zf:
+        for info in zf.infolist():
+            if info.is_dir() or not looks_like_shared_lib(info.filename) or info.file_size < 64:
+                continue
+            reader = _BlockReader(lambda i=info: zf.open(i), info.file_size)
+            try:
+                dyn = read_dynamic(reader)  # type: ignore[arg-type]
+            except CiError as e:
+                raise CiError(f"{wheel.name}: {info.filename}: {e}") from None
+            except (zipfile.BadZipFile, OSError, EOFError) as e:
+                raise CiError(f"{wheel}: corrupt member {info.filename} ({e})") from None
+            finally:
+                reader.close()
+            if dyn is not None:
+                libs.append(_lib(dyn, info.filename, str(wheel), dist))
+    return libs
+
+
+def record_owners(root: Path) -> dict[str, str]:
+    """Relative path -> normalized project name, from every `*.dist-info/RECORD` under root."""
+    owners: dict[str, str] = {}
+    for record in sorted(root.glob("*.dist-info/RECORD")):
+        project = normalize(record.parent.name[: -len(".dist-info")].rsplit("-", 1)[0])
+        for line in record.read_text(errors="replace").splitlines():
+            rel = line.rsplit(",", 2)[0].strip('"') if line else ""
+            if rel:
+                owners[os.path.normpath(rel)] = project
+    return owners
+
+
+def scan_dir(root: Path) -> list[SharedLib]:
+    """Every shared library under an installed directory (a site-packages or a `--target` dir).
+
+    Symlinks to a library already seen (libfoo.so -> libfoo.so.1) are the same library: listed once.
+    """
+    owners = record_owners(root)
+    seen: set[str] = set()
+    libs = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for fn in sorted(filenames):
+            if not looks_like_shared_lib(fn):
+                continue
+            full = os.path.join(dirpath, fn)
+            real = os.path.realpath(full)
+            if real in seen or not os.path.isfile(real):
+                continue
+            seen.add(real)
+            dyn = read_dynamic_path(full)
+            if dyn is None:
+                continue
+            rel = os.path.relpath(full, root)
+            libs.append(_lib(dyn, rel.replace(os.sep, "/"), str(root), owners.get(os.path.normpath(rel))))
+    return libs
+
+
+def scan(inputs: Iterable[Path | str]) -> list[SharedLib]:
+    """Shared libraries of each input, in input order: a `.whl` file or an installed directory."""
+    libs: list[SharedLib] = []
+    for item in map(Path, inputs):
+        if item.is_dir():
+            libs.extend(scan_dir(item))
+        elif item.is_file() and item.suffix == ".whl":
+            libs.extend(scan_wheel(item))
+        elif item.exists():
+            raise CiError(f"not a wheel or a directory: {item}")
+        else:
+            raise CiError(f"no such wheel or directory: {item}")
+    return libs
+

@@ -1,0 +1,305 @@
+"""Preload in dependency order: make CUDA libraries from wheels load in any install layout.
+
+    python -m ci.preload WHEEL_OR_DIR... [--needed SONAME...] [--print-order] [--emit FILE]
+    python -m ci.preload DEPS... --inject WHEEL -w DIR [--package NAME]
+
+Bazel's rules_python, PEX and `pip install --target` per package put every wheel in its own
+directory on sys.path, so `$ORIGIN/../../nvidia/...` RPATHs point nowhere. What works: load the
+dependencies first; the dynamic linker then satisfies DT_NEEDED by SONAME. torch keeps that order
+by hand and NVIDIA's cuda-pathfinder in a hand-written catalog; here it is derived from the ELF
+files themselves (ci.elf) and baked into a stdlib-only module (ci/preload_runtime.py) whose
+`preload()` loads each library with RTLD_GLOBAL in that order.
+
+Decisions:
+- The graph covers only what the roots need: by default every library in the inputs; with
+  `--needed`, those SONAMEs; with `--inject`, whatever the target wheel's libraries need that the
+  target does not ship itself. Libraries the system provides (ci.elf.SYSTEM_LIBS, `--system`) are
+  neither ordered nor required.
+- When two inputs ship the same SONAME, the first input wins (like sys.path order).
+- Ties in the topological order are broken by SONAME, so the same inputs give the same module.
+- A cycle or a missing provider is bad input (exit 2), naming the libraries involved.
+- `--inject` writes the module as `<package>/_wheel_deps_preload.py` and calls it from the
+  package's `__init__.py` after the docstring and `from __future__` imports, before anything else,
+  so it runs before the package's own native imports. The wheel keeps its file name; its other
+  members are copied as compressed bytes (ci.wheelfile).
+"""
+
+from __future__ import annotations
+
+import ast
+import heapq
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ci.elf import SYSTEM_LIBS, SharedLib, is_system_lib, scan
+from ci.errors import CiError
+
+MODULE_NAME = "_wheel_deps_preload"
+_RUNTIME = Path(__file__).with_name("preload_runtime.py")
+_DATA_DIR = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
+
+
+@dataclass(frozen=True)
+class Preload:
+    """One library to load: its SONAME and where the runtime looks for it."""
+
+    soname: str
+    filename: str
+    distribution: str | None
+    path: str  # relative to an install root (site-packages or a --target dir)
+    source: str  # the wheel or directory it was found in
+
+    @property
+    def search_dirs(self) -> tuple[str, ...]:
+        """Directories (relative to each sys.path entry) the runtime tries, most specific first.
+
+        Beyond the recorded location: nvidia/<pkg>/lib, nvidia/cu<major>/lib and <pkg>/lib, the
+        layouts nvidia-* wheels used across CUDA majors, so a rebuilt dependency still resolves.
+        """
+        dirs = [self.path.rpartition("/")[0] or "."]
+        dist = (self.distribution or "").lower()
+        m = re.match(r"nvidia-(.+?)(?:-cu(\d+))?$", dist)
+        major = re.search(r"(?:^|/)nvidia/cu(\d+)/", self.path)
+        if m:
+            pkg = m.group(1).replace("-", "_")
+            dirs.append(f"nvidia/{pkg}/lib")
+            cu = m.group(2) or (major.group(1) if major else None)
+            if cu:
+                dirs.append(f"nvidia/cu{cu}/lib")
+        elif dist:
+            dirs.append(f"{dist.replace('-', '_')}/lib")
+        return tuple(dict.fromkeys(dirs))
+
+
+def _installed_path(path: str) -> str:
+    """A wheel member's path once installed: `x-1.data/platlib/a/b.so` -> `a/b.so`."""
+    return _DATA_DIR.sub("", path)
+
+
+def _as_preload(lib: SharedLib) -> Preload:
+    return Preload(lib.name, lib.filename, lib.distribution, _installed_path(lib.path), lib.source)
+
+
+def providers(libs: Iterable[SharedLib]) -> dict[str, SharedLib]:
+    """SONAME -> the library that provides it; the first input wins."""
+    out: dict[str, SharedLib] = {}
+    for lib in libs:
+        out.setdefault(lib.name, lib)
+    return out
+
+
+def dependency_order(roots: Iterable[str], libs: Sequence[SharedLib], *,
+                     system: Sequence[str] = SYSTEM_LIBS, skip: Iterable[str] = ()) -> list[SharedLib]:
+    """The libraries `roots` need (roots included), dependencies first.
+
+    `skip`: SONAMEs that are satisfied but not to be preloaded (the target's own libraries).
+    Raises CiError naming the libraries on a missing provider or a cycle.
+    """
+    by_name = providers(libs)
+    skipped = set(skip)
+    deps: dict[str, list[str]] = {}
+    missing: dict[str, list[str]] = {}
+    stack = [(r, None) for r in sorted(set(roots), reverse=True)]
+    while stack:
+        name, wanted_by = stack.pop()
+        if name in deps or name in skipped or is_system_lib(name, system):
+            continue
+        lib = by_name.get(name)
+        if lib is None:
+            missing.setdefault(name, []).append(wanted_by or "the roots")
+            continue
+        deps[name] = [n for n in dict.fromkeys(lib.needed) if n != name and n not in skipped
+                      and not is_system_lib(n, system)]
+        stack.extend((n, f"{name} ({Path(lib.source).name})") for n in reversed(deps[name]))
+    if missing:
+        raise CiError("no input provides " + "; ".join(
+            f"{n} (needed by {', '.join(sorted(set(by)))})" for n, by in sorted(missing.items())))
+    return [by_name[n] for n in _toposort(deps)]
+
+
+def _toposort(deps: dict[str, list[str]]) -> list[str]:
+    """Kahn's algorithm, ties broken by name; a cycle raises CiError naming it."""
+    waiting = {n: len(set(d)) for n, d in deps.items()}
+    users: dict[str, list[str]] = {n: [] for n in deps}
+    for n, ds in deps.items():
+        for d in set(ds):
+            users[d].append(n)
+    ready = [n for n, k in waiting.items() if k == 0]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        n = heapq.heappop(ready)
+        order.append(n)
+        for u in users[n]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) < len(deps):
+        raise CiError(f"dependency cycle: {' -> '.join(_find_cycle(deps, set(deps) - set(order)))}")
+    return order
+
+
+def _find_cycle(deps: dict[str, list[str]], left: set[str]) -> list[str]:
+    """Walk unresolved dependencies from any unresolved library until one repeats."""
+    path: list[str] = []
+    n = min(left)
+    while n not in path:
+        path.append(n)
+        n = min(d for d in deps[n] if d in left)
+    return path[path.index(n):] + [n]
+
+
+def preload_order(needed: Iterable[str], inputs: Sequence[Path | str], *,
+                  system: Sequence[str] = SYSTEM_LIBS, skip: Iterable[str] = ()) -> list[Preload]:
+    """What to preload, in order, so that libraries NEEDing `needed` load in any layout.
+
+    `inputs`: wheels or installed directories (site-packages, per-package --target dirs) of the
+    providers, e.g. torch and its nvidia-* dependencies. The needed libraries themselves are in
+    the result when an input provides them.
+    """
+    return [_as_preload(lib) for lib in dependency_order(needed, scan(inputs), system=system, skip=skip)]
+
+
+def runtime_source(order: Sequence[Preload], *, header: str = "") -> str:
+    """The stdlib-only preload module for `order`: ci/preload_runtime.py with its table filled in."""
+    rows = "".join(
+        f"    ({p.soname!r}, {p.filename!r}, {p.distribution!r}, {p.search_dirs!r}),\n" for p in order)
+    template = _RUNTIME.read_text()
+    src = template.replace("LIBRARIES = ()\n", f"LIBRARIES = (\n{rows})\n" if rows else "LIBRARIES = ()\n", 1)
+    if header:
+        src = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines()) + src
+    return src
+
+
+def insert_call(init_source: str, module: str = MODULE_NAME) -> str:
+    """`__init__.py` with the preload call after its docstring and `from __future__` imports."""
+    try:
+        tree = ast.parse(init_source)
+    except SyntaxError as e:
+        raise CiError(f"cannot parse __init__.py: {e.msg} (line {e.lineno})") from None
+    after = 0
+    for i, node in enumerate(tree.body):
+        docstring = (i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                     and isinstance(node.value.value, str))
+        future = isinstance(node, ast.ImportFrom) and node.module == "__future__"
+        if not (docstring or future):
+            break
+        after = node.end_lineno or node.lineno
+    lines = init_source.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n") and after == len(lines):
+        lines[-1] += "\n"
+    call = f"from . import {module} as _p; _p.preload(); del _p  # load native deps first (ci.preload)\n"
+    return "".join(lines[:after]) + call + "".join(lines[after:])
+
+
+def top_package(names: Iterable[str], project: str, package: str | None = None) -> str:
+    """The package whose `__init__.py` gets the call: `package`, else the one named like the
+    project, else the only one."""
+    packages = sorted({n.split("/")[0] for n in names
+                       if n.count("/") == 1 and n.endswith("/__init__.py") and ".dist-info/" not in n})
+    if package is not None:
+        if package not in packages:
+            raise CiError(f"no package {package!r} in the wheel (packages: {', '.join(packages) or 'none'})")
+        return package
+    guess = project.replace("-", "_")
+    if guess in packages:
+        return guess
+    if len(packages) == 1:
+        return packages[0]
+    raise CiError(f"cannot tell which package to inject into ({', '.join(packages) or 'none found'}): "
+                  f"pass --package")
+
+
+def inject_preload(wheel: Path | str, runtime: Sequence[Preload] | str, out_dir: Path | str, *,
+                   package: str | None = None) -> Path:
+    """Write a copy of `wheel` into `out_dir` whose top package preloads `runtime` on import.
+
+    `runtime`: an order (its module is generated) or a module's source. Returns the new wheel's
+    path; the input is never modified, and nothing is left in out_dir on error.
+    """
+    from ci.wheelfile import WheelArchive, rewrite
+
+    wheel, out_dir = Path(wheel), Path(out_dir)
+    if out_dir.resolve() == wheel.resolve().parent:
+        raise CiError(f"output directory {out_dir} holds the input wheel: it would be overwritten")
+    source = runtime if isinstance(runtime, str) else runtime_source(runtime)
+    with WheelArchive.open(wheel) as wa:
+        pkg = top_package([m.name for m in wa.members], wa.name.project, package)
+        init = f"{pkg}/__init__.py"
+        module = f"{pkg}/{MODULE_NAME}.py"
+        if wa.get(module) is not None:
+            raise CiError(f"{wheel.name} already has {module} (preload injected twice?)")
+        text = wa.read(init).decode("utf-8")
+        return rewrite(wa, out_dir, replace={init: insert_call(text).encode()},
+                       add={module: source.encode()})
+
+
+def main(args) -> int:
+    from ci.atomic import write_text
+    from ci.cli import emit_json
+
+    if args.inject and not args.wheel_dir:
+        raise CiError("--inject needs -w/--wheel-dir")
+    if args.wheel_dir and not args.inject:
+        raise CiError("-w/--wheel-dir is only for --inject")
+    libs = scan(map(Path, args.inputs))
+    skip: set[str] = set()
+    if args.inject:
+        target = Path(args.inject)
+        if not target.is_file() or target.suffix != ".whl":
+            raise CiError(f"--inject: not a wheel file: {target}")
+        own = scan([target])
+        skip = {lib.name for lib in own}
+        roots = sorted({n for lib in own for n in lib.needed} - skip)
+        libs += own
+    else:  # every library in the inputs (Python extension modules have no SONAME: not roots)
+        roots = [lib.name for lib in libs if lib.soname]
+    if args.needed:
+        roots = list(args.needed)
+    system = [*SYSTEM_LIBS, *args.system]
+    order = [_as_preload(lib) for lib in dependency_order(roots, libs, system=system, skip=skip)]
+    source = runtime_source(order)
+    result: dict[str, object] = {"order": [p.__dict__ | {"search_dirs": p.search_dirs} for p in order]}
+    if args.emit:
+        write_text(args.emit, source)
+        result["emitted"] = str(args.emit)
+    if args.inject:
+        result["wheel"] = str(inject_preload(args.inject, source, args.wheel_dir, package=args.package))
+    if args.json:
+        emit_json(result)
+        return 0
+    if args.print_order or not (args.emit or args.inject):
+        for p in order:
+            print(f"{p.soname}\t{p.distribution or '-'}\t{p.path}")
+    if "wheel" in result:
+        print(result["wheel"])
+    return 0
+
+
+def build_parser():
+    from ci.cli import parser
+
+    p = parser("python -m ci.preload", "Order shared libraries from wheels by their ELF dependencies "
+               "and emit (or inject) a stdlib-only module that preloads them in that order.")
+    p.add_argument("inputs", nargs="+", metavar="WHEEL_OR_DIR",
+                   help="wheels or installed directories that provide the libraries")
+    p.add_argument("--needed", nargs="+", metavar="SONAME",
+                   help="preload only what these SONAMEs need (default: every library in the inputs)")
+    p.add_argument("--system", action="append", default=[], metavar="PATTERN",
+                   help="also expect SONAMEs matching this fnmatch pattern from the system (repeatable)")
+    p.add_argument("--print-order", action="store_true", help="print SONAME, distribution, path per line")
+    p.add_argument("--emit", type=Path, metavar="FILE", help="write the runtime module to FILE")
+    p.add_argument("--inject", metavar="WHEEL",
+                   help="write a copy of WHEEL (into -w DIR) whose top package preloads its deps on import")
+    p.add_argument("-w", "--wheel-dir", type=Path, metavar="DIR", help="output directory for --inject")
+    p.add_argument("--package", help="with --inject: the package to inject into (default: guessed)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+if __name__ == "__main__":
+    from ci.cli import run
+
+    run(build_parser(), main)
