@@ -1,0 +1,107 @@
+"""Which engine can build here: a running Docker or Podman, or the host's own toolchain.
+
+Detection asks the engines themselves (the Docker SDK's ping, `podman info`), because a docker CLI on
+PATH says nothing about a daemon behind it. Each probe is bounded by a short timeout so `auto` never hangs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from ci.errors import CiError
+
+PROBE_TIMEOUT = 5.0
+
+
+def docker_responds(timeout: float = PROBE_TIMEOUT) -> str | None:
+    """None when Docker answers a ping, else why not (one line)."""
+    try:
+        import docker
+    except ImportError:
+        return "the docker Python SDK is not installed"
+    try:
+        client = docker.from_env(timeout=int(max(1, timeout)))
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as e:  # DockerException, requests' ConnectionError, socket errors: all mean "no"
+        return f"Docker does not respond ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no reply'})"
+    return None
+
+
+def podman_responds(timeout: float = PROBE_TIMEOUT) -> str | None:
+    """None when `podman info` succeeds, else why not (one line)."""
+    exe = shutil.which("podman")
+    if not exe:
+        return "podman is not installed"
+    try:
+        r = subprocess.run([exe, "info", "--format", "{{.Host.Arch}}"], capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"`podman info` did not answer within {timeout:g}s"
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"`podman info` failed: {last}"
+    return None
+
+
+PROBES = {"docker": docker_responds, "podman": podman_responds}
+
+
+def detect() -> str | None:
+    """The first container engine that responds ("docker", then "podman"), or None."""
+    return next((name for name, probe in PROBES.items() if probe() is None), None)
+
+
+def require(engine: str) -> None:
+    """CiError with the reason when the named container engine does not respond."""
+    if engine not in PROBES:
+        raise CiError(f"not a container engine: {engine!r} (choose docker or podman)")
+    why = PROBES[engine]()
+    if why:
+        raise CiError(f"--engine {engine}: {why}; start it, or use --engine host or auto")
+
+
+def find_nvcc() -> Path | None:
+    """nvcc from CUDA_HOME, then PATH, then the default toolkit location."""
+    candidates = [Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"] if os.environ.get("CUDA_HOME") else []
+    which = shutil.which("nvcc")
+    candidates += [Path(which)] if which else []
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
+
+
+def tool_version(cmd: list[str], pattern: str) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(pattern, out)
+    return m[1] if m else None
+
+
+def nvcc_version(nvcc: Path) -> str | None:
+    """'13.0' from `nvcc --version` ('Cuda compilation tools, release 13.0, V13.0.88')."""
+    return tool_version([str(nvcc), "--version"], r"release (\d+\.\d+),")
+
+
+def host_cannot_build(row) -> str | None:
+    """Why the host cannot build this CUDA row (None: it can): it needs that nvcc and a GCC it accepts."""
+    if row is None:
+        return None
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return f"no nvcc found (CUDA_HOME, PATH, /usr/local/cuda); CUDA {row.version} needs nvcc {row.version}"
+    have = nvcc_version(nvcc)
+    if have != row.version:
+        return f"host nvcc is CUDA {have or 'unknown'}, not {row.version}"
+    cxx = os.environ.get("CUDAHOSTCXX") or shutil.which("g++") or "g++"
+    gcc = tool_version([cxx, "-dumpversion"], r"^(\d+)")
+    if gcc and int(gcc) > row.gcc_max:
+        return f"host GCC {gcc} is above what nvcc {row.version} accepts ({row.gcc_max}); set CUDAHOSTCXX"
+    return None

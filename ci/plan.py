@@ -1,0 +1,314 @@
+"""One place that turns arguments + pyproject + the CUDA matrix into a build plan.
+
+Modelled on cibuildwheel's options.py: every later stage reads the Plan, never the arguments. Nothing
+here runs a build; the only side effects are reading pyproject.toml and (for engine="auto") asking
+whether a container engine responds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ci import matrix as mx
+from ci.errors import CiError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
+
+ENGINES = ("auto", "host", "docker", "podman")
+CONTAINER_ENGINES = ("docker", "podman")
+CONTAINER_CCACHE = "/ccache"
+CONTAINER_CUDA_HOME = "/usr/local/cuda"
+AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs docker or podman: the host "
+                        "cannot build it ({why})")
+_PY = re.compile(r"^3\.\d{1,2}$")
+
+
+@dataclass(frozen=True)
+class Plan:
+    cuda: str | None  # None for a CPU build
+    torch: str
+    torch_index_url: str | None
+    torch_on_pypi: bool  # PyPI's default Linux torch of this version is this very CUDA build
+    cudnn_requirement: str | None
+    image: str | None  # None: cibuildwheel's pinned image for `manylinux`
+    manylinux: str
+    arch_list: str
+    python: list[str]
+    identifiers: list[str]
+    environment: dict[str, str]
+    engine: str  # "host" | "docker" | "podman"
+    nvcc_flags: list[str] = field(default_factory=list)
+    gcc_max: int | None = None
+    notes: list[str] = field(default_factory=list)
+    image_origin: str | None = None  # "ameli" | "quay" | "ours" (build ours with `python -m ci.image`)
+    engine_requested: str = "auto"  # what the user asked for; `engine` is what it resolved to
+
+    @property
+    def torch_requirement(self) -> str:
+        return f"torch=={self.torch}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Project:
+    """What the plan needs from pyproject.toml (the package name is defined there only)."""
+
+    name: str
+    requires_python: str
+    build_requires: list[str]
+    cibw_build: list[str]  # [tool.cibuildwheel] build selectors
+
+    @classmethod
+    def read(cls, project_dir: Path) -> "Project":
+        path = Path(project_dir) / "pyproject.toml"
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise CiError(f"no pyproject.toml in {project_dir}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise CiError(f"bad {path}: {e}") from None
+        name = data.get("project", {}).get("name")
+        if not name:
+            raise CiError(f"{path} has no [project] name")
+        build = data.get("tool", {}).get("cibuildwheel", {}).get("build", "")
+        selectors = build.split() if isinstance(build, str) else list(build)
+        return cls(name, data["project"].get("requires-python", ""),
+                   list(data.get("build-system", {}).get("requires", [])), selectors)
+
+    def default_python(self) -> list[str]:
+        """Pythons named by [tool.cibuildwheel] build (cp311-... -> 3.11); the op wheel is py3, so one."""
+        found = [f"{m[1]}.{m[2]}" for s in self.cibw_build if (m := re.match(r"cp(3)(\d+)-", s))]
+        return found or ["3.11"]
+
+
+def identifier(python: str) -> str:
+    return f"cp{python.replace('.', '')}-manylinux_x86_64"
+
+
+def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine, torch: str) -> list[str]:
+    wanted = python or project.default_python()
+    bad = [p for p in wanted if not _PY.match(p)]
+    if bad:
+        raise CiError(f"bad --python {', '.join(bad)} (want versions like 3.10,3.11)")
+    if project.requires_python:
+        from packaging.specifiers import SpecifierSet
+
+        spec = SpecifierSet(project.requires_python)
+        excluded = [p for p in wanted if f"{p}.0" not in spec]
+        if excluded:
+            raise CiError(f"{project.name} requires Python {project.requires_python}: not {', '.join(excluded)}")
+    missing = [p for p in wanted if p not in line.python]
+    if missing:
+        raise CiError(f"torch {torch} has no wheels for Python {', '.join(missing)} "
+                      f"(it has {', '.join(line.python)})")
+    return sorted(dict.fromkeys(wanted), key=lambda p: int(p.split(".")[1]))
+
+
+def _image_ref(matrix: mx.Matrix, image: mx.Image) -> str:
+    """Our images carry the local repo prefix, and a registry when CI_IMAGE_REGISTRY names one."""
+    if image.origin != "ours":
+        return image.name
+    registry = os.environ.get("CI_IMAGE_REGISTRY", "").rstrip("/")
+    ref = f"{matrix.our_image_repo}/{image.name}"
+    return f"{registry}/{ref}" if registry else ref
+
+
+def pick_image(matrix: mx.Matrix, row: mx.CudaRow, line: mx.TorchLine, torch: str) -> tuple[mx.Image, list[str]]:
+    """The oldest-policy image that can build for this torch: its ABI, no older policy, GCC nvcc accepts.
+
+    The oldest policy wins because it gives the most widely installable wheel; among equals a public image
+    wins over ours (nothing to build). Returns the image and a note per image passed over, with why.
+    """
+    floor = mx.POLICIES.index(line.manylinux)
+    notes, fits = [], []
+    for img in row.images:
+        if line.cxx11_abi and not img.cxx11_abi:
+            notes.append(f"{img.name} passed over: its {img.manylinux} devtoolset cannot emit the cxx11 ABI that "
+                         f"torch {torch} uses (torch >= 2.7 is cxx11-ABI {line.manylinux})")
+        elif mx.POLICIES.index(img.manylinux) < floor:
+            notes.append(f"{img.name} passed over: {img.manylinux} is older than torch {torch}'s {line.manylinux}")
+        elif img.gcc > row.gcc_max:
+            notes.append(f"{img.name} passed over: its GCC {img.gcc} is above what nvcc {row.version} accepts "
+                         f"({row.gcc_max})")
+        else:
+            fits.append(img)
+    if not fits:
+        raise CiError(f"no build image for CUDA {row.version} + torch {torch}: it needs a {line.manylinux} image "
+                      f"with GCC <= {row.gcc_max}" + (" that emits the cxx11 ABI" if line.cxx11_abi else "")
+                      + f"; {'; '.join(notes) or 'the matrix lists none'}")
+    best = min(fits, key=lambda i: (mx.POLICIES.index(i.manylinux), i.origin == "ours"))
+    return best, notes
+
+
+def _choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None) -> mx.TorchBuild:
+    version = torch or row.default_torch
+    build = row.torch_build(version)
+    if build is None:
+        others = [r.version for r in matrix.rows if r.torch_build(version)]
+        where = (f"torch {version} is built for CUDA {', '.join(others)}" if others
+                 else f"torch {version} is in no row of the matrix")
+        raise CiError(f"torch {version} has no CUDA {row.version} build ({where}; CUDA {row.version} has torch "
+                      f"{', '.join(t.version for t in row.torch)})")
+    return build
+
+
+def _before_build(project: Project, torch_req: str, index_url: str | None, cudnn: str | None) -> str:
+    """Install the pinned torch from its index first, then cuDNN and the other build deps from PyPI."""
+    torch_cmd = ["pip", "install", torch_req] + (["--index-url", index_url] if index_url else [])
+    rest = [r for r in project.build_requires if not re.match(r"^torch\b", r.strip())]
+    rest += [cudnn] if cudnn else []
+    cmds = [torch_cmd] + ([["pip", "install", *rest]] if rest else [])
+    return " && ".join(shlex.join(c) for c in cmds)
+
+
+def _cibw_environment(values: dict[str, str]) -> str:
+    """cibuildwheel's `environment` syntax: NAME=value pairs, evaluated in the container.
+
+    Values naming $VARS are double-quoted so they expand there; the rest are single-quoted."""
+    def quote(v: str) -> str:
+        if "$" in v:
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return shlex.quote(v)
+    return " ".join(f"{k}={quote(v)}" for k, v in values.items())
+
+
+def ccache_dir() -> Path:
+    return Path(os.environ.get("CCACHE_DIR") or Path.home() / ".cache" / "cuda-wheel-ci" / "ccache")
+
+
+# ccache from the image or its package manager; else a pass-through shim, so the launcher never breaks a build.
+ENSURE_CCACHE = ("command -v ccache >/dev/null || yum install -y -q ccache || dnf install -y -q ccache || "
+                 "{ printf '#!/bin/sh\\nexec \"$@\"\\n' > /usr/local/bin/ccache && chmod +x /usr/local/bin/ccache; }")
+
+
+def environment(*, engine: str, image: str, identifiers: list[str], before_build: str, cuda: str | None,
+                arch_list: str, nvcc_flags: list[str]) -> dict[str, str]:
+    """The CIBW_* variables a container build sets (a host build shows what a container one would)."""
+    inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CMAKE_C_COMPILER_LAUNCHER": "ccache",
+             "CMAKE_CXX_COMPILER_LAUNCHER": "ccache"}
+    before_all = [ENSURE_CCACHE]
+    if cuda:
+        inner = {"CUDA_HOME": CONTAINER_CUDA_HOME, "PATH": f"{CONTAINER_CUDA_HOME}/bin:$PATH",
+                 "TORCH_CUDA_ARCH_LIST": arch_list, "CUDAFLAGS": " ".join(nvcc_flags),
+                 "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache", **inner}
+        # ameli/manylinux-cuda#8: an image once shipped the wrong CUDA; fail before compiling anything.
+        before_all.insert(0, f"{{ {CONTAINER_CUDA_HOME}/bin/nvcc --version | grep -q 'release {cuda},' || "
+                             f"{{ echo 'build image does not have CUDA {cuda}:'; {CONTAINER_CUDA_HOME}/bin/nvcc "
+                             f"--version; exit 1; }}; }}")
+    env = {
+        "CIBW_BUILD": " ".join(identifiers),
+        "CIBW_ARCHS_LINUX": "x86_64",
+        "CIBW_MANYLINUX_X86_64_IMAGE": image,
+        "CIBW_BEFORE_ALL_LINUX": " && ".join(before_all),
+        "CIBW_BEFORE_BUILD_LINUX": before_build,
+        "CIBW_ENVIRONMENT_LINUX": _cibw_environment(inner),
+        "CIBW_BUILD_VERBOSITY": "1",
+    }
+    if engine in CONTAINER_ENGINES:
+        env["CIBW_CONTAINER_ENGINE"] = f"{engine}; create_args: --volume={ccache_dir()}:{CONTAINER_CCACHE}"
+    return env
+
+
+def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None) -> tuple[str, list[str]]:
+    """auto -> the running container engine, else the host when it can build this, else a clear error."""
+    if engine not in ENGINES:
+        raise CiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+    if engine != "auto":
+        return engine, []
+    if cuda is None:
+        return "host", ["engine auto: CPU builds run on the host"]
+    from ci import engine as eng
+
+    found = eng.detect()
+    if found:
+        return found, [f"engine auto: {found} responds"]
+    why_not = eng.host_cannot_build(row)
+    if why_not:
+        # Still a plan (a dry run must show it); running it fails with this reason in ci.container.
+        return "docker", [f"engine auto: {AUTO_NEEDS_CONTAINER.format(cuda=cuda, why=why_not)}"]
+    return "host", [f"engine auto: no container engine responds; building CUDA {cuda} on the host"]
+
+
+def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] | None = None,
+              arch_list: str | None = None, engine: str = "auto", project_dir: Path = Path(".")) -> Plan:
+    matrix = mx.load()
+    project = Project.read(project_dir)
+    if engine not in ENGINES:
+        raise CiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+    if cuda is None:
+        return _cpu_plan(matrix, project, torch, python, arch_list, engine)
+    row = matrix.row(cuda)
+    build = _choose_torch(matrix, row, torch)
+    line = matrix.torch_line(build.version)
+    pythons = _parse_python(python, project, line, build.version)
+    archs = mx.check_arch_list(cuda, arch_list if arch_list is not None else row.arch_list)
+    image, notes = pick_image(matrix, row, line, build.version)
+    ref = _image_ref(matrix, image)
+    if image.origin == "ours":
+        notes.append(f"{ref} is built from docker/ (`python -m ci.image build --cuda {cuda}`): "
+                     f"no public {image.manylinux} image has CUDA {cuda}")
+    if line.cxx11_abi and any(not i.cxx11_abi for i in row.images):
+        notes.append(f"cu{cuda.replace('.', '')} ABI trap: torch {build.version} is cxx11-ABI {line.manylinux}, "
+                     f"so the manylinux2014 image cannot build it")
+    resolved, engine_notes = resolve_engine(engine, cuda, row)
+    identifiers = [identifier(p) for p in pythons]
+    env = environment(engine=resolved, image=ref, identifiers=identifiers,
+                      before_build=_before_build(project, f"torch=={build.version}", row.torch_index_url,
+                                                 build.cudnn),
+                      cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags))
+    return Plan(cuda=cuda, torch=build.version, torch_index_url=row.torch_index_url, torch_on_pypi=build.on_pypi,
+                cudnn_requirement=build.cudnn, image=ref, manylinux=image.manylinux, arch_list=archs,
+                python=pythons, identifiers=identifiers, environment=env, engine=resolved,
+                nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max, notes=notes + engine_notes,
+                image_origin=image.origin, engine_requested=engine)
+
+
+def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: list[str] | None,
+              arch_list: str | None, engine: str) -> Plan:
+    if arch_list:
+        raise CiError("--arch-list needs --cuda (a CPU build has no device code)")
+    version = torch or matrix.default_torch
+    if not re.match(r"^\d+\.\d+\.\d+$", version):
+        raise CiError(f"bad torch version {version!r} (want e.g. {matrix.default_torch})")
+    line = matrix.torch_line(version)
+    pythons = _parse_python(python, project, line, version)
+    resolved, notes = resolve_engine(engine, None, None)
+    identifiers = [identifier(p) for p in pythons]
+    env = environment(engine=resolved, image=line.manylinux, identifiers=identifiers,
+                      before_build=_before_build(project, f"torch=={version}", matrix.cpu_index_url, None),
+                      cuda=None, arch_list="", nvcc_flags=[])
+    return Plan(cuda=None, torch=version, torch_index_url=matrix.cpu_index_url, torch_on_pypi=False,
+                cudnn_requirement=None, image=None, manylinux=line.manylinux, arch_list="", python=pythons,
+                identifiers=identifiers, environment=env, engine=resolved, notes=notes, engine_requested=engine)
+
+
+def format_plan(plan: Plan) -> str:
+    """The human-readable --dry-run summary."""
+    rows = [
+        ("cuda", plan.cuda or "none (CPU build)"),
+        ("torch", f"{plan.torch} from {plan.torch_index_url or 'PyPI'}"
+                  + (" (also PyPI's default build)" if plan.torch_on_pypi else "")),
+        ("cudnn", plan.cudnn_requirement or "-"),
+        ("engine", plan.engine),
+        ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]"),
+        ("arch list", plan.arch_list or "-"),
+        ("nvcc flags", " ".join(plan.nvcc_flags) or "-"),
+        ("gcc max", str(plan.gcc_max) if plan.gcc_max else "-"),
+        ("python", ", ".join(plan.python)),
+        ("identifiers", " ".join(plan.identifiers)),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    lines += ["environment:"] + [f"  {k}={v}" for k, v in plan.environment.items()]
+    lines += [f"note: {n}" for n in plan.notes]
+    return "\n".join(lines)
