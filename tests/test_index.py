@@ -1,0 +1,302 @@
+"""ci.index: a static simple index that pip reads (file:// and http), incremental, strict on bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ci.index import build_index, classify, sdist_name
+from tests._servers import StaticServer, build_wheel, fresh_venv, pip_install
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("wheels")
+    return {
+        # setuptools keeps the dotted, mixed-case name in the file name: the index must normalize it.
+        "dotted": build_wheel(tmp, name="Tiny.Pkg", version="1.0", module="tinypkg", value=1,
+                              requires_python=">=3.8"),
+        "tagged": build_wheel(tmp, name="tagged_pkg", version="2.1.0", module="taggedpkg", value=7,
+                              build_tag="0"),
+        "other": build_wheel(tmp, name="other_pkg", version="0.3", module="otherpkg", value=3),
+    }
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ci.index", *args], cwd=ROOT,
+                          capture_output=True, text=True)
+
+
+def populate(d: Path, *files: Path) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copy2(f, d / f.name)
+    return d
+
+
+def snapshot(d: Path) -> dict[str, bytes]:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def wheel_metadata_bytes(whl: Path) -> bytes:
+    with zipfile.ZipFile(whl) as zf:
+        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        return zf.read(name)
+
+
+# ---------------------------------------------------------------- names (pure)
+
+
+@pytest.mark.parametrize("filename, expected", [
+    ("triton-2.1.0-0-cp38-cp38-manylinux_2_17_x86_64.whl", ("wheel", "triton", "2.1.0")),
+    ("Tiny.Pkg-1.0-py3-none-any.whl", ("wheel", "tiny-pkg", "1.0")),
+    ("torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl", ("wheel", "torch", "2.13.0+cpu")),
+    ("zope.interface-6.0.tar.gz", ("sdist", "zope-interface", "6.0")),
+    ("my-legacy-name-1.2.zip", ("sdist", "my-legacy-name", "1.2")),
+    ("README.txt", None),
+    ("bad-wheel.whl", None),
+    ("x-1.0-a-py3-none-any.whl", None),  # build tag must start with a digit
+])
+def test_classify(filename, expected):
+    assert classify(filename) == expected
+
+
+def test_sdist_name_needs_a_version():
+    assert sdist_name("project.tar.gz") is None
+
+
+# ---------------------------------------------------------------- pages
+
+
+def test_pages_carry_hashes_metadata_and_requires_python(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["dotted"], wheels["tagged"])
+    r = cli(str(repo), "--json")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert (result["files"], result["projects"], result["hashed"]) == (2, 2, 2)
+
+    whl = wheels["dotted"]
+    sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+    meta = (repo / f"{whl.name}.metadata").read_bytes()
+    assert meta == wheel_metadata_bytes(whl)  # PEP 658: exactly the METADATA bytes
+    meta_sha = hashlib.sha256(meta).hexdigest()
+
+    page = (repo / "simple" / "tiny-pkg" / "index.html").read_text()
+    assert f'href="../../{whl.name}#sha256={sha}"' in page
+    assert 'data-requires-python="&gt;=3.8"' in page
+    assert f'data-dist-info-metadata="sha256={meta_sha}"' in page
+    assert f'data-core-metadata="sha256={meta_sha}"' in page
+    # rules_python's parser wants double quotes: no single-quoted attribute anywhere.
+    assert not re.search(r"=\s*'", page)
+
+    doc = json.loads((repo / "simple" / "tiny-pkg" / "index.json").read_text())
+    assert doc["meta"]["api-version"].startswith("1.")
+    assert doc["name"] == "tiny-pkg" and doc["versions"] == ["1.0"]
+    (f,) = doc["files"]
+    assert f["filename"] == whl.name and f["hashes"] == {"sha256": sha}
+    assert f["core-metadata"] == f["dist-info-metadata"] == {"sha256": meta_sha}
+    assert f["requires-python"] == ">=3.8" and f["size"] == whl.stat().st_size
+
+    root = (repo / "simple" / "index.html").read_text()
+    assert '<a href="tiny-pkg/">tiny-pkg</a>' in root and '<a href="tagged-pkg/">' in root
+    assert {p["name"] for p in json.loads((repo / "simple" / "index.json").read_text())["projects"]} \
+        == {"tiny-pkg", "tagged-pkg"}
+
+
+def test_build_tagged_wheel_lands_under_its_project(tmp_path, wheels):
+    whl = wheels["tagged"]
+    assert whl.name == "tagged_pkg-2.1.0-0-py3-none-any.whl"
+    repo = populate(tmp_path / "repo", whl)
+    build_index(repo)
+    assert [p.name for p in (repo / "simple").iterdir() if p.is_dir()] == ["tagged-pkg"]
+    assert whl.name in (repo / "simple" / "tagged-pkg" / "index.html").read_text()
+
+
+def test_base_url_makes_absolute_links(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["other"])
+    out = tmp_path / "site"
+    build_index(repo, out, base_url="https://files.example.com/wheels/")
+    page = (out / "other-pkg" / "index.html").read_text()
+    assert f'href="https://files.example.com/wheels/{wheels["other"].name}#sha256=' in page
+
+
+def test_sdist_gets_hash_and_requires_python_but_no_metadata_file(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    pkg_info = b"Metadata-Version: 2.1\nName: some.sdist\nVersion: 0.5\nRequires-Python: >=3.10\n"
+    src = tmp_path / "some.sdist-0.5"
+    src.mkdir()
+    (src / "PKG-INFO").write_bytes(pkg_info)
+    with tarfile.open(repo / "some.sdist-0.5.tar.gz", "w:gz") as tf:
+        tf.add(src, arcname="some.sdist-0.5")
+    build_index(repo)
+    page = (repo / "simple" / "some-sdist" / "index.html").read_text()
+    assert "some.sdist-0.5.tar.gz#sha256=" in page
+    assert 'data-requires-python="&gt;=3.10"' in page
+    assert "data-core-metadata" not in page
+    assert not list(repo.glob("*.metadata"))
+
+
+# ---------------------------------------------------------------- pip reads it
+
+
+def test_pip_installs_over_file_url_using_metadata_files(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["dotted"], wheels["tagged"])
+    assert cli(str(repo)).returncode == 0
+    py = fresh_venv(tmp_path / "venv")
+    r = pip_install(py, "--index-url", (repo / "simple").as_uri() + "/", "tiny-pkg", "tagged-pkg")
+    assert r.returncode == 0, r.stdout + r.stderr
+    # pip announces where it takes dependency information from: the PEP 658 files.
+    assert re.search(r"Obtaining dependency information for tiny-pkg from \S+\.whl\.metadata", r.stdout)
+    assert re.search(r"Obtaining dependency information for tagged-pkg from \S+\.whl\.metadata", r.stdout)
+    out = subprocess.run([str(py), "-c", "import tinypkg, taggedpkg; print(tinypkg.VALUE, taggedpkg.VALUE)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "7"]
+
+
+def test_pip_installs_over_http_and_fetches_metadata(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["tagged"], wheels["other"])
+    build_index(repo)
+    py = fresh_venv(tmp_path / "venv")
+    with StaticServer(repo, tmp_path / "access.log") as srv:
+        r = pip_install(py, "--index-url", srv.url + "simple/", "tagged-pkg")
+        served = srv.requests()
+    assert r.returncode == 0, r.stdout + r.stderr
+    tagged = wheels["tagged"].name
+    assert "/simple/tagged-pkg/" in served
+    assert f"/{tagged}.metadata" in served  # the server saw pip read the PEP 658 file
+    assert f"/{tagged}" in served
+    out = subprocess.run([str(py), "-c", "import taggedpkg; print(taggedpkg.VALUE)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "7"
+
+
+# ---------------------------------------------------------------- incremental
+
+
+def test_unchanged_rerun_reads_and_writes_nothing(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", *wheels.values())
+    first = build_index(repo)
+    assert (first.hashed, first.cached) == (3, 0)
+    before = {p: p.stat().st_mtime_ns for p in repo.rglob("*") if p.is_file()}
+    again = build_index(repo)
+    assert (again.hashed, again.cached, again.written, again.removed) == (0, 3, [], [])
+    after = {p: p.stat().st_mtime_ns for p in repo.rglob("*") if p.is_file()}
+    assert {p: t for p, t in after.items() if p.name != ".ci-index-cache.json"} == \
+           {p: t for p, t in before.items() if p.name != ".ci-index-cache.json"}
+
+
+def test_changed_file_is_rehashed_and_a_removed_one_leaves_the_index(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["dotted"], wheels["other"])
+    build_index(repo)
+    # Same name, new content (a rebuild): size or mtime changes, so the cache entry is stale.
+    rebuilt = build_wheel(tmp_path / "rebuild", name="other_pkg", version="0.3", module="otherpkg",
+                          value=3000)
+    shutil.copy(rebuilt, repo / rebuilt.name)
+    (repo / wheels["dotted"].name).unlink()
+    r = build_index(repo)
+    assert r.hashed == 1
+    sha = hashlib.sha256(rebuilt.read_bytes()).hexdigest()
+    assert f"#sha256={sha}" in (repo / "simple" / "other-pkg" / "index.html").read_text()
+    assert not (repo / "simple" / "tiny-pkg").exists()
+    assert not (repo / f"{wheels['dotted'].name}.metadata").exists()
+    assert "tiny-pkg" not in (repo / "simple" / "index.html").read_text()
+
+
+def test_identical_duplicates_in_subdirectories_are_indexed_once(tmp_path, wheels):
+    repo = tmp_path / "repo"
+    populate(repo / "a", wheels["other"])
+    populate(repo / "b", wheels["other"])
+    r = cli(str(repo))
+    assert r.returncode == 0 and "duplicates" in r.stderr
+    page = (repo / "simple" / "other-pkg" / "index.html").read_text()
+    assert page.count("<a ") == 1 and 'href="../../a/' in page
+
+
+def test_non_distributions_are_skipped_with_a_warning(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["other"])
+    (repo / "NOTES.txt").write_text("not a wheel")
+    (repo / "broken-name.whl").write_bytes(b"")
+    r = cli(str(repo), "--json")
+    assert r.returncode == 0, r.stderr
+    assert sorted(json.loads(r.stdout)["skipped"]) == ["NOTES.txt", "broken-name.whl"]
+    assert "warning: skipping NOTES.txt" in r.stderr and "warning: skipping broken-name.whl" in r.stderr
+
+
+# ---------------------------------------------------------------- bad input: one line, exit 2, nothing written
+
+
+def _assert_rejected(r: subprocess.CompletedProcess, *words: str) -> None:
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ci.index: error:"), r.stderr
+    for w in words:
+        assert w in lines[0]
+
+
+def test_two_different_files_with_one_name_is_an_error(tmp_path, wheels):
+    repo = tmp_path / "repo"
+    populate(repo / "cu118", wheels["other"])
+    rebuilt = build_wheel(tmp_path / "rebuild", name="other_pkg", version="0.3", module="otherpkg", value=99)
+    populate(repo / "cu121", rebuilt)
+    before = snapshot(repo)
+    _assert_rejected(cli(str(repo)), "two different files", "cu118/", "cu121/")
+    assert snapshot(repo) == before
+
+
+def test_corrupt_wheel_is_an_error(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["other"])
+    (repo / "fake-1.0-py3-none-any.whl").write_bytes(b"not a zip")
+    before = snapshot(repo)
+    _assert_rejected(cli(str(repo)), "fake-1.0-py3-none-any.whl", "not a readable wheel")
+    assert snapshot(repo) == before
+
+
+def test_metadata_that_contradicts_the_file_name_is_an_error(tmp_path, wheels):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy(wheels["other"], repo / "impostor-0.3-py3-none-any.whl")
+    before = snapshot(repo)
+    _assert_rejected(cli(str(repo)), "impostor", "metadata names project")
+    assert snapshot(repo) == before
+
+
+@pytest.mark.parametrize("make_args", [
+    lambda d: [str(d / "missing")],
+    lambda d: [str(d), "--base-url", "files/wheels"],
+    lambda d: [str(d), "--out", str(d / "afile")],
+], ids=["no-such-dir", "relative-base-url", "out-is-a-file"])
+def test_bad_arguments(tmp_path, wheels, make_args):
+    repo = populate(tmp_path / "repo", wheels["other"])
+    (repo / "afile").write_text("x")
+    before = snapshot(repo)
+    r = cli(*make_args(repo))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "error:" in r.stderr
+    assert snapshot(repo) == before
+
+
+def test_help():
+    r = cli("--help")
+    assert r.returncode == 0 and "--base-url" in r.stdout
+
+
+def test_out_outside_dir_links_back_relatively(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["other"])
+    out = tmp_path / "pages" / "simple"
+    build_index(repo, out)
+    page = (out / "other-pkg" / "index.html").read_text()
+    assert f'href="../../../repo/{wheels["other"].name}#' in page
+    assert os.path.exists(os.path.normpath(out / "other-pkg" / "../../../repo" / wheels["other"].name))
