@@ -1,0 +1,111 @@
+"""Builders of small test wheels, written with the stdlib's zipfile (independent of ci.wheelfile).
+
+`build_wheel` makes a valid wheel (RECORD last, real hashes); `raw_zip` writes arbitrary entries for
+the malformed cases (symlinks, duplicates, unsafe names). Other test modules may import these.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import subprocess
+import sys
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Mapping
+
+DEFAULT_FILES = {"demo/__init__.py": "VERSION = '1.0'\n\n\ndef hello():\n    return 'hello'\n"}
+
+
+def record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def metadata_text(name: str, version: str, requires: tuple[str, ...] = (), body: str = "") -> str:
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", "Summary: a test wheel"]
+    lines += [f"Requires-Dist: {r}" for r in requires]
+    return "\n".join(lines) + "\n" + (f"\n{body}" if body else "")
+
+
+def build_wheel(dest_dir: Path, name: str = "demo", version: str = "1.0",
+                files: Mapping[str, bytes | str] | None = None, *, tag: str = "py3-none-any",
+                requires: tuple[str, ...] = (), modes: Mapping[str, int] | None = None,
+                bad_hash: str | None = None, compression: int = zipfile.ZIP_DEFLATED,
+                body: str = "") -> Path:
+    """A valid wheel (unless bad_hash names a file whose RECORD hash is then wrong)."""
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    content = {k: v.encode() if isinstance(v, str) else v for k, v in (files or DEFAULT_FILES).items()}
+    content[f"{info}/METADATA"] = metadata_text(name, version, requires, body).encode()
+    root = "true" if tag.endswith("-any") else "false"
+    content[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: {root}\n"
+                                f"Tag: {tag}\n").encode()
+    rows = []
+    for path, data in content.items():
+        digest = record_hash(data + b"tampered" if path == bad_hash else data)
+        rows.append(f"{path},{digest},{len(data)}")
+    rows.append(f"{info}/RECORD,,")
+    content[f"{info}/RECORD"] = ("\n".join(rows) + "\n").encode()
+    out = Path(dest_dir) / f"{dist}-{version}-{tag}.whl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    modes = modes or {}
+    with zipfile.ZipFile(out, "w", compression) as z:
+        for path, data in content.items():
+            zi = zipfile.ZipInfo(path, (2020, 1, 1, 0, 0, 0))
+            zi.compress_type = compression
+            zi.external_attr = (0o100000 | modes.get(path, 0o644)) << 16
+            z.writestr(zi, data)
+    return out
+
+
+def raw_zip(path: Path, entries: list[tuple[str, bytes, int]]) -> Path:
+    """A zip of (name, data, st_mode) entries written as given: duplicates and odd names included."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about duplicate names; that is the point
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, data, mode in entries:
+                zi = zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0))
+                zi.compress_type = zipfile.ZIP_DEFLATED
+                zi.external_attr = mode << 16
+                z.writestr(zi, data)
+    return path
+
+
+def wheel_entries(wheel: Path) -> list[tuple[str, bytes, int]]:
+    """A wheel's entries as raw_zip takes them (to rebuild it with a defect)."""
+    with zipfile.ZipFile(wheel) as z:
+        return [(i.filename, z.read(i), i.external_attr >> 16) for i in z.infolist()]
+
+
+def pip_check_install(wheel: Path, target: Path) -> subprocess.CompletedProcess:
+    """pip install --no-deps --target: pip validates RECORD hashes while installing."""
+    return subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+                           "--disable-pip-version-check", "--target", str(target), str(wheel)],
+                          capture_output=True, text=True)
+
+
+def run_stage(module: str, *args: str | Path, env: dict[str, str] | None = None,
+              cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m <module> ARGS` the way a user would (the project root on sys.path)."""
+    import os
+    root = Path(__file__).resolve().parent.parent
+    full_env = dict(os.environ, **(env or {}))
+    full_env["PYTHONPATH"] = str(root) + os.pathsep + full_env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                          env=full_env, cwd=cwd or root)
+
+
+def read_members(wheel: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as z:
+        return {i.filename: z.read(i) for i in z.infolist()}
+
+
+def zip_bytes(entries: Mapping[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for k, v in entries.items():
+            z.writestr(k, v)
+    return buf.getvalue()

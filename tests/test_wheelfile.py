@@ -1,0 +1,222 @@
+"""ci.wheelfile: raw copies, RECORD, ordering, modes, ZIP64, determinism, and refusal of bad zips."""
+
+from __future__ import annotations
+
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ci.errors import CiError
+from ci.wheelfile import WheelArchive, WheelWriter, parse_record, record_hash, rewrite
+from tests._wheels import build_wheel, pip_check_install, raw_zip, wheel_entries
+
+FILES = {
+    "demo/__init__.py": "from demo.core import hello\n",
+    "demo/core.py": "def hello():\n    return 'hello'\n",
+    "demo/bin/tool": b"#!/bin/sh\necho tool\n",
+    "demo/data.bin": bytes(range(256)) * 64,
+}
+
+
+@pytest.fixture
+def wheel(tmp_path: Path) -> Path:
+    return build_wheel(tmp_path / "in", files=FILES, modes={"demo/bin/tool": 0o755})
+
+
+def infos(path: Path) -> list[zipfile.ZipInfo]:
+    with zipfile.ZipFile(path) as z:
+        assert z.testzip() is None
+        return z.infolist()
+
+
+def assert_valid_record(path: Path) -> dict[str, bytes]:
+    """Every file hashed and sized in RECORD, RECORD last, .dist-info after everything else."""
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/RECORD"))
+        assert names[-1] == f"{info}/RECORD"
+        first_info = min(i for i, n in enumerate(names) if n.startswith(info + "/"))
+        assert all(n.startswith(info + "/") for n in names[first_info:])
+        record = parse_record(z.read(names[-1]).decode())
+        data = {n: z.read(n) for n in names}
+    assert set(record) == set(names)
+    for name, entry in record.items():
+        if name != names[-1]:
+            assert entry.hash == record_hash(data[name]), name
+            assert entry.size == len(data[name])
+    return data
+
+
+def test_noop_rewrite_copies_compressed_bytes_and_keeps_modes(wheel: Path, tmp_path: Path) -> None:
+    stored = build_wheel(tmp_path / "stored", files=FILES, compression=zipfile.ZIP_STORED)
+    out = rewrite(stored, tmp_path / "out")
+    assert out.name == stored.name
+    # stored members stay stored: nothing was recompressed
+    assert {i.filename: i.compress_type for i in infos(out) if "dist-info" not in i.filename} == {
+        n: zipfile.ZIP_STORED for n in FILES}
+    out2 = rewrite(wheel, tmp_path / "out2")
+    data = assert_valid_record(out2)
+    assert data["demo/data.bin"] == FILES["demo/data.bin"]
+    modes = {i.filename: i.external_attr >> 16 for i in infos(out2)}
+    assert modes["demo/bin/tool"] == 0o100755 and modes["demo/core.py"] == 0o100644
+
+
+def test_replace_add_remove_and_version_rename_install_with_pip(wheel: Path, tmp_path: Path) -> None:
+    out = rewrite(wheel, tmp_path / "out", replace={"demo/core.py": b"def hello():\n    return 'patched'\n"},
+                  add={"demo/extra.py": b"X = 1\n", "demo/bin/run": (b"#!/bin/sh\n", 0o755)},
+                  remove=["demo/data.bin"], version="1.0+local")
+    assert out.name == "demo-1.0+local-py3-none-any.whl"
+    data = assert_valid_record(out)
+    assert "demo-1.0+local.dist-info/METADATA" in data and not any(n.startswith("demo-1.0.dist-info") for n in data)
+    assert b"Version: 1.0+local\n" in data["demo-1.0+local.dist-info/METADATA"]
+    assert "demo/data.bin" not in data
+    assert {i.filename: i.external_attr >> 16 for i in infos(out)}["demo/bin/run"] == 0o100755
+    target = tmp_path / "site"
+    r = pip_check_install(out, target)
+    assert r.returncode == 0, r.stderr
+    assert (target / "demo/core.py").read_text() == "def hello():\n    return 'patched'\n"
+    assert "Version: 1.0+local" in (target / "demo-1.0+local.dist-info/METADATA").read_text()
+    assert (target / "demo/bin/run").stat().st_mode & 0o111
+
+
+def test_distribution_rename_moves_dist_info_and_data_dirs(tmp_path: Path) -> None:
+    w = build_wheel(tmp_path / "in", files={"demo/__init__.py": "", "demo-1.0.data/scripts/go": "#!python\n"})
+    out = rewrite(w, tmp_path / "out", distribution="demo-renamed")
+    assert out.name == "demo_renamed-1.0-py3-none-any.whl"
+    data = assert_valid_record(out)
+    assert "demo_renamed-1.0.data/scripts/go" in data
+    assert b"Name: demo-renamed\n" in data["demo_renamed-1.0.dist-info/METADATA"]
+
+
+def test_output_is_deterministic_and_honours_source_date_epoch(wheel: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    edit = {"demo/core.py": b"changed\n"}
+    a = rewrite(wheel, tmp_path / "a", replace=edit, version="1.0+x").read_bytes()
+    b = rewrite(wheel, tmp_path / "b", replace=edit, version="1.0+x").read_bytes()
+    assert a == b
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # 2023-11-14 22:13:20 UTC
+    out = rewrite(wheel, tmp_path / "c", replace=edit)
+    assert {i.date_time for i in infos(out)} == {(2023, 11, 14, 22, 13, 20)}
+    assert rewrite(wheel, tmp_path / "d", replace=edit).read_bytes() == out.read_bytes()
+
+
+def test_forced_zip64_is_read_by_zipfile_unzip_and_ourselves(wheel: Path, tmp_path: Path) -> None:
+    out = rewrite(wheel, tmp_path / "z64", replace={"demo/core.py": b"x = 1\n"}, force_zip64=True)
+    with open(out, "rb") as f:
+        assert b"PK\x06\x06" in f.read()  # the ZIP64 end of central directory record is there
+    assert_valid_record(out)
+    subprocess.run(["unzip", "-tq", str(out)], check=True, capture_output=True)
+    again = rewrite(out, tmp_path / "again")  # our reader resolves the ZIP64 extras
+    assert_valid_record(again)
+    with WheelArchive.open(out) as wa:
+        assert wa.read("demo/data.bin") == FILES["demo/data.bin"]
+
+
+def test_more_than_65535_members_use_zip64_end_records(tmp_path: Path) -> None:
+    files = {f"demo/f{i}.txt": b"" for i in range(66000)}
+    files["demo/__init__.py"] = b""
+    w = build_wheel(tmp_path / "in", files=files, compression=zipfile.ZIP_STORED)
+    out = rewrite(w, tmp_path / "out", version="1.0+many")
+    with zipfile.ZipFile(out) as z:
+        assert len(z.infolist()) == 66000 + 1 + 3
+    with WheelArchive.open(out) as wa:
+        assert len(wa.members) == 66004
+
+
+def test_data_descriptor_members_are_copied_with_clean_headers(tmp_path: Path) -> None:
+    src = build_wheel(tmp_path / "in", files=FILES)
+    # zipfile writing to an unseekable stream uses data descriptors (flag bit 3)
+    streamed = tmp_path / "streamed" / src.name
+    streamed.parent.mkdir()
+
+    class Unseekable:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, b):
+            return self.f.write(b)
+
+        def flush(self):
+            self.f.flush()
+
+    with open(streamed, "wb") as raw, zipfile.ZipFile(Unseekable(raw), "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data, mode in wheel_entries(src):
+            zi = zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0))
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zi.external_attr = mode << 16
+            z.writestr(zi, data)
+    assert any(i.flag_bits & 0x8 for i in infos(streamed))
+    out = rewrite(streamed, tmp_path / "out")
+    assert not any(i.flag_bits & 0x8 for i in infos(out))
+    assert_valid_record(out)
+
+
+def test_writer_builds_a_wheel_from_copied_and_new_members(wheel: Path, tmp_path: Path) -> None:
+    from ci.wheelname import WheelName
+
+    with WheelArchive.open(wheel) as wa:
+        w = WheelWriter(WheelName.parse("demo_libs-1.0-py3-none-any.whl"))
+        w.copy(wa, wa.get("demo/data.bin"), "demo_libs/data.bin")
+        w.add("demo_libs-1.0.dist-info/METADATA", b"Metadata-Version: 2.1\nName: demo-libs\nVersion: 1.0\n")
+        w.add("demo_libs-1.0.dist-info/WHEEL", b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        out = w.write(tmp_path / "libs")
+    data = assert_valid_record(out)
+    assert data["demo_libs/data.bin"] == FILES["demo/data.bin"]
+
+
+def test_verify_catches_a_record_hash_mismatch(tmp_path: Path) -> None:
+    bad = build_wheel(tmp_path / "in", files=FILES, bad_hash="demo/core.py")
+    with pytest.raises(CiError, match="RECORD hash mismatch for demo/core.py"):
+        rewrite(bad, tmp_path / "out", verify=True)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    with WheelArchive.open(bad) as wa:
+        wa.verify(names=["demo/__init__.py"])  # only the named members
+    # without verification the stale hash is carried over, as documented
+    rewrite(bad, tmp_path / "out", verify=False)
+
+
+def _bad(tmp_path: Path, kind: str) -> Path:
+    good = build_wheel(tmp_path / "good", files=FILES)
+    entries = wheel_entries(good)
+    p = tmp_path / "bad" / good.name
+    if kind == "not-a-zip":
+        p.parent.mkdir(parents=True)
+        p.write_bytes(b"this is not a zip file\n" * 10)
+    elif kind == "truncated":
+        p.parent.mkdir(parents=True)
+        p.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    elif kind == "dotdot":
+        raw_zip(p, entries + [("demo/../../evil.py", b"x", 0o100644)])
+    elif kind == "absolute":
+        raw_zip(p, entries + [("/etc/evil", b"x", 0o100644)])
+    elif kind == "symlink":
+        raw_zip(p, entries + [("demo/link", b"core.py", 0o120777)])
+    elif kind == "duplicate":
+        raw_zip(p, entries + [("demo/core.py", b"again", 0o100644)])
+    elif kind == "no-dist-info":
+        raw_zip(p, [e for e in entries if ".dist-info/" not in e[0]])
+    elif kind == "bad-name":
+        p = tmp_path / "bad" / "demo-1.0.whl"
+        raw_zip(p, entries)
+    return p
+
+
+BAD = {
+    "not-a-zip": "not a zip file",
+    "truncated": "truncated zip",
+    "dotdot": "unsafe member name",
+    "absolute": "unsafe member name",
+    "symlink": "symlink member",
+    "duplicate": "duplicate member",
+    "no-dist-info": "no .dist-info",
+    "bad-name": "invalid wheel file name",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD))
+def test_bad_archives_are_refused_on_open(tmp_path: Path, kind: str) -> None:
+    with pytest.raises(CiError, match=BAD[kind]):
+        rewrite(_bad(tmp_path, kind), tmp_path / "out")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
