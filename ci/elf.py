@@ -248,23 +248,22 @@ def scan_dir(root: Path) -> list[SharedLib]:
     Symlinks to a library already seen (libfoo.so -> libfoo.so.1) are the same library: listed once.
     """
     owners = record_owners(root)
-    seen: set[str] = set()
-    libs = []
+    files = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for fn in sorted(filenames):
-            if not looks_like_shared_lib(fn):
-                continue
-            full = os.path.join(dirpath, fn)
-            real = os.path.realpath(full)
-            if real in seen or not os.path.isfile(real):
-                continue
-            seen.add(real)
-            dyn = read_dynamic_path(full)
-            if dyn is None:
-                continue
-            rel = os.path.relpath(full, root)
-            libs.append(_lib(dyn, rel.replace(os.sep, "/"), str(root), owners.get(os.path.normpath(rel))))
+        files += [os.path.join(dirpath, fn) for fn in sorted(filenames) if looks_like_shared_lib(fn)]
+    seen: set[str] = set()
+    libs = []
+    for full in sorted(files, key=os.path.islink):  # real files first, then links to them (stable)
+        real = os.path.realpath(full)
+        if real in seen or not os.path.isfile(real):
+            continue
+        seen.add(real)
+        dyn = read_dynamic_path(full)
+        if dyn is None:
+            continue
+        rel = os.path.relpath(full, root)
+        libs.append(_lib(dyn, rel.replace(os.sep, "/"), str(root), owners.get(os.path.normpath(rel))))
     return libs
 
 

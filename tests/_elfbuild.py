@@ -1,0 +1,182 @@
+"""Test inputs for ci.elf / ci.preload: shared libraries compiled by gcc, tiny wheels holding them,
+per-package "installs" (one directory per wheel, as Bazel's rules_python lays them out), and the real
+nvidia-*/torch wheels fetched once into a cache.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Mapping, Sequence
+
+CACHE = Path(os.environ.get("CUDA_WHEEL_CI_CACHE", "~/.cache/cuda-wheel-ci")).expanduser()
+
+
+def symbol(soname: str) -> str:
+    """libA.so.1 -> f_A: the function each test library exports."""
+    return "f_" + re.sub(r"\W", "_", soname.split(".so")[0].removeprefix("lib"))
+
+
+def build_lib(out: Path, soname: str, needs: Sequence[Path] = (), *, value: int = 1,
+              rpath: str | None = None, runpath: str | None = None, call_deps: bool = True) -> Path:
+    """Compile `out` (SONAME `soname`) whose f_X() returns value + the f_Y() of each library it needs.
+
+    Calling the dependencies' functions makes a wrong or missing dependency fail loudly at load time.
+    `call_deps=False` only records DT_NEEDED (for cycles, where the calls would recurse forever).
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    dep_syms = [symbol(_soname_of(d)) for d in needs]
+    body = f"return {value}" + "".join(f" + {s}()" for s in dep_syms) if call_deps else f"return {value}"
+    decls = "".join(f"int {s}(void);\n" for s in dep_syms)
+    refs = "" if call_deps else "".join(f"void *ref_{s} = (void *){s};\n" for s in dep_syms)
+    src = out.parent / f".{out.name}.c"
+    src.write_text(f"{decls}{refs}int {symbol(soname)}(void) {{ {body}; }}\n")
+    cmd = ["gcc", "-shared", "-fPIC", "-o", str(out), str(src), f"-Wl,-soname,{soname}",
+           "-Wl,--no-as-needed", *map(str, needs)]
+    if rpath is not None:
+        cmd += ["-Wl,--disable-new-dtags", f"-Wl,-rpath,{rpath}"]
+    if runpath is not None:
+        cmd += ["-Wl,--enable-new-dtags", f"-Wl,-rpath,{runpath}"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    src.unlink()
+    return out
+
+
+def _soname_of(path: Path) -> str:
+    from ci.elf import read_dynamic_path
+
+    info = read_dynamic_path(path)
+    assert info is not None and info.soname
+    return info.soname
+
+
+def record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def make_wheel(dest_dir: Path, dist: str, files: Mapping[str, bytes | Path], version: str = "1.0",
+               tag: str = "py3-none-linux_x86_64") -> Path:
+    """A minimal valid wheel: the files, METADATA, WHEEL, RECORD (deflated, .dist-info last)."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    name = dist.replace("-", "_")
+    di = f"{name}-{version}.dist-info"
+    members = {k: (v.read_bytes() if isinstance(v, Path) else v) for k, v in files.items()}
+    members[f"{di}/METADATA"] = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode()
+    members[f"{di}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()
+    record = "".join(record_line(k, v) + "\n" for k, v in members.items()) + f"{di}/RECORD,,\n"
+    path = dest_dir / f"{name}-{version}-{tag}.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for k, v in members.items():
+            zf.writestr(k, v)
+        zf.writestr(f"{di}/RECORD", record)
+    return path
+
+
+def install_alone(wheel: Path, root: Path) -> Path:
+    """Unpack a wheel into its own directory, like rules_python or `pip install --target` per wheel."""
+    root.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            target = root / re.sub(r"^[^/]+\.data/(?:purelib|platlib)/", "", info.filename)
+            if info.is_dir():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode:
+                os.chmod(target, mode)
+    return root
+
+
+def run_python(code: str, path: Sequence[Path | str] = (), cwd: Path | None = None,
+               timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run code in a fresh interpreter (dlopen state never leaks between tests) with PYTHONPATH=path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD")}
+    env["PYTHONPATH"] = os.pathsep.join(map(str, path))
+    env["PYTHONNOUSERSITE"] = "1"
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# --- the real wheels ----------------------------------------------------------------------------
+
+# What torch 2.13.0 (the cu130 build on PyPI) pins, through cuda-toolkit[...]==13.0.3 and its own
+# Requires-Dist; plus the pure-Python dependencies `import torch` needs.
+NVIDIA_WHEELS: dict[str, str] = {
+    "nvidia-cublas": "13.1.1.3",
+    "nvidia-cuda-cupti": "13.0.85",
+    "nvidia-cuda-nvrtc": "13.0.88",
+    "nvidia-cuda-runtime": "13.0.96",
+    "nvidia-cudnn-cu13": "9.20.0.48",
+    "nvidia-cufft": "12.0.0.61",
+    "nvidia-cufile": "1.15.1.6",
+    "nvidia-curand": "10.4.0.35",
+    "nvidia-cusolver": "12.0.4.66",
+    "nvidia-cusparse": "12.6.3.3",
+    "nvidia-cusparselt-cu13": "0.8.1",
+    "nvidia-nccl-cu13": "2.29.7",
+    "nvidia-nvjitlink": "13.5.37",
+    "nvidia-nvshmem-cu13": "3.4.5",
+    "nvidia-nvtx": "13.0.85",
+}
+TORCH = ("torch", "2.13.0")
+TORCH_PURE_DEPS: dict[str, str] = {
+    "typing-extensions": "4.16.0",
+    "sympy": "1.14.0",
+    "mpmath": "1.3.0",
+    "filelock": "4.2.11",
+    "networkx": "3.6.1",
+    "jinja2": "3.1.6",
+    "markupsafe": "3.0.4",
+    "fsspec": "2026.9.0",
+    "setuptools": "84.2.1",
+}
+
+
+def cached_wheel(dist: str, version: str) -> Path:
+    """The wheel for dist==version from the cache, downloaded from the public index if missing.
+
+    `--isolated` ignores pip's configuration, so a local `+cpu` torch build is never taken for the
+    CUDA one.
+    """
+    house = CACHE / "wheelhouse"
+    stem = f"{re.sub(r'[-_.]+', '_', dist)}-{version}-"
+    found = sorted(p for p in house.glob(f"{stem}*.whl")) if house.is_dir() else []
+    if found:
+        return found[0]
+    house.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--quiet",
+                    "--only-binary", ":all:", f"{dist}=={version}", "-d", str(house)],
+                   check=True, timeout=1800)
+    found = sorted(house.glob(f"{stem}*.whl"))
+    if not found:
+        raise FileNotFoundError(f"pip download {dist}=={version} gave no {stem}*.whl in {house}")
+    return found[0]
+
+
+def cached_install(wheel: Path) -> Path:
+    """The wheel unpacked into its own directory under the cache, keyed by its file name.
+
+    Unpacked into a temp directory and renamed, so an interrupted run never leaves half a tree.
+    """
+    root = CACHE / "per-package" / wheel.name[: -len(".whl")]
+    if root.is_dir():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root.parent))
+    try:
+        install_alone(wheel, tmp)
+        os.replace(tmp, root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root

@@ -1,0 +1,125 @@
+"""ci.elf on libraries compiled by gcc: dynamic sections, wheels vs installed dirs, bad input."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ci.elf import (SharedLib, _BlockReader, is_system_lib, looks_like_shared_lib, read_dynamic,
+                    read_dynamic_path, record_owners, scan, scan_dir, scan_wheel)
+from ci.errors import CiError
+from tests._elfbuild import build_lib, install_alone, make_wheel
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("elf")
+    c = build_lib(d / "libC.so.1", "libC.so.1")
+    b = build_lib(d / "libB.so.2", "libB.so.2", [c], rpath="$ORIGIN/../../c/lib:/opt/x")
+    a = build_lib(d / "libA.so.3", "libA.so.3", [b, c], runpath="$ORIGIN")
+    return {"A": a, "B": b, "C": c}
+
+
+def test_dynamic_section_of_gcc_libraries(libs):
+    a, b, c = (read_dynamic_path(libs[k]) for k in "ABC")
+    assert c.soname == "libC.so.1" and c.rpath == () and c.runpath == ()
+    assert "libC.so.1" in c.needed or "libc.so.6" in c.needed
+    assert b.soname == "libB.so.2" and b.needed[0] == "libC.so.1"
+    assert b.rpath == ("$ORIGIN/../../c/lib", "/opt/x") and b.runpath == ()
+    assert a.needed[:2] == ("libB.so.2", "libC.so.1")
+    assert a.runpath == ("$ORIGIN",) and a.rpath == ()
+
+
+def test_not_elf_and_no_dynamic_segment(tmp_path):
+    assert read_dynamic(io.BytesIO(b"#!/bin/sh\necho hi\n")) is None
+    # a relocatable object has no program headers, hence no dynamic segment
+    (tmp_path / "x.c").write_text("int x(void) { return 1; }\n")
+    subprocess.run(["gcc", "-c", "-fPIC", "-o", str(tmp_path / "x.o"), str(tmp_path / "x.c")], check=True)
+    assert read_dynamic_path(tmp_path / "x.o") is None
+
+
+def test_truncated_elf_is_bad_input(libs, tmp_path):
+    data = libs["B"].read_bytes()
+    cut = tmp_path / "libcut.so"
+    cut.write_bytes(data[:200])
+    with pytest.raises(CiError, match="libcut.so: unreadable ELF file"):
+        read_dynamic_path(cut)
+
+
+def test_block_reader_matches_the_file(libs):
+    """Random seeks (backwards too) through a deflated zip member give the file's bytes."""
+    data = libs["A"].read_bytes() * 50  # several blocks
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("x", data)
+    zf = zipfile.ZipFile(buf)
+    reader = _BlockReader(lambda: zf.open("x"), len(data))
+    rng = random.Random(7)
+    for _ in range(200):
+        off, n = rng.randrange(len(data)), rng.randrange(1, 3 * _BlockReader.BLOCK)
+        reader.seek(off)
+        assert reader.read(n) == data[off:off + n]
+    reader.seek(-10, io.SEEK_END)
+    assert reader.read() == data[-10:]
+
+
+def test_wheel_and_installed_dir_agree(libs, tmp_path):
+    wheel = make_wheel(tmp_path / "w", "dep-b", {
+        "depb/lib/libB.so.2": libs["B"], "depb/__init__.py": b"", "depb/README.txt": b"not a lib"})
+    root = install_alone(wheel, tmp_path / "site")
+    os.symlink("libB.so.2", root / "depb/lib/libB.so")  # a dev symlink: the same library, once
+    from_wheel, from_dir = scan_wheel(wheel), scan_dir(root)
+    assert [(l.name, l.path, l.distribution, l.needed) for l in from_wheel] == \
+           [(l.name, l.path, l.distribution, l.needed) for l in from_dir] == \
+           [("libB.so.2", "depb/lib/libB.so.2", "dep-b", read_dynamic_path(libs["B"]).needed)]
+    assert record_owners(root)["depb/lib/libB.so.2"] == "dep-b"
+
+
+def test_library_without_record_has_no_distribution(libs, tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libC.so.1").write_bytes(libs["C"].read_bytes())
+    [lib] = scan([tmp_path])
+    assert lib == SharedLib("libC.so.1", "lib/libC.so.1", str(tmp_path), None, lib.needed, (), ())
+
+
+def test_python_extension_has_no_soname(tmp_path):
+    (tmp_path / "m.c").write_text("int m(void) { return 0; }\n")
+    ext = tmp_path / "_m.cpython-311-x86_64-linux-gnu.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(ext), str(tmp_path / "m.c")], check=True)
+    (tmp_path / "m.c").unlink()
+    [lib] = scan([tmp_path])
+    assert lib.soname is None and lib.name == ext.name
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("libcublas.so.13", True), ("libtorch.so", True), ("_C.cpython-311-x86_64-linux-gnu.so", True),
+    ("foo.py", False), ("libfoo.a", False), ("notes.song", False)])
+def test_shared_lib_names(name, expected):
+    assert looks_like_shared_lib(name) is expected
+
+
+def test_system_libs():
+    assert is_system_lib("libc.so.6") and is_system_lib("ld-linux-x86-64.so.2")
+    assert is_system_lib("libcuda.so.1")
+    assert not is_system_lib("libcudart.so.13") and not is_system_lib("libcublas.so.13")
+
+
+def test_bad_inputs(libs, tmp_path):
+    with pytest.raises(CiError, match="no such wheel or directory"):
+        scan([tmp_path / "missing.whl"])
+    (tmp_path / "x.txt").write_text("x")
+    with pytest.raises(CiError, match="not a wheel or a directory"):
+        scan([tmp_path / "x.txt"])
+    bad = tmp_path / "bad-1.0-py3-none-any.whl"
+    bad.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(CiError, match="not a readable wheel"):
+        scan([bad])
+    cut = make_wheel(tmp_path / "w", "cut", {"cut/libcut.so": libs["A"].read_bytes()[:300]})
+    with pytest.raises(CiError, match=r"cut-1.0-.*\.whl: cut/libcut.so: unreadable ELF"):
+        scan([cut])
