@@ -1,0 +1,209 @@
+"""ci.patch: unified diffs, local versions and Requires-Dist edits; every bad input exits 2 writing nothing."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._wheels import build_wheel, pip_check_install, raw_zip, read_members, run_stage, wheel_entries
+
+CORE = "".join(f"line {i}\n" for i in range(1, 41))
+FILES = {"demo/__init__.py": "from demo.core import *\n", "demo/core.py": CORE, "demo/bin/tool": "#!/bin/sh\n"}
+
+
+def diff(path: str, old: str | None, new: str | None, context: int = 3) -> str:
+    """A git-style -p1 diff made by difflib (an independent producer of unified diffs)."""
+    a = "/dev/null" if old is None else f"a/{path}"
+    b = "/dev/null" if new is None else f"b/{path}"
+    return "".join(difflib.unified_diff((old or "").splitlines(True), (new or "").splitlines(True), a, b,
+                                        n=context))
+
+
+@pytest.fixture
+def wheel(tmp_path: Path) -> Path:
+    return build_wheel(tmp_path / "in", version="2.0+cpu", files=FILES, modes={"demo/bin/tool": 0o755},
+                       requires=("triton==3.1.0; platform_system == 'Linux'", "filelock", "sympy>=1.13"))
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / "patches" / name
+    p.parent.mkdir(exist_ok=True)
+    p.write_text(text)
+    return p
+
+
+def assert_nothing_written(out: Path) -> None:
+    assert not out.exists() or not any(out.iterdir()), list(out.iterdir())
+
+
+def assert_bad_input(r: subprocess.CompletedProcess, out: Path, needle: str) -> None:
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert_nothing_written(out)
+
+
+def test_patch_local_version_and_requires_then_pip_installs(wheel: Path, tmp_path: Path) -> None:
+    new_core = CORE.replace("line 5\n", "line five\n").replace("line 30\n", "line 30\nadded\n")
+    p1 = write(tmp_path, "01-core.patch", diff("demo/core.py", CORE, new_core))
+    p2 = write(tmp_path, "02-new.patch", "diff --git a/demo/new.py b/demo/new.py\nnew file mode 100755\n"
+               + diff("demo/new.py", None, "print('new')\n"))
+    out = tmp_path / "out"
+    r = run_stage("ci.patch", wheel, "--patch-dir", p1.parent, "--local-version", "abc1",
+                  "--remove-requires", "triton", "--add-requires", "numpy>=2; python_version>='3.10'",
+                  "-w", out, "--json")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["version"] == "2.0+cpu.abc1"
+    assert result["changed"] == ["demo/core.py"] and result["added"] == ["demo/new.py"]
+    produced = Path(result["wheel"])
+    assert produced.name == "demo-2.0+cpu.abc1-py3-none-any.whl" and produced.parent == out
+    site = tmp_path / "site"
+    inst = pip_check_install(produced, site)  # pip checks every RECORD hash
+    assert inst.returncode == 0, inst.stderr
+    assert (site / "demo/core.py").read_text() == new_core
+    assert (site / "demo/new.py").stat().st_mode & 0o111
+    meta = (site / "demo-2.0+cpu.abc1.dist-info/METADATA").read_text()
+    assert "Version: 2.0+cpu.abc1" in meta and "triton" not in meta
+    assert "Requires-Dist: filelock" in meta and "Requires-Dist: numpy>=2; python_version>='3.10'" in meta
+    show = subprocess.run([sys.executable, "-m", "pip", "show", "demo"], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    assert "Version: 2.0+cpu.abc1" in show.stdout, show.stderr
+
+
+def test_local_version_without_a_label_uses_plus(tmp_path: Path) -> None:
+    w = build_wheel(tmp_path / "in", files=FILES)
+    r = run_stage("ci.patch", w, "--local-version", "x.2", "-w", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    assert Path(r.stdout.strip()).name == "demo-1.0+x.2-py3-none-any.whl"
+
+
+def test_hunks_apply_at_shifted_offsets_and_delete_files(wheel: Path, tmp_path: Path) -> None:
+    # a diff made against a copy with 3 extra lines on top still applies (offset), as with patch/git apply
+    shifted = "a\nb\nc\n" + CORE
+    p = write(tmp_path, "shift.diff", diff("demo/core.py", shifted, shifted.replace("line 20\n", "twenty\n"))
+              + diff("demo/bin/tool", "#!/bin/sh\n", None))
+    r = run_stage("ci.patch", wheel, "--patch", p, "-w", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    members = read_members(Path(r.stdout.strip()))
+    assert members["demo/core.py"].decode() == CORE.replace("line 20\n", "twenty\n")
+    assert "demo/bin/tool" not in members
+
+
+def test_no_newline_at_end_of_file(tmp_path: Path) -> None:
+    w = build_wheel(tmp_path / "in", files={"demo/__init__.py": "a\nb"})
+    p = write(tmp_path, "eol.patch", "--- a/demo/__init__.py\n+++ b/demo/__init__.py\n@@ -1,2 +1,2 @@\n a\n-b\n"
+              "\\ No newline at end of file\n+c\n")
+    r = run_stage("ci.patch", w, "--patch", p, "-w", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    assert read_members(Path(r.stdout.strip()))["demo/__init__.py"] == b"a\nc\n"
+
+
+def test_hash_mismatch_refused_unless_no_verify(tmp_path: Path) -> None:
+    bad = build_wheel(tmp_path / "in", files=FILES, bad_hash="demo/__init__.py")
+    out = tmp_path / "out"
+    assert_bad_input(run_stage("ci.patch", bad, "--local-version", "x", "-w", out),
+                     out, "RECORD hash mismatch for demo/__init__.py")
+    r = run_stage("ci.patch", bad, "--local-version", "x", "--no-verify", "-w", out)
+    assert r.returncode == 0, r.stderr
+
+
+def _bad_wheel(tmp_path: Path, kind: str) -> Path:
+    good = build_wheel(tmp_path / "good", files=FILES)
+    entries = wheel_entries(good)
+    p = tmp_path / "bad" / good.name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "not-a-zip":
+        p.write_text("hello\n")
+    elif kind == "truncated":
+        p.write_bytes(good.read_bytes()[:-40])
+    elif kind == "dotdot":
+        raw_zip(p, entries + [("../evil.py", b"", 0o100644)])
+    elif kind == "absolute":
+        raw_zip(p, entries + [("/tmp/evil.py", b"", 0o100644)])
+    elif kind == "symlink":
+        raw_zip(p, entries + [("demo/ln", b"core.py", 0o120777)])
+    elif kind == "duplicate":
+        raw_zip(p, entries + [entries[0]])
+    elif kind == "no-dist-info":
+        raw_zip(p, entries[:2])
+    elif kind == "bad-filename":
+        p = p.with_name("demo-1.0-x-py3-none-any.whl")  # build tag must start with a digit
+        raw_zip(p, entries)
+    elif kind == "missing":
+        p = p.with_name("absent-1.0-py3-none-any.whl")
+    return p
+
+
+BAD_WHEELS = {
+    "not-a-zip": "not a zip file",
+    "truncated": "truncated zip",
+    "dotdot": "unsafe member name",
+    "absolute": "unsafe member name",
+    "symlink": "symlink member",
+    "duplicate": "duplicate member",
+    "no-dist-info": "no .dist-info",
+    "bad-filename": "build tag must start with a digit",
+    "missing": "no such wheel",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_WHEELS))
+def test_bad_wheels_exit_2_and_write_nothing(tmp_path: Path, kind: str) -> None:
+    out = tmp_path / "out"
+    assert_bad_input(run_stage("ci.patch", _bad_wheel(tmp_path, kind), "--local-version", "x", "-w", out),
+                     out, BAD_WHEELS[kind])
+
+
+BAD_PATCHES = {
+    "context-mismatch": ("--- a/demo/core.py\n+++ b/demo/core.py\n@@ -1,3 +1,3 @@\n line 1\n-line 2\n+two\n"
+                         " line 99\n", "hunk #1 (@@ -1,3 +1,3 @@) does not apply to demo/core.py"),
+    "second-hunk": (diff("demo/core.py", CORE, CORE.replace("line 2\n", "2\n"), 1)
+                    + "@@ -30,1 +30,1 @@\n-not there\n+x\n", "hunk #2 (@@ -30,1 +30,1 @@) does not apply"),
+    "missing-file": (diff("demo/nope.py", "a\n", "b\n"), "demo/nope.py is not in"),
+    "not-a-diff": ("just some text\n", "not a unified diff"),
+    "malformed-hunk": ("--- a/demo/core.py\n+++ b/demo/core.py\n@@ -1,5 +1,5 @@\n line 1\n", "malformed hunk"),
+    "creates-existing": (diff("demo/core.py", None, "x\n"), "already exists"),
+    "record": (diff("demo-1.0.dist-info/RECORD", "a\n", "b\n"), "RECORD is regenerated"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_PATCHES))
+def test_patches_that_do_not_apply_exit_2_and_write_nothing(tmp_path: Path, kind: str) -> None:
+    text, needle = BAD_PATCHES[kind]
+    w = build_wheel(tmp_path / "in", files=FILES)
+    good = write(tmp_path, "00-good.patch", diff("demo/__init__.py", FILES["demo/__init__.py"], "x = 1\n"))
+    bad = write(tmp_path, "01-bad.patch", text)
+    out = tmp_path / "out"
+    assert_bad_input(run_stage("ci.patch", w, "--patch", good, "--patch", bad, "-w", out), out, needle)
+
+
+BAD_ARGS = {
+    "label": (["--local-version", "a+b"], "invalid local version label"),
+    "requirement": (["--add-requires", "numpy >>= 2"], "invalid requirement"),
+    "remove-unknown": (["--remove-requires", "nosuch"], "no Requires-Dist for nosuch"),
+    "nothing": ([], "nothing to do"),
+    "patch-missing": (["--patch", "/nonexistent.patch"], "no such patch file"),
+    "patch-dir-empty": (["--patch-dir", "."], "no *.patch or *.diff files"),
+    "both-sources": (["--patch-dir", ".", "--patch", "x.patch"], "not allowed with argument"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_ARGS))
+def test_bad_arguments_exit_2_and_write_nothing(tmp_path: Path, kind: str) -> None:
+    args, needle = BAD_ARGS[kind]
+    w = build_wheel(tmp_path / "in", files=FILES)
+    (tmp_path / "empty").mkdir()
+    out = tmp_path / "out"
+    r = run_stage("ci.patch", w, *args, "-w", out, cwd=tmp_path / "empty")
+    assert_bad_input(r, out, needle)
+
+
+def test_help() -> None:
+    r = run_stage("ci.patch", "--help")
+    assert r.returncode == 0 and "--local-version" in r.stdout
