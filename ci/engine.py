@@ -105,3 +105,12 @@ def host_cannot_build(row) -> str | None:
     if gcc and int(gcc) > row.gcc_max:
         return f"host GCC {gcc} is above what nvcc {row.version} accepts ({row.gcc_max}); set CUDAHOSTCXX"
     return None
+
+
+def host_cannot_build_cuda(cuda: str | None) -> str | None:
+    """host_cannot_build for a CUDA version string (None: a CPU build, which the host always can)."""
+    if cuda is None:
+        return None
+    from ci import matrix
+
+    return host_cannot_build(matrix.load().row(cuda))

@@ -86,6 +86,7 @@ class Matrix:
     default_torch: str
     cpu_index_url: str
     our_image_repo: str
+    our_dockerfile: str
     torch_lines: tuple[TorchLine, ...]
     rows: tuple[CudaRow, ...]
 
@@ -131,7 +132,7 @@ def parse(text: str) -> Matrix:
         d = tomllib.loads(text)
         return Matrix(
             default_torch=d["default_torch"], cpu_index_url=d["cpu_index_url"],
-            our_image_repo=d["our_image_repo"],
+            our_image_repo=d["our_image_repo"], our_dockerfile=d["our_dockerfile"],
             torch_lines=tuple(TorchLine(t["minor"], tuple(t["python"]), t["manylinux"], bool(t["cxx11_abi"]))
                               for t in d["torch_line"]),
             rows=tuple(_row(r) for r in d["cuda"]),

@@ -1,0 +1,81 @@
+"""The container engine: cibuildwheel drives a manylinux CUDA image with the plan's configuration.
+
+Everything cibuildwheel needs is in `plan.environment` (CIBW_* variables), so what a dry run prints is
+exactly what runs. Its output streams to stderr (stdout stays free for --json). Wheels land in a
+private temp directory inside the wheel dir and are renamed into place only when cibuildwheel
+succeeds, so a failed or interrupted build leaves nothing half-written behind. Check, verify and
+report then run on the host, as after a host build (ci.build chains them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ci import engine as eng
+from ci.errors import CiError, Finding
+from ci.plan import AUTO_NEEDS_CONTAINER, CONTAINER_ENGINES, Plan, ccache_dir
+
+
+def require_engine(plan: Plan) -> None:
+    """One clear line when the plan's container engine is not there (before anything runs)."""
+    if plan.engine not in CONTAINER_ENGINES:
+        raise CiError(f"the container engine cannot run a {plan.engine} plan")
+    why = eng.PROBES[plan.engine]()
+    if why is None:
+        return
+    if plan.engine_requested == "auto":
+        why_host = eng.host_cannot_build_cuda(plan.cuda)
+        raise CiError(AUTO_NEEDS_CONTAINER.format(cuda=plan.cuda, why=why_host or "see --engine host"))
+    raise CiError(f"--engine {plan.engine}: {why}; start it, or use --engine host or auto")
+
+
+def ensure_image(plan: Plan) -> None:
+    """Our docker/ images are built on first use (ci.image); public ones are pulled by cibuildwheel."""
+    if plan.image_origin != "ours" or plan.cuda is None or plan.engine != "docker":
+        return
+    from ci import image
+
+    if not image.exists(plan.image):
+        print(f"ci.container: {plan.image} is not built yet; building it from docker/", file=sys.stderr)
+        image.build(plan.cuda, manylinux=plan.manylinux)
+
+
+def cibuildwheel_command(project_dir: Path, output_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "cibuildwheel", "--platform", "linux", "--output-dir", str(output_dir),
+            str(project_dir)]
+
+
+def compile(plan: Plan, wheel_dir: Path, project_dir: Path) -> list[Path]:
+    """Build and repair the plan's wheels in containers; return the repaired wheels in wheel_dir."""
+    project_dir = Path(project_dir).resolve()
+    if not (project_dir / "pyproject.toml").is_file():
+        raise CiError(f"no pyproject.toml in {project_dir}")
+    require_engine(plan)
+    ensure_image(plan)
+    ccache_dir().mkdir(parents=True, exist_ok=True)
+    wheel_dir = Path(wheel_dir)
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **plan.environment}
+    staging = Path(tempfile.mkdtemp(prefix=".cibuildwheel-", dir=wheel_dir))
+    try:
+        # cibuildwheel copies its working directory into the container: run it from the project.
+        proc = subprocess.run(cibuildwheel_command(project_dir, staging), cwd=project_dir, env=env,
+                              stdout=sys.stderr, stderr=sys.stderr)
+        if proc.returncode != 0:
+            raise Finding(f"cibuildwheel failed with exit status {proc.returncode} (its output is above)")
+        built = sorted(staging.glob("*.whl"))
+        if not built:
+            raise Finding("cibuildwheel succeeded but produced no wheel")
+        out = []
+        for whl in built:
+            dest = wheel_dir / whl.name
+            os.replace(whl, dest)  # same filesystem: atomic
+            out.append(dest)
+        return out
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
