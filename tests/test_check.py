@@ -1,0 +1,98 @@
+"""ci.check: limits by profile or size, the 10 largest members when over, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ci.check import PROFILES, check_wheel, parse_limit
+from tests._wheels import build_wheel, raw_zip, run_stage, wheel_entries
+
+
+@pytest.fixture
+def wheel(tmp_path: Path) -> Path:
+    files = {f"demo/blob{i:02d}.bin": os.urandom(1000 * (i + 1)) for i in range(12)}  # incompressible
+    files["demo/__init__.py"] = ""
+    return build_wheel(tmp_path / "in", files=files)
+
+
+def test_profiles() -> None:
+    assert parse_limit("pypi") == 100 * 2**20 == PROFILES["pypi"]
+    assert parse_limit("GitHub") == 2 * 2**30 - 1
+    assert parse_limit("3GB") == 3 * 10**9
+    assert parse_limit(None) is None
+
+
+def test_within_limit(wheel: Path) -> None:
+    r = check_wheel(wheel, "pypi")
+    assert r.ok and r.size == wheel.stat().st_size
+    assert r.unpacked == sum(len(d) for _, d, _ in wheel_entries(wheel))
+    run = run_stage("ci.check", wheel)
+    assert run.returncode == 0 and run.stdout.startswith("ok "), run.stderr
+
+
+def test_over_limit_lists_ten_largest_and_exits_1(wheel: Path) -> None:
+    r = check_wheel(wheel, "50KB")
+    assert not r.ok and len(r.largest) == 10
+    assert [m.name for m in r.largest[:3]] == ["demo/blob11.bin", "demo/blob10.bin", "demo/blob09.bin"]
+    run = run_stage("ci.check", wheel, "--limit", "50KB")
+    assert run.returncode == 1
+    assert "OVER" in run.stdout and "demo/blob11.bin" in run.stdout and "demo/blob01.bin" not in run.stdout
+    assert run.stderr.strip().count("\n") == 0 and "1 of 1 wheel(s) over the limit" in run.stderr
+
+
+def test_unpacked_limit_and_json_for_several_wheels(wheel: Path, tmp_path: Path) -> None:
+    small = build_wheel(tmp_path / "small", name="small")
+    run = run_stage("ci.check", wheel, small, "--limit", "github", "--unpacked-limit", "10KiB", "--json")
+    assert run.returncode == 1
+    results = {Path(r["wheel"]).name: r for r in json.loads(run.stdout)}
+    assert results[wheel.name]["ok"] is False and "unpacked" in results[wheel.name]["problems"][0]
+    assert results[small.name]["ok"] is True
+
+
+def test_reads_only_the_central_directory(wheel: Path, tmp_path: Path) -> None:
+    # corrupt every member's data: a central-directory-only reader does not notice
+    data = bytearray(wheel.read_bytes())
+    for i in range(40, len(data) // 2, 97):
+        data[i] ^= 0xFF
+    broken = tmp_path / "broken" / wheel.name
+    broken.parent.mkdir()
+    broken.write_bytes(bytes(data))
+    assert check_wheel(broken, "pypi").ok
+
+
+BAD = {
+    "not-a-zip": "not a zip file",
+    "symlink": "symlink member",
+    "bad-limit": "not a size",
+    "bad-name": "invalid wheel file name",
+    "missing": "no such wheel",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD))
+def test_bad_input_exits_2_with_one_line(wheel: Path, tmp_path: Path, kind: str) -> None:
+    args = [wheel]
+    if kind == "not-a-zip":
+        p = tmp_path / "x" / wheel.name
+        p.parent.mkdir()
+        p.write_text("nope")
+        args = [p]
+    elif kind == "symlink":
+        args = [raw_zip(tmp_path / "x" / wheel.name, wheel_entries(wheel) + [("demo/l", b"x", 0o120777)])]
+    elif kind == "bad-limit":
+        args = [wheel, "--limit", "huge"]
+    elif kind == "bad-name":
+        p = tmp_path / "x" / "demo.whl"
+        p.parent.mkdir()
+        p.write_bytes(wheel.read_bytes())
+        args = [p]
+    elif kind == "missing":
+        args = [tmp_path / "demo-9-py3-none-any.whl"]
+    run = run_stage("ci.check", *args)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and BAD[kind] in lines[0], run.stderr
