@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import ast
 import heapq
+import io
 import re
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -174,7 +176,8 @@ def runtime_source(order: Sequence[Preload], *, header: str = "") -> str:
 
 
 def insert_call(init_source: str, module: str = MODULE_NAME) -> str:
-    """`__init__.py` with the preload call after its docstring and `from __future__` imports."""
+    """`__init__.py` with the preload call after its docstring and `from __future__` imports
+    (which must stay first) and after leading comments (an encoding line must stay on top)."""
     try:
         tree = ast.parse(init_source)
     except SyntaxError as e:
@@ -188,8 +191,11 @@ def insert_call(init_source: str, module: str = MODULE_NAME) -> str:
             break
         after = node.end_lineno or node.lineno
     lines = init_source.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n") and after == len(lines):
-        lines[-1] += "\n"
+    if after == 0:
+        while after < len(lines) and lines[after].lstrip()[:1] in ("#", ""):
+            after += 1
+    if after and not lines[after - 1].endswith(("\n", "\r")):
+        lines[after - 1] += "\n"
     call = f"from . import {module} as _p; _p.preload(); del _p  # load native deps first (ci.preload)\n"
     return "".join(lines[:after]) + call + "".join(lines[after:])
 
@@ -231,8 +237,13 @@ def inject_preload(wheel: Path | str, runtime: Sequence[Preload] | str, out_dir:
         module = f"{pkg}/{MODULE_NAME}.py"
         if wa.get(module) is not None:
             raise CiError(f"{wheel.name} already has {module} (preload injected twice?)")
-        text = wa.read(init).decode("utf-8")
-        return rewrite(wa, out_dir, replace={init: insert_call(text).encode()},
+        raw = wa.read(init)
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+            text = raw.decode(encoding)
+        except (SyntaxError, UnicodeDecodeError, LookupError) as e:
+            raise CiError(f"{wheel.name}: cannot decode {init}: {e}") from None
+        return rewrite(wa, out_dir, replace={init: insert_call(text).encode(encoding)},
                        add={module: source.encode()})
 
 

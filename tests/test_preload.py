@@ -1,0 +1,337 @@
+"""ci.preload: libraries whose dependencies live in other wheels, each wheel in its own directory.
+
+Every load runs in a fresh interpreter (tests._elfbuild.run_python), so dlopen state never leaks.
+Naive loading must fail where the generated preload succeeds, or the test proves nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci.errors import CiError
+from ci.preload import (MODULE_NAME, Preload, dependency_order, insert_call, preload_order,
+                        runtime_source, top_package)
+from ci.elf import SYSTEM_LIBS, scan
+from tests._elfbuild import build_lib, install_alone, make_wheel, run_python
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ci.preload", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def one_line_error(r: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert r.returncode == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m ci.preload: error: "), r.stderr
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+
+
+# --- inputs: gcc-built libraries in wheels ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory) -> dict[str, Path]:
+    """appa's libA needs depb's libB, which needs depc's libC. The RPATHs assume one site-packages
+    (like torch's $ORIGIN/../../nvidia/...), so they point nowhere when each wheel has its own dir."""
+    d = tmp_path_factory.mktemp("chain")
+    c = build_lib(d / "c" / "libC.so.1", "libC.so.1", value=100)
+    b = build_lib(d / "b" / "libB.so.1", "libB.so.1", [c], value=10, rpath="$ORIGIN/../../depc/lib")
+    a = build_lib(d / "a" / "libA.so.1", "libA.so.1", [b], value=1, rpath="$ORIGIN/../../depb/lib")
+    w = d / "wheels"
+    return {
+        "depc": make_wheel(w, "depc", {"depc/__init__.py": b"", "depc/lib/libC.so.1": c}),
+        "depb": make_wheel(w, "depb", {"depb/__init__.py": b"", "depb/lib/libB.so.1": b}),
+        "appa": make_wheel(w, "appa", {
+            "appa/__init__.py": b'"""Uses libA."""\nfrom __future__ import annotations\n\nfrom ._native import value\n',
+            "appa/_native.py": b"import ctypes, os\n_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "
+                               b"'lib', 'libA.so.1'))\nvalue = _lib.f_A()\n",
+            "appa/lib/libA.so.1": a}),
+    }
+
+
+@pytest.fixture(scope="module")
+def chain_sites(chain, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("chain-sites")
+    return {k: install_alone(w, root / k) for k, w in chain.items()}
+
+
+@pytest.fixture(scope="module")
+def diamond(tmp_path_factory) -> dict[str, Path]:
+    """libDD needs libDB and libDC; both need libDA. One wheel each."""
+    d = tmp_path_factory.mktemp("diamond")
+    a = build_lib(d / "libDA.so.1", "libDA.so.1", value=1000)
+    b = build_lib(d / "libDB.so.1", "libDB.so.1", [a], value=100)
+    c = build_lib(d / "libDC.so.1", "libDC.so.1", [a], value=10)
+    dd = build_lib(d / "libDD.so.1", "libDD.so.1", [b, c], value=1)
+    w = d / "wheels"
+    return {k: make_wheel(w, f"dia-{k}", {f"dia_{k}/lib/{p.name}": p})
+            for k, p in {"a": a, "b": b, "c": c, "d": dd}.items()}
+
+
+@pytest.fixture(scope="module")
+def cycle(tmp_path_factory) -> list[Path]:
+    """libX needs libY and libY needs libX (libY is first built as a stub to link libX against)."""
+    d = tmp_path_factory.mktemp("cycle")
+    stub = build_lib(d / "stub" / "libY.so.1", "libY.so.1")
+    x = build_lib(d / "libX.so.1", "libX.so.1", [stub], call_deps=False)
+    y = build_lib(d / "libY.so.1", "libY.so.1", [x], call_deps=False)
+    return [make_wheel(d / "wheels", "cyc-x", {"cyc_x/libX.so.1": x}),
+            make_wheel(d / "wheels", "cyc-y", {"cyc_y/libY.so.1": y})]
+
+
+# --- ordering ---------------------------------------------------------------------------------------
+
+def test_chain_order_from_wheels_and_dirs(chain, chain_sites):
+    r = cli(*chain.values(), "--print-order")
+    assert r.returncode == 0, r.stderr
+    assert [l.split("\t") for l in r.stdout.splitlines()] == [
+        ["libC.so.1", "depc", "depc/lib/libC.so.1"],
+        ["libB.so.1", "depb", "depb/lib/libB.so.1"],
+        ["libA.so.1", "appa", "appa/lib/libA.so.1"]]
+    from_dirs = preload_order(["libA.so.1"], list(chain_sites.values()))
+    assert [(p.soname, p.distribution, p.path) for p in from_dirs] == [
+        ("libC.so.1", "depc", "depc/lib/libC.so.1"), ("libB.so.1", "depb", "depb/lib/libB.so.1"),
+        ("libA.so.1", "appa", "appa/lib/libA.so.1")]
+    # only what the roots need
+    assert [p.soname for p in preload_order(["libB.so.1"], list(chain.values()))] == ["libC.so.1", "libB.so.1"]
+
+
+def test_diamond_order(diamond):
+    order = [p.soname for p in preload_order(["libDD.so.1"], list(diamond.values()))]
+    assert order == ["libDA.so.1", "libDB.so.1", "libDC.so.1", "libDD.so.1"]
+    # the same inputs in another order give the same module
+    again = preload_order(["libDD.so.1"], list(reversed(diamond.values())))
+    assert runtime_source(again) == runtime_source(preload_order(["libDD.so.1"], list(diamond.values())))
+
+
+def test_cycle_is_bad_input(cycle, tmp_path):
+    out = tmp_path / "gen.py"
+    r = cli(*cycle, "--emit", out)
+    one_line_error(r, "dependency cycle: libX.so.1 -> libY.so.1 -> libX.so.1")
+    assert not out.exists()
+
+
+def test_missing_provider_is_bad_input(chain, tmp_path):
+    out = tmp_path / "gen.py"
+    r = cli(chain["appa"], chain["depb"], "--emit", out)
+    one_line_error(r, "no input provides libC.so.1 (needed by libB.so.1 (depb-1.0-py3-none-linux_x86_64.whl))")
+    assert not out.exists()
+    r = cli(chain["appa"], "--needed", "libA.so.1", "libnothere.so.7")
+    one_line_error(r, "libB.so.1 (needed by libA.so.1", "libnothere.so.7 (needed by the roots)")
+
+
+def test_system_libraries_are_not_required(chain):
+    libs = scan([chain["appa"]])
+    with pytest.raises(CiError, match="no input provides libB.so.1"):
+        dependency_order(["libA.so.1"], libs)
+    order = dependency_order(["libA.so.1"], libs, system=[*SYSTEM_LIBS, "libB.so.*"])
+    assert [l.name for l in order] == ["libA.so.1"]
+    r = cli(chain["appa"], "--system", "libB.so.*", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [p["soname"] for p in json.loads(r.stdout)["order"]] == ["libA.so.1"]
+
+
+def test_search_dirs_cover_nvidia_layouts():
+    cu13 = Preload("libcublas.so.13", "libcublas.so.13", "nvidia-cublas", "nvidia/cu13/lib/libcublas.so.13", "")
+    assert cu13.search_dirs == ("nvidia/cu13/lib", "nvidia/cublas/lib")
+    cudnn = Preload("libcudnn.so.9", "libcudnn.so.9", "nvidia-cudnn-cu13", "nvidia/cudnn/lib/libcudnn.so.9", "")
+    assert cudnn.search_dirs == ("nvidia/cudnn/lib", "nvidia/cu13/lib")
+    cu12 = Preload("libcublas.so.12", "libcublas.so.12", "nvidia-cublas-cu12", "nvidia/cublas/lib/libcublas.so.12", "")
+    assert cu12.search_dirs == ("nvidia/cublas/lib", "nvidia/cu12/lib")
+    torch = Preload("libc10.so", "libc10.so", "torch", "torch/lib/libc10.so", "")
+    assert torch.search_dirs == ("torch/lib",)
+
+
+# --- the runtime module -------------------------------------------------------------------------------
+
+def emit(tmp_path: Path, *inputs) -> Path:
+    gen = tmp_path / "gen"
+    r = cli(*inputs, "--emit", gen / "gen_preload.py")
+    assert r.returncode == 0, r.stderr
+    return gen
+
+
+def test_chain_naive_load_fails_preload_succeeds(chain, chain_sites, tmp_path):
+    sites = list(chain_sites.values())
+    lib_a = chain_sites["appa"] / "appa/lib/libA.so.1"
+    naive = run_python(f"import ctypes; ctypes.CDLL({str(lib_a)!r})", sites)
+    assert naive.returncode != 0 and "libB.so.1: cannot open shared object file" in naive.stderr
+    gen = emit(tmp_path, *chain.values())
+    ok = run_python("import ctypes, gen_preload as g\nloaded = g.preload()\n"
+                    "print([p.rsplit('/', 1)[1] for p in loaded], ctypes.CDLL('libA.so.1').f_A())", [gen, *sites])
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.split() == ["['libC.so.1',", "'libB.so.1',", "'libA.so.1']", "111"]
+
+
+def test_diamond_naive_load_fails_preload_succeeds(diamond, tmp_path):
+    sites = [install_alone(w, tmp_path / k) for k, w in diamond.items()]
+    naive = run_python(f"import ctypes; ctypes.CDLL({str(sites[3] / 'dia_d/lib/libDD.so.1')!r})", sites)
+    assert naive.returncode != 0 and "cannot open shared object file" in naive.stderr
+    gen = emit(tmp_path, *diamond.values())
+    ok = run_python("import ctypes, gen_preload as g; g.preload(); print(ctypes.CDLL('libDD.so.1').f_DD())",
+                    [gen, *sites])
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == "2111"  # 1 + (100 + 1000) + (10 + 1000)
+
+
+def test_runtime_skips_loaded_is_idempotent_and_thread_safe(chain, chain_sites, tmp_path):
+    gen = emit(tmp_path, *chain.values())
+    code = f"""
+import ctypes, json, threading, gen_preload as g
+ctypes.CDLL({str(chain_sites['depc'] / 'depc/lib/libC.so.1')!r})  # the process already has libC
+barrier, results = threading.Barrier(8), []
+def go():
+    barrier.wait()
+    results.append([p.rsplit('/', 1)[1] for p in g.preload()])
+threads = [threading.Thread(target=go) for _ in range(8)]
+[t.start() for t in threads]; [t.join() for t in threads]
+print(json.dumps({{"results": sorted(results), "again": g.preload(), "value": ctypes.CDLL('libA.so.1').f_A()}}))
+"""
+    r = run_python(code, [gen, *chain_sites.values()])
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["results"] == [[]] * 7 + [["libB.so.1", "libA.so.1"]]
+    assert out["again"] == [] and out["value"] == 111
+
+
+def test_runtime_finds_files_through_record(chain, tmp_path):
+    """A distribution whose files are not under its sys.path entry (the wheel `data` scheme, or a
+    relocated install) is found through the RECORD that importlib.metadata reads."""
+    gen = emit(tmp_path, *chain.values())
+    sites = [install_alone(chain[k], tmp_path / k) for k in ("appa", "depb")]
+    site_c = install_alone(chain["depc"], tmp_path / "depc")
+    elsewhere = tmp_path / "relocated" / "libC.so.1"
+    elsewhere.parent.mkdir()
+    (site_c / "depc/lib/libC.so.1").rename(elsewhere)
+    record = next(site_c.glob("*.dist-info/RECORD"))
+    record.write_text(record.read_text().replace("depc/lib/libC.so.1", "../relocated/libC.so.1"))
+    r = run_python("import ctypes, gen_preload as g; print(g.preload()[0]); print(ctypes.CDLL('libA.so.1').f_A())",
+                   [gen, *sites, site_c])
+    assert r.returncode == 0, r.stderr
+    first, value = r.stdout.split()
+    assert Path(first).resolve() == elsewhere and value == "111"
+
+
+def test_runtime_missing_library_lists_where_it_looked(chain, chain_sites, tmp_path):
+    gen = emit(tmp_path, *chain.values())
+    sites = [chain_sites["appa"], chain_sites["depc"]]  # depb is not installed
+    r = run_python("import gen_preload as g\ntry:\n    g.preload()\nexcept ImportError as e:\n"
+                   "    print(type(e).__name__, e)\n", [gen, *sites])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("PreloadError cannot load libB.so.1 (from depb); looked in: ")
+    for where in (f"{chain_sites['appa']}/depb/lib", f"{chain_sites['depc']}/depb/lib",
+                  "the RECORD of installed distribution 'depb'", "the dynamic linker's default search path"):
+        assert where in r.stdout
+
+
+def test_runtime_source_is_stdlib_only_and_small(chain):
+    src = runtime_source(preload_order(["libA.so.1"], list(chain.values())), header="generated for appa")
+    assert src.startswith("# generated for appa\n")
+    compile(src, "gen.py", "exec")
+    imports = {l.split()[1] for l in src.splitlines() if l.startswith(("import ", "from "))}
+    assert imports <= {"ctypes", "os", "sys", "threading", "importlib"}
+    assert "('libC.so.1', 'libC.so.1', 'depc', ('depc/lib',))" in src
+    assert len(src.splitlines()) < 150
+
+
+# --- injecting into a wheel -----------------------------------------------------------------------------
+
+def sha256(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_inject_makes_the_package_import_per_package(chain, tmp_path):
+    from ci.wheelfile import WheelArchive
+
+    before = sha256(chain["appa"])
+    plain = [install_alone(w, tmp_path / "plain" / k) for k, w in chain.items()]
+    naive = run_python("import appa", plain)
+    assert naive.returncode != 0 and "libB.so.1: cannot open shared object file" in naive.stderr
+
+    out = tmp_path / "out"
+    r = cli(chain["depb"], chain["depc"], "--inject", chain["appa"], "-w", out, "--json")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    new = Path(result["wheel"])
+    assert new == out / chain["appa"].name and sha256(chain["appa"]) == before
+    assert [p["soname"] for p in result["order"]] == ["libC.so.1", "libB.so.1"]  # not appa's own libA
+    with WheelArchive.open(new) as wa:
+        wa.verify()
+        init = wa.read("appa/__init__.py").decode()
+        assert f"appa/{MODULE_NAME}.py" in wa
+    assert init.splitlines()[:4] == [
+        '"""Uses libA."""', "from __future__ import annotations",
+        f"from . import {MODULE_NAME} as _p; _p.preload(); del _p  # load native deps first (ci.preload)", ""]
+
+    injected = [install_alone(new, tmp_path / "inj" / "appa"),
+                *(install_alone(chain[k], tmp_path / "inj" / k) for k in ("depb", "depc"))]
+    ok = run_python("import appa; print(appa.value)", injected)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == "111"
+
+
+def test_inject_bad_usage(chain, tmp_path):
+    out = tmp_path / "out"
+    one_line_error(cli(chain["depb"], "--inject", chain["appa"]), "--inject needs -w/--wheel-dir")
+    one_line_error(cli(chain["depb"], "-w", out), "-w/--wheel-dir is only for --inject")
+    one_line_error(cli(chain["depb"], "--inject", tmp_path / "nope.whl", "-w", out), "not a wheel file")
+    one_line_error(cli(tmp_path / "missing", "--print-order"), "no such wheel or directory")
+    # a missing provider: nothing written
+    one_line_error(cli(chain["depb"], "--inject", chain["appa"], "-w", out), "no input provides libC.so.1")
+    assert not out.exists() or not any(out.iterdir())
+    # the output directory holds the input: refuse rather than overwrite it
+    before = sha256(chain["appa"])
+    one_line_error(cli(chain["depb"], chain["depc"], "--inject", chain["appa"], "-w", chain["appa"].parent),
+                   "holds the input wheel")
+    assert sha256(chain["appa"]) == before
+    # injecting twice
+    first = cli(chain["depb"], chain["depc"], "--inject", chain["appa"], "-w", out)
+    assert first.returncode == 0, first.stderr
+    again = tmp_path / "again"
+    one_line_error(cli(chain["depb"], chain["depc"], "--inject", out / chain["appa"].name, "-w", again),
+                   "already has appa/_wheel_deps_preload.py")
+    assert not again.exists() or not any(again.iterdir())
+
+
+def test_inject_needs_a_package(tmp_path, chain):
+    two = make_wheel(tmp_path / "w", "two", {"p1/__init__.py": b"", "p2/__init__.py": b""})
+    out = tmp_path / "out"
+    one_line_error(cli(chain["depc"], "--inject", two, "-w", out), "cannot tell which package", "p1, p2")
+    r = cli(chain["depc"], "--inject", two, "-w", out, "--package", "p2")
+    assert r.returncode == 0, r.stderr
+    out.joinpath(two.name).unlink()
+    one_line_error(cli(chain["depc"], "--inject", two, "-w", out, "--package", "p3"), "no package 'p3'")
+    broken = make_wheel(tmp_path / "w2", "broken", {"broken/__init__.py": b"def (:\n"})
+    one_line_error(cli(chain["depc"], "--inject", broken, "-w", out), "cannot parse __init__.py")
+    assert not any(out.iterdir())
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("", "CALL"),
+    ("import os\n", "CALL import os\n"),
+    ('"""Doc."""\nimport os\n', '"""Doc."""\nCALL import os\n'),
+    ('"""Doc\n\nmore."""\nfrom __future__ import annotations\nfrom __future__ import division\nx = 1\n',
+     '"""Doc\n\nmore."""\nfrom __future__ import annotations\nfrom __future__ import division\nCALL x = 1\n'),
+    ("# -*- coding: utf-8 -*-\n# license\n\nimport os\n", "# -*- coding: utf-8 -*-\n# license\n\nCALL import os\n"),
+    ('"""No newline at end."""', '"""No newline at end."""\nCALL'),
+])
+def test_insert_call(source, expected):
+    call = f"from . import {MODULE_NAME} as _p; _p.preload(); del _p  # load native deps first (ci.preload)\n"
+    assert insert_call(source) == expected.replace("CALL ", call).replace("CALL", call)
+
+
+def test_top_package_choice():
+    names = ["torch/__init__.py", "torchgen/__init__.py", "functorch/__init__.py", "torch/lib/x.so"]
+    assert top_package(names, "torch") == "torch"
+    assert top_package(["only/__init__.py", "x-1.dist-info/METADATA"], "other") == "only"
+    with pytest.raises(CiError, match="cannot tell which package"):
+        top_package(names, "other")
