@@ -76,6 +76,16 @@ def find_nvcc() -> Path | None:
     return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
 
 
+def cuda_root(nvcc: Path) -> Path | None:
+    """The toolkit root nvcc really uses (PATH may hold a wrapper script): its dry run prints `#$ TOP=`."""
+    try:
+        r = subprocess.run([str(nvcc), "--dryrun", "-c", "probe.cu"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"^#\$ TOP=(.+)$", r.stdout + r.stderr, re.M)
+    return Path(m[1].strip()).resolve() if m else None
+
+
 def tool_version(cmd: list[str], pattern: str) -> str | None:
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout

@@ -187,8 +187,8 @@ def ccache_dir() -> Path:
 
 
 # ccache from the image or its package manager; else a pass-through shim, so the launcher never breaks a build.
-ENSURE_CCACHE = ("command -v ccache >/dev/null || yum install -y -q ccache || dnf install -y -q ccache || "
-                 "{ printf '#!/bin/sh\\nexec \"$@\"\\n' > /usr/local/bin/ccache && chmod +x /usr/local/bin/ccache; }")
+ENSURE_CCACHE = ("{ command -v ccache >/dev/null || yum install -y -q ccache || dnf install -y -q ccache || "
+                 "{ printf '#!/bin/sh\\nexec \"$@\"\\n' > /usr/local/bin/ccache && chmod +x /usr/local/bin/ccache; }; }")
 
 
 def environment(*, engine: str, image: str, identifiers: list[str], before_build: str, cuda: str | None,
@@ -312,3 +312,40 @@ def format_plan(plan: Plan) -> str:
     lines += ["environment:"] + [f"  {k}={v}" for k, v in plan.environment.items()]
     lines += [f"note: {n}" for n in plan.notes]
     return "\n".join(lines)
+
+
+def split_csv(text: str | None) -> list[str] | None:
+    return [p.strip() for p in text.split(",") if p.strip()] if text else None
+
+
+def main(args) -> int:
+    from ci.cli import emit_json
+
+    plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
+                     engine=args.engine, project_dir=args.project_dir)
+    if args.json:
+        emit_json(plan.to_json())
+    else:
+        print(format_plan(plan))
+    return 0
+
+
+def build_parser():
+    from ci.cli import parser
+
+    p = parser("ci.plan", "Print the build plan (image, torch, arch list, CIBW_* environment) for a CUDA "
+                          "version without running anything; ci.build --dry-run prints the same.")
+    p.add_argument("--cuda", help=f"CUDA version ({', '.join(mx.load().versions)}); omit for a CPU build")
+    p.add_argument("--torch", help="torch version (default: the matrix row's)")
+    p.add_argument("--python", help="comma-separated Python versions, e.g. 3.10,3.11")
+    p.add_argument("--arch-list", help="TORCH_CUDA_ARCH_LIST (default: the matrix row's)")
+    p.add_argument("--engine", default="auto", choices=ENGINES)
+    p.add_argument("--project-dir", type=Path, default=Path("."), help="where pyproject.toml is")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    return p
+
+
+if __name__ == "__main__":
+    from ci.cli import run
+
+    run(build_parser(), main)

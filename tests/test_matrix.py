@@ -1,0 +1,176 @@
+"""The CUDA matrix data: complete, cited, internally consistent, and true where a real tool can tell."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci import matrix as mx
+from ci.errors import CiError
+
+CACHE = Path.home() / ".cache" / "cuda-wheel-ci" / "torch-metadata"
+REQUIRED_ROWS = {"11.8", "12.6", "12.8", "12.9", "13.0"}
+ROWS = mx.rows()
+
+
+def row_ids(rows=ROWS):
+    return [r.version for r in rows]
+
+
+def test_required_rows_present():
+    assert REQUIRED_ROWS <= set(mx.load().versions)
+
+
+def test_every_source_is_cited_in_the_header():
+    text = mx.MATRIX_FILE.read_text()
+    cited = set(re.findall(r"^#\s+\[([a-z0-9-]+)\]", text, re.M))
+    used = {t.source for r in ROWS for t in r.torch} | {i.source for r in ROWS for i in r.images}
+    assert used and used <= cited, f"sources without a citation: {used - cited}"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=row_ids())
+def test_row_is_consistent(row: mx.CudaRow):
+    m = mx.load()
+    assert row.torch_build(row.default_torch), "default torch must be one the row builds"
+    assert row.torch_index_url.endswith("/" + row.tag)
+    assert mx.check_arch_list(row.version, row.arch_list)  # the default list is valid for this nvcc
+    assert row.arch_list.endswith("+PTX") and row.arch_list.count("+PTX") == 1, "PTX for the newest arch only"
+    major = row.version.split(".")[0]
+    for t in row.torch:
+        m.torch_line(t.version)  # every torch version has its line (python, policy, ABI)
+        assert re.fullmatch(rf"nvidia-cudnn-cu{major}==9\.\d+\.\d+\.\d+", t.cudnn), t.cudnn
+    assert row.images, "every row needs a build image"
+    for img in row.images:
+        assert img.manylinux in mx.POLICIES
+        assert img.gcc <= row.gcc_max, f"{img.name}: GCC {img.gcc} above nvcc {row.version}'s ceiling"
+        assert (img.origin == "ours") == bool(img.build_args)
+    size = "--compress-mode=size" in row.nvcc_flags
+    assert size == (tuple(map(int, row.version.split("."))) >= (12, 8)), "compress-mode=size exists from 12.8"
+    assert "-compress-all" in row.nvcc_flags
+
+
+def test_a_torch_is_pypis_default_for_at_most_one_cuda():
+    seen: dict[str, str] = {}
+    for r in ROWS:
+        for t in r.torch:
+            if t.on_pypi:
+                assert t.version not in seen, f"torch {t.version} on PyPI as CUDA {seen.get(t.version)} and {r.version}"
+                seen[t.version] = r.version
+
+
+def test_cu118_has_an_image_for_each_abi():
+    """The cu118 ABI trap: pre-cxx11 torch (<= 2.6) and cxx11 torch (>= 2.7) both need an image."""
+    row = mx.load().row("11.8")
+    assert {i.cxx11_abi for i in row.images} == {False, True}
+    assert any(i.name.startswith("sameli/manylinux2014") for i in row.images)
+
+
+@pytest.mark.parametrize("text,code", [("8.6", "86"), ("9.0a", "90a"), ("9.0+PTX", "90"), ("12.0a+PTX", "120a")])
+def test_arch_code(text, code):
+    assert mx.arch_code(text) == code
+
+
+@pytest.mark.parametrize("cuda,archs,bad", [("13.0", "5.0;8.0", "5.0"), ("13.0", "7.0 8.6", "7.0"),
+                                            ("11.8", "8.6;10.0", "10.0"), ("12.6", "12.0", "12.0")])
+def test_toolkit_rejects_archs(cuda, archs, bad):
+    with pytest.raises(CiError, match=rf"nvcc {cuda} rejects arch {re.escape(bad)}"):
+        mx.check_arch_list(cuda, archs)
+
+
+@pytest.mark.parametrize("archs", ["", "sm_86", "8", "8.6+ptx"])
+def test_bad_arch_syntax(archs):
+    with pytest.raises(CiError):
+        mx.check_arch_list("12.8", archs)
+
+
+def test_arch_separators_normalize():
+    assert mx.check_arch_list("12.8", "8.0, 8.6 9.0+PTX") == "8.0;8.6;9.0+PTX"
+
+
+def test_unsupported_cuda_lists_supported():
+    with pytest.raises(CiError, match=r"unsupported CUDA version '11\.9' \(supported: 11\.8, 12\.6"):
+        mx.load().row("11.9")
+
+
+@pytest.mark.parametrize("text", ["not toml [", "default_torch = '2.13.0'\n", "[[cuda]]\nversion = 1\n"])
+def test_malformed_matrix_is_one_error(text):
+    with pytest.raises(CiError, match="bad CUDA matrix"):
+        mx.parse(text)
+
+
+def _host_nvcc() -> Path | None:
+    from ci import engine
+
+    nvcc = engine.find_nvcc()
+    if nvcc is None or engine.nvcc_version(nvcc) not in mx.load().versions:
+        return None
+    return nvcc
+
+
+def test_accepted_archs_match_host_nvcc():
+    """The table row for the host's nvcc lists exactly what `nvcc --list-gpu-arch` prints."""
+    nvcc = _host_nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc of a matrix CUDA version on this machine")
+    from ci import engine
+
+    cuda = engine.nvcc_version(nvcc)
+    out = subprocess.run([str(nvcc), "--list-gpu-arch"], capture_output=True, text=True, check=True).stdout
+    listed = {a.removeprefix("compute_") for a in out.split()}
+    plain = {a for a in mx.accepted_archs(cuda) if a.isdigit()}
+    assert listed == plain
+
+
+def test_gcc_ceiling_matches_host_nvcc():
+    """nvcc's own host_config.h states the newest GCC it accepts (`#if __GNUC__ > N` -> error)."""
+    nvcc = _host_nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc of a matrix CUDA version on this machine")
+    from ci import engine
+
+    root = engine.cuda_root(nvcc)
+    assert root is not None, "nvcc --dryrun names no TOP"
+    header = next(root.glob("**/include/crt/host_config.h"))
+    found = re.search(r"#if __GNUC__ > (\d+)", header.read_text())
+    assert found and int(found[1]) == mx.load().row(engine.nvcc_version(nvcc)).gcc_max
+
+
+def _pypi_report(version: str) -> dict:
+    """pip's resolution report for PyPI's default torch==version: metadata only (PEP 658), cached."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / f"torch-{version}.json"
+    if not path.exists():
+        tmp = path.with_suffix(".part")
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--no-deps",
+                            "--ignore-installed", "--quiet", "--report", str(tmp), f"torch=={version}"],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            if re.search(r"connection|resolve|network|Max retries", r.stderr, re.I):
+                pytest.skip(f"PyPI unreachable: {r.stderr.strip().splitlines()[-1]}")
+            raise AssertionError(r.stderr)
+        tmp.rename(path)
+    return json.loads(path.read_text())
+
+
+ON_PYPI = [(r, t) for r in ROWS for t in r.torch if t.on_pypi]
+
+
+@pytest.mark.parametrize("row,build", ON_PYPI, ids=[f"{t.version}-cu{r.version}" for r, t in ON_PYPI])
+def test_pypi_default_torch_matches_row(row: mx.CudaRow, build: mx.TorchBuild):
+    """Where PyPI's default torch is a row's build, its metadata proves the CUDA, the cuDNN pin and the policy."""
+    item = _pypi_report(build.version)["install"][0]
+    requires = [r.split(";")[0].replace(" ", "").replace("(", "").replace(")", "")
+                for r in item["metadata"].get("requires_dist", [])]
+    assert build.cudnn in requires
+    cuda = next(re.search(r"==(\d+\.\d+)", r)[1] for r in requires
+                if r.startswith(("nvidia-cuda-runtime-cu", "cuda-toolkit")))
+    assert cuda == row.version
+    filename = item["download_info"]["url"].rsplit("/", 1)[1]
+    line = mx.load().torch_line(build.version)
+    assert f"{line.manylinux}_x86_64" in filename
+
