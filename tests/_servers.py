@@ -98,10 +98,10 @@ class PypiServer:
 
 
 class KillingProxy:
-    """TCP proxy 127.0.0.1:port -> 127.0.0.1:target. The first POST carrying more than `after` body
-    bytes triggers `on_upload()` (e.g. kill the server) and then the client connection is dropped."""
+    """TCP proxy 127.0.0.1:port -> 127.0.0.1:target. The first POST, once more than `after` bytes of
+    its body have arrived, triggers `on_upload()` (e.g. kill the server) and then the client connection is dropped."""
 
-    def __init__(self, target_port: int, on_upload: Callable[[], None], after: int = 4096) -> None:
+    def __init__(self, target_port: int, on_upload: Callable[[], None], after: int = 256) -> None:
         self.target_port = target_port
         self.on_upload = on_upload
         self.after = after
@@ -132,15 +132,15 @@ class KillingProxy:
             client.close()
             return
         watch = not self.fired.is_set()
-        done = threading.Event()
+        cut = threading.Event()  # set once we cut this connection: the client hears nothing more
 
         def back() -> None:
             with contextlib.suppress(OSError):
-                while data := upstream.recv(65536):
+                while (data := upstream.recv(65536)) and not cut.is_set():
                     client.sendall(data)
-            done.set()
-            with contextlib.suppress(OSError):
-                client.shutdown(socket.SHUT_WR)
+            if not cut.is_set():
+                with contextlib.suppress(OSError):
+                    client.shutdown(socket.SHUT_WR)
 
         threading.Thread(target=back, daemon=True).start()
         seen = b""
@@ -148,10 +148,12 @@ class KillingProxy:
             while data := client.recv(65536):
                 if watch and not self.fired.is_set():
                     seen += data
-                    if seen.startswith(b"POST") and len(seen) > self.after:
+                    head_end = seen.find(b"\r\n\r\n")
+                    if seen.startswith(b"POST") and head_end >= 0 and len(seen) - head_end - 4 > self.after:
+                        cut.set()
                         upstream.sendall(data[: len(data) // 2])
                         self.fired.set()
-                        self.on_upload()
+                        self.on_upload()  # runs to completion before the client sees the drop
                         # Drop the client hard (RST), as a dead server would.
                         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                         break
@@ -205,12 +207,13 @@ class StaticServer:
 
 
 def build_wheel(tmp: Path, name: str = "tiny_pkg", version: str = "1.0", module: str = "tinypkg",
-                value: int = 42, requires_python: str = ">=3.8", build_tag: str | None = None) -> Path:
+                value: int = 42, requires_python: str = ">=3.8", build_tag: str | None = None,
+                readme: str = "README.md", readme_text: str | None = None) -> Path:
     """A real pure-python wheel: setuptools via `python -m build --no-isolation` (offline, pinned)."""
     proj = tmp / f"proj-{name}-{version}-{value}"
     (proj / module).mkdir(parents=True)
     (proj / module / "__init__.py").write_text(f"VALUE = {value}\n")
-    (proj / "README.md").write_text(f"# {name}\n\nA tiny package for publish tests.\n")
+    (proj / readme).write_text(readme_text or f"# {name}\n\nA tiny package for publish tests.\n")
     (proj / "pyproject.toml").write_text(textwrap.dedent(f"""\
         [build-system]
         requires = ["setuptools>=61"]
@@ -219,7 +222,7 @@ def build_wheel(tmp: Path, name: str = "tiny_pkg", version: str = "1.0", module:
         name = "{name}"
         version = "{version}"
         description = "tiny test package"
-        readme = "README.md"
+        readme = "{readme}"
         requires-python = "{requires_python}"
         [tool.setuptools]
         packages = ["{module}"]

@@ -1,0 +1,274 @@
+"""ci.upload against a real pypiserver on loopback: upload, pip install, skip-existing, failures."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from ci.upload import (is_loopback, parse_listing, redactor, simple_url_for, strip_userinfo,
+                       upload)
+from tests._servers import KillingProxy, PypiServer, build_wheel, fresh_venv, pip_install
+
+ROOT = Path(__file__).resolve().parents[1]
+USER = "ci-bot"
+TOKEN = "pypi-Zx9qTOKENdo-not-print-7731"  # must never appear in any output
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("upload-wheels")
+    return {
+        "pkg": build_wheel(tmp, name="pub_pkg", version="1.0", module="pubpkg", value=42),
+        # Same file name, different bytes: a rebuild someone forgot to version-bump.
+        "pkg_rebuilt": build_wheel(tmp, name="pub_pkg", version="1.0", module="pubpkg", value=43),
+        "second": build_wheel(tmp, name="second_pkg", version="0.1", module="secondpkg", value=2),
+        "bad_rst": build_wheel(tmp, name="rst_pkg", version="1.0", module="rstpkg", readme="README.rst",
+                               readme_text="Title\n=====\n\n.. nosuchdirective:: x\n"),
+    }
+
+
+@pytest.fixture
+def server(tmp_path):
+    with PypiServer(tmp_path / "pypiserver", USER, TOKEN) as srv:
+        yield srv
+
+
+def env(password: str | None = TOKEN, **extra: str) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("TWINE_")}
+    e.update(PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring", TWINE_USERNAME=USER)
+    if password is not None:
+        e["TWINE_PASSWORD"] = password
+    e.update(extra)
+    return e
+
+
+def cli(*args: str, environ: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ci.upload", *args], cwd=ROOT, capture_output=True,
+                          text=True, env=environ if environ is not None else env())
+
+
+def sha256(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def no_secret(r: subprocess.CompletedProcess, secret: str = TOKEN) -> None:
+    assert secret not in r.stdout and secret not in r.stderr
+
+
+def error_lines(r: subprocess.CompletedProcess) -> list[str]:
+    return [l for l in r.stderr.splitlines() if l.startswith("ci.upload: error:")]
+
+
+# ---------------------------------------------------------------- the happy path, end to end
+
+
+def test_upload_then_pip_install_from_the_private_index(tmp_path, server, wheels):
+    whl = wheels["pkg"]
+    r = cli("--repository-url", server.url, "--json", str(whl))
+    assert r.returncode == 0, r.stderr
+    no_secret(r)
+    result = json.loads(r.stdout)
+    assert result["uploaded"] == [whl.name] and result["skipped"] == []
+    assert result["files"][0]["sha256"] == sha256(whl)
+    assert "verified 1 file(s)" in r.stderr
+    assert sha256(server.packages / whl.name) == sha256(whl)
+
+    py = fresh_venv(tmp_path / "venv")
+    p = pip_install(py, "--index-url", server.url + "simple/", "pub-pkg")
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = subprocess.run([str(py), "-c", "import pubpkg; print(pubpkg.VALUE)"], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "42"
+
+
+def test_credentials_from_pypirc_and_from_the_url_are_not_printed(tmp_path, server, wheels):
+    rc = tmp_path / "pypirc"
+    rc.write_text(f"[distutils]\nindex-servers = internal\n\n[internal]\nrepository = {server.url}\n"
+                  f"username = {USER}\npassword = {TOKEN}\n")
+    r = cli("--repository", "internal", "--config-file", str(rc), str(wheels["pkg"]), environ=env(None))
+    assert r.returncode == 0, r.stderr
+    no_secret(r)
+    url_with_token = server.url.replace("http://", f"http://{USER}:{TOKEN}@")
+    r = cli("--repository-url", url_with_token, "--skip-existing", str(wheels["second"]),
+            str(wheels["pkg"]), environ=env(None))
+    assert r.returncode == 0, r.stderr
+    no_secret(r)
+    assert "uploaded second_pkg-0.1" in r.stdout and "skipped pub_pkg-1.0" in r.stdout
+
+
+def test_library_api_returns_the_result(server, wheels):
+    os.environ.setdefault("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    rc_env = {"TWINE_USERNAME": USER, "TWINE_PASSWORD": TOKEN}
+    old = {k: os.environ.get(k) for k in rc_env}
+    os.environ.update(rc_env)
+    try:
+        result = upload([wheels["second"]], repository_url=server.url, log=lambda m: None)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert result.uploaded == [wheels["second"].name]
+    assert result.simple_url == server.url + "simple/"
+
+
+# ---------------------------------------------------------------- existing files
+
+
+def test_skip_existing_only_skips_the_same_bytes(server, wheels):
+    assert cli("--repository-url", server.url, str(wheels["pkg"])).returncode == 0
+
+    same = cli("--repository-url", server.url, "--skip-existing", "--json", str(wheels["pkg"]))
+    assert same.returncode == 0, same.stderr
+    assert json.loads(same.stdout)["skipped"] == [wheels["pkg"].name]
+
+    other = cli("--repository-url", server.url, "--skip-existing", str(wheels["pkg_rebuilt"]))
+    assert other.returncode == 1
+    assert error_lines(other) and "different" in error_lines(other)[0]
+    assert "uploaded" not in other.stdout
+    assert sha256(server.packages / wheels["pkg"].name) == sha256(wheels["pkg"])  # untouched
+
+    again = cli("--repository-url", server.url, str(wheels["pkg"]))
+    assert again.returncode == 1 and "--skip-existing" in error_lines(again)[0]
+
+
+# ---------------------------------------------------------------- failures are clear, never success
+
+
+def test_wrong_password_fails_in_one_line_and_uploads_nothing(server, wheels):
+    wrong = "wrong-Secret-55190"
+    r = cli("--repository-url", server.url, "--json", str(wheels["pkg"]), environ=env(wrong))
+    assert r.returncode == 2
+    assert len(error_lines(r)) == 1 and "rejected the credentials" in error_lines(r)[0]
+    assert r.stdout == ""  # no result, nothing reported as uploaded
+    no_secret(r, wrong)
+    assert not list(server.packages.iterdir())
+
+
+def test_server_killed_mid_upload_fails_clearly(tmp_path, server, wheels):
+    proxy = KillingProxy(server.port, on_upload=server.kill)
+    try:
+        r = cli("--repository-url", proxy.url, "--retries", "2", "--backoff", "0.05", "--json",
+                str(wheels["pkg"]))
+    finally:
+        proxy.close()
+    assert proxy.fired.is_set()
+    assert r.returncode == 1, r.stderr
+    assert r.stdout == ""
+    (line,) = error_lines(r)
+    assert "failed after 3 attempts" in line and "connection" in line
+    no_secret(r)
+
+
+def test_server_killed_mid_upload_and_restarted_is_retried(tmp_path, server, wheels):
+    def kill_and_restart() -> None:
+        server.kill()
+        server.start()  # same port, same package directory
+
+    proxy = KillingProxy(server.port, on_upload=kill_and_restart)
+    try:
+        r = cli("--repository-url", proxy.url, "--backoff", "0.05", "--json", str(wheels["pkg"]))
+    finally:
+        proxy.close()
+    assert proxy.fired.is_set()
+    assert r.returncode == 0, r.stderr
+    (f,) = json.loads(r.stdout)["files"]
+    assert f["status"] == "uploaded" and f["attempts"] == 2
+    assert "retrying" in r.stderr
+    assert sha256(server.packages / wheels["pkg"].name) == sha256(wheels["pkg"])
+
+
+class _Always503(http.server.BaseHTTPRequestHandler):
+    hits = 0
+
+    def do_POST(self) -> None:  # noqa: N802
+        type(self).hits += 1
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(503, "Service Unavailable")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_5xx_is_retried_then_reported(wheels):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Always503)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        r = cli("--repository-url", f"http://127.0.0.1:{srv.server_address[1]}/", "--retries", "2",
+                "--backoff", "0.01", str(wheels["second"]))
+    finally:
+        srv.shutdown()
+    assert r.returncode == 1
+    (line,) = error_lines(r)
+    assert "after 3 attempts" in line and "503" in line
+    assert _Always503.hits == 3
+    assert "uploaded" not in r.stdout
+
+
+def test_twine_check_failure_stops_before_uploading(server, wheels):
+    r = cli("--repository-url", server.url, str(wheels["bad_rst"]))
+    assert r.returncode == 1
+    (line,) = error_lines(r)
+    assert "twine check failed" in line and "rst_pkg" in line
+    assert not list(server.packages.iterdir())
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--repository-url", "http://127.0.0.1:9/", "nope-1.0-py3-none-any.whl"], "no such file"),
+    (["--repository-url", "http://127.0.0.1:9/", "pyproject.toml"], "not a wheel or sdist"),
+    (["PKG"], "no index given"),
+    (["--repository", "nosuchsection", "--config-file", "pyproject.toml", "PKG"], "nosuchsection"),
+    (["--repository-url", "http://127.0.0.1:9/", "--retries", "-1", "PKG"], "--retries"),
+], ids=["missing-file", "not-a-dist", "no-index", "unknown-pypirc-section", "negative-retries"])
+def test_bad_input_is_one_line_exit_2(wheels, args, words):
+    args = [str(wheels["pkg"]) if a == "PKG" else a for a in args]
+    r = cli(*args)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ci.upload: error:") and words in lines[0], r.stderr
+    assert r.stdout == ""
+
+
+def test_help():
+    r = cli("--help")
+    assert r.returncode == 0 and "--skip-existing" in r.stdout
+
+
+# ---------------------------------------------------------------- pure pieces
+
+
+def test_plain_http_warning_applies_to_non_loopback_only():
+    assert is_loopback("http://127.0.0.1:8080/") and is_loopback("http://[::1]/")
+    assert is_loopback("http://localhost/")
+    assert not is_loopback("http://pypi.internal.example/") and not is_loopback("http://10.0.0.5/")
+
+
+def test_simple_url_for():
+    assert simple_url_for("https://upload.pypi.org/legacy/") == "https://pypi.org/simple/"
+    assert simple_url_for("https://devpi.example/root/prod/legacy") == "https://devpi.example/root/prod/simple/"
+    assert simple_url_for("http://127.0.0.1:8080") == "http://127.0.0.1:8080/simple/"
+
+
+def test_strip_userinfo_and_redact():
+    assert strip_userinfo("https://u:p%40ss@h.example:8443/x/") == "https://h.example:8443/x/"
+    redact = redactor(["p@ss word"])
+    assert redact("bad p@ss word and p%40ss%20word") == "bad *** and ***"
+
+
+def test_parse_listing_html_and_json():
+    sha = "a" * 64
+    html = f'<a href="../../packages/x-1.0-py3-none-any.whl#sha256={sha}">x</a><a href="y-2.tar.gz">y</a>'
+    assert parse_listing(html, "text/html") == {"x-1.0-py3-none-any.whl": sha, "y-2.tar.gz": None}
+    doc = json.dumps({"files": [{"filename": "x-1.0-py3-none-any.whl", "hashes": {"sha256": sha}}]})
+    assert parse_listing(doc, "application/vnd.pypi.simple.v1+json") == {"x-1.0-py3-none-any.whl": sha}
