@@ -1,0 +1,195 @@
+"""Every matrix row and torch yields a sound plan, and cibuildwheel's own parser reads it as meant."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci import matrix as mx
+from ci import plan as pl
+from ci.errors import CiError
+
+ROOT = Path(__file__).resolve().parent.parent
+COMBOS = [(r, t) for r in mx.rows() for t in r.torch]
+REQUIRED_KEYS = {"cuda", "torch", "torch_index_url", "image", "manylinux", "arch_list", "python", "identifiers",
+                 "environment", "engine"}
+
+
+def plan_for(cuda, torch=None, **kw) -> pl.Plan:
+    kw.setdefault("engine", "docker")
+    return pl.make_plan(cuda=cuda, torch=torch, project_dir=ROOT, **kw)
+
+
+def cibw_options(plan: pl.Plan):
+    """cibuildwheel's own option resolution (options.py) over pyproject + the plan's CIBW_* variables."""
+    from cibuildwheel.options import CommandLineArguments, compute_options
+
+    args = dataclasses.replace(CommandLineArguments.defaults(), platform="linux", package_dir=ROOT)
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # cibuildwheel reads pyproject.toml from the working directory
+    try:
+        return compute_options("linux", args, dict(plan.environment))
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize("row,build", COMBOS, ids=[f"cu{r.version}-torch{t.version}" for r, t in COMBOS])
+def test_every_row_and_torch_gives_a_consistent_plan(row: mx.CudaRow, build: mx.TorchBuild):
+    line = mx.load().torch_line(build.version)
+    py = [p for p in line.python if p in ("3.10", "3.11", "3.12")][:1]
+    plan = plan_for(row.version, build.version, python=py)
+    # the image is one of the row's, of a policy no older than torch's, able to emit torch's ABI
+    image = next(i for i in row.images if pl._image_ref(mx.load(), i) == plan.image)
+    assert mx.POLICIES.index(image.manylinux) >= mx.POLICIES.index(line.manylinux)
+    assert image.cxx11_abi or not line.cxx11_abi
+    assert image.gcc <= plan.gcc_max == row.gcc_max
+    assert plan.manylinux == image.manylinux
+    # the torch pin, its index and the cuDNN pin reach before-build, as cibuildwheel will run it
+    bo = cibw_options(plan).build_options(plan.identifiers[0])
+    cmds = [shlex.split(c) for c in bo.before_build.split("&&")]
+    torch_cmd = next(c for c in cmds if f"torch=={build.version}" in c)
+    assert torch_cmd[torch_cmd.index("--index-url") + 1] == row.torch_index_url == plan.torch_index_url
+    assert any(build.cudnn in c for c in cmds)
+    assert plan.cudnn_requirement == build.cudnn
+    assert bo.manylinux_images["x86_64"] == plan.image
+    assert bo.container_engine.name == "docker"
+    assert any(a.endswith(":/ccache") for a in bo.container_engine.create_args)
+    # the arch list and nvcc flags arrive in the container environment, valid for this nvcc
+    env = bo.environment.as_dictionary({"PATH": "/usr/bin"}, executor=lambda cmd, env: "")
+    assert env["TORCH_CUDA_ARCH_LIST"] == plan.arch_list
+    assert mx.check_arch_list(row.version, env["TORCH_CUDA_ARCH_LIST"])
+    assert env["CUDAFLAGS"].split() == plan.nvcc_flags == list(row.nvcc_flags)
+    assert env["PATH"].startswith("/usr/local/cuda/bin:") and env["CUDA_HOME"] == "/usr/local/cuda"
+    assert f"release {row.version}," in bo.before_all  # the image's nvcc is checked before compiling
+    assert plan.torch_on_pypi == build.on_pypi
+
+
+@pytest.mark.parametrize("cuda", mx.load().versions)
+def test_cibuildwheel_prints_the_plans_identifiers(cuda):
+    plan = plan_for(cuda, python=["3.10", "3.12"])
+    r = subprocess.run([sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform", "linux"],
+                       cwd=ROOT, env={**os.environ, **plan.environment}, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == plan.identifiers == ["cp310-manylinux_x86_64", "cp312-manylinux_x86_64"]
+
+
+def test_default_python_comes_from_pyproject():
+    plan = plan_for("13.0")
+    r = subprocess.run([sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform", "linux"],
+                       cwd=ROOT, env={k: v for k, v in os.environ.items() if not k.startswith("CIBW_")},
+                       capture_output=True, text=True, check=True)
+    assert plan.identifiers == r.stdout.split()
+
+
+def test_cu118_torch_27_takes_our_manylinux_2_28_image():
+    plan = plan_for("11.8", "2.7.1")
+    assert plan.image_origin == "ours" and plan.manylinux == "manylinux_2_28"
+    assert plan.image.endswith("manylinux_2_28_x86_64_cuda_11.8")
+    assert any("cxx11 ABI" in n and "sameli/manylinux2014" in n for n in plan.notes)
+    assert any("ABI trap" in n for n in plan.notes)
+    assert plan.cudnn_requirement == "nvidia-cudnn-cu11==9.1.0.70"
+
+
+def test_cu118_torch_25_takes_amelis_manylinux2014_image():
+    plan = plan_for("11.8", "2.5.1")
+    assert plan.image == "sameli/manylinux2014_x86_64_cuda_11.8"
+    assert plan.manylinux == "manylinux2014" and plan.image_origin == "ameli"
+
+
+def test_public_image_wins_where_one_fits():
+    plan = plan_for("12.9")
+    assert plan.image == "quay.io/manylinux_cuda/manylinux_2_28_x86_64_cuda12_9"
+
+
+def test_registry_prefixes_our_images(monkeypatch):
+    monkeypatch.setenv("CI_IMAGE_REGISTRY", "ghcr.io/acme/")
+    assert plan_for("11.8", "2.7.1").image == "ghcr.io/acme/cuda-wheel-ci/manylinux_2_28_x86_64_cuda_11.8"
+    assert plan_for("11.8", "2.5.1").image == "sameli/manylinux2014_x86_64_cuda_11.8"
+
+
+def test_cpu_plan():
+    plan = pl.make_plan(cuda=None, project_dir=ROOT)
+    assert (plan.torch, plan.torch_index_url, plan.manylinux, plan.engine) == (
+        "2.13.0", "https://download.pytorch.org/whl/cpu", "manylinux_2_28", "host")
+    assert plan.cudnn_requirement is None and plan.image is None and plan.arch_list == ""
+    assert plan.environment["CIBW_MANYLINUX_X86_64_IMAGE"] == "manylinux_2_28"
+    assert cibw_options(plan).build_options(plan.identifiers[0]).manylinux_images["x86_64"].startswith(
+        "quay.io/pypa/manylinux_2_28_x86_64")
+
+
+def test_arch_list_override_is_validated_and_used():
+    plan = plan_for("12.8", arch_list="8.0 9.0+PTX")
+    assert plan.arch_list == "8.0;9.0+PTX"
+    assert "TORCH_CUDA_ARCH_LIST='8.0;9.0+PTX'" in plan.environment["CIBW_ENVIRONMENT_LINUX"]
+
+
+def test_host_engine_sets_no_container_engine():
+    plan = plan_for("13.0", engine="host")
+    assert plan.engine == "host" and "CIBW_CONTAINER_ENGINE" not in plan.environment
+
+
+def test_project_name_comes_from_pyproject(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "other-ext"\nrequires-python = ">=3.12"\n')
+    with pytest.raises(CiError, match=r"other-ext requires Python >=3\.12: not 3\.11"):
+        pl.make_plan(cuda="13.0", python=["3.11"], engine="docker", project_dir=tmp_path)
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(cuda="11.9"), r"unsupported CUDA version '11\.9' \(supported: 11\.8, 12\.6, 12\.8, 12\.9, 13\.0"),
+    (dict(cuda="11.8", torch="2.8.0"), r"torch 2\.8\.0 has no CUDA 11\.8 build \(torch 2\.8\.0 is built for CUDA 12\.6"),
+    (dict(cuda="13.0", torch="2.5.1"), r"torch 2\.5\.1 has no CUDA 13\.0 build"),
+    (dict(cuda="13.0", torch="1.0.0"), r"torch 1\.0\.0 is in no row"),
+    (dict(cuda="13.0", arch_list="5.0;8.6"), r"nvcc 13\.0 rejects arch 5\.0"),
+    (dict(cuda="13.0", python=["3.9"]), r"requires Python >=3\.10: not 3\.9"),
+    (dict(cuda="11.8", torch="2.4.1", python=["3.13"]), r"torch 2\.4\.1 has no wheels for Python 3\.13"),
+    (dict(cuda="13.0", python=["311"]), r"bad --python 311"),
+    (dict(cuda="13.0", engine="lxc"), r"unknown engine 'lxc'"),
+    (dict(cuda=None, torch="9.9.9"), r"unsupported torch '9\.9\.9'"),
+    (dict(cuda=None, arch_list="8.0"), r"--arch-list needs --cuda"),
+])
+def test_refused_with_the_reason(kw, message):
+    kw.setdefault("engine", "docker")
+    with pytest.raises(CiError, match=message):
+        pl.make_plan(project_dir=ROOT, **kw)
+
+
+def test_missing_pyproject(tmp_path):
+    with pytest.raises(CiError, match="no pyproject.toml"):
+        pl.make_plan(cuda="13.0", engine="docker", project_dir=tmp_path)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ci.plan", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("cuda", mx.load().versions)
+def test_cli_json_has_the_contract_keys(cuda):
+    r = run_cli("--cuda", cuda, "--engine", "docker", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert REQUIRED_KEYS <= data.keys()
+    assert data["cuda"] == cuda and data["identifiers"] and data["environment"]["CIBW_BUILD"]
+
+
+def test_cli_text_summary():
+    r = run_cli("--cuda", "11.8", "--torch", "2.7.1", "--engine", "docker")
+    assert r.returncode == 0
+    assert re.search(r"^image\s+cuda-wheel-ci/manylinux_2_28_x86_64_cuda_11\.8 \[manylinux_2_28\]$", r.stdout, re.M)
+    assert "note: cu118 ABI trap" in r.stdout
+
+
+@pytest.mark.parametrize("args", [["--cuda", "10.2"], ["--cuda", "11.8", "--torch", "2.9.1"],
+                                  ["--cuda", "13.0", "--arch-list", "5.0"], ["--engine", "lxc"],
+                                  ["--cuda", "13.0", "--python", "3.x"]])
+def test_cli_bad_input_is_one_line_exit_2(args):
+    r = run_cli(*args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("ci.plan: error: ")
