@@ -1,0 +1,169 @@
+"""Engine detection through the real Docker SDK (against a loopback Docker API or a closed port), the
+`auto` fallback to the host, and the one-line refusal of `--engine docker` where no daemon answers."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from ci import container, engine
+from ci import plan as pl
+from ci.errors import CiError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _DockerAPI(http.server.BaseHTTPRequestHandler):
+    """The two endpoints a Docker SDK ping touches: /version (API negotiation) and /_ping."""
+
+    ping_status = 200
+
+    def do_GET(self):  # noqa: N802
+        if self.path.endswith("/version"):
+            body, ctype, status = json.dumps({"ApiVersion": "1.45", "MinAPIVersion": "1.24",
+                                              "Version": "27.0.0"}).encode(), "application/json", 200
+        elif self.path.endswith("/_ping"):
+            body, ctype, status = b"OK", "text/plain", self.ping_status
+        else:
+            body, ctype, status = b'{"message": "not here"}', "application/json", 404
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Api-Version", "1.45")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def docker_api(monkeypatch):
+    """A Docker API on 127.0.0.1 that answers pings; DOCKER_HOST points the SDK at it."""
+    handler = type("Handler", (_DockerAPI,), {})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
+    yield handler
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def no_engine(monkeypatch, tmp_path):
+    """No daemon behind DOCKER_HOST (a closed loopback port) and no podman on PATH."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{port}")
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+
+def test_detect_answers_none_here(no_engine):
+    assert engine.docker_responds().startswith("Docker does not respond")
+    assert engine.podman_responds() == "podman is not installed"
+    assert engine.detect() is None
+
+
+def test_detect_finds_a_docker_api(docker_api):
+    assert engine.docker_responds() is None
+    assert engine.detect() == "docker"
+    engine.require("docker")
+
+
+def test_a_failing_ping_is_not_an_engine(docker_api):
+    docker_api.ping_status = 500
+    assert "Docker does not respond" in engine.docker_responds()
+
+
+def test_detect_on_this_machine_agrees_with_the_probes():
+    """Whatever this machine has, detect() is the first probe that answers (none on our build boxes)."""
+    answers = {name: probe() is None for name, probe in engine.PROBES.items()}
+    assert engine.detect() == next((n for n, ok in answers.items() if ok), None)
+
+
+def test_auto_picks_the_responding_engine(docker_api):
+    plan = pl.make_plan(cuda="11.8", torch="2.7.1", project_dir=ROOT)
+    assert plan.engine == "docker" and plan.engine_requested == "auto"
+    assert plan.environment["CIBW_CONTAINER_ENGINE"].startswith("docker;")
+    assert "engine auto: docker responds" in plan.notes
+
+
+def _host_cuda() -> str | None:
+    nvcc = engine.find_nvcc()
+    return engine.nvcc_version(nvcc) if nvcc else None
+
+
+def test_auto_falls_back_to_the_host_when_it_can_build(no_engine, monkeypatch):
+    cuda = _host_cuda()
+    if cuda is None or engine.host_cannot_build_cuda(cuda) is not None:
+        pytest.skip("no host toolkit that can build a matrix row")
+    plan = pl.make_plan(cuda=cuda, project_dir=ROOT)
+    assert plan.engine == "host"
+    assert [n for n in plan.notes if n.startswith("engine auto:")] == [
+        f"engine auto: no container engine responds; building CUDA {cuda} on the host"]
+    assert "CIBW_CONTAINER_ENGINE" not in plan.environment
+
+
+def test_cpu_auto_is_host(no_engine):
+    assert pl.make_plan(cuda=None, project_dir=ROOT).engine == "host"
+
+
+def test_auto_without_engine_names_the_engine_needed(no_engine, tmp_path):
+    other = next(c for c in ("11.8", "12.6", "12.8") if c != _host_cuda())
+    plan = pl.make_plan(cuda=other, project_dir=ROOT)  # a dry run still gets its plan
+    assert plan.engine == "docker"
+    assert any(f"CUDA {other} needs docker or podman" in n for n in plan.notes)
+    out = tmp_path / "wheels"
+    with pytest.raises(CiError) as e:
+        container.compile(plan, out, ROOT)
+    assert f"CUDA {other} needs docker or podman" in str(e.value) and "\n" not in str(e.value)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_engine_docker_fails_with_one_clear_line(no_engine, tmp_path):
+    plan = pl.make_plan(cuda="11.8", torch="2.5.1", engine="docker", project_dir=ROOT)
+    out = tmp_path / "wheels"
+    with pytest.raises(CiError) as e:
+        container.compile(plan, out, ROOT)
+    msg = str(e.value)
+    assert msg.startswith("--engine docker: Docker does not respond") and "\n" not in msg
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_engine_podman_fails_with_one_clear_line(no_engine, tmp_path):
+    plan = pl.make_plan(cuda="12.9", engine="podman", project_dir=ROOT)
+    with pytest.raises(CiError, match=r"^--engine podman: podman is not installed; start it, or use"):
+        container.compile(plan, tmp_path / "w", ROOT)
+
+
+def test_build_cli_engine_docker_one_line(no_engine, tmp_path):
+    """Through the pipeline's entry point, when it exists: exit 2, one stderr line, nothing written."""
+    if not (ROOT / "ci" / "build.py").exists():
+        pytest.skip("ci.build is not there yet")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "ci.build", "--cuda", "11.8", "--torch", "2.5.1", "--engine", "docker",
+                        "-w", str(out)], cwd=ROOT, capture_output=True, text=True,
+                       env={"PATH": str(tmp_path), "DOCKER_HOST": __import__("os").environ["DOCKER_HOST"],
+                            "HOME": str(Path.home())})
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Docker does not respond" in r.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_host_cannot_build_other_cuda():
+    cuda = _host_cuda()
+    if cuda is None:
+        pytest.skip("no nvcc here")
+    other = "11.8" if cuda != "11.8" else "12.6"
+    assert engine.host_cannot_build_cuda(other) == f"host nvcc is CUDA {cuda}, not {other}"
+    assert engine.host_cannot_build_cuda(None) is None
