@@ -13,7 +13,8 @@ URL + ".metadata".
 Incremental: a file's sha256 and metadata are cached in OUT/.ci-index-cache.json, keyed by size and
 mtime, so re-running on an unchanged directory stats the files and rewrites nothing. Everything is
 computed before anything is written, so bad input leaves the output as it was; each write is atomic.
-Stdlib only.
+Stdlib only; the zip/tar/email/thread modules load only when a file must be read, which keeps the
+unchanged re-run near interpreter start-up time.
 """
 
 from __future__ import annotations
@@ -26,15 +27,11 @@ import os
 import posixpath
 import re
 import sys
-import tarfile
-import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from email.parser import HeaderParser
 from pathlib import Path
 from urllib.parse import quote
 
-from ci.atomic import atomic_path, write_text
+from ci.atomic import atomic_path
 from ci.errors import CiError
 from ci.wheelname import WheelName, normalize
 
@@ -118,6 +115,7 @@ def sha256_file(path: Path) -> str:
 
 def wheel_metadata(path: Path) -> bytes:
     """The bytes of a wheel's .dist-info/METADATA (the PEP 658 file is exactly these bytes)."""
+    import zipfile
     w = WheelName.parse(path.name)
     try:
         with zipfile.ZipFile(path) as zf:
@@ -136,6 +134,8 @@ def wheel_metadata(path: Path) -> bytes:
 
 def sdist_metadata(path: Path) -> bytes | None:
     """PKG-INFO of an sdist (top-level directory only), or None when it has none."""
+    import tarfile
+    import zipfile
     try:
         if path.name.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
@@ -155,6 +155,7 @@ def sdist_metadata(path: Path) -> bytes | None:
 
 def parse_metadata(raw: bytes) -> dict[str, str]:
     """Name, Version and Requires-Python from core metadata (RFC 822 headers)."""
+    from email.parser import HeaderParser
     msg = HeaderParser().parsestr(raw.decode("utf-8", "surrogateescape"))
     return {k: str(msg[k]).strip() for k in ("Name", "Version", "Requires-Python") if msg[k]}
 
@@ -337,12 +338,16 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
             todo.append(rel)
 
     metadata: dict[str, bytes] = {}
-    workers = jobs or min(8, os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=workers) as pool:  # hashlib releases the GIL
-        for rel, (d, raw) in zip(todo, pool.map(lambda r: read_dist(root, r, *found[r]), todo)):
-            dists[rel] = d
-            if raw is not None:
-                metadata[rel] = raw
+    if todo:
+        from concurrent.futures import ThreadPoolExecutor
+        workers = jobs or min(8, os.cpu_count() or 1)
+        # Biggest first, so one huge wheel does not start last and run alone.
+        todo.sort(key=lambda r: -found[r][3].st_size)
+        with ThreadPoolExecutor(max_workers=workers) as pool:  # hashlib releases the GIL
+            for rel, (d, raw) in zip(todo, pool.map(lambda r: read_dist(root, r, *found[r]), todo)):
+                dists[rel] = d
+                if raw is not None:
+                    metadata[rel] = raw
 
     # Same file name twice (e.g. the same wheel under two subdirectories): fine if identical.
     by_name: dict[str, Dist] = {}
@@ -382,10 +387,10 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
         if _write_if_changed(out / rel, text.encode()):
             result.written.append((out / rel).as_posix())
     result.removed = _remove_stale(root, out, found, pages)
-    write_text(cache_path, json.dumps({
+    _write_if_changed(cache_path, json.dumps({
         "version": CACHE_VERSION,
         "files": {d.path: {"key": cache_key(found[d.path][3]), "dist": asdict(d)}
-                  for d in dists.values()}}, sort_keys=True))
+                  for d in dists.values()}}, sort_keys=True).encode())
     return result
 
 
