@@ -100,16 +100,27 @@ def nvcc_version(nvcc: Path) -> str | None:
     return tool_version([str(nvcc), "--version"], r"release (\d+\.\d+),")
 
 
+def nvcc_wheel_majors() -> set[str]:
+    """CUDA majors whose nvcc the host engine can take from NVIDIA's wheels (ci.hostenv decides)."""
+    try:
+        from ci.hostenv import NVCC_WHEELS
+    except ImportError:
+        return set()
+    return set(NVCC_WHEELS)
+
+
 def host_cannot_build(row) -> str | None:
-    """Why the host cannot build this CUDA row (None: it can): it needs that nvcc and a GCC it accepts."""
+    """Why the host engine cannot build this CUDA row (None: it can).
+
+    It needs nvcc of that version (the host's, or one from NVIDIA's wheels) and a host GCC nvcc accepts."""
     if row is None:
         return None
     nvcc = find_nvcc()
-    if nvcc is None:
-        return f"no nvcc found (CUDA_HOME, PATH, /usr/local/cuda); CUDA {row.version} needs nvcc {row.version}"
-    have = nvcc_version(nvcc)
-    if have != row.version:
-        return f"host nvcc is CUDA {have or 'unknown'}, not {row.version}"
+    have = nvcc_version(nvcc) if nvcc else None
+    major = row.version.split(".")[0]
+    if have != row.version and major not in nvcc_wheel_majors():
+        host = f"host nvcc is CUDA {have}" if have else "no host nvcc"
+        return f"{host}, not {row.version}, and no nvcc wheel serves CUDA {major}"
     cxx = os.environ.get("CUDAHOSTCXX") or shutil.which("g++") or "g++"
     gcc = tool_version([cxx, "-dumpversion"], r"^(\d+)")
     if gcc and int(gcc) > row.gcc_max:
