@@ -1,0 +1,134 @@
+"""Benchmark wheel surgery against `wheel unpack` + `wheel pack`: `python -m ci.bench surgery`.
+
+On the torch 2.13.0 CPU wheel (fetched with pip and cached unless --wheel is given), in one run:
+
+- baseline: `wheel unpack`, `patch -p1` one file, rename the .dist-info for a local version and edit
+  METADATA, `wheel pack` (what a user does without ci.patch);
+- `python -m ci.patch` with the same diff and `--local-version`, with and without RECORD verification;
+- `python -m ci.check` (central directory only);
+- `python -m ci.split` at --split-limit (default 120MB).
+
+Every step runs as a subprocess, like the user would run it, so interpreter start-up is included on
+both sides. Prints seconds per step and the ratio of the baseline to each step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TORCH = "torch==2.13.0"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cuda-wheel-ci" / "bench"
+PATCHED_MEMBER = "torch/version.py"
+LABEL = "bench"
+
+
+def fetch_wheel() -> Path:
+    """The torch CPU wheel from pip (its config may point at a local copy), cached between runs."""
+    found = sorted(CACHE.glob("torch-2.13.0*.whl"))
+    if not found:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", TORCH, "-d", str(CACHE)],
+                       check=True)
+        found = sorted(CACHE.glob("torch-2.13.0*.whl"))
+    if not found:
+        raise SystemExit(f"bench: pip download {TORCH} gave no wheel in {CACHE}")
+    return found[0]
+
+
+def make_patch(wheel: Path, work: Path) -> Path:
+    """A one-line change to one small file, as a -p1 unified diff."""
+    from ci.wheelfile import WheelArchive
+
+    with WheelArchive.open(wheel) as wa:
+        member = PATCHED_MEMBER if PATCHED_MEMBER in wa else next(
+            m.name for m in wa.files if m.name.endswith("/__init__.py"))
+        old = wa.read(member).decode()
+    new = old + "# patched by ci.bench surgery\n"
+    patch = work / "one.patch"
+    patch.write_text("".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                                  f"a/{member}", f"b/{member}")))
+    return patch
+
+
+def timed(cmd: list[str], cwd: Path | None = None) -> float:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    t = time.perf_counter()
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t
+    if r.returncode not in (0, 1):  # ci.check exits 1 on an over-limit wheel: still a measurement
+        raise SystemExit(f"bench: {' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    return elapsed
+
+
+def baseline(wheel: Path, patch: Path, work: Path) -> float:
+    """unpack + patch -p1 + local version by hand + pack."""
+    from ci.wheelname import WheelName
+
+    name = WheelName.parse(wheel.name)
+    unpack = work / "unpacked"
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(unpack), str(wheel)], check=True,
+                   capture_output=True)
+    root = next(unpack.iterdir())
+    subprocess.run(["patch", "-p1", "-s", "-i", str(patch)], cwd=root, check=True)
+    new_version = f"{name.version}.{LABEL}" if "+" in name.version else f"{name.version}+{LABEL}"
+    info = root / name.dist_info
+    meta = info / "METADATA"
+    meta.write_text(meta.read_text().replace(f"Version: {name.version}\n", f"Version: {new_version}\n", 1))
+    info.rename(root / name.with_(version=new_version).dist_info)
+    out = work / "baseline-out"
+    out.mkdir()
+    subprocess.run([sys.executable, "-m", "wheel", "pack", "-d", str(out), str(root)], check=True,
+                   capture_output=True)
+    elapsed = time.perf_counter() - t
+    shutil.rmtree(unpack)
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ci.bench surgery", description=__doc__.splitlines()[0])
+    p.add_argument("--wheel", type=Path, help="wheel to use (default: the torch 2.13.0 CPU wheel via pip)")
+    p.add_argument("--split-limit", default="120MB", help="limit for the split step (default 120MB)")
+    p.add_argument("--skip-split", action="store_true", help="leave out the split step")
+    p.add_argument("--json", action="store_true", help="print the timings as JSON")
+    args = p.parse_args(argv)
+    wheel = args.wheel or fetch_wheel()
+    py = sys.executable
+    with tempfile.TemporaryDirectory(prefix="bench-surgery-") as tmp:
+        work = Path(tmp)
+        patch = make_patch(wheel, work)
+        times: dict[str, float] = {}
+        times["baseline: wheel unpack + patch + wheel pack"] = baseline(wheel, patch, work)
+        times["ci.patch (verify RECORD, default)"] = timed(
+            [py, "-m", "ci.patch", str(wheel), "--patch", str(patch), "--local-version", LABEL, "-w",
+             str(work / "patched-verify")])
+        times["ci.patch --no-verify"] = timed(
+            [py, "-m", "ci.patch", str(wheel), "--patch", str(patch), "--local-version", LABEL, "--no-verify",
+             "-w", str(work / "patched")])
+        times["ci.check"] = timed([py, "-m", "ci.check", str(wheel), "--limit", "pypi"])
+        if not args.skip_split:
+            times[f"ci.split --limit {args.split_limit}"] = timed(
+                [py, "-m", "ci.split", str(wheel), "--limit", args.split_limit, "-w", str(work / "split")])
+    base = next(iter(times.values()))
+    rows = [{"step": k, "seconds": round(v, 3), "speedup": round(base / v, 1)} for k, v in times.items()]
+    if args.json:
+        from ci.cli import emit_json
+        emit_json({"wheel": wheel.name, "size": wheel.stat().st_size, "results": rows})
+        return 0
+    print(f"wheel: {wheel.name} ({wheel.stat().st_size / 2**20:.1f} MiB), {os.cpu_count()} CPUs")
+    for r in rows:
+        print(f"{r['seconds']:9.2f} s  {r['speedup']:6.1f}x  {r['step']}")
+    print("(speedup = baseline seconds / step seconds; the baseline recompresses every member)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
