@@ -31,7 +31,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from ci.atomic import atomic_path
 from ci.errors import CiError
 from ci.wheelname import WheelName, normalize
 
@@ -303,6 +302,7 @@ def _write_if_changed(path: Path, data: bytes) -> bool:
             return False
     except OSError:
         pass
+    from ci.atomic import atomic_path  # tempfile & co. load only when something is written
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
     return True

@@ -1,0 +1,69 @@
+"""Compile on the host toolchain: what the container engine does, where no container engine runs.
+
+The cached build env supplies the plan's torch; for CUDA builds a CUDA root assembled from the host
+nvcc (or NVIDIA's nvcc wheel) and the nvidia-* wheels stands in for the image's toolkit. The build
+itself is the project's own: scikit-build-core through `python -m build --no-isolation`, with the
+C++ runner built alongside (it stays in the build tree; verify runs it against the installed wheel).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci.errors import Finding
+from ci.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cuda_build_environ, ensure_env,
+                        find_nvcc)
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    wheel: Path  # the unrepaired wheel, as the build backend wrote it
+    build_dir: Path
+    runner: Path | None  # the C++ program, when it was built
+    env: BuildEnv
+    nvcc: Path | None
+    seconds: float
+    log: Path
+
+
+def torch_spec(plan, torch_index_url: str | None = None) -> TorchSpec:
+    return TorchSpec(plan.torch, plan.cuda, torch_index_url or plan.torch_index_url, plan.torch_on_pypi)
+
+
+def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: str | None = None,
+                 log=print) -> CompileResult:
+    """Build the project's wheel for `plan` on this machine; raises Finding if the build fails."""
+    env = ensure_env(torch_spec(plan, torch_index_url), log=log)
+    environ = dict(os.environ)
+    config = ["-C", f"build-dir={work_dir / 'build'}", "-C", "cmake.define.BUILD_RUNNER=ON"]
+    nvcc = None
+    if plan.cuda is not None:
+        nvcc = find_nvcc(env, plan.cuda, log=log)
+        root = assemble_cuda_root(env, nvcc)
+        environ.update(cuda_build_environ(root, plan.arch_list))
+        config += ["-C", f"cmake.define.CUDA_TOOLKIT_ROOT_DIR={root}"]
+        if plan.nvcc_flags:
+            config += ["-C", f"cmake.define.CMAKE_CUDA_FLAGS={' '.join(plan.nvcc_flags)}"]
+    dist = work_dir / "dist"
+    dist.mkdir(parents=True, exist_ok=True)
+    logfile = work_dir / "compile.log"
+    log(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
+        f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
+    start = time.monotonic()
+    with logfile.open("w") as out:
+        proc = subprocess.run(
+            [str(env.python), "-m", "build", "--no-isolation", "--wheel", "-o", str(dist), *config,
+             str(project_dir)],
+            stdout=out, stderr=subprocess.STDOUT, env=environ)
+    seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        tail = [ln for ln in logfile.read_text(errors="replace").splitlines() if ln.strip()][-15:]
+        log("\n".join(tail))
+        raise Finding(f"compile failed after {seconds:.0f} s (full log: {logfile})")
+    wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
+    runner = next((p for p in (work_dir / "build").glob("*_runner") if os.access(p, os.X_OK)), None)
+    return CompileResult(wheels[-1], work_dir / "build", runner, env, nvcc, seconds, logfile)

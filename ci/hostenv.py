@@ -1,0 +1,260 @@
+"""Host build environments: a cached venv holding the plan's torch, and a CUDA root built from wheels.
+
+A host build needs three things a container image would otherwise bring: the right torch build (CPU,
+or the CUDA build matching --cuda), an nvcc of that CUDA version, and the CUDA/cuDNN headers and
+libraries torch's CMake config expects. The venv lives in the cache directory and is reused across
+runs (a stamp file marks it complete); the CUDA root is a directory of symlinks laid over the host
+nvcc (when its version matches) or the nvidia-cuda-nvcc wheel, plus every nvidia-* wheel torch pulled
+in, with the unversioned library links (libcudart.so -> libcudart.so.13) CMake looks for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.parse
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ci.errors import CiError
+
+PYPI = "https://pypi.org/simple"
+# Build tools installed next to torch, pinned by the project's own requirements file.
+BUILD_TOOLS = ("scikit-build-core", "cmake", "ninja", "build", "wheel", "pyelftools", "packaging")
+# The wheel that carries nvcc, per CUDA major (NVIDIA dropped the -cuXX suffix with CUDA 13).
+NVCC_WHEELS = {
+    "12": ("nvidia-cuda-nvcc-cu12", "nvidia-cuda-runtime-cu12", "nvidia-cuda-cccl-cu12"),
+    "13": ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-cccl"),
+}
+
+
+def cache_dir() -> Path:
+    """Where environments and CUDA roots live: $CI_CACHE_DIR, else ~/.cache/cuda-wheel-ci."""
+    base = os.environ.get("CI_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cuda-wheel-ci"
+    return Path(base)
+
+
+@dataclass(frozen=True)
+class TorchSpec:
+    """Which torch to install: version, CUDA variant (None = CPU) and where it comes from."""
+
+    version: str
+    cuda: str | None
+    index_url: str | None  # the PyTorch index for this variant
+    on_pypi: bool  # PyPI's default Linux build of this version is this CUDA variant
+
+    @property
+    def variant(self) -> str:
+        return "cpu" if self.cuda is None else "cu" + self.cuda.replace(".", "")
+
+
+@dataclass(frozen=True)
+class BuildEnv:
+    """A ready venv: its interpreter, site-packages, and what torch it really holds."""
+
+    root: Path
+    python: Path
+    site: Path
+    torch_version: str
+    torch_cuda: str | None
+    requires: list[str]  # torch's Requires-Dist, for the repair stage (cuDNN pin)
+
+    def run(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.python), *args], check=True, **kw)
+
+
+def requirement_pins(names: tuple[str, ...], requirements: Path | None = None) -> list[str]:
+    """The `name==version` lines of requirements-dev.txt for the given names (one source of pins)."""
+    path = requirements or Path(__file__).resolve().parent.parent / "requirements-dev.txt"
+    pins = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line.strip())
+        if m:
+            pins[m.group(1).lower()] = m.group(0)
+    return [pins.get(n, n) for n in names]
+
+
+def reachable(url: str, timeout: float = 5.0) -> bool:
+    """Can we open a TCP connection to the URL's host? A closed network fails at once (DNS), so
+    checking first avoids pip's minutes of retries against an index we cannot reach."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file":
+        return Path(urllib.parse.unquote(parts.path)).exists()
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def torch_pip_args(spec: TorchSpec) -> tuple[list[str], str]:
+    """pip arguments that install exactly this torch variant, and a line saying where it comes from.
+
+    Prefers the PyTorch index of the variant; when that is unreachable, falls back to PyPI where
+    PyPI's default build is this variant (cu130 for 2.13.0), and for CPU builds to pip's own
+    configuration (a mirror or find-links); the installed build is checked afterwards either way.
+    """
+    req = f"torch=={spec.version}"
+    if spec.index_url and reachable(spec.index_url):
+        return ["--isolated", "--index-url", spec.index_url, "--extra-index-url", PYPI, req], spec.index_url
+    if spec.cuda is not None and spec.on_pypi:
+        return ["--isolated", req], f"PyPI (its default Linux build of torch {spec.version} is {spec.variant})"
+    if spec.cuda is None:
+        return [req], "pip's configured indexes (the PyTorch CPU index is unreachable)"
+    raise CiError(
+        f"torch {spec.version} for CUDA {spec.cuda} is only on {spec.index_url}, which is unreachable "
+        f"from here; pass --torch-index-url with a mirror"
+    )
+
+
+def _torch_info(python: Path) -> dict:
+    code = (
+        "import json, importlib.metadata as m, torch, sysconfig;"
+        "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda,"
+        "'site': sysconfig.get_paths()['purelib'], 'requires': m.requires('torch') or []}))"
+    )
+    out = subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def ensure_env(spec: TorchSpec, *, log=print) -> BuildEnv:
+    """Create (or reuse) the cached build venv for this torch variant and this Python."""
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
+    root = cache_dir() / "envs" / f"torch-{spec.version}-{spec.variant}-{tag}"
+    stamp = root / ".complete.json"
+    python = root / "bin" / "python"
+    if stamp.exists():
+        info = json.loads(stamp.read_text())
+        return BuildEnv(root, python, Path(info["site"]), info["version"], info["cuda"], info["requires"])
+    args, source = torch_pip_args(spec)
+    log(f"creating build environment {root} (torch {spec.version} {spec.variant} from {source})")
+    shutil.rmtree(root, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, *args], check=True)
+    subprocess.run([*pip, *requirement_pins(BUILD_TOOLS)], check=True)
+    info = _torch_info(python)
+    got_cuda = info["cuda"]
+    want = spec.cuda
+    if (want is None) != (got_cuda is None) or (want and not got_cuda.startswith(want)):
+        shutil.rmtree(root, ignore_errors=True)
+        raise CiError(
+            f"{source} gave torch {info['version']} (CUDA {got_cuda or 'none'}), not the "
+            f"{spec.variant} build; pass --torch-index-url for the {spec.variant} index or a mirror"
+        )
+    stamp.write_text(json.dumps(info))
+    return BuildEnv(root, python, Path(info["site"]), info["version"], info["cuda"], info["requires"])
+
+
+# --- nvcc and the CUDA root -------------------------------------------------------------------
+
+
+def nvcc_version(nvcc: Path) -> str | None:
+    """'13.0' from `nvcc --version`, None if it does not run."""
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+def real_nvcc(nvcc: Path) -> Path:
+    """The nvcc binary behind wrappers and symlinks: nvcc reports its own directory as _HERE_."""
+    proc = subprocess.run([str(nvcc), "--dryrun", "-E", "-x", "cu", os.devnull], capture_output=True, text=True)
+    m = re.search(r"^#\$ _HERE_=(.+)$", proc.stderr + proc.stdout, re.M)
+    return Path(m.group(1).strip()) / "nvcc" if m else nvcc.resolve()
+
+
+def host_nvcc() -> Path | None:
+    """nvcc from CUDA_HOME, PATH or /usr/local/cuda, in that order."""
+    candidates = [Path(os.environ[v]) / "bin" / "nvcc" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    if found := shutil.which("nvcc"):
+        candidates.append(Path(found))
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    return next((c for c in candidates if c.exists()), None)
+
+
+def find_nvcc(env: BuildEnv, cuda: str, *, log=print) -> Path:
+    """The host nvcc if it is this CUDA version, else nvcc from NVIDIA's wheel in the build env."""
+    host = host_nvcc()
+    if host is not None and nvcc_version(host) == cuda:
+        return real_nvcc(host)
+    in_env = sorted(env.site.glob("nvidia/*/bin/nvcc")) + sorted(env.site.glob("nvidia/cuda_nvcc/bin/nvcc"))
+    for cand in in_env:
+        if nvcc_version(cand) == cuda:
+            return cand
+    major = cuda.split(".")[0]
+    wheels = NVCC_WHEELS.get(major)
+    have = f"host nvcc is {nvcc_version(host)}" if host else "no host nvcc"
+    if wheels is None:
+        raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and no nvcc wheel is known for CUDA {major}")
+    log(f"{have}; installing nvcc {cuda} from {wheels[0]}")
+    reqs = [f"{w}=={cuda}.*" for w in wheels]
+    proc = subprocess.run([str(env.python), "-m", "pip", "install", "--quiet", "--isolated", *reqs],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and pip could not install {reqs[0]}")
+    for cand in sorted(env.site.glob("nvidia/*/bin/nvcc")):
+        if nvcc_version(cand) == cuda:
+            return cand
+    raise CiError(f"no nvcc obtainable for CUDA {cuda}: {wheels[0]} installed no working nvcc {cuda}")
+
+
+def _link_entries(src: Path, dest: Path) -> None:
+    """Symlink every entry of src into dest unless dest already has that name (first wins)."""
+    if not src.is_dir():
+        return
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(src.iterdir()):
+        target = dest / entry.name
+        if not target.exists() and not target.is_symlink():
+            target.symlink_to(entry.resolve())
+
+
+def assemble_cuda_root(env: BuildEnv, nvcc: Path) -> Path:
+    """A CUDA_HOME-shaped tree: nvcc's own toolkit first, then every nvidia-* wheel in the env.
+
+    Rebuilt each time (it is only symlinks, so it costs milliseconds and never goes stale).
+    """
+    home = nvcc.parent.parent
+    root = env.root / "cuda-root"
+    shutil.rmtree(root, ignore_errors=True)
+    _link_entries(home / "bin", root / "bin")
+    for name in ("nvvm", "share"):
+        if (home / name).is_dir():
+            (root / name).symlink_to((home / name).resolve())
+    wheel_dirs = sorted(p for p in (env.site / "nvidia").glob("*") if p.is_dir())
+    for src in [home, *wheel_dirs]:
+        _link_entries(src / "include", root / "include")
+        for lib in ("lib64", "lib"):
+            _link_entries(src / lib, root / "lib64")
+    # CMake and the linker look for unversioned names; wheels ship only libfoo.so.N.
+    for lib in sorted((root / "lib64").glob("lib*.so.*")):
+        plain = lib.parent / (lib.name.split(".so.")[0] + ".so")
+        if not plain.exists():
+            plain.symlink_to(lib.resolve())
+    (root / "lib").symlink_to("lib64")
+    return root
+
+
+def cuda_build_environ(root: Path, arch_list: str) -> dict[str, str]:
+    """Environment variables that point CMake, torch's CMake config and nvcc at the CUDA root."""
+    return {
+        "CUDA_HOME": str(root),
+        "CUDA_PATH": str(root),
+        "CUDACXX": str(root / "bin" / "nvcc"),
+        "CUDAToolkit_ROOT": str(root),
+        "TORCH_CUDA_ARCH_LIST": arch_list,
+        "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def describe(env: BuildEnv) -> dict:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(env).items()}

