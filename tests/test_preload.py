@@ -335,3 +335,120 @@ def test_top_package_choice():
     assert top_package(["only/__init__.py", "x-1.dist-info/METADATA"], "other") == "only"
     with pytest.raises(CiError, match="cannot tell which package"):
         top_package(names, "other")
+
+
+# --- the real nvidia cu13 wheels and the CUDA torch 2.13.0 wheel, each in its own directory -------------
+# Fetched once (pip download --isolated) and unpacked once into ~/.cache/cuda-wheel-ci/, keyed by file name.
+
+CUSOLVER_STACK = ("nvidia-cublas", "nvidia-cusparse", "nvidia-nvjitlink", "nvidia-cusolver")
+
+
+@pytest.fixture(scope="module")
+def cusolver_sites() -> dict[str, Path]:
+    from tests._elfbuild import NVIDIA_WHEELS, cached_install, cached_wheel
+
+    return {d: cached_install(cached_wheel(d, NVIDIA_WHEELS[d])) for d in CUSOLVER_STACK}
+
+
+def test_real_cusolver_loads_per_package_only_with_preload(cusolver_sites, tmp_path):
+    sites = list(cusolver_sites.values())
+    lib = cusolver_sites["nvidia-cusolver"] / "nvidia/cu13/lib/libcusolver.so.12"
+    naive = run_python(f"import ctypes; ctypes.CDLL({str(lib)!r})", sites)
+    assert naive.returncode != 0 and "cannot open shared object file" in naive.stderr
+    assert any(f"{dep}: cannot open" in naive.stderr for dep in (
+        "libcublas.so.13", "libcublasLt.so.13", "libcusparse.so.12", "libnvJitLink.so.13"))
+    by_soname = run_python("import ctypes; ctypes.CDLL('libcusolver.so.12')", sites)
+    assert by_soname.returncode != 0
+
+    order = preload_order(["libcusolver.so.12"], sites)
+    names = [p.soname for p in order]
+    assert names[-1] == "libcusolver.so.12"
+    assert set(names[:-1]) == {"libcublas.so.13", "libcublasLt.so.13", "libcusparse.so.12", "libnvJitLink.so.13"}
+    assert names.index("libcublasLt.so.13") < names.index("libcublas.so.13")
+    assert names.index("libnvJitLink.so.13") < names.index("libcusparse.so.12")
+    assert {p.distribution for p in order} == set(CUSOLVER_STACK)
+
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    (gen / "cu_preload.py").write_text(runtime_source(order))
+    ok = run_python("import ctypes, cu_preload; cu_preload.preload(); ctypes.CDLL('libcusolver.so.12'); print('ok')",
+                    [gen, *sites])
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == "ok"
+
+
+@pytest.fixture(scope="module")
+def torch_sites() -> dict[str, object]:
+    from tests._elfbuild import NVIDIA_WHEELS, TORCH, TORCH_PURE_DEPS, cached_install, cached_wheel
+
+    wheel = cached_wheel(*TORCH)
+    return {"wheel": wheel, "torch": cached_install(wheel),
+            "nvidia": [cached_install(cached_wheel(d, v)) for d, v in NVIDIA_WHEELS.items()],
+            "pure": [cached_install(cached_wheel(d, v)) for d, v in TORCH_PURE_DEPS.items()]}
+
+
+# Records every ctypes.CDLL (an audit event) while importing torch, then a tensor op, and which
+# files the process has mapped for libcudart.so.13.
+IMPORT_TORCH = """
+import json, sys
+opened = []
+sys.addaudithook(lambda event, args: opened.append(str(args[0])) if event == "ctypes.dlopen" else None)
+import torch
+cudart = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libcudart.so" in line})
+print(json.dumps({"version": torch.__version__, "cuda": torch.version.cuda,
+                  "sum": torch.ones(3).sum().item(), "dlopen": opened, "cudart": cudart}))
+"""
+
+
+def _import_torch(paths) -> dict:
+    r = run_python(IMPORT_TORCH, paths)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _system_has_cudart() -> bool:
+    """A CUDA toolkit registered with ldconfig (or on LD_LIBRARY_PATH) provides libcudart.so.13."""
+    return run_python("import ctypes; ctypes.CDLL('libcudart.so.13')").returncode == 0
+
+
+def test_real_torch_per_package_copes_on_its_own(torch_sites):
+    """Finding (torch 2.13.0+cu130): `import torch` already works per package: its hand-written
+    _preload_cuda_deps() searches every sys.path entry for nvidia/cu13/lib. It runs only after
+    libtorch_global_deps.so is opened, though: if the system has a libcudart.so.13 (a CUDA toolkit
+    in ld.so.cache), that one is loaded first and the wheel's becomes a second copy in the process;
+    otherwise the first open fails and torch retries after its preload."""
+    out = _import_torch([torch_sites["torch"], *torch_sites["nvidia"], *torch_sites["pure"]])
+    assert (out["version"], out["cuda"], out["sum"]) == ("2.13.0+cu130", "13.0", 3.0)
+    opened = out["dlopen"]
+    first = next(i for i, p in enumerate(opened) if p.endswith("/libtorch_global_deps.so"))
+    assert any(p.endswith("nvidia/cu13/lib/libcudart.so.13") for p in opened[first + 1:])
+    wheel_cudart = [p for p in out["cudart"] if "/nvidia/cu13/lib/" in p]
+    assert len(wheel_cudart) == 1
+    if _system_has_cudart():
+        assert len(out["cudart"]) == 2, out["cudart"]  # the system's and the wheel's
+    else:
+        assert [p.endswith("/libtorch_global_deps.so") for p in opened].count(True) == 2
+
+
+def test_real_torch_per_package_with_injected_preload(torch_sites, tmp_path):
+    """With our preload injected, every CUDA library is loaded from the wheels, in ELF order, before
+    torch opens libtorch_global_deps.so; that then loads at the first attempt, and the process has
+    one libcudart (the wheel's) even where the system has another."""
+    out_dir = tmp_path / "out"
+    r = cli(*torch_sites["nvidia"], "--inject", torch_sites["wheel"], "-w", out_dir, "--json")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    order = [p["soname"] for p in result["order"]]
+    assert order.index("libcublasLt.so.13") < order.index("libcublas.so.13") < order.index("libcusolver.so.12")
+    assert {"libcudart.so.13", "libcudnn.so.9", "libnccl.so.2", "libnvshmem_host.so.3"} <= set(order)
+    assert not any(p["distribution"] == "torch" for p in result["order"])
+
+    site = install_alone(Path(result["wheel"]), tmp_path / "torch")
+    out = _import_torch([site, *torch_sites["nvidia"], *torch_sites["pure"]])
+    assert (out["version"], out["sum"]) == ("2.13.0+cu130", 3.0)
+    opened = out["dlopen"]
+    global_deps = [i for i, p in enumerate(opened) if p.endswith("/libtorch_global_deps.so")]
+    assert len(global_deps) == 1
+    ours = [p.rsplit("/", 1)[-1] for p in opened[:global_deps[0]] if "/nvidia/" in p]
+    assert ours == order  # every library was loaded by the injected preload, in its order
+    assert len(out["cudart"]) == 1 and "/nvidia/cu13/lib/" in out["cudart"][0]
