@@ -45,6 +45,26 @@ def ensure_image(plan: Plan) -> None:
         image.build(plan.cuda, manylinux=plan.manylinux)
 
 
+def project_files(project_dir: Path) -> list[Path]:
+    """What goes into the container: git's tracked and unignored files (not .venv, build trees, wheels).
+
+    cibuildwheel copies its whole working directory into the container, so it runs from a copy of these."""
+    r = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=project_dir,
+                       capture_output=True)
+    if r.returncode == 0:
+        return [Path(f) for f in r.stdout.decode().split("\0") if f and (project_dir / f).is_file()]
+    skip = {".git", ".venv", "build", "dist", "wheelhouse", "__pycache__"}
+    return [p.relative_to(project_dir) for p in project_dir.rglob("*")
+            if p.is_file() and not skip & set(p.relative_to(project_dir).parts)]
+
+
+def stage_project(project_dir: Path, dest: Path) -> Path:
+    for rel in project_files(project_dir):
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(project_dir / rel, dest / rel)
+    return dest
+
+
 def cibuildwheel_command(project_dir: Path, output_dir: Path) -> list[str]:
     return [sys.executable, "-m", "cibuildwheel", "--platform", "linux", "--output-dir", str(output_dir),
             str(project_dir)]
@@ -63,9 +83,10 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path) -> list[Path]:
     env = {**os.environ, **plan.environment}
     staging = Path(tempfile.mkdtemp(prefix=".cibuildwheel-", dir=wheel_dir))
     try:
-        # cibuildwheel copies its working directory into the container: run it from the project.
-        proc = subprocess.run(cibuildwheel_command(project_dir, staging), cwd=project_dir, env=env,
-                              stdout=sys.stderr, stderr=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="cibw-project-") as tmp:
+            source = stage_project(project_dir, Path(tmp))
+            proc = subprocess.run(cibuildwheel_command(source, staging), cwd=source, env=env,
+                                  stdout=sys.stderr, stderr=sys.stderr)
         if proc.returncode != 0:
             raise Finding(f"cibuildwheel failed with exit status {proc.returncode} (its output is above)")
         built = sorted(staging.glob("*.whl"))

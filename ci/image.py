@@ -93,6 +93,18 @@ def undefined_references(instrs: list[Instruction]) -> list[str]:
     return bad
 
 
+def check_build_args(instrs: list[Instruction], build_args: dict[str, str], what: str) -> None:
+    """Every ARG without a default is passed, and nothing is passed that no ARG declares."""
+    declared = declared_args(instrs)
+    missing = [a for a, default in declared.items() if default is None and a not in build_args]
+    unknown = [a for a in build_args if a not in declared]
+    if missing or unknown:
+        raise CiError(f"{what}: missing {', '.join(missing) or 'none'}, undeclared {', '.join(unknown) or 'none'}")
+    bad = undefined_references(instrs)
+    if bad:
+        raise CiError(f"{what}: {'; '.join(bad)}")
+
+
 @dataclass(frozen=True)
 class ImageSpec:
     cuda: str
@@ -119,12 +131,7 @@ def spec(cuda: str, manylinux: str | None = None, registry: str | None = None) -
     img = ours[0]
     dockerfile = DOCKER_DIR / matrix.our_dockerfile
     instrs = parse_dockerfile(dockerfile.read_text(), dockerfile.name)
-    declared = declared_args(instrs)
-    missing = [a for a, default in declared.items() if default is None and a not in img.build_args]
-    unknown = [a for a in img.build_args if a not in declared]
-    if missing or unknown:
-        raise CiError(f"matrix build args for {img.name} do not fit {dockerfile.name}: "
-                      f"missing {missing or 'none'}, undeclared {unknown or 'none'}")
+    check_build_args(instrs, img.build_args, f"matrix build args for {img.name} do not fit {dockerfile.name}")
     tag = f"{matrix.our_image_repo}/{img.name}"
     if registry:
         tag = f"{registry.rstrip('/')}/{tag}"

@@ -1,0 +1,176 @@
+"""Our docker/ images and the container engine: Dockerfiles parse and fit the matrix, `ci.image` refuses
+clearly without Docker, and (where an engine responds) a real cibuildwheel build in a container."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ci import container, engine, image
+from ci import matrix as mx
+from ci import plan as pl
+from ci.errors import CiError
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILES = sorted(p for p in (ROOT / "docker").iterdir() if "Dockerfile" in p.name)
+OURS = [(r, i) for r in mx.rows() for i in r.images if i.origin == "ours"]
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=[p.name for p in DOCKERFILES])
+def test_dockerfiles_parse(path: Path):
+    instrs = image.parse_dockerfile(path.read_text(), path.name)
+    assert instrs[0].keyword in ("ARG", "FROM")
+    assert image.undefined_references(instrs) == []
+
+
+@pytest.mark.parametrize("row,img", OURS, ids=[r.version for r, _ in OURS])
+def test_our_images_fit_their_row(row: mx.CudaRow, img: mx.Image):
+    s = image.spec(row.version, img.manylinux)  # checks the build args against the Dockerfile's ARGs
+    assert s.buildargs["CUDA_VERSION"] == row.full_version
+    assert s.buildargs["CUDA_PKG"] == row.version.replace(".", "-")
+    assert int(s.buildargs["GCC_TOOLSET"]) == img.gcc <= row.gcc_max  # the image respects nvcc's ceiling
+    assert s.buildargs["CUDNN_PKG"].endswith(f"-cuda-{row.version.split('.')[0]}")
+    assert s.tag.endswith(img.name) and img.manylinux == "manylinux_2_28"
+
+
+def test_cu118_abi_image_is_ours():
+    """torch >= 2.7 on CUDA 11.8: manylinux_2_28 + gcc-toolset-11, built from docker/."""
+    s = image.spec("11.8")
+    assert s.manylinux == "manylinux_2_28" and s.buildargs["GCC_TOOLSET"] == "11"
+
+
+@pytest.mark.parametrize("text,message", [
+    ("FROM x\nRUNN echo\n", r"Dockerfile:2: unknown instruction 'RUNN'"),
+    ("FROM x\nRUN echo \\\n", r"ends inside a line continuation"),
+    ("RUN echo\n", r"the first instruction after the global ARGs must be FROM"),
+    ("ARG A\n", r"must be FROM"),
+    ("FROM x\nENV\n", r"Dockerfile:2: ENV has no arguments"),
+])
+def test_bad_dockerfiles_are_one_error(text, message):
+    with pytest.raises(CiError, match=message):
+        image.parse_dockerfile(text)
+
+
+def test_continuations_and_comments():
+    instrs = image.parse_dockerfile("# c\nARG B=img\nFROM ${B}\nRUN a \\\n# inner comment\n  && b\nENV X=1 \\\n  Y=2\nENV Z=$X\n")
+    assert [(i.keyword, i.args, i.line) for i in instrs] == [
+        ("ARG", "B=img", 2), ("FROM", "${B}", 3), ("RUN", "a && b", 4), ("ENV", "X=1 Y=2", 7), ("ENV", "Z=$X", 9)]
+    assert image.undefined_references(instrs) == []
+
+
+def test_build_args_must_match_the_dockerfile():
+    instrs = image.parse_dockerfile("FROM x\nARG NEED\nARG OPT=1\nLABEL v=${NEED}\n")
+    image.check_build_args(instrs, {"NEED": "a"}, "t")
+    with pytest.raises(CiError, match="missing NEED, undeclared none"):
+        image.check_build_args(instrs, {"OPT": "2"}, "t")
+    with pytest.raises(CiError, match="missing none, undeclared EXTRA"):
+        image.check_build_args(instrs, {"NEED": "a", "EXTRA": "b"}, "t")
+    undefined = image.parse_dockerfile("FROM x\nLABEL v=${NOPE}\n")
+    with pytest.raises(CiError, match=r"line 2: LABEL uses \$NOPE"):
+        image.check_build_args(undefined, {}, "t")
+
+
+@pytest.fixture
+def closed_docker(monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{port}")
+    return {**os.environ, "DOCKER_HOST": f"tcp://127.0.0.1:{port}"}
+
+
+def run_image(*args: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ci.image", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=env)
+
+
+def test_image_dry_run_json():
+    r = run_image("build", "--cuda", "11.8", "--dry-run", "--json", "--push", "ghcr.io/acme")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["tag"] == "ghcr.io/acme/cuda-wheel-ci/manylinux_2_28_x86_64_cuda_11.8"
+    assert data["buildargs"]["GCC_TOOLSET"] == "11" and data["dockerfile"] == "manylinux-cuda.Dockerfile"
+
+
+def test_image_list():
+    r = run_image("list", "--json")
+    assert r.returncode == 0
+    assert [d["cuda"] for d in json.loads(r.stdout)] == [r.version for r, _ in OURS]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["build", "--cuda", "12.9", "--dry-run"], "CUDA 12.9 has no image of ours to build (it uses public images: quay.io"),
+    (["build", "--cuda", "10.2", "--dry-run"], "unsupported CUDA version '10.2'"),
+    (["build", "--cuda", "11.8", "--manylinux", "manylinux2014", "--dry-run"], "no image of ours for manylinux2014"),
+    (["build", "--cuda", "11.8"], "building images needs Docker: Docker does not respond"),
+    (["build"], "the following arguments are required: --cuda"),
+])
+def test_image_bad_input_is_one_line_exit_2(closed_docker, args, message):
+    r = run_image(*args, env=closed_docker)
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and message in r.stderr, r.stderr
+
+
+def test_compile_refuses_a_host_plan(tmp_path):
+    plan = pl.make_plan(cuda=None, engine="host", project_dir=ROOT)
+    with pytest.raises(CiError, match="cannot run a host plan"):
+        container.compile(plan, tmp_path, ROOT)
+
+
+def test_cibuildwheel_command_runs_from_the_project():
+    cmd = container.cibuildwheel_command(ROOT, Path("/out"))
+    assert cmd[1:] == ["-m", "cibuildwheel", "--platform", "linux", "--output-dir", "/out", str(ROOT)]
+
+
+# ------------------------------------------------------------------ end to end, where an engine responds
+
+def _engine_or_skip() -> str:
+    found = engine.detect()
+    if found is None:
+        reasons = "; ".join(f"{n}: {p()}" for n, p in engine.PROBES.items())
+        pytest.skip(f"no container engine responds ({reasons})")
+    return found
+
+
+def _wheel_names(wheels: list[Path]) -> list[str]:
+    return [w.name for w in wheels]
+
+
+@pytest.mark.parametrize("cuda", [None, "12.9"], ids=["cpu", "cu129-public-image"])
+def test_end_to_end_container_build(tmp_path, cuda):
+    """cibuildwheel in a real container: wheels land in the wheel dir, repaired to the image's policy."""
+    found = _engine_or_skip()
+    project = pl.Project.read(ROOT)
+    plan = pl.make_plan(cuda=cuda, engine=found, project_dir=ROOT)
+    out = tmp_path / "wheelhouse"
+    wheels = container.compile(plan, out, ROOT)
+    assert wheels and all(w.parent == out and w.exists() for w in wheels)
+    assert sorted(p.name for p in out.iterdir()) == sorted(_wheel_names(wheels))  # no staging left behind
+    for w in wheels:
+        assert w.name.startswith(project.name.replace("-", "_") + "-")
+        assert f"{plan.manylinux}_x86_64" in w.name
+        with zipfile.ZipFile(w) as z:
+            meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+            assert f"Requires-Dist: torch=={plan.torch}" in z.read(meta).decode()
+
+
+def test_container_gets_the_project_without_venv_or_build_trees():
+    files = {str(p) for p in container.project_files(ROOT)}
+    assert {"pyproject.toml", "ci/repair.py", "ci/plan.py", "ci/matrix.toml"} <= files  # ci.repair runs inside
+    assert not any(f.startswith((".venv/", ".git/", "build/")) or "__pycache__" in f for f in files)
+
+
+def test_project_outside_git_is_staged_without_venv(tmp_path):
+    src = tmp_path / "src"
+    for rel in ("pyproject.toml", "ci/x.py", ".venv/bin/python", "build/cp311/a.o"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(rel)
+    dest = container.stage_project(src, tmp_path / "dest")
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == ["ci/x.py", "pyproject.toml"]
