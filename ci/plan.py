@@ -67,6 +67,7 @@ class Project:
     requires_python: str
     build_requires: list[str]
     cibw_build: list[str]  # [tool.cibuildwheel] build selectors
+    py_api: str = ""  # [tool.scikit-build] wheel.py-api ("py3": one wheel serves every Python)
 
     @classmethod
     def read(cls, project_dir: Path) -> "Project":
@@ -82,13 +83,21 @@ class Project:
             raise CiError(f"{path} has no [project] name")
         build = data.get("tool", {}).get("cibuildwheel", {}).get("build", "")
         selectors = build.split() if isinstance(build, str) else list(build)
+        py_api = data.get("tool", {}).get("scikit-build", {}).get("wheel", {}).get("py-api", "")
         return cls(name, data["project"].get("requires-python", ""),
-                   list(data.get("build-system", {}).get("requires", [])), selectors)
+                   list(data.get("build-system", {}).get("requires", [])), selectors, py_api)
 
     def default_python(self) -> list[str]:
         """Pythons named by [tool.cibuildwheel] build (cp311-... -> 3.11); the op wheel is py3, so one."""
         found = [f"{m[1]}.{m[2]}" for s in self.cibw_build if (m := re.match(r"cp(3)(\d+)-", s))]
         return found or ["3.11"]
+
+
+def python_notes(project: Project, pythons: list[str]) -> list[str]:
+    if project.py_api.startswith("py3") and len(pythons) > 1:
+        return [f"the wheel is {project.py_api} (pyproject wheel.py-api): cibuildwheel builds it once, for "
+                f"Python {pythons[0]}, and reuses it for {', '.join(pythons[1:])}"]
+    return []
 
 
 def identifier(python: str) -> str:
@@ -269,7 +278,8 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
     return Plan(cuda=cuda, torch=build.version, torch_index_url=row.torch_index_url, torch_on_pypi=build.on_pypi,
                 cudnn_requirement=build.cudnn, image=ref, manylinux=image.manylinux, arch_list=archs,
                 python=pythons, identifiers=identifiers, environment=env, engine=resolved,
-                nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max, notes=notes + engine_notes,
+                nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
+                notes=notes + python_notes(project, pythons) + engine_notes,
                 image_origin=image.origin, engine_requested=engine)
 
 
@@ -289,7 +299,8 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
                       cuda=None, arch_list="", nvcc_flags=[])
     return Plan(cuda=None, torch=version, torch_index_url=matrix.cpu_index_url, torch_on_pypi=False,
                 cudnn_requirement=None, image=None, manylinux=line.manylinux, arch_list="", python=pythons,
-                identifiers=identifiers, environment=env, engine=resolved, notes=notes, engine_requested=engine)
+                identifiers=identifiers, environment=env, engine=resolved,
+                notes=python_notes(project, pythons) + notes, engine_requested=engine)
 
 
 def format_plan(plan: Plan) -> str:

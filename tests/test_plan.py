@@ -193,3 +193,9 @@ def test_cli_bad_input_is_one_line_exit_2(args):
     r = run_cli(*args)
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("ci.plan: error: ")
+
+
+def test_py3_wheel_notes_that_one_build_serves_every_python():
+    plan = plan_for("13.0", python=["3.12", "3.10"])
+    assert plan.python == ["3.10", "3.12"]
+    assert any("builds it once, for Python 3.10, and reuses it for 3.12" in n for n in plan.notes)
