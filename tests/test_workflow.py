@@ -127,8 +127,12 @@ def test_artifacts_and_summary(workflow):
     job = workflow["jobs"]["wheels"]
     upload = uses(job, "actions/upload-artifact")
     assert upload and "wheelhouse/*.whl" in upload[0]["with"]["path"]
+    assert "wheelhouse/report.*" in upload[0]["with"]["path"]  # ci.build writes report.json/.md into -w
+    build = next(s for s in job["steps"] if s.get("name") == "Build")
+    assert "-w wheelhouse" in build["run"]
+    # ci.report appends report.md to the job summary itself; a failed run before it still leaves a line
     summary = next(s for s in job["steps"] if "GITHUB_STEP_SUMMARY" in s.get("run", ""))
-    assert summary.get("if") == "always()"
+    assert summary.get("if") == "failure()"
 
 
 def test_publish_on_tags_with_secrets(workflow):
