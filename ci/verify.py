@@ -72,14 +72,18 @@ def run_runner(runner: Path, model: str, library: str, torch_lib: str) -> str:
     return "ok"
 
 
-def verify(wheel: Path, torch_site: Path, *, runner: Path | None = None, log=print) -> VerifyResult:
-    """Install `wheel` into a fresh venv layered over `torch_site` and run every check."""
+def verify(wheel: Path, torch_site: Path, *, runner: Path | None = None, find_links: list[Path] = (),
+           log=print) -> VerifyResult:
+    """Install `wheel` into a fresh venv layered over `torch_site` and run every check.
+
+    `find_links`: directories holding the wheels it may require besides torch's (split companions)."""
     name = WheelName.parse(wheel.name)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ci-verify-") as tmp:
         tmp = Path(tmp)
         python = fresh_venv(tmp / "venv", torch_site)
-        proc = pip_install(python, "--no-index", str(wheel))
+        links = [arg for d in find_links for arg in ("--find-links", str(d))]
+        proc = pip_install(python, "--no-index", *links, str(wheel))
         if proc.returncode != 0:
             reason = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln] or proc.stderr.splitlines()[-1:]
             return VerifyResult(wheel.name, False, {"install": f"FAILED: {reason[0] if reason else ''}"})
