@@ -68,6 +68,7 @@ class Project:
     build_requires: list[str]
     cibw_build: list[str]  # [tool.cibuildwheel] build selectors
     py_api: str = ""  # [tool.scikit-build] wheel.py-api ("py3": one wheel serves every Python)
+    pins: dict[str, str] = field(default_factory=dict)  # requirements-dev.txt `name==version` pins
 
     @classmethod
     def read(cls, project_dir: Path) -> "Project":
@@ -85,12 +86,32 @@ class Project:
         selectors = build.split() if isinstance(build, str) else list(build)
         py_api = data.get("tool", {}).get("scikit-build", {}).get("wheel", {}).get("py-api", "")
         return cls(name, data["project"].get("requires-python", ""),
-                   list(data.get("build-system", {}).get("requires", [])), selectors, py_api)
+                   list(data.get("build-system", {}).get("requires", [])), selectors, py_api,
+                   read_pins(Path(project_dir) / "requirements-dev.txt"))
+
+    def pinned(self, requirement: str) -> str:
+        """A requirement with the version requirements-dev.txt pins for it, when it pins one."""
+        name = re.split(r"[\s<>=!~;\[]", requirement.strip(), maxsplit=1)[0]
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        return f"{name}=={self.pins[key]}" if key in self.pins else requirement.strip()
 
     def default_python(self) -> list[str]:
         """Pythons named by [tool.cibuildwheel] build (cp311-... -> 3.11); the op wheel is py3, so one."""
         found = [f"{m[1]}.{m[2]}" for s in self.cibw_build if (m := re.match(r"cp(3)(\d+)-", s))]
         return found or ["3.11"]
+
+
+def read_pins(path: Path) -> dict[str, str]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    pins = {}
+    for line in lines:
+        m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)", line)
+        if m:
+            pins[re.sub(r"[-_.]+", "-", m[1]).lower()] = m[2]
+    return pins
 
 
 def python_notes(project: Project, pythons: list[str]) -> list[str]:
@@ -171,10 +192,18 @@ def _choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None) -> mx.T
     return build
 
 
+# The build runs with `build --no-isolation` (torch must be the pinned one), so the build venv gets what
+# isolation would have added: cmake and ninja for scikit-build-core. ci.repair runs `python -m auditwheel`
+# from that venv, and manylinux images keep auditwheel in a venv of its own: install it (and its ELF
+# reader) there too.
+BUILD_VENV_TOOLS = ("cmake", "ninja", "auditwheel", "pyelftools")
+
+
 def _before_build(project: Project, torch_req: str, index_url: str | None, cudnn: str | None) -> str:
     """Install the pinned torch from its index first, then cuDNN and the other build deps from PyPI."""
     torch_cmd = ["pip", "install", torch_req] + (["--index-url", index_url] if index_url else [])
-    rest = [r for r in project.build_requires if not re.match(r"^torch\b", r.strip())]
+    rest = [project.pinned(r) for r in project.build_requires if not re.match(r"^torch\b", r.strip())]
+    rest += [project.pinned(t) for t in BUILD_VENV_TOOLS]
     rest += [cudnn] if cudnn else []
     cmds = [torch_cmd] + ([["pip", "install", *rest]] if rest else [])
     return " && ".join(shlex.join(c) for c in cmds)

@@ -199,3 +199,13 @@ def test_py3_wheel_notes_that_one_build_serves_every_python():
     plan = plan_for("13.0", python=["3.12", "3.10"])
     assert plan.python == ["3.10", "3.12"]
     assert any("builds it once, for Python 3.10, and reuses it for 3.12" in n for n in plan.notes)
+
+
+def test_before_build_installs_the_no_isolation_build_and_repair_tools():
+    """`build --no-isolation` and `python -m ci.repair` (which runs auditwheel) both use the build venv."""
+    pins = pl.read_pins(ROOT / "requirements-dev.txt")
+    plan = plan_for("12.8")
+    words = shlex.split(plan.environment["CIBW_BEFORE_BUILD_LINUX"].split("&&")[1])
+    for tool in ("cmake", "ninja", "auditwheel", "pyelftools", "scikit-build-core"):
+        assert f"{tool}=={pins[tool]}" in words
+    assert not any(w.startswith("torch") for w in words)  # torch comes only from its index, first
