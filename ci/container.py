@@ -35,8 +35,14 @@ def require_engine(plan: Plan) -> None:
 
 
 def ensure_image(plan: Plan) -> None:
-    """Our docker/ images are built on first use (ci.image); public ones are pulled by cibuildwheel."""
-    if plan.image_origin != "ours" or plan.cuda is None or plan.engine != "docker":
+    """Our docker/ images are built on first use (ci.image, Docker SDK); public ones cibuildwheel pulls."""
+    if plan.image_origin != "ours" or plan.cuda is None:
+        return
+    if plan.engine == "podman":
+        # ci.image builds through the Docker SDK; Podman needs the image already there (or in a registry).
+        if subprocess.run(["podman", "image", "exists", plan.image]).returncode != 0:
+            raise CiError(f"{plan.image} is not in Podman's store: build it with `python -m ci.image build --cuda "
+                          f"{plan.cuda} --push REGISTRY` and set CI_IMAGE_REGISTRY=REGISTRY")
         return
     from ci import image
 
