@@ -46,6 +46,8 @@ def ensure_image(plan: Plan) -> None:
         return
     from ci import image
 
+    if plan.image != image.spec(plan.cuda, plan.manylinux).tag:
+        return  # a registry copy (CI_IMAGE_REGISTRY): cibuildwheel pulls it
     if not image.exists(plan.image):
         print(f"ci.container: {plan.image} is not built yet; building it from docker/", file=sys.stderr)
         image.build(plan.cuda, manylinux=plan.manylinux)
