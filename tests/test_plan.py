@@ -209,3 +209,18 @@ def test_before_build_installs_the_no_isolation_build_and_repair_tools():
     for tool in ("cmake", "ninja", "auditwheel", "pyelftools", "scikit-build-core"):
         assert f"{tool}=={pins[tool]}" in words
     assert not any(w.startswith("torch") for w in words)  # torch comes only from its index, first
+
+
+def test_no_fitting_image_is_refused_with_the_reason():
+    """A row whose only image is a manylinux2014 devtoolset one cannot build a cxx11-ABI torch."""
+    text = mx.MATRIX_FILE.read_text()
+    m = mx.parse(text)
+    row = m.row("11.8")
+    only_2014 = dataclasses.replace(row, images=tuple(i for i in row.images if i.manylinux == "manylinux2014"))
+    with pytest.raises(CiError, match=r"no build image for CUDA 11\.8 \+ torch 2\.7\.1: it needs a manylinux_2_28 "
+                                      r"image with GCC <= 11 that emits the cxx11 ABI; sameli/manylinux2014_x86_64_"
+                                      r"cuda_11\.8 passed over: its manylinux2014 devtoolset cannot emit"):
+        pl.pick_image(m, only_2014, m.torch_line("2.7.1"), "2.7.1")
+    hot = dataclasses.replace(row, gcc_max=9)
+    with pytest.raises(CiError, match=r"its GCC 10 is above what nvcc 11\.8 accepts \(9\)"):
+        pl.pick_image(m, hot, m.torch_line("2.5.1"), "2.5.1")
