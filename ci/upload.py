@@ -386,7 +386,8 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
                         raise fail(Finding, f"{shown} refused {t.path.name}: HTTP {code} {resp.reason}"
                                             + (f": {text}" if text else ""))
                 if attempt > retries:
-                    raise fail(Finding, f"uploading {t.path.name} failed after {attempt} attempts: {problem}")
+                    raise fail(Finding, f"uploading {t.path.name} failed after {attempt} attempt"
+                                        f"{'s' if attempt > 1 else ''}: {problem}")
                 delay = backoff * 2 ** (attempt - 1)
                 say(redact(f"{t.path.name}: {problem}; retrying in {delay:g}s"))
                 time.sleep(delay)

@@ -52,7 +52,10 @@ def wait_http(url: str, proc: subprocess.Popen | None = None, timeout: float = 3
 
 
 def write_htpasswd(path: Path, user: str, password: str) -> Path:
-    from passlib.apache import HtpasswdFile
+    import warnings
+    with warnings.catch_warnings():  # passlib imports the deprecated crypt module
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from passlib.apache import HtpasswdFile
     ht = HtpasswdFile(str(path), new=True)
     ht.set_password(user, password)
     ht.save()
@@ -249,3 +252,54 @@ def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([PY, "-m", "pip", "--python", str(python), "install", "--isolated",
                            "--no-cache-dir", "--disable-pip-version-check", "-v", *args],
                           capture_output=True, text=True, env=env)
+
+
+class NegotiatingServer:
+    """A static server that does what the README asks of nginx: for a directory URL, serve index.json
+    when the client prefers PEP 691 JSON (pip and uv ask for it first), else index.html.
+    `served` records (path, file sent) for assertions."""
+
+    JSON = "application/vnd.pypi.simple.v1+json"
+
+    def __init__(self, root: Path) -> None:
+        import http.server
+
+        served: list[tuple[str, str]] = []
+        self.served = served
+        json_type = self.JSON
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **kw) -> None:
+                super().__init__(*a, directory=str(root), **kw)
+
+            def send_head(self):  # noqa: ANN201
+                path = self.translate_path(self.path)
+                if os.path.isdir(path) and self.path.endswith("/") and json_type in self.headers.get("Accept", "") \
+                        and os.path.exists(os.path.join(path, "index.json")):
+                    f = open(os.path.join(path, "index.json"), "rb")
+                    self.send_response(200)
+                    self.send_header("Content-Type", json_type)
+                    self.send_header("Content-Length", str(os.fstat(f.fileno()).st_size))
+                    self.end_headers()
+                    served.append((self.path, "index.json"))
+                    return f
+                served.append((self.path, "index.html" if os.path.isdir(path) else os.path.basename(path)))
+                return super().send_head()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def __enter__(self) -> "NegotiatingServer":
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

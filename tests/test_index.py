@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ci.index import build_index, classify, sdist_name
-from tests._servers import StaticServer, build_wheel, fresh_venv, pip_install
+from tests._servers import NegotiatingServer, StaticServer, build_wheel, fresh_venv, pip_install
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,6 +178,42 @@ def test_pip_installs_over_http_and_fetches_metadata(tmp_path, wheels):
     assert "/simple/tagged-pkg/" in served
     assert f"/{tagged}.metadata" in served  # the server saw pip read the PEP 658 file
     assert f"/{tagged}" in served
+    out = subprocess.run([str(py), "-c", "import taggedpkg; print(taggedpkg.VALUE)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "7"
+
+
+def test_pip_reads_the_pep691_json_pages(tmp_path, wheels):
+    """Served the way the README configures nginx (index.json for JSON-preferring clients)."""
+    repo = populate(tmp_path / "repo", wheels["dotted"])
+    build_index(repo)
+    py = fresh_venv(tmp_path / "venv")
+    with NegotiatingServer(repo) as srv:
+        r = pip_install(py, "--index-url", srv.url + "simple/", "Tiny.Pkg")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("/simple/tiny-pkg/", "index.json") in srv.served
+    assert (f"/{wheels['dotted'].name}.metadata", f"{wheels['dotted'].name}.metadata") in srv.served
+
+
+def _uv() -> str | None:
+    """uv if this machine has it (not pinned in requirements-dev.txt): $UV, PATH, or beside python."""
+    for cand in (os.environ.get("UV"), shutil.which("uv"), str(Path(sys.executable).with_name("uv"))):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+@pytest.mark.skipif(_uv() is None, reason="uv is not installed (set UV=/path/to/uv)")
+def test_uv_installs_from_the_static_index(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["tagged"])
+    build_index(repo)
+    py = fresh_venv(tmp_path / "venv")
+    with NegotiatingServer(repo) as srv:
+        r = subprocess.run([_uv(), "pip", "install", "--python", str(py), "--no-cache", "--no-config",
+                            "--index-url", srv.url + "simple/", "tagged-pkg"],
+                           capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert ("/simple/tagged-pkg/", "index.json") in srv.served
     out = subprocess.run([str(py), "-c", "import taggedpkg; print(taggedpkg.VALUE)"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "7"

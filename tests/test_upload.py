@@ -104,6 +104,49 @@ def test_credentials_from_pypirc_and_from_the_url_are_not_printed(tmp_path, serv
     assert "uploaded second_pkg-0.1" in r.stdout and "skipped pub_pkg-1.0" in r.stdout
 
 
+KEYRING_BACKEND = """
+import json, os
+from keyring.backend import KeyringBackend
+
+class FileKeyring(KeyringBackend):
+    \"\"\"A real keyring backend (read-only, from a JSON file), loaded by keyring via its env var.\"\"\"
+    priority = 1
+
+    def get_password(self, service, username):
+        with open(os.environ["TEST_KEYRING_FILE"]) as f:
+            return json.load(f).get(f"{service}|{username}")
+
+    def set_password(self, service, username, password):
+        raise NotImplementedError
+
+    def delete_password(self, service, username):
+        raise NotImplementedError
+"""
+
+
+def test_password_from_keyring(tmp_path, server, wheels):
+    (tmp_path / "kr").mkdir()
+    (tmp_path / "kr" / "test_file_keyring.py").write_text(KEYRING_BACKEND)
+    store = tmp_path / "keyring.json"
+    store.write_text(json.dumps({f"{server.url}|{USER}": TOKEN}))
+    e = env(None, PYTHON_KEYRING_BACKEND="test_file_keyring.FileKeyring", TEST_KEYRING_FILE=str(store),
+            PYTHONPATH=str(tmp_path / "kr"))
+    r = cli("--repository-url", server.url, str(wheels["second"]), environ=e)
+    assert r.returncode == 0, r.stderr
+    no_secret(r)
+    assert (server.packages / wheels["second"].name).exists()
+
+
+def test_plain_http_to_a_non_loopback_host_warns(wheels):
+    # 0.0.0.0 is not loopback to the check, yet connecting to it fails at once (nothing listens on 9).
+    r = cli("--repository-url", "http://0.0.0.0:9/", "--retries", "0", str(wheels["second"]))
+    assert r.returncode == 1
+    assert "warning: http://0.0.0.0:9/ is plain http" in r.stderr
+    (line,) = error_lines(r)
+    assert "failed after 1 attempt:" in line and "refused" in line.lower()
+    no_secret(r)
+
+
 def test_library_api_returns_the_result(server, wheels):
     os.environ.setdefault("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
     rc_env = {"TWINE_USERNAME": USER, "TWINE_PASSWORD": TOKEN}
