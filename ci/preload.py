@@ -26,12 +26,13 @@ Decisions:
 
 from __future__ import annotations
 
+import argparse
 import ast
 import heapq
 import io
 import re
 import tokenize
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -247,7 +248,7 @@ def inject_preload(wheel: Path | str, runtime: Sequence[Preload] | str, out_dir:
                        add={module: source.encode()})
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     from ci.atomic import write_text
     from ci.cli import emit_json
 
@@ -255,6 +256,10 @@ def main(args) -> int:
         raise CiError("--inject needs -w/--wheel-dir")
     if args.wheel_dir and not args.inject:
         raise CiError("-w/--wheel-dir is only for --inject")
+    if args.wheel_dir and args.wheel_dir.exists() and not args.wheel_dir.is_dir():
+        raise CiError(f"-w/--wheel-dir: not a directory: {args.wheel_dir}")
+    if args.emit and args.emit.is_dir():
+        raise CiError(f"--emit: is a directory: {args.emit}")
     libs = scan(map(Path, args.inputs))
     skip: set[str] = set()
     if args.inject:
@@ -272,12 +277,15 @@ def main(args) -> int:
     system = [*SYSTEM_LIBS, *args.system]
     order = [_as_preload(lib) for lib in dependency_order(roots, libs, system=system, skip=skip)]
     source = runtime_source(order)
-    result: dict[str, object] = {"order": [p.__dict__ | {"search_dirs": p.search_dirs} for p in order]}
-    if args.emit:
-        write_text(args.emit, source)
-        result["emitted"] = str(args.emit)
-    if args.inject:
+    result: dict[str, object] = {"order": [asdict(p) | {"search_dirs": p.search_dirs} for p in order]}
+    if args.inject:  # first: it can still refuse its input, and writes nothing when it does
         result["wheel"] = str(inject_preload(args.inject, source, args.wheel_dir, package=args.package))
+    if args.emit:
+        try:
+            write_text(args.emit, source)
+        except OSError as e:
+            raise CiError(f"--emit: cannot write {args.emit}: {e.strerror or e}") from None
+        result["emitted"] = str(args.emit)
     if args.json:
         emit_json(result)
         return 0
@@ -289,15 +297,16 @@ def main(args) -> int:
     return 0
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     from ci.cli import parser
 
     p = parser("python -m ci.preload", "Order shared libraries from wheels by their ELF dependencies "
                "and emit (or inject) a stdlib-only module that preloads them in that order.")
     p.add_argument("inputs", nargs="+", metavar="WHEEL_OR_DIR",
                    help="wheels or installed directories that provide the libraries")
-    p.add_argument("--needed", nargs="+", metavar="SONAME",
-                   help="preload only what these SONAMEs need (default: every library in the inputs)")
+    p.add_argument("--needed", action="append", metavar="SONAME",
+                   help="preload only what this SONAME needs, itself included (repeatable; default: "
+                   "every library in the inputs, or with --inject what the wheel needs)")
     p.add_argument("--system", action="append", default=[], metavar="PATTERN",
                    help="also expect SONAMEs matching this fnmatch pattern from the system (repeatable)")
     p.add_argument("--print-order", action="store_true", help="print SONAME, distribution, path per line")

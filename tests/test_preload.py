@@ -125,7 +125,7 @@ def test_missing_provider_is_bad_input(chain, tmp_path):
     r = cli(chain["appa"], chain["depb"], "--emit", out)
     one_line_error(r, "no input provides libC.so.1 (needed by libB.so.1 (depb-1.0-py3-none-linux_x86_64.whl))")
     assert not out.exists()
-    r = cli(chain["appa"], "--needed", "libA.so.1", "libnothere.so.7")
+    r = cli(chain["appa"], "--needed", "libA.so.1", "--needed", "libnothere.so.7")
     one_line_error(r, "libB.so.1 (needed by libA.so.1", "libnothere.so.7 (needed by the roots)")
 
 
@@ -302,10 +302,22 @@ def test_inject_bad_usage(chain, tmp_path):
     assert not again.exists() or not any(again.iterdir())
 
 
+def test_output_paths_must_be_usable(chain, tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    one_line_error(cli(chain["depc"], "--inject", chain["appa"], "-w", a_file), "not a directory")
+    one_line_error(cli(chain["depc"], "--emit", tmp_path), "--emit: is a directory")
+    one_line_error(cli(chain["depc"], "--emit", a_file / "gen.py"), "--emit: cannot write")
+    assert a_file.read_text() == "x"
+
+
 def test_inject_needs_a_package(tmp_path, chain):
     two = make_wheel(tmp_path / "w", "two", {"p1/__init__.py": b"", "p2/__init__.py": b""})
     out = tmp_path / "out"
-    one_line_error(cli(chain["depc"], "--inject", two, "-w", out), "cannot tell which package", "p1, p2")
+    emitted = tmp_path / "gen.py"
+    one_line_error(cli(chain["depc"], "--inject", two, "-w", out, "--emit", emitted),
+                   "cannot tell which package", "p1, p2")
+    assert not emitted.exists()
     r = cli(chain["depc"], "--inject", two, "-w", out, "--package", "p2")
     assert r.returncode == 0, r.stderr
     out.joinpath(two.name).unlink()
