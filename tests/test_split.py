@@ -1,0 +1,235 @@
+"""ci.split: gcc-built libraries split into companions, both install layouts, and the real torch wheel."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ci.errors import CiError
+from ci.split import Lib, new_rpaths, plan_split
+from tests._wheels import build_wheel, read_members, run_stage
+
+INIT = '''"""Demo package: loads its native front library, as an extension module would."""
+import ctypes
+import os
+
+_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libfront.so"))
+
+
+def answer():
+    return _lib.front()
+'''
+BIG = 200_000  # bytes of random data per big library (incompressible)
+
+
+def gcc(out: Path, source: str, *args: str) -> None:
+    src = out.with_suffix(".c")
+    src.write_text(source)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(src), f"-Wl,-soname,{out.name}",
+                    "-Wl,--enable-new-dtags", *args], check=True, capture_output=True)
+    src.unlink()
+
+
+@pytest.fixture(scope="module")
+def native_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """demo 1.0: libfront -> libbig1..3 (200 kB each, random) -> libbase, all in demo/lib with $ORIGIN."""
+    d = tmp_path_factory.mktemp("native")
+    lib = d / "lib"
+    lib.mkdir()
+    gcc(lib / "libbase.so", "int base(void) { return 1; }\n")
+    for i in (1, 2, 3):
+        blob = d / f"blob{i}.bin"
+        blob.write_bytes(os.urandom(BIG))
+        gcc(lib / f"libbig{i}.so",
+            f'__asm__(".section .rodata\\n.global blob{i}\\nblob{i}: .incbin \\"{blob}\\"\\n.previous");\n'
+            f"extern const unsigned char blob{i}[];\nint base(void);\n"
+            f"int big{i}(void) {{ return base() + {i} * 10 + (blob{i}[0] & 0); }}\n",
+            f"-L{lib}", "-lbase", "-Wl,-rpath,$ORIGIN")
+    gcc(lib / "libfront.so", "int big1(void); int big2(void); int big3(void);\n"
+        "int front(void) { return big1() + big2() + big3(); }\n",
+        f"-L{lib}", "-lbig1", "-lbig2", "-lbig3", "-Wl,-rpath,$ORIGIN")
+    files: dict[str, bytes | str] = {"demo/__init__.py": INIT}
+    for so in sorted(lib.iterdir()):
+        files[f"demo/lib/{so.name}"] = so.read_bytes()
+    modes = {f"demo/lib/{so.name}": 0o755 for so in lib.iterdir()}
+    return build_wheel(d / "dist", version="1.0+cpu", files=files, tag="py3-none-linux_x86_64", modes=modes,
+                       requires=("filelock",))
+
+
+def pip_target(wheel: Path, target: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+                    "--disable-pip-version-check", "--target", str(target), str(wheel)], check=True)
+
+
+def run_py(code: str, pythonpath: list[Path]) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(map(str, pythonpath))}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
+
+
+def test_split_into_two_companions_works_in_both_layouts(native_wheel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = run_stage("ci.split", native_wheel, "--limit", "300KB", "-w", out, "--json")
+    assert r.returncode == 0, r.stderr
+    import json
+    paths = [Path(w["path"]) for w in json.loads(r.stdout)["wheels"]]
+    assert [p.name for p in paths] == ["demo-1.0+cpu-py3-none-linux_x86_64.whl",
+                                       "demo_libs-1.0+cpu-py3-none-linux_x86_64.whl",
+                                       "demo_libs2-1.0+cpu-py3-none-linux_x86_64.whl"]
+    assert all(p.stat().st_size <= 300_000 for p in paths)
+    main = read_members(paths[0])
+    meta = main["demo-1.0+cpu.dist-info/METADATA"].decode()
+    assert "Requires-Dist: demo-libs==1.0+cpu" in meta and "Requires-Dist: demo-libs2==1.0+cpu" in meta
+    assert "Requires-Dist: filelock" in meta
+    assert main["demo/__init__.py"].decode().startswith(INIT.split("\n")[0] + "\nfrom . import _split_libs_preload")
+    moved = [[n for n in read_members(p) if n.endswith(".so")] for p in paths[1:]]
+    assert [len(m) for m in moved] == [1, 1], moved  # 200 kB each: one per companion under 300 kB
+    assert moved[0][0].startswith("demo_libs/lib/libbig") and moved[1][0].startswith("demo_libs2/lib/libbig")
+    assert not any(f"demo/lib/{m[0].rsplit('/', 1)[1]}" in main for m in moved)
+
+    # (a) one site-packages: RPATHs alone resolve the moved libraries (no preload involved)
+    site = tmp_path / "site"
+    for p in paths:
+        pip_target(p, site)
+    direct = run_py(f"import ctypes; print(ctypes.CDLL({str(site / 'demo/lib/libfront.so')!r}).front())", [])
+    assert direct.returncode == 0 and direct.stdout.strip() == "63", direct.stderr
+    r = run_py("import demo; print(demo.answer())", [site])
+    assert r.returncode == 0 and r.stdout.strip() == "63", r.stderr
+
+    # (b) one directory per wheel on PYTHONPATH (the Bazel layout): the preload makes it work
+    dirs = [tmp_path / "bazel" / p.name.split("-")[0] for p in paths]
+    for p, d in zip(paths, dirs):
+        pip_target(p, d)
+    r = run_py("import demo; print(demo.answer())", dirs)
+    assert r.returncode == 0 and r.stdout.strip() == "63", r.stderr
+    # and it is the preload that does it: without the companions on sys.path it names what is missing
+    r = run_py("import demo", dirs[:1])
+    assert r.returncode != 0 and "PreloadError: cannot load libbig" in r.stderr, r.stderr
+
+
+def test_under_the_limit_is_copied_unchanged(native_wheel: Path, tmp_path: Path) -> None:
+    r = run_stage("ci.split", native_wheel, "--limit", "pypi", "-w", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / native_wheel.name).read_bytes() == native_wheel.read_bytes()
+
+
+def test_plan_is_first_fit_decreasing_and_keeps_depth() -> None:
+    libs = [Lib(f"pkg/lib/lib{c}.so", size, f"lib{c}.so", (), (), ("$ORIGIN",))
+            for c, size in zip("abcd", (60_000, 30_000, 20_000, 5_000))]
+    members = {lib.path: lib.csize for lib in libs} | {"pkg/__init__.py": 10}
+    plan = plan_split(190_000, members, libs, 100_000, "pkg")
+    assert plan.companions == ["pkg_libs", "pkg_libs2"]
+    assert plan.moves == {"pkg/lib/liba.so": (0, "pkg_libs/lib/liba.so"),
+                          "pkg/lib/libb.so": (1, "pkg_libs2/lib/libb.so"),
+                          "pkg/lib/libc.so": (1, "pkg_libs2/lib/libc.so")}
+    with pytest.raises(CiError, match="still about"):
+        plan_split(300_000, members, libs, 100_000, "pkg")
+
+
+def test_new_rpaths_rebase_moved_and_point_stayers_at_companions() -> None:
+    libs = [Lib("t/lib/libcpu.so", 9, "libcpu.so", ("libc10.so", "libcudart.so.13"), (),
+                ("$ORIGIN", "$ORIGIN/../../nvidia/cu13/lib")),
+            Lib("t/lib/libc10.so", 1, "libc10.so", (), (), ("$ORIGIN",)),
+            Lib("t/lib/libtorch.so", 1, "libtorch.so", ("libcpu.so",), (), ("$ORIGIN",)),
+            Lib("t/lib/libother.so", 1, "libother.so", ("libc10.so",), ("$ORIGIN",), ())]
+    got = new_rpaths(libs, {"t/lib/libcpu.so": "t_libs/lib/libcpu.so"})
+    assert got == {
+        "t/lib/libcpu.so": (["$ORIGIN/../../t/lib", "$ORIGIN/../../nvidia/cu13/lib"], False),
+        "t/lib/libtorch.so": (["$ORIGIN", "$ORIGIN/../../t_libs/lib"], False),
+    }
+
+
+def test_a_library_larger_than_the_limit_is_refused(native_wheel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = run_stage("ci.split", native_wheel, "--limit", "150KB", "-w", out)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "demo/lib/libbig" in lines[0] and "larger than the limit" in lines[0], r.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("kind,needle", [("not-a-zip", "not a zip file"), ("bad-limit", "not a size"),
+                                         ("same-dir", "holds the input wheel"), ("bad-name", "invalid wheel")])
+def test_bad_input_exits_2_and_writes_nothing(native_wheel: Path, tmp_path: Path, kind: str, needle: str) -> None:
+    wheel, limit, out = native_wheel, "300KB", tmp_path / "out"
+    if kind == "not-a-zip":
+        wheel = tmp_path / native_wheel.name
+        wheel.write_text("no")
+    elif kind == "bad-limit":
+        limit = "lots"
+    elif kind == "same-dir":
+        wheel = tmp_path / "same" / native_wheel.name
+        wheel.parent.mkdir()
+        shutil.copy(native_wheel, wheel)
+        out = wheel.parent
+    elif kind == "bad-name":
+        wheel = tmp_path / "demo.whl"
+        shutil.copy(native_wheel, wheel)
+    before = set(out.iterdir()) if out.exists() else set()
+    r = run_stage("ci.split", wheel, "--limit", limit, "-w", out)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert (set(out.iterdir()) if out.exists() else set()) == before
+
+
+# ------------------------------------------------------------------------------ the real torch wheel
+
+TORCH_DEPS = ["typing_extensions", "sympy", "filelock", "networkx", "jinja2", "fsspec"]
+CHECK = "import torch; assert float(torch.ones(3).sum()) == 3.0; print(torch.__version__)"
+
+
+@pytest.fixture(scope="module")
+def torch_cpu_wheel() -> Path:
+    cache = Path.home() / ".cache" / "cuda-wheel-ci" / "torch-cpu"
+    found = sorted(cache.glob("torch-2.13.0*.whl"))
+    if not found:
+        cache.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "torch==2.13.0",
+                            "-d", str(cache)], capture_output=True, text=True)
+        found = sorted(cache.glob("torch-2.13.0*.whl"))
+        if not found:
+            pytest.skip(f"torch 2.13.0 CPU wheel unavailable: {r.stderr.strip()[-300:]}")
+    return found[0]
+
+
+def test_torch_cpu_split_at_120mb_imports_in_both_layouts(torch_cpu_wheel: Path, tmp_path: Path) -> None:
+    limit = 120 * 10**6
+    out = tmp_path / "out"
+    r = run_stage("ci.split", torch_cpu_wheel, "--limit", "120MB", "-w", out)
+    assert r.returncode == 0, r.stderr
+    paths = sorted(out.glob("*.whl"))
+    assert len(paths) >= 2 and all(p.stat().st_size < limit for p in paths), [
+        (p.name, p.stat().st_size) for p in paths]
+    with zipfile.ZipFile(next(p for p in paths if p.name.startswith("torch-"))) as z:
+        assert z.testzip() is None
+
+    deps = tmp_path / "deps"  # torch's pure-Python dependencies, shared by both layouts
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--target", str(deps), *TORCH_DEPS], check=True, capture_output=True)
+
+    # (a) all into one site-packages (a fresh venv; pip resolves the companion from the output dir)
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    vpy = env_dir / "bin" / "python"
+    site = next((env_dir / "lib").glob("python*/site-packages"))
+    for p in paths:
+        pip_target(p, site)
+    r = subprocess.run([str(vpy), "-c", CHECK], capture_output=True, text=True, cwd="/",
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(deps)})
+    assert r.returncode == 0 and r.stdout.strip() == "2.13.0+cpu", r.stderr[-2000:]
+
+    # (b) each wheel in its own directory on PYTHONPATH (the Bazel layout)
+    dirs = []
+    for p in paths:
+        d = tmp_path / "bazel" / p.name.split("-")[0]
+        pip_target(p, d)
+        dirs.append(d)
+    r = run_py(CHECK, dirs + [deps])
+    assert r.returncode == 0 and r.stdout.strip() == "2.13.0+cpu", r.stderr[-2000:]
