@@ -19,6 +19,7 @@ import fnmatch
 import io
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable
@@ -236,7 +237,7 @@ def scan_wheel(wheel: Path) -> list[SharedLib]:
                 dyn = read_dynamic(reader)  # type: ignore[arg-type]
             except CiError as e:
                 raise CiError(f"{wheel.name}: {info.filename}: {e}") from None
-            except (zipfile.BadZipFile, OSError, EOFError) as e:
+            except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as e:
                 raise CiError(f"{wheel}: corrupt member {info.filename} ({e})") from None
             finally:
                 reader.close()

@@ -123,3 +123,21 @@ def test_bad_inputs(libs, tmp_path):
     cut = make_wheel(tmp_path / "w", "cut", {"cut/libcut.so": libs["A"].read_bytes()[:300]})
     with pytest.raises(CiError, match=r"cut-1.0-.*\.whl: cut/libcut.so: unreadable ELF"):
         scan([cut])
+
+
+def test_corrupt_member_and_bad_wheel_name(libs, tmp_path):
+    good = make_wheel(tmp_path / "w", "bent", {"bent/libA.so.3": libs["A"].read_bytes() * 20})
+    data = bytearray(good.read_bytes())
+    with zipfile.ZipFile(good) as zf:
+        info = zf.getinfo("bent/libA.so.3")
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    for i in range(start + 100, start + info.compress_size - 100, 7):  # scramble the deflate stream
+        data[i] ^= 0x5A
+    bent = tmp_path / good.name
+    bent.write_bytes(bytes(data))
+    with pytest.raises(CiError, match="bent-1.0-.*whl"):
+        scan([bent])
+    renamed = tmp_path / "noversion.whl"
+    renamed.write_bytes(good.read_bytes())
+    with pytest.raises(CiError, match="invalid wheel file name"):
+        scan([renamed])

@@ -324,6 +324,8 @@ def test_inject_needs_a_package(tmp_path, chain):
     one_line_error(cli(chain["depc"], "--inject", two, "-w", out, "--package", "p3"), "no package 'p3'")
     broken = make_wheel(tmp_path / "w2", "broken", {"broken/__init__.py": b"def (:\n"})
     one_line_error(cli(chain["depc"], "--inject", broken, "-w", out), "cannot parse __init__.py")
+    latin = make_wheel(tmp_path / "w3", "latin", {"latin/__init__.py": b"x = '\xe9'\n"})
+    one_line_error(cli(chain["depc"], "--inject", latin, "-w", out), "cannot decode latin/__init__.py")
     assert not any(out.iterdir())
 
 
