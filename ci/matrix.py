@@ -69,6 +69,7 @@ class CudaRow:
     arch_list: str
     accepted_archs: tuple[str, ...]
     nvcc_flags: tuple[str, ...]
+    nvcc_wheels: tuple[str, ...]  # NVIDIA's wheels of this toolkit's nvcc (where the arch/GCC facts are measured)
     torch: tuple[TorchBuild, ...]
     images: tuple[Image, ...]
 
@@ -120,6 +121,7 @@ def _row(d: dict[str, Any]) -> CudaRow:
         version=d["version"], full_version=d["full_version"], torch_index_url=d["torch_index_url"],
         default_torch=d["default_torch"], gcc_max=int(d["gcc_max"]), arch_list=d["arch_list"],
         accepted_archs=tuple(d["accepted_archs"]), nvcc_flags=tuple(d["nvcc_flags"]),
+        nvcc_wheels=tuple(d["nvcc_wheels"]),
         torch=tuple(TorchBuild(t["version"], t["cudnn"], bool(t.get("on_pypi", False)), t["source"])
                     for t in d["torch"]),
         images=tuple(_image(i) for i in d["image"]),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import zipfile
 import re
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from ci import matrix as mx
 from ci.errors import CiError
 
 CACHE = Path.home() / ".cache" / "cuda-wheel-ci" / "torch-metadata"
+NVCC_CACHE = Path.home() / ".cache" / "cuda-wheel-ci" / "nvcc-wheels"
 REQUIRED_ROWS = {"11.8", "12.6", "12.8", "12.9", "13.0"}
 ROWS = mx.rows()
 
@@ -174,3 +177,43 @@ def test_pypi_default_torch_matches_row(row: mx.CudaRow, build: mx.TorchBuild):
     line = mx.load().torch_line(build.version)
     assert f"{line.manylinux}_x86_64" in filename
 
+
+
+def _nvcc_wheel(requirement: str) -> Path:
+    """NVIDIA's wheel for one toolkit piece (20-40 MB), downloaded once into the cache."""
+    name, version = requirement.split("==")
+    stem = f"{name.replace('-', '_')}-{version}-"
+    NVCC_CACHE.mkdir(parents=True, exist_ok=True)
+    found = sorted(NVCC_CACHE.glob(stem + "*.whl"))
+    if not found:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--quiet",
+                            requirement, "-d", str(NVCC_CACHE)], capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            if re.search(r"connection|resolve|network|Max retries", r.stderr, re.I):
+                pytest.skip(f"PyPI unreachable: {r.stderr.strip().splitlines()[-1]}")
+            raise AssertionError(r.stderr)
+        found = sorted(NVCC_CACHE.glob(stem + "*.whl"))
+    return found[0]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=row_ids())
+def test_toolkit_facts_match_nvidias_wheels(row: mx.CudaRow, tmp_path):
+    """Each row's arch table and GCC ceiling are what that toolkit itself says: the compute_* values its
+    ptxas allows (`ptxas --help`), and crt/host_config.h's `#if __GNUC__ > N` error."""
+    ptxas = header = None
+    for req in row.nvcc_wheels:
+        with zipfile.ZipFile(_nvcc_wheel(req)) as z:
+            for member in z.namelist():
+                if member.endswith("/bin/ptxas"):
+                    ptxas = Path(z.extract(member, tmp_path))
+                    os.chmod(ptxas, 0o755)
+                elif member.endswith("/crt/host_config.h"):
+                    header = z.read(member).decode()
+    assert ptxas and header, f"{row.nvcc_wheels} hold no ptxas or host_config.h"
+    assert f"release {row.version}," in subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout
+    help_text = subprocess.run([ptxas, "--help"], capture_output=True, text=True).stdout
+    section = help_text[help_text.index("--gpu-name"):]
+    section = section[:section.index("Default value")]
+    allowed = set(re.findall(r"'compute_(\w+)'", section))
+    assert allowed == set(row.accepted_archs)
+    assert int(re.search(r"#if __GNUC__ > (\d+)", header)[1]) == row.gcc_max
