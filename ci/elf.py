@@ -5,9 +5,11 @@ DT_RUNPATH. The program headers (pyelftools structs) locate the dynamic segment 
 string table, so the section headers, symbols and debug info of a 1 GB libtorch_cuda.so are never
 touched: 3 ms on disk, where iterating its dynamic symbols alone takes 0.6 s.
 
-Wheel members are compressed, and a zip member can only be decompressed forwards: a backward seek
-restarts from byte 0. `_BlockReader` keeps the few blocks pyelftools reads repeatedly, so a member
-is decompressed at most once up to its dynamic string table.
+Wheel members are compressed, and a zip member can only be inflated forwards: a backward seek
+restarts from byte 0, and pyelftools' first act (seek to the end for the length) inflates it all.
+Reading in file order through `_BlockReader` (known length, cached blocks) inflates a member once,
+up to its dynamic string table, with no temp file: 3 s for the 470 MB libtorch_cuda.so in the torch
+wheel, about one plain inflate, where pyelftools on the raw zip member takes 60 s (measured).
 
 Which distribution provides a library: in a wheel, the wheel's project; in a directory, the
 `*.dist-info/RECORD` that lists the file (None when no RECORD does).
@@ -152,9 +154,9 @@ def read_dynamic_path(path: Path | str) -> DynamicInfo | None:
 class _BlockReader(io.RawIOBase):
     """A seekable view of a forward-only stream (a zip member) that remembers the blocks it read.
 
-    pyelftools reads the header, program headers, dynamic segment and string table with many small
-    seeks back and forth; cached blocks make those free, and the member is inflated forwards once
-    (plus one restart if the string table lies before the dynamic segment).
+    Seeking to the end is free (the length is known), re-reading a block is free, reading ahead
+    inflates forwards; only a read before the inflated position restarts (a string table placed
+    before the dynamic segment: one extra, short pass).
     """
 
     BLOCK = 1 << 16
