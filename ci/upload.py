@@ -259,7 +259,7 @@ class _Index:
         origin = urlsplit(url)[:2]
         for _ in range(5):  # follow redirects on the same origin only: pypiserver sends
             try:          # unknown projects to PyPI, whose files must not count as ours
-                r = self.session.get(url, headers={"Accept": ACCEPT}, allow_redirects=False, timeout=60)
+                r = self.session.get(url, headers={"Accept": ACCEPT}, allow_redirects=False)
             except requests.RequestException as e:
                 raise Finding(f"cannot read the simple page {strip_userinfo(url)}: {short_reason(e)}") from None
             if r.is_redirect:
@@ -276,10 +276,22 @@ class _Index:
         return {}
 
 
+def _default_timeout(session, seconds: float) -> None:
+    """twine's session has no timeout: a server that accepts and never answers would hang us forever.
+    The read timeout bounds each wait for bytes (not the whole transfer), so big uploads still work."""
+    request = session.request
+
+    def with_timeout(method, url, **kw):  # noqa: ANN001, ANN202
+        kw.setdefault("timeout", (min(30.0, seconds), seconds))
+        return request(method, url, **kw)
+    session.request = with_timeout
+
+
 def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None, *,
            repository: str | None = None, skip_existing: bool = False, simple_url: str | None = None,
            config_file: str | None = None, retries: int = 4, backoff: float = 1.0,
-           check: bool = True, log: Callable[[str], None] | None = None) -> UploadResult:
+           timeout: float = 300.0, check: bool = True,
+           log: Callable[[str], None] | None = None) -> UploadResult:
     """Check, upload, verify. Raises CiError (bad input, rejected credentials) or Finding."""
     import requests
     from twine import exceptions
@@ -289,6 +301,8 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
     say = log or (lambda m: print(f"ci.upload: {m}", file=sys.stderr))
     if retries < 0:
         raise CiError("--retries must be >= 0")
+    if timeout <= 0:
+        raise CiError("--timeout must be > 0")
     targets = _targets(files)
     repository_url = repository_url or os.environ.get("TWINE_REPOSITORY_URL")
     repository = repository or os.environ.get("TWINE_REPOSITORY")
@@ -310,6 +324,7 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
     repo = Repository(url, username, password, disable_progress_bar=True)
     repo.set_certificate_authority(s.cacert)
     repo.set_client_certificate(s.client_cert)
+    _default_timeout(repo.session, timeout)
     index = _Index(repo.session, simple)
     results: list[FileResult] = []
 
@@ -431,7 +446,7 @@ def main(args: argparse.Namespace) -> int:
     result = upload(args.files, args.repository_url, repository=args.repository,
                     skip_existing=args.skip_existing, simple_url=args.simple_url,
                     config_file=args.config_file, retries=args.retries, backoff=args.backoff,
-                    check=not args.no_check)
+                    timeout=args.timeout, check=not args.no_check)
     if args.json:
         from ci.cli import emit_json
         emit_json({**asdict(result), "uploaded": result.uploaded, "skipped": result.skipped})
@@ -461,6 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retries", type=int, default=4, help="retries on connection errors and 5xx (default 4)")
     p.add_argument("--backoff", type=float, default=1.0, metavar="SECONDS",
                    help="first retry delay, doubled each time (default 1)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="give up on a connection silent this long (default 300)")
     p.add_argument("--no-check", action="store_true", help="skip twine check")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("files", nargs="+", metavar="FILE", help="wheels and sdists")

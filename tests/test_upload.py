@@ -259,6 +259,37 @@ def test_5xx_is_retried_then_reported(wheels):
     assert "uploaded" not in r.stdout
 
 
+def test_a_server_that_never_answers_times_out_clearly(wheels):
+    import socket
+    conns = []
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+
+    def accept_and_hold() -> None:  # reads the request, never replies
+        while True:
+            try:
+                c, _ = sock.accept()
+            except OSError:
+                return
+            conns.append(c)
+            threading.Thread(target=lambda: [None for _ in iter(lambda: c.recv(65536), b"")],
+                             daemon=True).start()
+
+    threading.Thread(target=accept_and_hold, daemon=True).start()
+    try:
+        r = cli("--repository-url", f"http://127.0.0.1:{sock.getsockname()[1]}/", "--timeout", "0.5",
+                "--retries", "1", "--backoff", "0.01", str(wheels["second"]))
+    finally:
+        sock.close()
+        for c in conns:
+            c.close()
+    assert r.returncode == 1
+    (line,) = error_lines(r)
+    assert "failed after 2 attempts: timeout" in line
+    assert len(conns) == 2 and "uploaded" not in r.stdout
+
+
 def test_twine_check_failure_stops_before_uploading(server, wheels):
     r = cli("--repository-url", server.url, str(wheels["bad_rst"]))
     assert r.returncode == 1
@@ -273,7 +304,10 @@ def test_twine_check_failure_stops_before_uploading(server, wheels):
     (["PKG"], "no index given"),
     (["--repository", "nosuchsection", "--config-file", "pyproject.toml", "PKG"], "nosuchsection"),
     (["--repository-url", "http://127.0.0.1:9/", "--retries", "-1", "PKG"], "--retries"),
-], ids=["missing-file", "not-a-dist", "no-index", "unknown-pypirc-section", "negative-retries"])
+    (["--repository-url", "http://127.0.0.1:9/", "--timeout", "0", "PKG"], "--timeout"),
+    (["--repository-url", "not a url", "PKG"], "Invalid repository URL"),
+], ids=["missing-file", "not-a-dist", "no-index", "unknown-pypirc-section", "negative-retries",
+        "zero-timeout", "bad-url"])
 def test_bad_input_is_one_line_exit_2(wheels, args, words):
     args = [str(wheels["pkg"]) if a == "PKG" else a for a in args]
     r = cli(*args)
