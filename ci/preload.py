@@ -10,6 +10,12 @@ by hand and NVIDIA's cuda-pathfinder in a hand-written catalog; here it is deriv
 files themselves (ci.elf) and baked into a stdlib-only module (ci/preload_runtime.py) whose
 `preload()` loads each library with RTLD_GLOBAL in that order.
 
+API (for the example package's build and ci.split):
+    preload_order(needed_sonames, wheels_or_dirs) -> [Preload]   # e.g. an op library's DT_NEEDED
+    order_for_wheel(wheel, wheels_or_dirs) -> [Preload]          # what a wheel needs from others
+    runtime_source(order, header="") -> str                      # the module to ship
+    inject_preload(wheel, order_or_source, out_dir, package=None) -> Path
+
 Decisions:
 - The graph covers only what the roots need: by default every library in the inputs; with
   `--needed`, those SONAMEs; with `--inject`, whatever the target wheel's libraries need that the
@@ -165,6 +171,21 @@ def preload_order(needed: Iterable[str], inputs: Sequence[Path | str], *,
     return [_as_preload(lib) for lib in dependency_order(needed, scan(inputs), system=system, skip=skip)]
 
 
+def order_for_wheel(wheel: Path | str, inputs: Sequence[Path | str], *,
+                    system: Sequence[str] = SYSTEM_LIBS, needed: Iterable[str] | None = None) -> list[Preload]:
+    """What a wheel's libraries need from `inputs`, in load order: the preload to inject into it.
+
+    The wheel's own libraries resolve through its own RPATHs once its package is imported, so they
+    are providers but are never preloaded. `needed` overrides the roots (default: every DT_NEEDED
+    of the wheel's libraries that the wheel does not ship).
+    """
+    own = scan([wheel])
+    shipped = {lib.name for lib in own}
+    roots = sorted({n for lib in own for n in lib.needed} - shipped) if needed is None else list(needed)
+    libs = [*scan(inputs), *own]
+    return [_as_preload(lib) for lib in dependency_order(roots, libs, system=system, skip=shipped)]
+
+
 def runtime_source(order: Sequence[Preload], *, header: str = "") -> str:
     """The stdlib-only preload module for `order`: ci/preload_runtime.py with its table filled in."""
     rows = "".join(
@@ -260,22 +281,18 @@ def main(args: argparse.Namespace) -> int:
         raise CiError(f"-w/--wheel-dir: not a directory: {args.wheel_dir}")
     if args.emit and args.emit.is_dir():
         raise CiError(f"--emit: is a directory: {args.emit}")
-    libs = scan(map(Path, args.inputs))
-    skip: set[str] = set()
+    system = [*SYSTEM_LIBS, *args.system]
+    inputs = [Path(i) for i in args.inputs]
     if args.inject:
         target = Path(args.inject)
         if not target.is_file() or target.suffix != ".whl":
             raise CiError(f"--inject: not a wheel file: {target}")
-        own = scan([target])
-        skip = {lib.name for lib in own}
-        roots = sorted({n for lib in own for n in lib.needed} - skip)
-        libs += own
-    else:  # every library in the inputs (Python extension modules have no SONAME: not roots)
-        roots = [lib.name for lib in libs if lib.soname]
-    if args.needed:
-        roots = list(args.needed)
-    system = [*SYSTEM_LIBS, *args.system]
-    order = [_as_preload(lib) for lib in dependency_order(roots, libs, system=system, skip=skip)]
+        order = order_for_wheel(target, inputs, system=system, needed=args.needed)
+    else:
+        libs = scan(inputs)
+        # default roots: every library in the inputs (Python extension modules have no SONAME)
+        roots = args.needed or [lib.name for lib in libs if lib.soname]
+        order = [_as_preload(lib) for lib in dependency_order(roots, libs, system=system)]
     source = runtime_source(order)
     result: dict[str, object] = {"order": [asdict(p) | {"search_dirs": p.search_dirs} for p in order]}
     if args.inject:  # first: it can still refuse its input, and writes nothing when it does

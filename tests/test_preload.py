@@ -105,6 +105,14 @@ def test_chain_order_from_wheels_and_dirs(chain, chain_sites):
     assert [p.soname for p in preload_order(["libB.so.1"], list(chain.values()))] == ["libC.so.1", "libB.so.1"]
 
 
+def test_order_for_wheel_leaves_out_its_own_libraries(chain):
+    from ci.preload import order_for_wheel
+
+    order = order_for_wheel(chain["appa"], [chain["depb"], chain["depc"]])
+    assert [(p.soname, p.distribution) for p in order] == [("libC.so.1", "depc"), ("libB.so.1", "depb")]
+    assert [p.soname for p in order_for_wheel(chain["appa"], [chain["depc"]], needed=["libC.so.1"])] == ["libC.so.1"]
+
+
 def test_diamond_order(diamond):
     order = [p.soname for p in preload_order(["libDD.so.1"], list(diamond.values()))]
     assert order == ["libDA.so.1", "libDB.so.1", "libDC.so.1", "libDD.so.1"]
