@@ -52,6 +52,8 @@ def _load(soname, filename, distribution, dirs):
     looked, errors = [], []
     candidates = []
     for entry in sys.path:
+        if not isinstance(entry, str):  # bytes or other objects some tools put there
+            continue
         for rel in dirs:
             where = os.path.join(entry or os.getcwd(), rel)
             if where not in looked:

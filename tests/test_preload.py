@@ -232,7 +232,8 @@ def test_runtime_finds_files_through_record(chain, tmp_path):
 def test_runtime_missing_library_lists_where_it_looked(chain, chain_sites, tmp_path):
     gen = emit(tmp_path, *chain.values())
     sites = [chain_sites["appa"], chain_sites["depc"]]  # depb is not installed
-    r = run_python("import gen_preload as g\ntry:\n    g.preload()\nexcept ImportError as e:\n"
+    r = run_python("import sys, gen_preload as g\nsys.path.append(b'/a/bytes/entry')\n"
+                   "try:\n    g.preload()\nexcept ImportError as e:\n"
                    "    print(type(e).__name__, e)\n", [gen, *sites])
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("PreloadError cannot load libB.so.1 (from depb); looked in: ")
