@@ -81,7 +81,7 @@ def wheel_entries(wheel: Path) -> list[tuple[str, bytes, int]]:
 
 
 def pip_check_install(wheel: Path, target: Path) -> subprocess.CompletedProcess:
-    """pip install --no-deps --target: pip validates RECORD hashes while installing."""
+    """pip install --no-deps --target (pip reads RECORD but does not re-hash: see assert_valid_record)."""
     return subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
                            "--disable-pip-version-check", "--target", str(target), str(wheel)],
                           capture_output=True, text=True)
@@ -96,6 +96,30 @@ def run_stage(module: str, *args: str | Path, env: dict[str, str] | None = None,
     full_env["PYTHONPATH"] = str(root) + os.pathsep + full_env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
                           env=full_env, cwd=cwd or root)
+
+
+def assert_valid_record(path: Path) -> dict[str, bytes]:
+    """Every file hashed and sized in RECORD, RECORD last, .dist-info after everything else.
+
+    Checked with zipfile and hashlib, independently of ci.wheelfile. Returns the members' contents.
+    """
+    import csv
+
+    with zipfile.ZipFile(path) as z:
+        assert z.testzip() is None
+        names = z.namelist()
+        info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/RECORD"))
+        assert names[-1] == f"{info}/RECORD", names[-5:]
+        first_info = min(i for i, n in enumerate(names) if n.startswith(info + "/"))
+        assert all(n.startswith(info + "/") for n in names[first_info:])
+        rows = {r[0]: r for r in csv.reader(io.StringIO(z.read(names[-1]).decode())) if r}
+        data = {n: z.read(n) for n in names}
+    assert set(rows) == {n for n in names if not n.endswith("/")}
+    for name, (_, digest, size) in rows.items():
+        if name != names[-1]:
+            assert digest == record_hash(data[name]), name
+            assert int(size) == len(data[name]), name
+    return data
 
 
 def read_members(wheel: Path) -> dict[str, bytes]:

@@ -207,3 +207,50 @@ def test_bad_arguments_exit_2_and_write_nothing(tmp_path: Path, kind: str) -> No
 def test_help() -> None:
     r = run_stage("ci.patch", "--help")
     assert r.returncode == 0 and "--local-version" in r.stdout
+
+
+# ------------------------------------------------------------------------------ the real torch wheel
+
+
+@pytest.fixture(scope="module")
+def torch_cpu_wheel() -> Path:
+    cache = Path.home() / ".cache" / "cuda-wheel-ci" / "torch-cpu"
+    found = sorted(cache.glob("torch-2.13.0*.whl"))
+    if not found:
+        cache.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "torch==2.13.0",
+                            "-d", str(cache)], capture_output=True, text=True)
+        found = sorted(cache.glob("torch-2.13.0*.whl"))
+        if not found:
+            pytest.skip(f"torch 2.13.0 CPU wheel unavailable: {r.stderr.strip()[-300:]}")
+    return found[0]
+
+
+def test_patched_torch_installs_with_new_version_and_metadata(torch_cpu_wheel: Path, tmp_path: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(torch_cpu_wheel) as z:
+        old = z.read("torch/version.py").decode()
+        version = z.read("torch-2.13.0+cpu.dist-info/METADATA").decode().split("\nVersion: ")[1].split("\n")[0]
+    assert version == "2.13.0+cpu"
+    new = old.replace(f"__version__ = '{version}'", f"__version__ = '{version}.site1'")
+    assert new != old
+    patch = write(tmp_path, "version.patch", diff("torch/version.py", old, new))
+    out = tmp_path / "out"
+    r = run_stage("ci.patch", torch_cpu_wheel, "--patch", patch, "--local-version", "site1",
+                  "--remove-requires", "setuptools", "--add-requires", "numpy>=1.26", "-w", out)
+    assert r.returncode == 0, r.stderr
+    produced = Path(r.stdout.strip())
+    assert produced.name == "torch-2.13.0+cpu.site1-cp311-cp311-manylinux_2_28_x86_64.whl"
+    from tests._wheels import assert_valid_record
+    assert_valid_record(produced)  # every RECORD hash re-checked independently
+    site = tmp_path / "site"
+    inst = pip_check_install(produced, site)
+    assert inst.returncode == 0, inst.stderr
+    show = subprocess.run([sys.executable, "-m", "pip", "show", "torch"], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    assert "Version: 2.13.0+cpu.site1" in show.stdout, show.stdout + show.stderr
+    meta = (site / "torch-2.13.0+cpu.site1.dist-info/METADATA").read_text()
+    assert "Requires-Dist: numpy>=1.26" in meta and "Requires-Dist: setuptools" not in meta
+    assert "Requires-Dist: sympy" in meta  # the others stay
+    assert (site / "torch/version.py").read_text() == new

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ci.errors import CiError
-from ci.wheelfile import WheelArchive, WheelWriter, parse_record, record_hash, rewrite
-from tests._wheels import build_wheel, pip_check_install, raw_zip, wheel_entries
+from ci.wheelfile import WheelArchive, WheelWriter, rewrite
+from tests._wheels import assert_valid_record, build_wheel, pip_check_install, raw_zip, wheel_entries
 
 FILES = {
     "demo/__init__.py": "from demo.core import hello\n",
@@ -29,24 +29,6 @@ def infos(path: Path) -> list[zipfile.ZipInfo]:
     with zipfile.ZipFile(path) as z:
         assert z.testzip() is None
         return z.infolist()
-
-
-def assert_valid_record(path: Path) -> dict[str, bytes]:
-    """Every file hashed and sized in RECORD, RECORD last, .dist-info after everything else."""
-    with zipfile.ZipFile(path) as z:
-        names = z.namelist()
-        info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/RECORD"))
-        assert names[-1] == f"{info}/RECORD"
-        first_info = min(i for i, n in enumerate(names) if n.startswith(info + "/"))
-        assert all(n.startswith(info + "/") for n in names[first_info:])
-        record = parse_record(z.read(names[-1]).decode())
-        data = {n: z.read(n) for n in names}
-    assert set(record) == set(names)
-    for name, entry in record.items():
-        if name != names[-1]:
-            assert entry.hash == record_hash(data[name]), name
-            assert entry.size == len(data[name])
-    return data
 
 
 def test_noop_rewrite_copies_compressed_bytes_and_keeps_modes(wheel: Path, tmp_path: Path) -> None:
