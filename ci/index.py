@@ -305,7 +305,22 @@ def _write_if_changed(path: Path, data: bytes) -> bool:
     from ci.atomic import atomic_path  # tempfile & co. load only when something is written
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
-    return True
+        os.chmod(tmp, _file_mode())  # mkstemp makes 0600: a web server running as another user
+    return True                       # could not read the pages
+
+
+def _file_mode() -> int:
+    """What open() would give a new file: 0666 minus the umask (read without a race: /proc, else set+restore)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def build_index(root: Path | str, out: Path | str | None = None, base_url: str | None = None,

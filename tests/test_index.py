@@ -115,6 +115,19 @@ def test_pages_carry_hashes_metadata_and_requires_python(tmp_path, wheels):
         == {"tiny-pkg", "tagged-pkg"}
 
 
+def test_written_files_are_readable_like_normal_files(tmp_path, wheels):
+    """A web server running as another user must be able to read the pages (mkstemp makes 0600)."""
+    repo = populate(tmp_path / "repo", wheels["other"])
+    old = os.umask(0o022)
+    try:
+        build_index(repo)
+    finally:
+        os.umask(old)
+    written = [p for p in repo.rglob("*") if p.is_file() and not p.name.endswith(".whl")]
+    assert len(written) >= 5
+    assert {oct(p.stat().st_mode & 0o777) for p in written} == {oct(0o644)}
+
+
 def test_build_tagged_wheel_lands_under_its_project(tmp_path, wheels):
     whl = wheels["tagged"]
     assert whl.name == "tagged_pkg-2.1.0-0-py3-none-any.whl"
