@@ -582,6 +582,9 @@ class WheelWriter:
     def write(self, dest_dir: Path | str) -> Path:
         """Write <dest_dir>/<name.filename> atomically; returns its path."""
         dest = Path(dest_dir) / self.name.filename
+        sources = {p.src.path.resolve() for p in self._plan.values() if p.src is not None}
+        if dest.resolve() in sources:
+            raise CiError(f"output {dest} would replace its input wheel: choose another -w directory")
         info = f"{self.dist_info}/"
         order = [p for p in self._plan.values() if not p.name.startswith(info)]
         order += [p for p in self._plan.values() if p.name.startswith(info)]

@@ -194,6 +194,15 @@ BAD_ARGS = {
 }
 
 
+def test_output_over_the_input_is_refused(tmp_path: Path) -> None:
+    w = build_wheel(tmp_path / "in", files=FILES)
+    before = w.read_bytes()
+    p = write(tmp_path, "a.patch", diff("demo/__init__.py", FILES["demo/__init__.py"], "x = 2\n"))
+    r = run_stage("ci.patch", w, "--patch", p, "-w", w.parent)
+    assert r.returncode == 2 and "would replace its input wheel" in r.stderr, r.stderr
+    assert w.read_bytes() == before and sorted(x.name for x in w.parent.iterdir()) == [w.name]
+
+
 @pytest.mark.parametrize("kind", sorted(BAD_ARGS))
 def test_bad_arguments_exit_2_and_write_nothing(tmp_path: Path, kind: str) -> None:
     args, needle = BAD_ARGS[kind]
