@@ -141,3 +141,30 @@ def test_corrupt_member_and_bad_wheel_name(libs, tmp_path):
     renamed.write_bytes(good.read_bytes())
     with pytest.raises(CiError, match="invalid wheel file name"):
         scan([renamed])
+
+
+def _patch_dynamic(src: Path, dest: Path, tag_name: str, value: int) -> None:
+    """Copy src with the first `tag_name` entry of its dynamic segment set to `value`."""
+    from elftools.elf.elffile import ELFFile
+
+    data = bytearray(src.read_bytes())
+    with open(src, "rb") as f:
+        elf = ELFFile(f)
+        seg = next(elf.iter_segments("PT_DYNAMIC"))
+        for i, tag in enumerate(seg.iter_tags()):
+            if tag.entry.d_tag == tag_name:
+                off = seg["p_offset"] + i * elf.structs.Elf_Dyn.sizeof() + 8  # d_val of an Elf64_Dyn
+                data[off:off + 8] = value.to_bytes(8, "little")
+                break
+        else:
+            raise AssertionError(f"no {tag_name}")
+    dest.write_bytes(bytes(data))
+
+
+def test_dynamic_strings_out_of_bounds_are_bad_input(libs, tmp_path):
+    _patch_dynamic(libs["B"], tmp_path / "libstrtab.so", "DT_STRTAB", 0x7FFF_FFFF_0000)
+    with pytest.raises(CiError, match="libstrtab.so: dynamic string table outside the file"):
+        read_dynamic_path(tmp_path / "libstrtab.so")
+    _patch_dynamic(libs["B"], tmp_path / "libneeded.so", "DT_NEEDED", 10 * libs["B"].stat().st_size)
+    with pytest.raises(CiError, match="libneeded.so: truncated dynamic string table"):
+        read_dynamic_path(tmp_path / "libneeded.so")
