@@ -217,3 +217,68 @@ def test_toolkit_facts_match_nvidias_wheels(row: mx.CudaRow, tmp_path):
     allowed = set(re.findall(r"'compute_(\w+)'", section))
     assert allowed == set(row.accepted_archs)
     assert int(re.search(r"#if __GNUC__ > (\d+)", header)[1]) == row.gcc_max
+
+
+def _torch_wheel_for(version: str, python: str) -> str | None:
+    """PyPI's torch==version wheel for CPython `python` on x86_64 manylinux (file name), None if there is none.
+
+    Metadata-only resolution (pip --dry-run with PEP 658); answers are cached, network failures skip."""
+    path = CACHE / f"wheel-{version}-py{python}.txt"
+    if path.exists():
+        return path.read_text() or None
+    CACHE.mkdir(parents=True, exist_ok=True)
+    report = CACHE / f".report-{version}-{python}-{os.getpid()}.json"
+    platforms = [a for p in ("manylinux_2_28", "manylinux2014", "manylinux1") for a in ("--platform", f"{p}_x86_64")]
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--no-deps",
+                        "--ignore-installed", "--quiet", "--only-binary=:all:", "--python-version", python, *platforms,
+                        "--target", str(CACHE / ".target"), "--report", str(report), f"torch=={version}"],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode == 0:
+        answer = json.loads(report.read_text())["install"][0]["download_info"]["url"].rsplit("/", 1)[1]
+        report.unlink()
+    elif "No matching distribution" in r.stderr:
+        answer = ""
+    else:
+        pytest.skip(f"PyPI unreachable: {r.stderr.strip().splitlines()[-1:]}")
+    path.write_text(answer)
+    return answer or None
+
+
+def _newest_in_matrix(minor: str) -> str:
+    versions = {t.version for r in ROWS for t in r.torch if t.version.startswith(minor + ".")}
+    return max(versions, key=lambda v: tuple(map(int, v.split("."))))
+
+
+LINES = mx.load().torch_lines
+
+
+def _probes(line: mx.TorchLine) -> dict[str, bool]:
+    """Python -> whether a wheel must exist: the range's ends must, one past either end must not."""
+    lo, hi = (int(line.python[i].split(".")[1]) for i in (0, -1))
+    return {f"3.{lo}": True, f"3.{hi}": True, f"3.{lo - 1}": False, f"3.{hi + 1}": False}
+
+
+@pytest.fixture(scope="module")
+def pypi_torch_wheels() -> dict[tuple[str, str], str | None]:
+    """All probes at once, 8 pip resolutions at a time (each waits on the network, not the CPU)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    keys = [(_newest_in_matrix(line.minor), py) for line in LINES for py in _probes(line)]
+    with ThreadPoolExecutor(8) as pool:
+        return dict(zip(keys, pool.map(lambda k: _torch_wheel_for(*k), keys)))
+
+
+@pytest.mark.parametrize("line", LINES, ids=[t.minor for t in LINES])
+def test_torch_line_pythons_and_policy_match_pypi(line: mx.TorchLine, pypi_torch_wheels):
+    """Each torch line lists exactly the CPython range PyPI has wheels for, and its wheels' policy."""
+    version = _newest_in_matrix(line.minor)
+    lo, hi = (int(line.python[i].split(".")[1]) for i in (0, -1))
+    assert line.python == tuple(f"3.{m}" for m in range(lo, hi + 1))
+    for py, expected in _probes(line).items():
+        found = pypi_torch_wheels[(version, py)]
+        assert (found is not None) == expected, f"torch {version} for Python {py}: {found}"
+    tag = pypi_torch_wheels[(version, f"3.{hi}")].rsplit("-", 1)[1]
+    if line.manylinux == "manylinux_2_28":
+        assert tag == "manylinux_2_28_x86_64.whl"
+    else:  # pre-cxx11 torch: manylinux1/2014-tagged wheels, built on manylinux2014's devtoolset
+        assert tag.startswith(("manylinux1_", "manylinux2014_")), tag
