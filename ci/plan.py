@@ -230,7 +230,7 @@ ENSURE_CCACHE = ("{ command -v ccache >/dev/null || yum install -y -q ccache || 
 
 
 def environment(*, engine: str, image: str, identifiers: list[str], before_build: str, cuda: str | None,
-                arch_list: str, nvcc_flags: list[str]) -> dict[str, str]:
+                arch_list: str, nvcc_flags: list[str], gcc_max: int | None = None) -> dict[str, str]:
     """The CIBW_* variables a container build sets (a host build shows what a container one would)."""
     inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CMAKE_C_COMPILER_LAUNCHER": "ccache",
              "CMAKE_CXX_COMPILER_LAUNCHER": "ccache"}
@@ -240,9 +240,13 @@ def environment(*, engine: str, image: str, identifiers: list[str], before_build
                  "TORCH_CUDA_ARCH_LIST": arch_list, "CUDAFLAGS": " ".join(nvcc_flags),
                  "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache", **inner}
         # ameli/manylinux-cuda#8: an image once shipped the wrong CUDA; fail before compiling anything.
-        before_all.insert(0, f"{{ {CONTAINER_CUDA_HOME}/bin/nvcc --version | grep -q 'release {cuda},' || "
-                             f"{{ echo 'build image does not have CUDA {cuda}:'; {CONTAINER_CUDA_HOME}/bin/nvcc "
-                             f"--version; exit 1; }}; }}")
+        before_all[:0] = [
+            f"{{ {CONTAINER_CUDA_HOME}/bin/nvcc --version | grep -q 'release {cuda},' || "
+            f"{{ echo 'build image does not have CUDA {cuda}:'; {CONTAINER_CUDA_HOME}/bin/nvcc --version; exit 1; }}; }}",
+            # the image's GCC moves with its base image's default toolset: fail clearly, not deep in nvcc
+            f"{{ v=$(${{CUDAHOSTCXX:-g++}} -dumpversion | cut -d. -f1); [ \"$v\" -le {gcc_max} ] || "
+            f"{{ echo \"build image GCC $v is above what nvcc {cuda} accepts ({gcc_max})\"; exit 1; }}; }}",
+        ]
     env = {
         "CIBW_BUILD": " ".join(identifiers),
         "CIBW_ARCHS_LINUX": "x86_64",
@@ -303,7 +307,7 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
     env = environment(engine=resolved, image=ref, identifiers=identifiers,
                       before_build=_before_build(project, f"torch=={build.version}", row.torch_index_url,
                                                  build.cudnn),
-                      cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags))
+                      cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max)
     return Plan(cuda=cuda, torch=build.version, torch_index_url=row.torch_index_url, torch_on_pypi=build.on_pypi,
                 cudnn_requirement=build.cudnn, image=ref, manylinux=image.manylinux, arch_list=archs,
                 python=pythons, identifiers=identifiers, environment=env, engine=resolved,

@@ -224,3 +224,34 @@ def test_no_fitting_image_is_refused_with_the_reason():
     hot = dataclasses.replace(row, gcc_max=9)
     with pytest.raises(CiError, match=r"its GCC 10 is above what nvcc 11\.8 accepts \(9\)"):
         pl.pick_image(m, hot, m.torch_line("2.5.1"), "2.5.1")
+
+
+def _before_all_checks(plan: pl.Plan) -> list[str]:
+    """The toolkit and compiler checks that open before-all (brace groups joined by ' && ')."""
+    return plan.environment["CIBW_BEFORE_ALL_LINUX"].split(" && ")[:2]
+
+
+def _sh(cmd: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "CUDAHOSTCXX"}  # the check falls back to g++, as here
+    return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, env=env)
+
+
+def test_before_all_checks_run_in_a_real_shell():
+    """Run the image checks here, against this machine's own toolkit and compiler, as sh runs them there."""
+    from ci import engine
+
+    nvcc = engine.find_nvcc()
+    if nvcc is None or not Path("/usr/local/cuda/bin/nvcc").exists():
+        pytest.skip("no toolkit at /usr/local/cuda")
+    have = engine.nvcc_version(Path("/usr/local/cuda/bin/nvcc"))
+    gcc = int(subprocess.run(["g++", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0])
+    for row in mx.rows():
+        nvcc_check, gcc_check = _before_all_checks(plan_for(row.version))
+        r = _sh(nvcc_check)
+        assert (r.returncode == 0) == (row.version == have), r.stdout
+        if r.returncode:
+            assert f"build image does not have CUDA {row.version}:" in r.stdout
+        r = _sh(gcc_check)
+        assert (r.returncode == 0) == (gcc <= row.gcc_max)
+        if r.returncode:
+            assert f"build image GCC {gcc} is above what nvcc {row.version} accepts ({row.gcc_max})" in r.stdout
