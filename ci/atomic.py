@@ -21,10 +21,18 @@ def atomic_path(dest: Path | str) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        # mkstemp creates 0600; give the file the mode a plain open() would (readable by a web server).
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, dest)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text(dest: Path | str, text: str) -> None:

@@ -1,0 +1,176 @@
+"""The spine end to end on this machine: host builds (CPU and CUDA 13.0), repair, verify, report.
+
+The CUDA build compiles real device code with nvcc against torch 2.13.0+cu130 and cuDNN from
+NVIDIA's wheels, and verify runs the CPU kernels of that CUDA wheel in a CUDA-torch venv without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ci.elf import scan_wheel
+from ci.repair import is_excluded
+from ci.wheelfile import WheelArchive, get_headers
+from ci.wheelname import WheelName
+from conftest import ROOT, run_module
+
+VERIFY_OK = ("install", "import", "ops_cpu", "opcheck_cpu", "gradcheck_cpu", "torchscript", "cpp_runner")
+
+
+def project_name() -> str:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
+
+
+def requires(wheel: Path) -> list[str]:
+    with WheelArchive.open(wheel) as wa:
+        return get_headers(wa.metadata, "Requires-Dist")
+
+
+def assert_clean_manylinux(wheel: Path) -> list:
+    """A manylinux wheel holding only our op library: nothing torch, CUDA or cuDNN grafted in."""
+    name = WheelName.parse(wheel.name)
+    assert name.project == project_name()
+    assert name.platform.startswith("manylinux_"), name.platform
+    libs = scan_wheel(wheel)
+    assert [lib.filename for lib in libs] == [f"lib{name.distribution}.so"]
+    members = zipfile.ZipFile(wheel).namelist()
+    assert not [m for m in members if ".libs/" in m or is_excluded(m.rsplit("/", 1)[-1])]
+    assert f"{name.distribution}/_preload.py" in members
+    return libs
+
+
+def assert_verified(report: dict) -> None:
+    assert report["passed"] is True
+    for check in VERIFY_OK:
+        assert report["verify"][check] == "ok", (check, report["verify"])
+
+
+def test_cpu_build(cpu_build):
+    libs = assert_clean_manylinux(cpu_build.wheel)
+    needed = set(libs[0].needed)
+    assert {"libtorch_cpu.so", "libc10.so"} <= needed
+    assert not [n for n in needed if "cud" in n]
+    assert requires(cpu_build.wheel) == ["torch==2.13.0"]
+    assert_verified(cpu_build.report)
+    assert cpu_build.report["plan"]["cuda"] is None
+    (wheel_report,) = cpu_build.report["wheels"]
+    assert wheel_report["name"] == cpu_build.wheel.name
+    assert wheel_report["size"] == cpu_build.wheel.stat().st_size
+    assert "libc10.so" in wheel_report["excluded"]
+    md = (cpu_build.out / "report.md").read_text()
+    assert cpu_build.wheel.name in md and "| cpp_runner | ok |" in md
+
+
+def test_cuda_build(cuda_build):
+    libs = assert_clean_manylinux(cuda_build.wheel)
+    lib = libs[0]
+    assert {"libcudnn.so.9", "libcudart.so.13", "libtorch_cuda.so", "libc10_cuda.so"} <= set(lib.needed)
+    assert "$ORIGIN/../../nvidia/cudnn/lib" in lib.runpath and "$ORIGIN/../../torch/lib" in lib.runpath
+    reqs = requires(cuda_build.wheel)
+    cudnn = cuda_build.report["plan"]["cudnn_requirement"]
+    assert reqs == ["torch==2.13.0", cudnn] and cudnn.startswith("nvidia-cudnn-cu13==")
+    assert_verified(cuda_build.report)
+    assert cuda_build.report["verify"]["torch"].endswith("+cu130")
+    # The op library holds device code (a cubin, kind 2) for the requested arch only.
+    with zipfile.ZipFile(cuda_build.wheel) as zf:
+        data = zf.read(lib.path)
+    assert fatbin_archs(data) == {(2, 90)}
+
+
+def test_cuda_wheel_preload_lists_what_it_links(cuda_build):
+    """The generated preload covers cuDNN, cudart and torch, dependencies before dependants."""
+    name = WheelName.parse(cuda_build.wheel.name)
+    source = zipfile.ZipFile(cuda_build.wheel).read(f"{name.distribution}/_preload.py").decode()
+    order = [line.split("'")[1] for line in source.splitlines() if line.startswith("    ('lib")]
+    for lib in ("libcudnn.so.9", "libcudart.so.13", "libtorch_cuda.so", "libc10.so"):
+        assert lib in order
+    assert order.index("libc10.so") < order.index("libtorch_cpu.so") < order.index("libtorch_cuda.so")
+    assert order.index("libcudart.so.13") < order.index("libc10_cuda.so")
+
+
+def fatbin_archs(elf: bytes) -> set[tuple[int, int]]:
+    """(kind, sm) of every entry in the .nv_fatbin section: kind 1 is PTX, 2 a cubin.
+
+    Entry headers stay readable when the payload is compressed (-Xfatbin -compress-all):
+    a 16-byte container header (magic 0xBA55ED50), then entries whose header holds the SM at +28.
+    """
+    import io
+    import struct
+
+    from elftools.elf.elffile import ELFFile
+
+    section = ELFFile(io.BytesIO(elf)).get_section_by_name(".nv_fatbin")
+    assert section is not None, "no device code in the library"
+    data, found, off = section.data(), set(), 0
+    while off < len(data):
+        magic, _, header, size = struct.unpack_from("<IHHQ", data, off)
+        assert magic == 0xBA55ED50
+        entry, end = off + header, off + header + size
+        while entry < end:
+            kind, _, entry_header, padded = struct.unpack_from("<HHIQ", data, entry)
+            found.add((kind, struct.unpack_from("<I", data, entry + 28)[0]))
+            entry += entry_header + padded
+        off = end
+    return found
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for f in fragments:
+        assert f in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--cuda", "9.9"], ["9.9", "11.8", "13.0"]),  # unknown: lists the supported versions
+    (["--cuda", "11.8", "--torch", "2.13.0"], ["2.13.0", "11.8"]),  # torch not built for that CUDA
+    (["--cuda", "13.0", "--arch-list", "5.0"], ["5.0"]),  # nvcc 13 rejects it: said before compiling
+    (["--cpu", "--torch", "banana"], ["banana"]),
+])
+def test_bad_build_input(tmp_path, args, fragments):
+    out = tmp_path / "out"
+    one_line_error(run_module("ci.build", "--engine", "host", *args, "-w", out), *fragments)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_no_nvcc_obtainable(tmp_path):
+    """A CUDA version with no matching host nvcc and no nvcc wheel is one clear error."""
+    from ci.errors import CiError
+    from ci.hostenv import BuildEnv, find_nvcc
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "v"], check=True)
+    site = tmp_path / "v" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    env = BuildEnv(tmp_path / "v", tmp_path / "v" / "bin" / "python", site, "2.13.0", "14.0", [])
+    with pytest.raises(CiError, match=r"no nvcc obtainable for CUDA 14\.0"):
+        find_nvcc(env, "14.0", log=lambda _: None)
+
+
+def test_repair_rejects_bad_wheels(tmp_path):
+    out = tmp_path / "out"
+    text = tmp_path / "softmax_ext-0.1.0-py3-none-linux_x86_64.whl"
+    text.write_text("not a zip")
+    one_line_error(run_module("ci.repair", text, "-w", out, "--torch", "2.13.0"), text.name)
+    badname = tmp_path / "not-a-wheel.zip"
+    badname.write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    one_line_error(run_module("ci.repair", badname, "-w", out, "--torch", "2.13.0"), "not-a-wheel.zip")
+    one_line_error(run_module("ci.repair", tmp_path / "missing-1.0-py3-none-any.whl", "-w", out), "no such file")
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_repair_cli_on_built_wheel(cpu_build, tmp_path):
+    """ci.repair alone, on an already repaired wheel: idempotent, declares torch, --json result."""
+    proc = run_module("ci.repair", cpu_build.wheel, "-w", tmp_path, "--torch", "2.13.0+cpu", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["grafted"] == [] and "libtorch_cpu.so" in result["excluded"]
+    assert requires(Path(result["wheel"])) == ["torch==2.13.0"]
