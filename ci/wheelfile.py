@@ -52,8 +52,9 @@ import re
 import struct
 import time
 import zlib
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Union
 
@@ -77,6 +78,7 @@ _S_IFMT, _S_IFLNK, _S_IFREG = 0o170000, 0o120000, 0o100000
 _UNIX = 3
 _COMPRESS_LEVEL = 6  # what wheel/setuptools use; new members only
 _CHUNK = 1 << 20
+_BLOCK = 8 << 20  # deflate block for parallel compression; fixed, so output is reproducible
 
 Content = Union[bytes, Path]
 
@@ -681,18 +683,11 @@ class _ZipOut:
         name = name_s.encode("utf-8")
         flags = _FLAG_UTF8 if not name_s.isascii() else 0
         if isinstance(content, Path):
-            chunks: Iterable[bytes] = _file_chunks(content)
+            blocks: Iterable[bytes] = _file_chunks(content)
         else:
-            chunks = (bytes(content or b""),)
-        comp = zlib.compressobj(_COMPRESS_LEVEL, zlib.DEFLATED, -15)
-        sha, crc, usize = hashlib.sha256(), 0, 0
-        parts: list[bytes] = []
-        for c in chunks:
-            sha.update(c)
-            crc = zlib.crc32(c, crc)
-            usize += len(c)
-            parts.append(comp.compress(c))
-        parts.append(comp.flush())
+            data = memoryview(bytes(content or b""))
+            blocks = (data[i: i + _BLOCK] for i in range(0, len(data), _BLOCK))
+        parts, crc, usize, digest = _deflate(blocks)
         cdata = b"".join(parts)
         offset = self.pos
         t, d = when
@@ -701,7 +696,7 @@ class _ZipOut:
         if not mode & _S_IFMT:
             mode |= _S_IFREG
         self.entries.append(_Written(name_s, _DEFLATED, flags, crc, len(cdata), usize, t, d, mode << 16, offset))
-        return name_s, f"sha256={_b64(sha.digest())}", usize
+        return name_s, f"sha256={_b64(digest)}", usize
 
     def _central(self) -> None:
         cd_start = self.pos
@@ -742,8 +737,55 @@ def _umask() -> int:
 
 def _file_chunks(path: Path) -> Iterable[bytes]:
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK * 8):
+        while chunk := f.read(_BLOCK):
             yield chunk
+
+
+def _deflate_block(data: bytes | memoryview, last: bool) -> bytes:
+    c = zlib.compressobj(_COMPRESS_LEVEL, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+
+
+def _with_last(blocks: Iterable[bytes]) -> Iterable[tuple[bytes, bool]]:
+    it = iter(blocks)
+    prev = next(it, None)
+    if prev is None:
+        yield b"", True
+        return
+    for cur in it:
+        yield prev, False
+        prev = cur
+    yield prev, True
+
+
+def _deflate(blocks: Iterable[bytes]) -> tuple[list[bytes], int, int, bytes]:
+    """Raw deflate of fixed-size blocks on every core, pigz-style: each block is compressed on its
+    own and ends on a byte boundary (sync flush), so the concatenation is one valid stream. Output
+    depends only on the content (fixed block size), never on the number of threads. Returns
+    (compressed parts, crc32, size, sha256 digest)."""
+    sha, crc, usize = hashlib.sha256(), 0, 0
+    parts: list[bytes] = []
+    pending: deque = deque()
+    pool: ThreadPoolExecutor | None = None
+    workers = os.cpu_count() or 1
+    try:
+        for data, last in _with_last(blocks):
+            sha.update(data)
+            crc = zlib.crc32(data, crc)
+            usize += len(data)
+            if last and not pending:
+                parts.append(_deflate_block(data, True))  # small content: no threads
+                break
+            pool = pool or ThreadPoolExecutor(max_workers=workers)
+            pending.append(pool.submit(_deflate_block, data, last))
+            while len(pending) > 2 * workers:
+                parts.append(pending.popleft().result())
+        while pending:
+            parts.append(pending.popleft().result())
+    finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
+    return parts, crc, usize, sha.digest()
 
 
 def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int) -> None:
