@@ -100,27 +100,18 @@ def nvcc_version(nvcc: Path) -> str | None:
     return tool_version([str(nvcc), "--version"], r"release (\d+\.\d+),")
 
 
-def nvcc_wheel_majors() -> set[str]:
-    """CUDA majors whose nvcc the host engine can take from NVIDIA's wheels (ci.hostenv decides)."""
-    try:
-        from ci.hostenv import NVCC_WHEELS
-    except ImportError:
-        return set()
-    return set(NVCC_WHEELS)
-
-
 def host_cannot_build(row) -> str | None:
     """Why the host engine cannot build this CUDA row (None: it can).
 
-    It needs nvcc of that version (the host's, or one from NVIDIA's wheels) and a host GCC nvcc accepts."""
+    It needs nvcc of that version: the host's, or NVIDIA's nvcc wheel where that wheel ships the nvcc
+    driver (cu13; the cu11/cu12 wheels hold only ptxas), and a host GCC that nvcc accepts."""
     if row is None:
         return None
     nvcc = find_nvcc()
     have = nvcc_version(nvcc) if nvcc else None
-    major = row.version.split(".")[0]
-    if have != row.version and major not in nvcc_wheel_majors():
+    if have != row.version and not row.nvcc_wheel_has_nvcc:
         host = f"host nvcc is CUDA {have}" if have else "no host nvcc"
-        return f"{host}, not {row.version}, and no nvcc wheel serves CUDA {major}"
+        return f"{host}, not {row.version}, and NVIDIA's nvcc wheel for {row.version} ships only ptxas"
     cxx = os.environ.get("CUDAHOSTCXX") or shutil.which("g++") or "g++"
     gcc = tool_version([cxx, "-dumpversion"], r"^(\d+)")
     if gcc and int(gcc) > row.gcc_max:
@@ -135,3 +126,37 @@ def host_cannot_build_cuda(cuda: str | None) -> str | None:
     from ci import matrix
 
     return host_cannot_build(matrix.load().row(cuda))
+
+
+def main(args) -> int:
+    """`python -m ci.engine`: which engine `--engine auto` would use here, and why the others would not."""
+    from ci.cli import emit_json
+
+    reasons = {name: probe() for name, probe in PROBES.items()}
+    found = next((n for n, why in reasons.items() if why is None), None)
+    host = {row.version: host_cannot_build(row) for row in _rows()}
+    if args.json:
+        emit_json({"engine": found, "probes": reasons, "host_cannot_build": host})
+        return 0
+    print(f"container engine: {found or 'none'}")
+    for name, why in reasons.items():
+        if why:
+            print(f"  {name}: {why}")
+    for cuda, why in host.items():
+        print(f"host, CUDA {cuda}: {'can build' if why is None else why}")
+    return 0
+
+
+def _rows():
+    from ci import matrix
+
+    return matrix.load().rows
+
+
+if __name__ == "__main__":
+    from ci.cli import parser, run
+
+    p = parser("ci.engine", "Detect the container engine (Docker SDK ping, `podman info`) and what the host "
+                            "engine can build, as `--engine auto` sees them.")
+    p.add_argument("--json", action="store_true", help="print the answers as JSON")
+    run(p, main)

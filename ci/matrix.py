@@ -70,6 +70,7 @@ class CudaRow:
     accepted_archs: tuple[str, ...]
     nvcc_flags: tuple[str, ...]
     nvcc_wheels: tuple[str, ...]  # NVIDIA's wheels of this toolkit's nvcc (where the arch/GCC facts are measured)
+    nvcc_wheel_has_nvcc: bool  # those wheels ship the nvcc driver itself (cu13), not only ptxas (cu11/cu12)
     torch: tuple[TorchBuild, ...]
     images: tuple[Image, ...]
 
@@ -121,7 +122,7 @@ def _row(d: dict[str, Any]) -> CudaRow:
         version=d["version"], full_version=d["full_version"], torch_index_url=d["torch_index_url"],
         default_torch=d["default_torch"], gcc_max=int(d["gcc_max"]), arch_list=d["arch_list"],
         accepted_archs=tuple(d["accepted_archs"]), nvcc_flags=tuple(d["nvcc_flags"]),
-        nvcc_wheels=tuple(d["nvcc_wheels"]),
+        nvcc_wheels=tuple(d["nvcc_wheels"]), nvcc_wheel_has_nvcc=bool(d["nvcc_wheel_has_nvcc"]),
         torch=tuple(TorchBuild(t["version"], t["cudnn"], bool(t.get("on_pypi", False)), t["source"])
                     for t in d["torch"]),
         images=tuple(_image(i) for i in d["image"]),

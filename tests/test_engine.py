@@ -163,14 +163,23 @@ def test_build_cli_engine_docker_one_line(no_engine, tmp_path):
     assert not out.exists() or not any(out.iterdir())
 
 
-def test_host_build_needs_that_nvcc_or_an_nvcc_wheel():
+def test_host_build_needs_that_nvcc_or_an_nvcc_wheel_with_nvcc():
     cuda = _host_cuda()
-    wheels = engine.nvcc_wheel_majors()
     for row in mx.rows():
         why = engine.host_cannot_build(row)
-        if row.version == cuda or row.version.split(".")[0] in wheels:
+        if row.version == cuda or row.nvcc_wheel_has_nvcc:
             assert why is None or why.startswith("host GCC"), why
         else:
             assert why == (f"host nvcc is CUDA {cuda}" if cuda else "no host nvcc") + \
-                f", not {row.version}, and no nvcc wheel serves CUDA {row.version.split('.')[0]}"
+                f", not {row.version}, and NVIDIA's nvcc wheel for {row.version} ships only ptxas"
     assert engine.host_cannot_build_cuda(None) is None
+
+
+def test_engine_cli_reports_none_here(no_engine):
+    r = subprocess.run([sys.executable, "-m", "ci.engine", "--json"], cwd=ROOT, capture_output=True, text=True,
+                       env={**__import__("os").environ})
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["engine"] is None and data["probes"]["podman"] == "podman is not installed"
+    assert data["probes"]["docker"].startswith("Docker does not respond")
+    assert set(data["host_cannot_build"]) == set(mx.load().versions)

@@ -201,8 +201,10 @@ def test_toolkit_facts_match_nvidias_wheels(row: mx.CudaRow, tmp_path):
     """Each row's arch table and GCC ceiling are what that toolkit itself says: the compute_* values its
     ptxas allows (`ptxas --help`), and crt/host_config.h's `#if __GNUC__ > N` error."""
     ptxas = header = None
+    has_nvcc = False
     for req in row.nvcc_wheels:
         with zipfile.ZipFile(_nvcc_wheel(req)) as z:
+            has_nvcc |= any(m.endswith("/bin/nvcc") for m in z.namelist())
             for member in z.namelist():
                 if member.endswith("/bin/ptxas"):
                     ptxas = Path(z.extract(member, tmp_path))
@@ -210,6 +212,7 @@ def test_toolkit_facts_match_nvidias_wheels(row: mx.CudaRow, tmp_path):
                 elif member.endswith("/crt/host_config.h"):
                     header = z.read(member).decode()
     assert ptxas and header, f"{row.nvcc_wheels} hold no ptxas or host_config.h"
+    assert has_nvcc == row.nvcc_wheel_has_nvcc  # whether a host build can take nvcc from the wheel
     assert f"release {row.version}," in subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout
     help_text = subprocess.run([ptxas, "--help"], capture_output=True, text=True).stdout
     section = help_text[help_text.index("--gpu-name"):]
