@@ -185,8 +185,11 @@ def _insert_after_existing_preload(init: str, module: str) -> str:
     return insert_call(init, module)
 
 
-def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str) -> list[Path]:
-    """Write the main wheel and its companions (or an unchanged copy when under the limit) to out_dir."""
+def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, verify: bool = True) -> list[Path]:
+    """Write the main wheel and its companions (or an unchanged copy when under the limit) to out_dir.
+
+    With `verify`, RECORD hashes are re-checked before any are reused in the outputs.
+    """
     from ci.check import parse_limit
     from ci.wheelfile import WheelArchive
 
@@ -198,7 +201,7 @@ def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str) -> list
         size = path.stat().st_size
         if size <= limit_b:
             return [_copy_unchanged(path, out_dir)]
-        return _split(wa, size, limit_b, out_dir)
+        return _split(wa, size, limit_b, out_dir, verify)
 
 
 def _copy_unchanged(path: Path, out_dir: Path) -> Path:
@@ -213,13 +216,15 @@ def _copy_unchanged(path: Path, out_dir: Path) -> Path:
     return dest
 
 
-def _split(wa, size: int, limit: int, out_dir: Path) -> list[Path]:
+def _split(wa, size: int, limit: int, out_dir: Path, verify: bool) -> list[Path]:
     from ci.elf import SYSTEM_LIBS, is_system_lib, scan_wheel
     from ci.preload import Preload, dependency_order, runtime_source, top_package
     from ci.wheelfile import WheelWriter, newest_time, rewrite
 
     if out_dir.resolve() == wa.path.resolve().parent:
         raise CiError(f"output directory {out_dir} holds the input wheel: it would be overwritten")
+    if verify:
+        wa.verify()
     shared = [lib for lib in scan_wheel(wa.path) if ".dist-info/" not in lib.path and ".data/" not in lib.path]
     libs = [Lib(s.path, wa.get(s.path).csize, s.name, s.needed, s.rpath, s.runpath) for s in shared]
     movable = [lib for lib in libs if "/" in lib.path]
@@ -308,7 +313,7 @@ def _companion_metadata(main_meta: str, project: str, version: str, main_project
 
 
 def main(args) -> int:
-    outputs = split_wheel(Path(args.wheel), args.limit, Path(args.wheel_dir))
+    outputs = split_wheel(Path(args.wheel), args.limit, Path(args.wheel_dir), verify=not args.no_verify)
     if args.json:
         cli.emit_json({"wheels": [{"path": str(p), "size": p.stat().st_size} for p in outputs]})
     else:
@@ -323,6 +328,8 @@ def build_parser() -> cli.Parser:
     p.add_argument("wheel", metavar="WHEEL")
     p.add_argument("--limit", required=True, metavar="pypi|github|SIZE", help="largest allowed wheel size")
     p.add_argument("-w", "--wheel-dir", metavar="DIR", required=True, help="output directory")
+    p.add_argument("--no-verify", action="store_true",
+                   help="do not re-hash members against RECORD before splitting (faster; trusts the input)")
     p.add_argument("--json", action="store_true", help="print the outputs as JSON")
     return p
 

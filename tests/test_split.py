@@ -14,7 +14,7 @@ import pytest
 
 from ci.errors import CiError
 from ci.split import Lib, new_rpaths, plan_split
-from tests._wheels import build_wheel, read_members, run_stage
+from tests._wheels import build_wheel, raw_zip, read_members, run_stage, wheel_entries
 
 INIT = '''"""Demo package: loads its native front library, as an extension module would."""
 import ctypes
@@ -155,7 +155,8 @@ def test_a_library_larger_than_the_limit_is_refused(native_wheel: Path, tmp_path
 
 
 @pytest.mark.parametrize("kind,needle", [("not-a-zip", "not a zip file"), ("bad-limit", "not a size"),
-                                         ("same-dir", "holds the input wheel"), ("bad-name", "invalid wheel")])
+                                         ("same-dir", "holds the input wheel"), ("bad-name", "invalid wheel"),
+                                         ("hash-mismatch", "RECORD hash mismatch for demo/lib/libbig2.so")])
 def test_bad_input_exits_2_and_writes_nothing(native_wheel: Path, tmp_path: Path, kind: str, needle: str) -> None:
     wheel, limit, out = native_wheel, "300KB", tmp_path / "out"
     if kind == "not-a-zip":
@@ -171,12 +172,19 @@ def test_bad_input_exits_2_and_writes_nothing(native_wheel: Path, tmp_path: Path
     elif kind == "bad-name":
         wheel = tmp_path / "demo.whl"
         shutil.copy(native_wheel, wheel)
+    elif kind == "hash-mismatch":  # the same wheel with one library's bytes changed after RECORD was written
+        entries = [(n, d[:-1] + bytes([d[-1] ^ 1]) if n.endswith("libbig2.so") else d, m)
+                   for n, d, m in wheel_entries(native_wheel)]
+        wheel = raw_zip(tmp_path / "bad" / native_wheel.name, entries)
     before = set(out.iterdir()) if out.exists() else set()
     r = run_stage("ci.split", wheel, "--limit", limit, "-w", out)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr
     assert (set(out.iterdir()) if out.exists() else set()) == before
+    if kind == "hash-mismatch":
+        r = run_stage("ci.split", wheel, "--limit", limit, "--no-verify", "-w", out)
+        assert r.returncode == 0, r.stderr
 
 
 # ------------------------------------------------------------------------------ the real torch wheel
