@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ci import cli
-from ci.errors import CiError, Finding
+from ci.errors import Finding
 
 PROFILES = {"pypi": 100 * 2**20, "github": 2 * 2**30 - 1}
 TOP = 10
