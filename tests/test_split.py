@@ -113,6 +113,21 @@ def test_split_into_two_companions_works_in_both_layouts(native_wheel: Path, tmp
     assert r.returncode != 0 and "PreloadError: cannot load libbig" in r.stderr, r.stderr
 
 
+def test_a_libraries_only_wheel_gets_rpaths_but_no_preload(native_wheel: Path, tmp_path: Path) -> None:
+    files = {n: d for n, d, _ in wheel_entries(native_wheel) if n.startswith("demo/lib/")}
+    libs_only = build_wheel(tmp_path / "in", version="1.0+cpu", files=files, tag="py3-none-linux_x86_64",
+                            modes={n: 0o755 for n in files})
+    r = run_stage("ci.split", libs_only, "--limit", "300KB", "-w", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    outs = sorted((tmp_path / "out").glob("*.whl"))
+    assert len(outs) == 3 and not any("preload" in n for o in outs for n in read_members(o))
+    site = tmp_path / "site"
+    for o in outs:
+        pip_target(o, site)
+    direct = run_py(f"import ctypes; print(ctypes.CDLL({str(site / 'demo/lib/libfront.so')!r}).front())", [])
+    assert direct.returncode == 0 and direct.stdout.strip() == "63", direct.stderr
+
+
 def test_under_the_limit_is_copied_unchanged(native_wheel: Path, tmp_path: Path) -> None:
     r = run_stage("ci.split", native_wheel, "--limit", "pypi", "-w", tmp_path / "out")
     assert r.returncode == 0, r.stderr
