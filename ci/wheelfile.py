@@ -158,6 +158,7 @@ class WheelArchive:
     """A wheel opened for reading: the central directory parsed and validated, the file kept open."""
 
     def __init__(self, path: Path, name: WheelName, members: list[Member], cd_offset: int) -> None:
+        self._fd = -1
         self.path = path
         self.name = name
         self.members = members
@@ -383,14 +384,18 @@ def read_central_directory(path: Path) -> tuple[list[Member], int]:
             f.seek(loc_at)
             loc = f.read(_LOCATOR64.size)
             if loc_at < 0 or len(loc) < _LOCATOR64.size or _LOCATOR64.unpack(loc)[0] != _SIG_LOCATOR64:
-                raise CiError(f"corrupt zip (ZIP64 locator missing): {path.name}")
-            eocd64_at = _LOCATOR64.unpack(loc)[2]
-            f.seek(eocd64_at)
-            rec = f.read(_EOCD64.size)
-            if len(rec) < _EOCD64.size or _EOCD64.unpack(rec)[0] != _SIG_EOCD64:
-                raise CiError(f"corrupt zip (ZIP64 end record missing): {path.name}")
-            _, _, _, _, _, _, _, count, cd_size, cd_offset = _EOCD64.unpack(rec)
-            cd_end = eocd64_at
+                if cd_size == _U32 or cd_offset == _U32:
+                    raise CiError(f"corrupt zip (ZIP64 locator missing): {path.name}")
+                count = -1  # exactly 65535 entries without ZIP64 records (zipfile does this): read to the end
+                cd_end = eocd_at
+            else:
+                eocd64_at = _LOCATOR64.unpack(loc)[2]
+                f.seek(eocd64_at)
+                rec = f.read(_EOCD64.size)
+                if len(rec) < _EOCD64.size or _EOCD64.unpack(rec)[0] != _SIG_EOCD64:
+                    raise CiError(f"corrupt zip (ZIP64 end record missing): {path.name}")
+                _, _, _, _, _, _, _, count, cd_size, cd_offset = _EOCD64.unpack(rec)
+                cd_end = eocd64_at
         else:
             cd_end = eocd_at
         if cd_offset + cd_size > cd_end:
@@ -400,7 +405,7 @@ def read_central_directory(path: Path) -> tuple[list[Member], int]:
     members: list[Member] = []
     seen: set[str] = set()
     pos = 0
-    for _ in range(count):
+    while len(members) < count or (count < 0 and pos < len(cd)):
         if pos + _CENTRAL.size > len(cd):
             raise CiError(f"corrupt zip (central directory too short): {path.name}")
         (sig, made_by, _need, flags, method, dtime, ddate, crc, csize, usize, nlen, xlen, clen, _disk,

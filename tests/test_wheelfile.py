@@ -107,6 +107,15 @@ def test_more_than_65535_members_use_zip64_end_records(tmp_path: Path) -> None:
         assert len(wa.members) == 66004
 
 
+def test_exactly_65535_members_without_zip64_records(tmp_path: Path) -> None:
+    files = {f"demo/f{i}.txt": b"" for i in range(65535 - 4)}
+    files["demo/__init__.py"] = b""
+    w = build_wheel(tmp_path / "in", files=files, compression=zipfile.ZIP_STORED)
+    assert b"PK\x06\x06" not in w.read_bytes()[-200:]  # zipfile wrote 0xFFFF entries, no ZIP64 end record
+    with WheelArchive.open(w) as wa:
+        assert len(wa.members) == 65535
+
+
 def test_data_descriptor_members_are_copied_with_clean_headers(tmp_path: Path) -> None:
     src = build_wheel(tmp_path / "in", files=FILES)
     # zipfile writing to an unseekable stream uses data descriptors (flag bit 3)
