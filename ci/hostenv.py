@@ -34,8 +34,8 @@ NVCC_WHEELS = {
 
 
 def cache_dir() -> Path:
-    """Where environments and CUDA roots live: $CI_CACHE_DIR, else ~/.cache/cuda-wheel-ci."""
-    base = os.environ.get("CI_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cuda-wheel-ci"
+    """Where environments and CUDA roots live: $CUDA_WHEEL_CI_CACHE, else ~/.cache/cuda-wheel-ci."""
+    base = os.environ.get("CUDA_WHEEL_CI_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cuda-wheel-ci"
     return Path(base)
 
 
