@@ -163,8 +163,18 @@ def _pypi_report(version: str) -> dict:
 ON_PYPI = [(r, t) for r in ROWS for t in r.torch if t.on_pypi]
 
 
+@pytest.fixture(scope="module")
+def pypi_reports() -> None:
+    """Resolve every torch version these tests read, 4 at a time: each waits on PyPI's large torch page."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    versions = sorted({t.version for _, t in ON_PYPI} | {_newest_in_matrix(line.minor) for line in LINES})
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(_pypi_report, versions))
+
+
 @pytest.mark.parametrize("row,build", ON_PYPI, ids=[f"{t.version}-cu{r.version}" for r, t in ON_PYPI])
-def test_pypi_default_torch_matches_row(row: mx.CudaRow, build: mx.TorchBuild):
+def test_pypi_default_torch_matches_row(row: mx.CudaRow, build: mx.TorchBuild, pypi_reports):
     """Where PyPI's default torch is a row's build, its metadata proves the CUDA, the cuDNN pin and the policy."""
     item = _pypi_report(build.version)["install"][0]
     requires = [r.split(";")[0].replace(" ", "").replace("(", "").replace(")", "")
@@ -222,29 +232,26 @@ def test_toolkit_facts_match_nvidias_wheels(row: mx.CudaRow, tmp_path):
     assert int(re.search(r"#if __GNUC__ > (\d+)", header)[1]) == row.gcc_max
 
 
-def _torch_wheel_for(version: str, python: str) -> str | None:
-    """PyPI's torch==version wheel for CPython `python` on x86_64 manylinux (file name), None if there is none.
+PLATFORMS = [a for p in ("manylinux_2_28", "manylinux2014", "manylinux1") for a in ("--platform", f"{p}_x86_64")]
 
-    Metadata-only resolution (pip --dry-run with PEP 658); answers are cached, network failures skip."""
-    path = CACHE / f"wheel-{version}-py{python}.txt"
-    if path.exists():
-        return path.read_text() or None
-    CACHE.mkdir(parents=True, exist_ok=True)
-    report = CACHE / f".report-{version}-{python}-{os.getpid()}.json"
-    platforms = [a for p in ("manylinux_2_28", "manylinux2014", "manylinux1") for a in ("--platform", f"{p}_x86_64")]
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--no-deps",
-                        "--ignore-installed", "--quiet", "--only-binary=:all:", "--python-version", python, *platforms,
-                        "--target", str(CACHE / ".target"), "--report", str(report), f"torch=={version}"],
-                       capture_output=True, text=True, timeout=300)
-    if r.returncode == 0:
-        answer = json.loads(report.read_text())["install"][0]["download_info"]["url"].rsplit("/", 1)[1]
-        report.unlink()
-    elif "No matching distribution" in r.stderr:
-        answer = ""
-    else:
-        pytest.skip(f"PyPI unreachable: {r.stderr.strip().splitlines()[-1:]}")
-    path.write_text(answer)
-    return answer or None
+
+def _versions_with_wheels_for(python: str) -> set[str]:
+    """Every torch version PyPI has an x86_64 manylinux wheel of for CPython `python` (`pip index versions`,
+    which reads file names only: one quick call per Python). Cached; network failures skip."""
+    path = CACHE / f"index-py{python}.txt"
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "torch", "--isolated",
+                            "--python-version", python, "--only-binary=:all:", *PLATFORMS],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode == 0:
+            listed = re.search(r"^Available versions: (.*)$", r.stdout, re.M)[1]
+        elif "No matching distribution" in r.stderr:
+            listed = ""
+        else:
+            pytest.skip(f"PyPI unreachable: {r.stderr.strip().splitlines()[-1:]}")
+        path.write_text(listed)
+    return {v.strip() for v in path.read_text().split(",") if v.strip()}
 
 
 def _newest_in_matrix(minor: str) -> str:
@@ -255,32 +262,17 @@ def _newest_in_matrix(minor: str) -> str:
 LINES = mx.load().torch_lines
 
 
-def _probes(line: mx.TorchLine) -> dict[str, bool]:
-    """Python -> whether a wheel must exist: the range's ends must, one past either end must not."""
-    lo, hi = (int(line.python[i].split(".")[1]) for i in (0, -1))
-    return {f"3.{lo}": True, f"3.{hi}": True, f"3.{lo - 1}": False, f"3.{hi + 1}": False}
-
-
-@pytest.fixture(scope="module")
-def pypi_torch_wheels() -> dict[tuple[str, str], str | None]:
-    """All probes at once, 8 pip resolutions at a time (each waits on the network, not the CPU)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    keys = [(_newest_in_matrix(line.minor), py) for line in LINES for py in _probes(line)]
-    with ThreadPoolExecutor(8) as pool:
-        return dict(zip(keys, pool.map(lambda k: _torch_wheel_for(*k), keys)))
-
-
 @pytest.mark.parametrize("line", LINES, ids=[t.minor for t in LINES])
-def test_torch_line_pythons_and_policy_match_pypi(line: mx.TorchLine, pypi_torch_wheels):
+def test_torch_line_pythons_and_policy_match_pypi(line: mx.TorchLine, pypi_reports):
     """Each torch line lists exactly the CPython range PyPI has wheels for, and its wheels' policy."""
     version = _newest_in_matrix(line.minor)
     lo, hi = (int(line.python[i].split(".")[1]) for i in (0, -1))
     assert line.python == tuple(f"3.{m}" for m in range(lo, hi + 1))
-    for py, expected in _probes(line).items():
-        found = pypi_torch_wheels[(version, py)]
-        assert (found is not None) == expected, f"torch {version} for Python {py}: {found}"
-    tag = pypi_torch_wheels[(version, f"3.{hi}")].rsplit("-", 1)[1]
+    for minor in range(lo - 1, hi + 2):
+        has = version in _versions_with_wheels_for(f"3.{minor}")
+        assert has == (lo <= minor <= hi), f"torch {version} {'has' if has else 'lacks'} wheels for Python 3.{minor}"
+    filename = _pypi_report(version)["install"][0]["download_info"]["url"].rsplit("/", 1)[1]
+    tag = filename.rsplit("-", 1)[1]
     if line.manylinux == "manylinux_2_28":
         assert tag == "manylinux_2_28_x86_64.whl"
     else:  # pre-cxx11 torch: manylinux1/2014-tagged wheels, built on manylinux2014's devtoolset
