@@ -19,9 +19,10 @@ Decisions:
 - Only libraries that moved or that need a moved library are touched (extracted, patchelf'd,
   recompressed); everything else is copied as compressed bytes (ci.wheelfile).
 - Any single member larger than the limit is refused (exit 2): no split can fix it.
-- Libraries the moved ones need from other wheels (nvidia-*) are not preloaded here; in a
-  per-directory layout something must load them first (e.g. a preload injected by ci.repair, which
-  this call is placed after).
+- Libraries the moved ones need from other wheels (nvidia-*) are preloaded too when those wheels
+  (or install directories) are given with --preload-deps; otherwise, in a per-directory layout,
+  something must load them first (e.g. a preload injected by ci.repair, which this call is placed
+  after). In one site-packages their RPATHs find them either way.
 - A wheel without a top-level package (libraries only) gets RPATHs but no preload: nothing of it
   is imported, so whoever loads its libraries must load the companions' first.
 - A wheel already under the limit is copied to DIR unchanged.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import posixpath
+import re
 import shutil
 import subprocess
 import sys
@@ -78,11 +80,7 @@ class SplitPlan:
 def plan_split(file_size: int, members: dict[str, int], libs: Sequence[Lib], limit: int,
                dist: str) -> SplitPlan:
     """Which libraries go to which companion (pure). CiError when no split can meet the limit."""
-    if members:
-        name, csize = max(members.items(), key=lambda kv: (kv[1], kv[0]))
-        if csize + member_overhead(name) + BASE_OVERHEAD > limit:
-            raise CiError(f"{name} is {cli.format_size(csize)} compressed, larger than the limit "
-                          f"{cli.format_size(limit)}: no split can bring it under")
+    refuse_oversized(members, limit)
     capacity = limit - BASE_OVERHEAD
     main_size = file_size + BASE_OVERHEAD
     chosen: list[Lib] = []
@@ -119,6 +117,15 @@ def plan_split(file_size: int, members: dict[str, int], libs: Sequence[Lib], lim
             raise CiError(f"the wheel already has a top-level {names[i]}/: cannot name a companion after it")
         moves[path] = (i, f"{names[i]}/{rest}")
     return SplitPlan(names, moves)
+
+
+def refuse_oversized(members: dict[str, int], limit: int) -> None:
+    """CiError naming the largest member when it alone cannot fit in any wheel under the limit."""
+    if members:
+        name, csize = max(members.items(), key=lambda kv: (kv[1], kv[0]))
+        if csize + member_overhead(name) + BASE_OVERHEAD > limit:
+            raise CiError(f"{name} is {cli.format_size(csize)} compressed, larger than the limit "
+                          f"{cli.format_size(limit)}: no split can bring it under")
 
 
 def new_rpaths(libs: Sequence[Lib], moves: dict[str, str]) -> dict[str, tuple[list[str], bool]]:
@@ -187,10 +194,13 @@ def _insert_after_existing_preload(init: str, module: str) -> str:
     return insert_call(init, module)
 
 
-def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, verify: bool = True) -> list[Path]:
+def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, verify: bool = True,
+                preload_deps: Sequence[Path | str] = ()) -> list[Path]:
     """Write the main wheel and its companions (or an unchanged copy when under the limit) to out_dir.
 
     With `verify`, RECORD hashes are re-checked before any are reused in the outputs.
+    `preload_deps`: wheels or installed directories providing libraries the moved ones need (e.g.
+    the nvidia-* wheels); those are preloaded first too, so the per-directory layout works.
     """
     from ci.check import parse_limit
     from ci.wheelfile import WheelArchive
@@ -203,7 +213,7 @@ def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, veri
         size = path.stat().st_size
         if size <= limit_b:
             return [_copy_unchanged(path, out_dir)]
-        return _split(wa, size, limit_b, out_dir, verify)
+        return _split(wa, size, limit_b, out_dir, verify, preload_deps)
 
 
 def _copy_unchanged(path: Path, out_dir: Path) -> Path:
@@ -218,20 +228,21 @@ def _copy_unchanged(path: Path, out_dir: Path) -> Path:
     return dest
 
 
-def _split(wa, size: int, limit: int, out_dir: Path, verify: bool) -> list[Path]:
-    from ci.elf import SYSTEM_LIBS, is_system_lib, scan_wheel
+def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str]) -> list[Path]:
+    from ci.elf import SYSTEM_LIBS, is_system_lib, scan, scan_wheel
     from ci.preload import Preload, dependency_order, runtime_source, top_package
     from ci.wheelfile import WheelWriter, newest_time, rewrite
 
     if out_dir.resolve() == wa.path.resolve().parent:
         raise CiError(f"output directory {out_dir} holds the input wheel: it would be overwritten")
-    if verify:
-        wa.verify()
+    members = {m.name: m.csize for m in wa.files}
+    refuse_oversized(members, limit)  # before reading any library
     shared = [lib for lib in scan_wheel(wa.path) if ".dist-info/" not in lib.path and ".data/" not in lib.path]
     libs = [Lib(s.path, wa.get(s.path).csize, s.name, s.needed, s.rpath, s.runpath) for s in shared]
     movable = [lib for lib in libs if "/" in lib.path]
-    members = {m.name: m.csize for m in wa.files}
     plan = plan_split(size, members, movable, limit, wa.name.distribution)
+    if verify:  # after planning: a wheel that cannot be split is refused without hashing 1 GB first
+        wa.verify()
     moves = {old: new for old, (_, new) in plan.moves.items()}
     rpaths = new_rpaths(libs, moves)
     version = wa.name.version
@@ -243,10 +254,16 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool) -> list[Path]
     relocated = [dataclasses.replace(s, path=moves[s.path], distribution=projects[plan.moves[s.path][0]])
                  if s.path in moves else s for s in shared]
     provided = {s.name for s in shared}
-    external = {n for s in shared for n in s.needed if n not in provided and not is_system_lib(n, SYSTEM_LIBS)}
+    deps = [d for d in scan(preload_deps) if d.name not in provided]
+    provided |= {d.name for d in deps}
+    known = shared + deps
+    external = {n for s in known for n in s.needed if n not in provided and not is_system_lib(n, SYSTEM_LIBS)}
+    relocated += deps
     roots = [by_path[p].name for p in moves]
     order = dependency_order(roots, relocated, skip=external)
-    preload_src = runtime_source([Preload(s.name, s.filename, s.distribution, s.path, s.source) for s in order],
+    installed = lambda p: re.sub(r"^[^/]+\.data/(?:purelib|platlib)/", "", p)  # noqa: E731 (as pip installs it)
+    preload_src = runtime_source([Preload(s.name, s.filename, s.distribution, installed(s.path), s.source)
+                                  for s in order],
                                  header=f"Generated by ci.split: {wa.path.name} split into "
                                         f"{', '.join(c.filename for c in companions)}")
     try:
@@ -323,7 +340,8 @@ def _companion_metadata(main_meta: str, project: str, version: str, main_project
 
 
 def main(args) -> int:
-    outputs = split_wheel(Path(args.wheel), args.limit, Path(args.wheel_dir), verify=not args.no_verify)
+    outputs = split_wheel(Path(args.wheel), args.limit, Path(args.wheel_dir), verify=not args.no_verify,
+                          preload_deps=[Path(p) for p in args.preload_deps or []])
     if args.json:
         cli.emit_json({"wheels": [{"path": str(p), "size": p.stat().st_size} for p in outputs]})
     else:
@@ -338,6 +356,9 @@ def build_parser() -> cli.Parser:
     p.add_argument("wheel", metavar="WHEEL")
     p.add_argument("--limit", required=True, metavar="pypi|github|SIZE", help="largest allowed wheel size")
     p.add_argument("-w", "--wheel-dir", metavar="DIR", required=True, help="output directory")
+    p.add_argument("--preload-deps", nargs="+", metavar="WHEEL_OR_DIR",
+                   help="wheels or install dirs providing libraries the moved ones need (e.g. nvidia-*): "
+                        "preloaded first as well")
     p.add_argument("--no-verify", action="store_true",
                    help="do not re-hash members against RECORD before splitting (faster; trusts the input)")
     p.add_argument("--json", action="store_true", help="print the outputs as JSON")

@@ -128,6 +128,47 @@ def test_a_libraries_only_wheel_gets_rpaths_but_no_preload(native_wheel: Path, t
     assert direct.returncode == 0 and direct.stdout.strip() == "63", direct.stderr
 
 
+def test_preload_deps_from_another_wheel_make_the_bazel_layout_work(tmp_path: Path) -> None:
+    """app's libx (moved) needs libext from the extdep wheel: --preload-deps puts libext first."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    gcc(lib / "libext.so", "int ext(void) { return 40; }\n")
+    ext_wheel = build_wheel(tmp_path / "dist", name="extdep", tag="py3-none-linux_x86_64",
+                            files={"extdep/lib/libext.so": (lib / "libext.so").read_bytes()})
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(os.urandom(BIG))
+    gcc(lib / "libx.so", f'__asm__(".section .rodata\\n.incbin \\"{blob}\\"\\n.previous");\n'
+        "int ext(void); int x(void) { return ext() + 2; }\n",
+        f"-L{lib}", "-lext", "-Wl,-rpath,$ORIGIN/../../extdep/lib")
+    blob2 = tmp_path / "blob2.bin"
+    blob2.write_bytes(os.urandom(BIG // 2))  # stays in app: app alone is over the limit, libx must go
+    gcc(lib / "libfront.so", f'__asm__(".section .rodata\\n.incbin \\"{blob2}\\"\\n.previous");\n'
+        "int x(void); int front(void) { return x(); }\n", f"-L{lib}", "-lx", "-Wl,-rpath,$ORIGIN")
+    app = build_wheel(tmp_path / "dist", name="app", tag="py3-none-linux_x86_64",
+                      files={"app/__init__.py": INIT, "app/lib/libx.so": (lib / "libx.so").read_bytes(),
+                             "app/lib/libfront.so": (lib / "libfront.so").read_bytes()})
+    code = "import app; print(app.answer())"
+    for extra, expect in (([], "libext.so: cannot open shared object file"), (["--preload-deps", str(ext_wheel)], None)):
+        out = tmp_path / f"out{len(extra)}"
+        r = run_stage("ci.split", app, "--limit", "250KB", "-w", out, *extra)
+        assert r.returncode == 0, r.stderr
+        paths = sorted(out.glob("*.whl")) + [ext_wheel]
+        assert [p.name.split("-")[0] for p in paths] == ["app", "app_libs", "extdep"]
+        dirs = [out / "bazel" / p.name.split("-")[0] for p in paths]
+        for p, d in zip(paths, dirs):
+            pip_target(p, d)
+        r = run_py(code, dirs)
+        if expect:
+            assert r.returncode != 0 and expect in r.stderr, r.stderr
+        else:
+            assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr
+        site = out / "site"  # one site-packages works either way (RPATHs)
+        for p in paths:
+            pip_target(p, site)
+        r = run_py(code, [site])
+        assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr
+
+
 def test_under_the_limit_is_copied_unchanged(native_wheel: Path, tmp_path: Path) -> None:
     r = run_stage("ci.split", native_wheel, "--limit", "pypi", "-w", tmp_path / "out")
     assert r.returncode == 0, r.stderr
