@@ -88,7 +88,8 @@ def run_build(args) -> int:
             from ci.host import compile_host
             from ci.repair import repair
 
-            comp = compile_host(plan, project_dir, work, torch_index_url=args.torch_index_url, log=log)
+            comp = compile_host(plan, project_dir, work, torch_index_url=args.torch_index_url,
+                                nvcc_source=args.nvcc, log=log)
             env, runner = comp.env, comp.runner
             fixed = repair(comp.wheel, work / "repaired", torch_version=env.torch_version,
                            torch_requires=env.requires)
@@ -156,6 +157,8 @@ def build_parser() -> cli.Parser:
     p.add_argument("--torch", help="torch version to build against (default: the matrix row's)")
     p.add_argument("--torch-index-url", help="where to get that torch (default: the matrix row's index)")
     p.add_argument("--python", help="comma-separated Python versions (container builds)")
+    p.add_argument("--nvcc", choices=("auto", "host", "wheel"), default="auto",
+                   help="host builds: the host nvcc if its version matches (auto), only it, or NVIDIA's wheels")
     p.add_argument("--arch-list", help='TORCH_CUDA_ARCH_LIST, e.g. "8.0;9.0" (default: the matrix row\'s)')
     p.add_argument("--engine", default="auto", help="auto (default), host, docker or podman")
     p.add_argument("--limit", help="size limit per wheel: pypi, github or a size like 3GB (default: [tool.ci] limit)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Callable, NoReturn, Sequence
 
@@ -40,6 +41,9 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
     except KeyboardInterrupt:
         print(f"{p.prog}: interrupted", file=sys.stderr)
         code = 130
+    except BrokenPipeError:  # output piped into `head`: not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
     sys.exit(code)
 
 

@@ -34,15 +34,23 @@ def torch_spec(plan, torch_index_url: str | None = None) -> TorchSpec:
     return TorchSpec(plan.torch, plan.cuda, torch_index_url or plan.torch_index_url, plan.torch_on_pypi)
 
 
+def toolkit_wheels(cuda: str) -> tuple[str, ...]:
+    """NVIDIA's wheels that make a whole nvcc toolkit for this CUDA version (empty where none do)."""
+    from ci import matrix
+
+    row = matrix.load().row(cuda)
+    return (*row.nvcc_wheels, *row.toolkit_wheels) if row.nvcc_wheel_has_nvcc else ()
+
+
 def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: str | None = None,
-                 log=print) -> CompileResult:
+                 nvcc_source: str = "auto", log=print) -> CompileResult:
     """Build the project's wheel for `plan` on this machine; raises Finding if the build fails."""
     env = ensure_env(torch_spec(plan, torch_index_url), log=log)
     environ = dict(os.environ)
     config = ["-C", f"build-dir={work_dir / 'build'}", "-C", "cmake.define.BUILD_RUNNER=ON"]
     nvcc = None
     if plan.cuda is not None:
-        nvcc = find_nvcc(env, plan.cuda, log=log)
+        nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=nvcc_source, log=log)
         root = assemble_cuda_root(env, nvcc)
         environ.update(cuda_build_environ(root, plan.arch_list))
         config += ["-C", f"cmake.define.CUDA_TOOLKIT_ROOT_DIR={root}"]

@@ -26,11 +26,6 @@ from ci.errors import CiError
 PYPI = "https://pypi.org/simple"
 # Build tools installed next to torch, pinned by the project's own requirements file.
 BUILD_TOOLS = ("scikit-build-core", "cmake", "ninja", "build", "wheel", "pyelftools", "packaging")
-# The wheel that carries nvcc, per CUDA major (NVIDIA dropped the -cuXX suffix with CUDA 13).
-NVCC_WHEELS = {
-    "12": ("nvidia-cuda-nvcc-cu12", "nvidia-cuda-runtime-cu12", "nvidia-cuda-cccl-cu12"),
-    "13": ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-cccl"),
-}
 
 
 def cache_dir() -> Path:
@@ -181,26 +176,28 @@ def host_nvcc() -> Path | None:
     return next((c for c in candidates if c.exists()), None)
 
 
-def find_nvcc(env: BuildEnv, cuda: str, *, log=print) -> Path:
-    """The host nvcc if it is this CUDA version, else nvcc from NVIDIA's wheel in the build env."""
+def find_nvcc(env: BuildEnv, cuda: str, wheels: tuple[str, ...] = (), *, source: str = "auto",
+              log=print) -> Path:
+    """nvcc of exactly this CUDA version: the host's (source "host", or "auto" when it matches), else
+    NVIDIA's wheels installed into the build env (`wheels`: the matrix row's toolkit wheels, empty
+    where NVIDIA ships no nvcc wheel for that version)."""
     host = host_nvcc()
-    if host is not None and nvcc_version(host) == cuda:
+    host_version = nvcc_version(host) if host else None
+    if source in ("auto", "host") and host_version == cuda:
         return real_nvcc(host)
-    in_env = sorted(env.site.glob("nvidia/*/bin/nvcc")) + sorted(env.site.glob("nvidia/cuda_nvcc/bin/nvcc"))
-    for cand in in_env:
+    have = f"host nvcc is {host_version}" if host else "no host nvcc"
+    if source == "host":
+        raise CiError(f"--nvcc host: {have}, not {cuda}")
+    for cand in sorted(env.site.glob("nvidia/*/bin/nvcc")):
         if nvcc_version(cand) == cuda:
             return cand
-    major = cuda.split(".")[0]
-    wheels = NVCC_WHEELS.get(major)
-    have = f"host nvcc is {nvcc_version(host)}" if host else "no host nvcc"
-    if wheels is None:
-        raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and no nvcc wheel is known for CUDA {major}")
-    log(f"{have}; installing nvcc {cuda} from {wheels[0]}")
-    reqs = [f"{w}=={cuda}.*" for w in wheels]
-    proc = subprocess.run([str(env.python), "-m", "pip", "install", "--quiet", "--isolated", *reqs],
+    if not wheels:
+        raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and NVIDIA ships no nvcc wheel for it")
+    log(f"{have}; installing nvcc {cuda} from NVIDIA's wheels ({', '.join(wheels)})")
+    proc = subprocess.run([str(env.python), "-m", "pip", "install", "--quiet", "--isolated", *wheels],
                           capture_output=True, text=True)
     if proc.returncode != 0:
-        raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and pip could not install {reqs[0]}")
+        raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and pip could not install {wheels[0]}")
     for cand in sorted(env.site.glob("nvidia/*/bin/nvcc")):
         if nvcc_version(cand) == cuda:
             return cand

@@ -71,6 +71,7 @@ class CudaRow:
     nvcc_flags: tuple[str, ...]
     nvcc_wheels: tuple[str, ...]  # NVIDIA's wheels of this toolkit's nvcc (where the arch/GCC facts are measured)
     nvcc_wheel_has_nvcc: bool  # those wheels ship the nvcc driver itself (cu13), not only ptxas (cu11/cu12)
+    toolkit_wheels: tuple[str, ...]  # with nvcc_wheels, a whole compiling toolkit (cicc, CCCL, cudart headers)
     torch: tuple[TorchBuild, ...]
     images: tuple[Image, ...]
 
@@ -123,6 +124,7 @@ def _row(d: dict[str, Any]) -> CudaRow:
         default_torch=d["default_torch"], gcc_max=int(d["gcc_max"]), arch_list=d["arch_list"],
         accepted_archs=tuple(d["accepted_archs"]), nvcc_flags=tuple(d["nvcc_flags"]),
         nvcc_wheels=tuple(d["nvcc_wheels"]), nvcc_wheel_has_nvcc=bool(d["nvcc_wheel_has_nvcc"]),
+        toolkit_wheels=tuple(d.get("toolkit_wheels", ())),
         torch=tuple(TorchBuild(t["version"], t["cudnn"], bool(t.get("on_pypi", False)), t["source"])
                     for t in d["torch"]),
         images=tuple(_image(i) for i in d["image"]),

@@ -151,8 +151,10 @@ def test_no_nvcc_obtainable(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "v"], check=True)
     site = tmp_path / "v" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     env = BuildEnv(tmp_path / "v", tmp_path / "v" / "bin" / "python", site, "2.13.0", "14.0", [])
-    with pytest.raises(CiError, match=r"no nvcc obtainable for CUDA 14\.0"):
-        find_nvcc(env, "14.0", log=lambda _: None)
+    with pytest.raises(CiError, match=r"no nvcc obtainable for CUDA 14\.0: .* no nvcc wheel"):
+        find_nvcc(env, "14.0", (), log=lambda _: None)
+    with pytest.raises(CiError, match=r"no nvcc obtainable for CUDA 13\.9: .*could not install"):
+        find_nvcc(env, "13.9", ("nvidia-cuda-nvcc==13.9.999",), source="wheel", log=lambda _: None)
 
 
 def test_repair_rejects_bad_wheels(tmp_path):
@@ -174,3 +176,19 @@ def test_repair_cli_on_built_wheel(cpu_build, tmp_path):
     result = json.loads(proc.stdout)
     assert result["grafted"] == [] and "libtorch_cpu.so" in result["excluded"]
     assert requires(Path(result["wheel"])) == ["torch==2.13.0"]
+
+
+def test_cuda_build_with_a_toolkit_from_wheels_only(tmp_path):
+    """--nvcc wheel: nvcc, cicc, CCCL and cudart from NVIDIA's wheels, as on a machine with no CUDA
+    install; a different arch than the other build, to see the arch list reach nvcc."""
+    out = tmp_path / "out"
+    proc = run_module("ci.build", "--engine", "host", "--cuda", "13.0", "--arch-list", "8.0", "--nvcc", "wheel",
+                      "-w", out, "--work-dir", tmp_path / "work")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cache = (tmp_path / "work" / "build" / "CMakeCache.txt").read_text()
+    compiler = next(line.split("=", 1)[1] for line in cache.splitlines() if line.startswith("CMAKE_CUDA_COMPILER:"))
+    assert "/site-packages/nvidia/" in str(Path(compiler).resolve())
+    (wheel,) = out.glob("*.whl")
+    lib = assert_clean_manylinux(wheel)[0]
+    assert fatbin_archs(zipfile.ZipFile(wheel).read(lib.path)) == {(2, 80)}
+    assert json.loads((out / "report.json").read_text())["passed"] is True

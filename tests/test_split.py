@@ -263,7 +263,13 @@ def torch_cpu_wheel() -> Path:
     return found[0]
 
 
-def test_torch_cpu_split_at_120mb_imports_in_both_layouts(torch_cpu_wheel: Path, tmp_path: Path) -> None:
+EXAMPLE_OP = ("import torch, {pkg} as m; x = torch.randn(3, 4, dtype=torch.float64);"
+              "print((m.scaled_softmax(x, 2.0) - torch.softmax(x * 2.0, -1)).abs().max().item() < 1e-12)")
+
+
+def test_torch_cpu_split_at_120mb_imports_in_both_layouts(torch_cpu_wheel: Path, tmp_path: Path, cpu_build) -> None:
+    """The acceptance case, and the example op wheel (built against the unsplit torch) on top of it."""
+    example = cpu_build.wheel.name.split("-")[0]
     limit = 120 * 10**6
     out = tmp_path / "out"
     r = run_stage("ci.split", torch_cpu_wheel, "--limit", "120MB", "-w", out)
@@ -283,11 +289,14 @@ def test_torch_cpu_split_at_120mb_imports_in_both_layouts(torch_cpu_wheel: Path,
     venv.create(env_dir, with_pip=False)
     vpy = env_dir / "bin" / "python"
     site = next((env_dir / "lib").glob("python*/site-packages"))
-    for p in paths:
+    for p in [*paths, cpu_build.wheel]:
         pip_target(p, site)
     r = subprocess.run([str(vpy), "-c", CHECK], capture_output=True, text=True, cwd="/",
                        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(deps)})
     assert r.returncode == 0 and r.stdout.strip() == "2.13.0+cpu", r.stderr[-2000:]
+    r = subprocess.run([str(vpy), "-c", EXAMPLE_OP.format(pkg=example)], capture_output=True, text=True, cwd="/",
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(deps)})
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr[-2000:]
 
     # (b) each wheel in its own directory on PYTHONPATH (the Bazel layout)
     dirs = []
@@ -297,3 +306,6 @@ def test_torch_cpu_split_at_120mb_imports_in_both_layouts(torch_cpu_wheel: Path,
         dirs.append(d)
     r = run_py(CHECK, dirs + [deps])
     assert r.returncode == 0 and r.stdout.strip() == "2.13.0+cpu", r.stderr[-2000:]
+    pip_target(cpu_build.wheel, tmp_path / "bazel" / example)
+    r = run_py(EXAMPLE_OP.format(pkg=example), [tmp_path / "bazel" / example, *dirs, deps])
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr[-2000:]
