@@ -133,3 +133,48 @@ def zip_bytes(entries: Mapping[str, bytes]) -> bytes:
         for k, v in entries.items():
             z.writestr(k, v)
     return buf.getvalue()
+
+
+# What each malformed wheel must be refused with (a fragment of the one error line).
+BAD_WHEELS = {
+    "not-a-zip": "not a zip file",
+    "truncated": "truncated zip",
+    "dotdot": "unsafe member name",
+    "absolute": "unsafe member name",
+    "symlink": "symlink member",
+    "duplicate": "duplicate member",
+    "no-dist-info": "no .dist-info",
+    "bad-filename": "build tag must start with a digit",
+    "bad-name": "invalid wheel file name",
+    "missing": "no such wheel",
+}
+
+
+def bad_wheel(tmp_path: Path, kind: str, files: Mapping[str, bytes | str]) -> Path:
+    """A malformed variant (a key of BAD_WHEELS) of a valid wheel holding `files` (with demo/core.py)."""
+    good = build_wheel(tmp_path / "good", files=files)
+    entries = wheel_entries(good)
+    p = tmp_path / "bad" / good.name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    unsafe = {"dotdot": "demo/../../evil.py", "absolute": "/etc/evil.py"}
+    if kind == "not-a-zip":
+        p.write_bytes(b"this is not a zip file\n" * 10)
+    elif kind == "truncated":
+        p.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    elif kind in unsafe:
+        raw_zip(p, entries + [(unsafe[kind], b"x", 0o100644)])
+    elif kind == "symlink":
+        raw_zip(p, entries + [("demo/link", b"core.py", 0o120777)])
+    elif kind == "duplicate":
+        raw_zip(p, entries + [("demo/core.py", b"again", 0o100644)])
+    elif kind == "no-dist-info":
+        raw_zip(p, [e for e in entries if ".dist-info/" not in e[0]])
+    elif kind == "bad-filename":
+        p = raw_zip(p.with_name("demo-1.0-x-py3-none-any.whl"), entries)
+    elif kind == "bad-name":
+        p = raw_zip(p.with_name("demo-1.0.whl"), entries)
+    elif kind == "missing":
+        p = p.with_name("absent-1.0-py3-none-any.whl")
+    else:
+        raise ValueError(kind)
+    return p

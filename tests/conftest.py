@@ -53,3 +53,19 @@ def cpu_build(tmp_path_factory) -> Built:
 @pytest.fixture(scope="session")
 def cuda_build(tmp_path_factory) -> Built:
     return _build(tmp_path_factory, "cuda", "--cuda", "13.0", "--arch-list", "9.0")
+
+
+@pytest.fixture(scope="session")
+def torch_cpu_wheel() -> Path:
+    """The torch 2.13.0 CPU wheel (192 MB), through pip's own sources, cached between runs."""
+    from ci.hostenv import cache_dir
+
+    cache = cache_dir() / "torch-cpu"
+    found = sorted(cache.glob("torch-2.13.0*.whl"))
+    if not found:
+        cache.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "torch==2.13.0",
+                            "-d", str(cache)], capture_output=True, text=True)
+        found = sorted(cache.glob("torch-2.13.0*.whl"))
+        assert found, f"pip could not download the torch 2.13.0 wheel: {r.stderr.strip()[-300:]}"
+    return found[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._wheels import build_wheel, pip_check_install, raw_zip, read_members, run_stage, wheel_entries
+from tests._wheels import BAD_WHEELS, bad_wheel, build_wheel, pip_check_install, read_members, run_stage
 
 CORE = "".join(f"line {i}\n" for i in range(1, 41))
 FILES = {"demo/__init__.py": "from demo.core import *\n", "demo/core.py": CORE, "demo/bin/tool": "#!/bin/sh\n"}
@@ -51,7 +51,7 @@ def assert_bad_input(r: subprocess.CompletedProcess, out: Path, needle: str) -> 
 def test_patch_local_version_and_requires_then_pip_installs(wheel: Path, tmp_path: Path) -> None:
     new_core = CORE.replace("line 5\n", "line five\n").replace("line 30\n", "line 30\nadded\n")
     p1 = write(tmp_path, "01-core.patch", diff("demo/core.py", CORE, new_core))
-    p2 = write(tmp_path, "02-new.patch", "diff --git a/demo/new.py b/demo/new.py\nnew file mode 100755\n"
+    write(tmp_path, "02-new.patch", "diff --git a/demo/new.py b/demo/new.py\nnew file mode 100755\n"
                + diff("demo/new.py", None, "print('new')\n"))
     out = tmp_path / "out"
     r = run_stage("ci.patch", wheel, "--patch-dir", p1.parent, "--local-version", "abc1",
@@ -113,50 +113,13 @@ def test_hash_mismatch_refused_unless_no_verify(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
 
 
-def _bad_wheel(tmp_path: Path, kind: str) -> Path:
-    good = build_wheel(tmp_path / "good", files=FILES)
-    entries = wheel_entries(good)
-    p = tmp_path / "bad" / good.name
-    p.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "not-a-zip":
-        p.write_text("hello\n")
-    elif kind == "truncated":
-        p.write_bytes(good.read_bytes()[:-40])
-    elif kind == "dotdot":
-        raw_zip(p, entries + [("../evil.py", b"", 0o100644)])
-    elif kind == "absolute":
-        raw_zip(p, entries + [("/tmp/evil.py", b"", 0o100644)])
-    elif kind == "symlink":
-        raw_zip(p, entries + [("demo/ln", b"core.py", 0o120777)])
-    elif kind == "duplicate":
-        raw_zip(p, entries + [entries[0]])
-    elif kind == "no-dist-info":
-        raw_zip(p, entries[:2])
-    elif kind == "bad-filename":
-        p = p.with_name("demo-1.0-x-py3-none-any.whl")  # build tag must start with a digit
-        raw_zip(p, entries)
-    elif kind == "missing":
-        p = p.with_name("absent-1.0-py3-none-any.whl")
-    return p
+PATCH_BAD = sorted(k for k in BAD_WHEELS if k != "bad-name")
 
 
-BAD_WHEELS = {
-    "not-a-zip": "not a zip file",
-    "truncated": "truncated zip",
-    "dotdot": "unsafe member name",
-    "absolute": "unsafe member name",
-    "symlink": "symlink member",
-    "duplicate": "duplicate member",
-    "no-dist-info": "no .dist-info",
-    "bad-filename": "build tag must start with a digit",
-    "missing": "no such wheel",
-}
-
-
-@pytest.mark.parametrize("kind", sorted(BAD_WHEELS))
+@pytest.mark.parametrize("kind", PATCH_BAD)
 def test_bad_wheels_exit_2_and_write_nothing(tmp_path: Path, kind: str) -> None:
     out = tmp_path / "out"
-    assert_bad_input(run_stage("ci.patch", _bad_wheel(tmp_path, kind), "--local-version", "x", "-w", out),
+    assert_bad_input(run_stage("ci.patch", bad_wheel(tmp_path, kind, FILES), "--local-version", "x", "-w", out),
                      out, BAD_WHEELS[kind])
 
 
@@ -221,18 +184,6 @@ def test_help() -> None:
 # ------------------------------------------------------------------------------ the real torch wheel
 
 
-@pytest.fixture(scope="module")
-def torch_cpu_wheel() -> Path:
-    cache = Path.home() / ".cache" / "cuda-wheel-ci" / "torch-cpu"
-    found = sorted(cache.glob("torch-2.13.0*.whl"))
-    if not found:
-        cache.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "torch==2.13.0",
-                            "-d", str(cache)], capture_output=True, text=True)
-        found = sorted(cache.glob("torch-2.13.0*.whl"))
-        if not found:
-            pytest.skip(f"torch 2.13.0 CPU wheel unavailable: {r.stderr.strip()[-300:]}")
-    return found[0]
 
 
 def test_patched_torch_installs_with_new_version_and_metadata(torch_cpu_wheel: Path, tmp_path: Path) -> None:

@@ -249,18 +249,6 @@ TORCH_DEPS = ["typing_extensions", "sympy", "filelock", "networkx", "jinja2", "f
 CHECK = "import torch; assert float(torch.ones(3).sum()) == 3.0; print(torch.__version__)"
 
 
-@pytest.fixture(scope="module")
-def torch_cpu_wheel() -> Path:
-    cache = Path.home() / ".cache" / "cuda-wheel-ci" / "torch-cpu"
-    found = sorted(cache.glob("torch-2.13.0*.whl"))
-    if not found:
-        cache.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "torch==2.13.0",
-                            "-d", str(cache)], capture_output=True, text=True)
-        found = sorted(cache.glob("torch-2.13.0*.whl"))
-        if not found:
-            pytest.skip(f"torch 2.13.0 CPU wheel unavailable: {r.stderr.strip()[-300:]}")
-    return found[0]
 
 
 EXAMPLE_OP = ("import torch, {pkg} as m; x = torch.randn(3, 4, dtype=torch.float64);"
