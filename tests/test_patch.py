@@ -52,7 +52,7 @@ def test_patch_local_version_and_requires_then_pip_installs(wheel: Path, tmp_pat
     new_core = CORE.replace("line 5\n", "line five\n").replace("line 30\n", "line 30\nadded\n")
     p1 = write(tmp_path, "01-core.patch", diff("demo/core.py", CORE, new_core))
     write(tmp_path, "02-new.patch", "diff --git a/demo/new.py b/demo/new.py\nnew file mode 100755\n"
-               + diff("demo/new.py", None, "print('new')\n"))
+          + diff("demo/new.py", None, "print('new')\n"))
     out = tmp_path / "out"
     r = run_stage("ci.patch", wheel, "--patch-dir", p1.parent, "--local-version", "abc1",
                   "--remove-requires", "triton", "--add-requires", "numpy>=2; python_version>='3.10'",
