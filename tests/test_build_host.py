@@ -192,3 +192,16 @@ def test_cuda_build_with_a_toolkit_from_wheels_only(tmp_path):
     lib = assert_clean_manylinux(wheel)[0]
     assert fatbin_archs(zipfile.ZipFile(wheel).read(lib.path)) == {(2, 80)}
     assert json.loads((out / "report.json").read_text())["passed"] is True
+
+
+def test_build_checks_and_splits_against_the_limit(tmp_path):
+    """ci.build runs check and split after repair: with the op library alone over --limit, split
+    refuses, naming it, and nothing reaches the output directory (torch-sized splits: test_split)."""
+    out = tmp_path / "out"
+    proc = run_module("ci.build", "--engine", "host", "--cpu", "--limit", "20KB", "-w", out)
+    assert proc.returncode == 2, proc.stderr
+    assert "over the 20KB limit: splitting" in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if ": error: " in line]
+    lib = f"lib{project_name().replace('-', '_')}.so"
+    assert len(errors) == 1 and lib in errors[0] and "no split can bring it under" in errors[0], proc.stderr
+    assert not list(out.glob("*.whl"))

@@ -8,6 +8,7 @@ the package also imports when every wheel sits in its own directory (Bazel, PEX,
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -19,11 +20,23 @@ except ImportError:  # a plain `pip install .` has no generated preload: RUNPATH
 if _preload is not None:
     _preload.preload()
 
-_LIB_DIR = Path(__file__).parent / "lib"
-LIBRARY = next(_LIB_DIR.glob("lib*.so"))
-torch.ops.load_library(str(LIBRARY))
-
 NAMESPACE = __name__.rsplit(".", 1)[-1]
+
+
+def _find_library() -> Path:
+    """The op library: in our lib/, or in the `<package>_libs` companion wheel when a size limit
+    made the pipeline split it out (ci.split keeps its relative path, so RUNPATH still holds)."""
+    dirs = [Path(__file__).parent / "lib"]
+    dirs += [Path(entry) / f"{NAMESPACE}_libs" / "lib" for entry in sys.path if entry]
+    for d in dirs:
+        found = sorted(d.glob(f"lib{NAMESPACE}.so"))
+        if found:
+            return found[0]
+    raise ImportError(f"lib{NAMESPACE}.so not found in {', '.join(map(str, dirs))}")
+
+
+LIBRARY = _find_library()
+torch.ops.load_library(str(LIBRARY))
 _ops = getattr(torch.ops, NAMESPACE)
 
 from . import _meta  # noqa: E402  (fake and autograd kernels need the library loaded first)
