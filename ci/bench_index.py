@@ -27,7 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cuda-wheel-ci"
+from ci.cache import cache_dir
+
+CACHE = cache_dir()
 TORCH = "torch==2.13.0"
 # Real third-party wheels of the kinds an internal CUDA index holds: CUDA runtime pieces and small deps.
 NVIDIA = ("nvidia-cuda-runtime==13.0.96", "nvidia-nvtx==13.0.85", "nvidia-cuda-cupti==13.0.85",

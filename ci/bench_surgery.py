@@ -24,8 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from ci.cache import cache_dir
+
 TORCH = "torch==2.13.0"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cuda-wheel-ci" / "bench"
+CACHE = cache_dir("bench")
 PATCHED_MEMBER = "torch/version.py"
 LABEL = "bench"
 

@@ -21,17 +21,12 @@ import urllib.parse
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ci.cache import cache_dir
 from ci.errors import CiError
 
 PYPI = "https://pypi.org/simple"
 # Build tools installed next to torch, pinned by the project's own requirements file.
 BUILD_TOOLS = ("scikit-build-core", "cmake", "ninja", "build", "wheel", "pyelftools", "packaging")
-
-
-def cache_dir() -> Path:
-    """Where environments and CUDA roots live: $CUDA_WHEEL_CI_CACHE, else ~/.cache/cuda-wheel-ci."""
-    base = os.environ.get("CUDA_WHEEL_CI_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cuda-wheel-ci"
-    return Path(base)
 
 
 @dataclass(frozen=True)

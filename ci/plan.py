@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ci.cache import cache_dir
 from ci import matrix as mx
 from ci.errors import CiError
 
@@ -221,7 +222,7 @@ def _cibw_environment(values: dict[str, str]) -> str:
 
 
 def ccache_dir() -> Path:
-    return Path(os.environ.get("CCACHE_DIR") or Path.home() / ".cache" / "cuda-wheel-ci" / "ccache")
+    return Path(os.environ.get("CCACHE_DIR") or cache_dir("ccache"))
 
 
 # ccache from the image or its package manager; else a pass-through shim, so the launcher never breaks a build.

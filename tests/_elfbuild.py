@@ -17,7 +17,9 @@ import zipfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
-CACHE = Path(os.environ.get("CUDA_WHEEL_CI_CACHE", "~/.cache/cuda-wheel-ci")).expanduser()
+from ci.cache import cache_dir
+
+CACHE = cache_dir()
 
 
 def symbol(soname: str) -> str:

@@ -58,7 +58,7 @@ def cuda_build(tmp_path_factory) -> Built:
 @pytest.fixture(scope="session")
 def torch_cpu_wheel() -> Path:
     """The torch 2.13.0 CPU wheel (192 MB), through pip's own sources, cached between runs."""
-    from ci.hostenv import cache_dir
+    from ci.cache import cache_dir
 
     cache = cache_dir() / "torch-cpu"
     found = sorted(cache.glob("torch-2.13.0*.whl"))

@@ -10,13 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ci.cache import cache_dir
 import pytest
 
 from ci import matrix as mx
 from ci.errors import CiError
 
-CACHE = Path.home() / ".cache" / "cuda-wheel-ci" / "torch-metadata"
-NVCC_CACHE = Path.home() / ".cache" / "cuda-wheel-ci" / "nvcc-wheels"
+CACHE = cache_dir("torch-metadata")
+NVCC_CACHE = cache_dir("nvcc-wheels")
 REQUIRED_ROWS = {"11.8", "12.6", "12.8", "12.9", "13.0"}
 ROWS = mx.rows()
 

