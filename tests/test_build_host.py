@@ -59,6 +59,7 @@ def test_cpu_build(cpu_build):
     assert {"libtorch_cpu.so", "libc10.so"} <= needed
     assert not [n for n in needed if "cud" in n]
     assert requires(cpu_build.wheel) == ["torch==2.13.0"]
+    assert WheelName.parse(cpu_build.wheel.name).version.endswith("+pt2.13.0.cpu")
     assert_verified(cpu_build.report)
     assert cpu_build.report["plan"]["cuda"] is None
     (wheel_report,) = cpu_build.report["wheels"]
@@ -79,6 +80,7 @@ def test_cuda_build(cuda_build):
     assert reqs == ["torch==2.13.0", cudnn] and cudnn.startswith("nvidia-cudnn-cu13==")
     assert_verified(cuda_build.report)
     assert cuda_build.report["verify"]["torch"].endswith("+cu130")
+    assert WheelName.parse(cuda_build.wheel.name).version.endswith("+pt2.13.0.cu130")
     # The op library holds device code (a cubin, kind 2) for the requested arch only.
     with zipfile.ZipFile(cuda_build.wheel) as zf:
         data = zf.read(lib.path)
@@ -136,6 +138,7 @@ def one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
     (["--cuda", "11.8", "--torch", "2.13.0"], ["2.13.0", "11.8"]),  # torch not built for that CUDA
     (["--cuda", "13.0", "--arch-list", "5.0"], ["5.0"]),  # nvcc 13 rejects it: said before compiling
     (["--cpu", "--torch", "banana"], ["banana"]),
+    (["--cpu", "--local-version", "a+b"], ["a+b"]),
 ])
 def test_bad_build_input(tmp_path, args, fragments):
     out = tmp_path / "out"
