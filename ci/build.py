@@ -81,11 +81,12 @@ def run_build(args) -> int:
         raise CiError("-w/--wheel-dir is required unless --dry-run")
     if not re.fullmatch(r"auto|none|[A-Za-z0-9]+(\.[A-Za-z0-9]+)*", args.local_version):
         raise CiError(f"bad --local-version {args.local_version!r}: letters, digits and dots, e.g. internal.1")
+    # On the host, the image notes do not apply; the engine choice (auto's fallback) always does.
+    for note in plan.notes:
+        if plan.engine != "host" or note.startswith("engine"):
+            log(f"note: {note}")
     if plan.engine == "host":
         log("note: host engine: the manylinux policy follows this machine's glibc, not the plan's image")
-    else:
-        for note in plan.notes:
-            log(f"note: {note}")
     limit = args.limit or default_limit(project_dir)
 
     from ci import report
