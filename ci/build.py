@@ -10,6 +10,7 @@ never holds a half-made or unverified wheel; report.json and report.md are writt
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -189,14 +190,8 @@ def build_parser() -> cli.Parser:
     p.add_argument("--upload", metavar="URL", help="upload the verified wheels to this repository URL")
     p.add_argument("--work-dir", type=Path, help="keep build files here (default: a temporary directory)")
     p.add_argument("--keep-work", action="store_true", help="do not delete the temporary work directory")
-    p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help=argparse_suppress())
+    p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)
     return p
-
-
-def argparse_suppress() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 def main(args) -> int:

@@ -1,0 +1,78 @@
+"""verify must catch a wheel that installs and imports but computes the wrong thing; report writes
+what CI shows. The broken wheel is made with the pipeline's own ci.patch from the real CPU build.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+from ci import report
+from ci.hostenv import TorchSpec, ensure_env
+from ci.wheelname import WheelName
+from conftest import run_module
+
+
+def cpu_torch_site() -> Path:
+    return ensure_env(TorchSpec("2.13.0", None, None, False), log=lambda _: None).site
+
+
+def broken_copy(wheel: Path, tmp_path: Path) -> Path:
+    """The same wheel whose Python wrapper doubles the scale: imports fine, wrong numbers."""
+    pkg = WheelName.parse(wheel.name).distribution
+    init = zipfile.ZipFile(wheel).read(f"{pkg}/__init__.py").decode()
+    line = "    return _ops.scaled_softmax(x, float(scale))\n"
+    assert line in init
+    n = init.splitlines(keepends=True).index(line) + 1
+    patch = tmp_path / "break.patch"
+    patch.write_text(f"--- a/{pkg}/__init__.py\n+++ b/{pkg}/__init__.py\n@@ -{n} +{n} @@\n-{line}"
+                     f"+{line.replace('float(scale)', '2 * float(scale)')}")
+    out = tmp_path / "broken"
+    proc = run_module("ci.patch", wheel, "--patch", patch, "--local-version", "broken", "-w", out)
+    assert proc.returncode == 0, proc.stderr
+    (result,) = out.glob("*.whl")
+    return result
+
+
+def test_verify_passes_the_real_wheel_and_fails_a_broken_one(cpu_build, tmp_path):
+    site = cpu_torch_site()
+    good = run_module("ci.verify", cpu_build.wheel, "--torch-site", site, "--json")
+    assert good.returncode == 0, good.stderr
+    assert json.loads(good.stdout)["checks"]["ops_cpu"] == "ok"
+
+    bad = run_module("ci.verify", broken_copy(cpu_build.wheel, tmp_path), "--torch-site", site, "--json")
+    assert bad.returncode == 1, bad.stderr
+    checks = json.loads(bad.stdout)["checks"]
+    assert checks["install"] == "ok" and checks["import"] == "ok"
+    assert checks["ops_cpu"].startswith("FAILED")  # gradcheck still passes: it checks consistency only
+    errors = [line for line in bad.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and "ops_cpu" in errors[0]
+
+
+def test_verify_bad_input(tmp_path):
+    proc = run_module("ci.verify", tmp_path / "none-1.0-py3-none-any.whl", "--torch-site", tmp_path)
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    proc = run_module("ci.verify", wheel, "--torch-site", tmp_path)
+    assert proc.returncode == 2 and "no torch installed there" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_report_files_and_job_summary(cpu_build, tmp_path, monkeypatch):
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    wheel = report.wheel_report(cpu_build.wheel, excluded=["libc10.so"])
+    r = report.BuildReport(plan={"cuda": None, "torch": "2.13.0", "engine": "host"}, wheels=[wheel],
+                           build_seconds=12.0, verify_seconds=3.0, verify={"ops_cpu": "ok"})
+    json_path, md_path = report.write(r, tmp_path / "out")
+    data = json.loads(json_path.read_text())
+    assert data["wheels"][0]["size"] == cpu_build.wheel.stat().st_size
+    assert data["wheels"][0]["requires"] == ["torch==2.13.0"]
+    (lib, needed), = data["wheels"][0]["needed"].items()
+    assert lib.endswith(".so") and "libc10.so" in needed
+    md = md_path.read_text()
+    assert f"`{cpu_build.wheel.name}`" in md and "| ops_cpu | ok |" in md and "(passed)" in md
+    assert summary.read_text() == "earlier step\n" + md
