@@ -169,7 +169,11 @@ class PatchResult:
 
 def patch_wheel(wheel: Path, out_dir: Path, patches: list[Path], *, label: str | None = None,
                 remove_requires: list[str] = (), add_requires: list[str] = (),
+                preload_from: list[Path] = (), package: str | None = None,
                 verify: bool = True) -> PatchResult:
+    """One pass over the wheel: diffs, Requires-Dist edits, a local version and, with `preload_from`
+    (the wheels or installed dirs providing its native dependencies), a dependency-order preload
+    injected into its top package (ci.preload), so it imports one-directory-per-package."""
     from ci.wheelfile import WheelArchive, edit_headers, rewrite
 
     parsed = [fp for p in patches for fp in parse_patch(_read_patch(p), p.name)]
@@ -197,6 +201,13 @@ def patch_wheel(wheel: Path, out_dir: Path, patches: list[Path], *, label: str |
             contents[fp.path] = apply_file_patch(current, fp) if fp.new else None
             if fp.mode:
                 modes[fp.path] = fp.mode
+        if preload_from:
+            from ci.preload import order_for_wheel, preload_members, top_package
+
+            init = f"{top_package([m.name for m in wa.members], wa.name.project, package)}/__init__.py"
+            order = order_for_wheel(wheel, preload_from)
+            injected = preload_members(wa, order, package=package, init_text=contents.get(init))
+            contents.update({k: v.decode("utf-8") for k, v in injected.items()})
         edit = _requires_edit(remove_requires, add_requires, wa.metadata, edit_headers)
         version = local_version(wa.name.version, label) if label else None
         replace = {k: v.encode() for k, v in contents.items() if v is not None and k in wa}
@@ -267,6 +278,7 @@ def _patch_files(args) -> list[Path]:
 def main(args) -> int:
     result = patch_wheel(Path(args.wheel), Path(args.wheel_dir), _patch_files(args), label=args.local_version,
                          remove_requires=args.remove_requires or [], add_requires=args.add_requires or [],
+                         preload_from=[Path(d) for d in args.preload_from or []], package=args.package,
                          verify=not args.no_verify)
     if args.json:
         cli.emit_json({"wheel": str(result.wheel), "version": result.version, "changed": result.changed,
@@ -286,6 +298,9 @@ def build_parser() -> cli.Parser:
     p.add_argument("--local-version", metavar="LABEL", help="append a local version label (+LABEL or .LABEL)")
     p.add_argument("--remove-requires", metavar="NAME", action="append", help="drop Requires-Dist NAME")
     p.add_argument("--add-requires", metavar="SPEC", action="append", help="add Requires-Dist SPEC")
+    p.add_argument("--preload-from", metavar="WHEEL_OR_DIR", nargs="+",
+                   help="inject a preload of what the wheel's libraries need from these (e.g. nvidia-* wheels)")
+    p.add_argument("--package", help="with --preload-from: the package to inject into (default: the top one)")
     p.add_argument("--no-verify", action="store_true",
                    help="do not re-hash untouched members against RECORD (faster; trusts the input)")
     p.add_argument("-w", "--wheel-dir", metavar="DIR", required=True, help="output directory")

@@ -240,6 +240,26 @@ def top_package(names: Iterable[str], project: str, package: str | None = None) 
                   f"pass --package")
 
 
+def preload_members(wa, runtime: Sequence[Preload] | str, *, package: str | None = None,
+                    init_text: str | None = None) -> dict[str, bytes]:
+    """The two members that make a wheel's top package preload `runtime` on import, first the
+    package's `__init__.py` with the call inserted, then the module itself. `init_text`: that
+    `__init__.py` as another edit already changed it (ci.patch applies diffs first)."""
+    pkg = top_package([m.name for m in wa.members], wa.name.project, package)
+    init = f"{pkg}/__init__.py"
+    module = f"{pkg}/{MODULE_NAME}.py"
+    if wa.get(module) is not None:
+        raise CiError(f"{wa.name.filename} already has {module} (preload injected twice?)")
+    source = runtime if isinstance(runtime, str) else runtime_source(runtime)
+    raw = wa.read(init) if init_text is None else init_text.encode("utf-8")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+        text = raw.decode(encoding)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as e:
+        raise CiError(f"{wa.name.filename}: cannot decode {init}: {e}") from None
+    return {init: insert_call(text).encode(encoding), module: source.encode()}
+
+
 def inject_preload(wheel: Path | str, runtime: Sequence[Preload] | str, out_dir: Path | str, *,
                    package: str | None = None) -> Path:
     """Write a copy of `wheel` into `out_dir` whose top package preloads `runtime` on import.
@@ -252,21 +272,9 @@ def inject_preload(wheel: Path | str, runtime: Sequence[Preload] | str, out_dir:
     wheel, out_dir = Path(wheel), Path(out_dir)
     if out_dir.resolve() == wheel.resolve().parent:
         raise CiError(f"output directory {out_dir} holds the input wheel: it would be overwritten")
-    source = runtime if isinstance(runtime, str) else runtime_source(runtime)
     with WheelArchive.open(wheel) as wa:
-        pkg = top_package([m.name for m in wa.members], wa.name.project, package)
-        init = f"{pkg}/__init__.py"
-        module = f"{pkg}/{MODULE_NAME}.py"
-        if wa.get(module) is not None:
-            raise CiError(f"{wheel.name} already has {module} (preload injected twice?)")
-        raw = wa.read(init)
-        try:
-            encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
-            text = raw.decode(encoding)
-        except (SyntaxError, UnicodeDecodeError, LookupError) as e:
-            raise CiError(f"{wheel.name}: cannot decode {init}: {e}") from None
-        return rewrite(wa, out_dir, replace={init: insert_call(text).encode(encoding)},
-                       add={module: source.encode()})
+        (init, init_bytes), (module, module_bytes) = preload_members(wa, runtime, package=package).items()
+        return rewrite(wa, out_dir, replace={init: init_bytes}, add={module: module_bytes})
 
 
 def main(args: argparse.Namespace) -> int:

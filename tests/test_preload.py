@@ -288,6 +288,28 @@ def test_inject_makes_the_package_import_per_package(chain, tmp_path):
     assert ok.stdout.strip() == "111"
 
 
+def test_patch_preload_from_with_a_diff_and_a_local_version_in_one_pass(chain, tmp_path):
+    """`ci.patch WHEEL --preload-from DEPS`: the same injection as --inject, after the wheel's own
+    diffs (here to the very __init__.py that gets the call), with its other edits, in one rewrite."""
+    patch = tmp_path / "doc.patch"
+    patch.write_text('--- a/appa/__init__.py\n+++ b/appa/__init__.py\n@@ -1 +1 @@\n-"""Uses libA."""\n'
+                     '+"""Uses libA, patched."""\n')
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "ci.patch", str(chain["appa"]), "--patch", str(patch),
+                        "--local-version", "site1", "--preload-from", str(chain["depb"]), str(chain["depc"]),
+                        "-w", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (new,) = out.glob("*.whl")
+    assert "1.0+site1" in new.name
+    site = install_alone(new, tmp_path / "inj" / "appa")
+    init = (site / "appa" / "__init__.py").read_text()
+    assert init.startswith('"""Uses libA, patched."""\nfrom __future__ import annotations\nfrom . import ')
+    injected = [site, *(install_alone(chain[k], tmp_path / "inj" / k) for k in ("depb", "depc"))]
+    ok = run_python("import appa; print(appa.value)", injected)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == "111"
+
+
 def test_inject_bad_usage(chain, tmp_path):
     out = tmp_path / "out"
     one_line_error(cli(chain["depb"], "--inject", chain["appa"]), "--inject needs -w/--wheel-dir")
