@@ -112,42 +112,39 @@ at::Tensor scaled_softmax_cuda(const at::Tensor& x, double scale) {
   auto xc = x.contiguous();
   auto scaled = at::empty_like(xc);
   auto y = at::empty_like(xc);
-  const int64_t cols = xc.size(-1);
-  const int64_t rows = cols == 0 ? 0 : xc.numel() / cols;
+  const Rows shape = as_rows(xc);
   AT_DISPATCH_FLOATING_TYPES(xc.scalar_type(), "scaled_softmax_cuda", [&] {
     launch_scale<scalar_t>(xc.const_data_ptr<scalar_t>(), scaled.mutable_data_ptr<scalar_t>(),
                            static_cast<scalar_t>(scale), xc.numel());
     cudnnHandle_t handle = current_handle();
     const scalar_t one = 1, zero = 0;
     TensorDesc desc;
-    for_each_row_chunk(rows, cols, [&](int64_t start, int n) {
-      desc.set(cudnn_type<scalar_t>(), n, static_cast<int>(cols));
+    for_each_row_chunk(shape.rows, shape.cols, [&](int64_t start, int n) {
+      desc.set(cudnn_type<scalar_t>(), n, static_cast<int>(shape.cols));
+      const int64_t off = start * shape.cols;
       CUDNN_CHECK(cudnnSoftmaxForward(handle, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE,
-                                      &one, desc.get(), scaled.const_data_ptr<scalar_t>() + start * cols,
-                                      &zero, desc.get(), y.mutable_data_ptr<scalar_t>() + start * cols));
+                                      &one, desc.get(), scaled.const_data_ptr<scalar_t>() + off,
+                                      &zero, desc.get(), y.mutable_data_ptr<scalar_t>() + off));
     });
   });
   return y;
 }
 
 at::Tensor scaled_softmax_backward_cuda(const at::Tensor& grad, const at::Tensor& y, double scale) {
-  check_cuda(grad, "grad");
-  check_cuda(y, "y");
-  TORCH_CHECK(grad.sizes() == y.sizes(), "grad and y must have the same shape");
-  TORCH_CHECK(grad.scalar_type() == y.scalar_type(), "grad and y must have the same dtype");
+  check_backward_inputs(grad, y);
+  TORCH_CHECK(grad.is_cuda() && y.is_cuda(), "grad and y must be CUDA tensors");
   const c10::cuda::CUDAGuard guard(y.device());
   auto gc = grad.contiguous();
   auto yc = y.contiguous();
   auto dx = at::empty_like(yc);
-  const int64_t cols = yc.size(-1);
-  const int64_t rows = cols == 0 ? 0 : yc.numel() / cols;
+  const Rows shape = as_rows(yc);
   AT_DISPATCH_FLOATING_TYPES(yc.scalar_type(), "scaled_softmax_backward_cuda", [&] {
     cudnnHandle_t handle = current_handle();
     const scalar_t one = 1, zero = 0;
     TensorDesc desc;
-    for_each_row_chunk(rows, cols, [&](int64_t start, int n) {
-      desc.set(cudnn_type<scalar_t>(), n, static_cast<int>(cols));
-      const int64_t off = start * cols;
+    for_each_row_chunk(shape.rows, shape.cols, [&](int64_t start, int n) {
+      desc.set(cudnn_type<scalar_t>(), n, static_cast<int>(shape.cols));
+      const int64_t off = start * shape.cols;
       CUDNN_CHECK(cudnnSoftmaxBackward(handle, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE,
                                        &one, desc.get(), yc.const_data_ptr<scalar_t>() + off,
                                        desc.get(), gc.const_data_ptr<scalar_t>() + off, &zero,

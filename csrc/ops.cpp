@@ -18,6 +18,18 @@ void check_input(const at::Tensor& t, const char* name) {
               name, " must be float32 or float64, got ", t.scalar_type());
 }
 
+void check_backward_inputs(const at::Tensor& grad, const at::Tensor& y) {
+  check_input(grad, "grad");
+  check_input(y, "y");
+  TORCH_CHECK(grad.sizes() == y.sizes(), "grad and y must have the same shape");
+  TORCH_CHECK(grad.scalar_type() == y.scalar_type(), "grad and y must have the same dtype");
+}
+
+Rows as_rows(const at::Tensor& t) {
+  const int64_t cols = t.size(-1);
+  return {cols == 0 ? 0 : t.numel() / cols, cols};
+}
+
 namespace {
 
 // Rows are independent: softmax runs over the last dimension of a contiguous tensor.
@@ -57,28 +69,24 @@ at::Tensor scaled_softmax_cpu(const at::Tensor& x, double scale) {
   TORCH_CHECK(x.device().is_cpu(), "x must be a CPU tensor");
   auto xc = x.contiguous();
   auto y = at::empty_like(xc);
-  const int64_t cols = xc.size(-1);
-  const int64_t rows = cols == 0 ? 0 : xc.numel() / cols;
+  const Rows shape = as_rows(xc);
   AT_DISPATCH_FLOATING_TYPES(xc.scalar_type(), "scaled_softmax_cpu", [&] {
-    softmax_rows<scalar_t>(xc.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(), rows,
-                           cols, static_cast<scalar_t>(scale));
+    softmax_rows<scalar_t>(xc.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(), shape.rows,
+                           shape.cols, static_cast<scalar_t>(scale));
   });
   return y;
 }
 
 at::Tensor scaled_softmax_backward_cpu(const at::Tensor& grad, const at::Tensor& y, double scale) {
-  check_input(grad, "grad");
-  TORCH_CHECK(grad.sizes() == y.sizes(), "grad and y must have the same shape");
-  TORCH_CHECK(grad.scalar_type() == y.scalar_type(), "grad and y must have the same dtype");
+  check_backward_inputs(grad, y);
   TORCH_CHECK(grad.device().is_cpu() && y.device().is_cpu(), "grad and y must be CPU tensors");
   auto gc = grad.contiguous();
   auto yc = y.contiguous();
   auto dx = at::empty_like(yc);
-  const int64_t cols = yc.size(-1);
-  const int64_t rows = cols == 0 ? 0 : yc.numel() / cols;
+  const Rows shape = as_rows(yc);
   AT_DISPATCH_FLOATING_TYPES(yc.scalar_type(), "scaled_softmax_backward_cpu", [&] {
     softmax_backward_rows<scalar_t>(gc.const_data_ptr<scalar_t>(), yc.const_data_ptr<scalar_t>(),
-                                    dx.mutable_data_ptr<scalar_t>(), rows, cols,
+                                    dx.mutable_data_ptr<scalar_t>(), shape.rows, shape.cols,
                                     static_cast<scalar_t>(scale));
   });
   return dx;

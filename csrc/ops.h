@@ -20,5 +20,14 @@ at::Tensor scaled_softmax_backward_cuda(const at::Tensor& grad, const at::Tensor
 
 // Checks shared by every backend: a floating tensor (float32/float64) with at least one dimension.
 void check_input(const at::Tensor& t, const char* name);
+// The backward's inputs: both valid, with the same shape and dtype.
+void check_backward_inputs(const at::Tensor& grad, const at::Tensor& y);
+
+// A contiguous tensor seen as rows x cols: softmax runs over each row (the last dimension).
+struct Rows {
+  int64_t rows;
+  int64_t cols;
+};
+Rows as_rows(const at::Tensor& t);
 
 }  // namespace ops
