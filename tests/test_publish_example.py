@@ -63,3 +63,20 @@ def test_example_wheel_via_static_index(cpu_build, cpu_torch_site, tmp_path):
     assert (dist / (cpu_build.wheel.name + ".metadata")).is_file()
     err = install_and_run(tmp_path, cpu_torch_site, pkg, "--index-url", (dist / "simple").as_uri() + "/")
     assert err < 1e-12
+
+
+def test_build_upload_chains_after_verify(cpu_torch_site, tmp_path):
+    """`ci.build --upload URL`: the verified wheels go to the private index, and pip gets them back."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TWINE_")}
+    env.update(TWINE_USERNAME=USER, TWINE_PASSWORD=TOKEN, PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring")
+    out = tmp_path / "out"
+    with PypiServer(tmp_path / "srv", USER, TOKEN) as server:
+        proc = subprocess.run([sys.executable, "-m", "ci.build", "--engine", "host", "--cpu", "-w", str(out),
+                               "--upload", server.url], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert TOKEN not in proc.stdout + proc.stderr
+        (wheel,) = out.glob("*.whl")
+        assert (server.packages / wheel.name).read_bytes() == wheel.read_bytes()
+        pkg = wheel.name.split("-")[0]
+        err = install_and_run(tmp_path, cpu_torch_site, pkg, "--index-url", server.url + "simple/")
+    assert err < 1e-12
