@@ -10,6 +10,9 @@ in, with the unversioned library links (libcudart.so -> libcudart.so.13) CMake l
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -17,9 +20,11 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import urllib.parse
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterator
 
 from ci.cache import cache_dir
 from ci.errors import CiError
@@ -113,33 +118,51 @@ def _torch_info(python: Path) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@contextlib.contextmanager
+def _exclusive(lock: Path) -> Iterator[None]:
+    """Serialize processes preparing the same environment (parallel builds on one machine)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _load_env(root: Path, stamp: Path) -> BuildEnv:
+    info = json.loads(stamp.read_text())
+    return BuildEnv(root, root / "bin" / "python", Path(info["site"]), info["version"], info["cuda"],
+                    info["requires"])
+
+
 def ensure_env(spec: TorchSpec, *, log=print) -> BuildEnv:
-    """Create (or reuse) the cached build venv for this torch variant and this Python."""
+    """Create (or reuse) the cached build venv for this torch variant and this Python.
+
+    A stamp written last marks it complete, so an interrupted creation is redone, not reused."""
     tag = f"py{sys.version_info.major}{sys.version_info.minor}"
     root = cache_dir() / "envs" / f"torch-{spec.version}-{spec.variant}-{tag}"
     stamp = root / ".complete.json"
-    python = root / "bin" / "python"
     if stamp.exists():
-        info = json.loads(stamp.read_text())
-        return BuildEnv(root, python, Path(info["site"]), info["version"], info["cuda"], info["requires"])
-    args, source = torch_pip_args(spec)
-    log(f"creating build environment {root} (torch {spec.version} {spec.variant} from {source})")
-    shutil.rmtree(root, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
-    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*pip, *args], check=True)
-    subprocess.run([*pip, *requirement_pins(BUILD_TOOLS)], check=True)
-    info = _torch_info(python)
-    got_cuda = info["cuda"]
-    want = spec.cuda
-    if (want is None) != (got_cuda is None) or (want and not got_cuda.startswith(want)):
+        return _load_env(root, stamp)
+    with _exclusive(root.with_name(root.name + ".lock")):
+        if stamp.exists():  # another process made it while we waited
+            return _load_env(root, stamp)
+        args, source = torch_pip_args(spec)
+        log(f"creating build environment {root} (torch {spec.version} {spec.variant} from {source})")
         shutil.rmtree(root, ignore_errors=True)
-        raise CiError(
-            f"{source} gave torch {info['version']} (CUDA {got_cuda or 'none'}), not the "
-            f"{spec.variant} build; pass --torch-index-url for the {spec.variant} index or a mirror"
-        )
-    stamp.write_text(json.dumps(info))
-    return BuildEnv(root, python, Path(info["site"]), info["version"], info["cuda"], info["requires"])
+        subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+        pip = [str(root / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        subprocess.run([*pip, *args], check=True)
+        subprocess.run([*pip, *requirement_pins(BUILD_TOOLS)], check=True)
+        info = _torch_info(root / "bin" / "python")
+        got_cuda = info["cuda"]
+        want = spec.cuda
+        if (want is None) != (got_cuda is None) or (want and not got_cuda.startswith(want)):
+            shutil.rmtree(root, ignore_errors=True)
+            raise CiError(
+                f"{source} gave torch {info['version']} (CUDA {got_cuda or 'none'}), not the "
+                f"{spec.variant} build; pass --torch-index-url for the {spec.variant} index or a mirror"
+            )
+        stamp.write_text(json.dumps(info))
+        return _load_env(root, stamp)
 
 
 # --- nvcc and the CUDA root -------------------------------------------------------------------
@@ -213,26 +236,35 @@ def _link_entries(src: Path, dest: Path) -> None:
 def assemble_cuda_root(env: BuildEnv, nvcc: Path) -> Path:
     """A CUDA_HOME-shaped tree: nvcc's own toolkit first, then every nvidia-* wheel in the env.
 
-    Rebuilt each time (it is only symlinks, so it costs milliseconds and never goes stale).
+    Only symlinks, keyed by the nvcc and the wheels it is made of, built in a temp directory and
+    renamed into place: a concurrent build never sees a half-made root, and a changed env gets a
+    new one.
     """
     home = nvcc.parent.parent
-    root = env.root / "cuda-root"
-    shutil.rmtree(root, ignore_errors=True)
-    _link_entries(home / "bin", root / "bin")
+    wheel_dirs = sorted(p for p in (env.site / "nvidia").glob("*") if p.is_dir())
+    key = hashlib.sha256("\n".join(map(str, [nvcc, *wheel_dirs])).encode()).hexdigest()[:12]
+    root = env.root / f"cuda-root-{key}"
+    if root.is_dir():
+        return root
+    tmp = Path(tempfile.mkdtemp(prefix=".cuda-root-", dir=env.root))
+    _link_entries(home / "bin", tmp / "bin")
     for name in ("nvvm", "share"):
         if (home / name).is_dir():
-            (root / name).symlink_to((home / name).resolve())
-    wheel_dirs = sorted(p for p in (env.site / "nvidia").glob("*") if p.is_dir())
+            (tmp / name).symlink_to((home / name).resolve())
     for src in [home, *wheel_dirs]:
-        _link_entries(src / "include", root / "include")
+        _link_entries(src / "include", tmp / "include")
         for lib in ("lib64", "lib"):
-            _link_entries(src / lib, root / "lib64")
+            _link_entries(src / lib, tmp / "lib64")
     # CMake and the linker look for unversioned names; wheels ship only libfoo.so.N.
-    for lib in sorted((root / "lib64").glob("lib*.so.*")):
+    for lib in sorted((tmp / "lib64").glob("lib*.so.*")):
         plain = lib.parent / (lib.name.split(".so.")[0] + ".so")
         if not plain.exists():
             plain.symlink_to(lib.resolve())
-    (root / "lib").symlink_to("lib64")
+    (tmp / "lib").symlink_to("lib64")
+    try:
+        tmp.rename(root)
+    except OSError:  # another build made the same root first
+        shutil.rmtree(tmp)
     return root
 
 

@@ -214,3 +214,34 @@ def test_build_checks_and_splits_against_the_limit(tmp_path):
     lib = f"lib{project_name().replace('-', '_')}.so"
     assert len(errors) == 1 and lib in errors[0] and "no split can bring it under" in errors[0], proc.stderr
     assert not list(out.glob("*.whl"))
+
+
+def test_cuda_root_is_keyed_complete_and_shared(tmp_path):
+    """The CUDA root: nvcc's toolkit first, wheel headers and libraries merged, unversioned links
+    added; built once per (nvcc, wheels) and handed whole to concurrent builds."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ci.hostenv import BuildEnv, assemble_cuda_root
+
+    home = tmp_path / "toolkit"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (home / "include").mkdir()
+    (home / "include" / "cuda_runtime.h").write_text("// toolkit\n")
+    site = tmp_path / "env" / "site"
+    for pkg, header, lib in (("cu13", "cuda_runtime.h", "libcudart.so.13"), ("cudnn", "cudnn.h", "libcudnn.so.9")):
+        (site / "nvidia" / pkg / "include").mkdir(parents=True)
+        (site / "nvidia" / pkg / "include" / header).write_text(f"// {pkg}\n")
+        (site / "nvidia" / pkg / "lib").mkdir()
+        (site / "nvidia" / pkg / "lib" / lib).write_bytes(b"\x7fELF")
+    env = BuildEnv(tmp_path / "env", tmp_path / "env" / "bin" / "python", site, "2.13.0", "13.0", [])
+    with ThreadPoolExecutor(4) as pool:
+        roots = set(pool.map(lambda _: assemble_cuda_root(env, home / "bin" / "nvcc"), range(8)))
+    (root,) = roots
+    assert (root / "include" / "cuda_runtime.h").read_text() == "// toolkit\n"  # nvcc's own wins
+    assert (root / "include" / "cudnn.h").read_text() == "// cudnn\n"
+    assert (root / "lib64" / "libcudnn.so").resolve() == (site / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9")
+    assert (root / "lib" / "libcudart.so").resolve() == (site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
+    assert not list(env.root.glob(".cuda-root-*"))  # the losers' temp trees are gone
+    (site / "nvidia" / "nvvm").mkdir()  # the env changed: a new root
+    assert assemble_cuda_root(env, home / "bin" / "nvcc") != root
