@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 from ci.errors import CiError
 
@@ -67,25 +66,6 @@ def require(engine: str) -> None:
         raise CiError(f"--engine {engine}: {why}; start it, or use --engine host or auto")
 
 
-def find_nvcc() -> Path | None:
-    """nvcc from CUDA_HOME, then PATH, then the default toolkit location."""
-    candidates = [Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"] if os.environ.get("CUDA_HOME") else []
-    which = shutil.which("nvcc")
-    candidates += [Path(which)] if which else []
-    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
-    return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
-
-
-def cuda_root(nvcc: Path) -> Path | None:
-    """The toolkit root nvcc really uses (PATH may hold a wrapper script): its dry run prints `#$ TOP=`."""
-    try:
-        r = subprocess.run([str(nvcc), "--dryrun", "-c", "probe.cu"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(r"^#\$ TOP=(.+)$", r.stdout + r.stderr, re.M)
-    return Path(m[1].strip()).resolve() if m else None
-
-
 def tool_version(cmd: list[str], pattern: str) -> str | None:
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
@@ -95,19 +75,16 @@ def tool_version(cmd: list[str], pattern: str) -> str | None:
     return m[1] if m else None
 
 
-def nvcc_version(nvcc: Path) -> str | None:
-    """'13.0' from `nvcc --version` ('Cuda compilation tools, release 13.0, V13.0.88')."""
-    return tool_version([str(nvcc), "--version"], r"release (\d+\.\d+),")
-
-
 def host_cannot_build(row) -> str | None:
     """Why the host engine cannot build this CUDA row (None: it can).
 
     It needs nvcc of that version: the host's, or NVIDIA's nvcc wheel where that wheel ships the nvcc
     driver (cu13; the cu11/cu12 wheels hold only ptxas), and a host GCC that nvcc accepts."""
+    from ci.hostenv import host_nvcc, nvcc_version
+
     if row is None:
         return None
-    nvcc = find_nvcc()
+    nvcc = host_nvcc()
     have = nvcc_version(nvcc) if nvcc else None
     if have != row.version and not row.nvcc_wheel_has_nvcc:
         host = f"host nvcc is CUDA {have}" if have else "no host nvcc"

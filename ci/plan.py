@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ci.cache import cache_dir
 from ci import matrix as mx
+from ci.cache import cache_dir
 from ci.errors import CiError
 
 try:

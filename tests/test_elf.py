@@ -21,7 +21,7 @@ from tests._elfbuild import build_lib, install_alone, make_wheel
 def libs(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("elf")
     c = build_lib(d / "libC.so.1", "libC.so.1")
-    b = build_lib(d / "libB.so.2", "libB.so.2", [c], rpath="$ORIGIN/../../c/lib:/opt/x")
+    b = build_lib(d / "libB.so.2", "libB.so.2", [c], rpath="$ORIGIN/../../c/lib:$ORIGIN/../d/lib")
     a = build_lib(d / "libA.so.3", "libA.so.3", [b, c], runpath="$ORIGIN")
     return {"A": a, "B": b, "C": c}
 
@@ -31,7 +31,7 @@ def test_dynamic_section_of_gcc_libraries(libs):
     assert c.soname == "libC.so.1" and c.rpath == () and c.runpath == ()
     assert "libC.so.1" in c.needed or "libc.so.6" in c.needed
     assert b.soname == "libB.so.2" and b.needed[0] == "libC.so.1"
-    assert b.rpath == ("$ORIGIN/../../c/lib", "/opt/x") and b.runpath == ()
+    assert b.rpath == ("$ORIGIN/../../c/lib", "$ORIGIN/../d/lib") and b.runpath == ()
     assert a.needed[:2] == ("libB.so.2", "libC.so.1")
     assert a.runpath == ("$ORIGIN",) and a.rpath == ()
 

@@ -208,15 +208,14 @@ def test_pip_reads_the_pep691_json_pages(tmp_path, wheels):
     assert (f"/{wheels['dotted'].name}.metadata", f"{wheels['dotted'].name}.metadata") in srv.served
 
 
-def _uv() -> str | None:
-    """uv if this machine has it (not pinned in requirements-dev.txt): $UV, PATH, or beside python."""
-    for cand in (os.environ.get("UV"), shutil.which("uv"), str(Path(sys.executable).with_name("uv"))):
+def _uv() -> str:
+    """uv (pinned in requirements-dev.txt, so beside python in .venv): $UV, beside python, or PATH."""
+    for cand in (os.environ.get("UV"), str(Path(sys.executable).with_name("uv")), shutil.which("uv")):
         if cand and os.access(cand, os.X_OK):
             return cand
-    return None
+    raise AssertionError("uv is not installed: ./scripts/bootstrap installs the pinned one")
 
 
-@pytest.mark.skipif(_uv() is None, reason="uv is not installed (set UV=/path/to/uv)")
 def test_uv_installs_from_the_static_index(tmp_path, wheels):
     repo = populate(tmp_path / "repo", wheels["tagged"])
     build_index(repo)

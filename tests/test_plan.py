@@ -237,13 +237,12 @@ def _sh(cmd: str) -> subprocess.CompletedProcess:
 
 
 def test_before_all_checks_run_in_a_real_shell():
-    """Run the image checks here, against this machine's own toolkit and compiler, as sh runs them there."""
-    from ci import engine
+    """Run the image checks here, against this machine's own toolkit and compiler, as sh runs them there
+    (a machine with no toolkit at /usr/local/cuda fails every row's nvcc check, as an image would)."""
+    from ci.hostenv import nvcc_version
 
-    nvcc = engine.find_nvcc()
-    if nvcc is None or not Path("/usr/local/cuda/bin/nvcc").exists():
-        pytest.skip("no toolkit at /usr/local/cuda")
-    have = engine.nvcc_version(Path("/usr/local/cuda/bin/nvcc"))
+    toolkit = Path("/usr/local/cuda/bin/nvcc")
+    have = nvcc_version(toolkit) if toolkit.exists() else None
     gcc = int(subprocess.run(["g++", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0])
     for row in mx.rows():
         nvcc_check, gcc_check = _before_all_checks(plan_for(row.version))
