@@ -530,20 +530,6 @@ class _Planned:
     record_hash: str | None = None
 
 
-@dataclass
-class _Written:
-    name: str
-    method: int
-    flags: int
-    crc: int
-    csize: int
-    usize: int
-    dos_time: int
-    dos_date: int
-    external_attr: int
-    offset: int
-
-
 class WheelWriter:
     """Assembles a wheel: copied members (compressed bytes) and new content, then RECORD, atomically.
 
@@ -614,7 +600,7 @@ class _ZipOut:
         self.fd = fd
         self.pos = 0
         self.force = force_zip64
-        self.entries: list[_Written] = []
+        self.entries: list[Member] = []  # what the central directory will list
         self._run: list[int] | None = None  # [source fd, offset, length] not yet copied
 
     def _w(self, data: bytes) -> None:
@@ -663,7 +649,7 @@ class _ZipOut:
             self._queue(src._fd, data_at, m.csize)
             self.pos += m.csize
         attr = m.external_attr if m.made_by >> 8 == _UNIX and m.mode else ((0o40755 if m.is_dir else 0o100644) << 16)
-        self.entries.append(_Written(p.name, m.method, flags, m.crc, m.csize, m.usize, t, d, attr, offset))
+        self.entries.append(Member(p.name, m.method, flags, m.crc, m.csize, m.usize, t, d, attr, _UNIX << 8, offset))
         digest = p.record_hash or src.hash_member(m)  # no source RECORD entry: hash it once
         return p.name, digest, m.usize
 
@@ -700,7 +686,8 @@ class _ZipOut:
         self._w(cdata)
         if not mode & _S_IFMT:
             mode |= _S_IFREG
-        self.entries.append(_Written(name_s, _DEFLATED, flags, crc, len(cdata), usize, t, d, mode << 16, offset))
+        self.entries.append(Member(name_s, _DEFLATED, flags, crc, len(cdata), usize, t, d, mode << 16, _UNIX << 8,
+                                   offset))
         return name_s, f"sha256={_b64(digest)}", usize
 
     def _central(self) -> None:
@@ -711,8 +698,8 @@ class _ZipOut:
             fields, z = [], {}
             z["usize"] = self.force or e.usize >= _U32
             z["csize"] = self.force or e.csize >= _U32
-            z["offset"] = self.force or e.offset >= _U32
-            for key, val in (("usize", e.usize), ("csize", e.csize), ("offset", e.offset)):
+            z["offset"] = self.force or e.header_offset >= _U32
+            for key, val in (("usize", e.usize), ("csize", e.csize), ("offset", e.header_offset)):
                 if z[key]:
                     fields.append(val)
             extra = struct.pack(f"<HH{len(fields)}Q", 1, 8 * len(fields), *fields) if fields else b""
@@ -720,7 +707,7 @@ class _ZipOut:
             buf += _CENTRAL.pack(_SIG_CENTRAL, (_UNIX << 8) | need, need, e.flags, e.method, e.dos_time,
                                  e.dos_date, e.crc, _U32 if z["csize"] else e.csize,
                                  _U32 if z["usize"] else e.usize, len(name), len(extra), 0, 0, 0,
-                                 e.external_attr, _U32 if z["offset"] else e.offset)
+                                 e.external_attr, _U32 if z["offset"] else e.header_offset)
             buf += name + extra
         self._w(bytes(buf))
         cd_size, n = len(buf), len(self.entries)
