@@ -141,10 +141,12 @@ def run_build(args) -> int:
         start = time.monotonic()
         mains = [w for w, role in final if role == "main"]
         links = sorted({w.parent for w, _ in final})
+        failures: list[str] = []
         for wheel in mains:
             result = verify(wheel, env.site, runner=runner, find_links=links, log=log)
             rep.verify.update(result.checks)
-            rep.passed = rep.passed and result.passed
+            failures += result.failures
+        rep.passed = not failures
         rep.verify_seconds = round(time.monotonic() - start, 1)
         rep.wheels = [report.wheel_report(w, excluded=excluded, role=role) for w, role in final]
         if rep.passed:
@@ -153,8 +155,7 @@ def run_build(args) -> int:
                 os.replace(stage / wheel.name, out_dir / wheel.name)
         json_path, md_path = report.write(rep, out_dir)
         log(f"report: {md_path}")
-        if not rep.passed:
-            failures = [f"{k}: {v}" for k, v in rep.verify.items() if str(v).startswith("FAILED")]
+        if failures:
             raise Finding(f"verify failed ({'; '.join(failures)}); no wheel written to {out_dir}")
         if args.json:
             cli.emit_json(asdict(rep))

@@ -108,8 +108,7 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
 
     if not wheel.is_file():
         raise CiError(f"{wheel}: no such file")
-    WheelName.parse(wheel.name)
-    with WheelArchive.open(wheel):  # validates the zip and the wheel layout before auditwheel runs
+    with WheelArchive.open(wheel):  # validates the name, the zip and the layout before auditwheel runs
         pass
     if torch_version is None or torch_requires is None:
         found, found_requires = _installed_torch()

@@ -31,7 +31,6 @@ CHECKS = Path(__file__).with_name("verify_checks.py")
 @dataclass
 class VerifyResult:
     wheel: str
-    passed: bool
     checks: dict[str, object] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -40,16 +39,20 @@ class VerifyResult:
         return [f"{k}: {v}" for k, v in self.checks.items()
                 if isinstance(v, str) and (v.startswith("FAILED") or k == "import" and v != "ok")]
 
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
 
 def fresh_venv(path: Path, base_site: Path | None = None) -> Path:
     """A new venv at path, optionally layered over another environment's site-packages; returns its python."""
+    # pip runs from our own environment against the new interpreter (--python), so the venv needs none.
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     python = path / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    # pip runs from our own environment against the new interpreter (--python), so the venv needs none.
     if base_site is not None:
-        (site / "_base_environment.pth").write_text(f"{base_site}\n")
+        site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+        (Path(site) / "_base_environment.pth").write_text(f"{base_site}\n")
     return python
 
 
@@ -86,7 +89,7 @@ def verify(wheel: Path, torch_site: Path, *, runner: Path | None = None, find_li
         proc = pip_install(python, "--no-index", *links, str(wheel))
         if proc.returncode != 0:
             reason = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln] or proc.stderr.splitlines()[-1:]
-            return VerifyResult(wheel.name, False, {"install": f"FAILED: {reason[0] if reason else ''}"})
+            return VerifyResult(wheel.name, {"install": f"FAILED: {reason[0] if reason else ''}"})
         proc = subprocess.run([str(python), str(CHECKS), name.distribution, str(tmp)],
                               capture_output=True, text=True, cwd=tmp)
         try:
@@ -103,9 +106,7 @@ def verify(wheel: Path, torch_site: Path, *, runner: Path | None = None, find_li
             checks["cuda"] = "skipped: no GPU (CPU kernels verified)"
         for transient in ("model", "library", "torch_lib"):
             checks.pop(transient, None)
-    result = VerifyResult(wheel.name, True, checks, round(time.monotonic() - start, 2))
-    result.passed = not result.failures
-    return result
+    return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
 
 
 def build_parser() -> cli.Parser:
@@ -124,7 +125,7 @@ def main(args) -> int:
         raise CiError(f"{args.torch_site}: no torch installed there")
     result = verify(args.wheel, args.torch_site, runner=args.runner)
     if args.json:
-        cli.emit_json({**asdict(result), "failures": result.failures})
+        cli.emit_json({**asdict(result), "passed": result.passed, "failures": result.failures})
     else:
         for k, v in result.checks.items():
             print(f"{k}: {v}")

@@ -241,12 +241,6 @@ def build_wheel(tmp: Path, name: str = "tiny_pkg", version: str = "1.0", module:
     return wheel
 
 
-def fresh_venv(path: Path) -> Path:
-    """A venv without pip (fast); install into it with `pip --python`."""
-    subprocess.run([PY, "-m", "venv", "--without-pip", str(path)], check=True)
-    return path / "bin" / "python"
-
-
 def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     return subprocess.run([PY, "-m", "pip", "--python", str(python), "install", "--isolated",

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from ci.index import build_index, classify, sdist_name
-from tests._servers import NegotiatingServer, StaticServer, build_wheel, fresh_venv, pip_install
+from ci.verify import fresh_venv
+from tests._servers import NegotiatingServer, StaticServer, build_wheel, pip_install
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,8 @@ import pytest
 
 from ci.upload import (is_loopback, parse_listing, redactor, simple_url_for, strip_userinfo,
                        upload)
-from tests._servers import KillingProxy, PypiServer, build_wheel, fresh_venv, pip_install
+from ci.verify import fresh_venv
+from tests._servers import KillingProxy, PypiServer, build_wheel, pip_install
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = "ci-bot"
