@@ -89,13 +89,16 @@ template <>
 cudnnDataType_t cudnn_type<double>() { return CUDNN_DATA_DOUBLE; }
 
 // cuDNN takes int dimensions and int element counts: the row length must fit in an int, and rows
-// are processed in chunks whose element count fits in an int.
-template <typename F>
-void for_each_row_chunk(int64_t rows, int64_t cols, F&& f) {
-  TORCH_CHECK(cols <= INT_MAX, "the last dimension (", cols, ") exceeds cuDNN's int limit");
-  const int64_t chunk = std::max<int64_t>(1, INT_MAX / std::max<int64_t>(cols, 1));
-  for (int64_t start = 0; start < rows; start += chunk) {
-    f(start, static_cast<int>(std::min(chunk, rows - start)));
+// are processed in chunks whose element count fits in an int. Calls f(desc, offset) per chunk, desc
+// describing its rows x cols (what instance mode normalizes per row), offset its first element.
+template <typename T, typename F>
+void for_each_row_chunk(const Rows& shape, F&& f) {
+  TORCH_CHECK(shape.cols <= INT_MAX, "the last dimension (", shape.cols, ") exceeds cuDNN's int limit");
+  const int64_t chunk = std::max<int64_t>(1, INT_MAX / std::max<int64_t>(shape.cols, 1));
+  TensorDesc desc;
+  for (int64_t start = 0; start < shape.rows; start += chunk) {
+    desc.set(cudnn_type<T>(), static_cast<int>(std::min(chunk, shape.rows - start)), static_cast<int>(shape.cols));
+    f(desc.get(), start * shape.cols);
   }
 }
 
@@ -118,13 +121,10 @@ at::Tensor scaled_softmax_cuda(const at::Tensor& x, double scale) {
                            static_cast<scalar_t>(scale), xc.numel());
     cudnnHandle_t handle = current_handle();
     const scalar_t one = 1, zero = 0;
-    TensorDesc desc;
-    for_each_row_chunk(shape.rows, shape.cols, [&](int64_t start, int n) {
-      desc.set(cudnn_type<scalar_t>(), n, static_cast<int>(shape.cols));
-      const int64_t off = start * shape.cols;
-      CUDNN_CHECK(cudnnSoftmaxForward(handle, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE,
-                                      &one, desc.get(), scaled.const_data_ptr<scalar_t>() + off,
-                                      &zero, desc.get(), y.mutable_data_ptr<scalar_t>() + off));
+    for_each_row_chunk<scalar_t>(shape, [&](cudnnTensorDescriptor_t desc, int64_t off) {
+      CUDNN_CHECK(cudnnSoftmaxForward(handle, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &one, desc,
+                                      scaled.const_data_ptr<scalar_t>() + off, &zero, desc,
+                                      y.mutable_data_ptr<scalar_t>() + off));
     });
   });
   return y;
@@ -141,14 +141,11 @@ at::Tensor scaled_softmax_backward_cuda(const at::Tensor& grad, const at::Tensor
   AT_DISPATCH_FLOATING_TYPES(yc.scalar_type(), "scaled_softmax_backward_cuda", [&] {
     cudnnHandle_t handle = current_handle();
     const scalar_t one = 1, zero = 0;
-    TensorDesc desc;
-    for_each_row_chunk(shape.rows, shape.cols, [&](int64_t start, int n) {
-      desc.set(cudnn_type<scalar_t>(), n, static_cast<int>(shape.cols));
-      const int64_t off = start * shape.cols;
-      CUDNN_CHECK(cudnnSoftmaxBackward(handle, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE,
-                                       &one, desc.get(), yc.const_data_ptr<scalar_t>() + off,
-                                       desc.get(), gc.const_data_ptr<scalar_t>() + off, &zero,
-                                       desc.get(), dx.mutable_data_ptr<scalar_t>() + off));
+    for_each_row_chunk<scalar_t>(shape, [&](cudnnTensorDescriptor_t desc, int64_t off) {
+      CUDNN_CHECK(cudnnSoftmaxBackward(handle, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &one, desc,
+                                       yc.const_data_ptr<scalar_t>() + off, desc,
+                                       gc.const_data_ptr<scalar_t>() + off, &zero, desc,
+                                       dx.mutable_data_ptr<scalar_t>() + off));
     });
     // cuDNN differentiates softmax(z) at z = scale * x; the chain rule adds the factor scale.
     launch_scale<scalar_t>(dx.const_data_ptr<scalar_t>(), dx.mutable_data_ptr<scalar_t>(),
