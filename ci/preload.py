@@ -87,7 +87,8 @@ def _installed_path(path: str) -> str:
     return _DATA_DIR.sub("", path)
 
 
-def _as_preload(lib: SharedLib) -> Preload:
+def as_preload(lib: SharedLib) -> Preload:
+    """The runtime's record of a library found in a wheel or an installed directory."""
     return Preload(lib.name, lib.filename, lib.distribution, _installed_path(lib.path), lib.source)
 
 
@@ -168,7 +169,7 @@ def preload_order(needed: Iterable[str], inputs: Sequence[Path | str], *,
     providers, e.g. torch and its nvidia-* dependencies. The needed libraries themselves are in
     the result when an input provides them.
     """
-    return [_as_preload(lib) for lib in dependency_order(needed, scan(inputs), system=system, skip=skip)]
+    return [as_preload(lib) for lib in dependency_order(needed, scan(inputs), system=system, skip=skip)]
 
 
 def order_for_wheel(wheel: Path | str, inputs: Sequence[Path | str], *,
@@ -183,7 +184,7 @@ def order_for_wheel(wheel: Path | str, inputs: Sequence[Path | str], *,
     shipped = {lib.name for lib in own}
     roots = sorted({n for lib in own for n in lib.needed} - shipped) if needed is None else list(needed)
     libs = [*scan(inputs), *own]
-    return [_as_preload(lib) for lib in dependency_order(roots, libs, system=system, skip=shipped)]
+    return [as_preload(lib) for lib in dependency_order(roots, libs, system=system, skip=shipped)]
 
 
 def runtime_source(order: Sequence[Preload], *, header: str = "") -> str:
@@ -300,7 +301,7 @@ def main(args: argparse.Namespace) -> int:
         libs = scan(inputs)
         # default roots: every library in the inputs (Python extension modules have no SONAME)
         roots = args.needed or [lib.name for lib in libs if lib.soname]
-        order = [_as_preload(lib) for lib in dependency_order(roots, libs, system=system)]
+        order = [as_preload(lib) for lib in dependency_order(roots, libs, system=system)]
     source = runtime_source(order)
     result: dict[str, object] = {"order": [asdict(p) | {"search_dirs": p.search_dirs} for p in order]}
     if args.inject:  # first: it can still refuse its input, and writes nothing when it does
