@@ -30,6 +30,14 @@ def atomic_path(dest: Path | str) -> Iterator[Path]:
 
 
 def _umask() -> int:
+    """The process umask, read without changing it where /proc tells (set+restore races other threads)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

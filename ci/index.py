@@ -303,24 +303,9 @@ def _write_if_changed(path: Path, data: bytes) -> bool:
     except OSError:
         pass
     from ci.atomic import atomic_path  # tempfile & co. load only when something is written
-    with atomic_path(path) as tmp:
+    with atomic_path(path) as tmp:  # gives the pages open()'s mode: a web server must read them
         tmp.write_bytes(data)
-        os.chmod(tmp, _file_mode())  # mkstemp makes 0600: a web server running as another user
-    return True                       # could not read the pages
-
-
-def _file_mode() -> int:
-    """What open() would give a new file: 0666 minus the umask (read without a race: /proc, else set+restore)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
-    except OSError:
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
+    return True
 
 
 def build_index(root: Path | str, out: Path | str | None = None, base_url: str | None = None,
