@@ -116,7 +116,7 @@ class RecordEntry:
 
 
 def record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return "sha256=" + _b64(hashlib.sha256(data).digest())
 
 
 def _b64(digest: bytes) -> str:
