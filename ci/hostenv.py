@@ -63,15 +63,13 @@ class BuildEnv:
         return subprocess.run([str(self.python), *args], check=True, **kw)
 
 
-def requirement_pins(names: tuple[str, ...], requirements: Path | None = None) -> list[str]:
-    """The `name==version` lines of requirements-dev.txt for the given names (one source of pins)."""
-    path = requirements or Path(__file__).resolve().parent.parent / "requirements-dev.txt"
-    pins = {}
-    for line in path.read_text().splitlines():
-        m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line.strip())
-        if m:
-            pins[m.group(1).lower()] = m.group(0)
-    return [pins.get(n, n) for n in names]
+def requirement_pins(names: tuple[str, ...]) -> list[str]:
+    """`name==version` as requirements-dev.txt pins each name (the bare name where it pins none)."""
+    from ci.plan import read_pins
+    from ci.wheelname import normalize
+
+    pins = read_pins(Path(__file__).resolve().parent.parent / "requirements-dev.txt")
+    return [f"{n}=={pins[normalize(n)]}" if normalize(n) in pins else n for n in names]
 
 
 def reachable(url: str, timeout: float = 5.0) -> bool:
