@@ -1,4 +1,4 @@
-"""Shared fixtures: the project root, a CLI runner, and the example wheels built once per session.
+"""Shared fixtures: the project root and the example wheels built once per session.
 
 The CPU and CUDA host builds are real (`python -m ci.build --engine host ...`): compile, link,
 repair, verify. Their build environments are cached under the cache directory (see ci.hostenv), so
@@ -8,7 +8,6 @@ only a cold machine pays the ~3 GB CUDA download.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -16,14 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tests._wheels import run_stage
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_module(module: str, *args: str | os.PathLike, cwd: Path | None = None,
-               env: dict | None = None, timeout: float = 3000) -> subprocess.CompletedProcess:
-    """`python -m module args` in the project's environment, capturing text output."""
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd or ROOT,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout)
 
 
 @dataclass(frozen=True)
@@ -38,7 +32,7 @@ class Built:
 
 def _build(tmp_path_factory, name: str, *args: str) -> Built:
     out = tmp_path_factory.mktemp(name)
-    proc = run_module("ci.build", "--engine", "host", *args, "-w", out)
+    proc = run_stage("ci.build", "--engine", "host", *args, "-w", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     wheels = sorted(out.glob("*.whl"))
     assert len(wheels) == 1, wheels

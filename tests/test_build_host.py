@@ -18,7 +18,8 @@ from ci.elf import scan_wheel
 from ci.repair import is_excluded
 from ci.wheelfile import WheelArchive, get_headers
 from ci.wheelname import WheelName
-from conftest import ROOT, run_module
+from conftest import ROOT
+from tests._wheels import run_stage
 
 VERIFY_OK = ("install", "import", "ops_cpu", "opcheck_cpu", "gradcheck_cpu", "torchscript", "cpp_runner")
 
@@ -142,7 +143,7 @@ def one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
 ])
 def test_bad_build_input(tmp_path, args, fragments):
     out = tmp_path / "out"
-    one_line_error(run_module("ci.build", "--engine", "host", *args, "-w", out), *fragments)
+    one_line_error(run_stage("ci.build", "--engine", "host", *args, "-w", out), *fragments)
     assert not out.exists() or not any(out.iterdir())
 
 
@@ -164,17 +165,17 @@ def test_repair_rejects_bad_wheels(tmp_path):
     out = tmp_path / "out"
     text = tmp_path / "softmax_ext-0.1.0-py3-none-linux_x86_64.whl"
     text.write_text("not a zip")
-    one_line_error(run_module("ci.repair", text, "-w", out, "--torch", "2.13.0"), text.name)
+    one_line_error(run_stage("ci.repair", text, "-w", out, "--torch", "2.13.0"), text.name)
     badname = tmp_path / "not-a-wheel.zip"
     badname.write_bytes(b"PK\x05\x06" + b"\0" * 18)
-    one_line_error(run_module("ci.repair", badname, "-w", out, "--torch", "2.13.0"), "not-a-wheel.zip")
-    one_line_error(run_module("ci.repair", tmp_path / "missing-1.0-py3-none-any.whl", "-w", out), "no such file")
+    one_line_error(run_stage("ci.repair", badname, "-w", out, "--torch", "2.13.0"), "not-a-wheel.zip")
+    one_line_error(run_stage("ci.repair", tmp_path / "missing-1.0-py3-none-any.whl", "-w", out), "no such file")
     assert not out.exists() or not any(out.iterdir())
 
 
 def test_repair_cli_on_built_wheel(cpu_build, tmp_path):
     """ci.repair alone, on an already repaired wheel: idempotent, declares torch, --json result."""
-    proc = run_module("ci.repair", cpu_build.wheel, "-w", tmp_path, "--torch", "2.13.0+cpu", "--json")
+    proc = run_stage("ci.repair", cpu_build.wheel, "-w", tmp_path, "--torch", "2.13.0+cpu", "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["grafted"] == [] and "libtorch_cpu.so" in result["excluded"]
@@ -189,7 +190,7 @@ def test_cuda_build_with_a_toolkit_from_wheels_only(tmp_path):
     out = tmp_path / "out"
     auto = detect() is None  # no container engine here: --engine auto (the default) falls back to the host
     engine = [] if auto else ["--engine", "host"]
-    proc = run_module("ci.build", *engine, "--cuda", "13.0", "--arch-list", "8.0", "--nvcc", "wheel",
+    proc = run_stage("ci.build", *engine, "--cuda", "13.0", "--arch-list", "8.0", "--nvcc", "wheel",
                       "-w", out, "--work-dir", tmp_path / "work")
     assert proc.returncode == 0, proc.stderr[-3000:]
     if auto:
@@ -207,7 +208,7 @@ def test_build_checks_and_splits_against_the_limit(tmp_path):
     """ci.build runs check and split after repair: with the op library alone over --limit, split
     refuses, naming it, and nothing reaches the output directory (torch-sized splits: test_split)."""
     out = tmp_path / "out"
-    proc = run_module("ci.build", "--engine", "host", "--cpu", "--limit", "20KB", "-w", out)
+    proc = run_stage("ci.build", "--engine", "host", "--cpu", "--limit", "20KB", "-w", out)
     assert proc.returncode == 2, proc.stderr
     assert "over the 20KB limit: splitting" in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if ": error: " in line]

@@ -11,7 +11,7 @@ from pathlib import Path
 from ci import report
 from ci.hostenv import TorchSpec, ensure_env
 from ci.wheelname import WheelName
-from conftest import run_module
+from tests._wheels import run_stage
 
 
 def cpu_torch_site() -> Path:
@@ -29,7 +29,7 @@ def broken_copy(wheel: Path, tmp_path: Path) -> Path:
     patch.write_text(f"--- a/{pkg}/__init__.py\n+++ b/{pkg}/__init__.py\n@@ -{n} +{n} @@\n-{line}"
                      f"+{line.replace('float(scale)', '2 * float(scale)')}")
     out = tmp_path / "broken"
-    proc = run_module("ci.patch", wheel, "--patch", patch, "--local-version", "broken", "-w", out)
+    proc = run_stage("ci.patch", wheel, "--patch", patch, "--local-version", "broken", "-w", out)
     assert proc.returncode == 0, proc.stderr
     (result,) = out.glob("*.whl")
     return result
@@ -37,11 +37,11 @@ def broken_copy(wheel: Path, tmp_path: Path) -> Path:
 
 def test_verify_passes_the_real_wheel_and_fails_a_broken_one(cpu_build, tmp_path):
     site = cpu_torch_site()
-    good = run_module("ci.verify", cpu_build.wheel, "--torch-site", site, "--json")
+    good = run_stage("ci.verify", cpu_build.wheel, "--torch-site", site, "--json")
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["checks"]["ops_cpu"] == "ok"
 
-    bad = run_module("ci.verify", broken_copy(cpu_build.wheel, tmp_path), "--torch-site", site, "--json")
+    bad = run_stage("ci.verify", broken_copy(cpu_build.wheel, tmp_path), "--torch-site", site, "--json")
     assert bad.returncode == 1, bad.stderr
     checks = json.loads(bad.stdout)["checks"]
     assert checks["install"] == "ok" and checks["import"] == "ok"
@@ -51,11 +51,11 @@ def test_verify_passes_the_real_wheel_and_fails_a_broken_one(cpu_build, tmp_path
 
 
 def test_verify_bad_input(tmp_path):
-    proc = run_module("ci.verify", tmp_path / "none-1.0-py3-none-any.whl", "--torch-site", tmp_path)
+    proc = run_stage("ci.verify", tmp_path / "none-1.0-py3-none-any.whl", "--torch-site", tmp_path)
     assert proc.returncode == 2 and "no such file" in proc.stderr
     wheel = tmp_path / "demo-1.0-py3-none-any.whl"
     wheel.write_bytes(b"")
-    proc = run_module("ci.verify", wheel, "--torch-site", tmp_path)
+    proc = run_stage("ci.verify", wheel, "--torch-site", tmp_path)
     assert proc.returncode == 2 and "no torch installed there" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
