@@ -22,12 +22,8 @@ from ci.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cuda_build_envi
 @dataclass(frozen=True)
 class CompileResult:
     wheel: Path  # the unrepaired wheel, as the build backend wrote it
-    build_dir: Path
-    runner: Path | None  # the C++ program, when it was built
-    env: BuildEnv
-    nvcc: Path | None
-    seconds: float
-    log: Path
+    runner: Path | None  # the C++ program, when it was built (it stays in the build tree)
+    env: BuildEnv  # the torch it was built against, which verify installs next to it
 
 
 def torch_spec(plan, torch_index_url: str | None = None) -> TorchSpec:
@@ -48,7 +44,6 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     env = ensure_env(torch_spec(plan, torch_index_url), log=log)
     environ = dict(os.environ)
     config = ["-C", f"build-dir={work_dir / 'build'}", "-C", "cmake.define.BUILD_RUNNER=ON"]
-    nvcc = None
     if plan.cuda is not None:
         nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=nvcc_source, log=log)
         root = assemble_cuda_root(env, nvcc)
@@ -74,4 +69,4 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
         raise Finding(f"compile failed after {seconds:.0f} s (full log: {logfile})")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     runner = next((p for p in (work_dir / "build").glob("*_runner") if os.access(p, os.X_OK)), None)
-    return CompileResult(wheels[-1], work_dir / "build", runner, env, nvcc, seconds, logfile)
+    return CompileResult(wheels[-1], runner, env)
