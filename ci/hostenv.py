@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.parse
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -276,7 +276,3 @@ def cuda_build_environ(root: Path, arch_list: str) -> dict[str, str]:
         "TORCH_CUDA_ARCH_LIST": arch_list,
         "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-
-
-def describe(env: BuildEnv) -> dict:
-    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(env).items()}
