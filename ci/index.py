@@ -10,9 +10,18 @@ DIR/simple), one `OUT/<project>/index.html` + `index.json` each, linking to the 
 or under --base-url. The `.metadata` files go beside the wheels, because PEP 658 puts them at the file's
 URL + ".metadata".
 
-Incremental: a file's sha256 and metadata are cached in OUT/.ci-index-cache.json, keyed by size and
-mtime, so re-running on an unchanged directory stats the files and rewrites nothing. Everything is
-computed before anything is written, so bad input leaves the output as it was; each write is atomic.
+Incremental: a file's sha256 and metadata are cached in OUT/.ci-index-cache.json, keyed by size,
+mtime, inode, device and ctime, so re-running on an unchanged directory stats the files and rewrites
+nothing. Size and mtime alone are not enough: `cp -p`, `rsync -a` and archives unpacked with a fixed
+SOURCE_DATE_EPOCH replace a file keeping both, and a stale `#sha256` makes pip fail. ctime moves on
+any write, and a file whose ctime is too close to the moment it was hashed (it may have changed within
+one timestamp tick) is hashed again.
+
+Ownership: OUT may be shared with other content (a docs site beside the pages). The cache file lists
+every page and `.metadata` file this command wrote; only those are ever replaced or removed. A path
+it must write that holds anything else (with other bytes) is refused, naming it, before any write.
+Everything is computed before anything is written, so bad input leaves the output as it was; each
+write is atomic.
 Stdlib only; the zip/tar/email/thread modules load only when a file must be read, which keeps the
 unchanged re-run near interpreter start-up time.
 """
@@ -20,6 +29,7 @@ unchanged re-run near interpreter start-up time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import html
 import json
@@ -31,17 +41,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from ci.digest import sha256_file
 from ci.errors import CiError
-from ci.wheelname import WheelName, normalize
+from ci.wheelname import (SDIST_SUFFIXES, WheelName, canonical_version, classify, find_dist_info,
+                          normalize, same_version)
 
 CACHE_NAME = ".ci-index-cache.json"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: ownership of written files, and the stronger cache key
 API_VERSION = "1.1"  # PEP 700: versions + size
-# Sdist suffixes pip accepts; legacy ones without metadata files (pip only reads wheel metadata).
-SDIST_SUFFIXES = (".tar.gz", ".zip")
 # Sidecar files beside distributions that are ours or expected there: skipped without a warning.
 QUIET_SUFFIXES = (".metadata", ".asc", ".sig", ".publish.attestation")
-_CHUNK = 1 << 20
+PAGE_NAMES = ("index.html", "index.json")  # index pages (ours when --out is DIR): never distributions
+# A file changed within this long of being hashed may have changed again in the same timestamp tick.
+RACY_NS = 100_000_000
 
 
 # ---------------------------------------------------------------- records
@@ -73,43 +85,7 @@ class IndexResult:
     skipped: list[str] = field(default_factory=list)  # not distributions
 
 
-# ---------------------------------------------------------------- names
-
-
-def sdist_name(filename: str) -> tuple[str, str] | None:
-    """(project, version) of an sdist file name, or None. Names may hold dashes in legacy sdists."""
-    for suffix in SDIST_SUFFIXES:
-        if filename.endswith(suffix):
-            stem = filename[: -len(suffix)]
-            name, sep, version = stem.rpartition("-")
-            if sep and name and version[:1].isdigit():
-                return normalize(name), version
-    return None
-
-
-def classify(filename: str) -> tuple[str, str, str] | None:
-    """('wheel'|'sdist', project, version) or None for a file that is not a distribution."""
-    if filename.endswith(".whl"):
-        try:
-            w = WheelName.parse(filename)
-        except CiError:
-            return None
-        return "wheel", w.project, w.version
-    parsed = sdist_name(filename)
-    return ("sdist", *parsed) if parsed else None
-
-
 # ---------------------------------------------------------------- reading files
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    buf = bytearray(_CHUNK)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
 
 
 def wheel_metadata(path: Path) -> bytes:
@@ -118,15 +94,11 @@ def wheel_metadata(path: Path) -> bytes:
     w = WheelName.parse(path.name)
     try:
         with zipfile.ZipFile(path) as zf:
-            names = [n for n in zf.namelist()
-                     if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-            if not names:
-                raise CiError(f"{path.name}: no .dist-info/METADATA in the wheel")
-            wanted = [n for n in names
-                      if normalize(n.split("-")[0]) == w.project] or names
-            if len(wanted) > 1:
-                raise CiError(f"{path.name}: more than one .dist-info/METADATA: {', '.join(wanted)}")
-            return zf.read(wanted[0])
+            names = zf.namelist()
+            info = find_dist_info({n.split("/", 1)[0] for n in names if "/" in n}, w, path.name)
+            if f"{info}/METADATA" not in names:
+                raise CiError(f"{path.name}: no {info}/METADATA in the wheel")
+            return zf.read(f"{info}/METADATA")
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise CiError(f"{path.name}: not a readable wheel ({e})") from None
 
@@ -169,7 +141,7 @@ def read_dist(root: Path, rel: str, kind: str, project: str, version: str,
         raise CiError(f"{path.name}: METADATA lacks Name or Version")
     if "Name" in meta and normalize(meta["Name"]) != project:
         raise CiError(f"{path.name}: metadata names project {meta['Name']!r}, the file name {project!r}")
-    if kind == "wheel" and meta["Version"] != version and normalize(meta["Version"]) != normalize(version):
+    if kind == "wheel" and not same_version(meta["Version"], version):
         raise CiError(f"{path.name}: metadata version {meta['Version']} != file name version {version}")
     dist = Dist(
         filename=path.name, path=rel, project=project, version=version, size=st.st_size,
@@ -196,26 +168,53 @@ def scan(root: Path, out: Path) -> tuple[dict[str, tuple[str, str, str, os.stat_
             rel = (d / name).relative_to(root).as_posix()
             c = classify(name)
             if c is None:
-                if not name.endswith(QUIET_SUFFIXES):
+                if not name.endswith(QUIET_SUFFIXES) and name not in PAGE_NAMES:
                     skipped.append(rel)
                 continue
             found[rel] = (*c, (d / name).stat())
     return found, skipped
 
 
-def load_cache(path: Path) -> dict[str, dict]:
+@dataclass
+class Cache:
+    """What the last run knew: per distribution its key and record; the files it wrote."""
+
+    files: dict[str, dict] = field(default_factory=dict)
+    pages: set[str] = field(default_factory=set)  # relative to OUT
+    metadata: set[str] = field(default_factory=set)  # .metadata sidecars, relative to DIR
+
+
+def load_cache(path: Path) -> Cache:
+    """The cache, or an empty one. A file there that is not our cache is foreign content: refused."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
-        return {}
-    files = data.get("files")
-    return files if isinstance(files, dict) else {}
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return Cache()
+    except OSError as e:
+        raise CiError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        data = json.loads(raw)
+        assert isinstance(data, dict) and isinstance(data.get("version"), int)
+    except (ValueError, AssertionError):
+        raise CiError(f"{path} is not a ci.index cache file; refusing to overwrite it") from None
+    if data["version"] != CACHE_VERSION:
+        return Cache()  # an older format: hash again, and own only what is byte-identical
+    files, pages, meta = data.get("files"), data.get("pages"), data.get("metadata")
+    if not (isinstance(files, dict) and isinstance(pages, list) and isinstance(meta, list)):
+        return Cache()
+    return Cache(files, set(map(str, pages)), set(map(str, meta)))
 
 
 def cache_key(st: os.stat_result) -> list[int]:
-    return [st.st_size, st.st_mtime_ns]
+    """Any write changes ctime, and a replaced file has another inode, even when size and mtime match."""
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns]
+
+
+def trusted(hit: dict | None, st: os.stat_result) -> bool:
+    """Reuse a cached hash only for the same key, and only when the file was not changed so close to
+    the moment it was hashed that a second change could share its timestamp."""
+    return (isinstance(hit, dict) and hit.get("key") == cache_key(st)
+            and isinstance(hit.get("seen"), int) and st.st_ctime_ns < hit["seen"] - RACY_NS)
 
 
 # ---------------------------------------------------------------- rendering (pure)
@@ -259,7 +258,7 @@ def project_json(project: str, dists: list[Dist], to_root: str | None, base_url:
         if d.metadata_sha256:
             f["core-metadata"] = f["dist-info-metadata"] = {"sha256": d.metadata_sha256}
         files.append(f)
-    versions = sorted({d.version for d in dists})
+    versions = sorted({canonical_version(d.version) for d in dists})
     return json.dumps({"meta": {"api-version": API_VERSION}, "name": project,
                        "versions": versions, "files": files}, indent=1) + "\n"
 
@@ -296,21 +295,32 @@ def warn(msg: str) -> None:
     print(f"ci.index: warning: {msg}", file=sys.stderr)
 
 
-def _write_if_changed(path: Path, data: bytes) -> bool:
+def _differs(path: Path, data: bytes) -> bool:
     try:
-        if path.stat().st_size == len(data) and path.read_bytes() == data:
-            return False
+        return not (path.stat().st_size == len(data) and path.read_bytes() == data)
     except OSError:
-        pass
+        return True
+
+
+def _write_if_changed(path: Path, data: bytes) -> bool:
+    if not _differs(path, data):
+        return False
     from ci.atomic import atomic_path  # tempfile & co. load only when something is written
     with atomic_path(path) as tmp:  # gives the pages open()'s mode: a web server must read them
         tmp.write_bytes(data)
     return True
 
 
+def foreign(path: Path, data: bytes, owned: bool) -> bool:
+    """Something we did not write, with other bytes, sits where we must write: not ours to replace."""
+    return not owned and (path.exists() or path.is_symlink()) and (not path.is_file() or _differs(path, data))
+
+
 def build_index(root: Path | str, out: Path | str | None = None, base_url: str | None = None,
                 jobs: int | None = None) -> IndexResult:
     """Index root's distributions into out (default root/simple). Raises CiError on bad input."""
+    import time
+
     root = Path(root)
     if not root.is_dir():
         raise CiError(f"not a directory: {root}")
@@ -329,11 +339,13 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
     cache_path = out / CACHE_NAME
     cache = load_cache(cache_path)
     dists: dict[str, Dist] = {}
+    seen: dict[str, int] = {}
     todo: list[str] = []
     for rel, (kind, project, version, st) in found.items():
-        hit = cache.get(rel)
-        if hit and hit.get("key") == cache_key(st):
+        hit = cache.files.get(rel)
+        if trusted(hit, st):
             dists[rel] = Dist(**hit["dist"])
+            seen[rel] = hit["seen"]
         else:
             todo.append(rel)
 
@@ -343,9 +355,11 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
         workers = jobs or min(8, os.cpu_count() or 1)
         # Biggest first, so one huge wheel does not start last and run alone.
         todo.sort(key=lambda r: -found[r][3].st_size)
+        started = time.time_ns()  # before any read: a change after this is never trusted
         with ThreadPoolExecutor(max_workers=workers) as pool:  # hashlib releases the GIL
             for rel, (d, raw) in zip(todo, pool.map(lambda r: read_dist(root, r, *found[r]), todo)):
                 dists[rel] = d
+                seen[rel] = started
                 if raw is not None:
                     metadata[rel] = raw
 
@@ -364,59 +378,73 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
 
     pages = render(chosen, to_root, base_url)
 
-    # Everything is known; now write.
-    result = IndexResult(out=str(out), projects=sum(1 for p in pages if p.endswith("/index.html")),
-                         files=len(chosen), hashed=len(todo), cached=len(found) - len(todo),
-                         skipped=skipped)
+    # Everything to write, known before anything is written; refuse to replace what is not ours.
+    sidecars: dict[str, bytes | None] = {}  # rel to DIR -> bytes (None: cached, read only if needed)
     for d in chosen:
-        meta_path = root / f"{d.path}.metadata"
-        if d.metadata_sha256 is None:
-            continue
-        raw = metadata.get(d.path)
-        if raw is None:  # cached: rewrite only if the sidecar went missing or changed
+        if d.metadata_sha256 is not None:
+            sidecars[f"{d.path}.metadata"] = metadata.get(d.path)
+    for rel, raw in list(sidecars.items()):
+        path = root / rel
+        if raw is None:
             try:
-                ok = hashlib.sha256(meta_path.read_bytes()).hexdigest() == d.metadata_sha256
+                ok = hashlib.sha256(path.read_bytes()).hexdigest() == dists[rel[: -len(".metadata")]].metadata_sha256
             except OSError:
                 ok = False
             if ok:
+                sidecars[rel] = b""  # present and right: nothing to write
                 continue
-            raw = wheel_metadata(root / d.path)
-        if _write_if_changed(meta_path, raw):
-            result.written.append(meta_path.relative_to(root).as_posix())
+            sidecars[rel] = raw = wheel_metadata(root / rel[: -len(".metadata")])
+    clashes = [(root / rel).as_posix() for rel, raw in sidecars.items()
+               if raw and foreign(root / rel, raw, rel in cache.metadata)]
+    clashes += [(out / rel).as_posix() for rel, text in pages.items()
+                if foreign(out / rel, text.encode(), rel in cache.pages)]
+    if clashes:
+        more = f" and {len(clashes) - 5} more" if len(clashes) > 5 else ""
+        raise CiError(f"refusing to overwrite files ci.index did not write: {', '.join(clashes[:5])}{more} "
+                      "(choose another --out, or move them away)")
+
+    result = IndexResult(out=str(out), projects=sum(1 for p in pages if p.endswith("/index.html")),
+                         files=len(chosen), hashed=len(todo), cached=len(found) - len(todo),
+                         skipped=skipped)
+    for rel, raw in sidecars.items():
+        if raw and _write_if_changed(root / rel, raw):
+            result.written.append(rel)
     for rel, text in pages.items():
         if _write_if_changed(out / rel, text.encode()):
             result.written.append((out / rel).as_posix())
-    result.removed = _remove_stale(root, out, found, pages)
+    result.removed = _remove_stale(root, out, cache, pages, sidecars)
     _write_if_changed(cache_path, json.dumps({
         "version": CACHE_VERSION,
-        "files": {d.path: {"key": cache_key(found[d.path][3]), "dist": asdict(d)}
+        "pages": sorted(pages), "metadata": sorted(sidecars),
+        "files": {d.path: {"key": cache_key(found[d.path][3]), "seen": seen[d.path], "dist": asdict(d)}
                   for d in dists.values()}}, sort_keys=True).encode())
     return result
 
 
-def _remove_stale(root: Path, out: Path, found: dict, pages: dict[str, str]) -> list[str]:
-    """Drop pages of projects that are gone and .metadata files whose wheel is gone (ours only)."""
+def _remove_stale(root: Path, out: Path, cache: Cache, pages: dict[str, str],
+                  sidecars: dict[str, bytes | None]) -> list[str]:
+    """Remove what an earlier run wrote and this one did not: pages of projects that are gone and
+    .metadata files whose wheel is gone. Nothing else is touched; a directory goes only when empty."""
     removed = []
-    if out.is_dir():
-        for d in sorted(out.iterdir()):
-            if d.is_dir() and f"{d.name}/index.html" not in pages:
-                ours = {"index.html", "index.json"}
-                if {p.name for p in d.iterdir()} <= ours:
-                    for name in ours:
-                        if (d / name).exists():
-                            (d / name).unlink()
-                    d.rmdir()
-                    removed.append(d.as_posix())
-    for dirpath, dirnames, filenames in os.walk(root):
-        dp = Path(dirpath)
-        dirnames[:] = [n for n in dirnames if not n.startswith(".") and (dp / n).resolve() != out.resolve()]
-        for name in filenames:
-            if name.endswith(".whl.metadata"):
-                rel = (dp / name).relative_to(root).as_posix()
-                if rel[: -len(".metadata")] not in found:
-                    (dp / name).unlink()
-                    removed.append(rel)
+    for rel in sorted(cache.pages - pages.keys()):
+        if _unlink(out / rel):
+            removed.append((out / rel).as_posix())
+        parent = (out / rel).parent
+        if parent != out:
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only succeeds when empty
+    for rel in sorted(cache.metadata - sidecars.keys()):
+        if _unlink(root / rel):
+            removed.append(rel)
     return removed
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def main(args: argparse.Namespace) -> int:

@@ -36,7 +36,8 @@ from typing import Callable, Iterable
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from ci.errors import CiError, Finding
-from ci.index import classify, sha256_file
+from ci.digest import sha256_file
+from ci.wheelname import classify
 from ci.wheelname import normalize
 
 # Upload URL -> simple index URL, for the public indexes whose layout is known; others: see simple_url_for.

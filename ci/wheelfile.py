@@ -60,7 +60,7 @@ from typing import Callable, Iterable, Mapping, Union
 
 from ci.atomic import atomic_path
 from ci.errors import CiError
-from ci.wheelname import WheelName, escape
+from ci.wheelname import WheelName, escape, find_dist_info
 
 # Zip record layouts (APPNOTE.TXT 4.3); little-endian.
 _LOCAL = struct.Struct("<IHHHHHIIIHH")  # sig, need, flags, method, time, date, crc, csize, usize, nlen, xlen
@@ -195,16 +195,7 @@ class WheelArchive:
 
     def _find_dist_info(self) -> str:
         tops = {m.name.split("/", 1)[0] for m in self.members if "/" in m.name}
-        infos = sorted(t for t in tops if t.endswith(".dist-info"))
-        want = self.name.dist_info
-        match = [t for t in infos if t == want] or [
-            t for t in infos if escape(t[: -len(".dist-info")].rsplit("-", 1)[0]).lower()
-            == self.name.distribution.lower()]
-        if not infos:
-            raise CiError(f"no .dist-info directory in {self.path.name}")
-        if len(match) != 1:
-            raise CiError(f"{self.path.name}: expected one .dist-info named like {want}, found {', '.join(infos)}")
-        return match[0]
+        return find_dist_info(tops, self.name, self.path.name)
 
     # -- members
 

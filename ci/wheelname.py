@@ -1,7 +1,10 @@
-"""Wheel file names per the binary distribution spec: 5 or 6 dash-separated parts.
+"""Distribution file names: wheels per the binary distribution spec (5 or 6 dash-separated parts),
+sdists as `<name>-<version>.tar.gz|.zip`.
 
 A build tag must start with a digit; `triton-2.1.0-0-cp38-...whl` is project `triton`, version
-`2.1.0`, build `0` (the parse pip2pi got wrong). Pure functions, stdlib only.
+`2.1.0`, build `0` (the parse pip2pi got wrong). Both kinds are held to the same rules: a valid project
+name and a PEP 440 version, so ci.index and ci.upload never list a file that pip would not accept.
+Versions are compared as PEP 440 versions (`1.0.0-rc1` is `1.0.0rc1`). Pure functions.
 """
 
 from __future__ import annotations
@@ -12,11 +15,79 @@ from dataclasses import dataclass, replace
 from ci.errors import CiError
 
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?$")
+# PEP 508 project names; legacy sdists keep their dashes in the file name.
+_PROJECT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+SDIST_SUFFIXES = (".tar.gz", ".zip")
 
 
 def normalize(name: str) -> str:
     """PEP 503 normalized project name."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def is_version(text: str) -> bool:
+    """A valid PEP 440 version (what pip accepts in a file name)."""
+    from packaging.version import InvalidVersion, Version
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def same_version(a: str, b: str) -> bool:
+    """Equal as PEP 440 versions: '1.0.0-rc1' and '1.0.0rc1' are one version."""
+    from packaging.version import InvalidVersion, Version
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def canonical_version(text: str) -> str:
+    """'1.0.0-rc1' -> '1.0.0rc1' (the normal form; an invalid version is returned as it is)."""
+    from packaging.version import InvalidVersion, Version
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        return text
+
+
+def sdist_name(filename: str) -> tuple[str, str] | None:
+    """(normalized project, version) of an sdist file name, or None when it is not a valid one."""
+    for suffix in SDIST_SUFFIXES:
+        if filename.endswith(suffix):
+            name, sep, version = filename[: -len(suffix)].rpartition("-")
+            if sep and _PROJECT.match(name) and is_version(version):
+                return normalize(name), version
+    return None
+
+
+def classify(filename: str) -> tuple[str, str, str] | None:
+    """('wheel'|'sdist', project, version), or None for a file that is not a valid distribution name."""
+    if filename.endswith(".whl"):
+        try:
+            w = WheelName.parse(filename)
+        except CiError:
+            return None
+        return ("wheel", w.project, w.version) if is_version(w.version) else None
+    parsed = sdist_name(filename)
+    return ("sdist", *parsed) if parsed else None
+
+
+def find_dist_info(top_dirs: set[str], wheel: "WheelName", filename: str) -> str:
+    """The wheel's one .dist-info directory: named for the file's distribution. ci.check, ci.index
+    and the wheel tools all use this rule, so they agree on which wheels are malformed."""
+    infos = sorted(t for t in top_dirs if t.endswith(".dist-info"))
+    want = wheel.dist_info
+    match = [t for t in infos if t == want] or [
+        t for t in infos if escape(t[: -len(".dist-info")].rsplit("-", 1)[0]).lower()
+        == wheel.distribution.lower()]
+    if not infos:
+        raise CiError(f"no .dist-info directory in {filename}")
+    if len(match) != 1:
+        raise CiError(f"{filename}: expected one .dist-info named like {want}, found {', '.join(infos)}")
+    return match[0]
 
 
 def escape(name: str) -> str:

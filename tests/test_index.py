@@ -10,12 +10,14 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from ci.index import build_index, classify, sdist_name
+from ci.index import RACY_NS, build_index
+from ci.wheelname import classify, sdist_name
 from ci.verify import fresh_venv
 from tests._servers import NegotiatingServer, StaticServer, build_wheel, pip_install
 
@@ -237,6 +239,7 @@ def test_uv_installs_from_the_static_index(tmp_path, wheels):
 
 def test_unchanged_rerun_reads_and_writes_nothing(tmp_path, wheels):
     repo = populate(tmp_path / "repo", *wheels.values())
+    time.sleep(RACY_NS / 1e9)  # files written just before hashing are (rightly) hashed again next time
     first = build_index(repo)
     assert (first.hashed, first.cached) == (3, 0)
     before = {p: p.stat().st_mtime_ns for p in repo.rglob("*") if p.is_file()}
@@ -318,7 +321,7 @@ def test_metadata_that_contradicts_the_file_name_is_an_error(tmp_path, wheels):
     repo.mkdir()
     shutil.copy(wheels["other"], repo / "impostor-0.3-py3-none-any.whl")
     before = snapshot(repo)
-    _assert_rejected(cli(str(repo)), "impostor", "metadata names project")
+    _assert_rejected(cli(str(repo)), "impostor", "expected one .dist-info")
     assert snapshot(repo) == before
 
 
@@ -349,3 +352,129 @@ def test_out_outside_dir_links_back_relatively(tmp_path, wheels):
     page = (out / "other-pkg" / "index.html").read_text()
     assert f'href="../../../repo/{wheels["other"].name}#' in page
     assert os.path.exists(os.path.normpath(out / "other-pkg" / "../../../repo" / wheels["other"].name))
+
+
+# ---------------------------------------------------------------- the review's findings
+
+
+def test_out_shared_with_a_docs_site_loses_nothing(tmp_path, wheels):
+    """--out DIR where DIR also holds a docs site: nothing ci.index did not write is removed."""
+    www = populate(tmp_path / "www", wheels["dotted"], wheels["other"])
+    (www / "docs").mkdir()
+    (www / "docs" / "index.html").write_text("<p>our docs</p>")
+    (www / "docs" / "index.json").write_text("{}")
+    build_index(www, out=www)
+    (www / wheels["other"].name).unlink()
+    r = build_index(www, out=www)
+    assert (www / "docs" / "index.html").read_text() == "<p>our docs</p>"
+    assert (www / "docs" / "index.json").read_text() == "{}"
+    assert not (www / "other-pkg").exists()  # what it did write and no longer needs is gone
+    assert (www / "other-pkg").as_posix() + "/index.html" in r.removed
+
+
+def test_out_with_foreign_content_at_its_paths_is_refused(tmp_path, wheels):
+    www = populate(tmp_path / "www", wheels["dotted"])
+    (www / "index.html").write_text("<h1>my landing page</h1>")
+    before = snapshot(www)
+    r = cli(str(www), "--out", str(www))
+    _assert_rejected(r, "refusing to overwrite", "index.html")
+    assert snapshot(www) == before
+    # A foreign .metadata beside a wheel (another tool's) is not replaced either.
+    repo = populate(tmp_path / "repo", wheels["other"])
+    (repo / f"{wheels['other'].name}.metadata").write_bytes(b"Name: something-else\n")
+    before = snapshot(repo)
+    r = cli(str(repo))
+    _assert_rejected(r, "refusing to overwrite", ".metadata")
+    assert snapshot(repo) == before
+
+
+def test_a_foreign_cache_file_is_refused(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["other"])
+    (repo / "simple").mkdir()
+    (repo / "simple" / ".ci-index-cache.json").write_text("not ours")
+    _assert_rejected(cli(str(repo)), "not a ci.index cache")
+    assert (repo / "simple" / ".ci-index-cache.json").read_text() == "not ours"
+
+
+def _same_size_other_bytes(src: Path, dst: Path) -> None:
+    """dst: src with one byte of its first local header's mod time changed (still a valid zip),
+    written in place (same inode) with src's mtime kept, like `cp -p` over an existing file."""
+    data = bytearray(src.read_bytes())
+    data[10] ^= 0x01
+    st = dst.stat()
+    with open(dst, "r+b") as f:
+        f.write(data)
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_same_size_replacement_with_mtime_kept_is_rehashed(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["other"])
+    time.sleep(RACY_NS / 1e9)
+    build_index(repo)
+    whl = repo / wheels["other"].name
+    size = whl.stat().st_size
+    _same_size_other_bytes(wheels["other"], whl)
+    assert whl.stat().st_size == size
+    build_index(repo)
+    sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+    assert f"#sha256={sha}" in (repo / "simple" / "other-pkg" / "index.html").read_text()
+
+
+def test_replaced_by_rename_with_mtime_kept_is_rehashed(tmp_path, wheels):
+    """rsync -a / unpacking an artifact: a new inode with the old size and mtime."""
+    repo = populate(tmp_path / "repo", wheels["other"])
+    time.sleep(RACY_NS / 1e9)
+    build_index(repo)
+    whl = repo / wheels["other"].name
+    tmp = tmp_path / "new.whl"
+    shutil.copy2(whl, tmp)
+    _same_size_other_bytes(wheels["other"], tmp)
+    os.utime(tmp, ns=(whl.stat().st_atime_ns, whl.stat().st_mtime_ns))
+    os.replace(tmp, whl)
+    build_index(repo)
+    sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+    assert f"#sha256={sha}" in (repo / "simple" / "other-pkg" / "index.html").read_text()
+
+
+def test_versions_compare_after_normalization(tmp_path, wheels):
+    """A file name spelling 1.0.0_rc1 for METADATA's 1.0.0rc1 is one version, not a conflict."""
+    whl = build_wheel(tmp_path / "b", name="rc_pkg", version="1.0.0rc1", module="rcpkg")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy(whl, repo / whl.name.replace("1.0.0rc1", "1.0.0_rc1"))
+    r = build_index(repo)
+    assert r.files == 1
+    page = json.loads((repo / "simple" / "rc-pkg" / "index.json").read_text())
+    assert page["versions"] == ["1.0.0rc1"]
+
+
+@pytest.mark.parametrize("name", ["weird name!-1.0.tar.gz", "pkg-1.x.tar.gz", "-1.0.tar.gz",
+                                  "pkg-1.0_.zip", "pkg-notaversion-py3-none-any.whl"])
+def test_invalid_distribution_names_are_not_listed(tmp_path, name):
+    assert classify(name) is None
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / name).write_bytes(b"x")
+    r = cli(str(repo))
+    assert r.returncode == 0, r.stderr
+    assert "not a wheel or sdist" in r.stderr and name in r.stderr
+
+
+def test_check_and_index_agree_on_a_wheel_whose_name_disagrees_with_its_dist_info(tmp_path, wheels):
+    """File name says one distribution, .dist-info another (METADATA agreeing with the file name):
+    both stages refuse it, with the same reason."""
+    src = wheels["other"]
+    bad = tmp_path / "repo" / src.name.replace("other_pkg", "renamed_pkg")
+    bad.parent.mkdir()
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item)
+            if item.filename.endswith(".dist-info/METADATA"):
+                data = data.replace(b"Name: other_pkg", b"Name: renamed_pkg")
+            zout.writestr(item, data)
+    r_index = cli(str(bad.parent))
+    r_check = subprocess.run([sys.executable, "-m", "ci.check", str(bad)], cwd=ROOT, capture_output=True,
+                             text=True)
+    assert r_index.returncode == r_check.returncode == 2, (r_index.stderr, r_check.stderr)
+    for r in (r_index, r_check):
+        assert "expected one .dist-info named like renamed_pkg-0.3.dist-info" in r.stderr
