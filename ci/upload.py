@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from ci.errors import CiError, Finding
@@ -136,17 +136,42 @@ def parse_listing(body: str, content_type: str) -> dict[str, str | None]:
     return listing
 
 
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
+
+
+def url_secrets(*urls: str | None) -> list[str]:
+    """The user and password parts of URLs (quoted as written, and unquoted)."""
+    out: list[str] = []
+    for url in urls:
+        if url:
+            parts = urlsplit(url)
+            for v in (parts.username, parts.password):
+                if v:
+                    out += [v, unquote(v)]
+    return out
+
+
 def redactor(secrets: Iterable[str | None]) -> Callable[[str], str]:
-    """Replace every secret (and its URL-quoted form) in a message: defence in depth for error text."""
+    """Replace every secret in a message (as given, URL-quoted, and inside a Basic auth header of any
+    pair of them), and the userinfo of any URL: every line we print or return goes through it."""
+    import base64
     from urllib.parse import quote
-    needles = sorted({v for s in secrets if s and len(s) >= 3 for v in (s, quote(s, safe=""))},
-                     key=len, reverse=True)
+    given = sorted({s for s in secrets if s and len(s) >= 3})
+    forms = {v for s in given for v in (s, quote(s, safe=""))}
+    forms |= {base64.b64encode(f"{a}:{b}".encode()).decode() for a in given for b in given}
+    needles = sorted(forms, key=len, reverse=True)
 
     def redact(text: str) -> str:
+        text = _USERINFO.sub(r"\1", text)
         for n in needles:
             text = text.replace(n, "***")
         return text
     return redact
+
+
+def env_secrets(env: Mapping[str, str] = os.environ) -> list[str]:
+    """Secrets a run may be given through the environment (twine's variables)."""
+    return [v for k in ("TWINE_PASSWORD",) if (v := env.get(k))] + url_secrets(env.get("TWINE_REPOSITORY_URL"))
 
 
 def short_reason(exc: BaseException) -> str:
@@ -252,6 +277,7 @@ class _Index:
     def __init__(self, session, simple_url: str) -> None:
         self.session = session
         self.simple_url = simple_url if simple_url.endswith("/") else simple_url + "/"
+        self.shown = strip_userinfo(self.simple_url)
 
     def listing(self, project: str) -> dict[str, str | None]:
         import requests
@@ -260,6 +286,8 @@ class _Index:
         for _ in range(5):  # follow redirects on the same origin only: pypiserver sends
             try:          # unknown projects to PyPI, whose files must not count as ours
                 r = self.session.get(url, headers={"Accept": ACCEPT}, allow_redirects=False)
+            except requests.exceptions.SSLError as e:
+                raise tls_error(url, e) from None
             except requests.RequestException as e:
                 raise Finding(f"cannot read the simple page {strip_userinfo(url)}: {short_reason(e)}") from None
             if r.is_redirect:
@@ -274,6 +302,14 @@ class _Index:
                 raise Finding(f"cannot read the simple page {strip_userinfo(url)}: HTTP {r.status_code} {r.reason}")
             return parse_listing(r.text, r.headers.get("Content-Type", ""))
         return {}
+
+
+def tls_error(url: str, exc: BaseException) -> CiError:
+    """Certificate problems are configuration, not flakiness: never retried, exit 2."""
+    m = re.search(r"certificate verify failed: ([^(')\]]+)", str(exc))
+    why = m.group(1).strip() if m else short_reason(exc)
+    return CiError(f"TLS verification failed for {urlsplit(url).netloc.rpartition('@')[2]} ({why}): set "
+                   "TWINE_CERT (or REQUESTS_CA_BUNDLE) to the CA bundle that signs its certificate")
 
 
 def _default_timeout(session, seconds: float) -> None:
@@ -311,8 +347,11 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
     s = _settings(repository_url, repository, config_file)
     url = s.repository_config["repository"]  # twine already moved any user:pass@ out of it
     username, password = _credentials(s)
-    redact = redactor([password, username if password else None])
+    redact = redactor([password, username if password else None, *env_secrets(),
+                       *url_secrets(repository_url, simple_url)])
     shown = redact(strip_userinfo(url))
+    raw_say = say
+    say = lambda m: raw_say(redact(m))  # noqa: E731
     if urlsplit(url).scheme == "http" and not is_loopback(url):
         say(f"warning: {shown} is plain http: credentials and files cross the network unencrypted")
     simple = simple_url or simple_url_for(url)
@@ -368,6 +407,8 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
                 try:
                     with contextlib.redirect_stdout(io.StringIO()):
                         resp = repo.upload(package, max_redirects=1)  # one try; we retry with backoff
+                except requests.exceptions.SSLError as e:
+                    raise fail(CiError, str(tls_error(url, e))) from None
                 except requests.ConnectionError as e:
                     problem, resp = f"connection error: {short_reason(e)}", None
                 except requests.Timeout as e:
@@ -394,6 +435,10 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
                                                 "pass --skip-existing to skip it")
                         raise fail(Finding, f"the index already has a different {t.path.name} "
                                             f"(HTTP {code}{'' if same is False else ', not listed'})")
+                    if 300 <= code < 400:
+                        where = strip_userinfo(urljoin(url, resp.headers.get("Location", "")))
+                        raise fail(CiError, f"{shown} redirects the upload (HTTP {code}) to {where}: "
+                                            "give the final URL as --repository-url")
                     if 500 <= code < 600:
                         problem = f"HTTP {code} {resp.reason}"
                     else:
@@ -430,10 +475,10 @@ def verify(index: _Index, targets: list[_Target], say: Callable[[str], None],
                 raise fail(Finding, f"the simple page serves a different {t.path.name}: "
                                     f"sha256 {theirs} != {t.sha256}")
         if not missing:
-            say(f"verified {len(targets)} file(s) on {index.simple_url}")
+            say(f"verified {len(targets)} file(s) on {index.shown}")
             return
         if wait is None:
-            raise fail(Finding, f"after uploading, {index.simple_url} does not list "
+            raise fail(Finding, f"after uploading, {index.shown} does not list "
                                 f"{', '.join(t.path.name for t in missing)}")
         pending = missing
         time.sleep(wait)
@@ -443,10 +488,14 @@ def verify(index: _Index, targets: list[_Target], say: Callable[[str], None],
 
 
 def main(args: argparse.Namespace) -> int:
-    result = upload(args.files, args.repository_url, repository=args.repository,
-                    skip_existing=args.skip_existing, simple_url=args.simple_url,
-                    config_file=args.config_file, retries=args.retries, backoff=args.backoff,
-                    timeout=args.timeout, check=not args.no_check)
+    redact = redactor([*env_secrets(), *url_secrets(args.repository_url, args.simple_url)])
+    try:
+        result = upload(args.files, args.repository_url, repository=args.repository,
+                        skip_existing=args.skip_existing, simple_url=args.simple_url,
+                        config_file=args.config_file, retries=args.retries, backoff=args.backoff,
+                        timeout=args.timeout, check=not args.no_check)
+    except CiError as e:  # errors raised before upload() knew every secret (twine's settings) too
+        raise type(e)(redact(str(e))) from None
     if args.json:
         from ci.cli import emit_json
         emit_json({**asdict(result), "uploaded": result.uploaded, "skipped": result.skipped})

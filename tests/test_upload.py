@@ -350,3 +350,147 @@ def test_parse_listing_html_and_json():
     assert parse_listing(html, "text/html") == {"x-1.0-py3-none-any.whl": sha, "y-2.tar.gz": None}
     doc = json.dumps({"files": [{"filename": "x-1.0-py3-none-any.whl", "hashes": {"sha256": sha}}]})
     assert parse_listing(doc, "application/vnd.pypi.simple.v1+json") == {"x-1.0-py3-none-any.whl": sha}
+
+
+# ---------------------------------------------------------------- the review's findings
+
+
+def test_credentials_in_the_simple_url_never_appear(server, wheels):
+    """--simple-url with user:token@: not on success (text or --json), not on failure."""
+    simple = server.url.replace("http://", f"http://{USER}:{TOKEN}@") + "simple/"
+    for extra in ((), ("--json",)):
+        r = cli("--repository-url", server.url, "--simple-url", simple, "--skip-existing", *extra,
+                str(wheels["pkg"]))
+        assert r.returncode == 0, r.stderr
+        no_secret(r)
+        assert f"{USER}:" not in r.stdout + r.stderr
+    # A failure (a different file under the same name) names the index, never the token.
+    r = cli("--repository-url", server.url, "--simple-url", simple, "--skip-existing",
+            str(wheels["pkg_rebuilt"]))
+    assert r.returncode == 1
+    no_secret(r)
+
+
+def test_every_given_secret_is_redacted_from_errors(wheels):
+    """A server that echoes the request's Authorization back in its error page."""
+    class Echo(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = f"bad request from {self.headers.get('Authorization')} password={TOKEN}".encode()
+            self.send_response(400, "Bad Request")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        r = cli("--repository-url", f"http://127.0.0.1:{srv.server_address[1]}/", str(wheels["second"]))
+    finally:
+        srv.shutdown()
+    assert r.returncode == 1
+    no_secret(r)
+    import base64
+    assert base64.b64encode(f"{USER}:{TOKEN}".encode()).decode() not in r.stderr
+
+
+class _Redirect(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(301, "Moved Permanently")
+        self.send_header("Location", "https://packages.example.internal/upload/")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_redirect_is_a_configuration_error(wheels):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirect)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        r = cli("--repository-url", f"http://127.0.0.1:{srv.server_address[1]}/", str(wheels["second"]))
+    finally:
+        srv.shutdown()
+    assert r.returncode == 2, r.stderr
+    (line,) = error_lines(r)
+    assert "redirect" in line and "https://packages.example.internal/upload/" in line
+    assert "Traceback" not in r.stderr
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    """An HTTPS server with a self-signed certificate the client does not trust."""
+    import ssl
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Always503)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"https://127.0.0.1:{srv.server_address[1]}/"
+    srv.shutdown()
+
+
+def test_a_tls_verification_error_is_a_configuration_error_not_retried(tls_server, wheels):
+    r = cli("--repository-url", tls_server, "--backoff", "5", str(wheels["second"]))
+    assert r.returncode == 2, r.stderr
+    (line,) = error_lines(r)
+    assert "certificate" in line.lower() and "TWINE_CERT" in line
+    assert "retrying" not in r.stderr
+
+
+def test_two_uploads_of_the_same_wheel_at_once(server, wheels):
+    """Two matrix jobs publish the same wheel: one uploads, the other skips it, neither fails."""
+    cmd = [sys.executable, "-m", "ci.upload", "--repository-url", server.url, "--skip-existing", "--json",
+           str(wheels["pkg"])]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
+    results = [json.loads(o[0]) for o in outs]
+    assert sorted(len(r["uploaded"]) for r in results) == [0, 1], results
+    assert sorted(len(r["skipped"]) for r in results) == [0, 1], results
+    assert sha256(server.packages / wheels["pkg"].name) == sha256(wheels["pkg"])
+    # A different file under that name still fails.
+    r = cli("--repository-url", server.url, "--skip-existing", str(wheels["pkg_rebuilt"]))
+    assert r.returncode == 1 and "different" in error_lines(r)[0]
+
+
+def test_a_server_that_serves_another_file_after_accepting_is_a_finding(tmp_path, wheels):
+    """Accepts every upload (200), then lists the file with another sha256."""
+    whl = wheels["second"]
+
+    class Lying(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self) -> None:  # noqa: N802
+            body = f'<a href="/f/{whl.name}#sha256={"0" * 64}">{whl.name}</a>'.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Lying)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        r = cli("--repository-url", f"http://127.0.0.1:{srv.server_address[1]}/", str(whl))
+    finally:
+        srv.shutdown()
+    assert r.returncode == 1
+    (line,) = error_lines(r)
+    assert "serves a different" in line
