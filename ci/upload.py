@@ -140,25 +140,20 @@ _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
 
 
 def url_secrets(*urls: str | None) -> list[str]:
-    """The user and password parts of URLs (quoted as written, and unquoted)."""
-    out: list[str] = []
-    for url in urls:
-        if url:
-            parts = urlsplit(url)
-            for v in (parts.username, parts.password):
-                if v:
-                    out += [v, unquote(v)]
-    return out
+    """The password parts of URLs (quoted as written, and unquoted)."""
+    return [v for url in urls if url and (pw := urlsplit(url).password) for v in (pw, unquote(pw))]
 
 
-def redactor(secrets: Iterable[str | None]) -> Callable[[str], str]:
-    """Replace every secret in a message (as given, URL-quoted, and inside a Basic auth header of any
-    pair of them), and the userinfo of any URL: every line we print or return goes through it."""
+def redactor(secrets: Iterable[str | None], users: Iterable[str | None] = ()) -> Callable[[str], str]:
+    """Replace every secret in a message (as given, URL-quoted, and inside a Basic auth header with
+    any of the users), and the userinfo of any URL: every line we print or return goes through it.
+    User names alone are not secrets (devpi puts them in index URLs), so they stay readable."""
     import base64
     from urllib.parse import quote
     given = sorted({s for s in secrets if s and len(s) >= 3})
     forms = {v for s in given for v in (s, quote(s, safe=""))}
-    forms |= {base64.b64encode(f"{a}:{b}".encode()).decode() for a in given for b in given}
+    names = {u for u in users if u} | set(given)
+    forms |= {base64.b64encode(f"{a}:{b}".encode()).decode() for a in names for b in given}
     needles = sorted(forms, key=len, reverse=True)
 
     def redact(text: str) -> str:
@@ -347,8 +342,8 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
     s = _settings(repository_url, repository, config_file)
     url = s.repository_config["repository"]  # twine already moved any user:pass@ out of it
     username, password = _credentials(s)
-    redact = redactor([password, username if password else None, *env_secrets(),
-                       *url_secrets(repository_url, simple_url)])
+    redact = redactor([password, *env_secrets(), *url_secrets(repository_url, simple_url)],
+                      users=[username, os.environ.get("TWINE_USERNAME"), urlsplit(simple_url or "").username])
     shown = redact(strip_userinfo(url))
     raw_say = say
     say = lambda m: raw_say(redact(m))  # noqa: E731

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -297,3 +298,167 @@ class NegotiatingServer:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def ensure_debian_package(command: str, package: str) -> str:
+    """The path of `command`, installing Debian's `package` first when it is missing and we are root
+    with apt (CI and a fresh machine); pytest skips, saying why, where it cannot be had. Services are
+    kept from starting at install time (policy-rc.d): the tests start their own on loopback."""
+    import pytest
+
+    found = shutil.which(command) or shutil.which(command, path="/usr/sbin:/sbin")
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip(f"{command} is not installed and this user cannot apt-get install {package}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    policy = Path("/usr/sbin/policy-rc.d")
+    ours = not policy.exists()
+    if ours:
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+    try:
+        r = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
+                           capture_output=True, text=True, env=env)
+        if r.returncode != 0:  # stale or missing package lists
+            subprocess.run(["apt-get", "update", "-qq"], capture_output=True, env=env)
+            r = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
+                               capture_output=True, text=True, env=env)
+    finally:
+        if ours:
+            policy.unlink()
+    found = shutil.which(command) or shutil.which(command, path="/usr/sbin:/sbin")
+    assert found, f"apt-get install {package} failed: {r.stderr.strip()[-500:]}"
+    return found
+
+
+def readme_block(lang: str) -> str:
+    """The one fenced ```lang block of the README: tests run the README's own configuration."""
+    import re
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = re.findall(rf"^```{lang}\n(.*?)^```", text, re.S | re.M)
+    assert len(blocks) == 1, f"expected one ```{lang} block in README.md, found {len(blocks)}"
+    return blocks[0]
+
+
+class Nginx:
+    """Debian's nginx on 127.0.0.1 serving `root` with the README's server configuration, which is
+    used as written except for its `root` (ours) and a `listen` on a free loopback port."""
+
+    def __init__(self, root: Path, work: Path) -> None:
+        self.binary = ensure_debian_package("nginx", "nginx-light")
+        self.root, self.work = root, work
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def config(self) -> str:
+        server = readme_block("nginx")
+        assert "root /srv/dist;" in server, "the README's nginx block must serve root /srv/dist"
+        server = server.replace("root /srv/dist;", f"listen 127.0.0.1:{self.port};\n    root {self.root};")
+        w = self.work
+        return textwrap.dedent(f"""\
+            daemon off;
+            user root;
+            pid {w}/nginx.pid;
+            error_log {w}/error.log;
+            events {{ worker_connections 64; }}
+            http {{
+                include /etc/nginx/mime.types;
+                default_type application/octet-stream;
+                access_log {w}/access.log;
+                client_body_temp_path {w}/body;
+                proxy_temp_path {w}/proxy;
+                fastcgi_temp_path {w}/fastcgi;
+                uwsgi_temp_path {w}/uwsgi;
+                scgi_temp_path {w}/scgi;
+            """) + textwrap.indent(server, "    ") + "}\n"
+
+    def __enter__(self) -> "Nginx":
+        self.work.mkdir(parents=True, exist_ok=True)
+        conf = self.work / "nginx.conf"
+        conf.write_text(self.config())
+        test = subprocess.run([self.binary, "-t", "-c", str(conf)], capture_output=True, text=True)
+        assert test.returncode == 0, test.stderr
+        self.proc = subprocess.Popen([self.binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE)
+        wait_http(self.url, self.proc)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+DEVPI = ("devpi-server==6.20.3", "devpi-client==7.3.0")
+
+
+def devpi_tools() -> Path:
+    """A venv with the pinned devpi server and client, cached between runs. Its own venv: devpi's
+    dependencies (pyramid & co.) must not move the pipeline's pinned tools."""
+    from ci.cache import cache_dir
+    import hashlib
+    venv = cache_dir() / f"devpi-{hashlib.sha256(' '.join(DEVPI).encode()).hexdigest()[:12]}"
+    if not (venv / ".ok").exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([PY, "-m", "venv", str(venv)], check=True, capture_output=True)
+        r = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                            "--disable-pip-version-check", *DEVPI], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-2000:]
+        (venv / ".ok").touch()
+    return venv / "bin"
+
+
+class DevpiServer:
+    """devpi-server on 127.0.0.1 with a user and a non-volatile index without bases (no PyPI mirror),
+    set up through devpi's own client: a second kind of private index beside pypiserver."""
+
+    def __init__(self, root: Path, user: str, password: str) -> None:
+        self.bin = devpi_tools()
+        self.root, self.user, self.password = root, user, password
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def upload_url(self) -> str:
+        return f"{self.url}{self.user}/dev/"
+
+    @property
+    def simple_url(self) -> str:
+        return f"{self.url}{self.user}/dev/+simple/"
+
+    def _devpi(self, *args: str) -> None:
+        env = {**os.environ, "DEVPI_CLIENTDIR": str(self.root / "client")}
+        r = subprocess.run([str(self.bin / "devpi"), *args], capture_output=True, text=True, env=env)
+        assert r.returncode == 0, f"devpi {args[0]}: {r.stdout[-1000:]}{r.stderr[-1000:]}"
+
+    def __enter__(self) -> "DevpiServer":
+        srv = self.root / "server"
+        root_pw = "root-" + self.password[::-1]
+        subprocess.run([str(self.bin / "devpi-init"), "--serverdir", str(srv), "--root-passwd", root_pw],
+                       check=True, capture_output=True)
+        self.log = open(self.root / "devpi.log", "wb")
+        self.proc = subprocess.Popen([str(self.bin / "devpi-server"), "--serverdir", str(srv), "--host",
+                                      "127.0.0.1", "--port", str(self.port)], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        wait_http(self.url, self.proc, timeout=120)
+        self._devpi("use", self.url)
+        self._devpi("login", "root", "--password", root_pw)
+        self._devpi("user", "-c", self.user, f"password={self.password}")
+        self._devpi("login", self.user, "--password", self.password)
+        self._devpi("index", "-c", "dev", "bases=", "volatile=False")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        self.log.close()

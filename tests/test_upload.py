@@ -494,3 +494,35 @@ def test_a_server_that_serves_another_file_after_accepting_is_a_finding(tmp_path
     assert r.returncode == 1
     (line,) = error_lines(r)
     assert "serves a different" in line
+
+
+# ---------------------------------------------------------------- a second real private index: devpi
+
+
+def test_devpi_upload_skip_existing_verify_and_install(tmp_path, wheels):
+    from tests._servers import DevpiServer
+    with DevpiServer(tmp_path / "devpi", USER, TOKEN) as devpi:
+        args = ("--repository-url", devpi.upload_url, "--simple-url", devpi.simple_url, "--json")
+        r = cli(*args, str(wheels["pkg"]), str(wheels["second"]))
+        assert r.returncode == 0, r.stderr
+        no_secret(r)
+        assert sorted(json.loads(r.stdout)["uploaded"]) == sorted([wheels["pkg"].name, wheels["second"].name])
+        assert f"verified 2 file(s) on {devpi.simple_url}" in r.stderr
+
+        again = cli(*args, "--skip-existing", str(wheels["pkg"]))
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["skipped"] == [wheels["pkg"].name]
+
+        other = cli(*args, "--skip-existing", str(wheels["pkg_rebuilt"]))
+        assert other.returncode == 1 and "different" in error_lines(other)[0]
+        no_secret(other)
+
+        wrong = cli(*args, str(wheels["second"]), environ=env("not-the-password"))
+        assert wrong.returncode == 2 and "rejected the credentials" in error_lines(wrong)[0]
+
+        py = fresh_venv(tmp_path / "venv")
+        p = pip_install(py, "--index-url", devpi.simple_url, "pub-pkg")
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    out = subprocess.run([str(py), "-c", "import pubpkg; print(pubpkg.VALUE)"], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "42"  # the first upload, not the rebuilt one
