@@ -1,6 +1,8 @@
 """Shared command-line plumbing: one-line errors, exit codes, --debug and --json.
 
 Exit codes (the contract every stage keeps): 0 success, 1 a finding, 2 bad usage or bad input.
+An exception no stage anticipated is reported the same way, as one line with exit 2 (never a
+traceback with exit 1, which would read as a finding); --debug re-raises it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from ci.errors import CiError
@@ -44,6 +47,16 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
     except BrokenPipeError:  # output piped into `head`: not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
+    except Exception as e:  # noqa: BLE001  last resort: an input no check anticipated
+        if getattr(args, "debug", False):
+            raise
+        where = e.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        at = f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}" if where else ""
+        print(f"{p.prog}: error: unexpected {type(e).__name__}{at}: {str(e).splitlines()[0] if str(e) else ''} "
+              "(an input this stage does not handle yet; --debug shows the traceback)", file=sys.stderr)
+        code = 2
     sys.exit(code)
 
 
@@ -65,8 +78,9 @@ def parse_size(text: str) -> int:
         value = float(num)
     except ValueError:
         raise CiError(f"not a size: {text!r} (try 100MiB, 3GB or a byte count)") from None
-    if unit not in units or value < 0:
-        raise CiError(f"not a size: {text!r} (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    if unit not in units or not (0 <= value * units[unit] < 2**63):  # also refuses nan and inf
+        raise CiError(f"not a size: {text!r} (a number below 8 EiB with a unit: B, KB, MB, GB, TB, "
+                      "KiB, MiB, GiB, TiB)")
     return int(value * units[unit])
 
 

@@ -96,3 +96,29 @@ def test_bad_input_exits_2_with_one_line(wheel: Path, tmp_path: Path, kind: str)
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and BAD[kind] in lines[0], run.stderr
+
+
+@pytest.mark.parametrize("stage", ["ci.check", "ci.split"])
+@pytest.mark.parametrize("limit", ["1e400MB", "infGB", "nan", "1e19"])
+def test_absurd_limits_are_refused_in_one_line(wheel: Path, tmp_path: Path, stage: str, limit: str) -> None:
+    before = wheel.read_bytes()
+    extra = ["-w", str(tmp_path / "out")] if stage == "ci.split" else []
+    run = run_stage(stage, wheel, "--limit", limit, *extra)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a size" in lines[0] and "Traceback" not in run.stderr
+    assert wheel.read_bytes() == before and not (tmp_path / "out").exists()
+
+
+def test_an_unanticipated_exception_is_one_line_exit_2_and_debug_shows_it() -> None:
+    import subprocess
+    import sys
+    code = ("from ci.cli import parser, run\n"
+            "def main(args):\n    return dict()['missing key']\n"
+            "run(parser('demo', 'a stage with a bug'), main, {argv})")
+    r = subprocess.run([sys.executable, "-c", code.format(argv="[]")], capture_output=True, text=True)
+    assert r.returncode == 2
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("demo: error: unexpected KeyError") and "--debug" in line
+    r = subprocess.run([sys.executable, "-c", code.format(argv="['--debug']")], capture_output=True, text=True)
+    assert r.returncode == 1 and "Traceback" in r.stderr
