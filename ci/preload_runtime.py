@@ -7,17 +7,34 @@ and a library whose dependencies live in another wheel fails to load. Once a lib
 SONAME is loaded, the dynamic linker satisfies any later DT_NEEDED of that name with it, so
 loading the dependencies first, in topological order and with RTLD_GLOBAL, works in any layout.
 
+A library that fails to load because one of its own dependencies is missing (a wheel the
+generator was not shown) gets a second chance: the missing name, which the dynamic linker's error
+gives, is looked up in the layouts other wheels use under each sys.path entry (nvidia/<pkg>/lib,
+nvidia/cu<major>/lib, <dist>.libs, <pkg>/lib), loaded, and the library retried.
+
+With STRICT false (split-off libraries), a library that is there but still cannot be loaded (a
+dependency from another wheel that the package itself loads later, as torch does) is left to the
+package's own loading, as before the split, instead of failing the import; a library that is not
+there at all (a companion wheel missing) still fails, naming where it looked.
+
 Stdlib only; safe to call from several threads and more than once.
 """
 
 import ctypes
+import glob
 import os
+import re
 import sys
 import threading
 
 # (SONAME, file name, distribution or None, directories to try under each sys.path entry),
 # dependencies before the libraries that need them.
 LIBRARIES = ()
+STRICT = True
+
+# Where other wheels keep their libraries, under a sys.path entry.
+_LAYOUTS = ("nvidia/*/lib", "*.libs", "*/lib")
+_MISSING = re.compile(r"(\S+?): cannot open shared object file")
 
 _lock = threading.Lock()
 _done = False
@@ -25,7 +42,9 @@ _handles = []  # keeps the loaded libraries referenced for the life of the proce
 
 
 class PreloadError(ImportError):
-    """A library this package needs was found nowhere it looked."""
+    """A library this package needs was found nowhere it looked, or found but failed to load."""
+
+    found = False  # True: a file was there, but it (or a dependency of it) failed to load
 
 
 def _already_loaded(soname):
@@ -47,6 +66,42 @@ def _record_files(distribution, filename):
     return [str(f.locate()) for f in files if f.name == filename]
 
 
+def _find_anywhere(name):
+    """Files called `name` in the known layouts under every sys.path entry, in sys.path order."""
+    found = []
+    for entry in sys.path:
+        if isinstance(entry, str):
+            for layout in _LAYOUTS:
+                found += sorted(glob.glob(os.path.join(glob.escape(entry or os.getcwd()), layout, name)))
+    return found
+
+
+def _open(path, tried=None):
+    """dlopen `path` (RTLD_GLOBAL); when a dependency of it is missing, find that one in the known
+    layouts, load it first, and try again. Raises OSError when that does not help."""
+    tried = set() if tried is None else tried
+    while True:
+        try:
+            handle = ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
+        except OSError as e:
+            m = _MISSING.search(str(e))
+            missing = m.group(1) if m else None
+            if not missing or missing in tried or missing == os.path.basename(path):
+                raise
+            tried.add(missing)
+            for candidate in _find_anywhere(missing):
+                try:
+                    _open(candidate, tried)
+                    break
+                except OSError:
+                    continue
+            else:
+                raise
+            continue
+        _handles.append(handle)
+        return path
+
+
 def _load(soname, filename, distribution, dirs):
     """Load one library; return its path, or raise PreloadError listing where it looked."""
     looked, errors = [], []
@@ -62,11 +117,12 @@ def _load(soname, filename, distribution, dirs):
     if distribution:
         looked.append("the RECORD of installed distribution %r" % distribution)
         candidates.extend(_record_files(distribution, filename))
+    found = False
     for path in candidates:
         if os.path.isfile(path):
+            found = True
             try:
-                _handles.append(ctypes.CDLL(path, mode=os.RTLD_GLOBAL))
-                return path
+                return _open(path)
             except OSError as e:
                 errors.append(str(e))
     looked.append("the dynamic linker's default search path")
@@ -75,10 +131,12 @@ def _load(soname, filename, distribution, dirs):
         return soname
     except OSError as e:
         errors.append(str(e))
-    raise PreloadError(
+    error = PreloadError(
         "cannot load %s%s; looked in: %s%s" % (
             soname, " (from %s)" % distribution if distribution else "", "; ".join(looked),
             "; errors: " + "; ".join(errors) if errors else ""))
+    error.found = found
+    raise error
 
 
 def preload():
@@ -92,6 +150,10 @@ def preload():
         loaded = []
         for soname, filename, distribution, dirs in LIBRARIES:
             if not _already_loaded(soname):
-                loaded.append(_load(soname, filename, distribution, dirs))
+                try:
+                    loaded.append(_load(soname, filename, distribution, dirs))
+                except PreloadError as e:
+                    if STRICT or not e.found:
+                        raise
         _done = True
         return loaded
