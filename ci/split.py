@@ -19,6 +19,9 @@ Decisions:
 - Only libraries that moved or that need a moved library are touched (extracted, patchelf'd,
   recompressed); everything else is copied as compressed bytes (ci.wheelfile).
 - Any single member larger than the limit is refused (exit 2): no split can fix it.
+- A library that the package's Python code opens by file path (a string literal naming it in a .py
+  file, e.g. `ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libx.so"))`) stays in the
+  main wheel, with a note: moved, that path would point nowhere in every layout.
 - Libraries the moved ones need from other wheels (nvidia-*) are preloaded too when those wheels
   (or install directories) are given with --preload-deps; otherwise, in a per-directory layout,
   something must load them first (e.g. a preload injected by ci.repair, which this call is placed
@@ -116,6 +119,22 @@ def plan_split(file_size: int, members: dict[str, int], libs: Sequence[Lib], lim
             raise CiError(f"the wheel already has a top-level {names[i]}/: cannot name a companion after it")
         moves[path] = (i, f"{names[i]}/{rest}")
     return SplitPlan(names, moves)
+
+
+def loaded_by_path(sources: dict[str, str], lib_paths: Sequence[str]) -> dict[str, str]:
+    """Libraries that Python code opens by file path (`ctypes.CDLL(os.path.join(os.path.dirname(
+    __file__), "lib", "libx.so"))`): library path -> the first .py file naming it in a string literal.
+    Moving them would break that code in every layout, so they stay. A string search is enough: a
+    false positive only keeps a library where it was."""
+    found: dict[str, str] = {}
+    for lib in lib_paths:
+        base = lib.rsplit("/", 1)[-1]
+        needles = (f'"{base}"', f"'{base}'", f"/{base}\"", f"/{base}'")
+        for py, text in sources.items():
+            if any(n in text for n in needles):
+                found[lib] = py
+                break
+    return found
 
 
 def refuse_oversized(members: dict[str, int], limit: int) -> None:
@@ -238,7 +257,11 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
     refuse_oversized(members, limit)  # before reading any library
     shared = [lib for lib in scan_wheel(wa.path) if ".dist-info/" not in lib.path and ".data/" not in lib.path]
     libs = [Lib(s.path, wa.get(s.path).csize, s.name, s.needed, s.rpath, s.runpath) for s in shared]
-    movable = [lib for lib in libs if "/" in lib.path]
+    sources = {m.name: wa.read(m.name).decode("utf-8", "replace") for m in wa.files if m.name.endswith(".py")}
+    pinned = loaded_by_path(sources, [lib.path for lib in libs])
+    for lib, py in sorted(pinned.items()):
+        print(f"ci.split: note: keeping {lib} in {wa.name.project}: {py} loads it by path", file=sys.stderr)
+    movable = [lib for lib in libs if "/" in lib.path and lib.path not in pinned]
     plan = plan_split(size, members, movable, limit, wa.name.distribution)
     if verify:  # after planning: a wheel that cannot be split is refused without hashing 1 GB first
         wa.verify()

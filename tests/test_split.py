@@ -113,6 +113,37 @@ def test_split_into_two_companions_works_in_both_layouts(native_wheel: Path, tmp
     assert r.returncode != 0 and "PreloadError: cannot load libbig" in r.stderr, r.stderr
 
 
+def test_a_library_loaded_by_path_from_python_stays(native_wheel: Path, tmp_path: Path) -> None:
+    """__init__.py opens libbig2.so by file path: it is kept, with a note, and the package still
+    imports in both layouts."""
+    from ci.split import loaded_by_path
+
+    assert loaded_by_path({"a/x.py": 'CDLL(os.path.join(d, "lib", "libq.so"))'}, ["a/lib/libq.so", "a/lib/libr.so"]) \
+        == {"a/lib/libq.so": "a/x.py"}
+    with zipfile.ZipFile(native_wheel) as zf:
+        files = {n: zf.read(n) for n in zf.namelist() if not n.startswith("demo-")}
+    files["demo/__init__.py"] = INIT.replace(
+        "_lib = ctypes", '_big2 = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libbig2.so"),'
+        " mode=ctypes.RTLD_GLOBAL)\n_lib = ctypes").encode()
+    wheel = build_wheel(tmp_path / "dist", version="1.0+cpu", files=files, tag="py3-none-linux_x86_64",
+                        modes={n: 0o755 for n in files if n.endswith(".so")}, requires=("filelock",))
+    out = tmp_path / "out"
+    r = run_stage("ci.split", wheel, "--limit", "450KB", "-w", out)
+    assert r.returncode == 0, r.stderr
+    assert "keeping demo/lib/libbig2.so in demo: demo/__init__.py loads it by path" in r.stderr
+    paths = sorted(out.glob("*.whl"))
+    with zipfile.ZipFile(paths[0]) as zf:
+        assert "demo/lib/libbig2.so" in zf.namelist()
+    site = tmp_path / "site"
+    dirs = [tmp_path / "bazel" / p.name.split("-")[0] for p in paths]
+    for p, d in zip(paths, dirs):
+        pip_target(p, site)
+        pip_target(p, d)
+    for where in ([site], dirs):
+        r = run_py("import demo; print(demo.answer())", where)
+        assert r.returncode == 0 and r.stdout.strip() == "63", r.stderr
+
+
 def test_a_libraries_only_wheel_gets_rpaths_but_no_preload(native_wheel: Path, tmp_path: Path) -> None:
     files = {n: d for n, d, _ in wheel_entries(native_wheel) if n.startswith("demo/lib/")}
     libs_only = build_wheel(tmp_path / "in", version="1.0+cpu", files=files, tag="py3-none-linux_x86_64",
