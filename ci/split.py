@@ -259,8 +259,6 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
     libs = [Lib(s.path, wa.get(s.path).csize, s.name, s.needed, s.rpath, s.runpath) for s in shared]
     sources = {m.name: wa.read(m.name).decode("utf-8", "replace") for m in wa.files if m.name.endswith(".py")}
     pinned = loaded_by_path(sources, [lib.path for lib in libs])
-    for lib, py in sorted(pinned.items()):
-        print(f"ci.split: note: keeping {lib} in {wa.name.project}: {py} loads it by path", file=sys.stderr)
     movable = [lib for lib in libs if "/" in lib.path and lib.path not in pinned]
     plan = plan_split(size, members, movable, limit, wa.name.distribution)
     if verify:  # after planning: a wheel that cannot be split is refused without hashing 1 GB first
@@ -345,6 +343,8 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
         for p in written:
             p.unlink(missing_ok=True)
         raise
+    for lib, py in sorted(pinned.items()):  # once it worked: bad input stays one line
+        print(f"ci.split: note: kept {lib} in {wa.name.project}: {py} loads it by path", file=sys.stderr)
     return written
 
 

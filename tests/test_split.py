@@ -130,7 +130,7 @@ def test_a_library_loaded_by_path_from_python_stays(native_wheel: Path, tmp_path
     out = tmp_path / "out"
     r = run_stage("ci.split", wheel, "--limit", "450KB", "-w", out)
     assert r.returncode == 0, r.stderr
-    assert "keeping demo/lib/libbig2.so in demo: demo/__init__.py loads it by path" in r.stderr
+    assert "kept demo/lib/libbig2.so in demo: demo/__init__.py loads it by path" in r.stderr
     paths = sorted(out.glob("*.whl"))
     with zipfile.ZipFile(paths[0]) as zf:
         assert "demo/lib/libbig2.so" in zf.namelist()
