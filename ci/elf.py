@@ -229,6 +229,9 @@ def scan_wheel(wheel: Path) -> list[SharedLib]:
         zf = zipfile.ZipFile(wheel)
     except (OSError, zipfile.BadZipFile) as e:
         raise CiError(f"{wheel}: not a readable wheel ({e})") from None
+    except UnicodeDecodeError as e:
+        raise CiError(f"member name is not valid UTF-8 though the zip says it is: {e.object[:80]!r} in "
+                      f"{wheel.name}") from None
     libs = []
     with zf:
         for info in zf.infolist():

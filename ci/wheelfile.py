@@ -50,6 +50,7 @@ import io
 import os
 import re
 import struct
+import sys
 import time
 import zlib
 from collections import deque
@@ -81,6 +82,10 @@ _CHUNK = 1 << 20
 _BLOCK = 8 << 20  # deflate block for parallel compression; fixed, so output is reproducible
 
 Content = Union[bytes, Path]
+# Caps on what is read whole into memory: torch's METADATA is ~10 KB and its RECORD ~2 MB.
+METADATA_CAP = 16 << 20
+RECORD_CAP = 256 << 20
+SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # signatures of RECORD: void once RECORD changes
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,12 @@ def _check_name(name: str) -> None:
     if (name.startswith("/") or "\\" in name or re.match(r"^[A-Za-z]:", name) or ".." in parts
             or "\0" in name or not name):
         raise CiError(f"unsafe member name in wheel: {name!r}")
+
+
+def canonical_name(name: str) -> str:
+    """The path an installer writes for a member: `a//b`, `a/./b` and `./a/b` are all `a/b`."""
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    return "/".join(parts) + ("/" if name.endswith("/") else "")
 
 
 def _zip64_extra(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int, int]:
@@ -260,13 +271,18 @@ class WheelArchive:
             if not raw:
                 raise CiError(f"truncated zip: {m.name}")
             pos += len(raw)
-            try:
-                out = d.decompress(raw) if d else raw
-            except zlib.error as e:
-                raise CiError(f"corrupt data for {m.name}: {e}") from None
-            crc = zlib.crc32(out, crc)
-            n += len(out)
-            yield out
+            while raw:  # bounded output per step: a deflate bomb never gets more memory than a chunk
+                try:
+                    out = d.decompress(raw, _CHUNK * 4) if d else raw
+                except zlib.error as e:
+                    raise CiError(f"corrupt data for {m.name}: {e}") from None
+                raw = d.unconsumed_tail if d else b""
+                crc = zlib.crc32(out, crc)
+                n += len(out)
+                if n > m.usize:
+                    raise CiError(f"corrupt data for {m.name}: it inflates past the size the zip directory "
+                                  f"gives ({m.usize} bytes)")
+                yield out
         if d:
             tail = d.flush()
             crc = zlib.crc32(tail, crc)
@@ -276,11 +292,22 @@ class WheelArchive:
         if crc != m.crc or n != m.usize:
             raise CiError(f"corrupt data for {m.name}: CRC or size does not match the zip directory")
 
-    def read(self, name: str | Member) -> bytes:
+    def read(self, name: str | Member, limit: int | None = None) -> bytes:
+        """The member's content; with `limit`, refused when its size is over it (a deflate bomb)."""
         m = name if isinstance(name, Member) else self._by_name.get(name)
         if m is None:
             raise CiError(f"{self.path.name} has no member {name}")
+        if limit is not None and m.usize > limit:
+            raise CiError(f"{self.path.name}: {m.name} is {m.usize} bytes uncompressed, over the "
+                          f"{limit >> 20} MiB this tool reads for it")
         return b"".join(self.iter_chunks(m))
+
+    def read_text(self, name: str, limit: int) -> str:
+        """A dist-info text file: UTF-8, size-capped; anything else is bad input."""
+        try:
+            return self.read(name, limit).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise CiError(f"{self.path.name}: {name} is not valid UTF-8 (byte {e.start})") from None
 
     def extract(self, m: Member, dest: Path) -> Path:
         """Write one member to dest (used when a tool such as patchelf must edit it on disk)."""
@@ -296,7 +323,7 @@ class WheelArchive:
 
     @property
     def metadata(self) -> str:
-        return self.read(f"{self.dist_info}/METADATA").decode("utf-8")
+        return self.read_text(f"{self.dist_info}/METADATA", METADATA_CAP)
 
     @property
     def record_name(self) -> str:
@@ -307,7 +334,7 @@ class WheelArchive:
         if self._record is None:
             if self.record_name not in self:
                 raise CiError(f"{self.path.name} has no {self.record_name}")
-            self._record = parse_record(self.read(self.record_name).decode("utf-8"), self.path.name)
+            self._record = parse_record(self.read_text(self.record_name, RECORD_CAP), self.path.name)
         return self._record
 
     def hash_member(self, m: Member, algo: str = "sha256") -> str:
@@ -394,7 +421,7 @@ def read_central_directory(path: Path) -> tuple[list[Member], int]:
         f.seek(cd_offset)
         cd = f.read(cd_size)
     members: list[Member] = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # canonical name -> the name as written
     pos = 0
     while len(members) < count or (count < 0 and pos < len(cd)):
         if pos + _CENTRAL.size > len(cd):
@@ -406,12 +433,20 @@ def read_central_directory(path: Path) -> tuple[list[Member], int]:
         raw_name = cd[pos + _CENTRAL.size: pos + _CENTRAL.size + nlen]
         extra = cd[pos + _CENTRAL.size + nlen: pos + _CENTRAL.size + nlen + xlen]
         pos += _CENTRAL.size + nlen + xlen + clen
-        name = raw_name.decode("utf-8" if flags & _FLAG_UTF8 else "cp437")
+        try:
+            name = raw_name.decode("utf-8" if flags & _FLAG_UTF8 else "cp437")
+        except UnicodeDecodeError:
+            raise CiError(f"member name is not valid UTF-8 though the zip says it is: {raw_name!r} in "
+                          f"{path.name}") from None
         usize, csize, offset = _zip64_extra(extra, usize, csize, offset)
         _check_name(name)
-        if name in seen:
-            raise CiError(f"duplicate member in wheel: {name}")
-        seen.add(name)
+        key = canonical_name(name)
+        if key in seen:
+            other = seen[key]
+            raise CiError(f"duplicate member in wheel: {name}" if other == name else
+                          f"member {name!r} is the same file as {other!r} once installed (aliased "
+                          f"through './' or '//'): {path.name}")
+        seen[key] = name
         m = Member(name, method, flags, crc, csize, usize, dtime, ddate, eattr, made_by, offset)
         if m.mode & _S_IFMT == _S_IFLNK:
             raise CiError(f"symlink member in wheel (wheels cannot carry symlinks): {name}")
@@ -423,7 +458,11 @@ def read_central_directory(path: Path) -> tuple[list[Member], int]:
 
 def parse_record(text: str, where: str = "RECORD") -> dict[str, RecordEntry]:
     out: dict[str, RecordEntry] = {}
-    for row in csv.reader(io.StringIO(text)):
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as e:  # e.g. a field over csv's 128 KiB limit
+        raise CiError(f"malformed RECORD in {where}: {e}") from None
+    for row in rows:
         if not row:
             continue
         if len(row) != 3:
@@ -870,8 +909,11 @@ def _rewrite(wa: WheelArchive, dest_dir: Path, replace: dict[str, Content],
             meta = metadata_edit(meta)
         replace[meta_name] = meta.encode("utf-8")
     w = WheelWriter(new, default_time=newest_time(wa), force_zip64=force_zip64)
+    signatures = {f"{wa.dist_info}/{s}" for s in SIGNATURES} & {m.name for m in wa.members}
+    for name in sorted(signatures - remove):
+        print(f"note: dropped {name}: it signs the old RECORD, which this rewrite replaces", file=sys.stderr)
     for m in wa.members:
-        if m.name in remove or m.name == wa.record_name:
+        if m.name in remove or m.name == wa.record_name or m.name in signatures:
             continue
         if m.name in replace:
             w.add(renamed(m.name), replace[m.name], (m.mode or 0o100644))

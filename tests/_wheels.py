@@ -147,7 +147,18 @@ BAD_WHEELS = {
     "bad-filename": "build tag must start with a digit",
     "bad-name": "invalid wheel file name",
     "missing": "no such wheel",
+    "non-utf8-name": "not valid UTF-8 though the zip says it is",
+    "non-utf8-metadata": "METADATA is not valid UTF-8",
+    "non-utf8-record": "RECORD is not valid UTF-8",
+    "huge-record-field": "malformed RECORD",
+    "alias-dot": "aliased through './' or '//'",
+    "alias-slash": "aliased through './' or '//'",
+    "metadata-bomb": "over the 16 MiB this tool reads",
 }
+
+
+def _replace_in_entries(entries: list[tuple[str, bytes, int]], suffix: str, data: bytes) -> list:
+    return [(n, data if n.endswith(suffix) else d, m) for n, d, m in entries]
 
 
 def bad_wheel(tmp_path: Path, kind: str, files: Mapping[str, bytes | str]) -> Path:
@@ -175,6 +186,25 @@ def bad_wheel(tmp_path: Path, kind: str, files: Mapping[str, bytes | str]) -> Pa
         p = raw_zip(p.with_name("demo-1.0.whl"), entries)
     elif kind == "missing":
         p = p.with_name("absent-1.0-py3-none-any.whl")
+    elif kind == "non-utf8-name":  # flag 0x800 set by zipfile for the non-ASCII name, bytes then broken
+        raw_zip(p, entries + [("demo/caf\u00e9.py", b"x = 1\n", 0o100644)])
+        p.write_bytes(p.read_bytes().replace("caf\u00e9".encode(), b"caf\xff\xfe"))
+    elif kind == "non-utf8-metadata":
+        raw_zip(p, _replace_in_entries(entries, ".dist-info/METADATA",
+                                       metadata_text("demo", "1.0").encode() + b"\nCaf\xe9 latin-1 text\n"))
+    elif kind == "non-utf8-record":
+        record = next(d for n, d, _ in entries if n.endswith(".dist-info/RECORD"))
+        raw_zip(p, _replace_in_entries(entries, ".dist-info/RECORD", record + b"demo/caf\xe9.py,,\n"))
+    elif kind == "huge-record-field":
+        record = next(d for n, d, _ in entries if n.endswith(".dist-info/RECORD"))
+        raw_zip(p, _replace_in_entries(entries, ".dist-info/RECORD", record + b"demo/" + b"x" * 200_000 + b".py,,\n"))
+    elif kind == "alias-dot":
+        raw_zip(p, entries + [("demo/./core.py", b"print('the other copy')\n", 0o100644)])
+    elif kind == "alias-slash":
+        raw_zip(p, entries + [("demo//core.py", b"print('the other copy')\n", 0o100644)])
+    elif kind == "metadata-bomb":  # 17 MiB that deflate to ~17 KB
+        raw_zip(p, _replace_in_entries(entries, ".dist-info/METADATA",
+                                       metadata_text("demo", "1.0", body="A" * (17 << 20)).encode()))
     else:
         raise ValueError(kind)
     return p

@@ -136,6 +136,33 @@ BAD_PATCHES = {
 }
 
 
+READER_BAD = ["non-utf8-name", "non-utf8-metadata", "non-utf8-record", "huge-record-field", "alias-dot",
+              "alias-slash", "metadata-bomb"]
+
+
+@pytest.mark.parametrize("kind", READER_BAD)
+@pytest.mark.parametrize("stage", ["ci.split", "ci.check", "ci.preload"])
+def test_reader_bad_inputs_in_every_stage(tmp_path: Path, kind: str, stage: str) -> None:
+    """The wheel reader's refusals reach every stage as one line, exit 2, nothing written, input kept."""
+    import hashlib
+    whl = bad_wheel(tmp_path, kind, FILES)
+    before = hashlib.sha256(whl.read_bytes()).hexdigest()
+    out = tmp_path / "out"
+    args = {"ci.split": [whl, "--limit", "1KB", "-w", out], "ci.check": [whl, "--limit", "1KB"],
+            "ci.preload": [whl, "--inject", whl, "-w", out]}[stage]
+    r = run_stage(stage, *args)
+    content_kinds = ("non-utf8-metadata", "non-utf8-record", "huge-record-field", "metadata-bomb")
+    if stage in ("ci.check", "ci.split") and kind in content_kinds:
+        # ci.check reads only the central directory (over 1 KB: a finding); ci.split refuses a wheel
+        # it cannot split before reading any content (no libraries here).
+        assert r.returncode in (1, 2) and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    else:
+        assert_bad_input(r, out, BAD_WHEELS[kind] if stage != "ci.preload" or kind in
+                         ("non-utf8-name", "alias-dot", "alias-slash") else "")
+    assert "Traceback" not in r.stderr
+    assert hashlib.sha256(whl.read_bytes()).hexdigest() == before
+
+
 @pytest.mark.parametrize("kind", sorted(BAD_PATCHES))
 def test_patches_that_do_not_apply_exit_2_and_write_nothing(tmp_path: Path, kind: str) -> None:
     text, needle = BAD_PATCHES[kind]
