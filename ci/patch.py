@@ -59,9 +59,17 @@ def _strip(path: str, source: str) -> str | None:
     return path.split("/", 1)[1]
 
 
+def split_lines(text: str) -> list[str]:
+    """Lines as git and patch see them: ended by "\n" only, ends kept. str.splitlines() also splits
+    at "\r", U+2028, form feeds and more, which would shift every hunk of such a file."""
+    lines = text.split("\n")
+    out = [line + "\n" for line in lines[:-1]]
+    return out + [lines[-1]] if lines[-1] else out
+
+
 def parse_patch(text: str, source: str) -> list[FilePatch]:
     """Parse a unified diff into per-file hunks (git extended headers understood, binary refused)."""
-    lines = text.splitlines(keepends=True)
+    lines = split_lines(text)
     out: list[FilePatch] = []
     mode: int | None = None
     i = 0
@@ -125,7 +133,7 @@ def _parse_hunk(lines: list[str], i: int, h: re.Match[str], fp: FilePatch) -> in
 
 def apply_file_patch(text: str, fp: FilePatch) -> str:
     """Apply fp's hunks to text; CiError naming the file and hunk that does not match."""
-    lines = text.splitlines(keepends=True)
+    lines = split_lines(text)
     offset = 0  # how far earlier hunks moved the lines
     floor = 0  # a hunk never matches before the end of the previous one
     for number, h in enumerate(fp.hunks, 1):
@@ -222,7 +230,7 @@ def patch_wheel(wheel: Path, out_dir: Path, patches: list[Path], *, label: str |
 
 def _read_patch(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_bytes().decode("utf-8")  # no newline translation: a CRLF diff stays CRLF
     except FileNotFoundError:
         raise CiError(f"no such patch file: {path}") from None
     except (UnicodeDecodeError, IsADirectoryError) as e:

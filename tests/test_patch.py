@@ -241,3 +241,47 @@ def test_patched_torch_installs_with_new_version_and_metadata(torch_cpu_wheel: P
     assert "Requires-Dist: numpy>=1.26" in meta and "Requires-Dist: setuptools" not in meta
     assert "Requires-Dist: sympy" in meta  # the others stay
     assert (site / "torch/version.py").read_text() == new
+
+
+def test_record_signatures_are_dropped_with_a_note(tmp_path: Path) -> None:
+    files = {**FILES, "demo-1.0.dist-info/RECORD.jws": b'{"signatures": []}', "demo-1.0.dist-info/RECORD.p7s": b"\x30\x82"}
+    w = build_wheel(tmp_path / "in", files=files)
+    r = run_stage("ci.patch", w, "--local-version", "internal1", "-w", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    (out,) = (tmp_path / "out").glob("*.whl")
+    names = read_members(out)
+    assert not any(n.endswith(("RECORD.jws", "RECORD.p7s")) for n in names)
+    assert "dropped demo-1.0.dist-info/RECORD.jws" in r.stderr and "RECORD.p7s" in r.stderr
+    assert pip_check_install(out, tmp_path / "target").returncode == 0
+
+
+@pytest.mark.parametrize("content, change", [
+    ("one\r\ntwo\r\nthree\r\nfour\r\n", ("two\r\n", "TWO\r\n")),                    # a CRLF file
+    ("a = 1\nsep = '\u2028'\nb = 2\nc = 3\nd = 4\n", ("c = 3\n", "c = 33\n")),       # U+2028 inside a line
+    ("x\rstill x\ny\nz\n", ("z\n", "zz\n")),                                          # a lone CR
+])
+def test_diffs_apply_as_git_apply_does(tmp_path: Path, content: str, change: tuple[str, str]) -> None:
+    """The diff comes from `git diff` and is applied by `git apply` in a checkout: ci.patch must give
+    the same bytes."""
+    repo = tmp_path / "repo"
+    (repo / "demo").mkdir(parents=True)
+    target = repo / "demo" / "data.py"
+    target.write_bytes(content.encode())
+    git = ["git", "-C", str(repo), "-c", "core.autocrlf=false", "-c", "user.email=t@e", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    target.write_bytes(content.replace(*change).encode())
+    patch = tmp_path / "patches" / "change.diff"
+    patch.parent.mkdir()
+    patch.write_bytes(subprocess.run([*git, "diff"], check=True, capture_output=True).stdout)
+    subprocess.run([*git, "checkout", "-q", "--", "."], check=True)
+    subprocess.run([*git, "apply", str(patch)], check=True)
+    expected = target.read_bytes()
+    assert expected == content.replace(*change).encode()
+
+    w = build_wheel(tmp_path / "in", files={"demo/__init__.py": "", "demo/data.py": content.encode()})
+    r = run_stage("ci.patch", w, "--patch-dir", patch.parent, "-w", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    (out,) = (tmp_path / "out").glob("*.whl")
+    assert read_members(out)["demo/data.py"] == expected
