@@ -303,14 +303,22 @@ def test_twine_check_failure_stops_before_uploading(server, wheels):
     (["--repository-url", "http://127.0.0.1:9/", "nope-1.0-py3-none-any.whl"], "no such file"),
     (["--repository-url", "http://127.0.0.1:9/", "pyproject.toml"], "not a wheel or sdist"),
     (["PKG"], "no index given"),
-    (["--repository", "nosuchsection", "--config-file", "pyproject.toml", "PKG"], "nosuchsection"),
+    (["--repository", "nosuchsection", "--config-file", "PYPIRC", "PKG"], "nosuchsection"),
+    (["--repository", "internal", "--config-file", "BADRC", "PKG"], "Malformed configuration"),
     (["--repository-url", "http://127.0.0.1:9/", "--retries", "-1", "PKG"], "--retries"),
     (["--repository-url", "http://127.0.0.1:9/", "--timeout", "0", "PKG"], "--timeout"),
     (["--repository-url", "not a url", "PKG"], "Invalid repository URL"),
-], ids=["missing-file", "not-a-dist", "no-index", "unknown-pypirc-section", "negative-retries",
+], ids=["missing-file", "not-a-dist", "no-index", "unknown-pypirc-section", "malformed-pypirc",
+        "negative-retries",
         "zero-timeout", "bad-url"])
-def test_bad_input_is_one_line_exit_2(wheels, args, words):
-    args = [str(wheels["pkg"]) if a == "PKG" else a for a in args]
+def test_bad_input_is_one_line_exit_2(wheels, args, words, tmp_path):
+    pypirc = tmp_path / "pypirc"
+    pypirc.write_text("[distutils]\nindex-servers = internal\n\n"
+                      "[internal]\nrepository = http://127.0.0.1:9/\n")
+    bad = tmp_path / "badrc"
+    bad.write_text("[internal\nrepository = http://127.0.0.1:9/\n  ]\n")
+    files = {"PKG": str(wheels["pkg"]), "PYPIRC": str(pypirc), "BADRC": str(bad)}
+    args = [files.get(a, a) for a in args]
     r = cli(*args)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
