@@ -44,6 +44,7 @@ and renamed (ci.atomic).
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import hashlib
 import io
@@ -80,6 +81,16 @@ _UNIX = 3
 _COMPRESS_LEVEL = 6  # what wheel/setuptools use; new members only
 _CHUNK = 1 << 20
 _BLOCK = 8 << 20  # deflate block for parallel compression; fixed, so output is reproducible
+
+try:  # ISA-L's inflate is about twice zlib's speed (measured on libtorch_cpu.so: 0.66 s vs 1.42 s)
+    from isal import isal_zlib as _inflate_lib
+    _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate_lib.error)
+    _crc32 = _inflate_lib.crc32  # same CRC-32, about six times faster than zlib's here
+except ImportError:  # the stdlib is enough, only slower
+    _inflate_lib = zlib
+    _crc32 = zlib.crc32
+    _INFLATE_ERRORS = (zlib.error,)
+_PIPELINE_MIN = 32 << 20  # members this large are inflated and hashed by two threads
 
 Content = Union[bytes, Path]
 # Caps on what is read whole into memory: torch's METADATA is ~10 KB and its RECORD ~2 MB.
@@ -202,7 +213,8 @@ class WheelArchive:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        if hasattr(self, "_fd"):  # __init__ may have failed before opening
+            self.close()
 
     def _find_dist_info(self) -> str:
         tops = {m.name.split("/", 1)[0] for m in self.members if "/" in m.name}
@@ -263,7 +275,7 @@ class WheelArchive:
             raise CiError(f"encrypted member not supported: {m.name}")
         if m.method not in (_STORED, _DEFLATED):
             raise CiError(f"unsupported compression method {m.method} for {m.name}")
-        d = zlib.decompressobj(-15) if m.method == _DEFLATED else None
+        d = _inflate_lib.decompressobj(-15) if m.method == _DEFLATED else None
         pos, crc, n = self.data_offset(m), 0, 0
         end = pos + m.csize
         while pos < end:
@@ -274,10 +286,10 @@ class WheelArchive:
             while raw:  # bounded output per step: a deflate bomb never gets more memory than a chunk
                 try:
                     out = d.decompress(raw, _CHUNK * 4) if d else raw
-                except zlib.error as e:
+                except _INFLATE_ERRORS as e:
                     raise CiError(f"corrupt data for {m.name}: {e}") from None
                 raw = d.unconsumed_tail if d else b""
-                crc = zlib.crc32(out, crc)
+                crc = _crc32(out, crc)
                 n += len(out)
                 if n > m.usize:
                     raise CiError(f"corrupt data for {m.name}: it inflates past the size the zip directory "
@@ -285,7 +297,7 @@ class WheelArchive:
                 yield out
         if d:
             tail = d.flush()
-            crc = zlib.crc32(tail, crc)
+            crc = _crc32(tail, crc)
             n += len(tail)
             if tail:
                 yield tail
@@ -338,9 +350,29 @@ class WheelArchive:
         return self._record
 
     def hash_member(self, m: Member, algo: str = "sha256") -> str:
+        """RECORD-style digest of a member's content. A large member is inflated in this thread and
+        hashed in another (both release the GIL), so its cost is the slower of the two, not the sum:
+        libtorch_cpu.so is most of torch's wheel and would otherwise bound the whole verify."""
         h = hashlib.new(algo)
-        for chunk in self.iter_chunks(m):
-            h.update(chunk)
+        if m.usize < _PIPELINE_MIN:
+            for chunk in self.iter_chunks(m):
+                h.update(chunk)
+            return f"{algo}={_b64(h.digest())}"
+        import queue
+        import threading
+        chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
+
+        def consume() -> None:
+            while (chunk := chunks.get()) is not None:
+                h.update(chunk)
+        hasher = threading.Thread(target=consume, daemon=True)
+        hasher.start()
+        try:
+            for chunk in self.iter_chunks(m):
+                chunks.put(chunk)
+        finally:
+            chunks.put(None)
+            hasher.join()
         return f"{algo}={_b64(h.digest())}"
 
     def verify(self, names: Iterable[str] | None = None, jobs: int | None = None) -> None:
@@ -374,7 +406,8 @@ class WheelArchive:
             return None if got == entry.hash else f"RECORD hash mismatch for {m.name} (use --no-verify to accept)"
 
         big_first = sorted(files, key=lambda m: -m.usize)
-        with ThreadPoolExecutor(max_workers=jobs or min(8, os.cpu_count() or 1)) as pool:
+        # One worker per core: the biggest member also borrows a hashing thread, so more would only contend.
+        with ThreadPoolExecutor(max_workers=jobs or min(8, len(os.sched_getaffinity(0)))) as pool:
             for problem in pool.map(check, big_first):
                 if problem:
                     raise CiError(problem)
@@ -602,8 +635,9 @@ class WheelWriter:
     def names(self) -> list[str]:
         return list(self._plan)
 
-    def write(self, dest_dir: Path | str) -> Path:
-        """Write <dest_dir>/<name.filename> atomically; returns its path."""
+    def write(self, dest_dir: Path | str, before_commit: Callable[[], object] | None = None) -> Path:
+        """Write <dest_dir>/<name.filename> atomically; returns its path. `before_commit` runs once
+        the bytes are written and before the rename: if it raises, nothing reaches dest_dir."""
         dest = Path(dest_dir) / self.name.filename
         sources = {p.src.path.resolve() for p in self._plan.values() if p.src is not None}
         if dest.resolve() in sources:
@@ -620,6 +654,8 @@ class WheelWriter:
                 _ZipOut(fd, self.force_zip64).write_all(order, f"{info}RECORD", self._sde, self._default_time)
             finally:
                 os.close(fd)
+            if before_commit is not None:
+                before_commit()
         return dest
 
 
@@ -793,7 +829,7 @@ def _deflate(blocks: Iterable[bytes]) -> tuple[list[bytes], int, int, bytes]:
     try:
         for data, last in _with_last(blocks):
             sha.update(data)
-            crc = zlib.crc32(data, crc)
+            crc = _crc32(data, crc)
             usize += len(data)
             if last and not pending:
                 parts.append(_deflate_block(data, True))  # small content: no threads
@@ -880,8 +916,12 @@ def _rewrite(wa: WheelArchive, dest_dir: Path, replace: dict[str, Content],
         if name in wa and name not in remove:
             raise CiError(f"{wa.path.name} already has {name} (use replace)")
     record = wa.record
-    if verify:
-        wa.verify()
+    checked = None
+    if verify:  # runs while the output is written (mostly kernel copies); nothing lands before it passes
+        from concurrent.futures import ThreadPoolExecutor
+        checker = ThreadPoolExecutor(max_workers=1)
+        checked = checker.submit(wa.verify)
+        checker.shutdown(wait=False)
     else:
         for m in wa.files:
             entry = record.get(m.name)
@@ -922,4 +962,10 @@ def _rewrite(wa: WheelArchive, dest_dir: Path, replace: dict[str, Content],
     for name, content in add.items():
         data, mode = content if isinstance(content, tuple) else (content, 0o644)
         w.add(renamed(name), data, mode)
-    return w.write(dest_dir)
+    try:
+        return w.write(dest_dir, before_commit=checked.result if checked else None)
+    finally:
+        if checked is not None:
+            checked.cancel()
+            with contextlib.suppress(BaseException):
+                checked.result()  # never leave the verifier running behind an error
