@@ -71,7 +71,8 @@ def run_build(args) -> int:
 
     project_dir = args.project_dir.resolve()
     plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
-                     engine=args.engine, project_dir=project_dir)
+                     engine=args.engine, project_dir=project_dir, image=args.image, find_links=args.find_links,
+                     torch_index_url=args.torch_index_url)
     if args.dry_run:
         if args.json:
             cli.emit_json(plan.to_json())
@@ -99,6 +100,7 @@ def run_build(args) -> int:
     work = Path(tempfile.mkdtemp(prefix="ci-build-")) if args.work_dir is None else args.work_dir
     stage = Path(tempfile.mkdtemp(prefix=".staging-", dir=out_dir))
     rep = report.BuildReport(plan=plan.to_json())
+    keep = args.keep_work
     try:
         start = time.monotonic()
         excluded: list[str] = []
@@ -118,7 +120,7 @@ def run_build(args) -> int:
             from ci.host import torch_spec
             from ci.hostenv import ensure_env
 
-            built = container.compile(plan, work / "repaired", project_dir)
+            built = container.compile(plan, work / "repaired", project_dir, logfile=work / "cibuildwheel.log")
             env, runner = ensure_env(torch_spec(plan, args.torch_index_url), log=log), None
         local = variant_label(plan) if args.local_version == "auto" else (
             None if args.local_version == "none" else args.local_version)
@@ -164,9 +166,14 @@ def run_build(args) -> int:
 
             upload([out_dir / w.name for w in rep.wheels], repository_url=args.upload)
         return 0
+    except Finding:
+        keep = True  # the logs the error names live there
+        if args.work_dir is None:
+            log(f"build files kept for inspection: {work}")
+        raise
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-        if args.work_dir is None and not args.keep_work:
+        if args.work_dir is None and not keep:
             shutil.rmtree(work, ignore_errors=True)
 
 
@@ -182,6 +189,11 @@ def build_parser() -> cli.Parser:
                    help="host builds: the host nvcc if its version matches (auto), only it, or NVIDIA's wheels")
     p.add_argument("--arch-list", help='TORCH_CUDA_ARCH_LIST, e.g. "8.0;9.0" (default: the matrix row\'s)')
     p.add_argument("--engine", default="auto", help="auto (default), host, docker or podman")
+    p.add_argument("--image", help="container builds: build in this image instead of the matrix's "
+                                   "(a manylinux-layout image with CUDA under /usr/local/cuda)")
+    p.add_argument("--find-links", type=Path, metavar="DIR",
+                   help="container builds: a wheel directory the container's pip uses (mounted read-only); "
+                        "torch comes from it before any index")
     p.add_argument("--limit", help="size limit per wheel: pypi, github or a size like 3GB (default: [tool.ci] limit)")
     p.add_argument("--local-version", default="auto", metavar="auto|none|LABEL",
                    help="local version label: auto (default) names torch and CUDA, e.g. 0.1.0+pt2.13.0.cu130")

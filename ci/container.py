@@ -34,8 +34,32 @@ def require_engine(plan: Plan) -> None:
     raise CiError(f"--engine {plan.engine}: {why}; start it, or use --engine host or auto")
 
 
+PULL_TIMEOUT = 1800  # a CUDA image is several GB
+
+
+def image_present(engine: str, ref: str) -> bool:
+    return subprocess.run([engine, "image", "inspect", ref], capture_output=True).returncode == 0
+
+
+def ensure_given_image(plan: Plan) -> None:
+    """An --image must be in the engine's store or pullable: say so before cibuildwheel starts."""
+    if image_present(plan.engine, plan.image):
+        return
+    try:
+        r = subprocess.run([plan.engine, "pull", plan.image], capture_output=True, text=True, timeout=PULL_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise CiError(f"--image {plan.image}: not in {plan.engine}'s store, and pulling it took over "
+                      f"{PULL_TIMEOUT} s") from None
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CiError(f"--image {plan.image}: not in {plan.engine}'s store, and `{plan.engine} pull` failed: {why}")
+
+
 def ensure_image(plan: Plan) -> None:
-    """Our docker/ images are built on first use (ci.image, Docker SDK); public ones cibuildwheel pulls."""
+    """Our docker/ images are built on first use (ci.image, Docker SDK); public ones cibuildwheel pulls;
+    a given one must exist or pull."""
+    if plan.image_origin == "given":
+        return ensure_given_image(plan)
     if plan.image_origin != "ours" or plan.cuda is None:
         return
     if plan.engine == "podman":
@@ -78,8 +102,25 @@ def cibuildwheel_command(project_dir: Path, output_dir: Path) -> list[str]:
             str(project_dir)]
 
 
-def compile(plan: Plan, wheel_dir: Path, project_dir: Path) -> list[Path]:
-    """Build and repair the plan's wheels in containers; return the repaired wheels in wheel_dir."""
+LOG_TAIL = 15
+
+
+def run_logged(cmd: list[str], logfile: Path, **kw) -> int:
+    """Run cmd with its output on stderr (progress on a terminal, lines in CI) and in logfile."""
+    with logfile.open("wb") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                     **kw) as proc:
+        for line in proc.stdout:
+            log.write(line)
+            sys.stderr.buffer.write(line)
+            sys.stderr.flush()
+    return proc.returncode
+
+
+def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None = None) -> list[Path]:
+    """Build and repair the plan's wheels in containers; return the repaired wheels in wheel_dir.
+
+    cibuildwheel's output goes to stderr and to logfile (default: next to wheel_dir); on failure the
+    error names the log and the log's last lines are printed, and wheel_dir gets nothing."""
     project_dir = Path(project_dir).resolve()
     if not (project_dir / "pyproject.toml").is_file():
         raise CiError(f"no pyproject.toml in {project_dir}")
@@ -89,14 +130,17 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path) -> list[Path]:
     wheel_dir = Path(wheel_dir)
     wheel_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **plan.environment}
+    logfile = Path(logfile or wheel_dir.parent / "cibuildwheel.log").resolve()
     staging = Path(tempfile.mkdtemp(prefix=".cibuildwheel-", dir=wheel_dir))
     try:
         with tempfile.TemporaryDirectory(prefix="cibw-project-") as tmp:
             source = stage_project(project_dir, Path(tmp))
-            proc = subprocess.run(cibuildwheel_command(source, staging), cwd=source, env=env,
-                                  stdout=sys.stderr, stderr=sys.stderr)
-        if proc.returncode != 0:
-            raise Finding(f"cibuildwheel failed with exit status {proc.returncode} (its output is above)")
+            code = run_logged(cibuildwheel_command(source, staging), logfile, cwd=source, env=env)
+        if code != 0:
+            tail = [ln for ln in logfile.read_text(errors="replace").splitlines() if ln.strip()][-LOG_TAIL:]
+            print("\n".join(["ci.container: the last lines of cibuildwheel's log:", *tail]), file=sys.stderr)
+            raise Finding(f"cibuildwheel failed with exit status {code} in {plan.engine} "
+                          f"(image {plan.image or plan.manylinux}); full log: {logfile}")
         built = sorted(staging.glob("*.whl"))
         if not built:
             raise Finding("cibuildwheel succeeded but produced no wheel")

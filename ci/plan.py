@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,13 @@ ENGINES = ("auto", "host", "docker", "podman")
 CONTAINER_ENGINES = ("docker", "podman")
 CONTAINER_CCACHE = "/ccache"
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
+CONTAINER_CA = "/etc/ci/host-ca.pem"
+CONTAINER_FIND_LINKS = "/ci/find-links"
+# Where the host's trusted CA bundle is named: TLS-intercepting networks (corporate proxies, this kind of CI)
+# re-sign outbound TLS, and pip in the container fails CERTIFICATE_VERIFY_FAILED without the same bundle.
+CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+# Podman sets rlimits by default that a host without CAP_SYS_RESOURCE (containerised CI runners) refuses.
+PODMAN_ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
 AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs docker or podman: the host "
                         "cannot build it ({why})")
 _PY = re.compile(r"^3\.\d{1,2}$")
@@ -49,8 +56,9 @@ class Plan:
     nvcc_flags: list[str] = field(default_factory=list)
     gcc_max: int | None = None
     notes: list[str] = field(default_factory=list)
-    image_origin: str | None = None  # "ameli" | "quay" | "ours" (build ours with `python -m ci.image`)
+    image_origin: str | None = None  # "ameli" | "quay" | "ours" | "given" (--image)
     engine_requested: str = "auto"  # what the user asked for; `engine` is what it resolved to
+    find_links: str | None = None  # a wheel directory mounted into the container for pip (torch, its deps)
 
     @property
     def torch_requirement(self) -> str:
@@ -194,14 +202,16 @@ def _choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None) -> mx.T
 
 
 # The build runs with `build --no-isolation` (torch must be the pinned one), so the build venv gets what
-# isolation would have added: cmake and ninja for scikit-build-core. ci.repair runs `python -m auditwheel`
-# from that venv, and manylinux images keep auditwheel in a venv of its own: install it (and its ELF
-# reader) there too.
-BUILD_VENV_TOOLS = ("cmake", "ninja", "auditwheel", "pyelftools")
+# isolation would have added: cmake and ninja for scikit-build-core, and the `build` frontend itself (the
+# public images carry it, images of one's own may not). ci.repair runs `python -m auditwheel` from that
+# venv, and manylinux images keep auditwheel in a venv of its own: install it (and its ELF reader) there too.
+BUILD_VENV_TOOLS = ("build", "cmake", "ninja", "auditwheel", "pyelftools")
 
 
 def _before_build(project: Project, torch_req: str, index_url: str | None, cudnn: str | None) -> str:
-    """Install the pinned torch from its index first, then cuDNN and the other build deps from PyPI."""
+    """Install the pinned torch from its index first, then cuDNN and the other build deps from PyPI.
+
+    index_url None: pip's own sources in the container (PyPI, and the mounted find-links directory)."""
     torch_cmd = ["pip", "install", torch_req] + (["--index-url", index_url] if index_url else [])
     rest = [project.pinned(r) for r in project.build_requires if not re.match(r"^torch\b", r.strip())]
     rest += [project.pinned(t) for t in BUILD_VENV_TOOLS]
@@ -230,11 +240,35 @@ ENSURE_CCACHE = ("{ command -v ccache >/dev/null || yum install -y -q ccache || 
                  "{ printf '#!/bin/sh\\nexec \"$@\"\\n' > /usr/local/bin/ccache && chmod +x /usr/local/bin/ccache; }; }")
 
 
+def host_ca_bundle() -> Path | None:
+    """The CA bundle this machine's pip trusts (the first of CA_VARIABLES naming a file), if any."""
+    return next((Path(os.environ[v]) for v in CA_VARIABLES
+                 if os.environ.get(v) and Path(os.environ[v]).is_file()), None)
+
+
+def container_options(engine: str, find_links: Path | None) -> tuple[list[str], dict[str, str]]:
+    """The engine's create arguments and the variables set inside: host network, the ccache volume, the
+    host's CA bundle (read-only) and the find-links directory (read-only), Podman's rlimits."""
+    create = ["--network=host", f"--volume={ccache_dir()}:{CONTAINER_CCACHE}"]
+    inner: dict[str, str] = {}
+    if (ca := host_ca_bundle()) is not None:
+        create.append(f"--volume={ca.resolve()}:{CONTAINER_CA}:ro")
+        inner.update({v: CONTAINER_CA for v in CA_VARIABLES})
+    if find_links is not None:
+        create.append(f"--volume={find_links}:{CONTAINER_FIND_LINKS}:ro")
+        inner["PIP_FIND_LINKS"] = CONTAINER_FIND_LINKS
+    if engine == "podman":
+        create += [f"--ulimit={u}" for u in PODMAN_ULIMITS]
+    return create, inner
+
+
 def environment(*, engine: str, image: str, identifiers: list[str], before_build: str, cuda: str | None,
-                arch_list: str, nvcc_flags: list[str], gcc_max: int | None = None) -> dict[str, str]:
+                arch_list: str, nvcc_flags: list[str], gcc_max: int | None = None,
+                find_links: Path | None = None) -> dict[str, str]:
     """The CIBW_* variables a container build sets (a host build shows what a container one would)."""
+    create, extra = container_options(engine, find_links)
     inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CMAKE_C_COMPILER_LAUNCHER": "ccache",
-             "CMAKE_CXX_COMPILER_LAUNCHER": "ccache"}
+             "CMAKE_CXX_COMPILER_LAUNCHER": "ccache", **extra}
     before_all = [ENSURE_CCACHE]
     if cuda:
         inner = {"CUDA_HOME": CONTAINER_CUDA_HOME, "PATH": f"{CONTAINER_CUDA_HOME}/bin:$PATH",
@@ -258,7 +292,7 @@ def environment(*, engine: str, image: str, identifiers: list[str], before_build
         "CIBW_BUILD_VERBOSITY": "1",
     }
     if engine in CONTAINER_ENGINES:
-        env["CIBW_CONTAINER_ENGINE"] = f"{engine}; create_args: --volume={ccache_dir()}:{CONTAINER_CCACHE}"
+        env["CIBW_CONTAINER_ENGINE"] = f"{engine}; create_args: {shlex.join(create)}"
     return env
 
 
@@ -283,13 +317,40 @@ def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None) -> tup
 
 
 def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] | None = None,
-              arch_list: str | None = None, engine: str = "auto", project_dir: Path = Path(".")) -> Plan:
+              arch_list: str | None = None, engine: str = "auto", project_dir: Path = Path("."),
+              image: str | None = None, find_links: Path | None = None,
+              torch_index_url: str | None = None) -> Plan:
+    """The plan; `image` replaces the matrix's image, `find_links` is a wheel directory the container's pip
+    uses (torch then comes from pip's sources, unless `torch_index_url` names an index)."""
     matrix = mx.load()
     project = Project.read(project_dir)
     if engine not in ENGINES:
         raise CiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
-    if cuda is None:
-        return _cpu_plan(matrix, project, torch, python, arch_list, engine)
+    if find_links is not None:
+        find_links = Path(find_links).resolve()
+        if not find_links.is_dir():
+            raise CiError(f"--find-links {find_links}: not a directory")
+    plan = (_cpu_plan(matrix, project, torch, python, arch_list, engine, find_links, torch_index_url)
+            if cuda is None else _cuda_plan(matrix, project, cuda, torch, python, arch_list, engine, find_links,
+                                            torch_index_url))
+    if image is None:
+        return plan
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]*", image):
+        raise CiError(f"--image {image!r}: not an image reference (e.g. localhost/my-cuda-image:1)")
+    env = {**plan.environment, "CIBW_MANYLINUX_X86_64_IMAGE": image}
+    return replace(plan, image=image, image_origin="given", environment=env,
+                   notes=[n for n in plan.notes if "built from docker/" not in n])
+
+
+def _torch_source(find_links: Path | None, torch_index_url: str | None, default: str | None) -> str | None:
+    """The index the container's pip installs torch from: the one given; none (pip's own sources, the
+    find-links directory first) when a find-links directory is; else the matrix's."""
+    return torch_index_url or (None if find_links is not None else default)
+
+
+def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None, python: list[str] | None,
+               arch_list: str | None, engine: str, find_links: Path | None,
+               torch_index_url: str | None) -> Plan:
     row = matrix.row(cuda)
     build = _choose_torch(matrix, row, torch)
     line = matrix.torch_line(build.version)
@@ -305,20 +366,22 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
                      f"so the manylinux2014 image cannot build it")
     resolved, engine_notes = resolve_engine(engine, cuda, row)
     identifiers = [identifier(p) for p in pythons]
+    index = _torch_source(find_links, torch_index_url, row.torch_index_url)
     env = environment(engine=resolved, image=ref, identifiers=identifiers,
-                      before_build=_before_build(project, f"torch=={build.version}", row.torch_index_url,
-                                                 build.cudnn),
-                      cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max)
-    return Plan(cuda=cuda, torch=build.version, torch_index_url=row.torch_index_url, torch_on_pypi=build.on_pypi,
+                      before_build=_before_build(project, f"torch=={build.version}", index, build.cudnn),
+                      cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
+                      find_links=find_links)
+    return Plan(cuda=cuda, torch=build.version, torch_index_url=index, torch_on_pypi=build.on_pypi,
                 cudnn_requirement=build.cudnn, image=ref, manylinux=image.manylinux, arch_list=archs,
                 python=pythons, identifiers=identifiers, environment=env, engine=resolved,
                 nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
                 notes=notes + python_notes(project, pythons) + engine_notes,
-                image_origin=image.origin, engine_requested=engine)
+                image_origin=image.origin, engine_requested=engine,
+                find_links=str(find_links) if find_links else None)
 
 
 def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: list[str] | None,
-              arch_list: str | None, engine: str) -> Plan:
+              arch_list: str | None, engine: str, find_links: Path | None, torch_index_url: str | None) -> Plan:
     if arch_list:
         raise CiError("--arch-list needs --cuda (a CPU build has no device code)")
     version = torch or matrix.default_torch
@@ -328,20 +391,22 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
     pythons = _parse_python(python, project, line, version)
     resolved, notes = resolve_engine(engine, None, None)
     identifiers = [identifier(p) for p in pythons]
+    index = _torch_source(find_links, torch_index_url, matrix.cpu_index_url)
     env = environment(engine=resolved, image=line.manylinux, identifiers=identifiers,
-                      before_build=_before_build(project, f"torch=={version}", matrix.cpu_index_url, None),
-                      cuda=None, arch_list="", nvcc_flags=[])
-    return Plan(cuda=None, torch=version, torch_index_url=matrix.cpu_index_url, torch_on_pypi=False,
+                      before_build=_before_build(project, f"torch=={version}", index, None),
+                      cuda=None, arch_list="", nvcc_flags=[], find_links=find_links)
+    return Plan(cuda=None, torch=version, torch_index_url=index, torch_on_pypi=False,
                 cudnn_requirement=None, image=None, manylinux=line.manylinux, arch_list="", python=pythons,
                 identifiers=identifiers, environment=env, engine=resolved,
-                notes=python_notes(project, pythons) + notes, engine_requested=engine)
+                notes=python_notes(project, pythons) + notes, engine_requested=engine,
+                find_links=str(find_links) if find_links else None)
 
 
 def format_plan(plan: Plan) -> str:
     """The human-readable --dry-run summary."""
     rows = [
         ("cuda", plan.cuda or "none (CPU build)"),
-        ("torch", f"{plan.torch} from {plan.torch_index_url or 'PyPI'}"
+        ("torch", f"{plan.torch} from {plan.torch_index_url or 'pip sources'}"
                   + (" (also PyPI's default build)" if plan.torch_on_pypi else "")),
         ("cudnn", plan.cudnn_requirement or "-"),
         ("engine", plan.engine),

