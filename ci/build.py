@@ -83,6 +83,10 @@ def run_build(args) -> int:
         raise CiError("-w/--wheel-dir is required unless --dry-run")
     if not re.fullmatch(r"auto|none|[A-Za-z0-9]+(\.[A-Za-z0-9]+)*", args.local_version):
         raise CiError(f"bad --local-version {args.local_version!r}: letters, digits and dots, e.g. internal.1")
+    if plan.engine != "host":
+        from ci.container import require_engine
+
+        require_engine(plan)  # an engine that is not there is one error line, before any note
     # On the host, the image notes do not apply; the engine choice (auto's fallback) always does.
     for note in plan.notes:
         if plan.engine != "host" or note.startswith("engine"):

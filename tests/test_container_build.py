@@ -82,3 +82,52 @@ def test_build_in_container(engines, standin, torch_cpu_wheel, cuda_find_links, 
     if variant == "cu130":
         assert any(n.endswith("_preload.py") for n in names)
         assert "cudnn" in json.dumps(report).lower()
+
+
+def error_lines(r: subprocess.CompletedProcess) -> list[str]:
+    return [ln for ln in r.stderr.splitlines() if ln.startswith("python -m ci.build: error:")]
+
+
+def test_failure_inside_the_container_names_the_log(engines, standin, tmp_path):
+    """pip cannot get torch inside (an index that refuses): exit 1, one error line with the log's path,
+    the log's last lines shown, nothing in -w."""
+    need(engines, "docker")
+    empty = tmp_path / "links"
+    empty.mkdir()
+    out = tmp_path / "out"
+    r = build("docker", standin["docker"], empty, out, "--cpu", "--torch-index-url", "http://127.0.0.1:9/simple")
+    assert r.returncode == 1, r.stderr[-3000:]
+    (line,) = error_lines(r)
+    assert "cibuildwheel failed with exit status" in line and "full log: " in line
+    log = Path(line.split("full log: ")[1].strip())
+    assert log.is_file() and "127.0.0.1:9" in log.read_text(errors="replace")
+    assert "the last lines of cibuildwheel's log" in r.stderr and "Traceback" not in r.stderr
+    assert not list(out.glob("*.whl")) and not list(out.glob(".staging-*"))
+
+
+@pytest.mark.parametrize("case", ["docker-stopped", "podman-missing", "auto-none", "image-missing"])
+def test_engine_and_image_problems_are_one_line_exit_2(engines, standin, tmp_path, case):
+    need(engines, "docker")
+    env = None
+    args = ["--cpu", "--engine", "docker", "--image", standin["docker"]]
+    if case == "docker-stopped":
+        env, words = {"DOCKER_HOST": "tcp://127.0.0.1:9"}, "--engine docker: Docker does not respond"
+    elif case == "podman-missing":
+        bare = tmp_path / "bin"
+        bare.mkdir()
+        env, words = {"PATH": str(bare)}, "--engine podman: podman is not installed"
+        args = ["--cpu", "--engine", "podman"]
+    elif case == "auto-none":
+        bare = tmp_path / "bin"
+        bare.mkdir()
+        env = {"DOCKER_HOST": "tcp://127.0.0.1:9", "PATH": str(bare)}
+        args, words = ["--cuda", "12.9", "--engine", "auto"], "no container engine responds, and CUDA 12.9 needs"
+    else:
+        args = ["--cpu", "--engine", "docker", "--image", "localhost:9/no-such-image:1"]
+        words = "--image localhost:9/no-such-image:1: not in docker's store, and `docker pull` failed"
+    out = tmp_path / "out"
+    r = run_stage("ci.build", *args, "-w", out, env=env)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], r.stderr
+    assert not out.exists() or not any(out.iterdir())

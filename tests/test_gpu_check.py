@@ -1,0 +1,37 @@
+"""scripts/gpu-check refuses cleanly where it cannot run: no torch, a CPU torch, a CUDA torch without a GPU.
+
+(Its GPU path runs only on a machine with an NVIDIA GPU.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ci.cache import cache_dir
+from tests.conftest import ROOT
+
+
+def gpu_check(python: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(ROOT / "scripts" / "gpu-check")], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHON": python})
+
+
+@pytest.mark.parametrize("variant, words", [
+    ("none", "torch is not importable by this Python"),
+    ("cpu", "torch 2.13.0+cpu is a CPU build: gpu-check needs a CUDA build of torch"),
+    ("cu130", "no CUDA GPU is visible to torch 2.13.0+cu130 (torch.cuda.is_available() is False)"),
+])
+def test_refuses_in_one_line_without_a_gpu(request, tmp_path, variant, words):
+    if variant == "none":
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+        python = str(tmp_path / "venv" / "bin" / "python")
+    else:
+        request.getfixturevalue("cpu_build" if variant == "cpu" else "cuda_build")  # makes the cached env
+        python = str(cache_dir("envs") / f"torch-2.13.0-{variant}-py311" / "bin" / "python")
+    r = gpu_check(python)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpu-check: error: ") and words in lines[0], r.stderr
