@@ -92,7 +92,7 @@ def run_build(args) -> int:
         if plan.engine != "host" or note.startswith("engine"):
             log(f"note: {note}")
     if plan.engine == "host":
-        log("note: host engine: the manylinux policy follows this machine's glibc, not the plan's image")
+        log(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} (ci/glibc_compat.h)")
     limit = args.limit or default_limit(project_dir)
 
     from ci import report
@@ -116,7 +116,7 @@ def run_build(args) -> int:
                                 nvcc_source=args.nvcc, log=log)
             env, runner = comp.env, comp.runner
             fixed = repair(comp.wheel, work / "repaired", torch_version=env.torch_version,
-                           torch_requires=env.requires)
+                           torch_requires=env.requires, plat=f"{plan.manylinux}_x86_64")
             excluded = fixed.excluded
             built = [fixed.wheel]
         else:

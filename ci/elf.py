@@ -18,6 +18,7 @@ Which distribution provides a library: in a wheel, the wheel's project; in a dir
 from __future__ import annotations
 
 import fnmatch
+import re
 import io
 import os
 import zipfile
@@ -302,3 +303,44 @@ def scan(inputs: Iterable[Path | str]) -> list[SharedLib]:
             raise CiError(f"no such wheel or directory: {item}")
     return libs
 
+
+
+def glibc_references(stream: BinaryIO) -> list[tuple[str, tuple[int, ...]]]:
+    """(symbol, glibc version) for each undefined dynamic symbol bound to a GLIBC_x.y version: what
+    decides the oldest glibc, hence the manylinux policy, a library can load on."""
+    try:
+        elf = ELFFile(stream)
+        dynsym, versym = elf.get_section_by_name(".dynsym"), elf.get_section_by_name(".gnu.version")
+        verneed = elf.get_section_by_name(".gnu.version_r")
+        if dynsym is None or versym is None or verneed is None:
+            return []
+        versions = {aux["vna_other"]: aux.name for _, auxes in verneed.iter_versions() for aux in auxes}
+        out = []
+        for i, sym in enumerate(dynsym.iter_symbols()):
+            if sym["st_shndx"] != "SHN_UNDEF":
+                continue
+            name = versions.get(versym.get_symbol(i)["ndx"]) if i else None
+            if name and re.fullmatch(r"GLIBC_\d+(\.\d+)+", name):
+                out.append((sym.name, tuple(int(p) for p in name[6:].split("."))))
+        return out
+    except Exception as e:
+        if type(e).__module__.startswith("elftools.") or isinstance(e, ELFError):
+            raise CiError(f"not a readable ELF file: {e}") from None
+        raise
+
+
+def too_recent_for(wheel: Path, policy: str) -> list[str]:
+    """`symbol@GLIBC_x.y (library)` for every reference newer than a manylinux_2_N policy allows."""
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)(_x86_64)?", policy)
+    if not m:
+        return []
+    limit = (int(m[1]), int(m[2]))
+    found = []
+    with zipfile.ZipFile(wheel) as z:
+        for info in z.infolist():
+            if not looks_like_shared_lib(info.filename.rsplit("/", 1)[-1]):
+                continue
+            refs = glibc_references(io.BytesIO(z.read(info)))
+            found += [f"{sym}@GLIBC_{'.'.join(map(str, v))} ({info.filename.rsplit('/', 1)[-1]})"
+                      for sym, v in refs if v > limit]
+    return sorted(set(found))

@@ -43,14 +43,16 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     """Build the project's wheel for `plan` on this machine; raises Finding if the build fails."""
     env = ensure_env(torch_spec(plan, torch_index_url), log=log)
     environ = dict(os.environ)
-    config = ["-C", f"build-dir={work_dir / 'build'}", "-C", "cmake.define.BUILD_RUNNER=ON"]
+    compat = Path(__file__).with_name("glibc_compat")  # keeps the wheel within torch's manylinux policy
+    config = ["-C", f"build-dir={work_dir / 'build'}", "-C", "cmake.define.BUILD_RUNNER=ON",
+              "-C", f"cmake.define.CMAKE_CXX_FLAGS=-isystem {compat} -include {compat / 'glibc_compat.h'}"]
+    cuda_flags = ["-isystem", str(compat), f"-Xcompiler=-include,{compat / 'glibc_compat.h'}"]
     if plan.cuda is not None:
         nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=nvcc_source, log=log)
         root = assemble_cuda_root(env, nvcc)
         environ.update(cuda_build_environ(root, plan.arch_list))
         config += ["-C", f"cmake.define.CUDA_TOOLKIT_ROOT_DIR={root}"]
-        if plan.nvcc_flags:
-            config += ["-C", f"cmake.define.CMAKE_CUDA_FLAGS={' '.join(plan.nvcc_flags)}"]
+        config += ["-C", f"cmake.define.CMAKE_CUDA_FLAGS={' '.join([*plan.nvcc_flags, *cuda_flags])}"]
     dist = work_dir / "dist"
     dist.mkdir(parents=True, exist_ok=True)
     logfile = work_dir / "compile.log"

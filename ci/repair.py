@@ -68,10 +68,31 @@ def _installed_torch() -> tuple[str | None, list[str]]:
         return None, []
 
 
+def torch_pin(needed: set[str], torch_version: str) -> str:
+    """torch==X, or torch==X+cuNNN where a plain pin would install the wrong CUDA build.
+
+    The local label is dropped where it does not matter: a CPU op works with every build of X, and a
+    CUDA op built against the build of X that PyPI itself serves (cu130 for 2.13.0) gets exactly that.
+    Where PyPI's X is another CUDA build (torch 2.7.1: PyPI cu126, built here against cu118), `torch==X`
+    would install PyPI's and fail at import on libcudart.so.11.0: keep the label, and users install
+    from the PyTorch index of that CUDA (`--extra-index-url https://download.pytorch.org/whl/cu118`)."""
+    base, _, local = torch_version.partition("+")
+    m = re.fullmatch(r"cu(\d+)(\d)", local)
+    if m is None or not any("cuda" in n or n.startswith(("libcu", "libnv", "libnccl")) for n in needed):
+        return f"torch=={base}"
+    from ci import matrix as mx
+
+    cuda = f"{int(m[1])}.{m[2]}"
+    row = next((r for r in mx.load().rows if r.version == cuda), None)
+    build = row.torch_build(base) if row else None
+    on_pypi = build.on_pypi if build else False
+    return f"torch=={base}" if on_pypi else f"torch=={base}+{local}"
+
+
 def required_dists(needed: set[str], torch_version: str, torch_requires: list[str]) -> list[str]:
-    """Requires-Dist lines for the excluded libraries: torch==X (local label dropped, so the CPU and
-    CUDA builds of X both satisfy it) and, when cuDNN is NEEDed, the cuDNN wheel torch pins."""
-    reqs = [f"torch=={torch_version.split('+')[0]}"]
+    """Requires-Dist lines for the excluded libraries: torch (see torch_pin) and, when cuDNN is
+    NEEDed, the cuDNN wheel torch itself pins."""
+    reqs = [torch_pin(needed, torch_version)]
     if any(n.startswith("libcudnn") for n in needed):
         pins = [r.split(";")[0].strip() for r in torch_requires if normalize(r).startswith("nvidia-cudnn")]
         if not pins:
@@ -97,7 +118,15 @@ def _auditwheel(wheel: Path, out: Path, plat: str | None) -> None:
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
         reason = next((ln for ln in reversed(lines) if "auditwheel: error" in ln), lines[-1] if lines else "")
-        raise CiError(f"auditwheel could not repair {wheel.name}: {reason.split('error:')[-1].strip()}")
+        why = reason.split('error:')[-1].strip()
+        if plat and "too-recent versioned symbols" in why:
+            from ci.elf import too_recent_for
+
+            symbols = too_recent_for(wheel, plat)
+            raise CiError(f"{wheel.name} cannot meet {plat}: it references "
+                          f"{', '.join(symbols[:8]) or 'symbols newer than that policy'}"
+                          f"{f' and {len(symbols) - 8} more' if len(symbols) > 8 else ''}")
+        raise CiError(f"auditwheel could not repair {wheel.name}: {why}")
 
 
 def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,

@@ -168,3 +168,49 @@ def test_dynamic_strings_out_of_bounds_are_bad_input(libs, tmp_path):
     _patch_dynamic(libs["B"], tmp_path / "libneeded.so", "DT_NEEDED", 10 * libs["B"].stat().st_size)
     with pytest.raises(CiError, match="libneeded.so: truncated dynamic string table"):
         read_dynamic_path(tmp_path / "libneeded.so")
+
+
+NEW_GLIBC_SOURCE = """
+#include <cmath>
+#include <memory>
+double f(double x) { auto p = std::make_shared<double>(x); auto q = p; return std::exp(*q); }
+"""
+
+
+def _compat_lib(tmp_path: Path, compat: bool) -> Path:
+    src = tmp_path / "f.cpp"
+    src.write_text(NEW_GLIBC_SOURCE)
+    out = tmp_path / ("libcompat.so" if compat else "libplain.so")
+    from ci import host
+
+    inc = Path(host.__file__).with_name("glibc_compat")
+    flags = ["-isystem", str(inc), "-include", str(inc / "glibc_compat.h")] if compat else []
+    subprocess.run(["g++", "-O2", "-fPIC", "-shared", *flags, str(src), "-o", str(out)], check=True)
+    return out
+
+
+def test_too_recent_symbols_are_named_and_the_compat_header_removes_them(tmp_path):
+    """This machine's glibc (2.36) binds exp@GLIBC_2.29 and libstdc++'s __libc_single_threaded@GLIBC_2.32;
+    ci/glibc_compat keeps both out, so the library fits manylinux_2_28."""
+    from ci.elf import glibc_references, too_recent_for
+
+    plain = make_wheel(tmp_path / "a", "plain", {"plain/libplain.so": _compat_lib(tmp_path, False)})
+    assert too_recent_for(plain, "manylinux_2_28") == [
+        "__libc_single_threaded@GLIBC_2.32 (libplain.so)", "exp@GLIBC_2.29 (libplain.so)"]
+    assert too_recent_for(plain, "manylinux_2_36_x86_64") == []
+    fixed = _compat_lib(tmp_path, True)
+    with fixed.open("rb") as f:
+        refs = dict(glibc_references(f))
+    assert refs["exp"] == (2, 2, 5) and "__libc_single_threaded" not in refs
+    wheel = make_wheel(tmp_path / "b", "fixed", {"fixed/libcompat.so": fixed})
+    assert too_recent_for(wheel, "manylinux_2_28") == []
+
+
+def test_repair_to_an_older_policy_names_the_symbols(tmp_path):
+    from ci.repair import repair
+
+    plain = make_wheel(tmp_path / "a", "plain", {"plain/libplain.so": _compat_lib(tmp_path, False)})
+    with pytest.raises(CiError, match=r"cannot meet manylinux_2_28_x86_64: it references "
+                                      r"__libc_single_threaded@GLIBC_2.32 \(libplain.so\), exp@GLIBC_2.29"):
+        repair(plain, tmp_path / "out", torch_version="2.13.0", torch_requires=[], plat="manylinux_2_28_x86_64")
+    assert not (tmp_path / "out").exists()

@@ -274,3 +274,27 @@ def test_torch_line_pythons_and_policy_match_pypi(line: mx.TorchLine, pypi_repor
         assert tag == "manylinux_2_28_x86_64.whl"
     else:  # pre-cxx11 torch: manylinux1/2014-tagged wheels, built on manylinux2014's devtoolset
         assert tag.startswith(("manylinux1_", "manylinux2014_")), tag
+
+
+@pytest.mark.parametrize("needed, version, pin", [
+    ({"libtorch.so", "libcudart.so.11.0"}, "2.7.1+cu118", "torch==2.7.1+cu118"),  # PyPI's 2.7.1 is cu126
+    ({"libtorch.so", "libtorch_cuda.so"}, "2.7.1+cu126", "torch==2.7.1"),  # ... so this one keeps the plain pin
+    ({"libtorch.so", "libcudart.so.13"}, "2.13.0+cu130", "torch==2.13.0"),
+    ({"libtorch.so", "libcudart.so.13"}, "2.13.0", "torch==2.13.0"),
+    ({"libtorch.so", "libc10.so"}, "2.7.1+cu118", "torch==2.7.1"),  # a CPU op runs on every build
+    ({"libtorch.so"}, "2.13.0+cpu", "torch==2.13.0"),
+])
+def test_torch_pin_names_the_cuda_build_only_where_pypi_has_another(needed, version, pin):
+    from ci.repair import torch_pin
+
+    assert torch_pin(needed, version) == pin
+
+
+def test_torch_pin_follows_the_matrix():
+    from ci.repair import torch_pin
+
+    for row in mx.rows():
+        for build in row.torch:
+            local = "cu" + row.version.replace(".", "")
+            pin = torch_pin({"libcudart.so"}, f"{build.version}+{local}")
+            assert pin == (f"torch=={build.version}" if build.on_pypi else f"torch=={build.version}+{local}")

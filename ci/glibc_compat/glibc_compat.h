@@ -1,0 +1,17 @@
+/* Force-included into host builds (ci.host), with this directory first on the system include path, so
+ * their wheels meet the manylinux policy of the torch they link (manylinux_2_28 for torch >= 2.7) when
+ * the build machine's glibc is newer.
+ *
+ * Two references push an extension past glibc 2.28 in practice (measured on the example):
+ *  - glibc 2.29 gave exp/log/pow/exp2/log2 new symbol versions; the 2.2.5 versions are still in every
+ *    x86_64 glibc and compute the same functions: bind to those (repeating a .symver is harmless, and
+ *    nvcc's host pass does see this file twice);
+ *  - libstdc++ >= 11 reads glibc 2.32's __libc_single_threaded: see sys/single_threaded.h here.
+ * Anything else still too new is named by ci.repair when auditwheel refuses the policy. */
+#if defined(__x86_64__) && !defined(__CUDA_ARCH__)
+__asm__(".symver exp,exp@GLIBC_2.2.5");
+__asm__(".symver log,log@GLIBC_2.2.5");
+__asm__(".symver pow,pow@GLIBC_2.2.5");
+__asm__(".symver exp2,exp2@GLIBC_2.2.5");
+__asm__(".symver log2,log2@GLIBC_2.2.5");
+#endif
