@@ -154,6 +154,7 @@ def run_build(args) -> int:
             failures += result.failures
         rep.passed = not failures
         rep.verify_seconds = round(time.monotonic() - start, 1)
+        log(f"verify {'passed' if rep.passed else 'failed'} in {rep.verify_seconds:.0f} s")
         rep.wheels = [report.wheel_report(w, excluded=excluded, role=role) for w, role in final]
         if rep.passed:
             for wheel, _ in final:

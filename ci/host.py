@@ -9,7 +9,9 @@ C++ runner built alongside (it stays in the build tree; verify runs it against t
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,9 @@ from pathlib import Path
 from ci.errors import Finding
 from ci.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cuda_build_environ, ensure_env,
                         find_nvcc)
+
+
+PROGRESS = re.compile(rb"^\[\d+/\d+\] ")  # ninja's and make's step lines
 
 
 @dataclass(frozen=True)
@@ -59,16 +64,23 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     log(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
         f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
     start = time.monotonic()
-    with logfile.open("w") as out:
-        proc = subprocess.run(
-            [str(env.python), "-m", "build", "--no-isolation", "--wheel", "-o", str(dist), *config,
-             str(project_dir)],
-            stdout=out, stderr=subprocess.STDOUT, env=environ)
+    cmd = [str(env.python), "-m", "build", "--no-isolation", "--wheel", "-o", str(dist), *config, str(project_dir)]
+    with logfile.open("wb") as out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                     env=environ) as proc:
+        tty = sys.stderr.isatty()
+        for line in proc.stdout:  # everything to the log; the compiler's [n/N] steps to a terminal too
+            out.write(line)
+            if tty and PROGRESS.match(line):
+                sys.stderr.write("\r" + line.decode(errors="replace").rstrip()[:120] + "\033[K")
+                sys.stderr.flush()
+        if tty:
+            sys.stderr.write("\n")
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         tail = [ln for ln in logfile.read_text(errors="replace").splitlines() if ln.strip()][-15:]
         log("\n".join(tail))
         raise Finding(f"compile failed after {seconds:.0f} s (full log: {logfile})")
+    log(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     runner = next((p for p in (work_dir / "build").glob("*_runner") if os.access(p, os.X_OK)), None)
     return CompileResult(wheels[-1], runner, env)

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,9 +146,12 @@ def ensure_env(spec: TorchSpec, *, log=print) -> BuildEnv:
             return _load_env(root, stamp)
         args, source = torch_pip_args(spec)
         log(f"creating build environment {root} (torch {spec.version} {spec.variant} from {source})")
+        start = time.monotonic()
         shutil.rmtree(root, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
-        pip = [str(root / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        # GBs of downloads: pip's own progress bars on a terminal, one line when done in logs and CI
+        quiet = [] if sys.stderr.isatty() else ["--quiet"]
+        pip = [str(root / "bin" / "python"), "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
         subprocess.run([*pip, *args], check=True)
         subprocess.run([*pip, *requirement_pins(BUILD_TOOLS)], check=True)
         info = _torch_info(root / "bin" / "python")
@@ -160,6 +164,7 @@ def ensure_env(spec: TorchSpec, *, log=print) -> BuildEnv:
                 f"{spec.variant} build; pass --torch-index-url for the {spec.variant} index or a mirror"
             )
         stamp.write_text(json.dumps(info))
+        log(f"build environment ready in {time.monotonic() - start:.0f} s")
         return _load_env(root, stamp)
 
 

@@ -248,3 +248,11 @@ def test_cuda_root_is_keyed_complete_and_shared(tmp_path):
     assert not list(env.root.glob(".cuda-root-*"))  # the losers' temp trees are gone
     (site / "nvidia" / "nvvm").mkdir()  # the env changed: a new root
     assert assemble_cuda_root(env, home / "bin" / "nvcc") != root
+
+
+def test_each_long_step_logs_one_line_with_its_duration(cpu_build):
+    """Logs and CI get one line per step with its duration (a terminal also gets live progress)."""
+    import re
+
+    for step in (r"compiled in \d+ s", r"built \S+\.whl in \d+ s", r"verify passed in \d+ s"):
+        assert re.search(step, cpu_build.stderr), (step, cpu_build.stderr[-2000:])
