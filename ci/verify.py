@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -106,6 +107,83 @@ def verify(wheel: Path, torch_site: Path, *, runner: Path | None = None, find_li
             checks["cuda"] = "skipped: no GPU (CPU kernels verified)"
         for transient in ("model", "library", "torch_lib"):
             checks.pop(transient, None)
+    return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
+
+
+GENERIC = Path(__file__).with_name("verify_generic.py")
+TEST_TAIL = 10
+
+
+def top_packages(wheel: Path) -> list[str]:
+    """The wheel's top-level importable names: packages and single-file modules, not .dist-info/.libs."""
+    import zipfile
+
+    names = set()
+    with zipfile.ZipFile(wheel) as z:
+        for n in z.namelist():
+            top, _, rest = n.partition("/")
+            if rest and rest == "__init__.py":
+                names.add(top)
+            elif not rest and n.endswith(".py"):
+                names.add(n[:-3])
+    return sorted(names)
+
+
+def run_test_command(command: str, python: Path, project_dir: Path, wheel: Path, cwd: Path) -> str:
+    """cibuildwheel's convention: a shell command with {project} and {wheel}, run with the verify
+    venv first on PATH. 'ok', or FAILED with the exit status and the output's last lines."""
+    text = command.replace("{project}", shlex.quote(str(project_dir))).replace("{wheel}", shlex.quote(str(wheel)))
+    venv = python.parent.parent
+    env = {**os.environ, "VIRTUAL_ENV": str(venv), "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(["sh", "-c", text], capture_output=True, text=True, cwd=cwd, env=env)
+    if proc.returncode == 0:
+        return "ok"
+    tail = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()][-TEST_TAIL:]
+    return f"FAILED: exit {proc.returncode}: " + " | ".join(tail)
+
+
+def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_command: str | None = None,
+                   test_requires: list[str] = (), find_links: list[Path] = (), log=print) -> VerifyResult:
+    """Any extension: install it over its torch, import every top-level package, load every shared
+    library, list the torch.ops namespaces it registers, check it pins torch; then its test command."""
+    from ci.wheelfile import WheelArchive, get_headers
+
+    start = time.monotonic()
+    checks: dict[str, object] = {}
+    with WheelArchive.open(wheel) as wa:
+        requires = get_headers(wa.metadata, "Requires-Dist")
+    checks["requires_torch"] = ("ok" if any(r.replace(" ", "").startswith("torch==") for r in requires)
+                                else "FAILED: Requires-Dist does not pin torch")
+    with tempfile.TemporaryDirectory(prefix="ci-verify-") as tmp:
+        tmp = Path(tmp)
+        python = fresh_venv(tmp / "venv", torch_site)
+        links = [arg for d in find_links for arg in ("--find-links", str(d))]
+        proc = pip_install(python, "--no-index", *links, str(wheel))
+        if proc.returncode != 0:
+            reason = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln] or proc.stderr.splitlines()[-1:]
+            return VerifyResult(wheel.name, {"install": f"FAILED: {reason[0] if reason else ''}", **checks})
+        checks["install"] = "ok"
+        site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        proc = subprocess.run([str(python), str(GENERIC), site, *top_packages(wheel)], capture_output=True,
+                              text=True, cwd=tmp)
+        try:
+            checks.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+        except (IndexError, json.JSONDecodeError):
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            checks["import"] = f"FAILED: {tail}"
+        if test_command:
+            if test_requires:
+                proc = pip_install(python, *test_requires)
+                if proc.returncode != 0:
+                    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                    checks["test_requires"] = f"FAILED: {last}"
+                    return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
+            log(f"running the test command: {test_command}")
+            checks["test_command"] = run_test_command(test_command, python, project_dir, wheel, tmp)
+        else:
+            checks["test_command"] = "skipped: none given ([tool.ci] test-command or --test-command)"
     return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
 
 

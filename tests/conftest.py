@@ -18,6 +18,7 @@ import pytest
 from tests._wheels import run_stage
 
 ROOT = Path(__file__).resolve().parent.parent
+collect_ignore = ["fixtures"]  # projects the tests build; their own tests run inside verify
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,127 @@
+"""What the user asked to build: a project directory or an sdist, its build backend and its settings.
+
+An sdist is checked member by member before anything is extracted (no absolute paths, no `..`, no
+links or devices, one top directory), then extracted with tarfile's `data` filter as a second guard.
+Per-project settings come from `[tool.ci]` in the project's pyproject.toml; command-line options win.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from ci.errors import CiError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
+
+SDIST_SUFFIXES = (".tar.gz", ".tgz")
+# build-backend -> the name the plan shows; anything else builds through its backend all the same
+BACKENDS = {"scikit_build_core.build": "scikit-build-core", "setuptools.build_meta": "setuptools",
+            "setuptools.build_meta:__legacy__": "setuptools"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """[tool.ci] of the project, merged with command-line options."""
+
+    test_command: str | None = None
+    test_requires: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    exclude: list[str] = field(default_factory=list)
+    limit: str | None = None
+
+
+def backend(project_dir: Path) -> str:
+    """The project's build system as the plan names it: scikit-build-core, setuptools, or the backend."""
+    path = project_dir / "pyproject.toml"
+    if path.is_file():
+        try:
+            data = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise CiError(f"bad {path}: {e}") from None
+        name = data.get("build-system", {}).get("build-backend")
+        if name:
+            return BACKENDS.get(name, name)
+    if (project_dir / "setup.py").is_file():
+        return "setuptools"
+    raise CiError(f"{project_dir}: neither pyproject.toml nor setup.py: not a Python project")
+
+
+def read_settings(project_dir: Path) -> Settings:
+    path = project_dir / "pyproject.toml"
+    if not path.is_file():
+        return Settings()
+    table = tomllib.loads(path.read_text()).get("tool", {}).get("ci", {})
+    env = table.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise CiError(f"{path}: [tool.ci] env must be a table of strings")
+    requires = table.get("test-requires", [])
+    requires = requires.split() if isinstance(requires, str) else list(requires)
+    return Settings(table.get("test-command"), requires, dict(env), list(table.get("exclude", [])),
+                    table.get("limit"))
+
+
+def merge(settings: Settings, *, test_command: str | None, test_requires: list[str], env: list[str],
+          exclude: list[str], limit: str | None) -> Settings:
+    """Command-line options over [tool.ci]; `--env NAME=VALUE` checked here."""
+    merged_env = dict(settings.env)
+    for item in env:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise CiError(f"bad --env {item!r}: want NAME=VALUE")
+        merged_env[name] = value
+    return Settings(test_command or settings.test_command, settings.test_requires + list(test_requires),
+                    merged_env, settings.exclude + list(exclude), limit or settings.limit)
+
+
+def is_sdist(path: Path) -> bool:
+    return path.name.endswith(SDIST_SUFFIXES)
+
+
+def _check_member(member: tarfile.TarInfo, sdist: Path) -> str:
+    name = PurePosixPath(member.name)
+    if name.is_absolute() or ".." in name.parts:
+        raise CiError(f"{sdist.name}: member {member.name!r} points outside the sdist; refused before extraction")
+    if member.issym() or member.islnk():
+        target = PurePosixPath(member.linkname)
+        inside = (name.parent / target) if member.issym() else target
+        if target.is_absolute() or ".." in PurePosixPath(os.path.normpath(str(inside))).parts:
+            raise CiError(f"{sdist.name}: link {member.name!r} -> {member.linkname!r} leads outside the sdist; "
+                          f"refused before extraction")
+    elif not (member.isfile() or member.isdir()):
+        raise CiError(f"{sdist.name}: member {member.name!r} is not a file or directory; refused")
+    return name.parts[0]
+
+
+def extract_sdist(sdist: Path, dest: Path) -> Path:
+    """The sdist's project directory, extracted under dest after every member was checked."""
+    try:
+        with tarfile.open(sdist, "r:gz") as tar:
+            members = tar.getmembers()
+            tops = {_check_member(m, sdist) for m in members}
+            if len(tops) != 1:
+                raise CiError(f"{sdist.name}: an sdist has one top directory, this has {len(tops)}")
+            dest.mkdir(parents=True, exist_ok=True)
+            tar.extractall(dest, members=members, filter="data")
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise CiError(f"{sdist.name}: not a readable sdist ({e})") from None
+    return dest / tops.pop()
+
+
+def resolve(project: Path, work: Path) -> Path:
+    """The directory to build: the project directory itself, or the sdist extracted into work."""
+    if project.is_dir():
+        backend(project)  # refuses a directory that is no project
+        return project.resolve()
+    if project.is_file() and is_sdist(project):
+        root = extract_sdist(project, work / "sdist")
+        backend(root)
+        return root
+    if not project.exists():
+        raise CiError(f"{project}: no such file or directory")
+    raise CiError(f"{project}: neither a project directory nor an sdist (.tar.gz)")
