@@ -79,6 +79,12 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     NVCC_APPEND_FLAGS. `build_env` (the project's [tool.ci] env and --env) goes last."""
     env = ensure_env(torch_spec(plan, torch_index_url), log=log)
     install_build_requires(env, project_dir, log)
+    if plan.backend != "scikit-build-core":
+        # setuptools builds in the source tree (build/, *.egg-info): build a copy, so the project is never
+        # written to and no object file of an earlier build (another CUDA, another torch) is reused
+        from ci.container import stage_project
+
+        project_dir = stage_project(project_dir, work_dir / "src")
     environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
     compat = Path(__file__).with_name("glibc_compat")  # keeps the wheel within torch's manylinux policy
     host_flags = f"-isystem {compat} -include {compat / 'glibc_compat.h'}"

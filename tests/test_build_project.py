@@ -1,0 +1,177 @@
+"""`ci.build PROJECT` for an extension that is not ours: the setuptools fixture (tests/fixtures/tiny_ext,
+torch.utils.cpp_extension, CPU and CUDA kernels, its own pytest tests) as a directory and as an sdist,
+built on the host, installed into a fresh venv and tested there; and the bad inputs."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests._wheels import run_stage
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_ext"
+
+
+def make_sdist(dest: Path, src: Path = FIXTURE, extra: list[tarfile.TarInfo] = ()) -> Path:
+    """An sdist as `python -m build --sdist` lays it out: one top directory, PKG-INFO."""
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / "tiny_ext-0.1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for f in sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            tar.add(f, arcname=f"tiny_ext-0.1.0/{f.relative_to(src)}")
+        info = tarfile.TarInfo("tiny_ext-0.1.0/PKG-INFO")
+        data = b"Metadata-Version: 2.1\nName: tiny-ext\nVersion: 0.1.0\n"
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for member in extra:
+            tar.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
+    return path
+
+
+def built(out: Path) -> tuple[Path, dict]:
+    (wheel,) = sorted(out.glob("*.whl"))
+    return wheel, json.loads((out / "report.json").read_text())
+
+
+def assert_tested(out: Path, variant: str) -> Path:
+    wheel, report = built(out)
+    assert wheel.name.startswith(f"tiny_ext-0.1.0+pt2.13.0.{variant}-cp311-cp311-")
+    assert "manylinux_2_28_x86_64" in wheel.name
+    assert report["passed"] is True and report["plan"]["backend"] == "setuptools"
+    checks = report["verify"]
+    assert checks["test_command"] == "ok" and checks["requires_torch"] == "ok"
+    assert checks["import tiny_ext"] == "ok" and checks["torch_ops"] == ["tiny_ext"]
+    assert [k for k in checks if k.startswith("load tiny_ext/_C.") and checks[k] == "ok"]
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        init = z.read("tiny_ext/__init__.py").decode()
+    assert "tiny_ext/_wheel_deps_preload.py" in names and "_p.preload()" in init
+    assert not [n for n in names if ".libs/" in n]  # nothing grafted
+    return wheel
+
+
+def test_directory_cpu(tmp_path):
+    out = tmp_path / "out"
+    r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", "host", "-w", out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_tested(out, "cpu")
+    # setuptools writes build/ and *.egg-info where it builds: that must be a copy, never the project
+    assert not list(FIXTURE.glob("build")) and not list(FIXTURE.glob("*.egg-info"))
+
+
+def test_sdist_cpu(tmp_path):
+    sdist = make_sdist(tmp_path / "dist")
+    out = tmp_path / "out"
+    r = run_stage("ci.build", sdist, "--cpu", "--engine", "host", "-w", out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_tested(out, "cpu")
+
+
+def test_directory_cuda(tmp_path):
+    out = tmp_path / "out"
+    r = run_stage("ci.build", FIXTURE, "--cuda", "13.0", "--arch-list", "9.0", "--engine", "host", "-w", out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    wheel = assert_tested(out, "cu130")
+    _, report = built(out)
+    assert "libcudart.so.13" in json.dumps(report["wheels"])  # the CUDA kernel was compiled and linked
+
+
+def test_dry_run_names_the_build_system():
+    r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", "host", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert f"project      tiny-ext ({FIXTURE}), built with setuptools" in r.stdout
+
+
+def error_line(r) -> str:
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("python -m ci.build: error:")]
+    assert len(lines) == 1, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    return lines[0]
+
+
+def _link(name: str, target: str, sym: bool = True) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.SYMTYPE if sym else tarfile.LNKTYPE
+    info.linkname = target
+    return info
+
+
+def _file(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = 1
+    return info
+
+
+@pytest.mark.parametrize("case, words", [
+    ("not-a-project-file", "neither a project directory nor an sdist"),
+    ("missing", "no such file or directory"),
+    ("empty-dir", "neither pyproject.toml nor setup.py: not a Python project"),
+    ("sdist-dotdot", "points outside the sdist; refused before extraction"),
+    ("sdist-absolute", "points outside the sdist; refused before extraction"),
+    ("sdist-symlink-out", "leads outside the sdist; refused before extraction"),
+    ("sdist-hardlink-out", "leads outside the sdist; refused before extraction"),
+    ("sdist-corrupt", "not a readable sdist"),
+    ("bad-env", "bad --env 'NOEQUALS': want NAME=VALUE"),
+    ("container", "container builds of other projects are not supported yet"),
+])
+def test_bad_projects_are_one_line_exit_2(tmp_path, case, words):
+    args = ["--cpu", "--engine", "host"]
+    if case == "not-a-project-file":
+        project = tmp_path / "notes.txt"
+        project.write_text("hello")
+    elif case == "missing":
+        project = tmp_path / "nope"
+    elif case == "empty-dir":
+        project = tmp_path / "empty"
+        project.mkdir()
+    elif case == "sdist-corrupt":
+        project = tmp_path / "tiny_ext-0.1.0.tar.gz"
+        project.write_bytes(b"\x1f\x8b not really gzip")
+    elif case.startswith("sdist-"):
+        member = {"sdist-dotdot": _file("tiny_ext-0.1.0/../../evil.txt"),
+                  "sdist-absolute": _file("/tmp/evil.txt"),
+                  "sdist-symlink-out": _link("tiny_ext-0.1.0/escape", "../../../etc"),
+                  "sdist-hardlink-out": _link("tiny_ext-0.1.0/hard", "/etc/passwd", sym=False)}[case]
+        project = make_sdist(tmp_path / "dist", extra=[member])
+    else:
+        project = FIXTURE
+        args = (["--cpu", "--engine", "host", "--env", "NOEQUALS"] if case == "bad-env"
+                else ["--cpu", "--engine", "docker", "--find-links", str(tmp_path)])
+    out = tmp_path / "out"
+    r = run_stage("ci.build", project, *args, "-w", out)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert words in error_line(r)
+    assert not out.exists() or not list(out.glob("*.whl"))
+    assert not (tmp_path / "evil.txt").exists() and not Path("/tmp/evil.txt").exists()
+
+
+def test_a_failing_build_names_the_log_and_writes_nothing(tmp_path):
+    project = tmp_path / "broken"
+    shutil.copytree(FIXTURE, project)
+    (project / "csrc" / "tiny.cpp").write_text("#include <torch/extension.h>\nthis is not C++;\n")
+    out = tmp_path / "out"
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", out)
+    assert r.returncode == 1, r.stderr[-2000:]
+    line = error_line(r)
+    assert "compile failed" in line and "full log: " in line
+    log = Path(line.split("full log: ")[1].rstrip(")"))
+    assert log.is_file() and "this is not C++" in log.read_text(errors="replace")
+    assert not out.exists() or not list(out.glob("*.whl"))
+
+
+def test_a_failing_test_command_writes_no_wheel_and_the_report_says_which(tmp_path):
+    out = tmp_path / "out"
+    r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", "host", "--test-command",
+                  "python -c 'import tiny_ext, sys; print(\"tiny says no\"); sys.exit(3)'", "-w", out)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "verify failed (test_command: FAILED: exit 3: tiny says no" in error_line(r)
+    assert not list(out.glob("*.whl"))
+    report = json.loads((out / "report.json").read_text())
+    assert report["passed"] is False
+    assert report["verify"]["test_command"].startswith("FAILED: exit 3: tiny says no")
