@@ -59,6 +59,25 @@ def install_build_requires(env: BuildEnv, project_dir: Path, log) -> None:
         raise Finding(f"could not install the build requirements {', '.join(reqs)}: {why}")
 
 
+def ccache_environ(plan, work_dir: Path, cmake: bool, config: list[str]) -> dict[str, str]:
+    """ccache as the compiler launcher, where it is installed: CMake launchers for scikit-build-core;
+    torch.utils.cpp_extension puts ccache in front of its compilers and nvcc itself when it finds it
+    (recent torch; CC/CXX must then stay plain, it quotes them as one word), so setuptools projects get
+    only the cache settings. The work directory is ccache's base (paths below it are hashed relative),
+    so a rebuild in a new temporary directory still hits."""
+    import shutil
+
+    from ci.plan import ccache_dir
+
+    if not shutil.which("ccache"):
+        return {}
+    out = {"CCACHE_DIR": str(ccache_dir()), "CCACHE_BASEDIR": str(work_dir.resolve()), "CCACHE_NOHASHDIR": "true"}
+    langs = ["C", "CXX"] + (["CUDA"] if plan.cuda is not None else [])
+    if cmake:
+        config += [arg for lang in langs for arg in ("-C", f"cmake.define.CMAKE_{lang}_COMPILER_LAUNCHER=ccache")]
+    return out
+
+
 def max_jobs() -> int:
     """Parallel compile jobs: one per core, but no more than one per 2 GiB of memory (nvcc and torch's
     headers take 1-2 GiB a job; running out of memory kills a build later and less clearly)."""
@@ -103,6 +122,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
             config += ["-C", f"cmake.define.CMAKE_CUDA_FLAGS={' '.join([*plan.nvcc_flags, *cuda_flags])}"]
         else:
             environ["NVCC_APPEND_FLAGS"] = " ".join([*plan.nvcc_flags, *cuda_flags])
+    environ.update(ccache_environ(plan, work_dir, cmake, config))
     environ.update(build_env or {})
     dist = work_dir / "dist"
     dist.mkdir(parents=True, exist_ok=True)
