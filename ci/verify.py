@@ -63,6 +63,18 @@ def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
+def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Path]) -> tuple[Path, str | None]:
+    """A fresh venv in tmp over torch_site with the wheel installed offline: its python, and why the
+    install failed (None when it did not)."""
+    python = fresh_venv(tmp / "venv", torch_site)
+    links = [arg for d in find_links for arg in ("--find-links", str(d))]
+    proc = pip_install(python, "--no-index", *links, str(wheel))
+    if proc.returncode == 0:
+        return python, None
+    reason = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln] or proc.stderr.splitlines()[-1:]
+    return python, f"FAILED: {reason[0] if reason else ''}"
+
+
 def run_runner(runner: Path, model: str, library: str, torch_lib: str) -> str:
     """Run the C++ program as a Python-free deployment would: libraries found via LD_LIBRARY_PATH
     (the op library, torch's, and the CUDA wheels' lib directories next to torch)."""
@@ -85,12 +97,9 @@ def verify(wheel: Path, torch_site: Path, *, runner: Path | None = None, find_li
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ci-verify-") as tmp:
         tmp = Path(tmp)
-        python = fresh_venv(tmp / "venv", torch_site)
-        links = [arg for d in find_links for arg in ("--find-links", str(d))]
-        proc = pip_install(python, "--no-index", *links, str(wheel))
-        if proc.returncode != 0:
-            reason = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln] or proc.stderr.splitlines()[-1:]
-            return VerifyResult(wheel.name, {"install": f"FAILED: {reason[0] if reason else ''}"})
+        python, failed = install_fresh(wheel, torch_site, tmp, find_links)
+        if failed:
+            return VerifyResult(wheel.name, {"install": failed})
         proc = subprocess.run([str(python), str(CHECKS), name.distribution, str(tmp)],
                               capture_output=True, text=True, cwd=tmp)
         try:
@@ -157,12 +166,9 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
                                 else "FAILED: Requires-Dist does not pin torch")
     with tempfile.TemporaryDirectory(prefix="ci-verify-") as tmp:
         tmp = Path(tmp)
-        python = fresh_venv(tmp / "venv", torch_site)
-        links = [arg for d in find_links for arg in ("--find-links", str(d))]
-        proc = pip_install(python, "--no-index", *links, str(wheel))
-        if proc.returncode != 0:
-            reason = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln] or proc.stderr.splitlines()[-1:]
-            return VerifyResult(wheel.name, {"install": f"FAILED: {reason[0] if reason else ''}", **checks})
+        python, failed = install_fresh(wheel, torch_site, tmp, find_links)
+        if failed:
+            return VerifyResult(wheel.name, {"install": failed, **checks})
         checks["install"] = "ok"
         site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               capture_output=True, text=True, check=True).stdout.strip()
