@@ -102,6 +102,10 @@ def build_project(args, project_dir: Path, settings) -> int:
         raise CiError("-w/--wheel-dir is required unless --dry-run")
     if not re.fullmatch(r"auto|none|[A-Za-z0-9]+(\.[A-Za-z0-9]+)*", args.local_version):
         raise CiError(f"bad --local-version {args.local_version!r}: letters, digits and dots, e.g. internal.1")
+    example = project_dir == PROJECT_DIR  # its own checks (ops vs torch, opcheck, C++ runner) in verify
+    if plan.engine != "host" and not example:
+        raise CiError(f"--engine {plan.engine}: container builds of other projects are not supported yet "
+                      f"(the repair step runs this repository's ci.repair inside); use --engine host")
     if plan.engine != "host":
         from ci.container import require_engine
 
@@ -113,7 +117,6 @@ def build_project(args, project_dir: Path, settings) -> int:
     if plan.engine == "host":
         log(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} (ci/glibc_compat.h)")
     limit = settings.limit
-    example = project_dir == PROJECT_DIR  # its own checks (ops vs torch, opcheck, C++ runner) in verify
 
     from ci import report
     from ci.check import check_wheel
@@ -143,9 +146,6 @@ def build_project(args, project_dir: Path, settings) -> int:
         else:
             from ci import container
 
-            if not example:
-                raise CiError(f"--engine {plan.engine}: container builds of other projects are not supported yet "
-                              f"(the repair step runs this repository's ci.repair inside); use --engine host")
             from ci.host import torch_spec
             from ci.hostenv import ensure_env
 
