@@ -45,8 +45,8 @@ def backend(project_dir: Path) -> str:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise CiError(f"bad {path}: {e}") from None
         name = data.get("build-system", {}).get("build-backend")
-        if name:
-            return BACKENDS.get(name, name)
+        # PEP 517: a pyproject.toml that names no backend is built by setuptools' legacy backend
+        return BACKENDS.get(name, name) if name else "setuptools"
     if (project_dir / "setup.py").is_file():
         return "setuptools"
     raise CiError(f"{project_dir}: neither pyproject.toml nor setup.py: not a Python project")

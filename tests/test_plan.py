@@ -162,7 +162,7 @@ def test_refused_with_the_reason(kw, message):
 
 
 def test_missing_pyproject(tmp_path):
-    with pytest.raises(CiError, match="no pyproject.toml"):
+    with pytest.raises(CiError, match="neither pyproject.toml nor setup.py: not a Python project"):
         pl.make_plan(cuda="13.0", engine="docker", project_dir=tmp_path)
 
 
