@@ -191,12 +191,12 @@ def test_end_to_end_our_cu118_image_for_torch_27(tmp_path):
     """The ABI-trap path for real: build our manylinux_2_28 + CUDA 11.8 image, then a torch 2.7.1 wheel in it.
 
     Several GB of downloads and a long image build: it runs wherever Docker responds."""
+    _registry_or_skip("quay.io/pypa/manylinux_2_28_x86_64")  # our Dockerfile's base
     found = _engine_or_skip()
     if found != "docker":
         pytest.skip("our images are built through the Docker SDK, and only podman responds")
     plan = pl.make_plan(cuda="11.8", torch="2.7.1", engine="docker", project_dir=ROOT)
     assert plan.image_origin == "ours"
-    _registry_or_skip("quay.io/pypa/manylinux_2_28_x86_64")  # our Dockerfile's base
     wheels = container.compile(plan, tmp_path / "w", ROOT)  # builds the image on first use
     assert image.exists(plan.image)
     assert wheels and all("manylinux_2_28_x86_64" in w.name for w in wheels)
