@@ -27,6 +27,8 @@ ENGINES = ("auto", "host", "docker", "podman")
 CONTAINER_ENGINES = ("docker", "podman")
 CONTAINER_CCACHE = "/ccache"
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
+CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # this package, mounted read-only: ci.repair runs from it in any project
+REPAIR_COMMAND = f"PYTHONPATH={CONTAINER_TOOL} python -m ci.repair -w {{dest_dir}} {{wheel}}"
 CONTAINER_CA = "/etc/ci/host-ca.pem"
 CONTAINER_FIND_LINKS = "/ci/find-links"
 # Where the host's trusted CA bundle is named: TLS-intercepting networks (corporate proxies, this kind of CI)
@@ -259,7 +261,8 @@ def host_ca_bundle() -> Path | None:
 def container_options(engine: str, find_links: Path | None) -> tuple[list[str], dict[str, str]]:
     """The engine's create arguments and the variables set inside: host network, the ccache volume, the
     host's CA bundle (read-only) and the find-links directory (read-only), Podman's rlimits."""
-    create = ["--network=host", f"--volume={ccache_dir()}:{CONTAINER_CCACHE}"]
+    create = ["--network=host", f"--volume={ccache_dir()}:{CONTAINER_CCACHE}",
+              f"--volume={Path(__file__).resolve().parent}:{CONTAINER_TOOL}/ci:ro"]
     inner: dict[str, str] = {}
     if (ca := host_ca_bundle()) is not None:
         create.append(f"--volume={ca.resolve()}:{CONTAINER_CA}:ro")
@@ -299,6 +302,9 @@ def environment(*, engine: str, image: str, identifiers: list[str], before_build
         "CIBW_BEFORE_ALL_LINUX": " && ".join(before_all),
         "CIBW_BEFORE_BUILD_LINUX": before_build,
         "CIBW_ENVIRONMENT_LINUX": _cibw_environment(inner),
+        # torch must be the one before-build pinned, in any project: no isolated build env
+        "CIBW_BUILD_FRONTEND": "build; args: --no-isolation",
+        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": REPAIR_COMMAND,
         "CIBW_BUILD_VERBOSITY": "1",
     }
     if engine in CONTAINER_ENGINES:
@@ -329,7 +335,7 @@ def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None) -> tup
 def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] | None = None,
               arch_list: str | None = None, engine: str = "auto", project_dir: Path = Path("."),
               image: str | None = None, find_links: Path | None = None,
-              torch_index_url: str | None = None) -> Plan:
+              torch_index_url: str | None = None, build_env: dict[str, str] | None = None) -> Plan:
     """The plan; `image` replaces the matrix's image, `find_links` is a wheel directory the container's pip
     uses (torch then comes from pip's sources, unless `torch_index_url` names an index)."""
     matrix = mx.load()
@@ -345,6 +351,10 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
                                             torch_index_url))
     plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
                    backend=project.backend)
+    if build_env:  # the project's [tool.ci] env and --env reach the container's build too
+        env = dict(plan.environment)
+        env["CIBW_ENVIRONMENT_LINUX"] += " " + _cibw_environment(build_env)
+        plan = replace(plan, environment=env)
     if image is None:
         return plan
     if not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]*", image):

@@ -28,7 +28,7 @@ from ci.cache import cache_dir
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
-PACKAGES = ("python3", "python3-venv", "g++", "make", "ca-certificates", "ccache", "git")
+PACKAGES = ("python3", "python3-venv", "python3-dev", "g++", "make", "ca-certificates", "ccache", "git")
 CUDA = "13.0"
 REPO = "localhost/cuda-wheel-ci-standin"
 

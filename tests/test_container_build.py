@@ -131,3 +131,23 @@ def test_engine_and_image_problems_are_one_line_exit_2(engines, standin, tmp_pat
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], r.stderr
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_another_project_in_container(engines, standin, torch_cpu_wheel, tmp_path, engine):
+    """The setuptools fixture through the same container path: this package's ci.repair mounted in,
+    no build isolation, then installed and its own tests run on the host."""
+    from tests.test_build_project import FIXTURE
+
+    need(engines, engine)
+    out = tmp_path / "out"
+    r = build(engine, standin[engine], torch_cpu_wheel.parent, out, str(FIXTURE), "--cpu")
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "PYTHONPATH=/opt/cuda-wheel-ci python -m ci.repair" in r.stderr
+    (wheel,) = sorted(out.glob("*.whl"))
+    assert wheel.name.startswith("tiny_ext-0.1.0+pt2.13.0.cpu-cp311-cp311-manylinux_2_")
+    report = json.loads((out / "report.json").read_text())
+    assert report["passed"] is True and report["verify"]["test_command"] == "ok"
+    assert report["verify"]["torch_ops"] == ["tiny_ext"]
+    assert not list(FIXTURE.glob("build")) and not list(FIXTURE.glob("*.egg-info"))
+
