@@ -106,6 +106,9 @@ def test_build_step_runs_ci_build_per_cuda(workflow):
     runs = "\n".join(run_lines(workflow["jobs"]["wheels"]))
     assert re.search(r'python -m ci\.build --cuda "\$\{\{ matrix\.cuda \}\}"', runs)
     assert "--dry-run" in runs  # the plan is printed in the log before the build
+    # a dispatch can name the extension; it reaches ci.build through the environment, not the script text
+    assert runs.count('-w wheelhouse "$PROJECT"') == 1 and "inputs.project" not in runs
+    assert workflow["env"]["PROJECT"] == "${{ inputs.project || '.' }}"
 
 
 def test_disk_cleanup_comes_first(workflow):
