@@ -66,7 +66,7 @@ class BuildEnv:
 
 def requirement_pins(names: tuple[str, ...]) -> list[str]:
     """`name==version` as requirements-dev.txt pins each name (the bare name where it pins none)."""
-    from ci.plan import read_pins
+    from ci.project import read_pins
     from ci.wheelname import normalize
 
     pins = read_pins(Path(__file__).resolve().parent.parent / "requirements-dev.txt")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ci import matrix as mx
+from ci.project import read_pins
 from ci.cache import cache_dir
 from ci.errors import CiError
 
@@ -38,6 +39,7 @@ CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 PODMAN_ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
 AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs docker or podman: the host "
                         "cannot build it ({why})")
+TOOL_PINS = Path(__file__).resolve().parent.parent / "requirements-dev.txt"  # this pipeline's tool versions
 _PY = re.compile(r"^3\.\d{1,2}$")
 
 
@@ -82,7 +84,7 @@ class Project:
     build_requires: list[str]
     cibw_build: list[str]  # [tool.cibuildwheel] build selectors
     py_api: str = ""  # [tool.scikit-build] wheel.py-api ("py3": one wheel serves every Python)
-    pins: dict[str, str] = field(default_factory=dict)  # requirements-dev.txt `name==version` pins
+    pins: dict[str, str] = field(default_factory=dict)  # our requirements-dev.txt pins, for the tools we install
     backend: str = "scikit-build-core"  # the build system, as ci.project.backend names it
 
     @classmethod
@@ -93,7 +95,7 @@ class Project:
         kind = backend(Path(project_dir))
         if not path.exists():  # a setup.py-only project: its name is known once it is built
             return cls(Path(project_dir).resolve().name, "", ["setuptools", "wheel"], [], "",
-                       read_pins(Path(project_dir) / "requirements-dev.txt"), kind)
+                       read_pins(TOOL_PINS), kind)
         try:
             data = tomllib.loads(path.read_text())
         except FileNotFoundError:
@@ -108,7 +110,7 @@ class Project:
         py_api = data.get("tool", {}).get("scikit-build", {}).get("wheel", {}).get("py-api", "")
         return cls(name, data["project"].get("requires-python", ""),
                    list(data.get("build-system", {}).get("requires", [])), selectors, py_api,
-                   read_pins(Path(project_dir) / "requirements-dev.txt"), kind)
+                   read_pins(TOOL_PINS), kind)
 
     def pinned(self, requirement: str) -> str:
         """A requirement with the version requirements-dev.txt pins for it, when it pins one."""
@@ -120,19 +122,6 @@ class Project:
         """Pythons named by [tool.cibuildwheel] build (cp311-... -> 3.11); the op wheel is py3, so one."""
         found = [f"{m[1]}.{m[2]}" for s in self.cibw_build if (m := re.match(r"cp(3)(\d+)-", s))]
         return found or ["3.11"]
-
-
-def read_pins(path: Path) -> dict[str, str]:
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return {}
-    pins = {}
-    for line in lines:
-        m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)", line)
-        if m:
-            pins[re.sub(r"[-_.]+", "-", m[1]).lower()] = m[2]
-    return pins
 
 
 def python_notes(project: Project, pythons: list[str]) -> list[str]:
