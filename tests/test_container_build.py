@@ -68,7 +68,7 @@ def test_build_in_container(engines, standin, torch_cpu_wheel, cuda_find_links, 
     assert r.returncode == 0, r.stderr[-4000:]
     # cibuildwheel ran in the image, and ci.repair ran inside it
     assert "Building cp311-manylinux_x86_64 wheel" in r.stderr, r.stderr[-3000:]
-    assert "sh -c 'python -m ci.repair" in r.stderr and f"{engine} cp " in r.stderr
+    assert "sh -c 'PYTHONPATH=/opt/cuda-wheel-ci python -m ci.repair" in r.stderr and f"{engine} cp " in r.stderr
     (wheel,) = sorted(out.glob("*.whl"))
     assert f"+pt2.13.0.{variant}" in wheel.name and "-py3-none-manylinux_2_" in wheel.name
     meta = wheel_metadata(wheel)
