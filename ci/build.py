@@ -102,7 +102,6 @@ def build_project(args, project_dir: Path, settings) -> int:
         raise CiError("-w/--wheel-dir is required unless --dry-run")
     if not re.fullmatch(r"auto|none|[A-Za-z0-9]+(\.[A-Za-z0-9]+)*", args.local_version):
         raise CiError(f"bad --local-version {args.local_version!r}: letters, digits and dots, e.g. internal.1")
-    example = project_dir == PROJECT_DIR  # its own checks (ops vs torch, opcheck, C++ runner) in verify
     if plan.engine != "host":
         from ci.container import require_engine
 
@@ -117,7 +116,7 @@ def build_project(args, project_dir: Path, settings) -> int:
 
     from ci import report
     from ci.check import check_wheel
-    from ci.verify import verify, verify_generic
+    from ci.verify import verify_generic
 
     out_dir: Path = args.wheel_dir
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -134,7 +133,7 @@ def build_project(args, project_dir: Path, settings) -> int:
 
             comp = compile_host(plan, project_dir, work, torch_index_url=args.torch_index_url,
                                 nvcc_source=args.nvcc, build_env=settings.env, log=log)
-            env, runner = comp.env, comp.runner
+            env, build_dir = comp.env, comp.build_dir
             fixed = repair(comp.wheel, work / "repaired", torch_version=env.torch_version,
                            torch_requires=env.requires, plat=f"{plan.manylinux}_x86_64",
                            excludes=settings.exclude)
@@ -147,7 +146,7 @@ def build_project(args, project_dir: Path, settings) -> int:
             from ci.hostenv import ensure_env
 
             built = container.compile(plan, work / "repaired", project_dir, logfile=work / "cibuildwheel.log")
-            env, runner = ensure_env(torch_spec(plan, args.torch_index_url), log=log), None
+            env, build_dir = ensure_env(torch_spec(plan, args.torch_index_url), log=log), None
         local = variant_label(plan) if args.local_version == "auto" else (
             None if args.local_version == "none" else args.local_version)
         wheels = [finish_wheel(w, env.site, work / "finished", local) for w in built]
@@ -171,11 +170,9 @@ def build_project(args, project_dir: Path, settings) -> int:
         links = sorted({w.parent for w, _ in final})
         failures: list[str] = []
         for wheel in mains:
-            if example:
-                result = verify(wheel, env.site, runner=runner, find_links=links, log=log)
-            else:
-                result = verify_generic(wheel, env.site, project_dir=project_dir, test_command=settings.test_command,
-                                        test_requires=settings.test_requires, find_links=links, log=log)
+            result = verify_generic(wheel, env.site, project_dir=project_dir, test_command=settings.test_command,
+                                    test_requires=settings.test_requires, find_links=links, build_dir=build_dir,
+                                    log=log)
             rep.verify.update(result.checks)
             failures += result.failures
         rep.passed = not failures

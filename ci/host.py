@@ -2,8 +2,8 @@
 
 The cached build env supplies the plan's torch; for CUDA builds a CUDA root assembled from the host
 nvcc (or NVIDIA's nvcc wheel) and the nvidia-* wheels stands in for the image's toolkit. The build
-itself is the project's own: scikit-build-core through `python -m build --no-isolation`, with the
-C++ runner built alongside (it stays in the build tree; verify runs it against the installed wheel).
+itself is the project's own, through `python -m build --no-isolation`; a CMake project's build tree
+stays in the work directory, where its tests find what it built besides the wheel (CI_BUILD_DIR).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ PROGRESS = re.compile(rb"^\[\d+/\d+\] ")  # ninja's and make's step lines
 @dataclass(frozen=True)
 class CompileResult:
     wheel: Path  # the unrepaired wheel, as the build backend wrote it
-    runner: Path | None  # the C++ program, when it was built (it stays in the build tree)
+    build_dir: Path | None  # the CMake build tree (test programs the project built stay there)
     env: BuildEnv  # the torch it was built against, which verify installs next to it
 
 
@@ -109,8 +109,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     host_flags = f"-isystem {compat} -include {compat / 'glibc_compat.h'}"
     cuda_flags = ["-isystem", str(compat), f"-Xcompiler=-include,{compat / 'glibc_compat.h'}"]
     cmake = plan.backend == "scikit-build-core"
-    config = ["-C", f"build-dir={work_dir / 'build'}", "-C", "cmake.define.BUILD_RUNNER=ON",
-              "-C", f"cmake.define.CMAKE_CXX_FLAGS={host_flags}"] if cmake else []
+    config = ["-C", f"build-dir={work_dir / 'build'}", "-C", f"cmake.define.CMAKE_CXX_FLAGS={host_flags}"] if cmake else []
     if not cmake:
         environ["CFLAGS"] = f"{environ.get('CFLAGS', '')} {host_flags}".strip()
     if plan.cuda is not None:
@@ -149,5 +148,4 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     log(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
-    runner = next((p for p in build_dir.glob("*_runner") if os.access(p, os.X_OK)), None) if build_dir.is_dir() else None
-    return CompileResult(wheels[-1], runner, env)
+    return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env)

@@ -28,9 +28,10 @@ from ci.atomic import atomic_path
 from ci.errors import CiError, Finding
 from ci.wheelname import WheelName, normalize
 
-# Library stems that must never be grafted: torch's own, then NVIDIA's. One list; the auditwheel
-# patterns are derived from it as `lib<stem>*.so*`, so versioned sonames (libcudart.so.13) match.
-TORCH_LIBRARIES = ("torch", "c10", "shm", "caffe2")
+# Library stems that must never be grafted: torch's own (its OpenMP runtime included: torch ships
+# libgomp.so.1 and a second copy in the extension's wheel breaks at run time), then NVIDIA's. One list;
+# the auditwheel patterns are derived from it as `lib<stem>*.so*`, so versioned sonames match.
+TORCH_LIBRARIES = ("torch", "c10", "shm", "caffe2", "gomp")
 CUDA_LIBRARIES = (
     "cuda", "cudart", "cudnn", "cublas", "cublasLt", "cufft", "cufile", "curand", "cusolver",
     "cusparse", "cusparseLt", "cupti", "nvrtc", "nvJitLink", "nvToolsExt", "nvtx3interop", "nccl",

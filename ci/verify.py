@@ -1,13 +1,14 @@
-"""Verify: install the repaired wheel into a fresh venv with its torch, and exercise it for real.
+"""Verify: install a built wheel into a fresh venv with its torch, check it, and run the project's tests.
 
 The fresh venv sees the cached torch install through a .pth file instead of reinstalling ~3 GB of
 torch and CUDA wheels per run: pip still resolves the wheel's Requires-Dist against it (with
 --no-index, so an unmet requirement fails the install rather than downloading something), and the
-package imports from the venv's own site-packages. Then: both ops against torch's softmax,
-torch.library.opcheck, gradcheck and gradgradcheck in float64, a scripted model saved and loaded in
-another process, and the Python-free C++ runner on that model. CUDA checks run where a GPU is.
+package imports from the venv's own site-packages. The checks are the same for any extension (each
+package imports, each library loads, the torch.ops namespaces it registers, nothing grafted, torch
+pinned); what the extension computes is its own tests' job: the project's test command runs there
+next, and a pytest run is reported test by test.
 
-    python -m ci.verify WHEEL --torch-site DIR [--runner PATH] [--json]
+    python -m ci.verify WHEEL --torch-site DIR [--project DIR] [--test-command CMD] [--json]
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ci import cli
 from ci.errors import CiError, Finding
 from ci.wheelname import WheelName
-
-CHECKS = Path(__file__).with_name("verify_checks.py")
 
 
 @dataclass
@@ -37,8 +37,7 @@ class VerifyResult:
 
     @property
     def failures(self) -> list[str]:
-        return [f"{k}: {v}" for k, v in self.checks.items()
-                if isinstance(v, str) and (v.startswith("FAILED") or k == "import" and v != "ok")]
+        return [f"{k}: {v}" for k, v in self.checks.items() if isinstance(v, str) and v.startswith("FAILED")]
 
     @property
     def passed(self) -> bool:
@@ -75,50 +74,6 @@ def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Pat
     return python, f"FAILED: {reason[0] if reason else ''}"
 
 
-def run_runner(runner: Path, model: str, library: str, torch_lib: str) -> str:
-    """Run the C++ program as a Python-free deployment would: libraries found via LD_LIBRARY_PATH
-    (the op library, torch's, and the CUDA wheels' lib directories next to torch)."""
-    site = Path(torch_lib).parent.parent
-    dirs = [str(Path(library).parent), torch_lib, *map(str, sorted(site.glob("nvidia/*/lib")))]
-    env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(dirs)}
-    proc = subprocess.run([str(runner), model, "1.7"], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        return f"FAILED: exit {proc.returncode}: {lines[-1] if lines else ''}"
-    return "ok"
-
-
-def verify(wheel: Path, torch_site: Path, *, runner: Path | None = None, find_links: list[Path] = (),
-           log=print) -> VerifyResult:
-    """Install `wheel` into a fresh venv layered over `torch_site` and run every check.
-
-    `find_links`: directories holding the wheels it may require besides torch's (split companions)."""
-    name = WheelName.parse(wheel.name)
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="ci-verify-") as tmp:
-        tmp = Path(tmp)
-        python, failed = install_fresh(wheel, torch_site, tmp, find_links)
-        if failed:
-            return VerifyResult(wheel.name, {"install": failed})
-        proc = subprocess.run([str(python), str(CHECKS), name.distribution, str(tmp)],
-                              capture_output=True, text=True, cwd=tmp)
-        try:
-            checks = json.loads(proc.stdout.strip().splitlines()[-1])
-        except (IndexError, json.JSONDecodeError):
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            checks = {"import": f"FAILED: {tail}"}
-        checks = {"install": "ok", **checks}
-        if runner is not None and "model" in checks:
-            checks["cpp_runner"] = run_runner(runner, checks["model"], checks["library"], checks["torch_lib"])
-        elif runner is None:
-            checks["cpp_runner"] = "skipped: no runner built"
-        if not checks.get("cuda_available"):
-            checks["cuda"] = "skipped: no GPU (CPU kernels verified)"
-        for transient in ("model", "library", "torch_lib"):
-            checks.pop(transient, None)
-    return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
-
-
 GENERIC = Path(__file__).with_name("verify_generic.py")
 TEST_TAIL = 10
 
@@ -138,24 +93,67 @@ def top_packages(wheel: Path) -> list[str]:
     return sorted(names)
 
 
-def run_test_command(command: str, python: Path, project_dir: Path, wheel: Path, cwd: Path) -> str:
+def pytest_results(xml_path: Path) -> dict[str, str]:
+    """Each test of a pytest run from its JUnit XML: 'ok', 'skipped: why' or 'FAILED: message'."""
+    try:
+        root = ET.parse(xml_path).getroot()
+    except (OSError, ET.ParseError):
+        return {}
+    results = {}
+    for case in root.iter("testcase"):
+        name = f"test {case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name', '?')}"
+        outcome = "ok"
+        for child in case:
+            message = (child.get("message") or (child.text or "").strip()).splitlines()
+            first = message[0][:200] if message else ""
+            if child.tag in ("failure", "error"):
+                outcome = f"FAILED: {first}"
+            elif child.tag == "skipped":
+                outcome = f"skipped: {first}"
+        results[name] = outcome
+    return results
+
+
+def run_test_command(command: str, python: Path, project_dir: Path, wheel: Path, cwd: Path,
+                     build_dir: Path | None = None) -> dict[str, str]:
     """cibuildwheel's convention: a shell command with {project} and {wheel}, run with the verify
-    venv first on PATH. 'ok', or FAILED with the exit status and the output's last lines."""
+    venv first on PATH. Returns `test_command` ('ok', or FAILED with the exit status and the output's
+    last lines) and, when the command ran pytest, each test's outcome (through PYTEST_ADDOPTS, which
+    any pytest honours). CI_BUILD_DIR names the build tree, where a project may leave test programs."""
     text = command.replace("{project}", shlex.quote(str(project_dir))).replace("{wheel}", shlex.quote(str(wheel)))
     venv = python.parent.parent
-    env = {**os.environ, "VIRTUAL_ENV": str(venv), "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    junit = cwd / "test-results.xml"
+    env = {**os.environ, "VIRTUAL_ENV": str(venv), "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} --junitxml={shlex.quote(str(junit))}".strip()}
     env.pop("PYTHONPATH", None)
+    if build_dir is not None:
+        env["CI_BUILD_DIR"] = str(build_dir)
     proc = subprocess.run(["sh", "-c", text], capture_output=True, text=True, cwd=cwd, env=env)
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     if proc.returncode == 0:
-        return "ok"
-    tail = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()][-TEST_TAIL:]
-    return f"FAILED: exit {proc.returncode}: " + " | ".join(tail)
+        summary = lines[-1].strip("= ") if lines and " in " in lines[-1] else ""
+        outcome = f"ok ({summary})" if summary else "ok"
+    else:
+        outcome = f"FAILED: exit {proc.returncode}: " + " | ".join(lines[-TEST_TAIL:])
+    return {"test_command": outcome, **pytest_results(junit)}
+
+
+def grafted_runtime(wheel: Path) -> list[str]:
+    """Libraries auditwheel must never graft (torch's, CUDA's, cuDNN's, OpenMP) found in the wheel."""
+    import zipfile
+
+    from ci.repair import is_excluded
+
+    with zipfile.ZipFile(wheel) as z:
+        return sorted(n for n in z.namelist() if ".libs/" in n and is_excluded(n.rsplit("/", 1)[-1]))
 
 
 def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_command: str | None = None,
-                   test_requires: list[str] = (), find_links: list[Path] = (), log=print) -> VerifyResult:
+                   test_requires: list[str] = (), find_links: list[Path] = (), build_dir: Path | None = None,
+                   log=print) -> VerifyResult:
     """Any extension: install it over its torch, import every top-level package, load every shared
-    library, list the torch.ops namespaces it registers, check it pins torch; then its test command."""
+    library, list the torch.ops namespaces it registers, check it pins torch and grafts none of the
+    runtime; then its test command."""
     from ci.wheelfile import WheelArchive, get_headers
 
     start = time.monotonic()
@@ -164,6 +162,8 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
         requires = get_headers(wa.metadata, "Requires-Dist")
     checks["requires_torch"] = ("ok" if any(r.replace(" ", "").startswith("torch==") for r in requires)
                                 else "FAILED: Requires-Dist does not pin torch")
+    grafted = grafted_runtime(wheel)
+    checks["nothing_grafted"] = f"FAILED: {', '.join(grafted)}" if grafted else "ok"
     with tempfile.TemporaryDirectory(prefix="ci-verify-") as tmp:
         tmp = Path(tmp)
         python, failed = install_fresh(wheel, torch_site, tmp, find_links)
@@ -187,7 +187,7 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
                     checks["test_requires"] = f"FAILED: {last}"
                     return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
             log(f"running the test command: {test_command}")
-            checks["test_command"] = run_test_command(test_command, python, project_dir, wheel, tmp)
+            checks.update(run_test_command(test_command, python, project_dir, wheel, tmp, build_dir))
         else:
             checks["test_command"] = "skipped: none given ([tool.ci] test-command or --test-command)"
     return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
@@ -197,17 +197,33 @@ def build_parser() -> cli.Parser:
     p = cli.parser("python -m ci.verify", "install a wheel into a fresh venv over a torch install and test it")
     p.add_argument("wheel", type=Path)
     p.add_argument("--torch-site", type=Path, required=True, help="site-packages holding torch (and its CUDA wheels)")
-    p.add_argument("--runner", type=Path, help="the C++ runner built with the wheel")
+    p.add_argument("--project", type=Path, help="the wheel's project: its [tool.ci] test command runs "
+                                                "(placeholder {project})")
+    p.add_argument("--test-command", help="run after the checks (default: the project's [tool.ci] test-command)")
+    p.add_argument("--test-requires", action="append", metavar="REQ", help="installed before the test command")
+    p.add_argument("--build-dir", type=Path, help="the build tree, passed to the tests as CI_BUILD_DIR")
     p.add_argument("--json", action="store_true")
     return p
 
 
 def main(args) -> int:
+    from ci import project
+
     if not args.wheel.is_file():
         raise CiError(f"{args.wheel}: no such file")
+    WheelName.parse(args.wheel.name)
     if not (args.torch_site / "torch").is_dir():
         raise CiError(f"{args.torch_site}: no torch installed there")
-    result = verify(args.wheel, args.torch_site, runner=args.runner)
+    settings = project.Settings()
+    if args.project is not None:
+        if not args.project.is_dir():
+            raise CiError(f"{args.project}: not a project directory")
+        project.backend(args.project)
+        settings = project.read_settings(args.project)
+    result = verify_generic(args.wheel, args.torch_site, project_dir=(args.project or Path.cwd()).resolve(),
+                            test_command=args.test_command or settings.test_command,
+                            test_requires=settings.test_requires + (args.test_requires or []),
+                            build_dir=args.build_dir, log=lambda msg: print(msg, file=sys.stderr))
     if args.json:
         cli.emit_json({**asdict(result), "passed": result.passed, "failures": result.failures})
     else:

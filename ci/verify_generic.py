@@ -3,7 +3,7 @@
     python verify_generic.py SITE_PACKAGES PACKAGE...
 
 Prints one JSON line: each top-level package imported (after torch), each of the wheel's shared
-libraries loaded, and the torch.ops namespaces that importing the packages registered.
+libraries loaded, the torch it ran with, and the torch.ops namespaces that importing the packages registered.
 """
 
 import ctypes
@@ -21,9 +21,9 @@ def namespaces():
 
 
 def main(site, packages):
-    import torch  # noqa: F401  (first, as a user of the extension would)
+    import torch  # first, as a user of the extension would
 
-    checks, before = {}, namespaces()
+    checks, before = {"torch": torch.__version__}, namespaces()
     for pkg in packages:
         try:
             importlib.import_module(pkg)

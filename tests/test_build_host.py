@@ -21,7 +21,11 @@ from ci.wheelname import WheelName
 from conftest import ROOT
 from tests._wheels import run_stage
 
-VERIFY_OK = ("install", "import", "ops_cpu", "opcheck_cpu", "gradcheck_cpu", "torchscript", "cpp_runner")
+# the generic checks, then the example's own tests (example_tests/, its [tool.ci] test-command)
+VERIFY_OK = ("requires_torch", "nothing_grafted", "install", "import softmax_ext",
+             "load softmax_ext/lib/libsoftmax_ext.so", *(f"test test_softmax_ext::{t}" for t in (
+                 "test_ops_match_torch[float32-cpu]", "test_ops_match_torch[float64-cpu]", "test_opcheck[cpu]",
+                 "test_gradcheck[cpu]", "test_torchscript_model_loads_in_a_new_process", "test_cpp_runner")))
 
 
 def project_name() -> str:
@@ -54,6 +58,8 @@ def assert_verified(report: dict) -> None:
     assert report["passed"] is True
     for check in VERIFY_OK:
         assert report["verify"][check] == "ok", (check, report["verify"])
+    assert report["verify"]["test_command"].startswith("ok (")
+    assert report["verify"]["torch_ops"] == ["softmax_ext"]
 
 
 def test_cpu_build(cpu_build):
@@ -70,7 +76,7 @@ def test_cpu_build(cpu_build):
     assert wheel_report["size"] == cpu_build.wheel.stat().st_size
     assert "libc10.so" in wheel_report["excluded"]
     md = (cpu_build.out / "report.md").read_text()
-    assert cpu_build.wheel.name in md and "| cpp_runner | ok |" in md
+    assert cpu_build.wheel.name in md and "| test test_softmax_ext::test_cpp_runner | ok |" in md
 
 
 def test_cuda_build(cuda_build):

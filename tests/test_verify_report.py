@@ -11,7 +11,10 @@ from pathlib import Path
 from ci import report
 from ci.hostenv import TorchSpec, ensure_env
 from ci.wheelname import WheelName
+from conftest import ROOT
 from tests._wheels import run_stage
+
+OPS = "test test_softmax_ext::test_ops_match_torch[float32-cpu]"
 
 
 def cpu_torch_site() -> Path:
@@ -37,17 +40,29 @@ def broken_copy(wheel: Path, tmp_path: Path) -> Path:
 
 def test_verify_passes_the_real_wheel_and_fails_a_broken_one(cpu_build, tmp_path):
     site = cpu_torch_site()
-    good = run_stage("ci.verify", cpu_build.wheel, "--torch-site", site, "--json")
+    """The example's own tests run through the generic path (--project: its [tool.ci] test command)."""
+    good = run_stage("ci.verify", cpu_build.wheel, "--torch-site", site, "--project", ROOT, "--json")
     assert good.returncode == 0, good.stderr
-    assert json.loads(good.stdout)["checks"]["ops_cpu"] == "ok"
+    assert json.loads(good.stdout)["checks"][OPS] == "ok"
 
-    bad = run_stage("ci.verify", broken_copy(cpu_build.wheel, tmp_path), "--torch-site", site, "--json")
+    bad = run_stage("ci.verify", broken_copy(cpu_build.wheel, tmp_path), "--torch-site", site, "--project", ROOT,
+                    "--json")
     assert bad.returncode == 1, bad.stderr
     checks = json.loads(bad.stdout)["checks"]
-    assert checks["install"] == "ok" and checks["import"] == "ok"
-    assert checks["ops_cpu"].startswith("FAILED")  # gradcheck still passes: it checks consistency only
+    assert checks["install"] == "ok" and checks["import softmax_ext"] == "ok"
+    assert checks[OPS].startswith("FAILED: AssertionError")  # the report names the test that failed
+    # gradcheck still passes: it checks the op against its own backward, which the wrapper bypasses
+    assert checks["test test_softmax_ext::test_gradcheck[cpu]"] == "ok"
     errors = [line for line in bad.stderr.splitlines() if ": error: " in line]
-    assert len(errors) == 1 and "ops_cpu" in errors[0]
+    assert len(errors) == 1 and OPS in errors[0]
+
+
+def test_verify_without_tests_runs_the_generic_checks(cpu_build):
+    proc = run_stage("ci.verify", cpu_build.wheel, "--torch-site", cpu_torch_site(), "--json")
+    assert proc.returncode == 0, proc.stderr
+    checks = json.loads(proc.stdout)["checks"]
+    assert checks["torch_ops"] == ["softmax_ext"] and checks["load softmax_ext/lib/libsoftmax_ext.so"] == "ok"
+    assert checks["test_command"].startswith("skipped")
 
 
 def test_verify_bad_input(tmp_path):
@@ -57,6 +72,9 @@ def test_verify_bad_input(tmp_path):
     wheel.write_bytes(b"")
     proc = run_stage("ci.verify", wheel, "--torch-site", tmp_path)
     assert proc.returncode == 2 and "no torch installed there" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    proc = run_stage("ci.verify", wheel, "--torch-site", cpu_torch_site(), "--project", tmp_path / "nowhere")
+    assert proc.returncode == 2 and "not a project directory" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
