@@ -224,11 +224,13 @@ def _before_build(project: Project, torch_req: str, index_url: str | None, cudnn
 def _cibw_environment(values: dict[str, str]) -> str:
     """cibuildwheel's `environment` syntax: NAME=value pairs, evaluated in the container.
 
-    Values naming $VARS are double-quoted so they expand there; the rest are single-quoted."""
+    Values naming $VARS are double-quoted so they expand there; the rest are single-quoted, always:
+    cibuildwheel's parser refuses a bare `=` in a value (SKBUILD_CMAKE_DEFINE=BUILD_RUNNER=ON)."""
     def quote(v: str) -> str:
-        if "$" in v:
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        return shlex.quote(v)
+        if "$" in v or "'" in v:  # its parser joins no quoted pieces: one double-quoted word
+            v = v.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+            return '"' + v + '"'
+        return "'" + v + "'"
     return " ".join(f"{k}={quote(v)}" for k, v in values.items())
 
 

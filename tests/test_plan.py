@@ -254,3 +254,13 @@ def test_before_all_checks_run_in_a_real_shell():
         assert (r.returncode == 0) == (gcc <= row.gcc_max)
         if r.returncode:
             assert f"build image GCC {gcc} is above what nvcc {row.version} accepts ({row.gcc_max})" in r.stdout
+
+
+@pytest.mark.parametrize("value", ["BUILD_RUNNER=ON", "a b", "it's", 'say "hi"', "x;y&z|w", "", "$HOME/lib", "a\\b", "it's a\\b"])
+def test_project_env_survives_cibuildwheels_parser(value):
+    """[tool.ci] env / --env reach the container as cibuildwheel itself reads them (its own parser)."""
+    from cibuildwheel.environment import parse_environment
+
+    plan = pl.make_plan(cuda=None, engine="docker", build_env={"MY_VALUE": value, "OTHER": "1"})
+    env = parse_environment(plan.environment["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"HOME": "/root"})
+    assert env["MY_VALUE"] == value.replace("$HOME", "/root") and env["OTHER"] == "1"
