@@ -12,8 +12,10 @@ with one line, exit 2.
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -51,24 +53,37 @@ def cudnn_paths() -> tuple[list[str], list[str]]:
     return [str(base / "include")], [str(base / "lib")]
 
 
-def build_package(torch, work: Path) -> Path:
-    """The example package in work/, with its op library compiled for this GPU; returns work."""
+def compile_op(work: str, cuda: bool) -> None:
+    """Compile the op library into work/softmax_ext.so with torch's extension builder. Runs in a child
+    process: the builder loads what it built, and a second copy of the library loaded into the same
+    process (the one the package imports) would register the op namespace twice and abort."""
     from torch.utils import cpp_extension
 
-    include, libdirs = cudnn_paths()
+    flags = ["-O3", "-DOPS_NAMESPACE=softmax_ext"] + (["-DOPS_WITH_CUDA"] if cuda else [])
+    sources = [str(ROOT / "csrc" / "ops.cpp")] + ([str(ROOT / "csrc" / "cuda.cu")] if cuda else [])
+    include, ldflags = [], []
+    if cuda:
+        include, libdirs = cudnn_paths()
+        ldflags = [f"-L{d}" for d in libdirs] + ["-l:libcudnn.so.9"]
+    cpp_extension.load(name="softmax_ext", sources=sources, extra_cflags=flags, extra_cuda_cflags=flags,
+                       extra_include_paths=include, extra_ldflags=ldflags, with_cuda=cuda,
+                       build_directory=work, is_python_module=False, verbose=False)
+
+
+def build_package(torch, work: Path, cuda: bool = True) -> Path:
+    """The example package in work/, with its op library compiled (for this GPU when cuda); returns work."""
     pkg = work / "softmax_ext"
     shutil.copytree(ROOT / "src" / "softmax_ext", pkg)
     (pkg / "lib").mkdir()
-    major, minor = torch.cuda.get_device_capability()
-    import os
-
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
-    cpp_extension.load(
-        name="softmax_ext", sources=[str(ROOT / "csrc" / "ops.cpp"), str(ROOT / "csrc" / "cuda.cu")],
-        extra_cflags=["-O3", "-DOPS_WITH_CUDA", "-DOPS_NAMESPACE=softmax_ext"],
-        extra_cuda_cflags=["-O3", "-DOPS_WITH_CUDA", "-DOPS_NAMESPACE=softmax_ext"],
-        extra_include_paths=include, extra_ldflags=[f"-L{d}" for d in libdirs] + ["-l:libcudnn.so.9"],
-        build_directory=str(work), is_python_module=False, verbose=False)
+    env = dict(os.environ)
+    if cuda:
+        major, minor = torch.cuda.get_device_capability()
+        env.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
+    # the builder runs `ninja`: the one pip installed beside this interpreter counts too
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    code = f"from ci.gpu_check import compile_op; compile_op({str(work)!r}, {cuda!r})"
+    if subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env).returncode != 0:
+        raise CiError("compiling the example op failed (the compiler's output is above)")
     shutil.copy2(work / "softmax_ext.so", pkg / "lib" / "libsoftmax_ext.so")
     return work
 

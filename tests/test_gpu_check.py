@@ -35,3 +35,18 @@ def test_refuses_in_one_line_without_a_gpu(request, tmp_path, variant, words):
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpu-check: error: ") and words in lines[0], r.stderr
+
+
+def test_the_built_package_imports_and_computes(cpu_build, tmp_path):
+    """gpu-check's build, without CUDA, on a CPU torch: the package it assembles imports once and computes.
+    (The first GPU run aborted here: the builder's own load and the package's load registered the op twice.)"""
+    python = cache_dir("envs") / "torch-2.13.0-cpu-py311" / "bin" / "python"
+    code = ("import sys, torch\nfrom pathlib import Path\nfrom ci.gpu_check import build_package\n"
+            "sys.path.insert(0, str(build_package(torch, Path(sys.argv[1]), cuda=False)))\n"
+            "import softmax_ext\nx = torch.randn(8, 33, dtype=torch.float64)\n"
+            "torch.testing.assert_close(softmax_ext.scaled_softmax(x, 0.7), torch.softmax(x * 0.7, dim=-1))\n"
+            "print(softmax_ext.LIBRARY)\n")
+    r = subprocess.run([str(python), "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == str(tmp_path / "softmax_ext" / "lib" / "libsoftmax_ext.so")
