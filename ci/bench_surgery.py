@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         from ci.cli import emit_json
         emit_json({"wheel": wheel.name, "size": wheel.stat().st_size, "results": rows})
         return 0
-    print(f"wheel: {wheel.name} ({wheel.stat().st_size / 2**20:.1f} MiB), {os.cpu_count()} CPUs")
+    print(f"wheel: {wheel.name} ({wheel.stat().st_size / 2**20:.1f} MiB), {len(os.sched_getaffinity(0))} CPUs usable")
     for r in rows:
         print(f"{r['seconds']:9.2f} s  {r['speedup']:6.1f}x  {r['step']}")
     print("(speedup = baseline seconds / step seconds; the baseline recompresses every member)")

@@ -825,7 +825,7 @@ def _deflate(blocks: Iterable[bytes]) -> tuple[list[bytes], int, int, bytes]:
     parts: list[bytes] = []
     pending: deque = deque()
     pool: ThreadPoolExecutor | None = None
-    workers = os.cpu_count() or 1
+    workers = len(os.sched_getaffinity(0))  # the cores this process may use (taskset, cgroups), not the machine's
     try:
         for data, last in _with_last(blocks):
             sha.update(data)
