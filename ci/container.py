@@ -81,9 +81,12 @@ def project_files(project_dir: Path) -> list[Path]:
     """What goes into the container: git's tracked and unignored files (not .venv, build trees, wheels).
 
     cibuildwheel copies its whole working directory into the container, so it runs from a copy of these."""
-    r = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=project_dir,
-                       capture_output=True)
-    if r.returncode == 0:
+    try:
+        r = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=project_dir, capture_output=True)
+    except FileNotFoundError:  # no git on this machine (slim images): the fallback below
+        r = None
+    if r is not None and r.returncode == 0:
         return [Path(f) for f in r.stdout.decode().split("\0") if f and (project_dir / f).is_file()]
     skip = {".git", ".venv", "build", "dist", "wheelhouse", "__pycache__"}
     return [p.relative_to(project_dir) for p in project_dir.rglob("*")

@@ -178,6 +178,14 @@ def test_container_gets_the_project_without_venv_or_build_trees():
     assert not any(f.startswith((".venv/", ".git/", "build/")) or "__pycache__" in f for f in files)
 
 
+def test_a_machine_without_git_stages_the_project_too(tmp_path, monkeypatch):
+    """Slim images and chroots have no git: the project is listed without it (was a FileNotFoundError)."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no git on PATH
+    files = {str(p) for p in container.project_files(ROOT)}
+    assert {"pyproject.toml", "ci/repair.py", "csrc/ops.cpp"} <= files
+    assert not any(f.startswith((".venv/", ".git/", "build/")) or "__pycache__" in f for f in files)
+
+
 def test_project_outside_git_is_staged_without_venv(tmp_path):
     src = tmp_path / "src"
     for rel in ("pyproject.toml", "ci/x.py", ".venv/bin/python", "build/cp311/a.o"):
