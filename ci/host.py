@@ -110,8 +110,9 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     cuda_flags = ["-isystem", str(compat), f"-Xcompiler=-include,{compat / 'glibc_compat.h'}"]
     cmake = plan.backend == "scikit-build-core"
     config = ["-C", f"build-dir={work_dir / 'build'}", "-C", f"cmake.define.CMAKE_CXX_FLAGS={host_flags}"] if cmake else []
-    if not cmake:
-        environ["CFLAGS"] = f"{environ.get('CFLAGS', '')} {host_flags}".strip()
+    if not cmake:  # C and C++: setuptools compiles .cpp with CXXFLAGS, cpp_extension's ninja path with CFLAGS
+        for var in ("CFLAGS", "CXXFLAGS"):
+            environ[var] = f"{environ.get(var, '')} {host_flags}".strip()
     if plan.cuda is not None:
         nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=nvcc_source, log=log)
         root = assemble_cuda_root(env, nvcc)
@@ -122,6 +123,9 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
         else:
             environ["NVCC_APPEND_FLAGS"] = " ".join([*plan.nvcc_flags, *cuda_flags])
     environ.update(ccache_environ(plan, work_dir, cmake, config))
+    # the build env's own tools first: without ninja on PATH cpp_extension compiles one file at a time,
+    # and through setuptools' C++ flags rather than its C ones
+    environ["PATH"] = f"{env.python.parent}{os.pathsep}{environ.get('PATH', '')}"
     environ.update(build_env or {})
     dist = work_dir / "dist"
     dist.mkdir(parents=True, exist_ok=True)

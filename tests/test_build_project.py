@@ -68,6 +68,20 @@ def test_directory_cpu(tmp_path):
     assert not list(FIXTURE.glob("build")) and not list(FIXTURE.glob("*.egg-info"))
 
 
+def test_policy_met_without_ninja_on_the_callers_path(tmp_path):
+    """A caller with no ninja on PATH (an Ubuntu 24.04 root): cpp_extension then compiled the C++ through
+    setuptools' C++ flags, without the glibc compat flags, and the wheel needed glibc 2.32."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in Path("/usr/bin").iterdir():
+        if tool.name != "ninja":
+            (bin_dir / tool.name).symlink_to(tool)
+    out = tmp_path / "out"
+    r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", "host", "-w", out, env={"PATH": str(bin_dir)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_tested(out, "cpu")  # manylinux_2_28 among its checks
+
+
 def test_sdist_cpu(tmp_path):
     sdist = make_sdist(tmp_path / "dist")
     out = tmp_path / "out"
