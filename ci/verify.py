@@ -78,19 +78,16 @@ GENERIC = Path(__file__).with_name("verify_generic.py")
 TEST_TAIL = 10
 
 
-def top_packages(wheel: Path) -> list[str]:
+def top_packages(names: list[str]) -> list[str]:
     """The wheel's top-level importable names: packages and single-file modules, not .dist-info/.libs."""
-    import zipfile
-
-    names = set()
-    with zipfile.ZipFile(wheel) as z:
-        for n in z.namelist():
-            top, _, rest = n.partition("/")
-            if rest and rest == "__init__.py":
-                names.add(top)
-            elif not rest and n.endswith(".py"):
-                names.add(n[:-3])
-    return sorted(names)
+    found = set()
+    for n in names:
+        top, _, rest = n.partition("/")
+        if rest and rest == "__init__.py":
+            found.add(top)
+        elif not rest and n.endswith(".py"):
+            found.add(n[:-3])
+    return sorted(found)
 
 
 def pytest_results(xml_path: Path) -> dict[str, str]:
@@ -138,14 +135,11 @@ def run_test_command(command: str, python: Path, project_dir: Path, wheel: Path,
     return {"test_command": outcome, **pytest_results(junit)}
 
 
-def grafted_runtime(wheel: Path) -> list[str]:
+def grafted_runtime(names: list[str]) -> list[str]:
     """Libraries auditwheel must never graft (torch's, CUDA's, cuDNN's, OpenMP) found in the wheel."""
-    import zipfile
-
     from ci.repair import is_excluded
 
-    with zipfile.ZipFile(wheel) as z:
-        return sorted(n for n in z.namelist() if ".libs/" in n and is_excluded(n.rsplit("/", 1)[-1]))
+    return sorted(n for n in names if ".libs/" in n and is_excluded(n.rsplit("/", 1)[-1]))
 
 
 def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_command: str | None = None,
@@ -160,9 +154,10 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
     checks: dict[str, object] = {}
     with WheelArchive.open(wheel) as wa:
         requires = get_headers(wa.metadata, "Requires-Dist")
+        names = [m.name for m in wa.files]
     checks["requires_torch"] = ("ok" if any(r.replace(" ", "").startswith("torch==") for r in requires)
                                 else "FAILED: Requires-Dist does not pin torch")
-    grafted = grafted_runtime(wheel)
+    grafted = grafted_runtime(names)
     checks["nothing_grafted"] = f"FAILED: {', '.join(grafted)}" if grafted else "ok"
     with tempfile.TemporaryDirectory(prefix="ci-verify-") as tmp:
         tmp = Path(tmp)
@@ -172,7 +167,7 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
         checks["install"] = "ok"
         site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               capture_output=True, text=True, check=True).stdout.strip()
-        proc = subprocess.run([str(python), str(GENERIC), site, *top_packages(wheel)], capture_output=True,
+        proc = subprocess.run([str(python), str(GENERIC), site, *top_packages(names)], capture_output=True,
                               text=True, cwd=tmp)
         try:
             checks.update(json.loads(proc.stdout.strip().splitlines()[-1]))
