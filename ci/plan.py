@@ -28,7 +28,7 @@ ENGINES = ("auto", "host", "docker", "podman")
 CONTAINER_ENGINES = ("docker", "podman")
 CONTAINER_CCACHE = "/ccache"
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
-CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # this package, mounted read-only: ci.repair runs from it in any project
+CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount this package read-only (ci.repair runs from it)
 REPAIR_COMMAND = f"PYTHONPATH={CONTAINER_TOOL} python -m ci.repair -w {{dest_dir}} {{wheel}}"
 CONTAINER_CA = "/etc/ci/host-ca.pem"
 CONTAINER_FIND_LINKS = "/ci/find-links"

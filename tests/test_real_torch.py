@@ -147,12 +147,11 @@ def test_patched_with_preload_imports_and_computes_per_package(release, tmp_path
     computed(run_torch([site, *release.other_dirs()]), release.version)
 
 
+@pytest.mark.parametrize("release", sorted(SPLIT), indirect=True)  # the releases with a split limit
 def test_split_imports_in_every_layout(release, tmp_path):
     """Split under a limit that forces a companion; torch imports with (a) everything in one
     site-packages (installed by pip and uv), (b) torch and its companion in one directory and each
     other wheel in its own, (c) every wheel, the companion too, in its own directory."""
-    if release.version not in SPLIT:
-        pytest.skip(f"torch {release.version} is not one of the split releases {sorted(SPLIT)}")
     limit = SPLIT[release.version]
     out = tmp_path / "out"
     r = run_stage("ci.split", release.torch, "--limit", limit, "-w", out, "--json")
