@@ -2,8 +2,13 @@
 
 What pip, uv and Bazel's rules_python read from a static index, all of it, written without a server:
 PEP 503 HTML (double-quoted attributes: rules_python's parser needs them), `#sha256=` fragments,
-`data-requires-python`, PEP 658/714 core metadata (`FILE.metadata` beside each wheel, announced by both
-`data-dist-info-metadata` and `data-core-metadata`) and PEP 691/700 JSON pages (`index.json`).
+`data-requires-python`, PEP 658 core metadata (`FILE.metadata` beside each wheel, announced as PEP 714
+says: `data-core-metadata` / `core-metadata` only) and PEP 691/700 JSON pages (`index.json`).
+
+The legacy keys (`data-dist-info-metadata`, JSON `dist-info-metadata`) are off by default: pip 22.3 to
+23.1 (the pip rules_python 0.16-0.25 bundles, Debian bookworm's pip) read them, then reject any
+dependency whose requirement spells its name in another case ("has inconsistent Name: expected
+'jinja2', but metadata has 'Jinja2'"). `--legacy-metadata-keys` adds them for a client that needs them.
 
 Layout: distributions stay where they are (DIR, searched recursively); pages go to OUT (default
 DIR/simple), one `OUT/<project>/index.html` + `index.json` each, linking to the files by relative path
@@ -231,7 +236,8 @@ def file_url(d: Dist, to_root: str | None, base_url: str | None) -> str:
     return posixpath.normpath(posixpath.join(to_root or ".", quoted))
 
 
-def project_html(project: str, dists: list[Dist], to_root: str | None, base_url: str | None) -> str:
+def project_html(project: str, dists: list[Dist], to_root: str | None, base_url: str | None,
+                 legacy_keys: bool = False) -> str:
     lines = ["<!DOCTYPE html>", "<html>", "<head>",
              '<meta name="pypi:repository-version" content="1.1">',
              f"<title>Links for {html.escape(project)}</title>", "</head>", "<body>",
@@ -241,14 +247,16 @@ def project_html(project: str, dists: list[Dist], to_root: str | None, base_url:
         if d.requires_python:
             attrs.append(f'data-requires-python="{html.escape(d.requires_python)}"')
         if d.metadata_sha256:
-            attrs.append(f'data-dist-info-metadata="sha256={d.metadata_sha256}"')
             attrs.append(f'data-core-metadata="sha256={d.metadata_sha256}"')
+            if legacy_keys:
+                attrs.append(f'data-dist-info-metadata="sha256={d.metadata_sha256}"')
         lines.append(f"<a {' '.join(attrs)}>{html.escape(d.filename)}</a><br>")
     lines += ["</body>", "</html>", ""]
     return "\n".join(lines)
 
 
-def project_json(project: str, dists: list[Dist], to_root: str | None, base_url: str | None) -> str:
+def project_json(project: str, dists: list[Dist], to_root: str | None, base_url: str | None,
+                 legacy_keys: bool = False) -> str:
     files = []
     for d in dists:
         f: dict = {"filename": d.filename, "url": file_url(d, to_root, base_url),
@@ -256,7 +264,9 @@ def project_json(project: str, dists: list[Dist], to_root: str | None, base_url:
         if d.requires_python:
             f["requires-python"] = d.requires_python
         if d.metadata_sha256:
-            f["core-metadata"] = f["dist-info-metadata"] = {"sha256": d.metadata_sha256}
+            f["core-metadata"] = {"sha256": d.metadata_sha256}
+            if legacy_keys:
+                f["dist-info-metadata"] = f["core-metadata"]
         files.append(f)
     versions = sorted({canonical_version(d.version) for d in dists})
     return json.dumps({"meta": {"api-version": API_VERSION}, "name": project,
@@ -276,15 +286,16 @@ def root_json(projects: list[str]) -> str:
                        "projects": [{"name": p} for p in projects]}, indent=1) + "\n"
 
 
-def render(dists: list[Dist], to_root: str | None, base_url: str | None) -> dict[str, str]:
+def render(dists: list[Dist], to_root: str | None, base_url: str | None,
+           legacy_keys: bool = False) -> dict[str, str]:
     """All pages, as {path relative to OUT: text}. to_root: from a project page's directory to DIR."""
     by_project: dict[str, list[Dist]] = {}
     for d in sorted(dists, key=lambda d: (d.project, d.filename)):
         by_project.setdefault(d.project, []).append(d)
     pages = {"index.html": root_html(sorted(by_project)), "index.json": root_json(sorted(by_project))}
     for project, ds in by_project.items():
-        pages[f"{project}/index.html"] = project_html(project, ds, to_root, base_url)
-        pages[f"{project}/index.json"] = project_json(project, ds, to_root, base_url)
+        pages[f"{project}/index.html"] = project_html(project, ds, to_root, base_url, legacy_keys)
+        pages[f"{project}/index.json"] = project_json(project, ds, to_root, base_url, legacy_keys)
     return pages
 
 
@@ -317,7 +328,7 @@ def foreign(path: Path, data: bytes, owned: bool) -> bool:
 
 
 def build_index(root: Path | str, out: Path | str | None = None, base_url: str | None = None,
-                jobs: int | None = None) -> IndexResult:
+                jobs: int | None = None, legacy_keys: bool = False) -> IndexResult:
     """Index root's distributions into out (default root/simple). Raises CiError on bad input."""
     import time
 
@@ -376,7 +387,7 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
             warn(f"{d.path} duplicates {prev.path}; indexing {prev.path}")
     chosen = list(by_name.values())
 
-    pages = render(chosen, to_root, base_url)
+    pages = render(chosen, to_root, base_url, legacy_keys)
 
     # Everything to write, known before anything is written; refuse to replace what is not ours.
     sidecars: dict[str, bytes | None] = {}  # rel to DIR -> bytes (None: cached, read only if needed)
@@ -448,7 +459,7 @@ def _unlink(path: Path) -> bool:
 
 
 def main(args: argparse.Namespace) -> int:
-    result = build_index(args.dir, args.out, args.base_url, args.jobs)
+    result = build_index(args.dir, args.out, args.base_url, args.jobs, args.legacy_metadata_keys)
     if args.json:
         from ci.cli import emit_json
         emit_json(asdict(result))
@@ -468,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-url", metavar="URL",
                    help="absolute URL where DIR is served; default: links relative to the pages")
     p.add_argument("-j", "--jobs", type=int, default=None, help="hashing threads (default: cores, max 8)")
+    p.add_argument("--legacy-metadata-keys", action="store_true",
+                   help="also announce metadata with the pre-PEP 714 keys (data-dist-info-metadata); "
+                        "pip 22.3-23.1 mishandle them, so only for a client that needs them")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 

@@ -332,11 +332,16 @@ def ensure_debian_package(command: str, package: str) -> str:
     return found
 
 
-def readme_block(lang: str) -> str:
-    """The one fenced ```lang block of the README: tests run the README's own configuration."""
+def readme_blocks(lang: str) -> list[str]:
+    """The fenced ```lang blocks of the README, in order: tests run the README's own configuration."""
     import re
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    blocks = re.findall(rf"^```{lang}\n(.*?)^```", text, re.S | re.M)
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.S | re.M)
+
+
+def readme_block(lang: str) -> str:
+    """The one fenced ```lang block of the README."""
+    blocks = readme_blocks(lang)
     assert len(blocks) == 1, f"expected one ```{lang} block in README.md, found {len(blocks)}"
     return blocks[0]
 
