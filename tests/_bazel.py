@@ -87,16 +87,18 @@ def overrides(work: Path, rules_python: str) -> list[str]:
     return [f"--override_repository={name}={path}" for name, path in sorted(repos.items())]
 
 
-def readme_files() -> tuple[str, str]:
-    """The README's WORKSPACE and BUILD.bazel: its ```starlark blocks calling pip_parse and py_test."""
+def readme_files() -> tuple[str, str, str]:
+    """The README's WORKSPACE, BUILD.bazel and lock target: its ```starlark blocks calling pip_parse,
+    py_test and compile_pip_requirements."""
     blocks = readme_blocks("starlark")
     (workspace,) = [b for b in blocks if "pip_parse(" in b]
     (build,) = [b for b in blocks if "py_test(" in b]
-    return workspace, build
+    (lock,) = [b for b in blocks if "compile_pip_requirements(" in b]
+    return workspace, build, lock
 
 
 def workspace_text(rules_python: str, index_url: str, python: str) -> str:
-    text, _ = readme_files()
+    text, _, _ = readme_files()
     url, sha = RULES_PYTHON[rules_python]
     readme_url, readme_sha = RULES_PYTHON[README_RULES_PYTHON]
     for old, new in ((readme_url, url), (readme_sha, sha),
@@ -114,17 +116,20 @@ class Workspace:
     root: Path
     rules_python: str
     flags: list[str] = field(default_factory=list)
+    tests: list[str] = field(default_factory=list)
 
     @property
     def user_root(self) -> Path:
         return self.root.parent / (self.root.name + "-bazel")
 
-    def write(self, index_url: str, lock: str, tests: dict[str, tuple[str, list[str]]]) -> None:
-        """(Re)write WORKSPACE, BUILD.bazel, the lock and the tests: name -> (code, requirements)."""
+    def write(self, index_url: str, lock: str, tests: dict[str, tuple[str, list[str]]],
+              lock_target: bool = False) -> None:
+        """(Re)write WORKSPACE, BUILD.bazel, the lock and the tests: name -> (code, requirements).
+        lock_target adds the README's compile_pip_requirements target (`bazel run //:requirements.update`)."""
         self.root.mkdir(parents=True, exist_ok=True)
         python = interpreter()
         (self.root / "WORKSPACE").write_text(workspace_text(self.rules_python, index_url, python))
-        _, build = readme_files()
+        _, build, lock_rule = readme_files()
         build = build.replace(README_PYTHON, python)
         # The README's BUILD shows one py_test; the suite declares one per test the same way.
         match = re.search(r"^py_test\(.*?^\)\n", build, re.S | re.M)
@@ -135,8 +140,13 @@ class Workspace:
             deps = ", ".join(f'requirement("{r}")' for r in requirements)
             declared += template.replace("torch_test", name).replace('requirement("torch")', deps)
             (self.root / f"{name}.py").write_text(code)
-        (self.root / "BUILD.bazel").write_text(build.replace(template, declared))
+        build = build.replace(template, declared)
+        if lock_target:
+            assert README_INDEX in lock_rule, "the README's compile_pip_requirements block changed"
+            build += "\n" + lock_rule.replace(README_INDEX, index_url)
+        (self.root / "BUILD.bazel").write_text(build)
         (self.root / "requirements_lock.txt").write_text(lock)
+        self.tests = list(tests)
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
         self.user_root.mkdir(parents=True, exist_ok=True)
@@ -149,8 +159,10 @@ class Workspace:
             cmd += [*self.flags, f"--repository_cache={cache_dir('bazel-repository-cache')}"]
         return subprocess.run(cmd, cwd=self.root, env=env, capture_output=True, text=True, timeout=TIMEOUT)
 
-    def test(self, *targets: str) -> subprocess.CompletedProcess:
-        return self.run("test", "--test_output=errors", "--nocache_test_results", *(targets or ("//...",)))
+    def test(self) -> subprocess.CompletedProcess:
+        """`bazel test` of the py_tests written (not the lock's own check, which re-resolves)."""
+        return self.run("test", "--test_output=errors", "--nocache_test_results",
+                        *(f"//:{name}" for name in self.tests))
 
     def output_size(self) -> int:
         """Bytes under the output root (what one workspace costs on disk)."""

@@ -301,34 +301,20 @@ class NegotiatingServer:
 
 
 def ensure_debian_package(command: str, package: str) -> str:
-    """The path of `command`, installing Debian's `package` first when it is missing and we are root
-    with apt (CI and a fresh machine); pytest skips, saying why, where it cannot be had. Services are
-    kept from starting at install time (policy-rc.d): the tests start their own on loopback."""
+    """The path of `command`. Missing, it is installed the one way the project installs system tools,
+    `scripts/bootstrap --system` (it must be listed in scripts/system-packages); pytest skips, saying
+    why, only where this user cannot install packages (not root, no apt-get)."""
     import pytest
 
-    found = shutil.which(command) or shutil.which(command, path="/usr/sbin:/sbin")
-    if found:
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    if found := shutil.which(command, path=path):
         return found
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         pytest.skip(f"{command} is not installed and this user cannot apt-get install {package}")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    policy = Path("/usr/sbin/policy-rc.d")
-    ours = not policy.exists()
-    if ours:
-        policy.write_text("#!/bin/sh\nexit 101\n")
-        policy.chmod(0o755)
-    try:
-        r = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
-                           capture_output=True, text=True, env=env)
-        if r.returncode != 0:  # stale or missing package lists
-            subprocess.run(["apt-get", "update", "-qq"], capture_output=True, env=env)
-            r = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
-                               capture_output=True, text=True, env=env)
-    finally:
-        if ours:
-            policy.unlink()
-    found = shutil.which(command) or shutil.which(command, path="/usr/sbin:/sbin")
-    assert found, f"apt-get install {package} failed: {r.stderr.strip()[-500:]}"
+    bootstrap = Path(__file__).resolve().parents[1] / "scripts" / "bootstrap"
+    r = subprocess.run([str(bootstrap), "--system"], capture_output=True, text=True)
+    found = shutil.which(command, path=path)
+    assert found, f"scripts/bootstrap --system did not install {command} ({package}): {r.stderr.strip()[-500:]}"
     return found
 
 

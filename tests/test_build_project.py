@@ -59,11 +59,8 @@ def assert_tested(out: Path, variant: str) -> Path:
     return wheel
 
 
-def test_directory_cpu(tmp_path):
-    out = tmp_path / "out"
-    r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", "host", "-w", out)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert_tested(out, "cpu")
+def test_directory_cpu(tiny_cpu_build):
+    assert_tested(tiny_cpu_build.out, "cpu")
     # setuptools writes build/ and *.egg-info where it builds: that must be a copy, never the project
     assert not list(FIXTURE.glob("build")) and not list(FIXTURE.glob("*.egg-info"))
 
