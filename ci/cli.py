@@ -2,7 +2,8 @@
 
 Exit codes (the contract every stage keeps): 0 success, 1 a finding, 2 bad usage or bad input.
 An exception no stage anticipated is reported the same way, as one line with exit 2 (never a
-traceback with exit 1, which would read as a finding); --debug re-raises it.
+traceback with exit 1, which would read as a finding). --debug prints the traceback first and keeps
+the exit code: a script running with --debug must still tell bad input from a finding.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
     try:
         code = main(args) or 0
     except CiError as e:
-        if getattr(args, "debug", False):
-            raise
+        _traceback_if(args)
         print(f"{p.prog}: error: {e}", file=sys.stderr)
         code = e.exit_code
     except KeyboardInterrupt:
@@ -48,8 +48,7 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
     except Exception as e:  # noqa: BLE001  last resort: an input no check anticipated
-        if getattr(args, "debug", False):
-            raise
+        _traceback_if(args)
         where = e.__traceback__
         while where is not None and where.tb_next is not None:
             where = where.tb_next
@@ -58,6 +57,13 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
               "(an input this stage does not handle yet; --debug shows the traceback)", file=sys.stderr)
         code = 2
     sys.exit(code)
+
+
+def _traceback_if(args: argparse.Namespace) -> None:
+    """With --debug, the traceback of the exception being handled (the exit code stays the same)."""
+    if getattr(args, "debug", False):
+        import traceback
+        traceback.print_exc()
 
 
 def emit_json(obj: Any) -> None:

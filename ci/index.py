@@ -25,6 +25,9 @@ one timestamp tick) is hashed again.
 Ownership: OUT may be shared with other content (a docs site beside the pages). The cache file lists
 every page and `.metadata` file this command wrote; only those are ever replaced or removed. A path
 it must write that holds anything else (with other bytes) is refused, naming it, before any write.
+The cache is input too (it travels with a copied dist/): only a page inside OUT or a `.metadata` file
+inside DIR that it lists is ever removed, and nothing is written through a symlinked directory
+leading out of OUT or DIR.
 Everything is computed before anything is written, so bad input leaves the output as it was; each
 write is atomic.
 Stdlib only; the zip/tar/email/thread modules load only when a file must be read, which keeps the
@@ -210,6 +213,28 @@ def load_cache(path: Path) -> Cache:
     return Cache(files, set(map(str, pages)), set(map(str, meta)))
 
 
+def _cached_dist(hit: dict, rel: str) -> Dist | None:
+    """The cached record, only when it describes the file at rel (its path decides where the
+    .metadata file goes: the cache travels with a copied dist/, so it is input like any other)."""
+    try:
+        d = Dist(**hit["dist"])
+    except (TypeError, KeyError):
+        return None
+    return d if d.path == rel else None
+
+
+def inside(base: Path, rel: object) -> bool:
+    """rel names a file in base: relative, no `..`, and its directory, symlinks followed, is base or
+    below it. What ci.index writes or removes must pass this, whatever its cache file says."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or "\\" in rel or "\0" in rel:
+        return False
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        return False
+    top = base.resolve()
+    parent = (base / rel).parent.resolve()
+    return parent == top or top in parent.parents
+
+
 def cache_key(st: os.stat_result) -> list[int]:
     """Any write changes ctime, and a replaced file has another inode, even when size and mtime match."""
     return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns]
@@ -354,8 +379,9 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
     todo: list[str] = []
     for rel, (kind, project, version, st) in found.items():
         hit = cache.files.get(rel)
-        if trusted(hit, st):
-            dists[rel] = Dist(**hit["dist"])
+        cached = _cached_dist(hit, rel) if trusted(hit, st) else None
+        if cached is not None:
+            dists[rel] = cached
             seen[rel] = hit["seen"]
         else:
             todo.append(rel)
@@ -405,6 +431,12 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
                 sidecars[rel] = b""  # present and right: nothing to write
                 continue
             sidecars[rel] = raw = wheel_metadata(root / rel[: -len(".metadata")])
+    escapes = [(root / rel, root) for rel, raw in sidecars.items() if raw and not inside(root, rel)]
+    escapes += [(out / rel, out) for rel in pages if not inside(out, rel)]
+    if escapes:
+        path, base = escapes[0]
+        more = f" and {len(escapes) - 1} more" if len(escapes) > 1 else ""
+        raise CiError(f"refusing to write {path.as_posix()!r}{more}: a symlinked directory leads it out of {base}")
     clashes = [(root / rel).as_posix() for rel, raw in sidecars.items()
                if raw and foreign(root / rel, raw, rel in cache.metadata)]
     clashes += [(out / rel).as_posix() for rel, text in pages.items()
@@ -438,6 +470,9 @@ def _remove_stale(root: Path, out: Path, cache: Cache, pages: dict[str, str],
     .metadata files whose wheel is gone. Nothing else is touched; a directory goes only when empty."""
     removed = []
     for rel in sorted(cache.pages - pages.keys()):
+        if not (_page_name(rel) and inside(out, rel)):
+            warn(f"not removing {rel!r}, listed in the cache: not a page inside {out}")
+            continue
         if _unlink(out / rel):
             removed.append((out / rel).as_posix())
         parent = (out / rel).parent
@@ -445,9 +480,18 @@ def _remove_stale(root: Path, out: Path, cache: Cache, pages: dict[str, str],
             with contextlib.suppress(OSError):
                 parent.rmdir()  # only succeeds when empty
     for rel in sorted(cache.metadata - sidecars.keys()):
+        if not (rel.endswith(".metadata") and inside(root, rel)):
+            warn(f"not removing {rel!r}, listed in the cache: not a .metadata file inside {root}")
+            continue
         if _unlink(root / rel):
             removed.append(rel)
     return removed
+
+
+def _page_name(rel: str) -> bool:
+    """The shape of what render() writes: index.html|json at the top or one project directory down."""
+    parts = rel.split("/")
+    return len(parts) <= 2 and parts[-1] in PAGE_NAMES
 
 
 def _unlink(path: Path) -> bool:

@@ -25,7 +25,7 @@ MATRIX_FILE = Path(__file__).with_name("matrix.toml")
 # manylinux policies, oldest (widest-compatible) first: a wheel can be no older than what it links.
 POLICIES = ("manylinux2014", "manylinux_2_28", "manylinux_2_34")
 
-_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+_ARCH = re.compile(r"(\d+)\.(\d+)([af]?)(\+PTX)?")  # fullmatch: `$` passes a trailing newline
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ def split_arch_list(text: str) -> list[str]:
 
 def arch_code(entry: str) -> str:
     """'8.6' -> '86', '9.0a+PTX' -> '90a'; CiError for anything else."""
-    m = _ARCH.match(entry)
+    m = _ARCH.fullmatch(entry)
     if not m:
         raise CiError(f"bad CUDA arch {entry!r} (want e.g. 8.6, 9.0a or 9.0+PTX)")
     return f"{m[1]}{m[2]}{m[3]}"

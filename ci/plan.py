@@ -40,7 +40,7 @@ PODMAN_ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
 AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs docker or podman: the host "
                         "cannot build it ({why})")
 TOOL_PINS = Path(__file__).resolve().parent.parent / "requirements-dev.txt"  # this pipeline's tool versions
-_PY = re.compile(r"^3\.\d{1,2}$")
+_PY = re.compile(r"3\.\d{1,2}")  # fullmatch: `$` passes a trailing newline
 
 
 @dataclass(frozen=True)
@@ -137,9 +137,9 @@ def identifier(python: str) -> str:
 
 def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine, torch: str) -> list[str]:
     wanted = python or project.default_python()
-    bad = [p for p in wanted if not _PY.match(p)]
+    bad = [p for p in wanted if not _PY.fullmatch(p)]
     if bad:
-        raise CiError(f"bad --python {', '.join(bad)} (want versions like 3.10,3.11)")
+        raise CiError(f"bad --python {', '.join(map(repr, bad))} (want versions like 3.10,3.11)")
     if project.requires_python:
         from packaging.specifiers import SpecifierSet
 
@@ -398,7 +398,7 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
     if arch_list:
         raise CiError("--arch-list needs --cuda (a CPU build has no device code)")
     version = torch or matrix.default_torch
-    if not re.match(r"^\d+\.\d+\.\d+$", version):
+    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
         raise CiError(f"bad torch version {version!r} (want e.g. {matrix.default_torch})")
     line = matrix.torch_line(version)
     pythons = _parse_python(python, project, line, version)

@@ -69,7 +69,7 @@ class Preload:
         """
         dirs = [self.path.rpartition("/")[0] or "."]
         dist = (self.distribution or "").lower()
-        m = re.match(r"nvidia-(.+?)(?:-cu(\d+))?$", dist)
+        m = re.fullmatch(r"nvidia-(.+?)(?:-cu(\d+))?", dist)
         major = re.search(r"(?:^|/)nvidia/cu(\d+)/", self.path)
         if m:
             pkg = m.group(1).replace("-", "_")

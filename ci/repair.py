@@ -107,6 +107,14 @@ def _req_name(req: str) -> str:
     return normalize(m.group(1)) if m else ""
 
 
+def _same_file(dest: Path, src: Path) -> bool:
+    """Writing dest would replace src: the same path (through links), or a hard link to it."""
+    try:
+        return dest.resolve() == src.resolve() or (dest.exists() and os.path.samefile(dest, src))
+    except OSError:
+        return False
+
+
 def _auditwheel(wheel: Path, out: Path, plat: str | None, excludes: list[str] = ()) -> None:
     cmd = [sys.executable, "-m", "auditwheel", "repair", "-w", str(out)]
     if plat:
@@ -152,6 +160,9 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
         tmp = Path(tmp)
         _auditwheel(wheel, tmp, plat, list(excludes))
         (repaired,) = tmp.glob("*.whl")
+        if _same_file(wheel_dir / repaired.name, wheel):
+            raise CiError(f"the repaired wheel {repaired.name} would replace its input in {wheel_dir}: "
+                          "choose another -w directory")
         libs = scan_wheel(repaired)
         name = WheelName.parse(repaired.name)
         libs_dir = f"{name.distribution}.libs/"

@@ -313,9 +313,7 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
             when = newest_time(wa)
             for i, cname in enumerate(companions):
                 w = WheelWriter(cname, default_time=when)
-                w.add(f"{plan.companions[i]}/__init__.py",
-                      f'"""Shared libraries split off {wa.name.project} {version} by ci.split; loaded by '
-                      f'{loader}."""\n'.encode())
+                w.add(f"{plan.companions[i]}/__init__.py", _companion_init(wa.name.project, version, loader))
                 for old, (j, new) in sorted(plan.moves.items()):
                     if j != i:
                         continue
@@ -346,6 +344,13 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
     for lib, py in sorted(pinned.items()):  # once it worked: bad input stays one line
         print(f"ci.split: note: kept {lib} in {wa.name.project}: {py} loads it by path", file=sys.stderr)
     return written
+
+
+def _companion_init(project: str, version: str, loader: str) -> bytes:
+    """The companion's `__init__.py`: a docstring only. Its text comes from the input's file name
+    and members, so it is written with repr(), never pasted into the source."""
+    doc = f"Shared libraries split off {project} {version} by ci.split; loaded by {loader}."
+    return f"{doc!r}\n".encode()
 
 
 def _companion_metadata(main_meta: str, project: str, version: str, main_project: str, limit: int) -> str:

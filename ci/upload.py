@@ -120,11 +120,18 @@ class _Links(HTMLParser):
                 self.hrefs.append(href)
 
 
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+class MalformedPage(CiError):
+    """A simple page that is not what PEP 691 describes: bad input from the server, exit 2."""
+
+
 def parse_listing(body: str, content_type: str) -> dict[str, str | None]:
-    """A project's simple page (PEP 691 JSON or PEP 503 HTML) -> {filename: sha256 or None}."""
+    """A project's simple page (PEP 691 JSON or PEP 503 HTML) -> {filename: lowercase sha256 or None}.
+    Hex digests compare case-insensitively; a page that is not what PEP 691 describes is a CiError."""
     if "json" in content_type:
-        data = json.loads(body)
-        return {f["filename"]: (f.get("hashes") or {}).get("sha256") for f in data.get("files", [])}
+        return _parse_json_listing(body)
     p = _Links()
     p.feed(body)
     listing: dict[str, str | None] = {}
@@ -133,6 +140,28 @@ def parse_listing(body: str, content_type: str) -> dict[str, str | None]:
         name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
         m = re.search(r"(?:^|&)sha256=([0-9a-fA-F]{64})", frag)
         listing[name] = m.group(1).lower() if m else None
+    return listing
+
+
+def _parse_json_listing(body: str) -> dict[str, str | None]:
+    """PEP 691's files list. Anything else there is refused in one line, never guessed at."""
+    try:
+        data = json.loads(body)
+    except ValueError as e:
+        raise MalformedPage(f"malformed PEP 691 JSON page: {e}") from None
+    files = data.get("files", []) if isinstance(data, dict) else None
+    if not isinstance(files, list):
+        raise MalformedPage("malformed PEP 691 JSON page: no list of files")
+    listing: dict[str, str | None] = {}
+    for f in files:
+        name = f.get("filename") if isinstance(f, dict) else None
+        hashes = (f.get("hashes") or {}) if isinstance(f, dict) else None
+        if not isinstance(name, str) or not isinstance(hashes, dict):
+            raise MalformedPage("malformed PEP 691 JSON page: a file without a filename or hashes")
+        digest = hashes.get("sha256")
+        if digest is not None and not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
+            raise MalformedPage(f"malformed PEP 691 JSON page: {name!r} has sha256 {digest!r}")
+        listing[name] = digest.lower() if digest else None
     return listing
 
 
@@ -295,7 +324,10 @@ class _Index:
                 return {}
             if r.status_code != 200:
                 raise Finding(f"cannot read the simple page {strip_userinfo(url)}: HTTP {r.status_code} {r.reason}")
-            return parse_listing(r.text, r.headers.get("Content-Type", ""))
+            try:
+                return parse_listing(r.text, r.headers.get("Content-Type", ""))
+            except MalformedPage as e:
+                raise MalformedPage(f"{strip_userinfo(url)}: {e}") from None
         return {}
 
 
@@ -373,7 +405,10 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
         def same_on_index(t: _Target, fresh: bool = False) -> bool | None:
             """True: listed with our sha256; False: listed with another; None: not listed."""
             if fresh or t.project not in listings:
-                listings[t.project] = index.listing(t.project)
+                try:
+                    listings[t.project] = index.listing(t.project)
+                except MalformedPage as e:
+                    raise fail(CiError, str(e)) from None
             if t.path.name not in listings[t.project]:
                 return None
             theirs = listings[t.project][t.path.name]
@@ -458,7 +493,10 @@ def verify(index: _Index, targets: list[_Target], say: Callable[[str], None],
     """Every file must be on its project's simple page with our sha256 (a short wait for lagging caches)."""
     pending = list(targets)
     for wait in (*waits, None):
-        listings = {p: index.listing(p) for p in sorted({t.project for t in pending})}
+        try:
+            listings = {p: index.listing(p) for p in sorted({t.project for t in pending})}
+        except MalformedPage as e:
+            raise fail(CiError, str(e)) from None
         missing = []
         for t in pending:
             theirs = listings[t.project].get(t.path.name, "")

@@ -925,7 +925,8 @@ def _rewrite(wa: WheelArchive, dest_dir: Path, replace: dict[str, Content],
     else:
         for m in wa.files:
             entry = record.get(m.name)
-            if entry and entry.size is not None and entry.size != m.usize and m.name not in replace | remove:
+            if entry and entry.size is not None and entry.size != m.usize and m.name not in replace \
+                    and m.name not in remove:
                 raise CiError(f"RECORD size mismatch for {m.name}: RECORD says {entry.size}, zip has {m.usize}")
     old = wa.name
     new = old.with_(version=version or old.version, distribution=escape(distribution) if distribution else old.distribution)

@@ -14,9 +14,15 @@ from dataclasses import dataclass, replace
 
 from ci.errors import CiError
 
-_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?$")
+# Patterns are used with fullmatch: `$` would also match before a trailing newline.
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?")
 # PEP 508 project names; legacy sdists keep their dashes in the file name.
-_PROJECT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+_PROJECT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+# What a version may spell in a file name: packaging alone also accepts surrounding whitespace
+# (`Version("1.0\n")`) and a leading `v`, which would land in .dist-info names and generated files.
+_VERSION_CHARS = re.compile(r"[0-9][A-Za-z0-9._+!]*")
+_TAG = re.compile(r"[A-Za-z0-9_.]+")
+_BUILD = re.compile(r"[0-9][A-Za-z0-9_.]*")
 SDIST_SUFFIXES = (".tar.gz", ".zip")
 
 
@@ -26,8 +32,10 @@ def normalize(name: str) -> str:
 
 
 def is_version(text: str) -> bool:
-    """A valid PEP 440 version (what pip accepts in a file name)."""
+    """A valid PEP 440 version as a file name spells it (no whitespace, no `v` prefix)."""
     from packaging.version import InvalidVersion, Version
+    if not _VERSION_CHARS.fullmatch(text):
+        return False
     try:
         Version(text)
     except InvalidVersion:
@@ -58,7 +66,7 @@ def sdist_name(filename: str) -> tuple[str, str] | None:
     for suffix in SDIST_SUFFIXES:
         if filename.endswith(suffix):
             name, sep, version = filename[: -len(suffix)].rpartition("-")
-            if sep and _PROJECT.match(name) and is_version(version):
+            if sep and _PROJECT.fullmatch(name) and is_version(version):
                 return normalize(name), version
     return None
 
@@ -70,7 +78,7 @@ def classify(filename: str) -> tuple[str, str, str] | None:
             w = WheelName.parse(filename)
         except CiError:
             return None
-        return ("wheel", w.project, w.version) if is_version(w.version) else None
+        return ("wheel", w.project, w.version)
     parsed = sdist_name(filename)
     return ("sdist", *parsed) if parsed else None
 
@@ -118,8 +126,12 @@ class WheelName:
                 raise CiError(f"invalid wheel file name (build tag must start with a digit): {filename}")
         else:
             raise CiError(f"invalid wheel file name (want 5 or 6 dash-separated parts): {filename}")
-        if not _NAME.match(dist) or not version or not all((py, abi, plat)):
-            raise CiError(f"invalid wheel file name: {filename}")
+        if not _NAME.fullmatch(dist) or not all(_TAG.fullmatch(t) for t in (py, abi, plat)) \
+                or (build is not None and not _BUILD.fullmatch(build)):
+            raise CiError(f"invalid wheel file name: {filename!r}")
+        if not is_version(version):
+            raise CiError(f"invalid wheel file name {filename!r}: {version!r} is not a PEP 440 version")
+        _packaging_agrees(filename)
         return cls(dist, version, build, py, abi, plat)
 
     @property
@@ -145,3 +157,12 @@ class WheelName:
 
     def with_(self, **changes: str | None) -> "WheelName":
         return replace(self, **changes)
+
+
+def _packaging_agrees(filename: str) -> None:
+    """The file name as pip's own parser (packaging) reads it: refuse what it refuses."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    try:
+        parse_wheel_filename(filename)
+    except InvalidWheelFilename as e:
+        raise CiError(f"invalid wheel file name {filename!r}: {str(e).splitlines()[0]}") from None

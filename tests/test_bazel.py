@@ -40,7 +40,8 @@ import torch
 x = torch.arange(6.0).reshape(2, 3)
 assert abs(torch.softmax(x, 1).sum().item() - 2.0) < 1e-5
 assert (x @ x.T).trace().item() == 55.0
-assert torch.__version__.startswith("{version}"), torch.__version__
+import importlib.metadata
+assert importlib.metadata.version("torch") == "{version}", importlib.metadata.version("torch")
 # one directory per wheel: torch's own repository is not where its nvidia libraries live
 def repo(path):
     return path.split(".runfiles" + os.sep)[1].split(os.sep)[0] if ".runfiles" + os.sep in path else None

@@ -121,4 +121,21 @@ def test_an_unanticipated_exception_is_one_line_exit_2_and_debug_shows_it() -> N
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("demo: error: unexpected KeyError") and "--debug" in line
     r = subprocess.run([sys.executable, "-c", code.format(argv="['--debug']")], capture_output=True, text=True)
-    assert r.returncode == 1 and "Traceback" in r.stderr
+    assert r.returncode == 2 and "Traceback" in r.stderr  # --debug shows it; the exit code stays
+    assert r.stderr.strip().splitlines()[-1] == line
+
+
+@pytest.mark.parametrize("stage, args", [
+    ("ci.check", ["--limit", "pypi"]), ("ci.split", ["--limit", "1KB", "-w", "OUT"]),
+    ("ci.patch", ["--local-version", "x", "-w", "OUT"]), ("ci.index", []),
+])
+def test_debug_shows_the_traceback_and_keeps_exit_2_for_bad_input(tmp_path: Path, stage: str, args) -> None:
+    """--debug re-raised CiError, so bad input exited 1 (a finding) in every stage."""
+    missing = tmp_path / ("nowhere" if stage == "ci.index" else "absent-1.0-py3-none-any.whl")
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
+    plain = run_stage(stage, missing, *args)
+    debug = run_stage(stage, missing, *args, "--debug")
+    assert plain.returncode == debug.returncode == 2, (plain.stderr, debug.stderr)
+    (line,) = plain.stderr.strip().splitlines()
+    assert "Traceback" in debug.stderr and debug.stderr.strip().splitlines()[-1] == line
+    assert not (tmp_path / "out").exists()

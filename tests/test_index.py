@@ -71,6 +71,12 @@ def wheel_metadata_bytes(whl: Path) -> bytes:
     ("README.txt", None),
     ("bad-wheel.whl", None),
     ("x-1.0-a-py3-none-any.whl", None),  # build tag must start with a digit
+    # `$` in the name patterns matched before a trailing newline; packaging accepts "1.0\n" as a version
+    ("demo\n-1.0.tar.gz", None),
+    ("demo\n-1.0-py3-none-any.whl", None),
+    ("demo-1.0\n-py3-none-any.whl", None),
+    ("demo-1.0-py3-none-any\n.whl", None),
+    ("demo-v1.0-py3-none-any.whl", None),
 ])
 def test_classify(filename, expected):
     assert classify(filename) == expected
@@ -394,6 +400,59 @@ def test_a_foreign_cache_file_is_refused(tmp_path, wheels):
     (repo / "simple" / ".ci-index-cache.json").write_text("not ours")
     _assert_rejected(cli(str(repo)), "not a ci.index cache")
     assert (repo / "simple" / ".ci-index-cache.json").read_text() == "not ours"
+
+
+def test_paths_in_the_cache_outside_out_and_dir_are_never_removed(tmp_path, wheels):
+    """The cache travels with a copied dist/: what it lists is input. `../x`, absolute paths and pages
+    under a project directory symlinked elsewhere were unlinked; now they are left alone."""
+    repo = populate(tmp_path / "repo", wheels["other"])
+    build_index(repo)
+    victims = tmp_path / "victims"
+    victims.mkdir()
+    for name in ("page.html", "abs.html", "index.html", "x.metadata", "abs.metadata"):
+        (victims / name).write_text("keep me")
+    (repo / "simple" / "gone").symlink_to(victims, target_is_directory=True)
+    cache_file = repo / "simple" / ".ci-index-cache.json"
+    cache = json.loads(cache_file.read_text())
+    cache["pages"] += ["../../victims/page.html", str(victims / "abs.html"), "gone/index.html"]
+    cache["metadata"] += ["../victims/x.metadata", str(victims / "abs.metadata")]
+    cache_file.write_text(json.dumps(cache))
+    r = cli(str(repo), "--json")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in victims.iterdir()) == ["abs.html", "abs.metadata", "index.html", "page.html",
+                                                         "x.metadata"]
+    assert all(p.read_text() == "keep me" for p in victims.iterdir())
+    assert json.loads(r.stdout)["removed"] == []
+
+
+def test_a_symlinked_project_directory_in_out_is_not_written_through(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["other"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (repo / "simple").mkdir()
+    (repo / "simple" / "other-pkg").symlink_to(elsewhere, target_is_directory=True)
+    before = snapshot(repo)
+    _assert_rejected(cli(str(repo)), "refusing to write", "other-pkg/index.html")
+    assert not any(elsewhere.iterdir())
+    assert snapshot(repo) == before
+
+
+def test_a_cached_record_for_another_path_is_not_trusted(tmp_path, wheels):
+    """A cache entry whose record names another path would put the .metadata file there."""
+    repo = populate(tmp_path / "repo", wheels["other"])
+    time.sleep(RACY_NS / 1e9)
+    build_index(repo)
+    (repo / f"{wheels['other'].name}.metadata").unlink()
+    cache_file = repo / "simple" / ".ci-index-cache.json"
+    cache = json.loads(cache_file.read_text())
+    (entry,) = cache["files"].values()
+    outside = populate(tmp_path / "outside", wheels["other"])
+    entry["dist"]["path"] = f"../outside/{wheels['other'].name}"
+    cache_file.write_text(json.dumps(cache))
+    r = build_index(repo)
+    assert r.hashed == 1
+    assert sorted(p.name for p in outside.iterdir()) == [wheels["other"].name]
+    assert (repo / f"{wheels['other'].name}.metadata").exists()
 
 
 def _same_size_other_bytes(src: Path, dst: Path) -> None:

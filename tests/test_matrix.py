@@ -79,6 +79,13 @@ def test_arch_code(text, code):
     assert mx.arch_code(text) == code
 
 
+@pytest.mark.parametrize("text", ["8.6\n", "9.0a+PTX\n", "x8.6"])
+def test_arch_code_refuses_anything_around_an_arch(text):
+    """fullmatch: a regex ending in `$` also matched before a trailing newline."""
+    with pytest.raises(CiError, match="bad CUDA arch"):
+        mx.arch_code(text)
+
+
 @pytest.mark.parametrize("cuda,archs,bad", [("13.0", "5.0;8.0", "5.0"), ("13.0", "7.0 8.6", "7.0"),
                                             ("11.8", "8.6;10.0", "10.0"), ("12.6", "12.0", "12.0")])
 def test_toolkit_rejects_archs(cuda, archs, bad):

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests._wheels import BAD_WHEELS, bad_wheel, build_wheel, pip_check_install, read_members, run_stage
+from tests._wheels import (BAD_WHEELS, bad_wheel, build_wheel, pip_check_install, raw_zip, read_members,
+                           record_hash, run_stage, wheel_entries)
 
 CORE = "".join(f"line {i}\n" for i in range(1, 41))
 FILES = {"demo/__init__.py": "from demo.core import *\n", "demo/core.py": CORE, "demo/bin/tool": "#!/bin/sh\n"}
@@ -113,6 +114,21 @@ def test_hash_mismatch_refused_unless_no_verify(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
 
 
+def test_record_size_mismatch_with_no_verify_is_bad_input(tmp_path: Path) -> None:
+    """--no-verify still checks RECORD sizes against the zip: that check crashed (`dict | set`)."""
+    good = build_wheel(tmp_path / "good", files=FILES)
+    entries = wheel_entries(good)
+    record = next(d for n, d, _ in entries if n.endswith(".dist-info/RECORD")).decode()
+    size = len(CORE.encode())
+    assert f"demo/core.py,{record_hash(CORE.encode())},{size}\n" in record
+    record = record.replace(f",{size}\n", f",{size + 1}\n", 1)
+    bad = raw_zip(tmp_path / "in" / good.name,
+                  [(n, record.encode() if n.endswith("/RECORD") else d, m) for n, d, m in entries])
+    out = tmp_path / "out"
+    assert_bad_input(run_stage("ci.patch", bad, "--local-version", "x", "--no-verify", "-w", out),
+                     out, f"RECORD size mismatch for demo/core.py: RECORD says {size + 1}, zip has {size}")
+
+
 PATCH_BAD = sorted(k for k in BAD_WHEELS if k != "bad-name")
 
 
@@ -175,6 +191,7 @@ def test_patches_that_do_not_apply_exit_2_and_write_nothing(tmp_path: Path, kind
 
 BAD_ARGS = {
     "label": (["--local-version", "a+b"], "invalid local version label"),
+    "label-newline": (["--local-version", "x\n"], "invalid local version label"),  # `$` let it through
     "requirement": (["--add-requires", "numpy >>= 2"], "invalid requirement"),
     "remove-unknown": (["--remove-requires", "nosuch"], "no Requires-Dist for nosuch"),
     "nothing": ([], "nothing to do"),

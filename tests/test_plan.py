@@ -150,7 +150,9 @@ def test_project_name_comes_from_pyproject(tmp_path):
     (dict(cuda="13.0", arch_list="5.0;8.6"), r"nvcc 13\.0 rejects arch 5\.0"),
     (dict(cuda="13.0", python=["3.9"]), r"requires Python >=3\.10: not 3\.9"),
     (dict(cuda="11.8", torch="2.4.1", python=["3.13"]), r"torch 2\.4\.1 has no wheels for Python 3\.13"),
-    (dict(cuda="13.0", python=["311"]), r"bad --python 311"),
+    (dict(cuda="13.0", python=["311"]), r"bad --python '311'"),
+    (dict(cuda="13.0", python=["3.11\n"]), r"bad --python '3\.11\\n'"),  # `$` passed a trailing newline
+    (dict(cuda=None, torch="2.13.0\n"), r"bad torch version '2\.13\.0\\n'"),
     (dict(cuda="13.0", engine="lxc"), r"unknown engine 'lxc'"),
     (dict(cuda=None, torch="9.9.9"), r"unsupported torch '9\.9\.9'"),
     (dict(cuda=None, arch_list="8.0"), r"--arch-list needs --cuda"),

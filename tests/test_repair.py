@@ -25,3 +25,23 @@ def test_openmp_runtime_is_left_to_torch(tmp_path):
     names = zipfile.ZipFile(repaired).namelist()
     assert not [n for n in names if "gomp" in n], names
     assert "libgomp.so.1" in proc.stdout  # reported as excluded: torch provides it
+
+
+def test_repairing_into_the_inputs_directory_never_replaces_the_input(tmp_path):
+    """An already repaired wheel keeps its name: `-w` its own directory would replace the input."""
+    src = tmp_path / "x.c"
+    src.write_text("int x(void) { return 1; }\n")
+    lib = tmp_path / "libx.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", lib, src], check=True)
+    wheel = make_wheel(tmp_path / "in", "x-op", {"x_op/__init__.py": b"", "x_op/libx.so": lib},
+                       tag="py3-none-linux_x86_64")
+    first = run_stage("ci.repair", wheel, "-w", tmp_path / "repaired", "--torch", "2.13.0")
+    assert first.returncode == 0, first.stderr
+    (repaired,) = (tmp_path / "repaired").glob("*.whl")
+    before = (repaired.read_bytes(), repaired.stat().st_ino)
+    r = run_stage("ci.repair", repaired, "-w", repaired.parent, "--torch", "2.13.0")
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert "would replace its input" in line
+    assert (repaired.read_bytes(), repaired.stat().st_ino) == before
+    assert sorted(p.name for p in repaired.parent.iterdir()) == [repaired.name]

@@ -282,6 +282,48 @@ def test_bad_input_exits_2_and_writes_nothing(native_wheel: Path, tmp_path: Path
         assert r.returncode == 0, r.stderr
 
 
+def _renamed_version(wheel: Path, old: str, new: str, dest: Path) -> Path:
+    """The wheel with its version spelled `new` in the file name and .dist-info (RECORD rewritten with
+    csv, so any characters survive)."""
+    import csv
+    import io
+
+    from tests._wheels import record_hash
+    entries = [(n.replace(f"-{old}.dist-info/", f"-{new}.dist-info/"), d, m) for n, d, m in wheel_entries(wheel)]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    record = next(n for n, _, _ in entries if n.endswith(".dist-info/RECORD"))
+    for n, d, _ in entries:
+        writer.writerow([n, "", ""] if n == record else [n, record_hash(d), len(d)])
+    entries = [(n, buf.getvalue().encode() if n == record else d, m) for n, d, m in entries]
+    return raw_zip(dest / wheel.name.replace(f"-{old}-", f"-{new}-"), entries)
+
+
+def test_a_version_that_is_not_pep440_is_refused_before_anything_is_written(native_wheel: Path,
+                                                                             tmp_path: Path) -> None:
+    """The file name's version went into the companion's generated __init__.py: a crafted one ran code
+    on import. Now it is validated (PEP 440) when the name is parsed: one line, exit 2, nothing written."""
+    version = '1.0+cpu"""+__import__("os").system("touch pwned")+"""'
+    wheel = _renamed_version(native_wheel, "1.0+cpu", version, tmp_path / "in")
+    out = tmp_path / "out"
+    r = run_stage("ci.split", wheel, "--limit", "300KB", "-w", out)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a PEP 440 version" in lines[0], r.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_companion_init_is_a_literal_whatever_its_text() -> None:
+    """Text from the input reaches generated Python only through repr()."""
+    import ast
+
+    from ci.split import _companion_init
+    src = _companion_init('x"""; import os; """', "1.0\\'\n", "demo/_p.py").decode()
+    (node,) = ast.parse(src).body
+    assert isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    assert node.value.value == 'Shared libraries split off x"""; import os; """ 1.0\\\'\n by ci.split; loaded by demo/_p.py.'
+
+
 # ------------------------------------------------------------------------------ the real torch wheel
 
 TORCH_DEPS = ["typing_extensions", "sympy", "filelock", "networkx", "jinja2", "fsspec"]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -354,6 +355,8 @@ def test_strip_userinfo_and_redact():
 
 def test_parse_listing_html_and_json():
     sha = "a" * 64
+    upper = json.dumps({"files": [{"filename": "x-1.0-py3-none-any.whl", "hashes": {"sha256": sha.upper()}}]})
+    assert parse_listing(upper, "application/vnd.pypi.simple.v1+json") == {"x-1.0-py3-none-any.whl": sha}
     html = f'<a href="../../packages/x-1.0-py3-none-any.whl#sha256={sha}">x</a><a href="y-2.tar.gz">y</a>'
     assert parse_listing(html, "text/html") == {"x-1.0-py3-none-any.whl": sha, "y-2.tar.gz": None}
     doc = json.dumps({"files": [{"filename": "x-1.0-py3-none-any.whl", "hashes": {"sha256": sha}}]})
@@ -502,6 +505,66 @@ def test_a_server_that_serves_another_file_after_accepting_is_a_finding(tmp_path
     assert r.returncode == 1
     (line,) = error_lines(r)
     assert "serves a different" in line
+
+
+def _serve_json_listing(body_for: Callable[[Path], bytes], whl: Path) -> http.server.ThreadingHTTPServer:
+    """Accepts every upload (200) and answers every GET with body_for(whl) as PEP 691 JSON."""
+
+    class JsonIndex(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self) -> None:  # noqa: N802
+            body = body_for(whl)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), JsonIndex)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def _json_page(files: list) -> bytes:
+    return json.dumps({"meta": {"api-version": "1.0"}, "name": "second-pkg", "files": files}).encode()
+
+
+JSON_PAGES = {
+    "uppercase-sha256": (lambda w: _json_page([{"filename": w.name, "url": w.name,
+                                                "hashes": {"sha256": sha256(w).upper()}}]), 0, "verified 1 file"),
+    "no-filename": (lambda w: _json_page([{"url": w.name, "hashes": {"sha256": sha256(w)}}]), 2,
+                    "malformed PEP 691 JSON page"),
+    "files-not-a-list": (lambda w: json.dumps({"files": {"a": 1}}).encode(), 2, "malformed PEP 691 JSON page"),
+    "not-json": (lambda w: b"<html>", 2, "malformed PEP 691 JSON page"),
+    "bad-sha256": (lambda w: _json_page([{"filename": w.name, "hashes": {"sha256": ["x"]}}]), 2,
+                   "malformed PEP 691 JSON page"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(JSON_PAGES))
+def test_pep691_pages_compare_hashes_case_insensitively_and_malformed_ones_are_one_line(wheels, kind):
+    """Uppercase hex was a false "serves a different file"; a page without a filename an unexpected KeyError."""
+    body_for, code, words = JSON_PAGES[kind]
+    srv = _serve_json_listing(body_for, wheels["second"])
+    try:
+        r = cli("--repository-url", f"http://127.0.0.1:{srv.server_address[1]}/", str(wheels["second"]))
+    finally:
+        srv.shutdown()
+    assert r.returncode == code, r.stderr
+    if code:
+        (line,) = r.stderr.strip().splitlines()[-1:]
+        assert error_lines(r) == [line] and words in line and "unexpected" not in line, r.stderr
+        assert f"uploaded before this: {wheels['second'].name}" in line  # the server accepted it first
+    else:
+        assert words in r.stderr
 
 
 # ---------------------------------------------------------------- a second real private index: devpi
