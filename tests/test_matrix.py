@@ -158,7 +158,7 @@ def _pypi_report(version: str) -> dict:
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"torch-{version}.json"
     if not path.exists():
-        tmp = path.with_suffix(".part")
+        tmp = path.with_suffix(f".{os.getpid()}.part")  # two runs at once must not share it
         r = subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--no-deps",
                             "--ignore-installed", "--quiet", "--report", str(tmp), f"torch=={version}"],
                            capture_output=True, text=True, timeout=300)
