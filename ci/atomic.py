@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -17,16 +16,25 @@ def atomic_path(dest: Path | str) -> Iterator[Path]:
     """Yield a temp path in dest's directory; on clean exit rename it over dest, else delete it."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        # mkstemp creates 0600; give the file the mode a plain open() would (readable by a web server).
+    tmp: Path | None = None
+    try:  # armed before the file exists: SIGTERM raises at any bytecode (ci.cli), even right after the open
+        for _ in range(100):
+            tmp = dest.parent / f".{dest.name}.{os.urandom(5).hex()}.part"
+            try:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+                break
+            except FileExistsError:  # someone else's: never ours to delete
+                tmp = None
+        else:
+            raise FileExistsError(f"no free temporary name beside {dest}")
+        yield tmp
+        # the file is 0600 so far; give it the mode a plain open() would (readable by a web server).
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, dest)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
 
 def _umask() -> int:

@@ -1,6 +1,7 @@
 """Shared command-line plumbing: one-line errors, exit codes, --debug and --json.
 
-Exit codes (the contract every stage keeps): 0 success, 1 a finding, 2 bad usage or bad input.
+Exit codes (the contract every stage keeps): 0 success, 1 a finding, 2 bad usage or bad input,
+130 on Ctrl-C and 128+N on SIGTERM/SIGHUP (which clean up like Ctrl-C: no partial output is left).
 An exception no stage anticipated is reported the same way, as one line with exit 2 (never a
 traceback with exit 1, which would read as a finding). --debug prints the traceback first and keeps
 the exit code: a script running with --debug must still tell bad input from a finding.
@@ -9,9 +10,12 @@ the exit code: a script running with --debug must still tell bad input from a fi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
@@ -36,11 +40,15 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
     """Parse argv, call main, turn CiError into one stderr line and its exit code."""
     args = p.parse_args(argv)
     try:
-        code = main(args) or 0
+        with _terminate_like_ctrl_c():
+            code = main(args) or 0
     except CiError as e:
         _traceback_if(args)
         print(f"{p.prog}: error: {e}", file=sys.stderr)
         code = e.exit_code
+    except Terminated as e:
+        print(f"{p.prog}: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
+        code = 128 + e.signum
     except KeyboardInterrupt:
         print(f"{p.prog}: interrupted", file=sys.stderr)
         code = 130
@@ -57,6 +65,42 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
               "(an input this stage does not handle yet; --debug shows the traceback)", file=sys.stderr)
         code = 2
     sys.exit(code)
+
+
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP raised where the stage is, as Ctrl-C is: the same cleanup paths (atomic
+    outputs, temporary directories, outputs of a half-done split) run instead of a silent death."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    for s in TERMINATING:  # a second signal must not cut the cleanup of the first short
+        signal.signal(s, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _terminate_like_ctrl_c():
+    """Install _raise_terminated for SIGTERM/SIGHUP while main runs (main thread only; a signal
+    ignored on entry, as under nohup, stays ignored); the previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.getsignal(s) for s in TERMINATING}
+    for s, h in old.items():
+        if h is not signal.SIG_IGN:
+            signal.signal(s, _raise_terminated)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
 
 
 def _traceback_if(args: argparse.Namespace) -> None:

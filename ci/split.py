@@ -230,6 +230,8 @@ def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, veri
     with WheelArchive.open(path) as wa:
         size = path.stat().st_size
         if size <= limit_b:
+            if verify:  # a copy is still an output: ci.patch would refuse the same tampered wheel
+                wa.verify()
             return [_copy_unchanged(path, out_dir)]
         return _split(wa, size, limit_b, out_dir, verify, preload_deps)
 

@@ -173,6 +173,11 @@ def url_secrets(*urls: str | None) -> list[str]:
     return [v for url in urls if url and (pw := urlsplit(url).password) for v in (pw, unquote(pw))]
 
 
+def url_users(*urls: str | None) -> list[str]:
+    """The user names of URLs (as written, and unquoted as requests sends them in a Basic header)."""
+    return [v for url in urls if url and (u := urlsplit(url).username) for v in (u, unquote(u))]
+
+
 def redactor(secrets: Iterable[str | None], users: Iterable[str | None] = ()) -> Callable[[str], str]:
     """Replace every secret in a message (as given, URL-quoted, and inside a Basic auth header with
     any of the users), and the userinfo of any URL: every line we print or return goes through it.
@@ -372,10 +377,10 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
     if not repository_url and not repository:
         raise CiError("no index given: pass --repository-url URL or --repository NAME (a .pypirc section)")
     s = _settings(repository_url, repository, config_file)
-    url = s.repository_config["repository"]  # twine already moved any user:pass@ out of it
+    url = s.repository_config["repository"]  # a .pypirc `repository =` may keep its user:pass@
     username, password = _credentials(s)
-    redact = redactor([password, *env_secrets(), *url_secrets(repository_url, simple_url)],
-                      users=[username, os.environ.get("TWINE_USERNAME"), urlsplit(simple_url or "").username])
+    redact = redactor([password, *env_secrets(), *url_secrets(repository_url, simple_url, url)],
+                      users=[username, os.environ.get("TWINE_USERNAME"), *url_users(simple_url, url)])
     shown = redact(strip_userinfo(url))
     raw_say = say
     say = lambda m: raw_say(redact(m))  # noqa: E731

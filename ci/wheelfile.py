@@ -399,9 +399,7 @@ class WheelArchive:
 
         def check(m: Member) -> str | None:
             entry = record[m.name]
-            algo = entry.hash.split("=", 1)[0]
-            if algo not in hashlib.algorithms_available:
-                return f"RECORD uses an unknown hash {algo!r} for {m.name}"
+            algo = entry.hash.split("=", 1)[0]  # one of RECORD_HASHES (parse_record)
             got = self.hash_member(m, algo)
             return None if got == entry.hash else f"RECORD hash mismatch for {m.name} (use --no-verify to accept)"
 
@@ -489,6 +487,12 @@ def read_central_directory(path: Path) -> tuple[list[Member], int]:
     return members, cd_offset
 
 
+# sha256 or stronger, as PEP 376/427 require (`wheel unpack` refuses md5 and sha1, so an output
+# reusing them would be broken); the variable-length shake_* have no plain digest.
+RECORD_HASHES = frozenset(hashlib.algorithms_guaranteed
+                          - {"md5", "sha1", "sha224", "sha3_224", "shake_128", "shake_256"})
+
+
 def parse_record(text: str, where: str = "RECORD") -> dict[str, RecordEntry]:
     out: dict[str, RecordEntry] = {}
     try:
@@ -501,6 +505,10 @@ def parse_record(text: str, where: str = "RECORD") -> dict[str, RecordEntry]:
         if len(row) != 3:
             raise CiError(f"malformed RECORD row in {where}: {','.join(row)!r}")
         path, digest, size = row
+        algo = digest.partition("=")[0]
+        if digest and algo not in RECORD_HASHES:
+            raise CiError(f"RECORD in {where} hashes {path!r} with {algo!r}: only sha256 or stronger "
+                          f"({', '.join(sorted(RECORD_HASHES))}) is accepted")
         try:
             out[path] = RecordEntry(digest, int(size) if size else None)
         except ValueError:
@@ -526,6 +534,19 @@ def set_header(text: str, key: str, value: str) -> str:
     if not pat.search(head):
         raise CiError(f"METADATA has no {key} header")
     return pat.sub(lambda _m: f"{key}: {value}", head, count=1) + sep + body
+
+
+def check_identity(text: str) -> None:
+    """Name and Version must each be one unfolded header line. A second one, or a continuation line,
+    leaves tools to disagree on which applies, and set_header would edit only the first line."""
+    lines = _split_headers(text)[0].splitlines()
+    for key in ("Name", "Version"):
+        at = [i for i, line in enumerate(lines)
+              if line[:1] not in (" ", "\t") and line.partition(":")[0].strip().lower() == key.lower()]
+        if len(at) > 1:
+            raise CiError(f"METADATA has {len(at)} {key} headers: which one applies is ambiguous")
+        if at and at[0] + 1 < len(lines) and lines[at[0] + 1][:1] in (" ", "\t"):
+            raise CiError(f"METADATA's {key} header is folded over several lines: write it on one line")
 
 
 def get_headers(text: str, key: str) -> list[str]:
@@ -915,6 +936,7 @@ def _rewrite(wa: WheelArchive, dest_dir: Path, replace: dict[str, Content],
     for name in add:
         if name in wa and name not in remove:
             raise CiError(f"{wa.path.name} already has {name} (use replace)")
+    check_identity(wa.metadata)  # an ambiguous name or version is never copied on
     record = wa.record
     checked = None
     if verify:  # runs while the output is written (mostly kernel copies); nothing lands before it passes
@@ -942,6 +964,7 @@ def _rewrite(wa: WheelArchive, dest_dir: Path, replace: dict[str, Content],
     if version or distribution or metadata_edit:
         text = replace.pop(meta_name, None)
         meta = text.decode("utf-8") if isinstance(text, bytes) else (text.read_text() if text else wa.metadata)
+        check_identity(meta)
         if version:
             meta = set_header(meta, "Version", version)
         if distribution:

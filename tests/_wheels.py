@@ -98,6 +98,33 @@ def run_stage(module: str, *args: str | Path, env: dict[str, str] | None = None,
                           env=full_env, cwd=cwd or root)
 
 
+def signal_mid_write(module: str, *args: str | Path, out: Path, signum: int, env: dict[str, str] | None = None,
+                     timeout: float = 120.0) -> subprocess.CompletedProcess:
+    """Run a stage as run_stage does and send it `signum` once a `.part` file shows in `out` (it is
+    writing an output). Waits are bounded by `timeout`; nothing here times the stage itself."""
+    import os
+    import time
+    root = Path(__file__).resolve().parent.parent
+    full_env = dict(os.environ, **(env or {}))
+    full_env["PYTHONPATH"] = str(root) + os.pathsep + full_env.get("PYTHONPATH", "")
+    proc = subprocess.Popen([sys.executable, "-m", module, *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=root)
+    try:
+        deadline = time.monotonic() + timeout
+        while not (out.is_dir() and any(p.name.endswith(".part") for p in out.iterdir())):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{module} wrote no .part file in {out} to interrupt: "
+                                     f"{proc.communicate()[1] if proc.poll() is not None else 'timed out'}")
+            time.sleep(0.001)
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
 def assert_valid_record(path: Path) -> dict[str, bytes]:
     """Every file hashed and sized in RECORD, RECORD last, .dist-info after everything else.
 
@@ -208,3 +235,45 @@ def bad_wheel(tmp_path: Path, kind: str, files: Mapping[str, bytes | str]) -> Pa
     else:
         raise ValueError(kind)
     return p
+
+
+def zeros_wheel(dest_dir: Path, size: int) -> Path:
+    """demo 1.0 with demo/zeros.bin: `size` zero bytes (a multiple of 1 MiB, under 4 GiB) that take a
+    stage real time to inflate and hash, yet ~size/1000 on disk and quick to build (one full-flushed
+    deflate block repeated): a wheel to catch a stage mid-run with."""
+    import struct
+    import zlib
+
+    chunk, n = 1 << 20, size >> 20
+    assert size == n * chunk and 0 < size < 1 << 32
+    co = zlib.compressobj(9, zlib.DEFLATED, -15)
+    co.compress(bytes(chunk)), co.flush(zlib.Z_FULL_FLUSH)
+    block = co.compress(bytes(chunk)) + co.flush(zlib.Z_FULL_FLUSH)  # no reference before it
+    stream = block * n + co.flush(zlib.Z_FINISH)
+    crc, digest = 0, hashlib.sha256()
+    for _ in range(n):
+        crc = zlib.crc32(bytes(chunk), crc)
+        digest.update(bytes(chunk))
+    big = ("demo/zeros.bin", stream, crc, size, 8,
+           "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode())
+    info = "demo-1.0.dist-info"
+    small = {"demo/__init__.py": b"VALUE = 1\n", f"{info}/METADATA": metadata_text("demo", "1.0").encode(),
+             f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    entries = [big] + [(k, v, zlib.crc32(v), len(v), 0, record_hash(v)) for k, v in small.items()]
+    record = "".join(f"{name},{h},{usize}\n" for name, _, _, usize, _, h in entries) + f"{info}/RECORD,,\n"
+    entries.append((f"{info}/RECORD", record.encode(), zlib.crc32(record.encode()), len(record), 0, ""))
+    out = Path(dest_dir) / "demo-1.0-py3-none-any.whl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    central, pos = b"", 0
+    with open(out, "wb") as f:
+        for name, data, crc, usize, method, _ in entries:
+            raw = name.encode()
+            head = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x5021, crc, len(data), usize,
+                               len(raw), 0) + raw
+            central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 0x0314, 20, 0, method, 0, 0x5021, crc,
+                                   len(data), usize, len(raw), 0, 0, 0, 0, 0o100644 << 16, pos) + raw
+            f.write(head + data)
+            pos += len(head) + len(data)
+        f.write(central + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries), len(central),
+                                      pos, 0))
+    return out

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests._wheels import (BAD_WHEELS, bad_wheel, build_wheel, pip_check_install, raw_zip, read_members,
-                           record_hash, run_stage, wheel_entries)
+                           record_hash, run_stage, signal_mid_write, wheel_entries, zeros_wheel)
 
 CORE = "".join(f"line {i}\n" for i in range(1, 41))
 FILES = {"demo/__init__.py": "from demo.core import *\n", "demo/core.py": CORE, "demo/bin/tool": "#!/bin/sh\n"}
@@ -218,6 +218,74 @@ def test_bad_arguments_exit_2_and_write_nothing(tmp_path: Path, kind: str) -> No
     out = tmp_path / "out"
     r = run_stage("ci.patch", w, *args, "-w", out, cwd=tmp_path / "empty")
     assert_bad_input(r, out, needle)
+
+
+def _rebuilt(wheel: Path, dest: Path, metadata: str | None = None, algo: str = "sha256") -> Path:
+    """The wheel with another METADATA and/or RECORD hashed with `algo`, RECORD true to the bytes
+    (so only what was changed is at fault)."""
+    import base64
+    import hashlib
+    entries = [(n, metadata.encode() if metadata and n.endswith(".dist-info/METADATA") else d, m)
+               for n, d, m in wheel_entries(wheel)]
+
+    def digest(d: bytes) -> str:
+        return f"{algo}=" + base64.urlsafe_b64encode(hashlib.new(algo, d).digest()).rstrip(b"=").decode()
+    record = "".join(f"{n},{digest(d)},{len(d)}\n" for n, d, _ in entries if not n.endswith("/RECORD"))
+    entries = [(n, (record + n + ",,\n").encode() if n.endswith(".dist-info/RECORD") else d, m)
+               for n, d, m in entries]
+    return raw_zip(dest / wheel.name, entries)
+
+
+@pytest.mark.parametrize("metadata,needle", [
+    ("Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n 1.0\n", "Version header is folded"),
+    ("Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nVersion: 2.0\n", "2 Version headers"),
+    ("Metadata-Version: 2.1\nName: demo\n\tdemo\nVersion: 1.0\n", "Name header is folded"),
+    ("Metadata-Version: 2.1\nName: demo\nname: other\nVersion: 1.0\n", "2 Name headers"),
+], ids=["folded-version", "duplicate-version", "folded-name", "duplicate-name"])
+def test_an_ambiguous_name_or_version_in_metadata_is_bad_input(tmp_path: Path, metadata: str, needle: str) -> None:
+    w = _rebuilt(build_wheel(tmp_path / "good"), tmp_path / "in", metadata)
+    out = tmp_path / "out"
+    assert_bad_input(run_stage("ci.patch", w, "--local-version", "x", "-w", out), out, needle)
+    assert_bad_input(run_stage("ci.patch", w, "--add-requires", "numpy", "-w", out), out, needle)
+
+
+@pytest.mark.parametrize("algo", ["md5", "sha1", "sha224"])
+def test_record_hashes_weaker_than_sha256_are_bad_input(tmp_path: Path, algo: str) -> None:
+    """Not "verified", and not copied either: `wheel unpack` refuses an output that reuses them."""
+    w = _rebuilt(build_wheel(tmp_path / "good"), tmp_path / "in", algo=algo)
+    out = tmp_path / "out"
+    for extra in ([], ["--no-verify"]):
+        r = run_stage("ci.patch", w, "--local-version", "x", *extra, "-w", out)
+        assert_bad_input(r, out, f"with '{algo}': only sha256 or stronger")
+
+
+def test_record_hashes_stronger_than_sha256_are_verified(tmp_path: Path) -> None:
+    w = _rebuilt(build_wheel(tmp_path / "good"), tmp_path / "in", algo="sha512")
+    r = run_stage("ci.patch", w, "--local-version", "x", "-w", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    unpack = subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(tmp_path / "unpacked"),
+                             str(tmp_path / "out" / "demo-1.0+x-py3-none-any.whl")], capture_output=True, text=True)
+    assert unpack.returncode == 0, unpack.stderr  # it re-checks every hash RECORD gives
+    bad = _rebuilt(build_wheel(tmp_path / "good2", files={"demo/__init__.py": "x = 2\n"}), tmp_path / "bad",
+                   algo="sha512")
+    entries = [(n, b"x = 3\n" if n == "demo/__init__.py" else d, m) for n, d, m in wheel_entries(bad)]
+    bad = raw_zip(tmp_path / "bad2" / bad.name, entries)
+    assert_bad_input(run_stage("ci.patch", bad, "--local-version", "x", "-w", tmp_path / "out2"),
+                     tmp_path / "out2", "RECORD hash mismatch for demo/__init__.py")
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_mid_write_leave_nothing_in_w(tmp_path: Path, signame: str) -> None:
+    """Killed as a CI runner cancels a job: cleaned up as Ctrl-C is, no .part left in -w."""
+    import signal
+    w = zeros_wheel(tmp_path / "in", 512 << 20)  # its verification keeps the .part open a while
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    tmp.mkdir()
+    r = signal_mid_write("ci.patch", w, "--local-version", "x", "-w", out, out=out,
+                         signum=getattr(signal, signame), env={"TMPDIR": str(tmp)})
+    assert list(out.iterdir()) == [] and list(tmp.iterdir()) == []
+    assert r.returncode == 128 + getattr(signal, signame), r.stderr
+    assert r.stderr.strip().endswith(f"ci.patch: terminated by {signame}"), r.stderr
 
 
 def test_help() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from ci.errors import CiError
 from ci.split import Lib, new_rpaths, plan_split
-from tests._wheels import build_wheel, raw_zip, read_members, run_stage, wheel_entries
+from tests._wheels import build_wheel, raw_zip, read_members, run_stage, signal_mid_write, wheel_entries
 
 INIT = '''"""Demo package: loads its native front library, as an extension module would."""
 import ctypes
@@ -212,6 +212,48 @@ def test_under_the_limit_is_copied_unchanged(native_wheel: Path, tmp_path: Path)
     r = run_stage("ci.split", native_wheel, "--limit", "pypi", "-w", tmp_path / "out")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out" / native_wheel.name).read_bytes() == native_wheel.read_bytes()
+
+
+def test_sigterm_mid_split_leaves_no_companion_and_no_temporary_files(tmp_path: Path) -> None:
+    """A job cancelled mid-split: cleaned up as Ctrl-C is, no companion without its main wheel in -w,
+    no extracted libraries in TMPDIR."""
+    import signal
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    gcc(lib / "libbase.so", "int base(void) { return 1; }\n")
+    # 64 MiB of zeros: quick to build, yet re-deflating the moved copy keeps its .part open a while
+    gcc(lib / "libbig1.so", '__asm__(".section .rodata\\n.global zeros\\nzeros: .zero 67108864\\n.previous");\n'
+        "int base(void);\nint big1(void) { return base() + 10; }\n", f"-L{lib}", "-lbase", "-Wl,-rpath,$ORIGIN")
+    gcc(lib / "libfront.so", "int big1(void);\nint front(void) { return big1() + 52; }\n", f"-L{lib}", "-lbig1",
+        "-Wl,-rpath,$ORIGIN")
+    files: dict[str, bytes | str] = {"demo/__init__.py": INIT, "demo/data.bin": os.urandom(BIG)}
+    files.update({f"demo/lib/{so.name}": so.read_bytes() for so in lib.iterdir()})
+    wheel = build_wheel(tmp_path / "dist", files=files, tag="py3-none-linux_x86_64",
+                        modes={n: 0o755 for n in files if n.endswith(".so")})
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    tmp.mkdir()
+    r = signal_mid_write("ci.split", wheel, "--limit", "250KB", "-w", out, out=out, signum=signal.SIGTERM,
+                         env={"TMPDIR": str(tmp)})
+    assert list(out.iterdir()) == [] and list(tmp.iterdir()) == []
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr
+    assert r.stderr.strip().endswith("ci.split: terminated by SIGTERM"), r.stderr
+    r = run_stage("ci.split", wheel, "--limit", "250KB", "-w", out)  # the same split, left to finish
+    assert r.returncode == 0 and len(list(out.iterdir())) == 2, r.stderr
+
+
+def test_under_the_limit_a_tampered_wheel_is_refused_unless_no_verify(native_wheel: Path, tmp_path: Path) -> None:
+    entries = [(n, d[:-1] + bytes([d[-1] ^ 1]) if n.endswith("libbig2.so") else d, m)
+               for n, d, m in wheel_entries(native_wheel)]
+    wheel = raw_zip(tmp_path / "bad" / native_wheel.name, entries)
+    out = tmp_path / "out"
+    r = run_stage("ci.split", wheel, "--limit", "pypi", "-w", out)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "RECORD hash mismatch for demo/lib/libbig2.so" in lines[0], r.stderr
+    assert not out.exists() or not any(out.iterdir())
+    r = run_stage("ci.split", wheel, "--limit", "pypi", "--no-verify", "-w", out)
+    assert r.returncode == 0, r.stderr
+    assert (out / wheel.name).read_bytes() == wheel.read_bytes()
 
 
 def test_plan_is_first_fit_decreasing_and_keeps_depth() -> None:

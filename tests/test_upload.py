@@ -597,3 +597,44 @@ def test_devpi_upload_skip_existing_verify_and_install(tmp_path, wheels):
     out = subprocess.run([str(py), "-c", "import pubpkg; print(pubpkg.VALUE)"], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "42"  # the first upload, not the rebuilt one
+
+
+def test_a_password_in_a_pypirc_repository_url_is_never_printed(tmp_path, server, wheels):
+    """twine leaves user:password@ in a .pypirc `repository =` URL: the password (and the Basic
+    header made of it) must be redacted like any other, in errors and in --json alike."""
+    import base64
+    rc = tmp_path / "pypirc"
+    rc.write_text("[distutils]\nindex-servers = internal\n\n[internal]\n"
+                  f"repository = {server.url.replace('http://', f'http://{USER}:{TOKEN}@')}\n")
+    anonymous = {k: v for k, v in env(None).items() if k != "TWINE_USERNAME"}  # the URL's user:password
+    r = cli("--repository", "internal", "--config-file", str(rc), "--json", str(wheels["second"]),
+            environ=anonymous)
+    assert r.returncode == 0, r.stderr
+    no_secret(r)
+    assert json.loads(r.stdout)["repository_url"] == server.url
+
+    class Echo(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = f"bad request from {self.headers.get('Authorization')}".encode()
+            self.send_response(400, "Bad Request")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        rc.write_text("[distutils]\nindex-servers = internal\n\n[internal]\n"
+                      f"repository = http://{USER}:{TOKEN}@127.0.0.1:{srv.server_address[1]}/\n")
+        r = cli("--repository", "internal", "--config-file", str(rc), str(wheels["second"]),
+                environ=anonymous)
+    finally:
+        srv.shutdown()
+    assert r.returncode == 1, r.stderr
+    assert "bad request from" in r.stderr
+    no_secret(r)
+    assert base64.b64encode(f"{USER}:{TOKEN}".encode()).decode() not in r.stdout + r.stderr

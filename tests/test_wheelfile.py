@@ -179,3 +179,15 @@ def test_bad_archives_are_refused_on_open(tmp_path: Path, kind: str) -> None:
     with pytest.raises(CiError, match=re.escape(BAD_WHEELS[kind])):
         rewrite(bad_wheel(tmp_path, kind, FILES), tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_record_takes_only_sha256_or_stronger_and_identity_headers_once() -> None:
+    from ci.wheelfile import check_identity, parse_record
+    assert parse_record("a.py,sha512=x,1\na.py.dist-info/RECORD,,\n")["a.py"].hash == "sha512=x"
+    for algo in ("md5", "sha1", "sha224", "shake_128", "nosuch"):
+        with pytest.raises(CiError, match=f"with '{algo}': only sha256 or stronger"):
+            parse_record(f"a.py,{algo}=x,1\n")
+    check_identity("Name: a\nVersion: 1\nSummary: x\n  folded summary\n\nVersion: 2 in the body\n")
+    for text in ("Name: a\nVersion: 1\n 2\n", "Name: a\nVersion: 1\nVERSION: 2\n", "Name: a\nName: b\nVersion: 1\n"):
+        with pytest.raises(CiError, match="METADATA"):
+            check_identity(text)
