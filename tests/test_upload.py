@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
@@ -382,12 +383,14 @@ def test_credentials_in_the_simple_url_never_appear(server, wheels):
     no_secret(r)
 
 
-def test_every_given_secret_is_redacted_from_errors(wheels):
-    """A server that echoes the request's Authorization back in its error page."""
+@contextlib.contextmanager
+def echo_server(extra: str = ""):
+    """A server on loopback that refuses every upload, echoing the request's Authorization header
+    (and `extra`) in its error page: what a careless proxy does. Yields its host:port."""
     class Echo(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            body = f"bad request from {self.headers.get('Authorization')} password={TOKEN}".encode()
+            body = f"bad request from {self.headers.get('Authorization')}{extra}".encode()
             self.send_response(400, "Bad Request")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -399,9 +402,15 @@ def test_every_given_secret_is_redacted_from_errors(wheels):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        r = cli("--repository-url", f"http://127.0.0.1:{srv.server_address[1]}/", str(wheels["second"]))
+        yield f"127.0.0.1:{srv.server_address[1]}"
     finally:
         srv.shutdown()
+
+
+def test_every_given_secret_is_redacted_from_errors(wheels):
+    """A server that echoes the request's Authorization back in its error page."""
+    with echo_server(f" password={TOKEN}") as address:
+        r = cli("--repository-url", f"http://{address}/", str(wheels["second"]))
     assert r.returncode == 1
     no_secret(r)
     import base64
@@ -613,27 +622,11 @@ def test_a_password_in_a_pypirc_repository_url_is_never_printed(tmp_path, server
     no_secret(r)
     assert json.loads(r.stdout)["repository_url"] == server.url
 
-    class Echo(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            body = f"bad request from {self.headers.get('Authorization')}".encode()
-            self.send_response(400, "Bad Request")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with echo_server() as address:
         rc.write_text("[distutils]\nindex-servers = internal\n\n[internal]\n"
-                      f"repository = http://{USER}:{TOKEN}@127.0.0.1:{srv.server_address[1]}/\n")
+                      f"repository = http://{USER}:{TOKEN}@{address}/\n")
         r = cli("--repository", "internal", "--config-file", str(rc), str(wheels["second"]),
                 environ=anonymous)
-    finally:
-        srv.shutdown()
     assert r.returncode == 1, r.stderr
     assert "bad request from" in r.stderr
     no_secret(r)
