@@ -227,7 +227,9 @@ def insert_call(init_source: str, module: str = MODULE_NAME) -> str:
         if not (docstring or future):
             break
         after = node.end_lineno or node.lineno
-    lines = init_source.splitlines(keepends=True)
+    # Lines as Python counts them (\n, \r\n, \r): str.splitlines also breaks at a form feed or U+2028,
+    # which would put the call inside a docstring that holds one.
+    lines = io.StringIO(init_source, newline="").readlines()
     if after == 0:
         while after < len(lines) and lines[after].lstrip()[:1] in ("#", ""):
             after += 1

@@ -34,6 +34,7 @@ Decisions:
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import posixpath
 import shutil
@@ -205,9 +206,9 @@ def _insert_after_existing_preload(init: str, module: str) -> str:
     from ci.preload import MODULE_NAME, insert_call
 
     call = f"from . import {module} as _p; _p.preload(); del _p  # load split-off libraries first (ci.split)\n"
-    lines = init.splitlines(keepends=True)
+    lines = io.StringIO(init, newline="").readlines()  # Python's lines: not at a form feed or U+2028
     for i, line in enumerate(lines):
-        if f"import {MODULE_NAME} as" in line:
+        if line.startswith(f"from . import {MODULE_NAME} as"):
             return "".join(lines[: i + 1]) + call + "".join(lines[i + 1:])
     return insert_call(init, module)
 

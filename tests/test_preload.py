@@ -6,6 +6,8 @@ Naive loading must fail where the generated preload succeeds, or the test proves
 
 from __future__ import annotations
 
+import ast
+
 import hashlib
 import json
 import subprocess
@@ -391,6 +393,17 @@ def test_inject_needs_a_package(tmp_path, chain):
 def test_insert_call(source, expected):
     call = f"from . import {MODULE_NAME} as _p; _p.preload(); del _p  # load native deps first (ci.preload)\n"
     assert insert_call(source) == expected.replace("CALL ", call).replace("CALL", call)
+
+
+@pytest.mark.parametrize("separator", ["\f", "\v", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_insert_call_counts_lines_as_python_does(separator):
+    """str.splitlines breaks at a form feed or U+2028 too; Python's line numbers do not: the call
+    landed inside the docstring and never ran."""
+    source = f'"""Doc{separator}more{separator}lines."""\nimport os\n'
+    tree = ast.parse(insert_call(source))
+    assert isinstance(tree.body[0], ast.Expr) and tree.body[0].value.value == f"Doc{separator}more{separator}lines."
+    assert isinstance(tree.body[1], ast.ImportFrom) and tree.body[1].names[0].name == MODULE_NAME
+    assert isinstance(tree.body[-1], ast.Import)
 
 
 def test_top_package_choice():
