@@ -419,7 +419,13 @@ def read_central_directory(path: Path) -> tuple[list[Member], int]:
         tail_len = min(size, _EOCD.size + _U16)
         f.seek(size - tail_len)
         tail = f.read(tail_len)
-        pos = tail.rfind(b"PK\x05\x06")
+        # As zipfile does: a record at the very end with no comment first, else the last signature.
+        # A bare search from the end can find the signature inside the record's own fields (a central
+        # directory at offset 0x06054b50) and refuse a valid zip as truncated.
+        if tail[-_EOCD.size:-_EOCD.size + 4] == b"PK\x05\x06" and tail[-2:] == b"\0\0":
+            pos = len(tail) - _EOCD.size
+        else:
+            pos = tail.rfind(b"PK\x05\x06")
         if pos < 0 or pos + _EOCD.size > len(tail):
             if head == b"PK\x03\x04":
                 raise CiError(f"truncated zip (no end of central directory): {path.name}")

@@ -117,6 +117,26 @@ def test_exactly_65535_members_without_zip64_records(tmp_path: Path) -> None:
         assert len(wa.members) == 65535
 
 
+def test_a_central_directory_at_the_offset_spelling_the_end_signature_is_read(tmp_path: Path) -> None:
+    """The end record's offset field reads `PK\\x05\\x06` when the central directory starts at
+    0x06054b50: a search from the end found the signature there and refused a valid wheel."""
+    target, pad = 0x06054B50, 0x06054B50 - 2000
+    for attempt in range(4):  # RECORD's text depends on the pad's size: converge on the offset
+        w = build_wheel(tmp_path / f"in{attempt}", files={"demo/__init__.py": b"", "demo/pad.bin": bytes(pad)},
+                        compression=zipfile.ZIP_STORED)
+        with zipfile.ZipFile(w) as z:
+            start = z.start_dir
+            names = z.namelist()
+        if start == target:
+            break
+        pad += target - start
+        w.unlink()
+    assert start == target and b"PK\x05\x06" in w.read_bytes()[-22:][16:20]
+    with WheelArchive.open(w) as wa:
+        assert [m.name for m in wa.members] == names
+        wa.verify()
+
+
 def test_data_descriptor_members_are_copied_with_clean_headers(tmp_path: Path) -> None:
     src = build_wheel(tmp_path / "in", files=FILES)
     # zipfile writing to an unseekable stream uses data descriptors (flag bit 3)
