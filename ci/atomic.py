@@ -15,8 +15,9 @@ from typing import Iterator
 def atomic_path(dest: Path | str) -> Iterator[Path]:
     """Yield a temp path in dest's directory; on clean exit rename it over dest, else delete it."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    made = make_dirs(dest.parent)
     tmp: Path | None = None
+    done = False
     try:  # armed before the file exists: SIGTERM raises at any bytecode (ci.cli), even right after the open
         for _ in range(100):
             tmp = dest.parent / f".{dest.name}.{os.urandom(5).hex()}.part"
@@ -31,10 +32,36 @@ def atomic_path(dest: Path | str) -> Iterator[Path]:
         # the file is 0600 so far; give it the mode a plain open() would (readable by a web server).
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, dest)
+        done = True
     finally:
-        if tmp is not None:
+        if tmp is not None and not done:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+        if not done:
+            remove_empty(made)
+
+
+def make_dirs(path: Path) -> list[Path]:
+    """mkdir -p, returning the directories it created (outermost first): a refused run removes them."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    made = []
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:  # made meanwhile by someone else: theirs
+            continue
+        made.append(d)
+    return made
+
+
+def remove_empty(dirs: list[Path]) -> None:
+    """Remove these directories, innermost first, where they are still empty (never their content)."""
+    for d in reversed(dirs):
+        with contextlib.suppress(OSError):
+            d.rmdir()
 
 
 def _umask() -> int:
