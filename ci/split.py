@@ -167,8 +167,9 @@ def new_rpaths(libs: Sequence[Lib], moves: dict[str, str]) -> dict[str, tuple[li
         new_dir = posixpath.dirname(where[lib.path])
         entries = []
         for e in lib.runpath or lib.rpath:
-            if moved and e.startswith("$ORIGIN"):
-                target = posixpath.normpath(posixpath.join(old_dir, e[len("$ORIGIN"):].lstrip("/")))
+            rest = _origin_relative(e)
+            if moved and rest is not None:
+                target = posixpath.normpath(posixpath.join(old_dir, rest))
                 e = _origin(posixpath.relpath(target, new_dir or "."))
             entries.append(e)
         for d in deps:
@@ -179,6 +180,15 @@ def new_rpaths(libs: Sequence[Lib], moves: dict[str, str]) -> dict[str, tuple[li
         if entries != list(lib.runpath or lib.rpath):
             out[lib.path] = (entries, bool(lib.rpath and not lib.runpath))
     return out
+
+
+def _origin_relative(entry: str) -> str | None:
+    """The path below the library's directory for `$ORIGIN/...` or `${ORIGIN}/...` (the dynamic
+    linker reads both spellings), else None."""
+    for token in ("$ORIGIN", "${ORIGIN}"):
+        if entry == token or entry.startswith(token + "/"):
+            return entry[len(token):].lstrip("/")
+    return None
 
 
 def _origin(rel: str) -> str:

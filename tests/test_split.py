@@ -282,6 +282,16 @@ def test_new_rpaths_rebase_moved_and_point_stayers_at_companions() -> None:
     }
 
 
+def test_new_rpaths_rebase_both_origin_spellings() -> None:
+    """`${ORIGIN}` is `$ORIGIN` to the dynamic linker: a moved library kept it unchanged, pointing at
+    a directory of the companion that does not exist; `$ORIGINX` is no origin at all."""
+    libs = [Lib("t/lib/libcpu.so", 9, "libcpu.so", (), (),
+                ("${ORIGIN}", "${ORIGIN}/../../nvidia/cu13/lib", "$ORIGINX/lib", "/usr/local/lib/x"))]
+    got = new_rpaths(libs, {"t/lib/libcpu.so": "t_libs/lib/libcpu.so"})
+    assert got == {"t/lib/libcpu.so": (["$ORIGIN/../../t/lib", "$ORIGIN/../../nvidia/cu13/lib", "$ORIGINX/lib",
+                                        "/usr/local/lib/x"], False)}
+
+
 def test_a_library_larger_than_the_limit_is_refused(native_wheel: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     r = run_stage("ci.split", native_wheel, "--limit", "150KB", "-w", out)
