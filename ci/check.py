@@ -78,7 +78,7 @@ def render(r: CheckResult) -> str:
         return f"ok    {name}: {cli.format_size(r.size)}{lim}, unpacked {cli.format_size(r.unpacked)}"
     lines = [f"OVER  {name}: {'; '.join(r.problems)}", f"      {len(r.largest)} largest members "
              "(compressed, unpacked):"]
-    lines += [f"      {cli.format_size(m.compressed):>10}  {cli.format_size(m.unpacked):>10}  {m.name}"
+    lines += [f"      {cli.format_size(m.compressed):>10}  {cli.format_size(m.unpacked):>10}  {cli.shown(m.name)}"
               for m in r.largest]
     return "\n".join(lines)
 

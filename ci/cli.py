@@ -44,7 +44,7 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
             code = main(args) or 0
     except CiError as e:
         _traceback_if(args)
-        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        print(f"{p.prog}: error: {shown(e)}", file=sys.stderr)
         code = e.exit_code
     except Terminated as e:
         print(f"{p.prog}: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
@@ -61,7 +61,7 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
         while where is not None and where.tb_next is not None:
             where = where.tb_next
         at = f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}" if where else ""
-        print(f"{p.prog}: error: unexpected {type(e).__name__}{at}: {str(e).splitlines()[0] if str(e) else ''} "
+        print(f"{p.prog}: error: unexpected {type(e).__name__}{at}: {shown(str(e).splitlines()[0]) if str(e) else ''} "
               "(an input this stage does not handle yet; --debug shows the traceback)", file=sys.stderr)
         code = 2
     sys.exit(code)
@@ -101,6 +101,13 @@ def _terminate_like_ctrl_c():
     finally:
         for s, h in old.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+def shown(text: object) -> str:
+    """Text from an input (member and file names, a server's words) made safe to print: control
+    characters, line and paragraph separators escaped, so nothing can start a forged line (an `ok`,
+    a `::error::` workflow command) or send a terminal escape sequence."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
 
 
 def _traceback_if(args: argparse.Namespace) -> None:

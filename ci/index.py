@@ -328,7 +328,8 @@ def render(dists: list[Dist], to_root: str | None, base_url: str | None,
 
 
 def warn(msg: str) -> None:
-    print(f"ci.index: warning: {msg}", file=sys.stderr)
+    from ci.cli import shown
+    print(f"ci.index: warning: {shown(msg)}", file=sys.stderr)
 
 
 def _differs(path: Path, data: bytes) -> bool:

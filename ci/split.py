@@ -355,7 +355,8 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
             p.unlink(missing_ok=True)
         raise
     for lib, py in sorted(pinned.items()):  # once it worked: bad input stays one line
-        print(f"ci.split: note: kept {lib} in {wa.name.project}: {py} loads it by path", file=sys.stderr)
+        print(f"ci.split: note: kept {cli.shown(lib)} in {wa.name.project}: {cli.shown(py)} loads it by path",
+              file=sys.stderr)
     return written
 
 

@@ -130,6 +130,20 @@ def test_record_size_mismatch_with_no_verify_is_bad_input(tmp_path: Path) -> Non
                      out, f"RECORD size mismatch for demo/core.py: RECORD says {size + 1}, zip has {size}")
 
 
+def test_member_names_are_printed_escaped(tmp_path: Path) -> None:
+    """A member name is input: its newline must not start a forged line (a `::error::` workflow
+    command, an `ok`), nor its ESC a terminal sequence; every stage's error line escapes it."""
+    good = build_wheel(tmp_path / "good", files=FILES)
+    name = "demo/x\n::error::forged\x1b[2J.py"
+    entries = wheel_entries(good)
+    bad = raw_zip(tmp_path / "in" / good.name, [entries[0], (name, b"x = 1\n", 0o100644), *entries[1:]])
+    for stage, args in (("ci.patch", ["--local-version", "x"]), ("ci.split", ["--limit", "pypi"])):
+        out = tmp_path / stage
+        r = run_stage(stage, bad, *args, "-w", out)
+        assert_bad_input(r, out, "RECORD has no hash for demo/x\\n::error::forged\\x1b[2J.py")
+        assert "\x1b" not in r.stderr
+
+
 PATCH_BAD = sorted(k for k in BAD_WHEELS if k != "bad-name")
 
 
