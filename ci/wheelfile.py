@@ -632,6 +632,7 @@ class WheelWriter:
         self.name = name
         self.force_zip64 = force_zip64
         self._plan: dict[str, _Planned] = {}
+        self._canonical: dict[str, str] = {}  # installed path -> member name
         self._sde = _source_date_epoch()
         self._default_time = self._sde or default_time or (0, (0 << 9) | (1 << 5) | 1)  # 1980-01-01
 
@@ -640,11 +641,20 @@ class WheelWriter:
         return self.name.dist_info
 
     def _put(self, p: _Planned) -> None:
+        """The reader's rules, for what we write: a safe name, no alias of another member once
+        installed (`a/./b` is `a/b`), a regular file with permission bits only (no symlink, no
+        setuid, setgid or sticky bit)."""
         _check_name(p.name)
         if p.name == f"{self.dist_info}/RECORD":
             return  # always regenerated
-        if p.name in self._plan:
-            raise CiError(f"duplicate member in output wheel: {p.name}")
+        key = canonical_name(p.name)
+        if (other := self._canonical.get(key)) is not None:
+            raise CiError(f"duplicate member in output wheel: {p.name}" if other == p.name else
+                          f"member {p.name!r} would be the same file as {other!r} once installed")
+        if p.content is not None and (p.mode & _S_IFMT not in (0, _S_IFREG) or p.mode & 0o7000):
+            raise CiError(f"mode {p.mode:o} for {p.name!r}: a wheel member is a regular file with "
+                          "permission bits only (no symlink, setuid, setgid or sticky bit)")
+        self._canonical[key] = p.name
         self._plan[p.name] = p
 
     def copy(self, src: WheelArchive, m: Member, name: str | None = None, *,

@@ -130,6 +130,23 @@ def test_record_size_mismatch_with_no_verify_is_bad_input(tmp_path: Path) -> Non
                      out, f"RECORD size mismatch for demo/core.py: RECORD says {size + 1}, zip has {size}")
 
 
+@pytest.mark.parametrize("path, mode, needle", [
+    ("demo/link.py", "120000", "no symlink"),
+    ("demo/suid.py", "104755", "setuid"),
+    ("demo/sticky.py", "101755", "sticky"),
+    ("demo/./__init__.py", "100644", "would be the same file as 'demo/__init__.py' once installed"),
+    ("demo//core.py", "100644", "would be the same file as 'demo/core.py' once installed"),
+])
+def test_the_writer_refuses_what_the_reader_refuses(wheel: Path, tmp_path: Path, path: str, mode: str,
+                                                    needle: str) -> None:
+    """A diff that creates a symlink, a setuid file or an alias of a member: ci.patch wrote it, and
+    its own reader (and pip) then read another wheel than the one it meant."""
+    p = write(tmp_path, "01.patch", f"diff --git a/{path} b/{path}\nnew file mode {mode}\n"
+              + diff(path, None, "print('x')\n"))
+    out = tmp_path / "out"
+    assert_bad_input(run_stage("ci.patch", wheel, "--patch", p, "-w", out), out, needle)
+
+
 def test_member_names_are_printed_escaped(tmp_path: Path) -> None:
     """A member name is input: its newline must not start a forged line (a `::error::` workflow
     command, an `ok`), nor its ESC a terminal sequence; every stage's error line escapes it."""
