@@ -436,7 +436,7 @@ def read_central_directory(path: Path) -> tuple[list[Member], int]:
             raise CiError(f"multi-disk zip not supported: {path.name}")
         if count == _U16 or cd_size == _U32 or cd_offset == _U32:
             loc_at = eocd_at - _LOCATOR64.size
-            f.seek(loc_at)
+            f.seek(max(loc_at, 0))  # a crafted end record near the start: no seek before the file
             loc = f.read(_LOCATOR64.size)
             if loc_at < 0 or len(loc) < _LOCATOR64.size or _LOCATOR64.unpack(loc)[0] != _SIG_LOCATOR64:
                 if cd_size == _U32 or cd_offset == _U32:

@@ -137,6 +137,17 @@ def test_a_central_directory_at_the_offset_spelling_the_end_signature_is_read(tm
         wa.verify()
 
 
+@pytest.mark.parametrize("prefix", [b"", b"PK\x03\x04" + bytes(10)])
+def test_an_end_record_too_near_the_start_for_a_zip64_locator_is_bad_input(tmp_path: Path, prefix: bytes) -> None:
+    """An end record that claims 65535 entries (so a ZIP64 locator would sit before it) at the very
+    start of the file: the reader sought to a negative offset ("unexpected OSError")."""
+    import struct
+    path = tmp_path / "demo-1.0-py3-none-any.whl"
+    path.write_bytes(prefix + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, 0, 0xFFFFFFFF, 0))
+    with pytest.raises(CiError, match="corrupt zip"):
+        WheelArchive.open(path)
+
+
 def test_data_descriptor_members_are_copied_with_clean_headers(tmp_path: Path) -> None:
     src = build_wheel(tmp_path / "in", files=FILES)
     # zipfile writing to an unseekable stream uses data descriptors (flag bit 3)
