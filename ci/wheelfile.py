@@ -186,6 +186,11 @@ class WheelArchive:
         self.members = members
         self.cd_offset = cd_offset
         self._by_name = {m.name: m for m in members}
+        # Where each member's bytes must end: the next local header or the central directory, as
+        # zipfile checks it ("Overlapped entries"); overlapping members are a zip bomb's trick.
+        starts = sorted({m.header_offset for m in members} | {cd_offset})
+        following = {a: b for a, b in zip(starts, starts[1:])}
+        self._end = {id(m): following.get(m.header_offset, cd_offset) for m in members}
         self._fd = os.open(path, os.O_RDONLY)
         self._record: dict[str, RecordEntry] | None = None
         self.dist_info = self._find_dist_info()
@@ -259,6 +264,13 @@ class WheelArchive:
         start = m.header_offset + _LOCAL.size + nlen + xlen
         if start + m.csize > self.cd_offset:
             raise CiError(f"truncated zip: data of {m.name} runs past the central directory")
+        if start + m.csize > self._end[id(m)]:
+            raise CiError(f"corrupt zip: {m.name!r} overlaps the next member in {self.path.name}")
+        # zipfile (what pip installs with) refuses a local name other than the directory's, decoded
+        # with the directory's flags: so do we, or the two would read different wheels.
+        local_name = os.pread(self._fd, nlen, m.header_offset + _LOCAL.size)
+        if local_name.decode("utf-8" if m.flags & _FLAG_UTF8 else "cp437", "replace") != m.name:
+            raise CiError(f"corrupt zip: the local header of {m.name!r} names {local_name!r} in {self.path.name}")
         sizes_ok = (csize, usize) == (m.csize, m.usize) or (csize, usize) == (_U32, _U32)
         same = (flags == m.flags and not flags & _FLAG_DESCRIPTOR and method == m.method and crc == m.crc
                 and (t, d) == (m.dos_time, m.dos_date) and sizes_ok and nlen <= 1024

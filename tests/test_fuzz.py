@@ -70,6 +70,7 @@ def test_random_zip_files(entries, with_dist_info):
             z.writestr("demo-1.0.dist-info/METADATA", b"Name: demo\nVersion: 1.0\n")
             z.writestr("demo-1.0.dist-info/RECORD", "\n".join(f"{n},," for n in entries).encode("utf-8", "replace"))
     exercise(path.read_bytes())
+    differential(path.read_bytes())
 
 
 @FUZZ
@@ -108,3 +109,37 @@ def test_sizes(text):
 def test_sizes_that_once_crashed(text):
     with pytest.raises(CiError):
         parse_size(text)
+
+
+def differential(data: bytes) -> None:
+    """zipfile is what pip installs with: whatever our reader accepts, it must read the same member
+    names and bytes as zipfile does, or a wheel we checked is not the wheel pip installs."""
+    path = TMP / "diff" / "demo-1.0-py3-none-any.whl"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(data)
+    try:
+        with WheelArchive.open(path) as wa:
+            ours = {m.name: wa.read(m) for m in wa.files}
+    except CiError:
+        return
+    try:
+        with zipfile.ZipFile(path) as z:
+            theirs = {i.filename: z.read(i) for i in z.infolist() if not i.is_dir()}
+    except Exception as e:  # noqa: BLE001  any refusal by zipfile is a disagreement
+        pytest.fail(f"our reader accepts a zip that zipfile refuses: {type(e).__name__}: {e}")
+    assert ours == theirs
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, len(SEED) - 1), st.integers(0, 255)), min_size=1, max_size=8))
+def test_differential_mutated(flips):
+    data = bytearray(SEED)
+    for pos, value in flips:
+        data[pos] = value
+    differential(bytes(data))
+
+
+@FUZZ
+@given(st.integers(0, len(SEED)), st.binary(max_size=64))
+def test_differential_truncated_or_spliced(cut, junk):
+    differential(SEED[:cut] + junk)
