@@ -980,7 +980,11 @@ def _rewrite(wa: WheelArchive, dest_dir: Path, replace: dict[str, Content],
                 raise CiError(f"RECORD size mismatch for {m.name}: RECORD says {entry.size}, zip has {m.usize}")
     old = wa.name
     new = old.with_(version=version or old.version, distribution=escape(distribution) if distribution else old.distribution)
-    renames = {f"{wa.dist_info}/": f"{new.dist_info}/", f"{old.data_dir}/": f"{new.data_dir}/"}
+    # .data/ is spelled as the archive spells its .dist-info, which may differ from the file name's
+    # spelling (`Demo-1.0.dist-info` in `demo-1.0-...whl`): rename whichever is there.
+    as_dist_info = wa.dist_info[: -len(".dist-info")] + ".data"
+    renames = {f"{wa.dist_info}/": f"{new.dist_info}/", f"{as_dist_info}/": f"{new.data_dir}/",
+               f"{old.data_dir}/": f"{new.data_dir}/"}
 
     def renamed(name: str) -> str:
         for a, b in renames.items():

@@ -147,6 +147,19 @@ def test_the_writer_refuses_what_the_reader_refuses(wheel: Path, tmp_path: Path,
     assert_bad_input(run_stage("ci.patch", wheel, "--patch", p, "-w", out), out, needle)
 
 
+def test_data_dir_follows_the_version_when_spelled_like_the_dist_info(tmp_path: Path) -> None:
+    """`Demo-1.0.data/` in `demo-1.0-...whl`: the .data directory kept its old name after
+    --local-version, and uv installed the script as a stray directory."""
+    built = build_wheel(tmp_path / "b", name="Demo", files={"demo/__init__.py": "", "Demo-1.0.data/scripts/tool": "#!python\n"})
+    wheel = built.rename(built.with_name(built.name.lower()))
+    out = tmp_path / "out"
+    r = run_stage("ci.patch", wheel, "--local-version", "x", "-w", out)
+    assert r.returncode == 0, r.stderr
+    (patched,) = out.glob("*.whl")
+    names = read_members(patched)
+    assert "demo-1.0+x.data/scripts/tool" in names and not [n for n in names if n.startswith("Demo-1.0.data/")], names
+
+
 def test_member_names_are_printed_escaped(tmp_path: Path) -> None:
     """A member name is input: its newline must not start a forged line (a `::error::` workflow
     command, an `ok`), nor its ESC a terminal sequence; every stage's error line escapes it."""
