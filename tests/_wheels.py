@@ -107,8 +107,13 @@ def signal_mid_write(module: str, *args: str | Path, out: Path, signum: int, env
     root = Path(__file__).resolve().parent.parent
     full_env = dict(os.environ, **(env or {}))
     full_env["PYTHONPATH"] = str(root) + os.pathsep + full_env.get("PYTHONPATH", "")
+    import functools
+    import signal
+    # The stage keeps a signal ignored that it inherits ignored (nohup): give it the default
+    # disposition, whatever the suite's caller set (CI may run under nohup, ignoring SIGHUP).
     proc = subprocess.Popen([sys.executable, "-m", module, *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=root)
+                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=root,
+                            preexec_fn=functools.partial(signal.signal, signum, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + timeout
         while not (out.is_dir() and any(p.name.endswith(".part") for p in out.iterdir())):
