@@ -5,6 +5,8 @@ failure reproduces."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -22,6 +24,7 @@ from tests._wheels import build_wheel
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 TMP = Path(tempfile.mkdtemp(prefix="ci-fuzz-"))
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)  # the suite leaves no scratch behind
 SEED = build_wheel(TMP / "seed", files={"demo/__init__.py": "x = 1\n" * 50, "demo/lib/libx.so": b"\x7fELF" + bytes(300)},
                    requires=("torch==2.13.0",)).read_bytes()
 
