@@ -486,27 +486,8 @@ def test_two_uploads_of_the_same_wheel_at_once(server, wheels):
 def test_a_server_that_serves_another_file_after_accepting_is_a_finding(tmp_path, wheels):
     """Accepts every upload (200), then lists the file with another sha256."""
     whl = wheels["second"]
-
-    class Lying(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def do_GET(self) -> None:  # noqa: N802
-            body = f'<a href="/f/{whl.name}#sha256={"0" * 64}">{whl.name}</a>'.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Lying)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    body = f'<a href="/f/{whl.name}#sha256={"0" * 64}">{whl.name}</a>'.encode()
+    srv = _serve_listing(lambda _: body, whl, "text/html")
     try:
         r = cli("--repository-url", f"http://127.0.0.1:{srv.server_address[1]}/", str(whl))
     finally:
@@ -516,10 +497,11 @@ def test_a_server_that_serves_another_file_after_accepting_is_a_finding(tmp_path
     assert "serves a different" in line
 
 
-def _serve_json_listing(body_for: Callable[[Path], bytes], whl: Path) -> http.server.ThreadingHTTPServer:
-    """Accepts every upload (200) and answers every GET with body_for(whl) as PEP 691 JSON."""
+def _serve_listing(body_for: Callable[[Path], bytes], whl: Path,
+                   content_type: str = "application/vnd.pypi.simple.v1+json") -> http.server.ThreadingHTTPServer:
+    """Accepts every upload (200) and answers every GET with body_for(whl) (PEP 691 JSON by default)."""
 
-    class JsonIndex(http.server.BaseHTTPRequestHandler):
+    class Listing(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             self.send_response(200)
@@ -529,7 +511,7 @@ def _serve_json_listing(body_for: Callable[[Path], bytes], whl: Path) -> http.se
         def do_GET(self) -> None:  # noqa: N802
             body = body_for(whl)
             self.send_response(200)
-            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -537,7 +519,7 @@ def _serve_json_listing(body_for: Callable[[Path], bytes], whl: Path) -> http.se
         def log_message(self, *args) -> None:
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), JsonIndex)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Listing)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 
@@ -562,7 +544,7 @@ JSON_PAGES = {
 def test_pep691_pages_compare_hashes_case_insensitively_and_malformed_ones_are_one_line(wheels, kind):
     """Uppercase hex was a false "serves a different file"; a page without a filename an unexpected KeyError."""
     body_for, code, words = JSON_PAGES[kind]
-    srv = _serve_json_listing(body_for, wheels["second"])
+    srv = _serve_listing(body_for, wheels["second"])
     try:
         r = cli("--repository-url", f"http://127.0.0.1:{srv.server_address[1]}/", str(wheels["second"]))
     finally:
