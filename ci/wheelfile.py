@@ -268,7 +268,9 @@ class WheelArchive:
             raise CiError(f"corrupt zip: {m.name!r} overlaps the next member in {self.path.name}")
         # zipfile (what pip installs with) refuses a local name other than the directory's, decoded
         # with the directory's flags: so do we, or the two would read different wheels.
-        local_name = os.pread(self._fd, nlen, m.header_offset + _LOCAL.size)
+        local_name = head[_LOCAL.size: _LOCAL.size + nlen]  # read with the header, unless over 1024 bytes
+        if len(local_name) < nlen:
+            local_name = os.pread(self._fd, nlen, m.header_offset + _LOCAL.size)
         if local_name.decode("utf-8" if m.flags & _FLAG_UTF8 else "cp437", "replace") != m.name:
             raise CiError(f"corrupt zip: the local header of {m.name!r} names {local_name!r} in {self.path.name}")
         sizes_ok = (csize, usize) == (m.csize, m.usize) or (csize, usize) == (_U32, _U32)
