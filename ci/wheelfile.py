@@ -448,27 +448,34 @@ def read_central_directory(path: Path) -> tuple[list[Member], int]:
         _, disk, cd_disk, _n_disk, count, cd_size, cd_offset, _clen = _EOCD.unpack_from(tail, pos)
         if disk or cd_disk:
             raise CiError(f"multi-disk zip not supported: {path.name}")
-        if count == _U16 or cd_size == _U32 or cd_offset == _U32:
-            loc_at = eocd_at - _LOCATOR64.size
-            f.seek(max(loc_at, 0))  # a crafted end record near the start: no seek before the file
-            loc = f.read(_LOCATOR64.size)
-            if loc_at < 0 or len(loc) < _LOCATOR64.size or _LOCATOR64.unpack(loc)[0] != _SIG_LOCATOR64:
-                if cd_size == _U32 or cd_offset == _U32:
-                    raise CiError(f"corrupt zip (ZIP64 locator missing): {path.name}")
-                count = -1  # exactly 65535 entries without ZIP64 records (zipfile does this): read to the end
-                cd_end = eocd_at
-            else:
-                eocd64_at = _LOCATOR64.unpack(loc)[2]
-                f.seek(eocd64_at)
-                rec = f.read(_EOCD64.size)
-                if len(rec) < _EOCD64.size or _EOCD64.unpack(rec)[0] != _SIG_EOCD64:
-                    raise CiError(f"corrupt zip (ZIP64 end record missing): {path.name}")
-                _, _, _, _, _, _, _, count, cd_size, cd_offset = _EOCD64.unpack(rec)
-                cd_end = eocd64_at
+        # Where zipfile (pip) looks: a ZIP64 locator right before the end record, whatever the end
+        # record says, and the ZIP64 end record right before the locator, not where the locator points.
+        loc_at = eocd_at - _LOCATOR64.size
+        f.seek(max(loc_at, 0))  # a crafted end record near the start: no seek before the file
+        loc = f.read(_LOCATOR64.size)
+        if loc_at >= 0 and len(loc) == _LOCATOR64.size and _LOCATOR64.unpack(loc)[0] == _SIG_LOCATOR64:
+            eocd64_at = loc_at - _EOCD64.size
+            f.seek(max(eocd64_at, 0))
+            rec = f.read(_EOCD64.size)
+            if eocd64_at < 0 or len(rec) < _EOCD64.size or _EOCD64.unpack(rec)[0] != _SIG_EOCD64:
+                raise CiError(f"corrupt zip (ZIP64 end record missing): {path.name}")
+            if _LOCATOR64.unpack(loc)[2] != eocd64_at:
+                raise CiError(f"corrupt zip (the ZIP64 locator points away from the ZIP64 end record): {path.name}")
+            _, _, _, _, disk, cd_disk, _, count, cd_size, cd_offset = _EOCD64.unpack(rec)
+            if disk or cd_disk:
+                raise CiError(f"multi-disk zip not supported: {path.name}")
+            cd_end = eocd64_at
+        elif cd_size == _U32 or cd_offset == _U32:
+            raise CiError(f"corrupt zip (ZIP64 locator missing): {path.name}")
         else:
+            if count == _U16:
+                count = -1  # exactly 65535 entries without ZIP64 records (zipfile does this): read to the end
             cd_end = eocd_at
-        if cd_offset + cd_size > cd_end:
-            raise CiError(f"truncated or corrupt zip (central directory out of range): {path.name}")
+        # zipfile reads the directory that ends at the end record (taking any gap for a prepended
+        # stub); we read where the offset points. Only when the two agree is it one wheel.
+        if cd_offset + cd_size != cd_end:
+            raise CiError(f"corrupt zip (the central directory does not end where its end record starts: "
+                          f"a second directory or a prepended stub): {path.name}")
         f.seek(cd_offset)
         cd = f.read(cd_size)
     members: list[Member] = []
@@ -477,13 +484,15 @@ def read_central_directory(path: Path) -> tuple[list[Member], int]:
     while len(members) < count or (count < 0 and pos < len(cd)):
         if pos + _CENTRAL.size > len(cd):
             raise CiError(f"corrupt zip (central directory too short): {path.name}")
-        (sig, made_by, _need, flags, method, dtime, ddate, crc, csize, usize, nlen, xlen, clen, _disk,
+        (sig, made_by, need, flags, method, dtime, ddate, crc, csize, usize, nlen, xlen, clen, _disk,
          _iattr, eattr, offset) = _CENTRAL.unpack_from(cd, pos)
         if sig != _SIG_CENTRAL:
             raise CiError(f"corrupt zip (bad central directory entry): {path.name}")
         raw_name = cd[pos + _CENTRAL.size: pos + _CENTRAL.size + nlen]
         extra = cd[pos + _CENTRAL.size + nlen: pos + _CENTRAL.size + nlen + xlen]
         pos += _CENTRAL.size + nlen + xlen + clen
+        if need & 0xFF > 63:  # zipfile refuses versions it cannot extract
+            raise CiError(f"unsupported zip version {need & 0xFF} for a member of {path.name}")
         try:
             name = raw_name.decode("utf-8" if flags & _FLAG_UTF8 else "cp437")
         except UnicodeDecodeError:
@@ -504,6 +513,9 @@ def read_central_directory(path: Path) -> tuple[list[Member], int]:
         if offset + _LOCAL.size > cd_offset:
             raise CiError(f"truncated or corrupt zip (member {name} outside the archive): {path.name}")
         members.append(m)
+    if pos != len(cd):  # zipfile reads entries until the directory's size, ignoring the count
+        raise CiError(f"corrupt zip (the central directory holds more than the {count} entries its end record "
+                      f"counts): {path.name}")
     return members, cd_offset
 
 
@@ -753,7 +765,10 @@ class _ZipOut:
         assert src is not None and m is not None
         data_at, same = src.local_header(m)
         offset = self.pos
-        if same and not sde and not self.force and p.name == m.name and m.csize < _U32 and m.usize < _U32:
+        # Verbatim only where the directory will spell the name the same way: a non-ASCII name is
+        # written in UTF-8 with its flag, so a cp437 header (no flag) is rebuilt, never copied.
+        if (same and not sde and not self.force and p.name == m.name and m.csize < _U32 and m.usize < _U32
+                and (p.name.isascii() or m.flags & _FLAG_UTF8)):
             flags, (t, d) = m.flags, (m.dos_time, m.dos_date)
             length = data_at - m.header_offset + m.csize
             self._queue(src._fd, m.header_offset, length)  # header and data verbatim

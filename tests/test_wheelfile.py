@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import zipfile
@@ -11,7 +12,8 @@ import pytest
 
 from ci.errors import CiError
 from ci.wheelfile import WheelArchive, WheelWriter, rewrite
-from tests._wheels import BAD_WHEELS, assert_valid_record, bad_wheel, build_wheel, pip_check_install, wheel_entries
+from tests._wheels import (BAD_WHEELS, assert_valid_record, bad_wheel, build_wheel, pip_check_install, raw_zip,
+                           wheel_entries)
 
 FILES = {
     "demo/__init__.py": "from demo.core import hello\n",
@@ -222,3 +224,115 @@ def test_record_takes_only_sha256_or_stronger_and_identity_headers_once() -> Non
     for text in ("Name: a\nVersion: 1\n 2\n", "Name: a\nVersion: 1\nVERSION: 2\n", "Name: a\nName: b\nVersion: 1\n"):
         with pytest.raises(CiError, match="METADATA"):
             check_identity(text)
+
+
+def _two_directories(wheel: Path, hidden: tuple[str, bytes], zip64: bool) -> bytes:
+    """One zip, two central directories: the end record's offset names the first (without `hidden`);
+    zipfile reads the directory that ends right at the end record (with it), and shifts every offset
+    by the difference as for a self-extracting prefix. A padding prefix keeps the shifted offsets valid."""
+    import struct
+    entries = wheel_entries(wheel)
+    full = raw_zip(wheel.parent / "full.zip", entries + [(hidden[0], hidden[1], 0o100644)]).read_bytes()
+    with zipfile.ZipFile(io.BytesIO(full)) as z:
+        start = z.start_dir
+        n = len(z.infolist())
+    eocd = full.rindex(b"PK\x05\x06")
+    locals_, cd_full = full[:start], full[start:eocd]
+    # The first directory: every entry but the last (the hidden one)
+    cd_short, pos = b"", 0
+    for _ in range(n - 1):
+        nlen, xlen, clen = struct.unpack_from("<HHH", cd_full, pos + 28)
+        pos += 46 + nlen + xlen + clen
+    cd_short = cd_full[:pos]
+    pad = len(cd_short)  # zipfile's shift ("concat") is the first directory's length
+
+    def shifted(cd: bytes, by: int) -> bytes:
+        out, p = bytearray(cd), 0
+        while p < len(out):
+            nlen, xlen, clen = struct.unpack_from("<HHH", out, p + 28)
+            struct.pack_into("<I", out, p + 42, struct.unpack_from("<I", out, p + 42)[0] + by)
+            p += 46 + nlen + xlen + clen
+        return bytes(out)
+
+    first = shifted(cd_short, pad)       # real offsets, past the prefix
+    second = cd_full                     # offsets relative to the prefix: zipfile adds `pad`
+    cd_at = pad + len(locals_)
+    body = bytes(pad) + locals_ + first + second
+    if zip64:
+        eocd64_at = len(body)
+        body += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, n - 1, n - 1, len(second), cd_at)
+        body += struct.pack("<IIQI", 0x07064B50, 0, eocd64_at, 1)
+        return body + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    return body + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, n - 1, n - 1, len(second), cd_at, 0)
+
+
+@pytest.mark.parametrize("zip64", [False, True])
+def test_two_central_directories_are_refused(wheel: Path, tmp_path: Path, zip64: bool) -> None:
+    """Finding 1: we read the directory the end record's offset names, zipfile (pip) the one that ends
+    at the end record: pip would install a `.pth` that ci.check never saw."""
+    data = _two_directories(wheel, ("demo-hidden.pth", b"import os\n"), zip64)
+    path = tmp_path / "bad" / wheel.name
+    path.parent.mkdir()
+    path.write_bytes(data)
+    with zipfile.ZipFile(path) as z:  # the attack is real: zipfile sees the hidden member
+        assert "demo-hidden.pth" in z.namelist()
+    with pytest.raises(CiError, match="central directory"):
+        WheelArchive.open(path)
+
+
+def test_an_entry_count_below_the_directory_is_refused(wheel: Path, tmp_path: Path) -> None:
+    """zipfile reads the directory by its size and ignores the count: a smaller count hid the last
+    members from us."""
+    data = bytearray(wheel.read_bytes())
+    eocd = data.rindex(b"PK\x05\x06")
+    count = int.from_bytes(data[eocd + 10: eocd + 12], "little")
+    data[eocd + 8: eocd + 12] = (count - 1).to_bytes(2, "little") * 2
+    path = tmp_path / "bad" / wheel.name
+    path.parent.mkdir()
+    path.write_bytes(bytes(data))
+    with pytest.raises(CiError, match="central directory"):
+        WheelArchive.open(path)
+
+
+def test_a_zip64_end_record_is_read_where_zipfile_reads_it(wheel: Path, tmp_path: Path) -> None:
+    """A locator before a plain end record: zipfile takes the ZIP64 record's values whatever the plain
+    one says; the locator's own pointer is ignored by zipfile, so one pointing elsewhere is refused."""
+    out = rewrite(wheel, tmp_path / "z64", force_zip64=True)
+    data = bytearray(out.read_bytes())
+    eocd = data.rindex(b"PK\x05\x06")
+    with zipfile.ZipFile(out) as z:
+        n, start = len(z.infolist()), z.start_dir
+    cd_size = data.rindex(b"PK\x06\x06") - start
+    # concrete values in the plain end record, pointing at a wrong place: zipfile ignores them
+    data[eocd + 8: eocd + 20] = (n - 1).to_bytes(2, "little") * 2 + cd_size.to_bytes(4, "little") + (0).to_bytes(4, "little")
+    (tmp_path / "c").mkdir()
+    concrete = tmp_path / "c" / out.name
+    concrete.write_bytes(bytes(data))
+    with WheelArchive.open(concrete) as wa, zipfile.ZipFile(concrete) as z:
+        assert [m.name for m in wa.members] == z.namelist()
+    loc = data.rindex(b"PK\x06\x07")
+    data[loc + 8: loc + 16] = (12345).to_bytes(8, "little")
+    (tmp_path / "l").mkdir()
+    elsewhere = tmp_path / "l" / out.name
+    elsewhere.write_bytes(bytes(data))
+    with pytest.raises(CiError, match="ZIP64"):
+        WheelArchive.open(elsewhere)
+
+
+def test_non_ascii_names_without_the_utf8_flag_are_rewritten_as_utf8(tmp_path: Path) -> None:
+    """Finding 19: a cp437 name (no UTF-8 flag) was copied with its old local header while the new
+    central directory spelled it in UTF-8: the two disagreed and pip refused the output."""
+    w = build_wheel(tmp_path / "in", files={"demo/__init__.py": b"", "demo/cafX.py": b"x = 1\n"})
+    entries = [(n, d.replace(b"demo/cafX.py", "demo/café.py".encode()) if n.endswith("RECORD") else d, m)
+               for n, d, m in wheel_entries(w)]
+    raw = raw_zip(tmp_path / "raw.zip", entries).read_bytes().replace(b"demo/cafX.py", b"demo/caf\x82.py")
+    src = tmp_path / "src" / w.name
+    src.parent.mkdir()
+    src.write_bytes(raw)
+    with zipfile.ZipFile(src) as z:
+        assert "demo/café.py" in z.namelist()  # cp437 0x82 is é
+    out = rewrite(src, tmp_path / "out", version="1.0+x", verify=True)
+    with zipfile.ZipFile(out) as z:
+        assert z.read("demo/café.py") == b"x = 1\n"
+    assert pip_check_install(out, tmp_path / "site").returncode == 0
+    assert (tmp_path / "site" / "demo" / "café.py").read_bytes() == b"x = 1\n"
