@@ -13,7 +13,9 @@ import argparse
 import contextlib
 import json
 import os
+import errno
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -55,6 +57,10 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
     except BrokenPipeError:  # output piped into `head`: not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
+    except (OSError, subprocess.SubprocessError) as e:  # the machine's or a tool's answer, not a bug
+        _traceback_if(args)
+        print(f"{p.prog}: error: {shown(system_error(e))}", file=sys.stderr)
+        code = 2
     except Exception as e:  # noqa: BLE001  last resort: an input no check anticipated
         _traceback_if(args)
         where = e.__traceback__
@@ -65,6 +71,40 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
               "(an input this stage does not handle yet; --debug shows the traceback)", file=sys.stderr)
         code = 2
     sys.exit(code)
+
+
+# What to do about the errors the machine gives; the rest say what failed and on which path.
+_ADVICE = {
+    errno.ENOSPC: "free space, or point TMPDIR and the output directory at a larger disk",
+    errno.EDQUOT: "free space, or point TMPDIR and the output directory at a larger disk",
+    errno.EACCES: "check the permissions of that path",
+    errno.EPERM: "check the permissions of that path",
+    errno.EROFS: "write the output to a writable file system",
+    errno.ENOTDIR: "a file is where a directory is needed: move it or pick another path",
+    errno.EEXIST: "something is already at that path: move it or pick another path",
+    errno.ENOENT: "check the path",
+}
+
+
+def system_error(e: OSError | subprocess.SubprocessError) -> str:
+    """One line for an OS or tool failure: what failed, on which path, and what to do."""
+    if isinstance(e, subprocess.CalledProcessError):
+        tool = Path(str(e.cmd[0] if isinstance(e.cmd, (list, tuple)) else e.cmd).split()[0]).name
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        last = err.strip().splitlines()[-1:] if err.strip() else []
+        return f"{tool} failed with exit status {e.returncode}" + (f": {last[0]}" if last else "")
+    if isinstance(e, subprocess.TimeoutExpired):
+        tool = Path(str(e.cmd[0] if isinstance(e.cmd, (list, tuple)) else e.cmd).split()[0]).name
+        return f"{tool} did not finish within {e.timeout:g} s"
+    if not isinstance(e, OSError):
+        return str(e)
+    what = e.strerror or str(e)
+    if e.filename is not None:
+        what += f": {str(e.filename)!r}"
+    if e.filename2 is not None:
+        what += f" -> {str(e.filename2)!r}"
+    advice = _ADVICE.get(e.errno or 0)
+    return what + (f" ({advice})" if advice else "")
 
 
 TERMINATING = (signal.SIGTERM, signal.SIGHUP)

@@ -139,3 +139,27 @@ def test_debug_shows_the_traceback_and_keeps_exit_2_for_bad_input(tmp_path: Path
     (line,) = plain.stderr.strip().splitlines()
     assert "Traceback" in debug.stderr and debug.stderr.strip().splitlines()[-1] == line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("body, words", [
+    ("open('/dev/full', 'wb', buffering=0).write(b'x')", "No space left on device (free space"),
+    ("import subprocess; subprocess.run(['sh', '-c', 'echo the reason >&2; exit 3'], check=True, "
+     "capture_output=True)", "sh failed with exit status 3: the reason"),
+])
+def test_machine_and_tool_errors_say_what_failed_not_unexpected(body: str, words: str) -> None:
+    """Finding 22: a full disk or a failed tool read as "unexpected ... an input this stage does not
+    handle yet", a bug report for what is the machine's or the tool's answer."""
+    import subprocess
+    import sys
+    code = f"from ci.cli import parser, run\ndef main(args):\n    {body}\nrun(parser('demo', 'x'), main, [])"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    (line,) = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and "unexpected" not in line and words in line, line
+
+
+def test_an_output_directory_that_is_a_file_is_named_in_one_line(wheel: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "out"
+    blocker.write_text("a file where the output directory should be\n")
+    run = run_stage("ci.patch", wheel, "--local-version", "x", "-w", blocker / "sub")
+    (line,) = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and "unexpected" not in line and str(blocker) in line, line
