@@ -144,9 +144,8 @@ def _b64(digest: bytes) -> str:
 
 def _check_name(name: str) -> None:
     """Refuse names that would escape the install directory or that pip would mangle."""
-    parts = name.split("/")
-    if (name.startswith("/") or "\\" in name or re.match(r"^[A-Za-z]:", name) or ".." in parts
-            or "\0" in name or not name):
+    if (not name or name[0] == "/" or "\\" in name or "\0" in name or ".." in name.split("/")
+            or (name[1:2] == ":" and name[0].isascii() and name[0].isalpha())):
         raise CiError(f"unsafe member name in wheel: {name!r}")
 
 
@@ -193,6 +192,7 @@ class WheelArchive:
         self._end = {id(m): following.get(m.header_offset, cd_offset) for m in members}
         self._fd = os.open(path, os.O_RDONLY)
         self._record: dict[str, RecordEntry] | None = None
+        self._headers: dict[int, tuple[int, bool]] = {}  # id(member) -> local_header(): verify and copy share it
         self.dist_info = self._find_dist_info()
 
     # -- opening
@@ -255,6 +255,8 @@ class WheelArchive:
         An agreeing header can be copied verbatim together with the data, so runs of untouched
         members become one kernel copy.
         """
+        if (known := self._headers.get(id(m))) is not None:
+            return known
         head = os.pread(self._fd, _LOCAL.size + 1024, m.header_offset)
         if len(head) < _LOCAL.size:
             raise CiError(f"truncated zip: local header of {m.name} is past the end of {self.path.name}")
@@ -277,6 +279,7 @@ class WheelArchive:
         same = (flags == m.flags and not flags & _FLAG_DESCRIPTOR and method == m.method and crc == m.crc
                 and (t, d) == (m.dos_time, m.dos_date) and sizes_ok and nlen <= 1024
                 and head[_LOCAL.size: _LOCAL.size + nlen] == m.name.encode("utf-8" if flags & _FLAG_UTF8 else "cp437"))
+        self._headers[id(m)] = start, same
         return start, same
 
     def read_raw(self, m: Member) -> bytes:
@@ -702,9 +705,14 @@ class WheelWriter:
         """Write <dest_dir>/<name.filename> atomically; returns its path. `before_commit` runs once
         the bytes are written and before the rename: if it raises, nothing reaches dest_dir."""
         dest = Path(dest_dir) / self.name.filename
-        sources = {p.src.path.resolve() for p in self._plan.values() if p.src is not None}
-        if dest.resolve() in sources:
-            raise CiError(f"output {dest} would replace its input wheel: choose another -w directory")
+        # The same file by device and inode (a symlink, a hard link or another spelling of -w), found
+        # once per source archive: a per-member resolve() cost torch's 12k members most of a second.
+        archives = {id(p.src): p.src for p in self._plan.values() if p.src is not None}
+        sources = {(st.st_dev, st.st_ino) for st in (os.fstat(a._fd) for a in archives.values())}
+        with contextlib.suppress(OSError):
+            st = dest.stat()
+            if (st.st_dev, st.st_ino) in sources:
+                raise CiError(f"output {dest} would replace its input wheel: choose another -w directory")
         info = f"{self.dist_info}/"
         order = [p for p in self._plan.values() if not p.name.startswith(info)]
         order += [p for p in self._plan.values() if p.name.startswith(info)]
