@@ -25,7 +25,13 @@ from ci.errors import CiError
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line (`prog: error: ...`) and exits 2."""
+    """argparse that reports a usage error as one line (`prog: error: ...`) and exits 2, and takes
+    options only as spelled: an abbreviation (`--cu` for `--cuda`) would change meaning the day a
+    second option starts the same way."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")

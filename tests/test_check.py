@@ -163,3 +163,13 @@ def test_an_output_directory_that_is_a_file_is_named_in_one_line(wheel: Path, tm
     run = run_stage("ci.patch", wheel, "--local-version", "x", "-w", blocker / "sub")
     (line,) = run.stderr.strip().splitlines()
     assert run.returncode == 2 and "unexpected" not in line and str(blocker) in line, line
+
+
+@pytest.mark.parametrize("stage, args", [("ci.build", ["--cpu", "--eng", "x"]), ("ci.check", ["--lim", "x"]),
+                                         ("ci.index", ["--ou", "x"])])
+def test_abbreviated_options_are_refused(tmp_path: Path, stage: str, args: list[str]) -> None:
+    """`--eng docker` was taken as `--engine`: an abbreviation's meaning changes when an option is added."""
+    abbreviated = args[-2]
+    run = run_stage(stage, tmp_path, *args)
+    (line,) = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and f"unrecognized arguments: {abbreviated}" in line, run.stderr
