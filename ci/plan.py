@@ -15,14 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ci import matrix as mx
-from ci.project import read_pins
+from ci.project import load_pyproject, read_pins
 from ci.cache import cache_dir
 from ci.errors import CiError
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
 
 ENGINES = ("auto", "host", "docker", "podman")
 CONTAINER_ENGINES = ("docker", "podman")
@@ -93,16 +88,12 @@ class Project:
 
         path = Path(project_dir) / "pyproject.toml"
         kind = backend(Path(project_dir))
-        if not path.exists():  # a setup.py-only project: its name is known once it is built
-            return cls(Path(project_dir).resolve().name, "", ["setuptools", "wheel"], [], "",
-                       read_pins(TOOL_PINS), kind)
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise CiError(f"no pyproject.toml in {project_dir}") from None
-        except tomllib.TOMLDecodeError as e:
-            raise CiError(f"bad {path}: {e}") from None
+        data = load_pyproject(Path(project_dir)) or {}
         name = data.get("project", {}).get("name")
+        if not name and (Path(project_dir) / "setup.py").is_file():
+            # setup.py names the project (a PEP 518-only pyproject.toml, or none): known once built
+            requires = data.get("build-system", {}).get("requires", ["setuptools", "wheel"])
+            return cls(Path(project_dir).resolve().name, "", list(requires), [], "", read_pins(TOOL_PINS), kind)
         if not name:
             raise CiError(f"{path} has no [project] name")
         build = data.get("tool", {}).get("cibuildwheel", {}).get("build", "")

@@ -37,14 +37,74 @@ class Settings:
     limit: str | None = None
 
 
+def _words(key: str, value: object) -> list[str]:
+    """A list of strings; a string is whitespace-separated items (one pattern, one requirement),
+    never one item per character."""
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise CiError(f"[tool.ci] {key} must be a string or a list of strings, not {_toml(value)}")
+
+
+def _command(key: str, value: object) -> str:
+    """One shell command; a list is run in order, stopping at the first that fails."""
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value):
+        return " && ".join(value)
+    raise CiError(f"[tool.ci] {key} must be a non-empty string or list of strings, not {_toml(value)}")
+
+
+def _env(key: str, value: object) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise CiError(f"[tool.ci] {key} must be a table of strings, e.g. {{ FORCE_CUDA = \"1\" }}")
+    for name in value:
+        if not name.isidentifier():
+            raise CiError(f"[tool.ci] {key}: {name!r} is not a variable name")
+    return dict(value)
+
+
+def _limit(key: str, value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # a byte count
+    raise CiError(f"[tool.ci] {key} must be a size or a profile name (a string), not {_toml(value)}")
+
+
+def _toml(value: object) -> str:
+    """A value as the user wrote it in TOML (true, not True)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+# [tool.ci] key -> (Settings field, reader): the whole schema, as data.
+SETTINGS = {
+    "test-command": ("test_command", _command),
+    "test-requires": ("test_requires", _words),
+    "env": ("env", _env),
+    "exclude": ("exclude", _words),
+    "limit": ("limit", _limit),
+}
+
+
+def load_pyproject(project_dir: Path) -> dict | None:
+    """The project's pyproject.toml as data (None without one); a broken one is one line."""
+    path = project_dir / "pyproject.toml"
+    if not path.is_file():
+        return None
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise CiError(f"bad {path}: {e}") from None
+
+
 def backend(project_dir: Path) -> str:
     """The project's build system as the plan names it: scikit-build-core, setuptools, or the backend."""
-    path = project_dir / "pyproject.toml"
-    if path.is_file():
-        try:
-            data = tomllib.loads(path.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise CiError(f"bad {path}: {e}") from None
+    data = load_pyproject(project_dir)
+    if data is not None:
         name = data.get("build-system", {}).get("build-backend")
         # PEP 517: a pyproject.toml that names no backend is built by setuptools' legacy backend
         return BACKENDS.get(name, name) if name else "setuptools"
@@ -54,17 +114,21 @@ def backend(project_dir: Path) -> str:
 
 
 def read_settings(project_dir: Path) -> Settings:
-    path = project_dir / "pyproject.toml"
-    if not path.is_file():
-        return Settings()
-    table = tomllib.loads(path.read_text()).get("tool", {}).get("ci", {})
-    env = table.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise CiError(f"{path}: [tool.ci] env must be a table of strings")
-    requires = table.get("test-requires", [])
-    requires = requires.split() if isinstance(requires, str) else list(requires)
-    return Settings(table.get("test-command"), requires, dict(env), list(table.get("exclude", [])),
-                    table.get("limit"))
+    """[tool.ci] checked against SETTINGS: an unknown key (a typo) is refused with the closest known
+    one, and each value is read by its own reader, so no value is silently misread."""
+    import difflib
+    table = ((load_pyproject(project_dir) or {}).get("tool") or {}).get("ci", {})
+    if not isinstance(table, dict):
+        raise CiError(f"{project_dir / 'pyproject.toml'}: [tool.ci] must be a table")
+    values = {}
+    for key, value in table.items():
+        if key not in SETTINGS:
+            close = difflib.get_close_matches(key.replace("_", "-"), list(SETTINGS), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(SETTINGS)})"
+            raise CiError(f"{project_dir / 'pyproject.toml'}: unknown key {key!r} in [tool.ci]{hint}")
+        name, reader = SETTINGS[key]
+        values[name] = reader(key, value)
+    return Settings(**values)
 
 
 def merge(settings: Settings, *, test_command: str | None, test_requires: list[str], env: list[str],

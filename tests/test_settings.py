@@ -1,0 +1,86 @@
+"""[tool.ci] is read into a typed model: unknown keys are refused with a suggestion, each value is
+type-checked, a string where a list is wanted is one item (never one item per character), and
+command-line options win. Checked through `ci.build --dry-run` on a copy of the setuptools fixture."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ci.errors import CiError
+from ci.project import merge, read_settings
+from tests._wheels import run_stage
+
+FIXTURE = Path(__file__).parent / "fixtures" / "tiny_ext"
+
+
+def project_with(tmp_path: Path, table: str) -> Path:
+    dest = tmp_path / "tiny_ext"
+    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    text = (dest / "pyproject.toml").read_text()
+    start = text.index("[tool.ci]")
+    end = text.index("[tool.pytest")
+    (dest / "pyproject.toml").write_text(text[:start] + "[tool.ci]\n" + table + "\n\n" + text[end:])
+    return dest
+
+
+def test_a_string_exclude_is_one_pattern_not_one_per_character(tmp_path: Path) -> None:
+    """`exclude = "libfoo*.so*"` became ['l', 'i', 'b', ..., '*']: the `*` pattern kept auditwheel
+    from grafting anything."""
+    s = read_settings(project_with(tmp_path, 'exclude = "libfoo*.so*"'))
+    assert s.exclude == ["libfoo*.so*"]
+
+
+def test_a_list_test_command_runs_each_command(tmp_path: Path) -> None:
+    s = read_settings(project_with(tmp_path, 'test-command = ["python -c 1", "python -c 2"]'))
+    assert s.test_command == "python -c 1 && python -c 2"
+
+
+@pytest.mark.parametrize("table, words", [
+    ('test_command = "pytest"', "unknown key 'test_command' in [tool.ci] (did you mean 'test-command'?)"),
+    ('limt = "pypi"', "unknown key 'limt' in [tool.ci] (did you mean 'limit'?)"),
+    ("limit = true", "[tool.ci] limit must be a size or a profile name (a string), not true"),
+    ("exclude = [1, 2]", "[tool.ci] exclude must be a string or a list of strings"),
+    ("env = { A = 1 }", "[tool.ci] env must be a table of strings"),
+    ('env = { "not a name" = "x" }', "[tool.ci] env: 'not a name' is not a variable name"),
+    ("test-requires = 3", "[tool.ci] test-requires must be a string or a list of strings"),
+    ("test-command = []", "[tool.ci] test-command must be a non-empty string or list of strings"),
+    ('[tool.ci.extra]\nx = 1', "unknown key 'extra' in [tool.ci]"),
+])
+def test_bad_settings_are_one_line_before_anything_runs(tmp_path: Path, table: str, words: str) -> None:
+    project = project_with(tmp_path, table)
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run")
+    (line,) = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and words in line, r.stderr
+    with pytest.raises(CiError):
+        read_settings(project)
+
+
+def test_a_broken_pyproject_is_one_line(tmp_path: Path) -> None:
+    project = project_with(tmp_path, 'limit = "pypi"')
+    (project / "pyproject.toml").write_bytes(b"[tool.ci]\nlimit = \xff\n")
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run")
+    (line,) = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and "pyproject.toml" in line and "unexpected" not in line, r.stderr
+
+
+def test_command_line_options_win_and_lists_add_up(tmp_path: Path) -> None:
+    s = read_settings(project_with(tmp_path, 'limit = "pypi"\nexclude = ["liba.so*"]\ntest-requires = "pytest numpy"\n'
+                                             'env = { A = "1" }'))
+    assert s.test_requires == ["pytest", "numpy"]
+    m = merge(s, test_command="true", test_requires=["scipy"], env=["A=2", "B=3"], exclude=["libb.so*"], limit="3GB")
+    assert (m.limit, m.test_command, m.exclude, m.test_requires, m.env) == (
+        "3GB", "true", ["liba.so*", "libb.so*"], ["pytest", "numpy", "scipy"], {"A": "2", "B": "3"})
+
+
+def test_a_setup_py_project_with_a_pep518_only_pyproject_builds(tmp_path: Path) -> None:
+    """A pyproject.toml with only [build-system] (setup.py names the project) was refused as having
+    no [project] name, while the same project without pyproject.toml built."""
+    project = project_with(tmp_path, "")
+    text = (project / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(text[: text.index("[project]")])
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "built with setuptools" in r.stdout
