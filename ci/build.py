@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ci import cli
 from ci.errors import CiError, Finding
+from ci.wheelname import local_version
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PRELOAD_MODULE = "_preload"  # what the example package's __init__ imports before loading its library
@@ -92,6 +93,8 @@ def build_project(args, project_dir: Path, settings) -> int:
     plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
                      engine=args.engine, project_dir=project_dir, image=args.image, find_links=args.find_links,
                      torch_index_url=args.torch_index_url, build_env=settings.env)
+    if args.local_version not in ("auto", "none"):  # checked before the dry run, which must say the same
+        local_version("0", args.local_version)
     if args.dry_run:
         if args.json:
             cli.emit_json(plan.to_json())
@@ -100,8 +103,6 @@ def build_project(args, project_dir: Path, settings) -> int:
         return 0
     if args.wheel_dir is None:
         raise CiError("-w/--wheel-dir is required unless --dry-run")
-    if not re.fullmatch(r"auto|none|[A-Za-z0-9]+(\.[A-Za-z0-9]+)*", args.local_version):
-        raise CiError(f"bad --local-version {args.local_version!r}: letters, digits and dots, e.g. internal.1")
     if plan.engine != "host":
         from ci.container import require_engine
 

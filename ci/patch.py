@@ -19,9 +19,9 @@ from pathlib import Path
 
 from ci import cli
 from ci.errors import CiError
+from ci.wheelname import local_version
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_LABEL = re.compile(r"[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*")  # fullmatch: `$` passes a trailing newline
 _NO_EOL = "\\ No newline at end of file"
 
 
@@ -157,18 +157,6 @@ def _find(lines: list[str], old: list[str], want: int, floor: int) -> int | None
         if want - delta < floor and want + delta > len(lines) - n:
             break
     return None
-
-
-def local_version(version: str, label: str) -> str:
-    """2.13.0+cpu + abc -> 2.13.0+cpu.abc; 1.0 + abc -> 1.0+abc (PEP 440 local labels)."""
-    from ci.wheelname import is_version
-
-    if not _LABEL.fullmatch(label):
-        raise CiError(f"invalid local version label {label!r} (letters, digits and dots only)")
-    new = f"{version}.{label}" if "+" in version else f"{version}+{label}"
-    if not is_version(new):
-        raise CiError(f"invalid local version label {label!r}: {new!r} is not a PEP 440 version")
-    return new
 
 
 @dataclass(frozen=True)

@@ -384,6 +384,10 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None
                 find_links=str(find_links) if find_links else None)
 
 
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split("."))
+
+
 def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: list[str] | None,
               arch_list: str | None, engine: str, find_links: Path | None, torch_index_url: str | None) -> Plan:
     if arch_list:
@@ -392,6 +396,11 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
     if not re.fullmatch(r"\d+\.\d+\.\d+", version):
         raise CiError(f"bad torch version {version!r} (want e.g. {matrix.default_torch})")
     line = matrix.torch_line(version)
+    releases = {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}
+    if version not in releases:  # said here, not by pip after the build environment is made
+        same_line = sorted((v for v in releases if v.startswith(line.minor + ".")), key=_version_key)
+        raise CiError(f"torch {version} is not a release the matrix knows (torch {line.minor}: "
+                      f"{', '.join(same_line) or 'none'})")
     pythons = _parse_python(python, project, line, version)
     resolved, notes = resolve_engine(engine, None, None)
     identifiers = [identifier(p) for p in pythons]

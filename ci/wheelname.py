@@ -31,6 +31,19 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+_LABEL = re.compile(r"[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*")  # fullmatch: `$` passes a trailing newline
+
+
+def local_version(version: str, label: str) -> str:
+    """2.13.0+cpu + abc -> 2.13.0+cpu.abc; 1.0 + abc -> 1.0+abc (PEP 440 local labels)."""
+    if not _LABEL.fullmatch(label):
+        raise CiError(f"invalid local version label {label!r} (letters, digits and dots only, e.g. internal.1)")
+    new = f"{version}.{label}" if "+" in version else f"{version}+{label}"
+    if not is_version(new):
+        raise CiError(f"invalid local version label {label!r}: {new!r} is not a PEP 440 version")
+    return new
+
+
 def is_version(text: str) -> bool:
     """A valid PEP 440 version as a file name spells it (no whitespace, no `v` prefix)."""
     from packaging.version import InvalidVersion, Version

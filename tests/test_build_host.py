@@ -148,6 +148,10 @@ def one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
     (["--cuda", "13.0", "--arch-list", "5.0"], ["5.0"]),  # nvcc 13 rejects it: said before compiling
     (["--cpu", "--torch", "banana"], ["banana"]),
     (["--cpu", "--local-version", "a+b"], ["a+b"]),
+    (["--cpu", "--torch", "2.13.1"], ["2.13.1", "2.13.0"]),  # no such torch release: said in the plan, not by pip
+    (["--cpu", "--torch", "2.13.1", "--dry-run"], ["2.13.1"]),
+    (["--cpu", "--local-version", "a_b", "--dry-run"], ["a_b"]),  # the dry run checks what the real run checks
+    (["--cpu", "--local-version", "x\n", "--dry-run"], ["x\\n"]),
 ])
 def test_bad_build_input(tmp_path, args, fragments):
     out = tmp_path / "out"
