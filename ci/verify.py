@@ -52,7 +52,8 @@ def fresh_venv(path: Path, base_site: Path | None = None) -> Path:
     if base_site is not None:
         site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               check=True, capture_output=True, text=True).stdout.strip()
-        (Path(site) / "_base_environment.pth").write_text(f"{base_site}\n")
+        (Path(site) / "_base_environment.pth").write_text(f"{base_site.resolve()}\n")  # a .pth line is read
+        # relative to the site-packages holding it, never to where we were run
     return python
 
 
@@ -167,7 +168,9 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
         checks["install"] = "ok"
         site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               capture_output=True, text=True, check=True).stdout.strip()
-        proc = subprocess.run([str(python), str(GENERIC), site, *top_packages(names)], capture_output=True,
+        # -I: the probe's own directory (ci/) is not on sys.path, or ci's `cache` or `errors` module
+        # would be imported in place of the wheel's package of that name
+        proc = subprocess.run([str(python), "-I", str(GENERIC), site, *top_packages(names)], capture_output=True,
                               text=True, cwd=tmp)
         try:
             checks.update(json.loads(proc.stdout.strip().splitlines()[-1]))

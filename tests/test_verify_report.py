@@ -94,3 +94,24 @@ def test_report_files_and_job_summary(cpu_build, tmp_path, monkeypatch):
     md = md_path.read_text()
     assert f"`{cpu_build.wheel.name}`" in md and "| ops_cpu | ok |" in md and "(passed)" in md
     assert summary.read_text() == "earlier step\n" + md
+
+
+def test_a_package_named_like_a_module_of_ci_is_really_imported(tmp_path):
+    """The probe ran by path, so `ci/` was first on sys.path: a broken package named `cache` or
+    `errors` imported ci's module of that name instead and reported "ok"."""
+    from tests._wheels import build_wheel
+    wheel = build_wheel(tmp_path / "w", name="cache", files={"cache/__init__.py": "raise ImportError('broken on purpose')\n"},
+                        requires=("torch==2.13.0",))
+    proc = run_stage("ci.verify", wheel, "--torch-site", cpu_torch_site(), "--json")
+    checks = json.loads(proc.stdout)["checks"]
+    assert proc.returncode == 1 and checks["import cache"].startswith("FAILED") and "broken on purpose" in checks["import cache"]
+
+
+def test_a_relative_torch_site_works(cpu_build, tmp_path):
+    """The .pth layering the verify venv over torch held the path as given: relative, it resolved
+    against the venv's site-packages and every check failed."""
+    import os
+    site = cpu_torch_site()
+    rel = os.path.relpath(site, tmp_path)
+    proc = run_stage("ci.verify", cpu_build.wheel, "--torch-site", rel, "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
