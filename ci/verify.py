@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -79,16 +80,45 @@ GENERIC = Path(__file__).with_name("verify_generic.py")
 TEST_TAIL = 10
 
 
-def top_packages(names: list[str]) -> list[str]:
-    """The wheel's top-level importable names: packages and single-file modules, not .dist-info/.libs."""
+# An extension module as an installer lays it out: `name.cpython-311-x86_64-linux-gnu.so`,
+# `name.abi3.so`, `name.cp311-win...`; a bare `name.so` only outside the `lib*` naming of libraries.
+_EXTENSION = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\.(?:cpython-[^./]+|abi3|cp3\d+[^./]*))\.so|(?!lib)([A-Za-z_][A-Za-z0-9_]*)\.so")
+_LIBRARY = re.compile(r".+\.so(\.\d+)*")
+
+
+def _installed(name: str) -> bool:
+    """A member that lands in site-packages as code: not metadata, not .data, not a grafted .libs dir."""
+    top = name.split("/", 1)[0]
+    return not top.endswith((".dist-info", ".data", ".libs"))
+
+
+def importables(names: list[str]) -> list[str]:
+    """What a user can import from the wheel, one name per top-level thing: each regular package
+    (the topmost directory with __init__.py), each module at the root (.py or an extension module,
+    as flash-attn's `flash_attn_2_cuda*.so`), and each module or package inside a namespace package."""
+    files = [n for n in names if _installed(n) and not n.endswith("/")]
+    packages = {n.rsplit("/", 1)[0] for n in files if n.endswith("/__init__.py")}
     found = set()
-    for n in names:
-        top, _, rest = n.partition("/")
-        if rest and rest == "__init__.py":
-            found.add(top)
-        elif not rest and n.endswith(".py"):
-            found.add(n[:-3])
+    for n in files:
+        *dirs, leaf = n.split("/")
+        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\.py", leaf) or _EXTENSION.fullmatch(leaf)
+        for i in range(len(dirs)):
+            if "/".join(dirs[: i + 1]) in packages:
+                parts = dirs[: i + 1]
+                break
+        else:
+            if not m or leaf == "__init__.py":
+                continue
+            parts = [*dirs, next(g for g in m.groups() if g)]
+        if all(p.isidentifier() for p in parts):
+            found.add(".".join(parts))
     return sorted(found)
+
+
+def libraries(names: list[str]) -> list[str]:
+    """Every shared library the wheel installs, at the root or in any package (not the grafted
+    `.libs` copies, which load through the libraries that need them)."""
+    return sorted(n for n in names if _installed(n) and _LIBRARY.fullmatch(n.rsplit("/", 1)[-1]))
 
 
 def pytest_results(xml_path: Path) -> dict[str, str]:
@@ -170,7 +200,8 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
                               capture_output=True, text=True, check=True).stdout.strip()
         # -I: the probe's own directory (ci/) is not on sys.path, or ci's `cache` or `errors` module
         # would be imported in place of the wheel's package of that name
-        proc = subprocess.run([str(python), "-I", str(GENERIC), site, *top_packages(names)], capture_output=True,
+        probe = json.dumps({"imports": importables(names), "libraries": libraries(names)})
+        proc = subprocess.run([str(python), "-I", str(GENERIC), site, probe], capture_output=True,
                               text=True, cwd=tmp)
         try:
             checks.update(json.loads(proc.stdout.strip().splitlines()[-1]))

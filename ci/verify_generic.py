@@ -1,9 +1,10 @@
 """Generic checks for any extension wheel, run inside the verify venv (stdlib and torch only).
 
-    python verify_generic.py SITE_PACKAGES PACKAGE...
+    python -I verify_generic.py SITE_PACKAGES '{"imports": [NAME...], "libraries": [PATH...]}'
 
-Prints one JSON line: each top-level package imported (after torch), each of the wheel's shared
-libraries loaded, the torch it ran with, and the torch.ops namespaces that importing the packages registered.
+Prints one JSON line: each name imported (after torch), each shared library loaded (paths relative to
+SITE_PACKAGES), the torch it ran with, and the torch.ops namespaces that importing them registered.
+Run with -I: this file's directory must not shadow what the wheel installs.
 """
 
 import ctypes
@@ -20,32 +21,27 @@ def namespaces():
     return {name.split("::")[0] for name in torch._C._dispatch_get_all_op_names()}
 
 
-def main(site, packages):
+def main(site, probe):
     import torch  # first, as a user of the extension would
 
     checks, before = {"torch": torch.__version__}, namespaces()
-    for pkg in packages:
+    for name in probe["imports"]:
         try:
-            importlib.import_module(pkg)
-            checks[f"import {pkg}"] = "ok"
+            importlib.import_module(name)
+            checks[f"import {name}"] = "ok"
         except BaseException as e:  # noqa: BLE001  (reported, not raised)
             last = traceback.format_exception_only(type(e), e)[-1].strip()
-            checks[f"import {pkg}"] = f"FAILED: {last}"
-    for pkg in packages:
-        root = os.path.join(site, pkg)
-        for dirpath, _, files in os.walk(root):
-            for f in sorted(files):
-                if ".so" in f and not f.endswith(".py"):
-                    path = os.path.join(dirpath, f)
-                    try:
-                        ctypes.CDLL(path)
-                        result = "ok"
-                    except OSError as e:
-                        result = f"FAILED: {e}"
-                    checks[f"load {os.path.relpath(path, site)}"] = result
+            checks[f"import {name}"] = f"FAILED: {last}"
+    for rel in probe["libraries"]:
+        try:
+            ctypes.CDLL(os.path.join(site, rel))
+            result = "ok"
+        except OSError as e:
+            result = f"FAILED: {e}"
+        checks[f"load {rel}"] = result
     checks["torch_ops"] = sorted(namespaces() - before)
     print(json.dumps(checks))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    main(sys.argv[1], json.loads(sys.argv[2]))

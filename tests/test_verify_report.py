@@ -115,3 +115,23 @@ def test_a_relative_torch_site_works(cpu_build, tmp_path):
     rel = os.path.relpath(site, tmp_path)
     proc = run_stage("ci.verify", cpu_build.wheel, "--torch-site", rel, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_root_modules_and_namespace_packages_are_imported_and_loaded(tmp_path):
+    """Only directories with __init__.py were imported: a broken root-level extension module
+    (flash-attn's layout), a root .py module or a namespace package passed verify untouched."""
+    from tests._wheels import build_wheel
+    good = {"demo/__init__.py": "", "ns/ok/__init__.py": "VALUE = 1\n"}
+    broken = {
+        "demo_cuda.cpython-311-x86_64-linux-gnu.so": b"\x7fELF not really a library",
+        "helper.py": "raise RuntimeError('root module broken')\n",
+        "ns/bad/__init__.py": "raise RuntimeError('namespace package broken')\n",
+    }
+    wheel = build_wheel(tmp_path / "w", files={**good, **broken}, requires=("torch==2.13.0",))
+    proc = run_stage("ci.verify", wheel, "--torch-site", cpu_torch_site(), "--json")
+    checks = json.loads(proc.stdout)["checks"]
+    assert proc.returncode == 1
+    assert checks["import demo"] == "ok" and checks["import ns.ok"] == "ok"
+    for name in ("demo_cuda", "helper", "ns.bad"):
+        assert checks[f"import {name}"].startswith("FAILED"), (name, checks)
+    assert checks["load demo_cuda.cpython-311-x86_64-linux-gnu.so"].startswith("FAILED")
