@@ -23,15 +23,20 @@ any write, and a file whose ctime is too close to the moment it was hashed (it m
 one timestamp tick) is hashed again.
 
 Ownership: OUT may be shared with other content (a docs site beside the pages). The cache file lists
-every page and `.metadata` file this command wrote; only those are ever replaced or removed. A path
-it must write that holds anything else (with other bytes) is refused, naming it, before any write.
+every page and `.metadata` file this command wrote; only those are ever replaced or removed. It is
+written first, listing what the run is about to write, so a run cut short (Ctrl-C, SIGTERM, a crash)
+leaves only files the next run knows as its own, and an --out that cannot be written fails before
+anything lands in DIR. A path it must write that holds anything else (with other bytes) is refused,
+naming it, before any write.
 The cache is input too (it travels with a copied dist/): only a page inside OUT or a `.metadata` file
 inside DIR that it lists is ever removed, and nothing is written through a symlinked directory
 leading out of OUT or DIR.
 Everything is computed before anything is written, so bad input leaves the output as it was; each
 write is atomic.
-Stdlib only; the zip/tar/email/thread modules load only when a file must be read, which keeps the
-unchanged re-run near interpreter start-up time.
+Wheels are read with ci.wheelfile, the zip reader every stage shares, and core metadata is capped
+at its METADATA_CAP (a compression bomb is refused, not inflated). Otherwise stdlib only; the
+zip/tar/email/thread modules load only when a file must be read, which keeps the unchanged re-run
+near interpreter start-up time.
 """
 
 from __future__ import annotations
@@ -47,12 +52,12 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import IO, Iterable
 from urllib.parse import quote
 
 from ci.digest import sha256_file
 from ci.errors import CiError
-from ci.wheelname import (SDIST_SUFFIXES, WheelName, canonical_version, classify, find_dist_info,
-                          normalize, same_version)
+from ci.wheelname import SDIST_SUFFIXES, canonical_version, classify, normalize, same_version
 
 CACHE_NAME = ".ci-index-cache.json"
 CACHE_VERSION = 2  # 2: ownership of written files, and the stronger cache key
@@ -97,36 +102,52 @@ class IndexResult:
 
 
 def wheel_metadata(path: Path) -> bytes:
-    """The bytes of a wheel's .dist-info/METADATA (the PEP 658 file is exactly these bytes)."""
-    import zipfile
-    w = WheelName.parse(path.name)
+    """The bytes of a wheel's .dist-info/METADATA (the PEP 658 file is exactly these bytes).
+
+    Read through ci.wheelfile, the reader every stage uses: zipfile reads another set of members from
+    a crafted zip, so ci.index would publish metadata of a wheel ci.check refuses. Capped by the size
+    the zip directory gives (and checked while inflating): a deflate bomb is refused, never inflated.
+    """
+    from ci.wheelfile import METADATA_CAP, WheelArchive
     try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-            info = find_dist_info({n.split("/", 1)[0] for n in names if "/" in n}, w, path.name)
-            if f"{info}/METADATA" not in names:
-                raise CiError(f"{path.name}: no {info}/METADATA in the wheel")
-            return zf.read(f"{info}/METADATA")
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
-        raise CiError(f"{path.name}: not a readable wheel ({e})") from None
+        with WheelArchive.open(path) as wa:
+            name = f"{wa.dist_info}/METADATA"
+            if name not in wa:
+                raise CiError(f"{path.name}: no {name} in the wheel")
+            return wa.read(name, METADATA_CAP)
+    except OSError as e:
+        raise CiError(f"{path.name}: not a readable wheel ({e.strerror})") from None
+
+
+def _capped(f: IO[bytes], size: int, cap: int, what: str) -> bytes:
+    """A member's bytes, refused over cap: by the size its archive gives, before inflating anything,
+    and by reading at most one byte more than cap, for an archive whose size lies."""
+    data = f.read(cap + 1) if size <= cap else b""
+    if size > cap or len(data) > cap:
+        raise CiError(f"{what} is over the {cap >> 20} MiB this tool reads for it ({max(size, len(data))}"
+                      f"{'' if size > cap else '+'} bytes uncompressed)")
+    return data
 
 
 def sdist_metadata(path: Path) -> bytes | None:
-    """PKG-INFO of an sdist (top-level directory only), or None when it has none."""
+    """PKG-INFO of an sdist (top-level directory only), or None when it has none. Read with the
+    METADATA cap: a gzip or deflate bomb never gets more memory than that."""
     import tarfile
     import zipfile
+    from ci.wheelfile import METADATA_CAP
     try:
         if path.name.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
-                for n in zf.namelist():
-                    if n.count("/") == 1 and n.endswith("/PKG-INFO"):
-                        return zf.read(n)
+                for i in zf.infolist():
+                    if i.filename.count("/") == 1 and i.filename.endswith("/PKG-INFO"):
+                        with zf.open(i) as f:
+                            return _capped(f, i.file_size, METADATA_CAP, f"{path.name}: {i.filename}")
             return None
         with tarfile.open(path, "r:gz") as tf:
             for m in tf:
                 if m.isfile() and m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"):
                     f = tf.extractfile(m)
-                    return f.read() if f else None
+                    return _capped(f, m.size, METADATA_CAP, f"{path.name}: {m.name}") if f else None
     except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as e:
         raise CiError(f"{path.name}: not a readable sdist ({e})") from None
     return None
@@ -450,6 +471,13 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
     result = IndexResult(out=str(out), projects=sum(1 for p in pages if p.endswith("/index.html")),
                          files=len(chosen), hashed=len(todo), cached=len(found) - len(todo),
                          skipped=skipped)
+    records = {d.path: {"key": cache_key(found[d.path][3]), "seen": seen[d.path], "dist": asdict(d)}
+               for d in dists.values()}
+    # Ownership first: what this run may write is listed (with what earlier runs own) before the first
+    # write, so a run cut short leaves nothing the next one refuses as foreign; and an --out that
+    # cannot be written fails here, before any .metadata file lands in DIR.
+    owned_pages, owned_metadata = cache.pages | pages.keys(), cache.metadata | sidecars.keys()
+    _write_cache(cache_path, owned_pages, owned_metadata, records)
     for rel, raw in sidecars.items():
         if raw and _write_if_changed(root / rel, raw):
             result.written.append(rel)
@@ -457,12 +485,15 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
         if _write_if_changed(out / rel, text.encode()):
             result.written.append((out / rel).as_posix())
     result.removed = _remove_stale(root, out, cache, pages, sidecars)
-    _write_if_changed(cache_path, json.dumps({
-        "version": CACHE_VERSION,
-        "pages": sorted(pages), "metadata": sorted(sidecars),
-        "files": {d.path: {"key": cache_key(found[d.path][3]), "seen": seen[d.path], "dist": asdict(d)}
-                  for d in dists.values()}}, sort_keys=True).encode())
+    if owned_pages != pages.keys() or owned_metadata != sidecars.keys():  # stale files were removed
+        _write_cache(cache_path, pages.keys(), sidecars.keys(), records)
     return result
+
+
+def _write_cache(path: Path, pages: Iterable[str], metadata: Iterable[str], files: dict[str, dict]) -> None:
+    """The cache, written atomically: the files this command owns and its per-file records."""
+    _write_if_changed(path, json.dumps({"version": CACHE_VERSION, "pages": sorted(pages),
+                                        "metadata": sorted(metadata), "files": files}, sort_keys=True).encode())
 
 
 def _remove_stale(root: Path, out: Path, cache: Cache, pages: dict[str, str],

@@ -318,7 +318,7 @@ def test_corrupt_wheel_is_an_error(tmp_path, wheels):
     repo = populate(tmp_path / "repo", wheels["other"])
     (repo / "fake-1.0-py3-none-any.whl").write_bytes(b"not a zip")
     before = snapshot(repo)
-    _assert_rejected(cli(str(repo)), "fake-1.0-py3-none-any.whl", "not a readable wheel")
+    _assert_rejected(cli(str(repo)), "fake-1.0-py3-none-any.whl", "not a zip file")  # as ci.check says it
     assert snapshot(repo) == before
 
 
@@ -537,3 +537,135 @@ def test_check_and_index_agree_on_a_wheel_whose_name_disagrees_with_its_dist_inf
     assert r_index.returncode == r_check.returncode == 2, (r_index.stderr, r_check.stderr)
     for r in (r_index, r_check):
         assert "expected one .dist-info named like renamed_pkg-0.3.dist-info" in r.stderr
+
+
+# ---------------------------------------------------------------- one reader, capped; ownership before writing
+
+BOMB = 100 << 20  # inflated size of the crafted METADATA / PKG-INFO: over the 16 MiB cap, a few hundred KB packed
+HEADERS = b"Metadata-Version: 2.1\nName: bomb\nVersion: 1.0\n"
+
+
+# Runs ci.index as `python -m` does, then records the process's own peak RSS (VmHWM: this image only;
+# a child's ru_maxrss also counts the forking test process, which built the bomb).
+PEAK_RSS = """import atexit, runpy, sys
+peak = sys.argv.pop(1)
+atexit.register(lambda: open(peak, "w").write(
+    next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1]))
+runpy.run_module("ci.index", run_name="__main__", alter_sys=True)
+"""
+
+
+def _run_measured(peak: Path, *args: str) -> tuple[subprocess.CompletedProcess, int]:
+    """The CLI's result and its peak resident memory in bytes."""
+    r = subprocess.run([sys.executable, "-c", PEAK_RSS, str(peak), *args], cwd=ROOT, capture_output=True,
+                       text=True)
+    return r, int(peak.read_text()) * 1024
+
+
+def _assert_bomb_refused(repo: Path, name: str) -> None:
+    before = snapshot(repo)
+    r, peak = _run_measured(repo.parent / "peak", str(repo))
+    _assert_rejected(r, name, "MiB")
+    assert peak < BOMB // 2, f"peak RSS {peak >> 20} MiB: the bomb was inflated"
+    assert snapshot(repo) == before  # no .metadata sidecar, no page, no cache
+    assert not (repo / "simple").exists()
+
+
+def test_a_wheel_whose_metadata_is_a_deflate_bomb_is_refused_unread(tmp_path, wheels):
+    repo = populate(tmp_path / "repo", wheels["other"])
+    with zipfile.ZipFile(repo / "bomb-1.0-py3-none-any.whl", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("bomb/__init__.py", "")
+        zf.writestr("bomb-1.0.dist-info/METADATA", HEADERS + b"\n" + b" " * BOMB)
+    assert (repo / "bomb-1.0-py3-none-any.whl").stat().st_size < 1 << 20
+    _assert_bomb_refused(repo, "bomb-1.0.dist-info/METADATA")
+
+
+@pytest.mark.parametrize("kind", ["tar.gz", "zip"])
+def test_an_sdist_whose_pkg_info_is_a_bomb_is_refused_unread(tmp_path, kind):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    data = HEADERS + b"\n" + b" " * BOMB
+    if kind == "zip":
+        with zipfile.ZipFile(repo / "bomb-1.0.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr("bomb-1.0/PKG-INFO", data)
+    else:
+        import io
+        with tarfile.open(repo / "bomb-1.0.tar.gz", "w:gz") as tf:
+            info = tarfile.TarInfo("bomb-1.0/PKG-INFO")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    _assert_bomb_refused(repo, "PKG-INFO")
+
+
+def test_a_wheel_zipfile_reads_differently_is_refused_as_ci_check_refuses_it(tmp_path, wheels):
+    """A stub before the zip: zipfile (the old reader here) shifts every offset and reads a wheel;
+    the project's reader, which every other stage uses, refuses it. ci.index must not publish it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    bad = repo / wheels["other"].name
+    bad.write_bytes(b"#!/bin/sh\nexit 0\n" + wheels["other"].read_bytes())
+    with zipfile.ZipFile(bad) as zf:
+        assert zf.testzip() is None  # zipfile is content with it
+    before = snapshot(repo)
+    r_check = subprocess.run([sys.executable, "-m", "ci.check", str(bad)], cwd=ROOT, capture_output=True,
+                             text=True)
+    assert r_check.returncode == 2, r_check.stderr
+    reason = r_check.stderr.strip().split("error: ", 1)[1]
+    _assert_rejected(cli(str(repo)), reason)
+    assert snapshot(repo) == before
+
+
+def test_an_out_that_cannot_be_created_leaves_dir_as_it_was(tmp_path, wheels):
+    """--out below a regular file, or through a symlink to nowhere (an unmounted volume): the failed
+    run may leave no .metadata sidecar in DIR, and nothing where --out points."""
+    repo = populate(tmp_path / "repo", wheels["other"], wheels["dotted"])
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "volume").symlink_to(tmp_path / "unmounted")
+    before = snapshot(repo)
+    for out in (tmp_path / "afile" / "simple", tmp_path / "volume" / "simple"):
+        r = cli(str(repo), "--out", str(out))
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert snapshot(repo) == before
+    assert (tmp_path / "afile").read_text() == "x"
+    assert not (tmp_path / "unmounted").exists()
+
+
+@pytest.mark.parametrize("where", ["after-first-page", "after-all-pages"])
+def test_a_run_interrupted_while_writing_owns_what_it_wrote(tmp_path, wheels, monkeypatch, where):
+    """Ctrl-C, SIGTERM or a crash part-way through: the next run (with another wheel added, so its
+    pages differ) takes up the pages and sidecars as its own instead of refusing them as foreign."""
+    import ci.index as index
+    repo = populate(tmp_path / "repo", wheels["other"])
+    (repo / "simple").mkdir()
+    (repo / "simple" / "notes.html").write_text("theirs")  # foreign content sharing OUT: never touched
+    real = index._write_if_changed
+    pages: list[Path] = []
+
+    def interrupted(path: Path, data: bytes) -> bool:
+        changed = real(path, data)
+        if path.name in index.PAGE_NAMES:
+            pages.append(path)
+            if where == "after-first-page":
+                raise KeyboardInterrupt
+        return changed
+
+    def crashed(*args: object) -> list[str]:
+        raise KeyboardInterrupt  # every page written, the cache not yet updated after them
+
+    monkeypatch.setattr(index, "_remove_stale", crashed)
+    monkeypatch.setattr(index, "_write_if_changed", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(repo)
+    monkeypatch.undo()
+    assert len(pages) == (1 if where == "after-first-page" else 4) and all(p.exists() for p in pages)
+    populate(repo, wheels["dotted"])
+    r = cli(str(repo), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["removed"] == []
+    assert (repo / "simple" / "notes.html").read_text() == "theirs"
+    root = (repo / "simple" / "index.html").read_text()
+    assert 'href="other-pkg/"' in root and 'href="tiny-pkg/"' in root
+    for whl in (wheels["other"], wheels["dotted"]):
+        assert (repo / f"{whl.name}.metadata").read_bytes() == wheel_metadata_bytes(whl)
+    again = build_index(repo)  # and the index is complete: nothing left to write
+    assert (again.written, again.removed) == ([], [])
