@@ -92,7 +92,7 @@ def build_project(args, project_dir: Path, settings) -> int:
 
     plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
                      engine=args.engine, project_dir=project_dir, image=args.image, find_links=args.find_links,
-                     torch_index_url=args.torch_index_url, build_env=settings.env)
+                     torch_index_url=args.torch_index_url, build_env=settings.env, excludes=settings.exclude)
     if args.local_version not in ("auto", "none"):  # checked before the dry run, which must say the same
         local_version("0", args.local_version)
     if args.dry_run:
@@ -147,6 +147,11 @@ def build_project(args, project_dir: Path, settings) -> int:
             from ci.hostenv import ensure_env
 
             built = container.compile(plan, work / "repaired", project_dir, logfile=work / "cibuildwheel.log")
+            from ci.elf import scan_wheel
+            from ci.repair import is_excluded
+
+            # what the container's ci.repair left to torch and the CUDA wheels, as the host path reports it
+            excluded = sorted({n for w in built for lib in scan_wheel(w) for n in lib.needed if is_excluded(n)})
             env, build_dir = ensure_env(torch_spec(plan, args.torch_index_url), log=log), None
         local = variant_label(plan) if args.local_version == "auto" else (
             None if args.local_version == "none" else args.local_version)

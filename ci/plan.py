@@ -25,6 +25,12 @@ CONTAINER_CCACHE = "/ccache"
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
 CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount this package read-only (ci.repair runs from it)
 REPAIR_COMMAND = f"PYTHONPATH={CONTAINER_TOOL} python -m ci.repair -w {{dest_dir}} {{wheel}}"
+
+
+def repair_command(excludes: list[str]) -> str:
+    """cibuildwheel's repair command: ci.repair with the project's excludes, as the host build repairs
+    (cibuildwheel substitutes only its own {wheel} and {dest_dir} fields, then a shell runs it)."""
+    return REPAIR_COMMAND + "".join(f" --exclude {shlex.quote(p)}" for p in excludes)
 CONTAINER_CA = "/etc/ci/host-ca.pem"
 CONTAINER_FIND_LINKS = "/ci/find-links"
 # Where the host's trusted CA bundle is named: TLS-intercepting networks (corporate proxies, this kind of CI)
@@ -317,7 +323,8 @@ def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None) -> tup
 def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] | None = None,
               arch_list: str | None = None, engine: str = "auto", project_dir: Path = Path("."),
               image: str | None = None, find_links: Path | None = None,
-              torch_index_url: str | None = None, build_env: dict[str, str] | None = None) -> Plan:
+              torch_index_url: str | None = None, build_env: dict[str, str] | None = None,
+              excludes: list[str] = ()) -> Plan:
     """The plan; `image` replaces the matrix's image, `find_links` is a wheel directory the container's pip
     uses (torch then comes from pip's sources, unless `torch_index_url` names an index)."""
     matrix = mx.load()
@@ -333,6 +340,9 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
                                             torch_index_url))
     plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
                    backend=project.backend)
+    if excludes:  # --exclude and [tool.ci] exclude reach the container's repair too
+        plan = replace(plan, environment={**plan.environment,
+                                          "CIBW_REPAIR_WHEEL_COMMAND_LINUX": repair_command(list(excludes))})
     if build_env:  # the project's [tool.ci] env and --env reach the container's build too
         env = dict(plan.environment)
         env["CIBW_ENVIRONMENT_LINUX"] += " " + _cibw_environment(build_env)

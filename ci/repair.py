@@ -197,13 +197,15 @@ def build_parser() -> cli.Parser:
     p.add_argument("--torch", dest="torch_version", help="torch version built against (default: the installed one)")
     p.add_argument("--torch-requires", action="append", help="torch's Requires-Dist lines (default: the installed torch's)")
     p.add_argument("--plat", help="manylinux policy tag (default: the highest that fits)")
+    p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                   help="a further library (glob) auditwheel must not graft; repeatable")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
 def main(args) -> int:
     result = repair(args.wheel, args.wheel_dir, torch_version=args.torch_version,
-                    torch_requires=args.torch_requires, plat=args.plat)
+                    torch_requires=args.torch_requires, plat=args.plat, excludes=args.exclude)
     if args.json:
         cli.emit_json(result.to_json())
     else:

@@ -266,3 +266,26 @@ def test_project_env_survives_cibuildwheels_parser(value):
     plan = pl.make_plan(cuda=None, engine="docker", build_env={"MY_VALUE": value, "OTHER": "1"})
     env = parse_environment(plan.environment["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"HOME": "/root"})
     assert env["MY_VALUE"] == value.replace("$HOME", "/root") and env["OTHER"] == "1"
+
+
+@pytest.mark.parametrize("patterns", [["libfoo*.so*"], ["lib bar.so", "it's*.so", "x;rm -rf y"]])
+def test_excludes_reach_the_containers_repair_as_cibuildwheel_runs_it(patterns):
+    """The container's repair command was a fixed string: --exclude and [tool.ci] exclude were
+    dropped, and auditwheel grafted what the host build would have left out."""
+    import shlex
+    from cibuildwheel.util.helpers import prepare_command
+
+    plan = pl.make_plan(cuda=None, engine="docker", excludes=patterns)
+    cmd = prepare_command(plan.environment["CIBW_REPAIR_WHEEL_COMMAND_LINUX"], wheel="/tmp/w.whl", dest_dir="/out")
+    argv = shlex.split(cmd)
+    assert argv[argv.index("ci.repair"):argv.index("ci.repair") + 4] == ["ci.repair", "-w", "/out", "/tmp/w.whl"]
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--exclude"] == patterns
+
+
+def test_dry_run_shows_the_projects_excludes_in_the_repair_command(tmp_path):
+    from tests.test_settings import project_with
+    project = project_with(tmp_path, 'exclude = "libfoo*.so*"')
+    from tests._wheels import run_stage
+    r = run_stage("ci.build", project, "--cpu", "--engine", "docker", "--exclude", "libbar.so*", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "--exclude 'libfoo*.so*' --exclude 'libbar.so*'" in r.stdout

@@ -45,3 +45,22 @@ def test_repairing_into_the_inputs_directory_never_replaces_the_input(tmp_path):
     assert "would replace its input" in line
     assert (repaired.read_bytes(), repaired.stat().st_ino) == before
     assert sorted(p.name for p in repaired.parent.iterdir()) == [repaired.name]
+
+
+def test_exclude_keeps_a_library_out_of_the_wheel(tmp_path):
+    """ci.repair --exclude (what the container build passes for --exclude and [tool.ci] exclude):
+    libbz2 is grafted by default (no manylinux policy lists it) and left out when excluded."""
+    src = tmp_path / "z.c"
+    src.write_text("extern const char *BZ2_bzlibVersion(void);\nconst char *v(void) { return BZ2_bzlibVersion(); }\n")
+    lib = tmp_path / "libz_op.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", lib, src, "/lib/x86_64-linux-gnu/libbz2.so.1.0"], check=True)
+    wheel = make_wheel(tmp_path / "in", "z-op", {"z_op/__init__.py": b"", "z_op/libz_op.so": lib},
+                       tag="py3-none-linux_x86_64")
+    grafted = {}
+    for case, extra in (("default", []), ("excluded", ["--exclude", "libbz2.so*"])):
+        out = tmp_path / case
+        proc = run_stage("ci.repair", wheel, "-w", out, "--torch", "2.13.0", *extra)
+        assert proc.returncode == 0, proc.stderr
+        (repaired,) = out.glob("*.whl")
+        grafted[case] = [n for n in zipfile.ZipFile(repaired).namelist() if "/libbz2" in n and ".libs/" in n]
+    assert grafted["default"] and not grafted["excluded"], grafted
