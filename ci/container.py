@@ -78,7 +78,8 @@ def ensure_image(plan: Plan) -> None:
 
 
 def project_files(project_dir: Path) -> list[Path]:
-    """What goes into the container: git's tracked and unignored files (not .venv, build trees, wheels).
+    """What goes into the build: git's tracked and unignored files (not .venv, build trees, wheels),
+    and those of its checked-out submodules (a vendored cutlass is source too).
 
     cibuildwheel copies its whole working directory into the container, so it runs from a copy of these."""
     try:
@@ -87,13 +88,24 @@ def project_files(project_dir: Path) -> list[Path]:
     except FileNotFoundError:  # no git on this machine (slim images): the fallback below
         r = None
     if r is not None and r.returncode == 0:
-        return [Path(f) for f in r.stdout.decode().split("\0") if f and (project_dir / f).is_file()]
+        files = []
+        for f in (Path(f) for f in r.stdout.decode().split("\0") if f):
+            path = project_dir / f
+            if path.is_file():
+                files.append(f)
+            elif path.is_dir() and (path / ".git").exists():  # a submodule (git lists it as one entry)
+                files += [f / sub for sub in project_files(path)]
+        return files
     skip = {".git", ".venv", "build", "dist", "wheelhouse", "__pycache__"}
     return [p.relative_to(project_dir) for p in project_dir.rglob("*")
             if p.is_file() and not skip & set(p.relative_to(project_dir).parts)]
 
 
 def stage_project(project_dir: Path, dest: Path) -> Path:
+    """Copy the project's files into dest, cleared first: a reused --work-dir must not keep sources
+    the project has since deleted (they would still be compiled)."""
+    if dest.exists():
+        shutil.rmtree(dest)
     for rel in project_files(project_dir):
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(project_dir / rel, dest / rel)

@@ -84,3 +84,36 @@ def test_a_setup_py_project_with_a_pep518_only_pyproject_builds(tmp_path: Path) 
     r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run")
     assert r.returncode == 0, r.stderr
     assert "built with setuptools" in r.stdout
+
+
+def _git(*args: str, cwd: Path) -> None:
+    import subprocess
+    subprocess.run(["git", "-c", "protocol.file.allow=always", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                   cwd=cwd, check=True, capture_output=True)
+
+
+def test_staging_takes_submodules_and_forgets_deleted_sources(tmp_path: Path) -> None:
+    """A cutlass-style submodule was left out of the staged sources (git lists it as one entry), and a
+    reused --work-dir kept files the project had deleted."""
+    from ci.container import stage_project
+    sub = tmp_path / "cutlass"
+    (sub / "include").mkdir(parents=True)
+    (sub / "include" / "gemm.h").write_text("#define GEMM 1\n")
+    _git("init", "-q", cwd=sub)
+    _git("add", ".", cwd=sub)
+    _git("commit", "-qm", "sub", cwd=sub)
+    project = project_with(tmp_path, "")
+    _git("init", "-q", cwd=project)
+    _git("add", ".", cwd=project)
+    _git("submodule", "add", "-q", str(sub), "third_party/cutlass", cwd=project)
+    _git("commit", "-qm", "project", cwd=project)
+    dest = tmp_path / "work" / "src"
+    stage_project(project, dest)
+    assert (dest / "third_party" / "cutlass" / "include" / "gemm.h").read_text() == "#define GEMM 1\n"
+    assert (dest / "setup.py").is_file()
+    (project / "tiny_ext" / "extra.py").write_text("x = 1\n")
+    stage_project(project, dest)
+    assert (dest / "tiny_ext" / "extra.py").is_file()  # untracked but not ignored: staged
+    (project / "tiny_ext" / "extra.py").unlink()
+    stage_project(project, dest)
+    assert not (dest / "tiny_ext" / "extra.py").exists()
