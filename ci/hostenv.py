@@ -148,12 +148,14 @@ def ensure_env(spec: TorchSpec, *, log=print) -> BuildEnv:
         log(f"creating build environment {root} (torch {spec.version} {spec.variant} from {source})")
         start = time.monotonic()
         shutil.rmtree(root, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
-        # GBs of downloads: pip's own progress bars on a terminal, one line when done in logs and CI
+        # GBs of downloads: pip's own progress bars on a terminal, one line when done in logs and CI.
+        # Its output goes to stderr: stdout belongs to the stage (`--json` must stay parseable).
         quiet = [] if sys.stderr.isatty() else ["--quiet"]
+        to_stderr = {"stdout": sys.stderr.fileno(), "check": True}
+        subprocess.run([sys.executable, "-m", "venv", str(root)], **to_stderr)
         pip = [str(root / "bin" / "python"), "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
-        subprocess.run([*pip, *args], check=True)
-        subprocess.run([*pip, *requirement_pins(BUILD_TOOLS)], check=True)
+        subprocess.run([*pip, *args], **to_stderr)
+        subprocess.run([*pip, *requirement_pins(BUILD_TOOLS)], **to_stderr)
         info = _torch_info(root / "bin" / "python")
         got_cuda = info["cuda"]
         want = spec.cuda

@@ -135,3 +135,33 @@ def test_root_modules_and_namespace_packages_are_imported_and_loaded(tmp_path):
     for name in ("demo_cuda", "helper", "ns.bad"):
         assert checks[f"import {name}"].startswith("FAILED"), (name, checks)
     assert checks["load demo_cuda.cpython-311-x86_64-linux-gnu.so"].startswith("FAILED")
+
+
+def test_pips_progress_never_reaches_stdout_on_a_terminal(tmp_path):
+    """On a terminal, creating the torch environment let pip print on stdout, ahead of a stage's
+    --json document. pip's lines go to stderr; stdout stays the stage's."""
+    import os
+    import subprocess
+    import sys
+    master, slave = os.openpty()  # stderr is a terminal: pip runs without --quiet
+    code = ("from ci.hostenv import TorchSpec, ensure_env\n"
+            "ensure_env(TorchSpec('0.0.0', None, None, False), log=lambda _: None)\n")
+    env = dict(os.environ, CUDA_WHEEL_CI_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=slave, env=env,
+                              cwd=tmp_path, timeout=300)
+    finally:
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        os.close(master)
+    assert proc.returncode != 0  # no torch 0.0.0 anywhere: pip fails after printing its progress
+    assert proc.stdout == b"", proc.stdout
+    assert b"torch==0.0.0" in seen
