@@ -336,3 +336,29 @@ def test_non_ascii_names_without_the_utf8_flag_are_rewritten_as_utf8(tmp_path: P
         assert z.read("demo/café.py") == b"x = 1\n"
     assert pip_check_install(out, tmp_path / "site").returncode == 0
     assert (tmp_path / "site" / "demo" / "café.py").read_bytes() == b"x = 1\n"
+
+
+@pytest.mark.parametrize("size", [1000, 40 << 20])  # read whole, and inflated and hashed by two threads
+def test_a_wrong_crc_is_refused_though_record_matches(tmp_path: Path, size: int) -> None:
+    """pip's zipfile checks the CRC on install: a member whose content matches RECORD but not the
+    zip's CRC must be refused by verify (the CRC is computed on the hashing thread for big members)."""
+    import struct
+    w = build_wheel(tmp_path / "in", files={"demo/__init__.py": b"", "demo/big.bin": bytes(size)})
+    data = bytearray(w.read_bytes())
+    with zipfile.ZipFile(w) as z:
+        info = z.getinfo("demo/big.bin")
+        start = z.start_dir
+    bad = struct.pack("<I", info.CRC ^ 1)
+    data[info.header_offset + 14: info.header_offset + 18] = bad
+    entry = start
+    while True:  # the central directory entry of demo/big.bin
+        nlen, xlen, clen = struct.unpack_from("<HHH", data, entry + 28)
+        if data[entry + 46: entry + 46 + nlen] == b"demo/big.bin":
+            break
+        entry += 46 + nlen + xlen + clen
+    data[entry + 16: entry + 20] = bad
+    path = tmp_path / "bad" / w.name
+    path.parent.mkdir()
+    path.write_bytes(bytes(data))
+    with WheelArchive.open(path) as wa, pytest.raises(CiError, match="CRC"):
+        wa.verify()
