@@ -10,6 +10,8 @@ restarts from byte 0, and pyelftools' first act (seek to the end for the length)
 Reading in file order through `_BlockReader` (known length, cached blocks) inflates a member once,
 up to its dynamic string table, with no temp file: 3 s for the 470 MB libtorch_cuda.so in the torch
 wheel, about one plain inflate, where pyelftools on the raw zip member takes 60 s (measured).
+Wheels are read through ci.wheelfile, as by every other stage: zipfile lists a different member set
+for some crafted zips (duplicate names, symlinks), and what is checked must be what is shipped.
 
 Which distribution provides a library: in a wheel, the wheel's project; in a directory, the
 `*.dist-info/RECORD` that lists the file (None when no RECORD does).
@@ -17,22 +19,23 @@ Which distribution provides a library: in a wheel, the wheel's project; in a dir
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import re
 import io
 import os
-import zipfile
-import zlib
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable
+from typing import BinaryIO, Iterable, Iterator
 
 from elftools.common.exceptions import ELFError
 from elftools.common.utils import parse_cstring_from_stream, struct_parse
 from elftools.elf.elffile import ELFFile
 
 from ci.errors import CiError
-from ci.wheelname import WheelName, normalize
+from ci.wheelfile import Member, WheelArchive
+from ci.wheelname import normalize
 
 # Libraries a wheel may expect from the system rather than from another wheel (fnmatch patterns):
 # auditwheel's manylinux_2_28 whitelist, the dynamic loader itself, and the NVIDIA driver (which no
@@ -57,6 +60,7 @@ class DynamicInfo:
     needed: tuple[str, ...]
     rpath: tuple[str, ...]
     runpath: tuple[str, ...]
+    executable: bool = False  # ET_EXEC, or ET_DYN with an interpreter (a PIE): a program, not a library
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class SharedLib:
     needed: tuple[str, ...]
     rpath: tuple[str, ...]
     runpath: tuple[str, ...]
+    program: bool = False  # an executable (scan_wheel(executables=True)): it needs libraries, provides none
 
     @property
     def filename(self) -> str:
@@ -141,6 +146,7 @@ def _read_dynamic(elf: ELFFile, stream: BinaryIO) -> DynamicInfo | None:
         needed=tuple(strings.get("DT_NEEDED", ())),
         rpath=tuple(p for s in strings.get("DT_RPATH", ()) for p in s.split(":") if p),
         runpath=tuple(p for s in strings.get("DT_RUNPATH", ()) for p in s.split(":") if p),
+        executable=elf["e_type"] == "ET_EXEC" or any(p["p_type"] == "PT_INTERP" for p in phdrs),
     )
 
 
@@ -150,6 +156,33 @@ def read_dynamic_path(path: Path | str) -> DynamicInfo | None:
             return read_dynamic(f)
         except CiError as e:
             raise CiError(f"{path}: {e}") from None
+
+
+class _ChunkReader:
+    """A forward-only stream over a chunk iterator (WheelArchive.iter_chunks): read(n) returns n bytes
+    unless the content ends first, as _BlockReader's block arithmetic needs."""
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self._chunks = iter(chunks)
+        self._rest = memoryview(b"")
+
+    def read(self, n: int) -> bytes:
+        parts = []
+        while n > 0:
+            if not self._rest:
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    break
+                self._rest = memoryview(chunk)
+            parts.append(self._rest[:n])
+            n -= len(parts[-1])
+            self._rest = self._rest[len(parts[-1]):]
+        return b"".join(parts)
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)  # a generator: stop inflating
+        if close is not None:
+            close()
 
 
 class _BlockReader(io.RawIOBase):
@@ -219,36 +252,34 @@ class _BlockReader(io.RawIOBase):
         super().close()
 
 
-def _lib(info: DynamicInfo, path: str, source: str, dist: str | None) -> SharedLib:
-    return SharedLib(info.soname, path, source, dist, info.needed, info.rpath, info.runpath)
+def _lib(info: DynamicInfo, path: str, source: str, dist: str | None, program: bool = False) -> SharedLib:
+    return SharedLib(info.soname, path, source, dist, info.needed, info.rpath, info.runpath, program)
 
 
-def scan_wheel(wheel: Path) -> list[SharedLib]:
-    """Every shared library in a wheel, with its dynamic section."""
-    dist = WheelName.parse(wheel.name).project
-    try:
-        zf = zipfile.ZipFile(wheel)
-    except (OSError, zipfile.BadZipFile) as e:
-        raise CiError(f"{wheel}: not a readable wheel ({e})") from None
-    except UnicodeDecodeError as e:
-        raise CiError(f"member name is not valid UTF-8 though the zip says it is: {e.object[:80]!r} in "
-                      f"{wheel.name}") from None
+def scan_wheel(wheel: Path, *, executables: bool = False) -> list[SharedLib]:
+    """Every shared library in a wheel, with its dynamic section (see scan_archive)."""
+    with WheelArchive.open(wheel) as wa:
+        return scan_archive(wa, executables=executables)
+
+
+def scan_archive(wa: WheelArchive, *, executables: bool = False) -> list[SharedLib]:
+    """Every shared library in an open wheel, with its dynamic section. With `executables`, also
+    the ELF programs (`program=True`): members with an execute bit, since pip makes only those
+    executable, whatever their names."""
     libs = []
-    with zf:
-        for info in zf.infolist():
-            if info.is_dir() or not looks_like_shared_lib(info.filename) or info.file_size < 64:
-                continue
-            reader = _BlockReader(lambda i=info: zf.open(i), info.file_size)
-            try:
-                dyn = read_dynamic(reader)  # type: ignore[arg-type]
-            except CiError as e:
-                raise CiError(f"{wheel.name}: {info.filename}: {e}") from None
-            except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as e:
-                raise CiError(f"{wheel}: corrupt member {info.filename} ({e})") from None
-            finally:
-                reader.close()
-            if dyn is not None:
-                libs.append(_lib(dyn, info.filename, str(wheel), dist))
+    for m in wa.files:
+        is_lib = looks_like_shared_lib(m.name)
+        if m.usize < 64 or not (is_lib or (executables and m.mode & 0o111)):
+            continue
+        reader = _BlockReader(lambda m=m: _ChunkReader(wa.iter_chunks(m)), m.usize)
+        try:
+            dyn = read_dynamic(reader)  # type: ignore[arg-type]
+        except CiError as e:
+            raise CiError(f"{wa.path.name}: {m.name}: {e}") from None
+        finally:
+            reader.close()
+        if dyn is not None and (is_lib or dyn.executable):
+            libs.append(_lib(dyn, m.name, str(wa.path), wa.name.project, program=not is_lib))
     return libs
 
 
@@ -336,11 +367,27 @@ def too_recent_for(wheel: Path, policy: str) -> list[str]:
         return []
     limit = (int(m[1]), int(m[2]))
     found = []
-    with zipfile.ZipFile(wheel) as z:
-        for info in z.infolist():
-            if not looks_like_shared_lib(info.filename.rsplit("/", 1)[-1]):
+    with WheelArchive.open(wheel) as wa:
+        for member in wa.files:
+            if not looks_like_shared_lib(member.name):
                 continue
-            refs = glibc_references(io.BytesIO(z.read(info)))
-            found += [f"{sym}@GLIBC_{'.'.join(map(str, v))} ({info.filename.rsplit('/', 1)[-1]})"
+            with _seekable(wa, member) as stream:
+                refs = glibc_references(stream)
+            found += [f"{sym}@GLIBC_{'.'.join(map(str, v))} ({member.name.rsplit('/', 1)[-1]})"
                       for sym, v in refs if v > limit]
     return sorted(set(found))
+
+
+IN_MEMORY_CAP = 64 << 20  # larger members are read from a temporary file
+
+
+@contextlib.contextmanager
+def _seekable(wa: WheelArchive, m: Member) -> Iterator[BinaryIO]:
+    """A member for readers that seek all over it (symbol tables, section headers): in memory when
+    small, else inflated once into a temporary file, so a 1 GB library never sits in memory."""
+    if m.usize <= IN_MEMORY_CAP:
+        yield io.BytesIO(wa.read(m))
+        return
+    with tempfile.TemporaryDirectory(prefix="ci-elf-") as tmp, \
+            open(wa.extract(m, Path(tmp) / "member"), "rb") as f:
+        yield f

@@ -18,6 +18,11 @@ Decisions:
   the same site-packages directory; such entries are re-based when the depth changes.
 - Only libraries that moved or that need a moved library are touched (extracted, patchelf'd,
   recompressed); everything else is copied as compressed bytes (ci.wheelfile).
+- Executables (ELF programs with an execute bit, e.g. `torch/bin/torch_shm_manager`) that need a
+  moved library get the companion's directory in their RPATH too; they never move. No preload runs
+  for them: in a one-directory-per-wheel layout they find the companions only through the search path.
+- Text the split reads whole (.py files, WHEEL) is size-capped first: a deflate bomb is refused
+  from the size the zip directory gives, never inflated.
 - Any single member larger than the limit is refused (exit 2): no split can fix it.
 - A library that the package's Python code opens by file path (a string literal naming it in a .py
   file, e.g. `ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libx.so"))`) stays in the
@@ -49,6 +54,7 @@ from ci import cli
 from ci.errors import CiError, Finding
 
 PRELOAD_MODULE = "_split_libs_preload"
+PY_SOURCE_CAP = 32 << 20  # per .py file read whole; torch's largest is 1.4 MB
 BASE_OVERHEAD = 16 * 1024  # dist-info files, the preload module, central directory slack
 
 
@@ -147,18 +153,21 @@ def refuse_oversized(members: dict[str, int], limit: int) -> None:
                           f"{cli.format_size(limit)}: no split can bring it under")
 
 
-def new_rpaths(libs: Sequence[Lib], moves: dict[str, str]) -> dict[str, tuple[list[str], bool]]:
-    """Old member path -> (RPATH entries, use DT_RPATH) for every library that must change (pure).
+def new_rpaths(libs: Sequence[Lib], moves: dict[str, str],
+               programs: Sequence[Lib] = ()) -> dict[str, tuple[list[str], bool]]:
+    """Old member path -> (RPATH entries, use DT_RPATH) for every library or program that must change
+    (pure).
 
     A moved library re-bases its `$ORIGIN` entries to keep their targets and gains entries for its
-    dependencies that are now elsewhere; a library that stayed gains entries for moved dependencies.
+    dependencies that are now elsewhere; a library that stayed gains entries for moved dependencies,
+    and so does a program (an executable: it needs libraries, provides none, never moves).
     """
-    where = {lib.path: moves.get(lib.path, lib.path) for lib in libs}
+    where = {lib.path: moves.get(lib.path, lib.path) for lib in [*libs, *programs]}
     provider = {}
     for lib in libs:
         provider.setdefault(lib.soname, lib.path)
     out = {}
-    for lib in libs:
+    for lib in [*libs, *programs]:
         moved = lib.path in moves
         deps = [provider[n] for n in lib.needed if n in provider and provider[n] != lib.path]
         if not moved and not any(d in moves for d in deps):
@@ -260,24 +269,28 @@ def _copy_unchanged(path: Path, out_dir: Path) -> Path:
 
 
 def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str]) -> list[Path]:
-    from ci.elf import SYSTEM_LIBS, is_system_lib, scan, scan_wheel
+    from ci.elf import SYSTEM_LIBS, is_system_lib, scan, scan_archive
     from ci.preload import as_preload, dependency_order, runtime_source, top_package
-    from ci.wheelfile import WheelWriter, newest_time, rewrite
+    from ci.wheelfile import METADATA_CAP, WheelWriter, newest_time, rewrite
 
     if out_dir.resolve() == wa.path.resolve().parent:
         raise CiError(f"output directory {out_dir} holds the input wheel: it would be overwritten")
     members = {m.name: m.csize for m in wa.files}
     refuse_oversized(members, limit)  # before reading any library
-    shared = [lib for lib in scan_wheel(wa.path) if ".dist-info/" not in lib.path and ".data/" not in lib.path]
+    found = [s for s in scan_archive(wa, executables=True) if ".dist-info/" not in s.path and ".data/" not in s.path]
+    shared = [s for s in found if not s.program]
     libs = [Lib(s.path, wa.get(s.path).csize, s.name, s.needed, s.rpath, s.runpath) for s in shared]
-    sources = {m.name: wa.read(m.name).decode("utf-8", "replace") for m in wa.files if m.name.endswith(".py")}
+    programs = [Lib(s.path, wa.get(s.path).csize, s.name, s.needed, s.rpath, s.runpath) for s in found if s.program]
+    sources = {m.name: wa.read(m, PY_SOURCE_CAP).decode("utf-8", "replace") for m in wa.files
+               if m.name.endswith(".py")}
+    wheel_file = wa.read(f"{wa.dist_info}/WHEEL", METADATA_CAP)
     pinned = loaded_by_path(sources, [lib.path for lib in libs])
     movable = [lib for lib in libs if "/" in lib.path and lib.path not in pinned]
     plan = plan_split(size, members, movable, limit, wa.name.distribution)
     if verify:  # after planning: a wheel that cannot be split is refused without hashing 1 GB first
         wa.verify()
     moves = {old: new for old, (_, new) in plan.moves.items()}
-    rpaths = new_rpaths(libs, moves)
+    rpaths = new_rpaths(libs, moves, programs)
     version = wa.name.version
     companions = [wa.name.with_(distribution=n) for n in plan.companions]
     projects = [c.project for c in companions]
@@ -307,11 +320,10 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
         module_name = f"{pkg}/{PRELOAD_MODULE}.py"
         if module_name in wa:
             raise CiError(f"{wa.path.name} already has {module_name} (split twice?)")
-        init = _insert_after_existing_preload(wa.read(f"{pkg}/__init__.py").decode("utf-8"), PRELOAD_MODULE)
+        init = _insert_after_existing_preload(wa.read_text(f"{pkg}/__init__.py", PY_SOURCE_CAP), PRELOAD_MODULE)
         inject_replace[f"{pkg}/__init__.py"] = init.encode()
         inject_add[module_name] = preload_src.encode()
     loader = f"{pkg}/{PRELOAD_MODULE}.py" if pkg else "RPATH only"
-    wheel_file = wa.read(f"{wa.dist_info}/WHEEL")
     requires = [("Requires-Dist", f"{p}=={version}") for p in projects]
     meta = wa.metadata
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.elf import (SharedLib, _BlockReader, is_system_lib, looks_like_shared_lib, read_dynamic,
+from ci.elf import (SharedLib, _BlockReader, _ChunkReader, is_system_lib, looks_like_shared_lib, read_dynamic,
                     read_dynamic_path, record_owners, scan, scan_dir, scan_wheel)
 from ci.errors import CiError
 from tests._elfbuild import build_lib, install_alone, make_wheel
@@ -67,6 +67,12 @@ def test_block_reader_matches_the_file(libs):
         assert reader.read(n) == data[off:off + n]
     reader.seek(-10, io.SEEK_END)
     assert reader.read() == data[-10:]
+    # over WheelArchive.iter_chunks: chunks of any size, read back in exact lengths
+    chunked = _BlockReader(lambda: _ChunkReader(data[i:i + 7777] for i in range(0, len(data), 7777)), len(data))
+    for _ in range(200):
+        off, n = rng.randrange(len(data)), rng.randrange(1, 3 * _BlockReader.BLOCK)
+        chunked.seek(off)
+        assert chunked.read(n) == data[off:off + n]
 
 
 def test_wheel_and_installed_dir_agree(libs, tmp_path):
@@ -118,7 +124,7 @@ def test_bad_inputs(libs, tmp_path):
         scan([tmp_path / "x.txt"])
     bad = tmp_path / "bad-1.0-py3-none-any.whl"
     bad.write_bytes(b"PK\x03\x04 not really a zip")
-    with pytest.raises(CiError, match="not a readable wheel"):
+    with pytest.raises(CiError, match="truncated zip"):
         scan([bad])
     cut = make_wheel(tmp_path / "w", "cut", {"cut/libcut.so": libs["A"].read_bytes()[:300]})
     with pytest.raises(CiError, match=r"cut-1.0-.*\.whl: cut/libcut.so: unreadable ELF"):
@@ -214,3 +220,45 @@ def test_repair_to_an_older_policy_names_the_symbols(tmp_path):
                                       r"__libc_single_threaded@GLIBC_2.32 \(libplain.so\), exp@GLIBC_2.29"):
         repair(plain, tmp_path / "out", torch_version="2.13.0", torch_requires=[], plat="manylinux_2_28_x86_64")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["duplicate", "symlink"])
+def test_zips_our_reader_refuses_are_refused_by_every_elf_reader(libs, tmp_path, kind):
+    """zipfile reads both (a duplicate: two members of one name; a symlink: its target as content),
+    ci.wheelfile refuses them: scan_wheel and too_recent_for read through ci.wheelfile, so every
+    stage sees the same members, and a crafted zip is one error line."""
+    from ci.elf import too_recent_for
+    from tests._wheels import raw_zip, wheel_entries
+
+    good = make_wheel(tmp_path / "w", "dup", {"dup/libA.so.3": libs["A"]})
+    extra = ("dup/libA.so.3", libs["C"].read_bytes(), 0o100644) if kind == "duplicate" else \
+        ("dup/libA.so", b"libA.so.3", 0o120777)
+    bad = raw_zip(tmp_path / "bad" / good.name, wheel_entries(good) + [extra])
+    with zipfile.ZipFile(bad) as zf:
+        assert zf.testzip() is None
+    needle = "duplicate member in wheel" if kind == "duplicate" else "symlink member in wheel"
+    with pytest.raises(CiError, match=needle):
+        scan_wheel(bad)
+    with pytest.raises(CiError, match=needle):
+        too_recent_for(bad, "manylinux_2_28")
+
+
+def test_scan_wheel_finds_executables_by_their_mode(libs, tmp_path):
+    """With executables=True, members with an execute bit that are ELF executables (ET_EXEC, or
+    ET_DYN with an interpreter) are listed as programs; scripts and plain libraries are not."""
+    from tests._wheels import build_wheel
+
+    (tmp_path / "main.c").write_text("int f_A(void);\nint main(void) { return f_A() - 1; }\n")
+    files = {"pkg/lib/libA.so.3": libs["A"].read_bytes(), "pkg/bin/run.sh": b"#!/bin/sh\n",
+             "pkg/data/libdata": libs["C"].read_bytes()}  # an ELF library, no .so name, no execute bit
+    for exe, flag in (("pie", "-pie"), ("exec", "-no-pie")):
+        subprocess.run(["gcc", flag, "-o", str(tmp_path / exe), str(tmp_path / "main.c"), str(libs["A"]),
+                        "-Wl,-rpath,$ORIGIN/../lib"], check=True)
+        files[f"pkg/bin/{exe}"] = (tmp_path / exe).read_bytes()
+    wheel = build_wheel(tmp_path / "w", "pkg", files=files, tag="py3-none-linux_x86_64",
+                        modes={"pkg/bin/pie": 0o755, "pkg/bin/exec": 0o755, "pkg/bin/run.sh": 0o755})
+    assert [(l.path, l.program) for l in scan_wheel(wheel)] == [("pkg/lib/libA.so.3", False)]
+    found = {l.path: l for l in scan_wheel(wheel, executables=True)}
+    assert sorted(found) == ["pkg/bin/exec", "pkg/bin/pie", "pkg/lib/libA.so.3"]
+    assert found["pkg/bin/pie"].program and found["pkg/bin/exec"].program
+    assert found["pkg/bin/pie"].needed[0] == "libA.so.3" and found["pkg/bin/exec"].runpath == ("$ORIGIN/../lib",)

@@ -376,6 +376,99 @@ def test_companion_init_is_a_literal_whatever_its_text() -> None:
     assert node.value.value == 'Shared libraries split off x"""; import os; """ 1.0\\\'\n by ci.split; loaded by demo/_p.py.'
 
 
+def _with_member(wheel: Path, name: str, data: bytes, dest: Path) -> Path:
+    """The wheel with member `name` holding `data`, RECORD rewritten to match (a valid wheel)."""
+    import csv
+    import io
+
+    from tests._wheels import record_hash
+    entries = [(n, data if n == name else d, m) for n, d, m in wheel_entries(wheel)]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    record = next(n for n, _, _ in entries if n.endswith(".dist-info/RECORD"))
+    for n, d, _ in entries:
+        writer.writerow([n, "", ""] if n == record else [n, record_hash(d), len(d)])
+    entries = [(n, buf.getvalue().encode() if n == record else d, m) for n, d, m in entries]
+    return raw_zip(dest / wheel.name, entries)
+
+
+@pytest.mark.parametrize("member,size,cap", [("demo/__init__.py", 100 << 20, "32 MiB"),
+                                              ("demo-1.0+cpu.dist-info/WHEEL", 17 << 20, "16 MiB")])
+def test_a_deflate_bomb_is_refused_by_its_size_cap(native_wheel: Path, tmp_path: Path, member: str, size: int,
+                                                   cap: str) -> None:
+    """A tiny wheel whose __init__.py or WHEEL inflates to far more than any real one: refused from
+    the size the zip directory gives, before it is read (it was read whole, whatever its size)."""
+    data = next(d for n, d, _ in wheel_entries(native_wheel) if n == member)
+    wheel = _with_member(native_wheel, member, data + b"#" * (size - len(data)), tmp_path / "in")
+    assert wheel.stat().st_size < native_wheel.stat().st_size + (size >> 9)  # it stays small on disk
+    out = tmp_path / "out"
+    r = run_stage("ci.split", wheel, "--limit", "300KB", "-w", out)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{member} is {size} bytes uncompressed, over the {cap}" in lines[0], r.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_preload_dep_our_reader_refuses_is_refused(native_wheel: Path, tmp_path: Path) -> None:
+    """--preload-deps wheels are read by ci.wheelfile like the input: a duplicate member (zipfile reads
+    it, pip would install one of the two) is one line, exit 2, and nothing written."""
+    so = next(d for n, d, _ in wheel_entries(native_wheel) if n == "demo/lib/libbase.so")
+    dep = build_wheel(tmp_path / "dep", name="extdep", tag="py3-none-linux_x86_64",
+                      files={"extdep/lib/libext.so": so})
+    dup = raw_zip(tmp_path / "dup" / dep.name, wheel_entries(dep) + [("extdep/lib/libext.so", so, 0o100644)])
+    out = tmp_path / "out"
+    r = run_stage("ci.split", native_wheel, "--limit", "300KB", "-w", out, "--preload-deps", dup)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "duplicate member in wheel: extdep/lib/libext.so" in lines[0], r.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+TOOL = ("#include <stdio.h>\nint front(void); int big1(void);\n"
+        "int main(void) { printf(\"%d\\n\", front() + 0 * big1()); return 0; }\n")
+
+
+def test_executables_needing_a_moved_library_still_run(native_wheel: Path, tmp_path: Path) -> None:
+    """demo/bin holds a PIE (ET_DYN with an interpreter, RUNPATH) and a non-PIE (ET_EXEC, DT_RPATH)
+    that NEED the moved libbig* themselves (the executable's own path finds its direct dependencies,
+    not libfront's): both get the companions' directories and run from one site-packages; a shell
+    script with the execute bit is left alone."""
+    from ci.elf import read_dynamic_path
+
+    files = {n: d for n, d, _ in wheel_entries(native_wheel) if not n.startswith("demo-")}
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for n in files:
+        if n.endswith(".so"):
+            (lib / n.rsplit("/", 1)[1]).write_bytes(files[n])
+    (tmp_path / "tool.c").write_text(TOOL)
+    for exe, flags in (("tool_pie", ["-pie", "-fPIE", "-Wl,--enable-new-dtags"]),
+                       ("tool_exec", ["-no-pie", "-Wl,--disable-new-dtags"])):
+        subprocess.run(["gcc", *flags, "-o", str(tmp_path / exe), str(tmp_path / "tool.c"), f"-L{lib}",
+                        "-Wl,--no-as-needed", "-lbig1", "-lbig2", "-lbig3", "-lfront", "-Wl,-rpath,$ORIGIN/../lib"],
+                       check=True, capture_output=True)
+        files[f"demo/bin/{exe}"] = (tmp_path / exe).read_bytes()
+    files["demo/bin/tool.sh"] = b"#!/bin/sh\necho 63\n"
+    wheel = build_wheel(tmp_path / "dist", version="1.0+cpu", files=files, tag="py3-none-linux_x86_64",
+                        modes={n: 0o755 for n in files if n.endswith(".so") or "/bin/" in n})
+    out = tmp_path / "out"
+    r = run_stage("ci.split", wheel, "--limit", "300KB", "-w", out)
+    assert r.returncode == 0, r.stderr
+    paths = sorted(out.glob("*.whl"))
+    assert len(paths) == 3
+    assert read_members(paths[0])["demo/bin/tool.sh"] == files["demo/bin/tool.sh"]
+    site = tmp_path / "site"
+    for p in paths:
+        pip_target(p, site)
+    for tool in ("tool_pie", "tool_exec"):
+        r = subprocess.run([str(site / "demo/bin" / tool)], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        assert r.returncode == 0 and r.stdout.strip() == "63", (tool, r.stderr)
+    pie, exe = read_dynamic_path(site / "demo/bin/tool_pie"), read_dynamic_path(site / "demo/bin/tool_exec")
+    assert pie.runpath[0] == exe.rpath[0] == "$ORIGIN/../lib" and not pie.rpath and not exe.runpath
+    assert {"$ORIGIN/../../demo_libs/lib", "$ORIGIN/../../demo_libs2/lib"} <= set(pie.runpath) & set(exe.rpath)
+
+
 # ------------------------------------------------------------------------------ the real torch wheel
 
 TORCH_DEPS = ["typing_extensions", "sympy", "filelock", "networkx", "jinja2", "fsspec"]
