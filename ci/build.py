@@ -153,6 +153,16 @@ def build_project(args, project_dir: Path, settings) -> int:
             # what the container's ci.repair left to torch and the CUDA wheels, as the host path reports it
             excluded = sorted({n for w in built for lib in scan_wheel(w) for n in lib.needed if is_excluded(n)})
             env, build_dir = ensure_env(torch_spec(plan, args.torch_index_url), log=log), None
+        if plan.cuda and not args.allow_no_device_code:
+            from ci.elf import device_code
+
+            for w in built:
+                if not device_code(w):
+                    raise Finding(
+                        f"{w.name} holds no device code (no library with a .nv_fatbin section): the --cuda "
+                        f"{plan.cuda} build compiled the CPU path only. Projects that build CUDA kernels only "
+                        "when torch.cuda.is_available() need their own switch on a GPU-less builder, e.g. "
+                        "--env FORCE_CUDA=1; pass --allow-no-device-code if the kernels are compiled at run time")
         local = variant_label(plan) if args.local_version == "auto" else (
             None if args.local_version == "none" else args.local_version)
         wheels = [finish_wheel(w, env.site, work / "finished", local) for w in built]
@@ -237,6 +247,8 @@ def build_parser() -> cli.Parser:
                                           "(placeholders {project} and {wheel}; default: [tool.ci] test-command)")
     p.add_argument("--test-requires", action="append", metavar="REQ", help="installed before the test command")
     p.add_argument("--env", action="append", metavar="NAME=VALUE", help="set for the build, e.g. FORCE_CUDA=1")
+    p.add_argument("--allow-no-device-code", action="store_true",
+                   help="accept a --cuda wheel with no compiled device code (kernels compiled at run time)")
     p.add_argument("--exclude", action="append", metavar="PATTERN",
                    help="another library pattern auditwheel must not graft (besides torch, CUDA, cuDNN, OpenMP)")
     p.add_argument("-w", "--wheel-dir", type=Path, help="output directory for wheels and the report")

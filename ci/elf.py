@@ -378,6 +378,29 @@ def too_recent_for(wheel: Path, policy: str) -> list[str]:
     return sorted(set(found))
 
 
+# Where nvcc puts device code in a host object: the fat binary, and relocatable device code (-rdc).
+DEVICE_CODE_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
+
+
+def device_code(wheel: Path) -> list[str]:
+    """The wheel's shared libraries that carry CUDA device code (a section nvcc writes). A --cuda
+    build with none compiled its CPU path only: many setup.py files build CUDA kernels only when
+    torch.cuda.is_available(), which is False on a GPU-less builder."""
+    found = []
+    with WheelArchive.open(wheel) as wa:
+        for member in wa.files:
+            if not looks_like_shared_lib(member.name) or member.usize < 64:
+                continue
+            with _seekable(wa, member) as stream:
+                try:
+                    names = {s.name for s in ELFFile(stream).iter_sections()}
+                except (ELFError, ValueError, KeyError, AssertionError, EOFError):
+                    continue  # not an ELF file: nothing nvcc made
+            if names & set(DEVICE_CODE_SECTIONS):
+                found.append(member.name)
+    return found
+
+
 IN_MEMORY_CAP = 64 << 20  # larger members are read from a temporary file
 
 
