@@ -92,6 +92,7 @@ except ImportError:  # the stdlib is enough, only slower
     _INFLATE_ERRORS = (zlib.error,)
 _PIPELINE_MIN = 32 << 20  # members this large are inflated and hashed by two threads
 _SMALL = 4 << 20  # members up to this size are read and inflated whole
+_BATCH = 8 << 20  # verify hands small members to its workers in batches of about this many bytes
 
 Content = Union[bytes, Path]
 # Caps on what is read whole into memory: torch's METADATA is ~10 KB and its RECORD ~2 MB.
@@ -449,16 +450,28 @@ class WheelArchive:
             if entry.size is not None and entry.size != m.usize:
                 raise CiError(f"RECORD size mismatch for {m.name}: RECORD says {entry.size}, zip has {m.usize}")
 
-        def check(m: Member) -> str | None:
-            entry = record[m.name]
-            algo = entry.hash.split("=", 1)[0]  # one of RECORD_HASHES (parse_record)
-            got = self.hash_member(m, algo)
-            return None if got == entry.hash else f"RECORD hash mismatch for {m.name} (use --no-verify to accept)"
+        def check(batch: list[Member]) -> str | None:
+            for m in batch:
+                entry = record[m.name]
+                algo = entry.hash.split("=", 1)[0]  # one of RECORD_HASHES (parse_record)
+                if self.hash_member(m, algo) != entry.hash:
+                    return f"RECORD hash mismatch for {m.name} (use --no-verify to accept)"
+            return None
 
         big_first = sorted(files, key=lambda m: -m.usize)
+        # Big members one task each, small ones in batches of about 8 MiB: a task per member was a
+        # future and a wake-up for each of torch's 12k small files.
+        batches: list[list[Member]] = []
+        size = _BATCH
+        for m in big_first:
+            if size >= _BATCH:
+                batches.append([])
+                size = 0
+            batches[-1].append(m)
+            size += m.usize + 4096
         # One worker per core: the biggest member also borrows a hashing thread, so more would only contend.
         with ThreadPoolExecutor(max_workers=jobs or min(8, len(os.sched_getaffinity(0)))) as pool:
-            for problem in pool.map(check, big_first):
+            for problem in pool.map(check, batches):
                 if problem:
                     raise CiError(problem)
 
