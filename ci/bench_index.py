@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ci.cache import cache_dir
+from ci.util.cache import cache_dir
 
 CACHE = cache_dir()
 TORCH = "torch==2.13.0"

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ci.cache import cache_dir
+from ci.util.cache import cache_dir
 
 TORCH = "torch==2.13.0"
 CACHE = cache_dir("bench")
@@ -51,7 +51,7 @@ def fetch_wheel() -> Path:
 
 def make_patch(wheel: Path, work: Path) -> Path:
     """A one-line change to one small file, as a -p1 unified diff."""
-    from ci.wheelfile import WheelArchive
+    from ci.wheel.archive import WheelArchive
 
     with WheelArchive.open(wheel) as wa:
         member = PATCHED_MEMBER if PATCHED_MEMBER in wa else next(
@@ -75,7 +75,7 @@ def floor(wheel: str) -> None:
     import zipfile
     from concurrent.futures import ThreadPoolExecutor
 
-    from ci.wheelfile import _inflate_lib
+    from ci.wheel.archive import _inflate_lib
 
     with zipfile.ZipFile(wheel) as z:
         infos = sorted((i for i in z.infolist() if not i.is_dir()), key=lambda i: -i.file_size)
@@ -120,7 +120,7 @@ def timed(cmd: list[str], cwd: Path | None = None) -> float:
 
 def baseline(wheel: Path, patch: Path, work: Path) -> float:
     """unpack + patch -p1 + local version by hand + pack."""
-    from ci.wheelname import WheelName
+    from ci.wheel.names import WheelName
 
     name = WheelName.parse(wheel.name)
     unpack = work / "unpacked"

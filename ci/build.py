@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ci import cli
 from ci.errors import CiError, Finding
-from ci.wheelname import local_version
+from ci.wheel.names import local_version
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PRELOAD_MODULE = "_preload"  # what the example package's __init__ imports before loading its library
@@ -49,7 +49,7 @@ def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None) -> P
     itself (the example) gets `<pkg>/_preload.py`; any other gets the call injected at the top of its
     `__init__.py`, as `ci.patch --preload-from` does. A wheel with no package gets none, with a note."""
     from ci.preload import order_for_wheel, preload_members, runtime_source
-    from ci.wheelfile import WheelArchive, rewrite
+    from ci.wheel.archive import WheelArchive, rewrite
 
     order = order_for_wheel(wheel, [site])
     with WheelArchive.open(wheel) as wa:
@@ -104,7 +104,7 @@ def build_project(args, project_dir: Path, settings) -> int:
     if args.wheel_dir is None:
         raise CiError("-w/--wheel-dir is required unless --dry-run")
     if plan.engine != "host":
-        from ci.container import require_engine
+        from ci.compile.container import require_engine
 
         require_engine(plan)  # an engine that is not there is one error line, before any note
     # On the host, the image notes do not apply; the engine choice (auto's fallback) always does.
@@ -112,7 +112,7 @@ def build_project(args, project_dir: Path, settings) -> int:
         if plan.engine != "host" or note.startswith("engine"):
             log(f"note: {note}")
     if plan.engine == "host":
-        log(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} (ci/glibc_compat.h)")
+        log(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} (ci/resources/glibc_compat/glibc_compat.h)")
     limit = settings.limit
 
     from ci import report
@@ -129,7 +129,7 @@ def build_project(args, project_dir: Path, settings) -> int:
         start = time.monotonic()
         excluded: list[str] = []
         if plan.engine == "host":
-            from ci.host import compile_host
+            from ci.compile.host import compile_host
             from ci.repair import repair
 
             comp = compile_host(plan, project_dir, work, torch_index_url=args.torch_index_url,
@@ -141,20 +141,20 @@ def build_project(args, project_dir: Path, settings) -> int:
             excluded = fixed.excluded
             built = [fixed.wheel]
         else:
-            from ci import container
+            from ci.compile import container
 
-            from ci.host import torch_spec
-            from ci.hostenv import ensure_env
+            from ci.compile.host import torch_spec
+            from ci.compile.hostenv import ensure_env
 
             built = container.compile(plan, work / "repaired", project_dir, logfile=work / "cibuildwheel.log")
-            from ci.elf import scan_wheel
+            from ci.native.elf import scan_wheel
             from ci.repair import is_excluded
 
             # what the container's ci.repair left to torch and the CUDA wheels, as the host path reports it
             excluded = sorted({n for w in built for lib in scan_wheel(w) for n in lib.needed if is_excluded(n)})
             env, build_dir = ensure_env(torch_spec(plan, args.torch_index_url), log=log), None
         if plan.cuda and not args.allow_no_device_code:
-            from ci.elf import device_code
+            from ci.native.elf import device_code
 
             for w in built:
                 if not device_code(w):

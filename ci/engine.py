@@ -80,7 +80,7 @@ def host_cannot_build(row) -> str | None:
 
     It needs nvcc of that version: the host's, or NVIDIA's nvcc wheel where that wheel ships the nvcc
     driver (cu13; the cu11/cu12 wheels hold only ptxas), and a host GCC that nvcc accepts."""
-    from ci.hostenv import host_nvcc, nvcc_version
+    from ci.compile.hostenv import host_nvcc, nvcc_version
 
     if row is None:
         return None
@@ -100,7 +100,7 @@ def host_cannot_build_cuda(cuda: str | None) -> str | None:
     """host_cannot_build for a CUDA version string (None: a CPU build, which the host always can)."""
     if cuda is None:
         return None
-    from ci import matrix
+    from ci.config import matrix
 
     return host_cannot_build(matrix.load().row(cuda))
 
@@ -125,7 +125,7 @@ def main(args) -> int:
 
 
 def _rows():
-    from ci import matrix
+    from ci.config import matrix
 
     return matrix.load().rows
 

@@ -14,7 +14,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ci import matrix as mx
+from ci.config import matrix as mx
 from ci.errors import CiError
 
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"

@@ -33,7 +33,7 @@ inside DIR that it lists is ever removed, and nothing is written through a symli
 leading out of OUT or DIR.
 Everything is computed before anything is written, so bad input leaves the output as it was; each
 write is atomic.
-Wheels are read with ci.wheelfile, the zip reader every stage shares, and core metadata is capped
+Wheels are read with ci.wheel.archive, the zip reader every stage shares, and core metadata is capped
 at its METADATA_CAP (a compression bomb is refused, not inflated). Otherwise stdlib only; the
 zip/tar/email/thread modules load only when a file must be read, which keeps the unchanged re-run
 near interpreter start-up time.
@@ -55,9 +55,9 @@ from pathlib import Path
 from typing import IO, Iterable
 from urllib.parse import quote
 
-from ci.digest import sha256_file
+from ci.util.digest import sha256_file
 from ci.errors import CiError
-from ci.wheelname import SDIST_SUFFIXES, canonical_version, classify, normalize, same_version
+from ci.wheel.names import SDIST_SUFFIXES, canonical_version, classify, normalize, same_version
 
 CACHE_NAME = ".ci-index-cache.json"
 CACHE_VERSION = 2  # 2: ownership of written files, and the stronger cache key
@@ -104,11 +104,11 @@ class IndexResult:
 def wheel_metadata(path: Path) -> bytes:
     """The bytes of a wheel's .dist-info/METADATA (the PEP 658 file is exactly these bytes).
 
-    Read through ci.wheelfile, the reader every stage uses: zipfile reads another set of members from
+    Read through ci.wheel.archive, the reader every stage uses: zipfile reads another set of members from
     a crafted zip, so ci.index would publish metadata of a wheel ci.check refuses. Capped by the size
     the zip directory gives (and checked while inflating): a deflate bomb is refused, never inflated.
     """
-    from ci.wheelfile import METADATA_CAP, WheelArchive
+    from ci.wheel.archive import METADATA_CAP, WheelArchive
     try:
         with WheelArchive.open(path) as wa:
             name = f"{wa.dist_info}/METADATA"
@@ -134,7 +134,7 @@ def sdist_metadata(path: Path) -> bytes | None:
     METADATA cap: a gzip or deflate bomb never gets more memory than that."""
     import tarfile
     import zipfile
-    from ci.wheelfile import METADATA_CAP
+    from ci.wheel.archive import METADATA_CAP
     try:
         if path.name.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
@@ -363,7 +363,7 @@ def _differs(path: Path, data: bytes) -> bool:
 def _write_if_changed(path: Path, data: bytes) -> bool:
     if not _differs(path, data):
         return False
-    from ci.atomic import atomic_path  # tempfile & co. load only when something is written
+    from ci.util.atomic import atomic_path  # tempfile & co. load only when something is written
     with atomic_path(path) as tmp:  # gives the pages open()'s mode: a web server must read them
         tmp.write_bytes(data)
     return True

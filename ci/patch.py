@@ -3,7 +3,7 @@
 Applies unified diffs (`git diff` style, paths relative to the wheel root, -p1) to members, can append
 a local version label (2.13.0+cpu -> 2.13.0+cpu.LABEL: the .dist-info, METADATA and file name move
 together) and edit Requires-Dist (e.g. drop torch's triton requirement to break the torch<->triton
-cycle). Everything it does not touch is copied as compressed bytes by ci.wheelfile, so patching a
+cycle). Everything it does not touch is copied as compressed bytes by ci.wheel.archive, so patching a
 192 MB torch wheel costs well under a second instead of a 30 s unpack+repack.
 
 Hunks must match exactly (no fuzz); a hunk may sit at another line than its header says (as
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ci import cli
 from ci.errors import CiError
-from ci.wheelname import local_version
+from ci.wheel.names import local_version
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _NO_EOL = "\\ No newline at end of file"
@@ -175,7 +175,7 @@ def patch_wheel(wheel: Path, out_dir: Path, patches: list[Path], *, label: str |
     """One pass over the wheel: diffs, Requires-Dist edits, a local version and, with `preload_from`
     (the wheels or installed dirs providing its native dependencies), a dependency-order preload
     injected into its top package (ci.preload), so it imports one-directory-per-package."""
-    from ci.wheelfile import WheelArchive, edit_headers, rewrite
+    from ci.wheel.archive import WheelArchive, edit_headers, rewrite
 
     parsed = [fp for p in patches for fp in parse_patch(_read_patch(p), p.name)]
     with WheelArchive.open(wheel) as wa:
@@ -260,7 +260,7 @@ def _requires_edit(remove: list[str], add: list[str], metadata: str, edit_header
 
 
 def _requires(metadata: str) -> list[str]:
-    from ci.wheelfile import get_headers
+    from ci.wheel.archive import get_headers
     return get_headers(metadata, "Requires-Dist")
 
 

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ci import matrix as mx
+from ci.config import matrix as mx
 from ci.project import load_pyproject, read_pins
-from ci.cache import cache_dir
+from ci.util.cache import cache_dir
 from ci.errors import CiError
 
 ENGINES = ("auto", "host", "docker", "podman")
@@ -315,7 +315,7 @@ def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None) -> tup
         return found, [f"engine auto: {found} responds"]
     why_not = eng.host_cannot_build(row)
     if why_not:
-        # Still a plan (a dry run must show it); running it fails with this reason in ci.container.
+        # Still a plan (a dry run must show it); running it fails with this reason in ci.compile.container.
         return "docker", [f"engine auto: {AUTO_NEEDS_CONTAINER.format(cuda=cuda, why=why_not)}"]
     return "host", [f"engine auto: no container engine responds; building CUDA {cuda} on the host"]
 

@@ -7,7 +7,7 @@ Bazel's rules_python, PEX and `pip install --target` per package put every wheel
 directory on sys.path, so `$ORIGIN/../../nvidia/...` RPATHs point nowhere. What works: load the
 dependencies first; the dynamic linker then satisfies DT_NEEDED by SONAME. torch keeps that order
 by hand and NVIDIA's cuda-pathfinder in a hand-written catalog; here it is derived from the ELF
-files themselves (ci.elf) and baked into a stdlib-only module (ci/preload_runtime.py) whose
+files themselves (ci.native.elf) and baked into a stdlib-only module (ci/resources/preload_runtime.py) whose
 `preload()` loads each library with RTLD_GLOBAL in that order.
 
 API (for the example package's build and ci.split):
@@ -19,7 +19,7 @@ API (for the example package's build and ci.split):
 Decisions:
 - The graph covers only what the roots need: by default every library in the inputs; with
   `--needed`, those SONAMEs; with `--inject`, whatever the target wheel's libraries need that the
-  target does not ship itself. Libraries the system provides (ci.elf.SYSTEM_LIBS, `--system`) are
+  target does not ship itself. Libraries the system provides (ci.native.elf.SYSTEM_LIBS, `--system`) are
   neither ordered nor required.
 - When two inputs ship the same SONAME, the first input wins (like sys.path order).
 - Ties in the topological order are broken by SONAME, so the same inputs give the same module.
@@ -27,7 +27,7 @@ Decisions:
 - `--inject` writes the module as `<package>/_wheel_deps_preload.py` and calls it from the
   package's `__init__.py` after the docstring and `from __future__` imports, before anything else,
   so it runs before the package's own native imports. The wheel keeps its file name; its other
-  members are copied as compressed bytes (ci.wheelfile).
+  members are copied as compressed bytes (ci.wheel.archive).
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ci.elf import SYSTEM_LIBS, SharedLib, is_system_lib, scan
+from ci.native.elf import SYSTEM_LIBS, SharedLib, is_system_lib, scan
 from ci.errors import CiError
 
 MODULE_NAME = "_wheel_deps_preload"
-_RUNTIME = Path(__file__).with_name("preload_runtime.py")
+_RUNTIME = Path(__file__).resolve().parent / "resources" / "preload_runtime.py"
 _DATA_DIR = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
 
 
@@ -199,7 +199,7 @@ def order_for_wheel(wheel: Path | str, inputs: Sequence[Path | str], *,
 
 
 def runtime_source(order: Sequence[Preload], *, header: str = "", strict: bool = True) -> str:
-    """The stdlib-only preload module for `order`: ci/preload_runtime.py with its table filled in.
+    """The stdlib-only preload module for `order`: ci/resources/preload_runtime.py with its table filled in.
     `strict=False`: a library that cannot be loaded is left to the package's own loading."""
     rows = "".join(
         f"    ({p.soname!r}, {p.filename!r}, {p.distribution!r}, {p.search_dirs!r}),\n" for p in order)
@@ -284,7 +284,7 @@ def inject_preload(wheel: Path | str, runtime: Sequence[Preload] | str, out_dir:
     `runtime`: an order (its module is generated) or a module's source. Returns the new wheel's
     path; the input is never modified, and nothing is left in out_dir on error.
     """
-    from ci.wheelfile import WheelArchive, rewrite
+    from ci.wheel.archive import WheelArchive, rewrite
 
     wheel, out_dir = Path(wheel), Path(out_dir)
     if out_dir.resolve() == wheel.resolve().parent:
@@ -295,7 +295,7 @@ def inject_preload(wheel: Path | str, runtime: Sequence[Preload] | str, out_dir:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ci.atomic import write_text
+    from ci.util.atomic import write_text
     from ci.cli import emit_json
 
     if args.inject and not args.wheel_dir:

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ci import cli
-from ci.atomic import atomic_path
+from ci.util.atomic import atomic_path
 from ci.errors import CiError, Finding
-from ci.wheelname import WheelName, normalize
+from ci.wheel.names import WheelName, normalize
 
 # Library stems that must never be grafted: torch's own (its OpenMP runtime included: torch ships
 # libgomp.so.1 and a second copy in the extension's wheel breaks at run time), then NVIDIA's. One list;
@@ -81,7 +81,7 @@ def torch_pin(needed: set[str], torch_version: str) -> str:
     m = re.fullmatch(r"cu(\d+)(\d)", local)
     if m is None or not any("cuda" in n or n.startswith(("libcu", "libnv", "libnccl")) for n in needed):
         return f"torch=={base}"
-    from ci import matrix as mx
+    from ci.config import matrix as mx
 
     cuda = f"{int(m[1])}.{m[2]}"
     row = next((r for r in mx.load().rows if r.version == cuda), None)
@@ -129,7 +129,7 @@ def _auditwheel(wheel: Path, out: Path, plat: str | None, excludes: list[str] = 
         reason = next((ln for ln in reversed(lines) if "auditwheel: error" in ln), lines[-1] if lines else "")
         why = reason.split('error:')[-1].strip()
         if plat and "too-recent versioned symbols" in why:
-            from ci.elf import too_recent_for
+            from ci.native.elf import too_recent_for
 
             symbols = too_recent_for(wheel, plat)
             raise CiError(f"{wheel.name} cannot meet {plat}: it references "
@@ -142,8 +142,8 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
            torch_requires: list[str] | None = None, plat: str | None = None,
            excludes: list[str] = ()) -> RepairResult:
     """Repair `wheel` into `wheel_dir`; the input is untouched and nothing partial is left behind."""
-    from ci.elf import scan_wheel
-    from ci.wheelfile import WheelArchive, edit_headers, get_headers, rewrite
+    from ci.native.elf import scan_wheel
+    from ci.wheel.archive import WheelArchive, edit_headers, get_headers, rewrite
 
     if not wheel.is_file():
         raise CiError(f"{wheel}: no such file")

@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ci.atomic import write_text
+from ci.util.atomic import write_text
 from ci.cli import format_size
 
 
@@ -41,9 +41,9 @@ class BuildReport:
 
 def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "main") -> WheelReport:
     """Describe a wheel from its own bytes: tags from the name, NEEDED from ELF, Requires-Dist from METADATA."""
-    from ci.elf import scan_wheel
-    from ci.wheelfile import WheelArchive, get_headers
-    from ci.wheelname import WheelName
+    from ci.native.elf import scan_wheel
+    from ci.wheel.archive import WheelArchive, get_headers
+    from ci.wheel.names import WheelName
 
     name = WheelName.parse(path.name)
     with WheelArchive.open(path) as wa:

@@ -17,7 +17,7 @@ Decisions:
   so that `$ORIGIN`-relative entries into other wheels (`$ORIGIN/../../nvidia/...`) keep pointing at
   the same site-packages directory; such entries are re-based when the depth changes.
 - Only libraries that moved or that need a moved library are touched (extracted, patchelf'd,
-  recompressed); everything else is copied as compressed bytes (ci.wheelfile).
+  recompressed); everything else is copied as compressed bytes (ci.wheel.archive).
 - Executables (ELF programs with an execute bit, e.g. `torch/bin/torch_shm_manager`) that need a
   moved library get the companion's directory in their RPATH too; they never move. No preload runs
   for them: in a one-directory-per-wheel layout they find the companions only through the search path.
@@ -241,7 +241,7 @@ def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, veri
     the nvidia-* wheels); those are preloaded first too, so the per-directory layout works.
     """
     from ci.check import parse_limit
-    from ci.wheelfile import WheelArchive
+    from ci.wheel.archive import WheelArchive
 
     path, out_dir = Path(path), Path(out_dir)
     limit_b = parse_limit(limit)
@@ -257,7 +257,7 @@ def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, veri
 
 
 def _copy_unchanged(path: Path, out_dir: Path) -> Path:
-    from ci.atomic import atomic_path
+    from ci.util.atomic import atomic_path
 
     dest = out_dir / path.name
     if dest.exists() and dest.resolve() == path.resolve():
@@ -269,9 +269,9 @@ def _copy_unchanged(path: Path, out_dir: Path) -> Path:
 
 
 def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str]) -> list[Path]:
-    from ci.elf import SYSTEM_LIBS, is_system_lib, scan, scan_archive
+    from ci.native.elf import SYSTEM_LIBS, is_system_lib, scan, scan_archive
     from ci.preload import as_preload, dependency_order, runtime_source, top_package
-    from ci.wheelfile import METADATA_CAP, WheelWriter, newest_time, rewrite
+    from ci.wheel.archive import METADATA_CAP, WheelWriter, newest_time, rewrite
 
     if out_dir.resolve() == wa.path.resolve().parent:
         raise CiError(f"output directory {out_dir} holds the input wheel: it would be overwritten")
@@ -351,7 +351,7 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
                                                                           limit).encode())
                 w.add(f"{cname.dist_info}/WHEEL", wheel_file)
                 written.append(w.write(out_dir))
-            from ci.wheelfile import edit_headers
+            from ci.wheel.archive import edit_headers
 
             main = rewrite(wa, out_dir, remove=list(moves),
                            replace={**inject_replace, **{p: f for p, f in patched.items() if p not in moves}},
@@ -380,7 +380,7 @@ def _companion_init(project: str, version: str, loader: str) -> bytes:
 
 
 def _companion_metadata(main_meta: str, project: str, version: str, main_project: str, limit: int) -> str:
-    from ci.wheelfile import get_headers
+    from ci.wheel.archive import get_headers
 
     copied = [f"{key}: {v}" for key in ("Requires-Python", "License", "License-Expression")
               for v in get_headers(main_meta, key)[:1]]

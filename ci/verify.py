@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ci import cli
 from ci.errors import CiError, Finding
-from ci.wheelname import WheelName
+from ci.wheel.names import WheelName
 
 
 @dataclass
@@ -76,7 +76,7 @@ def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Pat
     return python, f"FAILED: {reason[0] if reason else ''}"
 
 
-GENERIC = Path(__file__).with_name("verify_generic.py")
+GENERIC = Path(__file__).resolve().parent / "resources" / "verify_probe.py"
 TEST_TAIL = 10
 
 
@@ -179,7 +179,7 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
     """Any extension: install it over its torch, import every top-level package, load every shared
     library, list the torch.ops namespaces it registers, check it pins torch and grafts none of the
     runtime; then its test command."""
-    from ci.wheelfile import WheelArchive, get_headers
+    from ci.wheel.archive import WheelArchive, get_headers
 
     start = time.monotonic()
     checks: dict[str, object] = {}

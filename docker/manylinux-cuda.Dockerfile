@@ -1,6 +1,6 @@
 # A manylinux build image with a CUDA toolkit, cuDNN, ccache and the newest GCC that toolkit's nvcc accepts.
 #
-# Why it exists: public CUDA manylinux images miss some rows of ci/matrix.toml. The sharp case is CUDA 11.8
+# Why it exists: public CUDA manylinux images miss some rows of ci/config/matrix.toml. The sharp case is CUDA 11.8
 # for torch >= 2.7: torch is cxx11-ABI manylinux_2_28 from 2.7 on, and the only public 11.8 image
 # (sameli/manylinux2014_x86_64_cuda_11.8) has a devtoolset that cannot emit the cxx11 ABI. This image is
 # manylinux_2_28 + CUDA 11.8 + gcc-toolset-11 (nvcc 11.8 rejects GCC > 11) + cuDNN 9.

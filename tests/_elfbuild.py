@@ -1,4 +1,4 @@
-"""Test inputs for ci.elf / ci.preload: shared libraries compiled by gcc, tiny wheels holding them,
+"""Test inputs for ci.native.elf / ci.preload: shared libraries compiled by gcc, tiny wheels holding them,
 per-package "installs" (one directory per wheel, as Bazel's rules_python lays them out), and the real
 nvidia-*/torch wheels fetched once into a cache.
 """
@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ci.cache import cache_dir
+from ci.util.cache import cache_dir
 
 CACHE = cache_dir()
 
@@ -53,7 +53,7 @@ def build_lib(out: Path, soname: str, needs: Sequence[Path] = (), *, value: int 
 
 
 def _soname_of(path: Path) -> str:
-    from ci.elf import read_dynamic_path
+    from ci.native.elf import read_dynamic_path
 
     info = read_dynamic_path(path)
     assert info is not None and info.soname

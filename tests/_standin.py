@@ -23,8 +23,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ci import matrix as mx
-from ci.cache import cache_dir
+from ci.config import matrix as mx
+from ci.util.cache import cache_dir
 from tests._servers import ensure_debian_package
 
 SUITE = "bookworm"

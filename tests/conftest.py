@@ -1,7 +1,7 @@
 """Shared fixtures: the project root and the example wheels built once per session.
 
 The CPU and CUDA host builds are real (`python -m ci.build --engine host ...`): compile, link,
-repair, verify. Their build environments are cached under the cache directory (see ci.hostenv), so
+repair, verify. Their build environments are cached under the cache directory (see ci.compile.hostenv), so
 only a cold machine pays the ~3 GB CUDA download.
 """
 
@@ -59,7 +59,7 @@ def tiny_cpu_build(tmp_path_factory) -> Built:
 @pytest.fixture(scope="session")
 def torch_cpu_wheel() -> Path:
     """The torch 2.13.0 CPU wheel (192 MB), through pip's own sources, cached between runs."""
-    from ci.cache import cache_dir
+    from ci.util.cache import cache_dir
 
     cache = cache_dir() / "torch-cpu"
     found = sorted(cache.glob("torch-2.13.0*.whl"))

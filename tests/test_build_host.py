@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from ci.elf import too_recent_for, scan_wheel
+from ci.native.elf import too_recent_for, scan_wheel
 from ci.repair import is_excluded
-from ci.wheelfile import WheelArchive, get_headers
-from ci.wheelname import WheelName
+from ci.wheel.archive import WheelArchive, get_headers
+from ci.wheel.names import WheelName
 from conftest import ROOT
 from tests._wheels import run_stage
 
@@ -162,7 +162,7 @@ def test_bad_build_input(tmp_path, args, fragments):
 def test_no_nvcc_obtainable(tmp_path):
     """A CUDA version with no matching host nvcc and no nvcc wheel is one clear error."""
     from ci.errors import CiError
-    from ci.hostenv import BuildEnv, find_nvcc
+    from ci.compile.hostenv import BuildEnv, find_nvcc
 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "v"], check=True)
     site = tmp_path / "v" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
@@ -234,7 +234,7 @@ def test_cuda_root_is_keyed_complete_and_shared(tmp_path):
     added; built once per (nvcc, wheels) and handed whole to concurrent builds."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ci.hostenv import BuildEnv, assemble_cuda_root
+    from ci.compile.hostenv import BuildEnv, assemble_cuda_root
 
     home = tmp_path / "toolkit"
     (home / "bin").mkdir(parents=True)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ci import container, engine, image
-from ci import matrix as mx
+from ci import engine, image
+from ci.compile import container
+from ci.config import matrix as mx
 from ci import plan as pl
 from ci.errors import CiError
 
@@ -142,7 +143,7 @@ def _engine_or_skip() -> str:
 def _registry_or_skip(image: str) -> None:
     """Public images and our docker/ bases come from registries; where none is reachable (a closed
     network: the container builds then use the local stand-in image, test_container_build.py), skip."""
-    from ci.hostenv import reachable
+    from ci.compile.hostenv import reachable
 
     host = image.split("/")[0] if "." in image.split("/")[0] else "registry-1.docker.io"
     if not reachable(f"https://{host}/v2/"):
@@ -174,7 +175,7 @@ def test_end_to_end_container_build(tmp_path, cuda):
 
 def test_container_gets_the_project_without_venv_or_build_trees():
     files = {str(p) for p in container.project_files(ROOT)}
-    assert {"pyproject.toml", "ci/repair.py", "ci/plan.py", "ci/matrix.toml"} <= files  # ci.repair runs inside
+    assert {"pyproject.toml", "ci/repair.py", "ci/plan.py", "ci/config/matrix.toml"} <= files  # ci.repair runs inside
     assert not any(f.startswith((".venv/", ".git/", "build/")) or "__pycache__" in f for f in files)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.cache import cache_dir
+from ci.util.cache import cache_dir
 from tests import _standin
 from tests._wheels import run_stage
 

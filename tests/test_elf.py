@@ -1,4 +1,4 @@
-"""ci.elf on libraries compiled by gcc: dynamic sections, wheels vs installed dirs, bad input."""
+"""ci.native.elf on libraries compiled by gcc: dynamic sections, wheels vs installed dirs, bad input."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.elf import (SharedLib, _BlockReader, _ChunkReader, is_system_lib, looks_like_shared_lib, read_dynamic,
+from ci.native.elf import (SharedLib, _BlockReader, _ChunkReader, is_system_lib, looks_like_shared_lib, read_dynamic,
                     read_dynamic_path, record_owners, scan, scan_dir, scan_wheel)
 from ci.errors import CiError
 from tests._elfbuild import build_lib, install_alone, make_wheel
@@ -187,9 +187,9 @@ def _compat_lib(tmp_path: Path, compat: bool) -> Path:
     src = tmp_path / "f.cpp"
     src.write_text(NEW_GLIBC_SOURCE)
     out = tmp_path / ("libcompat.so" if compat else "libplain.so")
-    from ci import host
-
-    inc = Path(host.__file__).with_name("glibc_compat")
+    from ci.compile import host
+    
+    inc = host.GLIBC_COMPAT
     flags = ["-isystem", str(inc), "-include", str(inc / "glibc_compat.h")] if compat else []
     subprocess.run(["g++", "-O2", "-fPIC", "-shared", *flags, str(src), "-o", str(out)], check=True)
     return out
@@ -197,8 +197,8 @@ def _compat_lib(tmp_path: Path, compat: bool) -> Path:
 
 def test_too_recent_symbols_are_named_and_the_compat_header_removes_them(tmp_path):
     """This machine's glibc (2.36) binds exp@GLIBC_2.29 and libstdc++'s __libc_single_threaded@GLIBC_2.32;
-    ci/glibc_compat keeps both out, so the library fits manylinux_2_28."""
-    from ci.elf import glibc_references, too_recent_for
+    ci/resources/glibc_compat keeps both out, so the library fits manylinux_2_28."""
+    from ci.native.elf import glibc_references, too_recent_for
 
     plain = make_wheel(tmp_path / "a", "plain", {"plain/libplain.so": _compat_lib(tmp_path, False)})
     assert too_recent_for(plain, "manylinux_2_28") == [
@@ -225,9 +225,9 @@ def test_repair_to_an_older_policy_names_the_symbols(tmp_path):
 @pytest.mark.parametrize("kind", ["duplicate", "symlink"])
 def test_zips_our_reader_refuses_are_refused_by_every_elf_reader(libs, tmp_path, kind):
     """zipfile reads both (a duplicate: two members of one name; a symlink: its target as content),
-    ci.wheelfile refuses them: scan_wheel and too_recent_for read through ci.wheelfile, so every
+    ci.wheel.archive refuses them: scan_wheel and too_recent_for read through ci.wheel.archive, so every
     stage sees the same members, and a crafted zip is one error line."""
-    from ci.elf import too_recent_for
+    from ci.native.elf import too_recent_for
     from tests._wheels import raw_zip, wheel_entries
 
     good = make_wheel(tmp_path / "w", "dup", {"dup/libA.so.3": libs["A"]})

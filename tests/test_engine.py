@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ci import container, engine
-from ci import matrix as mx
+from ci import engine
+from ci.compile import container
+from ci.config import matrix as mx
 from ci import plan as pl
 from ci.errors import CiError
 
@@ -155,7 +156,7 @@ def test_build_cli_engine_docker_one_line(no_engine, tmp_path):
 
 
 def test_host_build_needs_that_nvcc_or_an_nvcc_wheel_with_nvcc():
-    from ci.hostenv import host_nvcc, nvcc_version
+    from ci.compile.hostenv import host_nvcc, nvcc_version
 
     nvcc = host_nvcc()
     cuda = nvcc_version(nvcc) if nvcc else None

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from ci.cli import parse_size
 from ci.errors import CiError
 from ci.patch import apply_file_patch, parse_patch
-from ci.wheelfile import WheelArchive, parse_record
+from ci.wheel.archive import WheelArchive, parse_record
 from tests._wheels import build_wheel
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True,

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ci.cache import cache_dir
+from ci.util.cache import cache_dir
 from tests.conftest import ROOT
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ci.index import RACY_NS, build_index
-from ci.wheelname import classify, sdist_name
+from ci.wheel.names import classify, sdist_name
 from ci.verify import fresh_venv
 from tests._servers import NegotiatingServer, StaticServer, build_wheel, pip_install
 

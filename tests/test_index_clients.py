@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.cache import cache_dir
+from ci.util.cache import cache_dir
 from tests._servers import StaticServer
 from tests.test_index import _uv, cli
 

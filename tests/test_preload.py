@@ -19,7 +19,7 @@ import pytest
 from ci.errors import CiError
 from ci.preload import (MODULE_NAME, Preload, dependency_order, insert_call, preload_order,
                         runtime_source, top_package)
-from ci.elf import SYSTEM_LIBS, scan
+from ci.native.elf import SYSTEM_LIBS, scan
 from tests._elfbuild import build_lib, install_alone, make_wheel, run_python
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -280,7 +280,7 @@ def sha256(p: Path) -> str:
 
 
 def test_inject_makes_the_package_import_per_package(chain, tmp_path):
-    from ci.wheelfile import WheelArchive
+    from ci.wheel.archive import WheelArchive
 
     before = sha256(chain["appa"])
     plain = [install_alone(w, tmp_path / "plain" / k) for k, w in chain.items()]

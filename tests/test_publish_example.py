@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.hostenv import TorchSpec, ensure_env
+from ci.compile.hostenv import TorchSpec, ensure_env
 from ci.verify import fresh_venv
 from tests._servers import PypiServer
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.cache import cache_dir
+from ci.util.cache import cache_dir
 from tests._wheels import run_stage
 
 pytestmark = pytest.mark.real_torch

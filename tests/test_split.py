@@ -410,7 +410,7 @@ def test_a_deflate_bomb_is_refused_by_its_size_cap(native_wheel: Path, tmp_path:
 
 
 def test_a_preload_dep_our_reader_refuses_is_refused(native_wheel: Path, tmp_path: Path) -> None:
-    """--preload-deps wheels are read by ci.wheelfile like the input: a duplicate member (zipfile reads
+    """--preload-deps wheels are read by ci.wheel.archive like the input: a duplicate member (zipfile reads
     it, pip would install one of the two) is one line, exit 2, and nothing written."""
     so = next(d for n, d, _ in wheel_entries(native_wheel) if n == "demo/lib/libbase.so")
     dep = build_wheel(tmp_path / "dep", name="extdep", tag="py3-none-linux_x86_64",
@@ -433,7 +433,7 @@ def test_executables_needing_a_moved_library_still_run(native_wheel: Path, tmp_p
     that NEED the moved libbig* themselves (the executable's own path finds its direct dependencies,
     not libfront's): both get the companions' directories and run from one site-packages; a shell
     script with the execute bit is left alone."""
-    from ci.elf import read_dynamic_path
+    from ci.native.elf import read_dynamic_path
 
     files = {n: d for n, d, _ in wheel_entries(native_wheel) if not n.startswith("demo-")}
     lib = tmp_path / "lib"

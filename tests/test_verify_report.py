@@ -9,8 +9,8 @@ import zipfile
 from pathlib import Path
 
 from ci import report
-from ci.hostenv import TorchSpec, ensure_env
-from ci.wheelname import WheelName
+from ci.compile.hostenv import TorchSpec, ensure_env
+from ci.wheel.names import WheelName
 from conftest import ROOT
 from tests._wheels import run_stage
 
@@ -144,7 +144,7 @@ def test_pips_progress_never_reaches_stdout_on_a_terminal(tmp_path):
     import subprocess
     import sys
     master, slave = os.openpty()  # stderr is a terminal: pip runs without --quiet
-    code = ("from ci.hostenv import TorchSpec, ensure_env\n"
+    code = ("from ci.compile.hostenv import TorchSpec, ensure_env\n"
             "ensure_env(TorchSpec('0.0.0', None, None, False), log=lambda _: None)\n")
     env = dict(os.environ, CUDA_WHEEL_CI_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
     try:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import matrix as mx
-from ci.cache import cache_dir
+from ci.config import matrix as mx
+from ci.util.cache import cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "wheels.yml"

@@ -1,6 +1,6 @@
 """Generic checks for any extension wheel, run inside the verify venv (stdlib and torch only).
 
-    python -I verify_generic.py SITE_PACKAGES '{"imports": [NAME...], "libraries": [PATH...]}'
+    python -I verify_probe.py SITE_PACKAGES '{"imports": [NAME...], "libraries": [PATH...]}'
 
 Prints one JSON line: each name imported (after torch), each shared library loaded (paths relative to
 SITE_PACKAGES), the torch it ran with, and the torch.ops namespaces that importing them registered.

@@ -73,7 +73,7 @@ def ensure_image(plan: Plan) -> None:
     if plan.image != image.spec(plan.cuda, plan.manylinux).tag:
         return  # a registry copy (CI_IMAGE_REGISTRY): cibuildwheel pulls it
     if not image.exists(plan.image):
-        print(f"ci.container: {plan.image} is not built yet; building it from docker/", file=sys.stderr)
+        print(f"ci.compile.container: {plan.image} is not built yet; building it from docker/", file=sys.stderr)
         image.build(plan.cuda, manylinux=plan.manylinux)
 
 
@@ -153,7 +153,7 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
             code = run_logged(cibuildwheel_command(source, staging), logfile, cwd=source, env=env)
         if code != 0:
             tail = [ln for ln in logfile.read_text(errors="replace").splitlines() if ln.strip()][-LOG_TAIL:]
-            print("\n".join(["ci.container: the last lines of cibuildwheel's log:", *tail]), file=sys.stderr)
+            print("\n".join(["ci.compile.container: the last lines of cibuildwheel's log:", *tail]), file=sys.stderr)
             raise Finding(f"cibuildwheel failed with exit status {code} in {plan.engine} "
                           f"(image {plan.image or plan.manylinux}); full log: {logfile}")
         built = sorted(staging.glob("*.whl"))

@@ -10,7 +10,7 @@ restarts from byte 0, and pyelftools' first act (seek to the end for the length)
 Reading in file order through `_BlockReader` (known length, cached blocks) inflates a member once,
 up to its dynamic string table, with no temp file: 3 s for the 470 MB libtorch_cuda.so in the torch
 wheel, about one plain inflate, where pyelftools on the raw zip member takes 60 s (measured).
-Wheels are read through ci.wheelfile, as by every other stage: zipfile lists a different member set
+Wheels are read through ci.wheel.archive, as by every other stage: zipfile lists a different member set
 for some crafted zips (duplicate names, symlinks), and what is checked must be what is shipped.
 
 Which distribution provides a library: in a wheel, the wheel's project; in a directory, the
@@ -34,8 +34,8 @@ from elftools.common.utils import parse_cstring_from_stream, struct_parse
 from elftools.elf.elffile import ELFFile
 
 from ci.errors import CiError
-from ci.wheelfile import Member, WheelArchive
-from ci.wheelname import normalize
+from ci.wheel.archive import Member, WheelArchive
+from ci.wheel.names import normalize
 
 # Libraries a wheel may expect from the system rather than from another wheel (fnmatch patterns):
 # auditwheel's manylinux_2_28 whitelist, the dynamic loader itself, and the NVIDIA driver (which no

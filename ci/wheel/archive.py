@@ -8,7 +8,7 @@ the edited members. Only stdlib; no zipfile (it cannot copy compressed bytes).
 Reading (validates on open; every problem is a one-line `CiError`, exit 2)::
 
     with WheelArchive.open(path) as wa:       # reads only the central directory
-        wa.name                               # ci.wheelname.WheelName from the file name
+        wa.name                               # ci.wheel.names.WheelName from the file name
         wa.members                            # list[Member] in archive order (name, csize, usize, mode...)
         wa.get("pkg/__init__.py")             # Member or None
         wa.read("pkg/__init__.py")            # bytes, CRC-checked
@@ -38,7 +38,7 @@ last; RECORD regenerated (hashes of copied members reused from the source RECORD
 ZIP64 records written whenever a size, offset or the entry count needs them; timestamps from
 SOURCE_DATE_EPOCH when set (for every member), else copied members keep theirs and new members get the
 newest timestamp of the source, so the same inputs always give the same bytes; written to a temp file
-and renamed (ci.atomic).
+and renamed (ci.util.atomic).
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Union
 
-from ci.atomic import atomic_path
+from ci.util.atomic import atomic_path
 from ci.errors import CiError
-from ci.wheelname import WheelName, escape, find_dist_info
+from ci.wheel.names import WheelName, escape, find_dist_info
 
 # Zip record layouts (APPNOTE.TXT 4.3); little-endian.
 _LOCAL = struct.Struct("<IHHHHHIIIHH")  # sig, need, flags, method, time, date, crc, csize, usize, nlen, xlen

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from ci.cache import cache_dir
+from ci.util.cache import cache_dir
 from ci.errors import CiError
 
 PYPI = "https://pypi.org/simple"
@@ -67,9 +67,9 @@ class BuildEnv:
 def requirement_pins(names: tuple[str, ...]) -> list[str]:
     """`name==version` as requirements-dev.txt pins each name (the bare name where it pins none)."""
     from ci.project import read_pins
-    from ci.wheelname import normalize
+    from ci.wheel.names import normalize
 
-    pins = read_pins(Path(__file__).resolve().parent.parent / "requirements-dev.txt")
+    pins = read_pins(Path(__file__).resolve().parents[2] / "requirements-dev.txt")
     return [f"{n}=={pins[normalize(n)]}" if normalize(n) in pins else n for n in names]
 
 

@@ -1,4 +1,4 @@
-"""The CUDA build matrix (ci/matrix.toml) as typed, validated rows.
+"""The CUDA build matrix (ci/config/matrix.toml) as typed, validated rows.
 
 The facts live in the TOML file with their sources; this module only types them and answers the
 questions every stage asks (which torch lines a CUDA row builds, which archs its nvcc accepts).

@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ci.errors import Finding
-from ci.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cuda_build_environ, ensure_env,
+from ci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cuda_build_environ, ensure_env,
                         find_nvcc)
+
+# headers force-included into host builds: they keep the wheel within torch's manylinux policy
+GLIBC_COMPAT = Path(__file__).resolve().parent.parent / "resources" / "glibc_compat"
 
 
 PROGRESS = re.compile(rb"^\[\d+/\d+\] ")  # ninja's and make's step lines
@@ -37,7 +40,7 @@ def torch_spec(plan, torch_index_url: str | None = None) -> TorchSpec:
 
 def toolkit_wheels(cuda: str) -> tuple[str, ...]:
     """NVIDIA's wheels that make a whole nvcc toolkit for this CUDA version (empty where none do)."""
-    from ci import matrix
+    from ci.config import matrix
 
     row = matrix.load().row(cuda)
     return (*row.nvcc_wheels, *row.toolkit_wheels) if row.nvcc_wheel_has_nvcc else ()
@@ -101,11 +104,11 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     if plan.backend != "scikit-build-core":
         # setuptools builds in the source tree (build/, *.egg-info): build a copy, so the project is never
         # written to and no object file of an earlier build (another CUDA, another torch) is reused
-        from ci.container import stage_project
+        from ci.compile.container import stage_project
 
         project_dir = stage_project(project_dir, work_dir / "src")
     environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
-    compat = Path(__file__).with_name("glibc_compat")  # keeps the wheel within torch's manylinux policy
+    compat = GLIBC_COMPAT
     host_flags = f"-isystem {compat} -include {compat / 'glibc_compat.h'}"
     cuda_flags = ["-isystem", str(compat), f"-Xcompiler=-include,{compat / 'glibc_compat.h'}"]
     cmake = plan.backend == "scikit-build-core"

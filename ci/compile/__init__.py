@@ -1,0 +1,1 @@
+"""The compile stage's two engines: the host toolchain and cibuildwheel in containers."""

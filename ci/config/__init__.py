@@ -1,0 +1,1 @@
+"""What a run uses, computed and nothing executed: the CUDA matrix."""

@@ -1,0 +1,1 @@
+"""ELF files and the runtime-library policy of torch and CUDA."""

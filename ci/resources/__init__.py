@@ -1,0 +1,1 @@
+"""Run in other interpreters or pasted into other artefacts: imports nothing of ci."""
