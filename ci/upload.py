@@ -3,7 +3,8 @@
 `python -m ci.upload --repository-url URL FILES...` runs twine's checks, uploads each file through
 twine's Repository (credentials from TWINE_USERNAME/TWINE_PASSWORD, keyring or .pypirc, resolved by
 twine and never printed), retries connection errors and 5xx with exponential backoff, and finally
-reads the index's simple page for each project and checks every file's sha256.
+reads the index's simple page for each project and checks every file's sha256. Each simple page is
+read within --timeout in all and up to 64 MiB (a server that trickles or never ends fails in one line).
 
 Why not `twine upload --skip-existing`: twine 6.2 dropped it for indexes other than PyPI, and a
 name-only skip would hide a different file under the same name. Here `--skip-existing` skips a file
@@ -28,6 +29,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from html.parser import HTMLParser
@@ -36,9 +38,9 @@ from typing import Callable, Iterable, Mapping
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from ci.errors import CiError, Finding
-from ci.digest import sha256_file
-from ci.wheelname import classify
-from ci.wheelname import normalize
+from ci.util.digest import sha256_file
+from ci.wheel.names import classify
+from ci.wheel.names import normalize
 
 # Upload URL -> simple index URL, for the public indexes whose layout is known; others: see simple_url_for.
 KNOWN_SIMPLE = {
@@ -46,6 +48,8 @@ KNOWN_SIMPLE = {
     "https://test.pypi.org/legacy/": "https://test.pypi.org/simple/",
 }
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+# A simple page lists one project's files, not their bytes: PyPI's largest are a few MiB.
+PAGE_MAX_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,8 @@ _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
 class MalformedPage(CiError):
-    """A simple page that is not what PEP 691 describes: bad input from the server, exit 2."""
+    """A simple page that is not what PEP 691 describes, or too large or too slow to read: bad input
+    from the server, exit 2."""
 
 
 def parse_listing(body: str, content_type: str) -> dict[str, str | None]:
@@ -300,24 +305,85 @@ def _twine_check(targets: list[_Target], warn: Callable[[str], None]) -> None:
         log.removeHandler(handler)
 
 
-class _Index:
-    """Reads simple pages with the upload's session (same auth and TLS settings)."""
+def _chunks(response, size: int = 1 << 16) -> Iterable[bytes]:
+    """The body as it arrives: read1 returns what one socket read got, where iter_content waits for a
+    whole chunk (a server trickling a byte at a time would stall it past any deadline check)."""
+    read1 = getattr(response.raw, "read1", None)
+    if read1 is None:  # urllib3 < 2.3: the caller's deadline still holds, the reader just stops later
+        yield from response.iter_content(size)
+        return
+    while chunk := read1(size, decode_content=True):
+        yield chunk
 
-    def __init__(self, session, simple_url: str) -> None:
+
+def _read_page(session, url: str, seconds: float, deadline: float, cap: int):
+    """GET url; the body (text) of a 200 answer, read until the deadline and at most cap bytes."""
+    r = session.get(url, headers={"Accept": ACCEPT}, allow_redirects=False, stream=True)
+    with contextlib.closing(r):
+        if r.status_code != 200:
+            return r, None
+        body = bytearray()
+        for chunk in _chunks(r):
+            body += chunk
+            if len(body) > cap:
+                from ci.util.sizes import format_size
+                raise MalformedPage(f"the simple page {strip_userinfo(url)} is over {format_size(cap)}; "
+                                    "refused (a listing, not a file)")
+            if time.monotonic() > deadline:
+                raise _too_slow(url, seconds)
+        return r, body.decode(r.encoding or "utf-8", errors="replace")
+
+
+def _too_slow(url: str, seconds: float) -> MalformedPage:
+    return MalformedPage(f"the simple page {strip_userinfo(url)} did not arrive within {seconds:g} s "
+                         "(--timeout bounds the whole page)")
+
+
+def fetch_page(session, url: str, seconds: float, cap: int = PAGE_MAX_BYTES):
+    """(response, body or None) for one GET of a simple page, the whole of it within `seconds`.
+    requests' timeout bounds each socket read, not the request: a server trickling a byte a second
+    would hold us forever, an endless body would fill memory. So the GET runs in a daemon thread given
+    up on at the deadline (headers can trickle too); the thread stops at its next chunk."""
+    deadline = time.monotonic() + seconds
+    box: dict[str, object] = {}
+
+    def get() -> None:
+        try:
+            box["page"] = _read_page(session, url, seconds, deadline, cap)
+        except BaseException as e:  # noqa: BLE001  raised again in the caller's thread
+            box["error"] = e
+
+    worker = threading.Thread(target=get, name="ci.upload simple page", daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - time.monotonic()))
+    if worker.is_alive():
+        raise _too_slow(url, seconds)
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["page"]
+
+
+class _Index:
+    """Reads simple pages with the upload's session (same auth and TLS settings), each GET within
+    `timeout` seconds in all."""
+
+    def __init__(self, session, simple_url: str, timeout: float = 300.0) -> None:
         self.session = session
         self.simple_url = simple_url if simple_url.endswith("/") else simple_url + "/"
         self.shown = strip_userinfo(self.simple_url)
+        self.timeout = timeout
 
     def listing(self, project: str) -> dict[str, str | None]:
         import requests
+        import urllib3
         url = f"{self.simple_url}{normalize(project)}/"
         origin = urlsplit(url)[:2]
         for _ in range(5):  # follow redirects on the same origin only: pypiserver sends
             try:          # unknown projects to PyPI, whose files must not count as ours
-                r = self.session.get(url, headers={"Accept": ACCEPT}, allow_redirects=False)
+                r, text = fetch_page(self.session, url, self.timeout)
             except requests.exceptions.SSLError as e:
                 raise tls_error(url, e) from None
-            except requests.RequestException as e:
+            except (requests.RequestException, urllib3.exceptions.HTTPError) as e:  # read1 is urllib3's
                 raise Finding(f"cannot read the simple page {strip_userinfo(url)}: {short_reason(e)}") from None
             if r.is_redirect:
                 nxt = urljoin(url, r.headers.get("Location", ""))
@@ -330,7 +396,7 @@ class _Index:
             if r.status_code != 200:
                 raise Finding(f"cannot read the simple page {strip_userinfo(url)}: HTTP {r.status_code} {r.reason}")
             try:
-                return parse_listing(r.text, r.headers.get("Content-Type", ""))
+                return parse_listing(text, r.headers.get("Content-Type", ""))
             except MalformedPage as e:
                 raise MalformedPage(f"{strip_userinfo(url)}: {e}") from None
         return {}
@@ -396,7 +462,7 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
     repo.set_certificate_authority(s.cacert)
     repo.set_client_certificate(s.client_cert)
     _default_timeout(repo.session, timeout)
-    index = _Index(repo.session, simple)
+    index = _Index(repo.session, simple, timeout)
     results: list[FileResult] = []
 
     def fail(cls: type[CiError], msg: str) -> CiError:
@@ -564,7 +630,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backoff", type=float, default=1.0, metavar="SECONDS",
                    help="first retry delay, doubled each time (default 1)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="give up on a connection silent this long (default 300)")
+                   help="give up on a connection silent this long, and on a simple page not read "
+                        "in full within it (default 300)")
     p.add_argument("--no-check", action="store_true", help="skip twine check")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("files", nargs="+", metavar="FILE", help="wheels and sdists")

@@ -54,9 +54,10 @@ ESCAPES = {
     # a -> . ; each next link climbs one level through the one before, each one lexically at TOP.
     "dot-then-dotdot-chain": [("sym", "e", "d/../secret.txt"), ("sym", "d", "c/.."), ("sym", "c", "b/.."),
                               ("sym", "b", "a/.."), ("sym", "a", ".")],
-    # x/a -> .. (TOP); y -> x/a/.. (lexically x, really the root); z climbs on through y.
-    "dotdot-via-a-subdirectory-link": [("sym", "z", "y/../../../secret.txt"), ("sym", "y", "x/a/.."),
-                                       ("sym", "x/a", "..")],
+    # x/a -> .. (TOP); y -> x/a/.. (lexically x, really the root); z -> y/.. (lexically TOP, really
+    # above the root); w climbs on through z.
+    "dotdot-via-a-subdirectory-link": [("sym", "w", "z/../../secret.txt"), ("sym", "z", "y/.."),
+                                       ("sym", "y", "x/a/.."), ("sym", "x/a", "..")],
     # A regular file written through a link that leads out (lexically: into c, inside TOP).
     "file-written-through-a-link": [("sym", "x/y/a", "../../.."), ("sym", "c", "x/y/a/../../.."),
                                     ("file", "c/evil.txt", "written outside")],
@@ -68,6 +69,8 @@ ESCAPES = {
     "loop": [("sym", "a", "b/x"), ("sym", "b", "a/y")],
     # Even a benign-looking member under a link is refused: what it is written through decides.
     "file-under-an-in-tree-link": [("sym", "alias", "tiny_ext"), ("file", "alias/extra.py", "X = 1\n")],
+    # A name that is a link and something else: which one lands depends on the order, so neither is trusted.
+    "a-name-both-link-and-file": [("sym", "alias", "tiny_ext"), ("file", "alias", "X = 1\n")],
 }
 
 

@@ -10,8 +10,9 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import pytest
 
@@ -53,9 +54,9 @@ def env(password: str | None = TOKEN, **extra: str) -> dict[str, str]:
     return e
 
 
-def cli(*args: str, environ: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def cli(*args: str, environ: dict[str, str] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ci.upload", *args], cwd=ROOT, capture_output=True,
-                          text=True, env=environ if environ is not None else env())
+                          text=True, env=environ if environ is not None else env(), timeout=timeout)
 
 
 def sha256(p: Path) -> str:
@@ -497,9 +498,10 @@ def test_a_server_that_serves_another_file_after_accepting_is_a_finding(tmp_path
     assert "serves a different" in line
 
 
-def _serve_listing(body_for: Callable[[Path], bytes], whl: Path,
+def _serve_listing(body_for: Callable[[Path], bytes | Iterable[bytes]], whl: Path,
                    content_type: str = "application/vnd.pypi.simple.v1+json") -> http.server.ThreadingHTTPServer:
-    """Accepts every upload (200) and answers every GET with body_for(whl) (PEP 691 JSON by default)."""
+    """Accepts every upload (200) and answers every GET with body_for(whl) (PEP 691 JSON by default);
+    an iterable body is streamed chunk by chunk, without a Content-Length, until it ends or the client goes."""
 
     class Listing(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802
@@ -512,9 +514,15 @@ def _serve_listing(body_for: Callable[[Path], bytes], whl: Path,
             body = body_for(whl)
             self.send_response(200)
             self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
+            if isinstance(body, bytes):
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            try:
+                for chunk in [body] if isinstance(body, bytes) else body:
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+            except OSError:  # the client gave up: what the slow pages are for
+                pass
 
         def log_message(self, *args) -> None:
             pass
@@ -556,6 +564,50 @@ def test_pep691_pages_compare_hashes_case_insensitively_and_malformed_ones_are_o
         assert f"uploaded before this: {wheels['second'].name}" in line  # the server accepted it first
     else:
         assert words in r.stderr
+
+
+def _stream(chunk: bytes, pause: float, total: int | None = None) -> Callable[[Path], Iterable[bytes]]:
+    """A page body of `chunk` again and again, `pause` seconds apart, until `total` bytes (None: forever)."""
+    def body_for(_: Path) -> Iterable[bytes]:
+        sent = 0
+        while total is None or sent < total:
+            yield chunk
+            sent += len(chunk)
+            time.sleep(pause)
+    return body_for
+
+
+SLOW_PAGES = {  # kind -> (body, content type, --timeout, words in the error line, seconds it may take)
+    # One byte every 50 ms: every socket read succeeds, so a per-read timeout never fires.
+    "trickle-json": (_stream(b" ", 0.05), "application/vnd.pypi.simple.v1+json", "2",
+                     "did not arrive within 2 s", 20),
+    "trickle-html": (_stream(b"<a>", 0.05), "text/html", "2", "did not arrive within 2 s", 20),
+    # 80 MiB as fast as loopback goes (bounded, so the code before the fix could not eat the machine).
+    "huge-html": (_stream(b"x" * (1 << 16), 0, 80 << 20), "text/html", "60", "is over 64.0 MiB", 50),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SLOW_PAGES))
+def test_a_slow_or_huge_simple_page_is_one_line_exit_2_within_the_timeout(wheels, kind):
+    """requests' timeout bounds each read, not the page: a trickling server held ci.upload forever and a
+    huge one went into memory. The whole GET is bounded by --timeout and the body by a size cap."""
+    body_for, content_type, timeout, words, limit = SLOW_PAGES[kind]
+    srv = _serve_listing(body_for, wheels["second"], content_type)
+    url = f"http://{USER}:{TOKEN}@127.0.0.1:{srv.server_address[1]}/"  # the password must never show
+    start = time.monotonic()
+    try:
+        r = cli("--repository-url", url, "--timeout", timeout, "--retries", "0", "--skip-existing",
+                str(wheels["second"]), environ=env(None), timeout=limit + 30)
+    finally:
+        srv.shutdown()
+    took = time.monotonic() - start
+    assert r.returncode == 2, r.stderr[-2000:]
+    no_secret(r)
+    (line,) = error_lines(r)
+    assert r.stderr.strip().splitlines()[-1] == line and "unexpected" not in line, r.stderr[-2000:]
+    assert words in line and f"127.0.0.1:{srv.server_address[1]}/simple/second-pkg/" in line, line
+    assert took < limit, took
+    assert "uploaded" not in r.stdout
 
 
 # ---------------------------------------------------------------- a second real private index: devpi
