@@ -48,7 +48,7 @@ def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None) -> P
     cudart), with their dependencies, in the order to load them. A package that imports `_preload`
     itself (the example) gets `<pkg>/_preload.py`; any other gets the call injected at the top of its
     `__init__.py`, as `ci.patch --preload-from` does. A wheel with no package gets none, with a note."""
-    from ci.preload import order_for_wheel, preload_members, runtime_source
+    from ci.native.loadorder import order_for_wheel, preload_members, runtime_source
     from ci.wheel.archive import WheelArchive, rewrite
 
     order = order_for_wheel(wheel, [site])
@@ -148,7 +148,7 @@ def build_project(args, project_dir: Path, settings) -> int:
 
             built = container.compile(plan, work / "repaired", project_dir, logfile=work / "cibuildwheel.log")
             from ci.native.elf import scan_wheel
-            from ci.repair import is_excluded
+            from ci.native.libs import is_excluded
 
             # what the container's ci.repair left to torch and the CUDA wheels, as the host path reports it
             excluded = sorted({n for w in built for lib in scan_wheel(w) for n in lib.needed if is_excluded(n)})

@@ -13,17 +13,9 @@ from pathlib import Path
 
 from ci import cli
 from ci.errors import Finding
+from ci.util.sizes import PROFILES, format_size, parse_limit
 
-PROFILES = {"pypi": 100 * 2**20, "github": 2 * 2**30 - 1}
 TOP = 10
-
-
-def parse_limit(text: str | int | None) -> int | None:
-    """'pypi' | 'github' | '3GB' | bytes -> bytes (the largest allowed size)."""
-    if text is None or isinstance(text, int):
-        return text
-    key = text.strip().lower()
-    return PROFILES[key] if key in PROFILES else cli.parse_size(text)
 
 
 @dataclass(frozen=True)
@@ -65,20 +57,20 @@ def check_wheel(path: Path | str, limit: int | str | None = "pypi", unpacked_lim
                    for m in sorted(wa.files, key=lambda m: (-m.csize, m.name))[:top]]
     problems = []
     if limit is not None and size > limit:
-        problems.append(f"{cli.format_size(size)} > limit {cli.format_size(limit)}")
+        problems.append(f"{format_size(size)} > limit {format_size(limit)}")
     if unpacked_limit is not None and unpacked > unpacked_limit:
-        problems.append(f"unpacked {cli.format_size(unpacked)} > limit {cli.format_size(unpacked_limit)}")
+        problems.append(f"unpacked {format_size(unpacked)} > limit {format_size(unpacked_limit)}")
     return CheckResult(str(path), size, unpacked, limit, unpacked_limit, largest, problems)
 
 
 def render(r: CheckResult) -> str:
     name = Path(r.wheel).name
     if r.ok:
-        lim = f" (limit {cli.format_size(r.limit)})" if r.limit is not None else ""
-        return f"ok    {name}: {cli.format_size(r.size)}{lim}, unpacked {cli.format_size(r.unpacked)}"
+        lim = f" (limit {format_size(r.limit)})" if r.limit is not None else ""
+        return f"ok    {name}: {format_size(r.size)}{lim}, unpacked {format_size(r.unpacked)}"
     lines = [f"OVER  {name}: {'; '.join(r.problems)}", f"      {len(r.largest)} largest members "
              "(compressed, unpacked):"]
-    lines += [f"      {cli.format_size(m.compressed):>10}  {cli.format_size(m.unpacked):>10}  {cli.shown(m.name)}"
+    lines += [f"      {format_size(m.compressed):>10}  {format_size(m.unpacked):>10}  {cli.shown(m.name)}"
               for m in r.largest]
     return "\n".join(lines)
 

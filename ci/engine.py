@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 from ci.errors import CiError
 
@@ -75,13 +76,40 @@ def tool_version(cmd: list[str], pattern: str) -> str | None:
     return m[1] if m else None
 
 
+# --- nvcc: which toolkit the host has ------------------------------------------------------
+
+
+def nvcc_version(nvcc: Path) -> str | None:
+    """'13.0' from `nvcc --version`, None if it does not run."""
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+def real_nvcc(nvcc: Path) -> Path:
+    """The nvcc binary behind wrappers and symlinks: nvcc reports its own directory as _HERE_."""
+    proc = subprocess.run([str(nvcc), "--dryrun", "-E", "-x", "cu", os.devnull], capture_output=True, text=True)
+    m = re.search(r"^#\$ _HERE_=(.+)$", proc.stderr + proc.stdout, re.M)
+    return Path(m.group(1).strip()) / "nvcc" if m else nvcc.resolve()
+
+
+def host_nvcc() -> Path | None:
+    """nvcc from CUDA_HOME, PATH or /usr/local/cuda, in that order."""
+    candidates = [Path(os.environ[v]) / "bin" / "nvcc" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    if found := shutil.which("nvcc"):
+        candidates.append(Path(found))
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    return next((c for c in candidates if c.exists()), None)
+
+
 def host_cannot_build(row) -> str | None:
     """Why the host engine cannot build this CUDA row (None: it can).
 
     It needs nvcc of that version: the host's, or NVIDIA's nvcc wheel where that wheel ships the nvcc
     driver (cu13; the cu11/cu12 wheels hold only ptxas), and a host GCC that nvcc accepts."""
-    from ci.compile.hostenv import host_nvcc, nvcc_version
-
     if row is None:
         return None
     nvcc = host_nvcc()

@@ -203,7 +203,7 @@ def patch_wheel(wheel: Path, out_dir: Path, patches: list[Path], *, label: str |
             if fp.mode:
                 modes[fp.path] = fp.mode
         if preload_from:
-            from ci.preload import order_for_wheel, preload_members, top_package
+            from ci.native.loadorder import order_for_wheel, preload_members, top_package
 
             init = f"{top_package([m.name for m in wa.members], wa.name.project, package)}/__init__.py"
             order = order_for_wheel(wheel, preload_from)

@@ -13,7 +13,6 @@ Runs inside manylinux images with only their Python and auditwheel (pyelftools c
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import shutil
@@ -26,23 +25,8 @@ from pathlib import Path
 from ci import cli
 from ci.util.atomic import atomic_path
 from ci.errors import CiError, Finding
+from ci.native.libs import EXCLUDES, is_excluded
 from ci.wheel.names import WheelName, normalize
-
-# Library stems that must never be grafted: torch's own (its OpenMP runtime included: torch ships
-# libgomp.so.1 and a second copy in the extension's wheel breaks at run time), then NVIDIA's. One list;
-# the auditwheel patterns are derived from it as `lib<stem>*.so*`, so versioned sonames match.
-TORCH_LIBRARIES = ("torch", "c10", "shm", "caffe2", "gomp")
-CUDA_LIBRARIES = (
-    "cuda", "cudart", "cudnn", "cublas", "cublasLt", "cufft", "cufile", "curand", "cusolver",
-    "cusparse", "cusparseLt", "cupti", "nvrtc", "nvJitLink", "nvToolsExt", "nvtx3interop", "nccl",
-    "nvshmem", "nvidia-ml", "nvperf", "cudss", "cutensor",
-)
-EXCLUDES = tuple(f"lib{stem}*.so*" for stem in TORCH_LIBRARIES + CUDA_LIBRARIES)
-
-
-def is_excluded(soname: str) -> bool:
-    return any(fnmatch.fnmatchcase(soname, p) for p in EXCLUDES)
-
 
 @dataclass
 class RepairResult:

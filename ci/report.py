@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ci.util.atomic import write_text
-from ci.cli import format_size
+from ci.util.sizes import format_size
 
 
 @dataclass

@@ -52,6 +52,7 @@ from typing import Sequence
 
 from ci import cli
 from ci.errors import CiError, Finding
+from ci.util.sizes import format_size
 
 PRELOAD_MODULE = "_split_libs_preload"
 PY_SOURCE_CAP = 32 << 20  # per .py file read whole; torch's largest is 1.4 MB
@@ -99,15 +100,15 @@ def plan_split(file_size: int, members: dict[str, int], libs: Sequence[Lib], lim
         chosen.append(lib)
         main_size -= lib.csize + member_overhead(lib.path)
     if main_size > limit:
-        raise CiError(f"cannot split under {cli.format_size(limit)}: after moving every shared library the "
-                      f"main wheel is still about {cli.format_size(main_size)}")
+        raise CiError(f"cannot split under {format_size(limit)}: after moving every shared library the "
+                      f"main wheel is still about {format_size(main_size)}")
     bins: list[int] = []  # bytes used per companion
     assignment: dict[str, int] = {}
     for lib in chosen:  # first-fit decreasing
         need = lib.csize + member_overhead(lib.path) + patch_slack(lib.csize)
         if need > capacity:
-            raise CiError(f"{lib.path} is {cli.format_size(lib.csize)} compressed, too close to the limit "
-                          f"{cli.format_size(limit)} to move into a companion wheel")
+            raise CiError(f"{lib.path} is {format_size(lib.csize)} compressed, too close to the limit "
+                          f"{format_size(limit)} to move into a companion wheel")
         for i, used in enumerate(bins):
             if used + need <= capacity:
                 bins[i] += need
@@ -149,8 +150,8 @@ def refuse_oversized(members: dict[str, int], limit: int) -> None:
     if members:
         name, csize = max(members.items(), key=lambda kv: (kv[1], kv[0]))
         if csize + member_overhead(name) + BASE_OVERHEAD > limit:
-            raise CiError(f"{name} is {cli.format_size(csize)} compressed, larger than the limit "
-                          f"{cli.format_size(limit)}: no split can bring it under")
+            raise CiError(f"{name} is {format_size(csize)} compressed, larger than the limit "
+                          f"{format_size(limit)}: no split can bring it under")
 
 
 def new_rpaths(libs: Sequence[Lib], moves: dict[str, str],
@@ -222,7 +223,7 @@ def _set_rpath(path: Path, entries: list[str], force_rpath: bool) -> None:
 def _insert_after_existing_preload(init: str, module: str) -> str:
     """Call our preload first, unless the package already preloads other wheels' libraries (ci.repair):
     then right after that call, since the moved libraries may need what it loads."""
-    from ci.preload import MODULE_NAME, insert_call
+    from ci.native.loadorder import MODULE_NAME, insert_call
 
     call = f"from . import {module} as _p; _p.preload(); del _p  # load split-off libraries first (ci.split)\n"
     lines = io.StringIO(init, newline="").readlines()  # Python's lines: not at a form feed or U+2028
@@ -240,7 +241,7 @@ def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, veri
     `preload_deps`: wheels or installed directories providing libraries the moved ones need (e.g.
     the nvidia-* wheels); those are preloaded first too, so the per-directory layout works.
     """
-    from ci.check import parse_limit
+    from ci.util.sizes import parse_limit
     from ci.wheel.archive import WheelArchive
 
     path, out_dir = Path(path), Path(out_dir)
@@ -270,7 +271,7 @@ def _copy_unchanged(path: Path, out_dir: Path) -> Path:
 
 def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str]) -> list[Path]:
     from ci.native.elf import SYSTEM_LIBS, is_system_lib, scan, scan_archive
-    from ci.preload import as_preload, dependency_order, runtime_source, top_package
+    from ci.native.loadorder import as_preload, dependency_order, runtime_source, top_package
     from ci.wheel.archive import METADATA_CAP, WheelWriter, newest_time, rewrite
 
     if out_dir.resolve() == wa.path.resolve().parent:
@@ -360,8 +361,8 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
             written.insert(0, main)
         over = [p for p in written if p.stat().st_size > limit]
         if over:
-            raise Finding(f"split output still over {cli.format_size(limit)}: "
-                          + ", ".join(f"{p.name} ({cli.format_size(p.stat().st_size)})" for p in over))
+            raise Finding(f"split output still over {format_size(limit)}: "
+                          + ", ".join(f"{p.name} ({format_size(p.stat().st_size)})" for p in over))
     except BaseException:
         for p in written:
             p.unlink(missing_ok=True)
@@ -390,9 +391,9 @@ def _companion_metadata(main_meta: str, project: str, version: str, main_project
         else "Metadata-Version: 2.1"
     lines = [version_line, f"Name: {project}", f"Version: {version}",
              f"Summary: Shared libraries of {main_project} {version}, split off to keep each wheel under "
-             f"{cli.format_size(limit)}", *copied, "Description-Content-Type: text/plain"]
+             f"{format_size(limit)}", *copied, "Description-Content-Type: text/plain"]
     body = (f"Shared libraries of {main_project} {version}, moved out of its wheel by ci.split so that "
-            f"each wheel stays under {cli.format_size(limit)}. Install {main_project}, which requires "
+            f"each wheel stays under {format_size(limit)}. Install {main_project}, which requires "
             "this exact version; nothing here is meant to be imported on its own.\n")
     return "\n".join(lines) + "\n\n" + body
 
@@ -404,7 +405,7 @@ def main(args) -> int:
         cli.emit_json({"wheels": [{"path": str(p), "size": p.stat().st_size} for p in outputs]})
     else:
         for p in outputs:
-            print(f"{p}\t{cli.format_size(p.stat().st_size)}")
+            print(f"{p}\t{format_size(p.stat().st_size)}")
     return 0
 
 

@@ -168,7 +168,7 @@ def run_test_command(command: str, python: Path, project_dir: Path, wheel: Path,
 
 def grafted_runtime(names: list[str]) -> list[str]:
     """Libraries auditwheel must never graft (torch's, CUDA's, cuDNN's, OpenMP) found in the wheel."""
-    from ci.repair import is_excluded
+    from ci.native.libs import is_excluded
 
     return sorted(n for n in names if ".libs/" in n and is_excluded(n.rsplit("/", 1)[-1]))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ci.native.elf import too_recent_for, scan_wheel
-from ci.repair import is_excluded
+from ci.native.libs import is_excluded
 from ci.wheel.archive import WheelArchive, get_headers
 from ci.wheel.names import WheelName
 from conftest import ROOT

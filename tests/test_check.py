@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.check import PROFILES, check_wheel, parse_limit
+from ci.check import check_wheel
+from ci.util.sizes import PROFILES, parse_limit
 from tests._wheels import build_wheel, raw_zip, run_stage, wheel_entries
 
 

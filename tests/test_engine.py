@@ -156,7 +156,7 @@ def test_build_cli_engine_docker_one_line(no_engine, tmp_path):
 
 
 def test_host_build_needs_that_nvcc_or_an_nvcc_wheel_with_nvcc():
-    from ci.compile.hostenv import host_nvcc, nvcc_version
+    from ci.engine import host_nvcc, nvcc_version
 
     nvcc = host_nvcc()
     cuda = nvcc_version(nvcc) if nvcc else None

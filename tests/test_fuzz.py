@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ci.cli import parse_size
+from ci.util.sizes import parse_size
 from ci.errors import CiError
 from ci.patch import apply_file_patch, parse_patch
 from ci.wheel.archive import WheelArchive, parse_record

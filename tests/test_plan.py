@@ -241,7 +241,7 @@ def _sh(cmd: str) -> subprocess.CompletedProcess:
 def test_before_all_checks_run_in_a_real_shell():
     """Run the image checks here, against this machine's own toolkit and compiler, as sh runs them there
     (a machine with no toolkit at /usr/local/cuda fails every row's nvcc check, as an image would)."""
-    from ci.compile.hostenv import nvcc_version
+    from ci.engine import nvcc_version
 
     toolkit = Path("/usr/local/cuda/bin/nvcc")
     have = nvcc_version(toolkit) if toolkit.exists() else None

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from ci.engine import host_nvcc, nvcc_version, real_nvcc
 from ci.util.cache import cache_dir
 from ci.errors import CiError
 
@@ -171,32 +172,6 @@ def ensure_env(spec: TorchSpec, *, log=print) -> BuildEnv:
 
 
 # --- nvcc and the CUDA root -------------------------------------------------------------------
-
-
-def nvcc_version(nvcc: Path) -> str | None:
-    """'13.0' from `nvcc --version`, None if it does not run."""
-    try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    m = re.search(r"release (\d+\.\d+)", out)
-    return m.group(1) if m else None
-
-
-def real_nvcc(nvcc: Path) -> Path:
-    """The nvcc binary behind wrappers and symlinks: nvcc reports its own directory as _HERE_."""
-    proc = subprocess.run([str(nvcc), "--dryrun", "-E", "-x", "cu", os.devnull], capture_output=True, text=True)
-    m = re.search(r"^#\$ _HERE_=(.+)$", proc.stderr + proc.stdout, re.M)
-    return Path(m.group(1).strip()) / "nvcc" if m else nvcc.resolve()
-
-
-def host_nvcc() -> Path | None:
-    """nvcc from CUDA_HOME, PATH or /usr/local/cuda, in that order."""
-    candidates = [Path(os.environ[v]) / "bin" / "nvcc" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
-    if found := shutil.which("nvcc"):
-        candidates.append(Path(found))
-    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
-    return next((c for c in candidates if c.exists()), None)
 
 
 def find_nvcc(env: BuildEnv, cuda: str, wheels: tuple[str, ...] = (), *, source: str = "auto",

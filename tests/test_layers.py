@@ -1,0 +1,38 @@
+"""The layering of ci/ (pyproject's [tool.importlinter]): imports go one way, a stage never imports
+another stage, and ci/resources imports nothing of ci. Checked with import-linter on the real tree,
+and shown able to fail on a copy with one import against the grain."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT), "--no-cache", "--config", str(root / "pyproject.toml")], cwd=root,
+                          capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+
+
+def test_the_layers_hold():
+    r = lint(ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "2 kept, 0 broken" in r.stdout
+
+
+def test_an_import_against_the_layers_breaks_the_contract(tmp_path):
+    copy = tmp_path / "tree"
+    shutil.copytree(ROOT / "ci", copy / "ci", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    names = copy / "ci" / "wheel" / "names.py"
+    names.write_text(names.read_text() + "\n\ndef _late():\n    from ci.split import split_wheel  # a stage, from below\n")
+    probe = copy / "ci" / "resources" / "verify_probe.py"
+    probe.write_text(probe.read_text() + "\nfrom ci.errors import CiError\n")
+    r = lint(copy)
+    assert r.returncode != 0
+    assert "0 kept, 2 broken" in r.stdout, r.stdout[-3000:]
+    assert "ci.wheel.names -> ci.split" in r.stdout and "ci.resources.verify_probe -> ci.errors" in r.stdout
