@@ -71,7 +71,7 @@ def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None) -> P
 
 def resolve_project(args, work_root: Path) -> tuple[Path, "object"]:
     """The project directory (an sdist extracted under work_root) and its merged settings."""
-    from ci import project
+    from ci.config import project
 
     given = Path(args.project) if args.project else args.project_dir
     project_dir = project.resolve(given, work_root)

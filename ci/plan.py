@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ci.config import matrix as mx
-from ci.project import load_pyproject, read_pins
+from ci.config.project import load_pyproject, read_pins
 from ci.util.cache import cache_dir
 from ci.errors import CiError
 
@@ -86,11 +86,11 @@ class Project:
     cibw_build: list[str]  # [tool.cibuildwheel] build selectors
     py_api: str = ""  # [tool.scikit-build] wheel.py-api ("py3": one wheel serves every Python)
     pins: dict[str, str] = field(default_factory=dict)  # our requirements-dev.txt pins, for the tools we install
-    backend: str = "scikit-build-core"  # the build system, as ci.project.backend names it
+    backend: str = "scikit-build-core"  # the build system, as ci.config.project.backend names it
 
     @classmethod
     def read(cls, project_dir: Path) -> "Project":
-        from ci.project import backend
+        from ci.config.project import backend
 
         path = Path(project_dir) / "pyproject.toml"
         kind = backend(Path(project_dir))

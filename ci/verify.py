@@ -236,7 +236,7 @@ def build_parser() -> cli.Parser:
 
 
 def main(args) -> int:
-    from ci import project
+    from ci.config import project
 
     if not args.wheel.is_file():
         raise CiError(f"{args.wheel}: no such file")

@@ -4,7 +4,7 @@ Each link of a chain resolves inside the sdist when read lexically on its own; f
 links before it, it lands outside the extraction root, and staging then copies a host file into the
 build. tarfile's `data` filter checks a link against what is on disk when the link is extracted, so
 putting the outer link first in the archive walked past it. Every case here runs the real entry point
-(`ci.build SDIST --dry-run`, which extracts before it plans) and ci.project.extract_sdist itself.
+(`ci.build SDIST --dry-run`, which extracts before it plans) and ci.config.project.extract_sdist itself.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ci.errors import CiError
-from ci.project import extract_sdist
+from ci.config.project import extract_sdist
 from tests._wheels import run_stage
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_ext"

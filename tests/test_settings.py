@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ci.errors import CiError
-from ci.project import merge, read_settings
+from ci.config.project import merge, read_settings
 from tests._wheels import run_stage
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_ext"

@@ -67,7 +67,7 @@ class BuildEnv:
 
 def requirement_pins(names: tuple[str, ...]) -> list[str]:
     """`name==version` as requirements-dev.txt pins each name (the bare name where it pins none)."""
-    from ci.project import read_pins
+    from ci.config.project import read_pins
     from ci.wheel.names import normalize
 
     pins = read_pins(Path(__file__).resolve().parents[2] / "requirements-dev.txt")
