@@ -73,6 +73,29 @@ def run_py(code: str, pythonpath: list[Path]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
 
 
+
+def _rerecorded(entries: list[tuple[str, bytes, int]]) -> list[tuple[str, bytes, int]]:
+    """The entries with RECORD rewritten to match their bytes: a valid wheel once zipped."""
+    import csv
+    import io
+
+    from tests._wheels import record_hash
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    record = next(n for n, _, _ in entries if n.endswith(".dist-info/RECORD"))
+    for n, d, _ in entries:
+        writer.writerow([n, "", ""] if n == record else [n, record_hash(d), len(d)])
+    return [(n, buf.getvalue().encode() if n == record else d, m) for n, d, m in entries]
+
+
+def refused_split(wheel: Path, limit: str, out: Path, words: str, *extra: str | Path) -> None:
+    """ci.split refuses the wheel: exit 2, one error line with `words`, nothing in `out`."""
+    r = run_stage("ci.split", wheel, "--limit", limit, "-w", out, *extra)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], r.stderr
+    assert not out.exists() or not any(out.iterdir())
+
 def test_split_into_two_companions_works_in_both_layouts(native_wheel: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     r = run_stage("ci.split", native_wheel, "--limit", "300KB", "-w", out, "--json")
@@ -246,11 +269,7 @@ def test_under_the_limit_a_tampered_wheel_is_refused_unless_no_verify(native_whe
                for n, d, m in wheel_entries(native_wheel)]
     wheel = raw_zip(tmp_path / "bad" / native_wheel.name, entries)
     out = tmp_path / "out"
-    r = run_stage("ci.split", wheel, "--limit", "pypi", "-w", out)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "RECORD hash mismatch for demo/lib/libbig2.so" in lines[0], r.stderr
-    assert not out.exists() or not any(out.iterdir())
+    refused_split(wheel, "pypi", out, "RECORD hash mismatch for demo/lib/libbig2.so")
     r = run_stage("ci.split", wheel, "--limit", "pypi", "--no-verify", "-w", out)
     assert r.returncode == 0, r.stderr
     assert (out / wheel.name).read_bytes() == wheel.read_bytes()
@@ -337,17 +356,8 @@ def test_bad_input_exits_2_and_writes_nothing(native_wheel: Path, tmp_path: Path
 def _renamed_version(wheel: Path, old: str, new: str, dest: Path) -> Path:
     """The wheel with its version spelled `new` in the file name and .dist-info (RECORD rewritten with
     csv, so any characters survive)."""
-    import csv
-    import io
-
-    from tests._wheels import record_hash
     entries = [(n.replace(f"-{old}.dist-info/", f"-{new}.dist-info/"), d, m) for n, d, m in wheel_entries(wheel)]
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    record = next(n for n, _, _ in entries if n.endswith(".dist-info/RECORD"))
-    for n, d, _ in entries:
-        writer.writerow([n, "", ""] if n == record else [n, record_hash(d), len(d)])
-    entries = [(n, buf.getvalue().encode() if n == record else d, m) for n, d, m in entries]
+    entries = _rerecorded(entries)
     return raw_zip(dest / wheel.name.replace(f"-{old}-", f"-{new}-"), entries)
 
 
@@ -357,12 +367,7 @@ def test_a_version_that_is_not_pep440_is_refused_before_anything_is_written(nati
     on import. Now it is validated (PEP 440) when the name is parsed: one line, exit 2, nothing written."""
     version = '1.0+cpu"""+__import__("os").system("touch pwned")+"""'
     wheel = _renamed_version(native_wheel, "1.0+cpu", version, tmp_path / "in")
-    out = tmp_path / "out"
-    r = run_stage("ci.split", wheel, "--limit", "300KB", "-w", out)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "not a PEP 440 version" in lines[0], r.stderr
-    assert not out.exists() or not any(out.iterdir())
+    refused_split(wheel, "300KB", tmp_path / "out", "not a PEP 440 version")
 
 
 def test_companion_init_is_a_literal_whatever_its_text() -> None:
@@ -378,17 +383,8 @@ def test_companion_init_is_a_literal_whatever_its_text() -> None:
 
 def _with_member(wheel: Path, name: str, data: bytes, dest: Path) -> Path:
     """The wheel with member `name` holding `data`, RECORD rewritten to match (a valid wheel)."""
-    import csv
-    import io
-
-    from tests._wheels import record_hash
     entries = [(n, data if n == name else d, m) for n, d, m in wheel_entries(wheel)]
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    record = next(n for n, _, _ in entries if n.endswith(".dist-info/RECORD"))
-    for n, d, _ in entries:
-        writer.writerow([n, "", ""] if n == record else [n, record_hash(d), len(d)])
-    entries = [(n, buf.getvalue().encode() if n == record else d, m) for n, d, m in entries]
+    entries = _rerecorded(entries)
     return raw_zip(dest / wheel.name, entries)
 
 
@@ -401,12 +397,7 @@ def test_a_deflate_bomb_is_refused_by_its_size_cap(native_wheel: Path, tmp_path:
     data = next(d for n, d, _ in wheel_entries(native_wheel) if n == member)
     wheel = _with_member(native_wheel, member, data + b"#" * (size - len(data)), tmp_path / "in")
     assert wheel.stat().st_size < native_wheel.stat().st_size + (size >> 9)  # it stays small on disk
-    out = tmp_path / "out"
-    r = run_stage("ci.split", wheel, "--limit", "300KB", "-w", out)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and f"{member} is {size} bytes uncompressed, over the {cap}" in lines[0], r.stderr
-    assert not out.exists() or not any(out.iterdir())
+    refused_split(wheel, "300KB", tmp_path / "out", f"{member} is {size} bytes uncompressed, over the {cap}")
 
 
 def test_a_preload_dep_our_reader_refuses_is_refused(native_wheel: Path, tmp_path: Path) -> None:
@@ -416,12 +407,7 @@ def test_a_preload_dep_our_reader_refuses_is_refused(native_wheel: Path, tmp_pat
     dep = build_wheel(tmp_path / "dep", name="extdep", tag="py3-none-linux_x86_64",
                       files={"extdep/lib/libext.so": so})
     dup = raw_zip(tmp_path / "dup" / dep.name, wheel_entries(dep) + [("extdep/lib/libext.so", so, 0o100644)])
-    out = tmp_path / "out"
-    r = run_stage("ci.split", native_wheel, "--limit", "300KB", "-w", out, "--preload-deps", dup)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "duplicate member in wheel: extdep/lib/libext.so" in lines[0], r.stderr
-    assert not out.exists() or not any(out.iterdir())
+    refused_split(native_wheel, "300KB", tmp_path / "out", "duplicate member in wheel: extdep/lib/libext.so", "--preload-deps", dup)
 
 
 TOOL = ("#include <stdio.h>\nint front(void); int big1(void);\n"
