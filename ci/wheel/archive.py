@@ -153,6 +153,8 @@ def _check_name(name: str) -> None:
 
 def canonical_name(name: str) -> str:
     """The path an installer writes for a member: `a//b`, `a/./b` and `./a/b` are all `a/b`."""
+    if "//" not in name and "./" not in name and not name.endswith("/.") and name not in ("", ".") and name[0] != "/":
+        return name  # nearly every name: no empty or `.` part, so it is its own canonical form
     parts = [p for p in name.split("/") if p not in ("", ".")]
     return "/".join(parts) + ("/" if name.endswith("/") else "")
 
