@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -116,9 +117,9 @@ class Project:
         return f"{name}=={self.pins[key]}" if key in self.pins else requirement.strip()
 
     def default_python(self) -> list[str]:
-        """Pythons named by [tool.cibuildwheel] build (cp311-... -> 3.11); the op wheel is py3, so one."""
+        """Pythons named by [tool.cibuildwheel] build (cp311-... -> 3.11), else the one running this."""
         found = [f"{m[1]}.{m[2]}" for s in self.cibw_build if (m := re.match(r"cp(3)(\d+)-", s))]
-        return found or ["3.11"]
+        return found or [f"{sys.version_info.major}.{sys.version_info.minor}"]  # the Python verify uses
 
 
 def python_notes(project: Project, pythons: list[str]) -> list[str]:
@@ -148,6 +149,12 @@ def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine
     if missing:
         raise CiError(f"torch {torch} has no wheels for Python {', '.join(missing)} "
                       f"(it has {', '.join(line.python)})")
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    others = [p for p in wanted if p != here]
+    if others and project.py_api != "py3":  # a py3 wheel installs anywhere; a cp3X wheel only there
+        raise CiError(f"--python {', '.join(others)}: verify installs each wheel with this pipeline's Python "
+                      f"{here}, so a {project.name} wheel for Python {others[0]} could only fail after its "
+                      f"build; build --python {here}, or run ci.build with Python {others[0]}")
     return sorted(dict.fromkeys(wanted), key=lambda p: int(p.split(".")[1]))
 
 

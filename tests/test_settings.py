@@ -117,3 +117,16 @@ def test_staging_takes_submodules_and_forgets_deleted_sources(tmp_path: Path) ->
     (project / "tiny_ext" / "extra.py").unlink()
     stage_project(project, dest)
     assert not (dest / "tiny_ext" / "extra.py").exists()
+
+
+@pytest.mark.parametrize("engine", ["host", "docker"])
+def test_a_python_verify_cannot_install_is_refused_in_the_plan(engine: str) -> None:
+    """`--python 3.12` on a per-Python (setuptools) project built the cp312 wheel, then failed verify,
+    which installs with the pipeline's own Python: said in the plan now, before any build."""
+    import sys
+    other = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
+    r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", engine, "--python", other, "--dry-run")
+    (line,) = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and f"--python {other}: verify installs each wheel with this pipeline's Python" in line, r.stderr
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert run_stage("ci.build", FIXTURE, "--cpu", "--engine", engine, "--python", here, "--dry-run").returncode == 0
