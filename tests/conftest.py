@@ -8,6 +8,7 @@ only a cold machine pays the ~3 GB CUDA download.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,6 +20,12 @@ from tests._wheels import run_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 collect_ignore = ["fixtures"]  # projects the tests build; their own tests run inside verify
+
+# Variables a CI job (GitHub Actions, our own workflow) sets that change what the stages write: the
+# suite runs without them, session fixtures included, and a test that needs one sets it itself.
+CI_VARIABLES = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CI_IMAGE_REGISTRY", "SOURCE_DATE_EPOCH", "PIP_CONSTRAINT")
+for _var in CI_VARIABLES:
+    os.environ.pop(_var, None)
 
 
 @dataclass(frozen=True)

@@ -182,3 +182,16 @@ def test_every_ci_flag_the_workflow_uses_exists(workflow):
                                    text=True, check=True).stdout
         for flag in (a.split("=")[0] for a in args if a.startswith("-")):
             assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", help_text), f"{module} has no {flag}"
+
+
+def test_the_suite_runs_without_the_ci_jobs_variables():
+    """Run inside a GitHub job, GITHUB_STEP_SUMMARY made every build append to the job's summary and
+    SOURCE_DATE_EPOCH changed every wheel's timestamps: the suite clears them (tests/conftest.py)."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, GITHUB_STEP_SUMMARY="/nonexistent/summary", SOURCE_DATE_EPOCH="1", GITHUB_ACTIONS="true")
+    code = ("import os, sys; sys.path.insert(0, 'tests'); import conftest; "
+            "print(sorted(v for v in conftest.CI_VARIABLES if v in os.environ))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
