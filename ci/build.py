@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -148,10 +147,10 @@ def build_project(args, project_dir: Path, settings) -> int:
 
             built = container.compile(plan, work / "repaired", project_dir, logfile=work / "cibuildwheel.log")
             from ci.native.elf import scan_wheel
-            from ci.native.libs import is_excluded
+            from ci.native.libs import excluded_of
 
             # what the container's ci.repair left to torch and the CUDA wheels, as the host path reports it
-            excluded = sorted({n for w in built for lib in scan_wheel(w) for n in lib.needed if is_excluded(n)})
+            excluded = excluded_of(n for w in built for lib in scan_wheel(w) for n in lib.needed)
             env, build_dir = ensure_env(torch_spec(plan, args.torch_index_url), log=log), None
         if plan.cuda and not args.allow_no_device_code:
             from ci.native.elf import device_code

@@ -92,16 +92,20 @@ _ADVICE = {
 }
 
 
+def _tool(cmd: object) -> str:
+    """The program a subprocess ran, by name: `sh` for ['sh', '-c', ...] or 'sh -c ...'."""
+    first = cmd[0] if isinstance(cmd, (list, tuple)) else cmd
+    return Path(str(first).split()[0]).name
+
+
 def system_error(e: OSError | subprocess.SubprocessError) -> str:
     """One line for an OS or tool failure: what failed, on which path, and what to do."""
     if isinstance(e, subprocess.CalledProcessError):
-        tool = Path(str(e.cmd[0] if isinstance(e.cmd, (list, tuple)) else e.cmd).split()[0]).name
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        last = err.strip().splitlines()[-1:] if err.strip() else []
-        return f"{tool} failed with exit status {e.returncode}" + (f": {last[0]}" if last else "")
+        last = err.strip().splitlines()[-1:]
+        return f"{_tool(e.cmd)} failed with exit status {e.returncode}" + (f": {last[0]}" if last else "")
     if isinstance(e, subprocess.TimeoutExpired):
-        tool = Path(str(e.cmd[0] if isinstance(e.cmd, (list, tuple)) else e.cmd).split()[0]).name
-        return f"{tool} did not finish within {e.timeout:g} s"
+        return f"{_tool(e.cmd)} did not finish within {e.timeout:g} s"
     if not isinstance(e, OSError):
         return str(e)
     what = e.strerror or str(e)

@@ -25,7 +25,7 @@ from pathlib import Path
 from ci import cli
 from ci.util.atomic import atomic_path
 from ci.errors import CiError, Finding
-from ci.native.libs import EXCLUDES, is_excluded
+from ci.native.libs import EXCLUDES, excluded_of, is_excluded
 from ci.wheel.names import WheelName, normalize
 
 @dataclass
@@ -155,7 +155,7 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
         if leaked:
             raise Finding(f"auditwheel grafted torch/CUDA libraries into {repaired.name}: {', '.join(leaked)}")
         needed = {n for lib in libs for n in lib.needed}
-        excluded = sorted(n for n in needed if is_excluded(n))
+        excluded = excluded_of(needed)
         with WheelArchive.open(repaired) as wa:
             have = {_req_name(r) for r in get_headers(wa.metadata, "Requires-Dist")}
             wanted = required_dists(set(excluded), torch_version, torch_requires) if excluded else []

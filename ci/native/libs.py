@@ -6,6 +6,7 @@ Shared by repair (auditwheel's exclusions), verify (nothing of them grafted) and
 from __future__ import annotations
 
 import fnmatch
+from typing import Iterable
 
 # Library stems that must never be grafted: torch's own (its OpenMP runtime included: torch ships
 # libgomp.so.1 and a second copy in the extension's wheel breaks at run time), then NVIDIA's. One list;
@@ -21,3 +22,9 @@ EXCLUDES = tuple(f"lib{stem}*.so*" for stem in TORCH_LIBRARIES + CUDA_LIBRARIES)
 
 def is_excluded(soname: str) -> bool:
     return any(fnmatch.fnmatchcase(soname, p) for p in EXCLUDES)
+
+
+def excluded_of(needed: Iterable[str]) -> list[str]:
+    """The NEEDED sonames torch and the CUDA wheels provide (each once, sorted): what a repaired wheel
+    leaves to them and declares instead."""
+    return sorted({n for n in needed if is_excluded(n)})
