@@ -17,6 +17,7 @@ from typing import Any
 
 from ci.config import matrix as mx
 from ci.config.project import load_pyproject, read_pins
+from ci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
 from ci.util.cache import cache_dir
 from ci.errors import CiError
 
@@ -28,10 +29,12 @@ CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount th
 REPAIR_COMMAND = f"PYTHONPATH={CONTAINER_TOOL} python -m ci.repair -w {{dest_dir}} {{wheel}}"
 
 
-def repair_command(excludes: list[str]) -> str:
-    """cibuildwheel's repair command: ci.repair with the project's excludes, as the host build repairs
-    (cibuildwheel substitutes only its own {wheel} and {dest_dir} fields, then a shell runs it)."""
-    return REPAIR_COMMAND + "".join(f" --exclude {shlex.quote(p)}" for p in excludes)
+def repair_command(excludes: list[str], stable_abi: str | None = None) -> str:
+    """cibuildwheel's repair command: ci.repair with the project's excludes (and the stable-ABI
+    target), as the host build repairs (cibuildwheel substitutes only its own {wheel} and {dest_dir}
+    fields, then a shell runs it)."""
+    stable = f" --stable-abi {shlex.quote(stable_abi)}" if stable_abi else ""
+    return REPAIR_COMMAND + stable + "".join(f" --exclude {shlex.quote(p)}" for p in excludes)
 CONTAINER_CA = "/etc/ci/host-ca.pem"
 CONTAINER_FIND_LINKS = "/ci/find-links"
 # Where the host's trusted CA bundle is named: TLS-intercepting networks (corporate proxies, this kind of CI)
@@ -68,10 +71,11 @@ class Plan:
     project: str = ""  # the project's name, its directory and its build system
     project_dir: str = ""
     backend: str = ""
+    stable: StablePlan | None = None  # a stable-ABI build: one wheel per variant for every later torch
 
     @property
     def torch_requirement(self) -> str:
-        return f"torch=={self.torch}"
+        return f"torch>={self.stable.target}" if self.stable else f"torch=={self.torch}"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -331,13 +335,18 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
               arch_list: str | None = None, engine: str = "auto", project_dir: Path = Path("."),
               image: str | None = None, find_links: Path | None = None,
               torch_index_url: str | None = None, build_env: dict[str, str] | None = None,
-              excludes: list[str] = ()) -> Plan:
+              excludes: list[str] = (), stable_abi: str | None = None) -> Plan:
     """The plan; `image` replaces the matrix's image, `find_links` is a wheel directory the container's pip
-    uses (torch then comes from pip's sources, unless `torch_index_url` names an index)."""
+    uses (torch then comes from pip's sources, unless `torch_index_url` names an index). `stable_abi`
+    (a torch minor, e.g. "2.10") builds one wheel for every torch from it on: `cuda` may then name a
+    major ("13"), built with its lowest CUDA against its newest torch."""
     matrix = mx.load()
     project = Project.read(project_dir)
     if engine not in ENGINES:
         raise CiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+    if stable_abi is not None and cuda is not None:
+        row = pick_row(matrix, cuda, parse_target(stable_abi))
+        cuda, torch = row.version, torch or newest_torch(row, parse_target(stable_abi))
     if find_links is not None:
         find_links = Path(find_links).resolve()
         if not find_links.is_dir():
@@ -347,9 +356,12 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
                                             torch_index_url))
     plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
                    backend=project.backend)
-    if excludes:  # --exclude and [tool.ci] exclude reach the container's repair too
-        plan = replace(plan, environment={**plan.environment,
-                                          "CIBW_REPAIR_WHEEL_COMMAND_LINUX": repair_command(list(excludes))})
+    if stable_abi is not None:
+        plan = _with_stable(plan, plan_stable(matrix, stable_abi, plan.cuda, plan.torch))
+    if excludes or plan.stable:  # --exclude and [tool.ci] exclude reach the container's repair too
+        target = plan.stable.target if plan.stable else None
+        plan = replace(plan, environment={**plan.environment, "CIBW_REPAIR_WHEEL_COMMAND_LINUX":
+                                          repair_command(list(excludes), target)})
     if build_env:  # the project's [tool.ci] env and --env reach the container's build too
         env = dict(plan.environment)
         env["CIBW_ENVIRONMENT_LINUX"] += " " + _cibw_environment(build_env)
@@ -361,6 +373,33 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
     env = {**plan.environment, "CIBW_MANYLINUX_X86_64_IMAGE": image}
     return replace(plan, image=image, image_origin="given", environment=env,
                    notes=[n for n in plan.notes if "built from docker/" not in n])
+
+
+def stable_flags(stable: StablePlan, cuda: bool) -> dict[str, str]:
+    """What a stable-ABI build adds to the compilers' flags, by variable: C and C++ (setuptools and CMake
+    read CFLAGS/CXXFLAGS), nvcc (CMake reads CUDAFLAGS, nvcc itself NVCC_APPEND_FLAGS); CI_STABLE_ABI
+    tells the project's build which mode it is in."""
+    cxx = " ".join(stable.cuda_defines if cuda else stable.defines)
+    flags = {"CI_STABLE_ABI": stable.target, "CFLAGS": cxx, "CXXFLAGS": cxx}
+    if cuda:
+        flags.update(CUDAFLAGS=" ".join(stable.cuda_defines), NVCC_APPEND_FLAGS=" ".join(stable.cuda_defines))
+    return flags
+
+
+def _with_stable(plan: Plan, stable: StablePlan) -> Plan:
+    """The plan building a stable-ABI wheel: the container's compilers get the flags (after what the
+    image sets: the values extend theirs), and the notes say what the wheel serves."""
+    added = {k: (v if k == "CI_STABLE_ABI" else f"${k} {v}") for k, v in stable_flags(stable, bool(plan.cuda)).items()}
+    env = {**plan.environment}
+    env["CIBW_ENVIRONMENT_LINUX"] += " " + _cibw_environment(added)
+    note = (f"stable ABI {stable.target}: one {stable.variant} wheel for {stable.serves}; verified under torch "
+            + ", ".join(v for v, _ in stable.verify))
+    # compiled against the oldest cuDNN of the range, which every later one runs (cuDNN 9.y runs 9.z code, z <= y)
+    cudnn = f"{plan.cudnn_requirement.split('==')[0]}=={stable.cudnn_floor}" if plan.cudnn_requirement and \
+        stable.cudnn_floor else plan.cudnn_requirement
+    if cudnn != plan.cudnn_requirement:
+        env["CIBW_BEFORE_BUILD_LINUX"] = env["CIBW_BEFORE_BUILD_LINUX"].replace(plan.cudnn_requirement, cudnn)
+    return replace(plan, stable=stable, environment=env, notes=[*plan.notes, note], cudnn_requirement=cudnn)
 
 
 def _torch_source(find_links: Path | None, torch_index_url: str | None, default: str | None) -> str | None:
@@ -446,6 +485,9 @@ def format_plan(plan: Plan) -> str:
         ("nvcc flags", " ".join(plan.nvcc_flags) or "-"),
         ("gcc max", str(plan.gcc_max) if plan.gcc_max else "-"),
         ("python", ", ".join(plan.python)),
+        ("stable abi", f"{plan.stable.target}: {plan.stable.variant} wheel, {plan.stable.serves}; defines "
+                       f"{' '.join(plan.stable.cuda_defines or plan.stable.defines)}" if plan.stable else "no: "
+                       f"the wheel pins {plan.torch_requirement}"),
         ("identifiers", " ".join(plan.identifiers)),
     ]
     width = max(len(k) for k, _ in rows)
@@ -462,8 +504,11 @@ def split_csv(text: str | None) -> list[str] | None:
 def main(args) -> int:
     from ci.cli import emit_json
 
+    from ci.config.project import read_settings
+
+    stable = args.stable_abi or read_settings(args.project_dir).stable_abi
     plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
-                     engine=args.engine, project_dir=args.project_dir)
+                     engine=args.engine, project_dir=args.project_dir, stable_abi=stable)
     if args.json:
         emit_json(plan.to_json())
     else:
@@ -481,6 +526,8 @@ def build_parser():
     p.add_argument("--python", help="comma-separated Python versions, e.g. 3.10,3.11")
     p.add_argument("--arch-list", help="TORCH_CUDA_ARCH_LIST (default: the matrix row's)")
     p.add_argument("--engine", default="auto", choices=ENGINES)
+    p.add_argument("--stable-abi", metavar="X.Y", help="a stable-ABI build for every torch >= X.Y "
+                                                       "(default: [tool.ci] stable-abi)")
     p.add_argument("--project-dir", type=Path, default=Path("."), help="where pyproject.toml is")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     return p

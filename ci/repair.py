@@ -86,6 +86,19 @@ def required_dists(needed: set[str], torch_version: str, torch_requires: list[st
     return reqs
 
 
+def stable_dists(needed: set[str], target: str, torch_version: str) -> list[str]:
+    """Requires-Dist of a stable-ABI wheel: torch >= target, and the CUDA runtime and cuDNN of the
+    CUDA major of the torch it was built against (see ci.config.stable.requirements)."""
+    from ci.config import matrix as mx
+    from ci.config.stable import cudnn_floor, parse_target, requirements
+
+    m = re.search(r"\+cu(\d+)\d$", torch_version)
+    major = int(m[1]) if m else None
+    if major is None and any(n.startswith(("libcudart", "libcudnn")) for n in needed):
+        raise CiError(f"the wheel links CUDA but torch {torch_version} names no CUDA build (+cuNNN): pass --torch")
+    return requirements(needed, target, major, cudnn_floor(mx.load(), major, parse_target(target)))
+
+
 def _req_name(req: str) -> str:
     m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
     return normalize(m.group(1)) if m else ""
@@ -124,7 +137,7 @@ def _auditwheel(wheel: Path, out: Path, plat: str | None, excludes: list[str] = 
 
 def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
            torch_requires: list[str] | None = None, plat: str | None = None,
-           excludes: list[str] = ()) -> RepairResult:
+           excludes: list[str] = (), stable_abi: str | None = None) -> RepairResult:
     """Repair `wheel` into `wheel_dir`; the input is untouched and nothing partial is left behind."""
     from ci.native.elf import scan_wheel
     from ci.wheel.archive import WheelArchive, edit_headers, get_headers, rewrite
@@ -158,7 +171,10 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
         excluded = excluded_of(needed)
         with WheelArchive.open(repaired) as wa:
             have = {_req_name(r) for r in get_headers(wa.metadata, "Requires-Dist")}
-            wanted = required_dists(set(excluded), torch_version, torch_requires) if excluded else []
+            if stable_abi:  # torch >= the target, whatever the wheel links
+                wanted = stable_dists(set(excluded), stable_abi, torch_version)
+            else:
+                wanted = required_dists(set(excluded), torch_version, torch_requires) if excluded else []
             added = [r for r in wanted if _req_name(r) not in have]
             wheel_dir.mkdir(parents=True, exist_ok=True)
             if added:
@@ -183,13 +199,15 @@ def build_parser() -> cli.Parser:
     p.add_argument("--plat", help="manylinux policy tag (default: the highest that fits)")
     p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                    help="a further library (glob) auditwheel must not graft; repeatable")
+    p.add_argument("--stable-abi", metavar="X.Y", help="a stable-ABI build: require torch>=X.Y, not ==")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
 def main(args) -> int:
     result = repair(args.wheel, args.wheel_dir, torch_version=args.torch_version,
-                    torch_requires=args.torch_requires, plat=args.plat, excludes=args.exclude)
+                    torch_requires=args.torch_requires, plat=args.plat, excludes=args.exclude,
+                    stable_abi=args.stable_abi)
     if args.json:
         cli.emit_json(result.to_json())
     else:

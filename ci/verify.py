@@ -186,8 +186,9 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
     with WheelArchive.open(wheel) as wa:
         requires = get_headers(wa.metadata, "Requires-Dist")
         names = [m.name for m in wa.files]
-    checks["requires_torch"] = ("ok" if any(r.replace(" ", "").startswith("torch==") for r in requires)
-                                else "FAILED: Requires-Dist does not pin torch")
+    # torch== for a classic wheel, torch>= for a stable-ABI one (ci.abi checks which the libraries need)
+    checks["requires_torch"] = ("ok" if any(r.replace(" ", "").startswith(("torch==", "torch>=")) for r in requires)
+                                else "FAILED: Requires-Dist does not name the torch it needs")
     grafted = grafted_runtime(names)
     checks["nothing_grafted"] = f"FAILED: {', '.join(grafted)}" if grafted else "ok"
     with tempfile.TemporaryDirectory(prefix="ci-verify-") as tmp:

@@ -111,6 +111,13 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     compat = GLIBC_COMPAT
     host_flags = f"-isystem {compat} -include {compat / 'glibc_compat.h'}"
     cuda_flags = ["-isystem", str(compat), f"-Xcompiler=-include,{compat / 'glibc_compat.h'}"]
+    if plan.stable is not None:  # TORCH_TARGET_VERSION: torch's headers declare only what the target has
+        from ci.plan import stable_flags
+
+        flags = stable_flags(plan.stable, plan.cuda is not None)
+        host_flags += " " + flags["CXXFLAGS"]
+        cuda_flags += flags.get("NVCC_APPEND_FLAGS", "").split()
+        environ["CI_STABLE_ABI"] = flags["CI_STABLE_ABI"]
     cmake = plan.backend == "scikit-build-core"
     config = ["-C", f"build-dir={work_dir / 'build'}", "-C", f"cmake.define.CMAKE_CXX_FLAGS={host_flags}"] if cmake else []
     if not cmake:  # C and C++: setuptools compiles .cpp with CXXFLAGS, cpp_extension's ninja path with CFLAGS

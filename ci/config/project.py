@@ -35,6 +35,7 @@ class Settings:
     env: dict[str, str] = field(default_factory=dict)
     exclude: list[str] = field(default_factory=list)
     limit: str | None = None
+    stable_abi: str | None = None  # "2.10": build stable-ABI wheels serving every torch from it on
 
 
 def _words(key: str, value: object) -> list[str]:
@@ -73,6 +74,17 @@ def _limit(key: str, value: object) -> str:
     raise CiError(f"[tool.ci] {key} must be a size or a profile name (a string), not {_toml(value)}")
 
 
+def _stable_abi(key: str, value: object) -> str:
+    """A torch minor as a string: a TOML number 2.10 would arrive as 2.1, another torch."""
+    from ci.config.stable import parse_target
+
+    if not isinstance(value, str):
+        raise CiError(f'[tool.ci] {key} must be a string such as "2.10" (a TOML number 2.10 reads as 2.1), '
+                      f"not {_toml(value)}")
+    parse_target(value)
+    return value.strip()
+
+
 def _toml(value: object) -> str:
     """A value as the user wrote it in TOML (true, not True)."""
     if isinstance(value, bool):
@@ -87,6 +99,7 @@ SETTINGS = {
     "env": ("env", _env),
     "exclude": ("exclude", _words),
     "limit": ("limit", _limit),
+    "stable-abi": ("stable_abi", _stable_abi),
 }
 
 
@@ -132,7 +145,7 @@ def read_settings(project_dir: Path) -> Settings:
 
 
 def merge(settings: Settings, *, test_command: str | None, test_requires: list[str], env: list[str],
-          exclude: list[str], limit: str | None) -> Settings:
+          exclude: list[str], limit: str | None, stable_abi: str | None = None) -> Settings:
     """Command-line options over [tool.ci]; `--env NAME=VALUE` checked here."""
     merged_env = dict(settings.env)
     for item in env:
@@ -141,7 +154,8 @@ def merge(settings: Settings, *, test_command: str | None, test_requires: list[s
             raise CiError(f"bad --env {item!r}: want NAME=VALUE")
         merged_env[name] = value
     return Settings(test_command or settings.test_command, settings.test_requires + list(test_requires),
-                    merged_env, settings.exclude + list(exclude), limit or settings.limit)
+                    merged_env, settings.exclude + list(exclude), limit or settings.limit,
+                    _stable_abi("--stable-abi", stable_abi) if stable_abi else settings.stable_abi)
 
 
 def read_pins(path: Path) -> dict[str, str]:

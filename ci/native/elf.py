@@ -414,3 +414,35 @@ def _seekable(wa: WheelArchive, m: Member) -> Iterator[BinaryIO]:
     with tempfile.TemporaryDirectory(prefix="ci-elf-") as tmp, \
             open(wa.extract(m, Path(tmp) / "member"), "rb") as f:
         yield f
+
+
+def undefined_symbols(stream: BinaryIO) -> list[str]:
+    """The dynamic symbols a library imports (undefined in it): what it needs from the libraries it links."""
+    try:
+        dynsym = ELFFile(stream).get_section_by_name(".dynsym")
+        if dynsym is None:
+            return []
+        return sorted({s.name for s in dynsym.iter_symbols() if s.name and s["st_shndx"] == "SHN_UNDEF"})
+    except Exception as e:
+        if type(e).__module__.startswith("elftools.") or isinstance(e, ELFError):
+            raise CiError(f"not a readable ELF file: {e}") from None
+        raise
+
+
+def imports(wheel: Path) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Library path -> (its undefined dynamic symbols, its NEEDED), for every shared library in the wheel."""
+    out = {}
+    with WheelArchive.open(wheel) as wa:
+        for member in wa.files:
+            if not looks_like_shared_lib(member.name) or member.usize < 64:
+                continue
+            with _seekable(wa, member) as stream:
+                dyn = read_dynamic(stream)
+                if dyn is None:
+                    continue
+                stream.seek(0)
+                try:
+                    out[member.name] = (tuple(undefined_symbols(stream)), dyn.needed)
+                except CiError as e:
+                    raise CiError(f"{wa.path.name}: {member.name}: {e}") from None
+    return out

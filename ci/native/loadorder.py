@@ -173,15 +173,19 @@ def order_for_wheel(wheel: Path | str, inputs: Sequence[Path | str], *,
     return [as_preload(lib) for lib in dependency_order(roots, libs, system=system, skip=shipped)]
 
 
-def runtime_source(order: Sequence[Preload], *, header: str = "", strict: bool = True) -> str:
+def runtime_source(order: Sequence[Preload], *, header: str = "", strict: bool = True,
+                   variant: tuple[str, str, str, int] | None = None) -> str:
     """The stdlib-only preload module for `order`: ci/resources/preload_runtime.py with its table filled in.
-    `strict=False`: a library that cannot be loaded is left to the package's own loading."""
+    `strict=False`: a library that cannot be loaded is left to the package's own loading. `variant`
+    (distribution, version, variant, CUDA major): refuse at import a torch of another CUDA major."""
     rows = "".join(
         f"    ({p.soname!r}, {p.filename!r}, {p.distribution!r}, {p.search_dirs!r}),\n" for p in order)
     template = _RUNTIME.read_text()
     src = template.replace("LIBRARIES = ()\n", f"LIBRARIES = (\n{rows})\n" if rows else "LIBRARIES = ()\n", 1)
     if not strict:
         src = src.replace("\nSTRICT = True\n", "\nSTRICT = False\n", 1)
+    if variant is not None:
+        src = src.replace("\nVARIANT = None\n", f"\nVARIANT = {tuple(variant)!r}\n", 1)
     if header:
         src = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines()) + src
     return src

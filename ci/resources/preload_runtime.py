@@ -31,6 +31,9 @@ import threading
 # dependencies before the libraries that need them.
 LIBRARIES = ()
 STRICT = True
+# A stable-ABI wheel built for one CUDA major: (distribution, version, variant, CUDA major); else None.
+# Under a torch of another CUDA major its libraries would fail to load, or load a second CUDA runtime.
+VARIANT = None
 
 # Where other wheels keep their libraries, under a sys.path entry.
 _LAYOUTS = ("nvidia/*/lib", "*.libs", "*/lib")
@@ -139,6 +142,27 @@ def _load(soname, filename, distribution, dirs):
     raise error
 
 
+class VariantError(ImportError):
+    """torch's CUDA major is not the one this wheel was built for."""
+
+
+def check_variant():
+    """Refuse a torch whose CUDA major differs from VARIANT's, naming the variant to install."""
+    if VARIANT is None:
+        return
+    import torch
+
+    dist, version, variant, major = VARIANT
+    cuda = torch.version.cuda
+    if cuda is None or int(cuda.split(".")[0]) != major:
+        wanted = "cpu" if cuda is None else "cu" + cuda.split(".")[0]
+        raise VariantError(
+            "%s %s is the %s build (CUDA %d), but torch %s has %s: install the %s build of %s "
+            "(version %s+%s), or a torch with CUDA %d" % (
+                dist, version, variant, major, torch.__version__, "no CUDA" if cuda is None else "CUDA " + cuda,
+                wanted, dist, version.split("+")[0], wanted, major))
+
+
 def preload():
     """Load every library in LIBRARIES that the process lacks; return the paths loaded by this call."""
     global _done
@@ -147,6 +171,7 @@ def preload():
     with _lock:
         if _done:
             return []
+        check_variant()
         loaded = []
         for soname, filename, distribution, dirs in LIBRARIES:
             if not _already_loaded(soname):

@@ -1,0 +1,101 @@
+"""Stable-ABI plans: one wheel per variant, built with the major's lowest CUDA against its newest torch,
+TORCH_TARGET_VERSION reaching every compiler (as cibuildwheel itself reads the environment), the repair
+requiring torch>= and the CUDA runtime and cuDNN of the major, and the torch range shown by --dry-run."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ci import plan as pl
+from ci.config import matrix as mx
+from ci.config.stable import plan_stable, requirements
+from ci.errors import CiError
+from tests._wheels import run_stage
+from tests.test_settings import project_with
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = "-DTORCH_TARGET_VERSION=0x020a000000000000"
+
+
+def test_a_cuda_major_builds_with_its_lowest_cuda_against_its_newest_torch():
+    plan = pl.make_plan(cuda="13", engine="docker", project_dir=ROOT, stable_abi="2.10")
+    assert (plan.cuda, plan.torch, plan.stable.variant) == ("13.0", "2.14.1", "cu13")
+    assert plan.torch_requirement == "torch>=2.10"
+    # compiled against the oldest cuDNN any torch of the range pins (9.y runs code built for 9.z <= y)
+    assert plan.cudnn_requirement == "nvidia-cudnn-cu13==9.19.0.56"
+    assert "nvidia-cudnn-cu13==9.19.0.56" in plan.environment["CIBW_BEFORE_BUILD_LINUX"]
+    assert [v for v, _ in plan.stable.verify] == ["2.11.0", "2.13.0", "2.14.1"]
+    cu12 = pl.make_plan(cuda="12", engine="docker", project_dir=ROOT, stable_abi="2.10")
+    assert (cu12.cuda, cu12.torch, cu12.stable.variant) == ("12.6", "2.10.0", "cu12")
+
+
+def test_the_flags_reach_the_container_as_cibuildwheel_reads_them():
+    from cibuildwheel.environment import parse_environment
+
+    plan = pl.make_plan(cuda="13", engine="docker", project_dir=ROOT, stable_abi="2.10")
+    env = parse_environment(plan.environment["CIBW_ENVIRONMENT_LINUX"]).as_dictionary(
+        {"PATH": "/usr/bin", "CFLAGS": "-O2"})
+    assert env["CI_STABLE_ABI"] == "2.10"
+    assert env["CFLAGS"].split() == ["-O2", TARGET, "-DUSE_CUDA"]  # the image's own flags kept
+    assert env["CXXFLAGS"].split() == [TARGET, "-DUSE_CUDA"]
+    assert env["CUDAFLAGS"].split() == [*plan.nvcc_flags, TARGET, "-DUSE_CUDA"]
+    assert env["NVCC_APPEND_FLAGS"].split() == [TARGET, "-DUSE_CUDA"]
+    from cibuildwheel.util.helpers import prepare_command
+
+    argv = shlex.split(prepare_command(plan.environment["CIBW_REPAIR_WHEEL_COMMAND_LINUX"], wheel="/w.whl",
+                                       dest_dir="/out"))
+    assert argv[argv.index("--stable-abi") + 1] == "2.10"
+
+
+def test_a_cpu_variant_serves_any_torch_and_is_verified_across_the_range():
+    plan = pl.make_plan(cuda=None, engine="host", project_dir=ROOT, stable_abi="2.10")
+    assert plan.torch == mx.load().default_torch and plan.stable.variant == "cpu"
+    assert plan.stable.verify == (("2.10.0", "12.8"), ("2.13.0", None), ("2.14.1", "13.0"))
+    assert "-DUSE_CUDA" not in plan.environment["CIBW_ENVIRONMENT_LINUX"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--stable-abi", "2.9"], "stable-abi 2.9: LibTorch's stable ABI starts at torch 2.10"),
+    (["--stable-abi", "2.14"], "stable-abi 2.14 is above the build's torch 2.13.0"),
+    (["--stable-abi", "two"], "bad stable-abi 'two'"),
+    (["--stable-abi", "2.10", "--cuda", "14"], "no CUDA 14.x row of the matrix has a torch >= 2.10"),
+    (["--stable-abi", "2.10", "--cuda", "13.x"], "unsupported CUDA version '13.x'"),
+])
+def test_bad_stable_requests_are_one_line(args, words):
+    cpu = [] if "--cuda" in args else ["--cpu"]
+    r = run_stage("ci.build", *cpu, *args, "--engine", "docker", "--dry-run")
+    (line,) = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and words in line, r.stderr
+
+
+def test_stable_abi_from_tool_ci_and_dry_run_shows_the_range(tmp_path):
+    project = project_with(tmp_path, 'stable-abi = "2.10"')
+    r = run_stage("ci.build", project, "--cuda", "13", "--engine", "docker", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "stable abi   2.10: cu13 wheel, torch >= 2.10 with CUDA 13; PyPI has 2.11.0 to 2.14.1" in r.stdout
+    r = run_stage("ci.build", project, "--cpu", "--engine", "docker", "--dry-run", "--json")
+    assert json.loads(r.stdout)["stable"]["variant"] == "cpu"
+    # a TOML number 2.10 is 2.1: refused with why
+    r = run_stage("ci.build", project_with(tmp_path / "n", "stable-abi = 2.10"), "--cpu", "--dry-run")
+    assert r.returncode == 2 and "a TOML number 2.10 reads as 2.1" in r.stderr, r.stderr
+
+
+def test_classic_plans_are_unchanged():
+    plan = pl.make_plan(cuda="13.0", engine="docker", project_dir=ROOT)
+    assert plan.stable is None and plan.torch_requirement == f"torch=={plan.torch}"
+    assert "CI_STABLE_ABI" not in plan.environment["CIBW_ENVIRONMENT_LINUX"]
+    assert "--stable-abi" not in plan.environment["CIBW_REPAIR_WHEEL_COMMAND_LINUX"]
+
+
+def test_requirements_follow_what_the_libraries_link():
+    floor = plan_stable(mx.load(), "2.10", "13.0", "2.14.1").cudnn_floor
+    assert requirements({"libcudart.so.13", "libcudnn.so.9", "libc10.so"}, "2.10", 13, floor) == [
+        "torch>=2.10", "nvidia-cuda-runtime>=13,<14", "nvidia-cudnn-cu13>=9.19.0.56,<10"]
+    assert requirements({"libcudart.so.12"}, "2.10", 12, None) == ["torch>=2.10", "nvidia-cuda-runtime-cu12>=12,<13"]
+    assert requirements({"libtorch_cpu.so"}, "2.11", None, None) == ["torch>=2.11"]
+    with pytest.raises(CiError):
+        requirements({"libcudnn.so.9"}, "2.10", None, None)
