@@ -7,6 +7,7 @@ whether a container engine responds.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -501,12 +502,33 @@ def split_csv(text: str | None) -> list[str] | None:
     return [p.strip() for p in text.split(",") if p.strip()] if text else None
 
 
+def workflow_matrix(stable_abi: str | None) -> dict[str, list[dict[str, str]]]:
+    """The CI jobs a project needs, as a GitHub Actions matrix: one per CUDA version of the matrix for
+    classic wheels, one per variant (cpu, and each CUDA major the matrix can build for the target)
+    for stable-ABI ones, which serve every later torch."""
+    matrix = mx.load()
+    if stable_abi is None:
+        return {"include": [{"name": f"cuda{v}", "args": f"--cuda {v}"} for v in matrix.versions]}
+    target = parse_target(stable_abi)
+    majors = []
+    for row in matrix.rows:
+        major = row.version.split(".")[0]
+        if major not in majors and any(tuple(map(int, t.version.split(".")[:2])) >= target for t in row.torch):
+            majors.append(major)
+    variants = [("cpu", "--cpu")] + [(f"cu{m}", f"--cuda {m}") for m in majors]
+    return {"include": [{"name": f"stable-{name}", "args": f"{args} --stable-abi {stable_abi}"}
+                        for name, args in variants]}
+
+
 def main(args) -> int:
     from ci.cli import emit_json
 
     from ci.config.project import read_settings
 
     stable = args.stable_abi or read_settings(args.project_dir).stable_abi
+    if args.workflow_matrix:
+        print(json.dumps(workflow_matrix(stable)))
+        return 0
     plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
                      engine=args.engine, project_dir=args.project_dir, stable_abi=stable)
     if args.json:
@@ -530,6 +552,9 @@ def build_parser():
                                                        "(default: [tool.ci] stable-abi)")
     p.add_argument("--project-dir", type=Path, default=Path("."), help="where pyproject.toml is")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--workflow-matrix", action="store_true",
+                   help="print the CI jobs the project needs as a GitHub Actions matrix (JSON): one per CUDA "
+                        "version, or one per variant for stable-ABI wheels")
     return p
 
 

@@ -212,6 +212,34 @@ def test_too_recent_symbols_are_named_and_the_compat_header_removes_them(tmp_pat
     assert too_recent_for(wheel, "manylinux_2_28") == []
 
 
+STRINGSTREAM_SOURCE = """
+#include <sstream>
+#include <stdexcept>
+void check(int x) { if (x < 0) { std::ostringstream s; s << "bad " << x; throw std::runtime_error(s.str()); } }
+"""
+
+
+def test_libstdcxx_symbols_are_named_and_the_compat_header_removes_them(tmp_path):
+    """GCC 12's libstdc++ exports std::ostringstream's constructor at GLIBCXX_3.4.26 and stringbuf::str()
+    at 3.4.29, past manylinux_2_28's 3.4.25: torch's stable-ABI headers format every error that way.
+    The names come from auditwheel's own policy; the compat header instantiates them in the library."""
+    from ci.compile import host
+    from ci.native.elf import too_recent_for
+
+    src = tmp_path / "s.cpp"
+    src.write_text(STRINGSTREAM_SOURCE)
+    inc = host.GLIBC_COMPAT
+    libs = {}
+    for name, flags in (("plain", []), ("compat", ["-isystem", str(inc), "-include", str(inc / "glibc_compat.h")])):
+        out = tmp_path / f"lib{name}.so"
+        subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, str(src), "-o", str(out)], check=True)
+        libs[name] = make_wheel(tmp_path / name, name, {f"{name}/lib{name}.so": out})
+    named = too_recent_for(libs["plain"], "manylinux_2_28")
+    assert any("@GLIBCXX_3.4.2" in n and "(libplain.so)" in n for n in named), named
+    assert too_recent_for(libs["plain"], "manylinux_2_34") == []
+    assert too_recent_for(libs["compat"], "manylinux_2_28") == []
+
+
 def test_repair_to_an_older_policy_names_the_symbols(tmp_path):
     from ci.repair import repair
 

@@ -67,11 +67,11 @@ def test_actionlint_passes(actionlint):
 
 
 def test_actionlint_catches_a_broken_workflow(actionlint, tmp_path):
-    """The linter is live: an undefined matrix key in the same workflow is reported."""
+    """The linter is live: the matrix taken from a job that does not exist is reported."""
     broken = tmp_path / "wheels.yml"
-    broken.write_text(WORKFLOW.read_text().replace("${{ matrix.cuda }}", "${{ matrix.cudaa }}", 1))
+    broken.write_text(WORKFLOW.read_text().replace("needs.plan.outputs.matrix", "needs.plann.outputs.matrix", 1))
     problems = lint(actionlint, broken)
-    assert any("cudaa" in p["message"] for p in problems), problems
+    assert any("plann" in p["message"] for p in problems), problems
 
 
 def check_schema(path: Path) -> subprocess.CompletedProcess:
@@ -98,13 +98,28 @@ def uses(job: dict, action: str) -> list[dict]:
     return [s for s in job["steps"] if s.get("uses", "").split("@")[0] == action]
 
 
-def test_matrix_is_the_cuda_matrix(workflow):
-    assert workflow["jobs"]["wheels"]["strategy"]["matrix"]["cuda"] == mx.load().versions
+def test_matrix_is_the_cuda_matrix_or_the_stable_variants(workflow):
+    """The jobs come from ci.plan: one per CUDA version of the matrix, or one per variant for stable-ABI
+    wheels (3 jobs for every torch from 2.10 on, where classic wheels need one per CUDA version and torch)."""
+    from ci.plan import workflow_matrix
+
+    job = workflow["jobs"]["wheels"]
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}" and job["needs"] == "plan"
+    assert 'matrix=$(python -m ci.plan "${args[@]}")' in "\n".join(run_lines(workflow["jobs"]["plan"]))
+    classic = workflow_matrix(None)["include"]
+    assert [j["args"] for j in classic] == [f"--cuda {v}" for v in mx.load().versions]
+    stable = workflow_matrix("2.10")["include"]
+    assert [j["args"] for j in stable] == ["--cpu --stable-abi 2.10", "--cuda 12 --stable-abi 2.10",
+                                           "--cuda 13 --stable-abi 2.10"]
+    r = subprocess.run([sys.executable, "-m", "ci.plan", "--workflow-matrix", "--stable-abi", "2.10"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert json.loads(r.stdout) == {"include": stable}
 
 
-def test_build_step_runs_ci_build_per_cuda(workflow):
+def test_build_step_runs_ci_build_per_job(workflow):
     runs = "\n".join(run_lines(workflow["jobs"]["wheels"]))
-    assert re.search(r'python -m ci\.build --cuda "\$\{\{ matrix\.cuda \}\}"', runs)
+    assert workflow["jobs"]["wheels"]["env"]["BUILD_ARGS"] == "${{ matrix.args }}"
+    assert 'read -ra args <<< "$BUILD_ARGS"' in runs and 'python -m ci.build "${args[@]}"' in runs
     assert "--dry-run" in runs  # the plan is printed in the log before the build
     # a dispatch can name the extension; it reaches ci.build through the environment, not the script text
     assert runs.count('-w wheelhouse "$PROJECT"') == 1 and "inputs.project" not in runs
@@ -120,7 +135,7 @@ def test_pip_and_ccache_caches(workflow):
     job = workflow["jobs"]["wheels"]
     assert all(s["with"]["cache"] == "pip" for s in uses(job, "actions/setup-python"))
     cache = uses(job, "actions/cache")
-    assert cache and "matrix.cuda" in cache[0]["with"]["key"]
+    assert cache and "matrix.name" in cache[0]["with"]["key"]
     # the cached directory is the one ci.plan mounts into the containers
     assert workflow["env"]["CCACHE_DIR"].endswith("/" + cache[0]["with"]["path"])
 

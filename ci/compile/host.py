@@ -24,6 +24,8 @@ from ci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cuda_bu
 GLIBC_COMPAT = Path(__file__).resolve().parent.parent / "resources" / "glibc_compat"
 
 
+# torch's own refusal of its classic headers in a stable-ABI build (torch/extension.h)
+CLASSIC_UNDER_TARGET = "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION"
 PROGRESS = re.compile(rb"^\[\d+/\d+\] ")  # ninja's and make's step lines
 
 
@@ -156,9 +158,14 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
             sys.stderr.write("\n")
     seconds = time.monotonic() - start
     if proc.returncode != 0:
-        tail = [ln for ln in logfile.read_text(errors="replace").splitlines() if ln.strip()][-15:]
+        text = logfile.read_text(errors="replace")
+        tail = [ln for ln in text.splitlines() if ln.strip()][-15:]
         log("\n".join(tail))
-        raise Finding(f"compile failed after {seconds:.0f} s (full log: {logfile})")
+        why = ""
+        if plan.stable is not None and CLASSIC_UNDER_TARGET in text:
+            why = ("; the project includes classic LibTorch headers (torch/extension.h), which torch refuses "
+                   "under TORCH_TARGET_VERSION: port it to torch/csrc/stable, or build without --stable-abi")
+        raise Finding(f"compile failed after {seconds:.0f} s{why} (full log: {logfile})")
     log(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"

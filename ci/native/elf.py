@@ -339,6 +339,13 @@ def scan(inputs: Iterable[Path | str]) -> list[SharedLib]:
 def glibc_references(stream: BinaryIO) -> list[tuple[str, tuple[int, ...]]]:
     """(symbol, glibc version) for each undefined dynamic symbol bound to a GLIBC_x.y version: what
     decides the oldest glibc, hence the manylinux policy, a library can load on."""
+    return [(sym, tuple(int(p) for p in ver[6:].split("."))) for sym, ver in versioned_references(stream)
+            if re.fullmatch(r"GLIBC_\d+(\.\d+)+", ver)]
+
+
+def versioned_references(stream: BinaryIO) -> list[tuple[str, str]]:
+    """(symbol, version name) for each undefined dynamic symbol bound to a version (GLIBC_2.29,
+    GLIBCXX_3.4.26, CXXABI_1.3.13, ...)."""
     try:
         elf = ELFFile(stream)
         dynsym, versym = elf.get_section_by_name(".dynsym"), elf.get_section_by_name(".gnu.version")
@@ -351,8 +358,8 @@ def glibc_references(stream: BinaryIO) -> list[tuple[str, tuple[int, ...]]]:
             if sym["st_shndx"] != "SHN_UNDEF":
                 continue
             name = versions.get(versym.get_symbol(i)["ndx"]) if i else None
-            if name and re.fullmatch(r"GLIBC_\d+(\.\d+)+", name):
-                out.append((sym.name, tuple(int(p) for p in name[6:].split("."))))
+            if name:
+                out.append((sym.name, name))
         return out
     except Exception as e:
         if type(e).__module__.startswith("elftools.") or isinstance(e, ELFError):
@@ -360,21 +367,46 @@ def glibc_references(stream: BinaryIO) -> list[tuple[str, tuple[int, ...]]]:
         raise
 
 
+def libstdcxx_versions(policy: str) -> dict[str, set[str]]:
+    """The GLIBCXX and CXXABI versions a manylinux policy allows, from auditwheel's own policy file
+    (empty where auditwheel is not installed: only glibc is then checked)."""
+    try:
+        import auditwheel
+    except ImportError:
+        return {}
+    import json
+
+    name = policy.removesuffix("_x86_64")
+    data = json.loads((Path(auditwheel.__file__).parent / "policy" / "manylinux-policy.json").read_text())
+    for p in data:
+        if name == p["name"] or name in p.get("aliases", []):
+            return {k: set(v) for k, v in p["symbol_versions"].get("x86_64", {}).items() if k in ("GLIBCXX", "CXXABI")}
+    return {}
+
+
 def too_recent_for(wheel: Path, policy: str) -> list[str]:
-    """`symbol@GLIBC_x.y (library)` for every reference newer than a manylinux_2_N policy allows."""
+    """`symbol@VERSION (library)` for every reference newer than a manylinux_2_N policy allows: glibc's,
+    and libstdc++'s (GLIBCXX, CXXABI) as auditwheel's policy lists them."""
     m = re.fullmatch(r"manylinux_(\d+)_(\d+)(_x86_64)?", policy)
     if not m:
         return []
     limit = (int(m[1]), int(m[2]))
+    allowed = libstdcxx_versions(policy)
     found = []
     with WheelArchive.open(wheel) as wa:
         for member in wa.files:
             if not looks_like_shared_lib(member.name):
                 continue
             with _seekable(wa, member) as stream:
-                refs = glibc_references(stream)
-            found += [f"{sym}@GLIBC_{'.'.join(map(str, v))} ({member.name.rsplit('/', 1)[-1]})"
-                      for sym, v in refs if v > limit]
+                refs = versioned_references(stream)
+            for sym, ver in refs:
+                family, _, number = ver.partition("_")
+                if family == "GLIBC" and re.fullmatch(r"\d+(\.\d+)+", number):
+                    too_new = tuple(int(p) for p in number.split(".")) > limit
+                else:
+                    too_new = family in allowed and number not in allowed[family]
+                if too_new:
+                    found.append(f"{sym}@{ver} ({member.name.rsplit('/', 1)[-1]})")
     return sorted(set(found))
 
 

@@ -15,3 +15,17 @@ __asm__(".symver pow,pow@GLIBC_2.2.5");
 __asm__(".symver exp2,exp2@GLIBC_2.2.5");
 __asm__(".symver log2,log2@GLIBC_2.2.5");
 #endif
+
+/* libstdc++ >= 9 exports some template members it once inlined (the default constructors of
+ * std::ostringstream and std::stringstream: GLIBCXX_3.4.26; std::stringbuf::str() const& and &&:
+ * GLIBCXX_3.4.29), and its headers declare them `extern template`, so code using them needs a
+ * libstdc++ newer than manylinux_2_28's (GLIBCXX_3.4.25). torch's stable-ABI headers format every error
+ * message that way. Without the extern declarations the compiler instantiates those members in the
+ * library itself, and it references only what old libstdc++ versions export. */
+#if defined(__cplusplus) && defined(__has_include)
+#if __has_include(<bits/c++config.h>)
+#include <bits/c++config.h>
+#undef _GLIBCXX_EXTERN_TEMPLATE
+#define _GLIBCXX_EXTERN_TEMPLATE 0
+#endif
+#endif
