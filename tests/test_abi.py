@@ -191,3 +191,23 @@ def test_abi_stage_bad_input_is_one_line(tmp_path):
     wheel = build_wheel(tmp_path, "op-pkg", "1.0", {"op_pkg/__init__.py": ""})
     r = run_stage("ci.abi", wheel, "--torch-site", tmp_path)
     assert r.returncode == 2 and "no torch headers" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.real_torch
+def test_abi3_tagged_wheel_using_the_full_api_is_refused(tmp_path, site):
+    """abi3audit checks an abi3-tagged wheel: a module calling outside the limited API is named."""
+    src = tmp_path / "m.c"
+    src.write_text("extern void* PyUnicode_AsUTF8(void*);\nextern void* PyModule_Create2(void*, int);\n"
+                   "void* PyInit__m(void) { PyUnicode_AsUTF8(0); return PyModule_Create2(0, 3); }\n")
+    out = tmp_path / "_m.abi3.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
+    wheel = build_wheel(tmp_path / "dist", "op-pkg", "1.0", {"op_pkg/__init__.py": "", "op_pkg/_m.abi3.so":
+                        out.read_bytes()}, tag="cp39-abi3-linux_x86_64", requires=("torch>=2.10",))
+    r = run_abi(wheel, site)
+    assert r.returncode == 1 and "PyUnicode_AsUTF8" in r.stderr and "tagged abi3" in r.stderr, r.stderr
+    clean = tmp_path / "clean.c"
+    clean.write_text("extern void* PyModule_Create2(void*, int);\nvoid* PyInit__m(void) { return PyModule_Create2(0, 3); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(clean)], check=True)
+    wheel = build_wheel(tmp_path / "dist2", "op-pkg", "1.0", {"op_pkg/__init__.py": "", "op_pkg/_m.abi3.so":
+                        out.read_bytes()}, tag="cp39-abi3-linux_x86_64", requires=("torch>=2.10",))
+    assert run_abi(wheel, site).returncode == 0

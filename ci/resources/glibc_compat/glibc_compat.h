@@ -21,8 +21,11 @@ __asm__(".symver log2,log2@GLIBC_2.2.5");
  * GLIBCXX_3.4.29), and its headers declare them `extern template`, so code using them needs a
  * libstdc++ newer than manylinux_2_28's (GLIBCXX_3.4.25). torch's stable-ABI headers format every error
  * message that way. Without the extern declarations the compiler instantiates those members in the
- * library itself, and it references only what old libstdc++ versions export. */
-#if defined(__cplusplus) && defined(__has_include)
+ * library itself, and it references only what old libstdc++ versions export. nvcc reads this file in
+ * its preprocessing pass (__NVCC__ defined) and again when compiling the preprocessed host code
+ * (__CUDA_ARCH_LIST__ defined, __NVCC__ not), where libstdc++'s headers are already expanded inline:
+ * including one again there would define everything twice, so that pass is skipped. */
+#if defined(__cplusplus) && defined(__has_include) && !(defined(__CUDA_ARCH_LIST__) && !defined(__NVCC__))
 #if __has_include(<bits/c++config.h>)
 #include <bits/c++config.h>
 #undef _GLIBCXX_EXTERN_TEMPLATE
