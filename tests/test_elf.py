@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import io
 import os
 import random
@@ -178,8 +179,10 @@ def test_dynamic_strings_out_of_bounds_are_bad_input(libs, tmp_path):
 
 NEW_GLIBC_SOURCE = """
 #include <cmath>
+#include <dlfcn.h>
 #include <memory>
 double f(double x) { auto p = std::make_shared<double>(x); auto q = p; return std::exp(*q); }
+extern "C" void *g(const char *name) { return dlsym(RTLD_DEFAULT, name); }  // as torch 2.14 does
 """
 
 
@@ -196,18 +199,23 @@ def _compat_lib(tmp_path: Path, compat: bool) -> Path:
 
 
 def test_too_recent_symbols_are_named_and_the_compat_header_removes_them(tmp_path):
-    """This machine's glibc (2.36) binds exp@GLIBC_2.29 and libstdc++'s __libc_single_threaded@GLIBC_2.32;
-    ci/resources/glibc_compat keeps both out, so the library fits manylinux_2_28."""
+    """This machine's glibc (2.36) binds exp@GLIBC_2.29, dlsym@GLIBC_2.34 and libstdc++'s
+    __libc_single_threaded@GLIBC_2.32; ci/resources/glibc_compat keeps them out, so the library fits
+    manylinux_2_28."""
     from ci.native.elf import glibc_references, too_recent_for
 
     plain = make_wheel(tmp_path / "a", "plain", {"plain/libplain.so": _compat_lib(tmp_path, False)})
     assert too_recent_for(plain, "manylinux_2_28") == [
-        "__libc_single_threaded@GLIBC_2.32 (libplain.so)", "exp@GLIBC_2.29 (libplain.so)"]
+        "__libc_single_threaded@GLIBC_2.32 (libplain.so)", "dlsym@GLIBC_2.34 (libplain.so)",
+        "exp@GLIBC_2.29 (libplain.so)"]
     assert too_recent_for(plain, "manylinux_2_36_x86_64") == []
     fixed = _compat_lib(tmp_path, True)
     with fixed.open("rb") as f:
         refs = dict(glibc_references(f))
-    assert refs["exp"] == (2, 2, 5) and "__libc_single_threaded" not in refs
+    assert refs["exp"] == refs["dlsym"] == (2, 2, 5) and "__libc_single_threaded" not in refs
+    g = ctypes.CDLL(str(fixed)).g  # the 2.2.5 dlsym still finds symbols (libc's compatibility version)
+    g.restype, g.argtypes = ctypes.c_void_p, [ctypes.c_char_p]
+    assert g(b"malloc") and not g(b"no_such_symbol_here")
     wheel = make_wheel(tmp_path / "b", "fixed", {"fixed/libcompat.so": fixed})
     assert too_recent_for(wheel, "manylinux_2_28") == []
 
@@ -245,7 +253,8 @@ def test_repair_to_an_older_policy_names_the_symbols(tmp_path):
 
     plain = make_wheel(tmp_path / "a", "plain", {"plain/libplain.so": _compat_lib(tmp_path, False)})
     with pytest.raises(CiError, match=r"cannot meet manylinux_2_28_x86_64: it references "
-                                      r"__libc_single_threaded@GLIBC_2.32 \(libplain.so\), exp@GLIBC_2.29"):
+                                      r"__libc_single_threaded@GLIBC_2.32 \(libplain.so\), dlsym@GLIBC_2.34 \(libplain.so\), "
+                                      r"exp@GLIBC_2.29"):
         repair(plain, tmp_path / "out", torch_version="2.13.0", torch_requires=[], plat="manylinux_2_28_x86_64")
     assert not (tmp_path / "out").exists()
 

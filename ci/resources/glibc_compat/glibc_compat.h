@@ -2,10 +2,13 @@
  * their wheels meet the manylinux policy of the torch they link (manylinux_2_28 for torch >= 2.7) when
  * the build machine's glibc is newer.
  *
- * Two references push an extension past glibc 2.28 in practice (measured on the example):
+ * Three kinds of reference push an extension past glibc 2.28 in practice (measured):
  *  - glibc 2.29 gave exp/log/pow/exp2/log2 new symbol versions; the 2.2.5 versions are still in every
  *    x86_64 glibc and compute the same functions: bind to those (repeating a .symver is harmless, and
  *    nvcc's host pass does see this file twice);
+ *  - glibc 2.34 moved the dl* functions from libdl into libc at GLIBC_2.34, keeping the 2.2.5 versions
+ *    there as compatibility symbols; torch >= 2.14's stable headers call dlsym (macros.h). On an older
+ *    glibc the 2.2.5 dlsym is libdl's, which libtorch (built on manylinux_2_28) always loads;
  *  - libstdc++ >= 11 reads glibc 2.32's __libc_single_threaded: see sys/single_threaded.h here.
  * Anything else still too new is named by ci.repair when auditwheel refuses the policy. */
 #if defined(__x86_64__) && !defined(__CUDA_ARCH__)
@@ -14,6 +17,11 @@ __asm__(".symver log,log@GLIBC_2.2.5");
 __asm__(".symver pow,pow@GLIBC_2.2.5");
 __asm__(".symver exp2,exp2@GLIBC_2.2.5");
 __asm__(".symver log2,log2@GLIBC_2.2.5");
+__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
+__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
+__asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
+__asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
+__asm__(".symver dladdr,dladdr@GLIBC_2.2.5");
 #endif
 
 /* libstdc++ >= 9 exports some template members it once inlined (the default constructors of
