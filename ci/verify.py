@@ -1,8 +1,9 @@
 """Verify: install a built wheel into a fresh venv with its torch, check it, and run the project's tests.
 
 The fresh venv sees the cached torch install through a .pth file instead of reinstalling ~3 GB of
-torch and CUDA wheels per run: pip still resolves the wheel's Requires-Dist against it (with
---no-index, so an unmet requirement fails the install rather than downloading something), and the
+torch and CUDA wheels per run: pip still resolves the wheel's Requires-Dist against it (offline, so a
+requirement on torch, triton or an nvidia-* wheel that install does not meet fails rather than
+downloading something; other dependencies, numpy or scipy, come from the index), and the
 package imports from the venv's own site-packages. The checks are the same for any extension (each
 package imports, each library loads, the torch.ops namespaces it registers, nothing grafted, torch
 pinned); what the extension computes is its own tests' job: the project's test command runs there
@@ -64,16 +65,75 @@ def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
+# The torch stack: a requirement on these must be met by the torch install verify runs over, never by
+# a download (a classic wheel pinning another torch must fail here, not fetch that torch).
+_TORCH_STACK = re.compile(r"(torch|triton|pytorch-triton|nvidia-.*|cuda-.*)")
+
+
+def base_constraints(torch_site: Path) -> list[str]:
+    """`name==version` for every distribution in the torch install: what pip may not replace."""
+    from importlib.metadata import distributions
+
+    pins = {}
+    for dist in distributions(path=[str(torch_site)]):
+        name, version = dist.metadata["Name"], dist.version
+        if name and version:
+            pins[name.lower()] = f"{name}=={version}"
+    return sorted(pins.values())
+
+
 def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Path]) -> tuple[Path, str | None]:
-    """A fresh venv in tmp over torch_site with the wheel installed offline: its python, and why the
-    install failed (None when it did not)."""
+    """A fresh venv in tmp over torch_site with the wheel installed: its python, and why the install
+    failed (None when it did not). Offline first; a wheel that also needs packages outside the torch
+    stack (numpy, scipy) gets those from the package index, with everything of the torch install pinned
+    as it is, so torch, triton and the nvidia-* wheels still come only from that install."""
     python = fresh_venv(tmp / "venv", torch_site)
     links = [arg for d in find_links for arg in ("--find-links", str(d))]
     proc = pip_install(python, "--no-index", *links, str(wheel))
     if proc.returncode == 0:
         return python, None
+    pins = base_constraints(torch_site)
+    unmet = _stack_requirements_unmet(wheel, pins)
+    if unmet:
+        return python, (f"FAILED: requires {', '.join(unmet)}, which the torch install does not meet "
+                        "(torch, triton and nvidia-* are never downloaded here)")
+    if _unmet_requirement(proc.stderr):
+        constraints = tmp / "torch-install-constraints.txt"
+        constraints.write_text("".join(f"{line}\n" for line in pins))
+        proc = pip_install(python, "--constraint", str(constraints), *links, str(wheel))
+        if proc.returncode == 0:
+            return python, None
     reason = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln] or proc.stderr.splitlines()[-1:]
     return python, f"FAILED: {reason[0] if reason else ''}"
+
+
+def _stack_requirements_unmet(wheel: Path, pins: list[str]) -> list[str]:
+    """The wheel's requirements on the torch stack that the torch install does not meet."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from ci.wheel.archive import WheelArchive, get_headers
+
+    have = {canonicalize_name(name): version for name, _, version in (pin.partition("==") for pin in pins)}
+    with WheelArchive.open(wheel) as wa:
+        requires = get_headers(wa.metadata, "Requires-Dist")
+    unmet = []
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue  # pip's own error says it
+        name = canonicalize_name(req.name)
+        if (req.marker is None or req.marker.evaluate({"extra": ""})) and _TORCH_STACK.fullmatch(name) \
+                and not (name in have and req.specifier.contains(have[name], prereleases=True)):
+            unmet.append(line)
+    return unmet
+
+
+def _unmet_requirement(stderr: str) -> str | None:
+    """The project pip found no distribution for, from its one-line error."""
+    m = re.search(r"No matching distribution found for ([A-Za-z0-9][A-Za-z0-9._-]*)", stderr)
+    return m[1] if m else None
 
 
 GENERIC = Path(__file__).resolve().parent / "resources" / "verify_probe.py"
