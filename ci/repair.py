@@ -35,6 +35,7 @@ class RepairResult:
     excluded: list[str]  # NEEDED sonames left for torch and the CUDA wheels to provide
     grafted: list[str]  # what auditwheel did bundle (system libraries outside the policy)
     requires_added: list[str] = field(default_factory=list)
+    requires_replaced: list[str] = field(default_factory=list)  # the project's own, superseded
     needed: dict[str, list[str]] = field(default_factory=dict)  # library path -> NEEDED
 
     def to_json(self) -> dict:
@@ -97,6 +98,11 @@ def stable_dists(needed: set[str], target: str, torch_version: str) -> list[str]
     if major is None and any(n.startswith(("libcudart", "libcudnn")) for n in needed):
         raise CiError(f"the wheel links CUDA but torch {torch_version} names no CUDA build (+cuNNN): pass --torch")
     return requirements(needed, target, major, cudnn_floor(mx.load(), major, parse_target(target)))
+
+
+def _for_extra(req: str) -> bool:
+    """A requirement only for an extra (`torch>=2; extra == "gpu"`): the project's to keep."""
+    return "extra" in req.partition(";")[2]
 
 
 def _req_name(req: str) -> str:
@@ -170,22 +176,30 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
         needed = {n for lib in libs for n in lib.needed}
         excluded = excluded_of(needed)
         with WheelArchive.open(repaired) as wa:
-            have = {_req_name(r) for r in get_headers(wa.metadata, "Requires-Dist")}
             if stable_abi:  # torch >= the target, whatever the wheel links
                 wanted = stable_dists(set(excluded), stable_abi, torch_version)
             else:
                 wanted = required_dists(set(excluded), torch_version, torch_requires) if excluded else []
+            # What the binary needs wins over what the project declared: setup.py's `torch>=1.1` (real
+            # projects have it) is true of the source, not of a library built against one torch.
+            ours = {_req_name(r): r for r in wanted}
+            replaced = [r for r in get_headers(wa.metadata, "Requires-Dist")
+                        if _req_name(r) in ours and ours[_req_name(r)] != r.strip() and not _for_extra(r)]
+            have = {_req_name(r) for r in get_headers(wa.metadata, "Requires-Dist")
+                    if r not in replaced and not _for_extra(r)}
             added = [r for r in wanted if _req_name(r) not in have]
             wheel_dir.mkdir(parents=True, exist_ok=True)
             if added:
                 out = rewrite(wa, wheel_dir, metadata_edit=lambda text: edit_headers(
-                    text, append=[("Requires-Dist", r) for r in added]))
+                    text, remove=lambda key, value: key.lower() == "requires-dist" and value in replaced,
+                    append=[("Requires-Dist", r) for r in added]))
             else:
                 out = wheel_dir / repaired.name
                 with atomic_path(out) as part:
                     shutil.copyfile(repaired, part)
     return RepairResult(
         wheel=out, platform=name.platform, excluded=excluded, grafted=grafted, requires_added=added,
+        requires_replaced=replaced,
         needed={lib.path: list(lib.needed) for lib in libs},
     )
 
@@ -212,7 +226,8 @@ def main(args) -> int:
         cli.emit_json(result.to_json())
     else:
         print(f"repaired {result.wheel.name}: excluded {', '.join(result.excluded) or 'nothing'}; "
-              f"requires added: {', '.join(result.requires_added) or 'none'}")
+              f"requires added: {', '.join(result.requires_added) or 'none'}"
+              + (f" (replacing the project's {', '.join(result.requires_replaced)})" if result.requires_replaced else ""))
     return 0
 
 

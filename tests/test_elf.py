@@ -221,9 +221,22 @@ def test_too_recent_symbols_are_named_and_the_compat_header_removes_them(tmp_pat
 
 
 STRINGSTREAM_SOURCE = """
+#include <cstddef>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 void check(int x) { if (x < 0) { std::ostringstream s; s << "bad " << x; throw std::runtime_error(s.str()); } }
+double *make(std::size_t n) { return std::allocator<double>().allocate(n); }  // as std::vector does
+"""
+
+CATCHER = """
+#include <cstddef>
+#include <cstdio>
+#include <new>
+double *make(std::size_t n);
+int main() {
+  try { make(static_cast<std::size_t>(-1)); } catch (const std::bad_array_new_length &) { std::puts("caught"); }
+}
 """
 
 
@@ -244,8 +257,15 @@ def test_libstdcxx_symbols_are_named_and_the_compat_header_removes_them(tmp_path
         libs[name] = make_wheel(tmp_path / name, name, {f"{name}/lib{name}.so": out})
     named = too_recent_for(libs["plain"], "manylinux_2_28")
     assert any("@GLIBCXX_3.4.2" in n and "(libplain.so)" in n for n in named), named
+    assert "_ZSt28__throw_bad_array_new_lengthv@GLIBCXX_3.4.29 (libplain.so)" in named, named
     assert too_recent_for(libs["plain"], "manylinux_2_34") == []
     assert too_recent_for(libs["compat"], "manylinux_2_28") == []
+    # the library's own __throw_bad_array_new_length throws what libstdc++'s does
+    (tmp_path / "main.cpp").write_text(CATCHER)
+    exe = tmp_path / "catcher"
+    subprocess.run(["g++", "-std=c++20", str(tmp_path / "main.cpp"), str(tmp_path / "libcompat.so"),
+                    f"-Wl,-rpath,{tmp_path}", "-o", str(exe)], check=True)
+    assert subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout == "caught\n"
 
 
 def test_repair_to_an_older_policy_names_the_symbols(tmp_path):

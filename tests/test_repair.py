@@ -27,6 +27,26 @@ def test_openmp_runtime_is_left_to_torch(tmp_path):
     assert "libgomp.so.1" in proc.stdout  # reported as excluded: torch provides it
 
 
+def test_the_projects_own_torch_requirement_gives_way_to_the_pin(tmp_path):
+    """Real setup.py files declare `install_requires=['torch>=1.1']` (spatial-correlation-sampler does):
+    true of the source, not of a library built against torch 2.13.0. The pin replaces it; other
+    requirements, and torch for an extra, stay as the project wrote them."""
+    src = tmp_path / "omp.c"
+    src.write_text("#include <omp.h>\nint threads(void) { return omp_get_max_threads(); }\n")
+    lib = tmp_path / "libomp_op.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-fopenmp", "-o", lib, src], check=True)
+    wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": lib},
+                       requires=("torch>=1.1", "numpy", 'torch>=2; extra == "compile"'))
+    out = tmp_path / "out"
+    proc = run_stage("ci.repair", wheel, "-w", out, "--torch", "2.13.0", "--torch-requires", "filelock")
+    assert proc.returncode == 0, proc.stderr
+    assert "replacing the project's torch>=1.1" in proc.stdout
+    (repaired,) = out.glob("*.whl")
+    metadata = zipfile.ZipFile(repaired).read("omp_op-1.0.dist-info/METADATA").decode()
+    requires = [line.partition(": ")[2] for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert requires == ["numpy", 'torch>=2; extra == "compile"', "torch==2.13.0"], requires
+
+
 def test_repairing_into_the_inputs_directory_never_replaces_the_input(tmp_path):
     """An already repaired wheel keeps its name: `-w` its own directory would replace the input."""
     src = tmp_path / "x.c"

@@ -38,5 +38,17 @@ __asm__(".symver dladdr,dladdr@GLIBC_2.2.5");
 #include <bits/c++config.h>
 #undef _GLIBCXX_EXTERN_TEMPLATE
 #define _GLIBCXX_EXTERN_TEMPLATE 0
+/* libstdc++ >= 11's allocators call std::__throw_bad_array_new_length() (exported at GLIBCXX_3.4.29)
+ * when a size overflows; torch 2.14's stable headers get there through std::vector. A weak, hidden
+ * definition here binds those calls inside the library; it throws what libstdc++'s own does, whose
+ * type (CXXABI_1.3.8) every manylinux_2_28 libstdc++ has. */
+#if defined(_GLIBCXX_RELEASE) && _GLIBCXX_RELEASE >= 11
+#include <new>
+namespace std {
+[[noreturn]] __attribute__((weak, visibility("hidden"))) void __throw_bad_array_new_length() {
+  throw bad_array_new_length();
+}
+}  // namespace std
+#endif
 #endif
 #endif
