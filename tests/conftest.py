@@ -23,7 +23,8 @@ collect_ignore = ["fixtures"]  # projects the tests build; their own tests run i
 
 # Variables a CI job (GitHub Actions, our own workflow) sets that change what the stages write: the
 # suite runs without them, session fixtures included, and a test that needs one sets it itself.
-CI_VARIABLES = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CI_IMAGE_REGISTRY", "SOURCE_DATE_EPOCH", "PIP_CONSTRAINT")
+CI_VARIABLES = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CI_IMAGE_REGISTRY", "SOURCE_DATE_EPOCH", "PIP_CONSTRAINT",
+                "CI_STABLE_ABI")
 for _var in CI_VARIABLES:
     os.environ.pop(_var, None)
 
@@ -88,3 +89,24 @@ def engines():
     started = _engines.start()
     yield started
     started.stop()
+
+
+# What makes a test slow or networked is what it needs, so the markers follow from that instead of being
+# repeated on every test: a real torch release, a container engine or Bazel, or one of the session's
+# built wheels (a real compile, and on a cold machine a build environment from the package index).
+HEAVY_MARKERS = ("real_torch", "container", "bazel")
+BUILT_FIXTURES = ("cpu_build", "cuda_build", "tiny_cpu_build", "engines", "torch_cpu_wheel")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        heavy = any(item.get_closest_marker(m) for m in HEAVY_MARKERS)
+        if heavy or set(getattr(item, "fixturenames", ())) & set(BUILT_FIXTURES):
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.network)
+        if item.get_closest_marker("gpu") and not _has_cuda_device():
+            item.add_marker(pytest.mark.skip(reason="no CUDA device on this machine (the gpu marker)"))
+
+
+def _has_cuda_device() -> bool:
+    return Path("/dev/nvidiactl").exists() or any(Path("/dev").glob("nvidia[0-9]*"))

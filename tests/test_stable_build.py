@@ -52,6 +52,11 @@ def example_cpu(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def example_cu13(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("example-cu13"), "--cuda", "13", "--arch-list", "9.0", "--stable-abi", "2.10")
+
+
+@pytest.fixture(scope="module")
 def fixture_cpu(tmp_path_factory):
     return build(tmp_path_factory.mktemp("fixture-cpu"), str(FIXTURE), "--cpu")  # stable-abi from [tool.ci]
 
@@ -72,6 +77,20 @@ def test_example_stable_cpu_wheel_passes_its_tests_under_three_torch_releases(ex
         assert checks["install"] == "ok" and str(checks["test_command"]).startswith("ok"), (version, checks)
         assert any(k.startswith("test ") for k in checks), checks  # its pytest tests ran, one by one
     assert report["passed"] and any(v == "ok (stable, torch>=2.10)" for v in report["verify"].values())
+
+
+def test_example_stable_cu13_wheel_links_cudnn_and_passes_under_three_cu13_torch_releases(example_cu13):
+    """One binary (CUDA 13.0, torch 2.14.1's headers, target 2.10) for torch 2.11 to 2.14: cuDNN required
+    from the oldest pin of the range on, never pinned."""
+    report, wheels = example_cu13
+    (wheel,) = wheels
+    assert "+cu13-py3-none-" in wheel.name, wheel.name
+    assert requires(wheel) == ["torch>=2.10", "nvidia-cuda-runtime>=13,<14", "nvidia-cudnn-cu13>=9.19.0.56,<10"]
+    by_torch = rows(report)
+    assert list(by_torch) == ["2.11.0+cu130", "2.13.0+cu130", "2.14.1+cu130"], list(by_torch)
+    for version, checks in by_torch.items():
+        assert str(checks["test_command"]).startswith("ok"), (version, checks)
+        assert checks["load softmax_ext/lib/libsoftmax_ext.so"] == "ok", checks
 
 
 def test_fixture_stable_cpu_wheel_is_abi3_and_passes_under_three_torch_releases(fixture_cpu):

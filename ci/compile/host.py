@@ -113,6 +113,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     compat = GLIBC_COMPAT
     host_flags = f"-isystem {compat} -include {compat / 'glibc_compat.h'}"
     cuda_flags = ["-isystem", str(compat), f"-Xcompiler=-include,{compat / 'glibc_compat.h'}"]
+    environ["CI_STABLE_ABI"] = ""  # the mode is the plan's, never the caller's shell's
     if plan.stable is not None:  # TORCH_TARGET_VERSION: torch's headers declare only what the target has
         from ci.plan import stable_flags
 
