@@ -50,3 +50,12 @@ def test_the_built_package_imports_and_computes(cpu_build, tmp_path):
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == str(tmp_path / "softmax_ext" / "lib" / "libsoftmax_ext.so")
+
+
+@pytest.mark.gpu
+def test_kernels_pass_on_the_gpu():
+    """Where a GPU is (the machine's own CUDA torch, or CI_GPU_PYTHON's): every correctness row passes and
+    the timing table is printed."""
+    r = gpu_check(os.environ.get("CI_GPU_PYTHON", sys.executable))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "ours ms" in r.stdout and "forward float32" in r.stdout, r.stdout

@@ -1,0 +1,137 @@
+"""Real third-party extension projects through `ci.build`, from their sdists on the package index, one
+per layout the generic path once failed on; and a project with a git submodule.
+
+- spatial-correlation-sampler 0.5.0: a root-level extension module (`spatial_correlation_sampler_backend`,
+  as flash-attn's `flash_attn_2_cuda` or apex's `amp_C`), a setup.py whose pyproject.toml has only
+  `[build-system]`, CUDA always (no CPU build), `-fopenmp -lgomp`, `install_requires` torch>=1.1 and
+  numpy. No tests in the sdist: `real_projects/check_spatial_correlation.py` checks its kernel.
+- torch-linear-assignment 0.0.6: builds its CUDA backend only when `torch.cuda.is_available()` or
+  `FORCE_CUDA=1`: on a GPU-less builder `--cuda` without the switch is a finding, with it a CUDA wheel.
+
+Each sdist is fetched by its pinned sha256 (a different file is refused), cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ci.util.cache import cache_dir
+from tests._wheels import run_stage
+
+pytestmark = [pytest.mark.slow, pytest.mark.network]
+
+HERE = Path(__file__).resolve().parent
+CHECKS = HERE / "real_projects"
+TINY = HERE / "fixtures" / "tiny_ext"
+
+# project -> (sdist file, its sha256 on the index)
+SDISTS = {
+    "spatial-correlation-sampler": ("spatial_correlation_sampler-0.5.0.tar.gz",
+                                    "872d720d3740f3caf0d15620af5180af8a1971568f9c7cda3664757262688d11"),
+    "torch-linear-assignment": ("torch_linear_assignment-0.0.6.tar.gz",
+                                "6aad76d3c976b40cf1572e81bed8aedbeafdacb817f290e137c7a76ad58fcd23"),
+}
+
+
+def sdist(project: str) -> Path:
+    """The project's pinned sdist, from the index's PEP 691 JSON page (cached, sha256-checked)."""
+    filename, sha256 = SDISTS[project]
+    path = cache_dir("sdists") / filename
+    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256:
+        return path
+    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    page = urllib.request.Request(f"{index}/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(page, timeout=60) as r:
+        files = {f["filename"]: f for f in json.load(r)["files"]}
+    assert filename in files, f"{filename} is not on {index}/{project}/"
+    with urllib.request.urlopen(urllib.request.urljoin(f"{index}/{project}/", files[filename]["url"]),
+                                timeout=300) as r:
+        data = r.read()
+    assert hashlib.sha256(data).hexdigest() == sha256, f"{filename}: the index served another file"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_suffix(".part")
+    part.write_bytes(data)
+    part.replace(path)
+    return path
+
+
+def build(tmp: Path, source: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict, list[Path]]:
+    out = tmp / "out"
+    r = run_stage("ci.build", source, "--engine", "host", "-w", out, "--work-dir", tmp / "work", *args)
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {}
+    return r, report, sorted(out.glob("*.whl"))
+
+
+def test_root_level_cuda_only_module_with_a_pep518_only_pyproject(tmp_path):
+    r, report, wheels = build(tmp_path, sdist("spatial-correlation-sampler"), "--cuda", "13.0", "--arch-list", "9.0",
+                              "--test-command", f"python {CHECKS / 'check_spatial_correlation.py'}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (wheel,) = wheels
+    assert wheel.name.startswith("spatial_correlation_sampler-0.5.0+pt2.13.0.cu130-cp311-cp311-manylinux_"), wheel.name
+    checks = report["verify"]
+    assert checks["import spatial_correlation_sampler_backend"] == "ok", checks  # the root-level module
+    assert checks["import spatial_correlation_sampler"] == "ok"
+    assert checks["test_command"].startswith("ok"), checks
+    (built,) = report["wheels"]
+    assert "libgomp.so.1" in built["excluded"] and "libcudart.so.13" in built["excluded"], built
+    assert "torch==2.13.0" in built["requires"] and "torch>=1.1" not in built["requires"], built["requires"]
+
+
+def test_cuda_only_when_forced_is_a_finding_without_the_switch_and_a_cuda_wheel_with_it(tmp_path):
+    """torch-linear-assignment asks `torch.cuda.is_available()`: False here, so a plain --cuda build
+    makes a CPU-only wheel, which must not pass as +cu130."""
+    source = sdist("torch-linear-assignment")
+    r, _, wheels = build(tmp_path / "plain", source, "--cuda", "13.0", "--arch-list", "9.0")
+    assert r.returncode == 1 and not wheels, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert "no device code" in last and "--env FORCE_CUDA=1" in last, last
+
+    r, report, wheels = build(tmp_path / "forced", source, "--cuda", "13.0", "--arch-list", "9.0",
+                              "--env", "FORCE_CUDA=1",
+                              "--test-command", f"python {CHECKS / 'check_linear_assignment.py'}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (wheel,) = wheels
+    assert "+pt2.13.0.cu130-" in wheel.name
+    checks = report["verify"]
+    assert checks["import torch_linear_assignment"] == "ok" and checks["test_command"].startswith("ok"), checks
+    assert "libcudart.so.13" in report["wheels"][0]["excluded"]
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "protocol.file.allow=always", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                   cwd=cwd, check=True, capture_output=True)
+
+
+def test_a_project_whose_sources_include_a_git_submodule(tmp_path):
+    """tiny_ext with the addend in a cutlass-style submodule: not staged, the compile fails; staged, the
+    wheel's own tests check the value it came with."""
+    sub = tmp_path / "addend"
+    sub.mkdir()
+    (sub / "addend.h").write_text("#define TINY_ADDEND 1\n")
+    _git("init", "-q", cwd=sub)
+    _git("add", ".", cwd=sub)
+    _git("commit", "-qm", "addend", cwd=sub)
+    project = tmp_path / "tiny_ext"
+    shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    cpp = project / "csrc" / "tiny.cpp"
+    cpp.write_text(cpp.read_text().replace("#include <torch/extension.h>", '#include <torch/extension.h>\n#include "addend.h"')
+                   .replace("return x + 1;", "return x + TINY_ADDEND;"))
+    setup = project / "setup.py"
+    setup.write_text(setup.read_text().replace('CppExtension("tiny_ext._C", ["csrc/tiny.cpp"])',
+                                               'CppExtension("tiny_ext._C", ["csrc/tiny.cpp"], include_dirs=["third_party/addend"])'))
+    assert "TINY_ADDEND" in cpp.read_text() and "third_party/addend" in setup.read_text()
+    _git("init", "-q", cwd=project)
+    _git("add", ".", cwd=project)
+    _git("submodule", "add", "-q", str(sub), "third_party/addend", cwd=project)
+    _git("commit", "-qm", "project", cwd=project)
+    r, report, wheels = build(tmp_path, project, "--cpu")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(wheels) == 1 and report["verify"]["test test_tiny::test_add_one_cpu"] == "ok", report["verify"]
