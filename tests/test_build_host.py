@@ -194,6 +194,8 @@ def test_repair_cli_on_built_wheel(cpu_build, tmp_path):
     assert requires(Path(result["wheel"])) == ["torch==2.13.0"]
 
 
+@pytest.mark.slow
+@pytest.mark.network
 def test_cuda_build_with_a_toolkit_from_wheels_only(tmp_path):
     """--nvcc wheel: nvcc, cicc, CCCL and cudart from NVIDIA's wheels, as on a machine with no CUDA
     install; a different arch than the other build, to see the arch list reach nvcc."""
@@ -216,6 +218,8 @@ def test_cuda_build_with_a_toolkit_from_wheels_only(tmp_path):
     assert json.loads((out / "report.json").read_text())["passed"] is True
 
 
+@pytest.mark.slow
+@pytest.mark.network
 def test_build_checks_and_splits_against_the_limit(tmp_path):
     """ci.build runs check and split after repair: with the op library alone over --limit, split
     refuses, naming it, and nothing reaches the output directory (torch-sized splits: test_split)."""

@@ -65,6 +65,8 @@ def test_directory_cpu(tiny_cpu_build):
     assert not list(FIXTURE.glob("build")) and not list(FIXTURE.glob("*.egg-info"))
 
 
+@pytest.mark.slow
+@pytest.mark.network
 def test_policy_met_without_ninja_on_the_callers_path(tmp_path):
     """A caller with no ninja on PATH (an Ubuntu 24.04 root): cpp_extension then compiled the C++ through
     setuptools' C++ flags, without the glibc compat flags, and the wheel needed glibc 2.32."""
@@ -79,6 +81,8 @@ def test_policy_met_without_ninja_on_the_callers_path(tmp_path):
     assert_tested(out, "cpu")  # manylinux_2_28 among its checks
 
 
+@pytest.mark.slow
+@pytest.mark.network
 def test_sdist_cpu(tmp_path):
     sdist = make_sdist(tmp_path / "dist")
     out = tmp_path / "out"
@@ -87,6 +91,8 @@ def test_sdist_cpu(tmp_path):
     assert_tested(out, "cpu")
 
 
+@pytest.mark.slow
+@pytest.mark.network
 def test_directory_cuda(tmp_path):
     out = tmp_path / "out"
     r = run_stage("ci.build", FIXTURE, "--cuda", "13.0", "--arch-list", "9.0", "--engine", "host", "-w", out)
@@ -163,6 +169,8 @@ def test_bad_projects_are_one_line_exit_2(tmp_path, case, words):
     assert not (tmp_path / "evil.txt").exists() and not Path("/tmp/evil.txt").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.network
 def test_a_failing_build_names_the_log_and_writes_nothing(tmp_path):
     project = tmp_path / "broken"
     shutil.copytree(FIXTURE, project)
@@ -177,6 +185,8 @@ def test_a_failing_build_names_the_log_and_writes_nothing(tmp_path):
     assert not out.exists() or not list(out.glob("*.whl"))
 
 
+@pytest.mark.slow
+@pytest.mark.network
 def test_a_failing_test_command_writes_no_wheel_and_the_report_says_which(tmp_path):
     out = tmp_path / "out"
     r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", "host", "--test-command",
@@ -189,6 +199,8 @@ def test_a_failing_test_command_writes_no_wheel_and_the_report_says_which(tmp_pa
     assert report["verify"]["test_command"].startswith("FAILED: exit 3: tiny says no")
 
 
+@pytest.mark.slow
+@pytest.mark.network
 def test_a_cuda_build_without_device_code_is_a_finding(tmp_path):
     """pytorch/extension-cpp's setup.py builds CUDA only when torch.cuda.is_available(): on a GPU-less
     builder `--cuda 13.0` gave a CPU-only wheel labelled +cu130, and nothing noticed."""

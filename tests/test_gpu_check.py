@@ -24,6 +24,8 @@ def gpu_check(python: str) -> subprocess.CompletedProcess:
     ("cpu", "torch 2.13.0+cpu is a CPU build: gpu-check needs a CUDA build of torch"),
     ("cu130", "no CUDA GPU is visible to torch 2.13.0+cu130 (torch.cuda.is_available() is False)"),
 ])
+@pytest.mark.slow
+@pytest.mark.network
 def test_refuses_in_one_line_without_a_gpu(request, tmp_path, variant, words):
     if variant == "none":
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)

@@ -69,6 +69,7 @@ def installed(target: Path) -> set[str]:
     return {p.name.split("-")[0].lower() for p in target.glob("*.dist-info")}
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("version", OLD_PIPS)
 def test_old_pips_install_from_the_index(tmp_path, real_wheels, version):
     dist = index(tmp_path, real_wheels)

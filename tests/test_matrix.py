@@ -180,6 +180,8 @@ def pypi_reports() -> None:
         list(pool.map(_pypi_report, versions))
 
 
+@pytest.mark.slow
+@pytest.mark.network
 @pytest.mark.parametrize("row,build", ON_PYPI, ids=[f"{t.version}-cu{r.version}" for r, t in ON_PYPI])
 def test_pypi_default_torch_matches_row(row: mx.CudaRow, build: mx.TorchBuild, pypi_reports):
     """Where PyPI's default torch is a row's build, its metadata proves the CUDA, the cuDNN pin and the policy."""
@@ -210,6 +212,7 @@ def _nvcc_wheel(requirement: str) -> Path:
     return found[0]
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("row", ROWS, ids=row_ids())
 def test_toolkit_facts_match_nvidias_wheels(row: mx.CudaRow, tmp_path):
     """Each row's arch table and GCC ceiling are what that toolkit itself says: the compute_* values its
@@ -266,6 +269,7 @@ def _newest_in_matrix(minor: str) -> str:
 LINES = mx.load().torch_lines
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("line", LINES, ids=[t.minor for t in LINES])
 def test_torch_line_pythons_and_policy_match_pypi(line: mx.TorchLine, pypi_reports):
     """Each torch line lists exactly the CPython range PyPI has wheels for, and its wheels' policy."""

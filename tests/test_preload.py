@@ -427,6 +427,7 @@ def cusolver_sites() -> dict[str, Path]:
     return {d: cached_install(cached_wheel(d, NVIDIA_WHEELS[d])) for d in CUSOLVER_STACK}
 
 
+@pytest.mark.real_torch
 def test_real_cusolver_loads_per_package_only_with_preload(cusolver_sites, tmp_path):
     sites = list(cusolver_sites.values())
     lib = cusolver_sites["nvidia-cusolver"] / "nvidia/cu13/lib/libcusolver.so.12"
@@ -488,6 +489,7 @@ def _system_has_cudart() -> bool:
     return run_python("import ctypes; ctypes.CDLL('libcudart.so.13')").returncode == 0
 
 
+@pytest.mark.real_torch
 def test_real_torch_per_package_copes_on_its_own(torch_sites):
     """Finding (torch 2.13.0+cu130): `import torch` already works per package: its hand-written
     _preload_cuda_deps() searches every sys.path entry for nvidia/cu13/lib. It runs only after
@@ -507,6 +509,7 @@ def test_real_torch_per_package_copes_on_its_own(torch_sites):
         assert [p.endswith("/libtorch_global_deps.so") for p in opened].count(True) == 2
 
 
+@pytest.mark.real_torch
 def test_real_torch_per_package_with_injected_preload(torch_sites, tmp_path):
     """With our preload injected, every CUDA library is loaded from the wheels, in ELF order, before
     torch opens libtorch_global_deps.so; that then loads at the first attempt, and the process has

@@ -182,6 +182,7 @@ def test_a_libraries_only_wheel_gets_rpaths_but_no_preload(native_wheel: Path, t
     assert direct.returncode == 0 and direct.stdout.strip() == "63", direct.stderr
 
 
+@pytest.mark.slow
 def test_preload_deps_from_another_wheel_make_the_bazel_layout_work(tmp_path: Path) -> None:
     """app's libx (moved) needs libext from the extdep wheel: --preload-deps puts libext first; without
     it, the preload finds libext at run time in extdep's directory (the `<pkg>/lib` layout), because

@@ -613,6 +613,8 @@ def test_a_slow_or_huge_simple_page_is_one_line_exit_2_within_the_timeout(wheels
 # ---------------------------------------------------------------- a second real private index: devpi
 
 
+@pytest.mark.slow
+@pytest.mark.network
 def test_devpi_upload_skip_existing_verify_and_install(tmp_path, wheels):
     from tests._servers import DevpiServer
     with DevpiServer(tmp_path / "devpi", USER, TOKEN) as devpi:
