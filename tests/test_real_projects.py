@@ -125,9 +125,12 @@ def test_a_project_whose_sources_include_a_git_submodule(tmp_path):
     cpp.write_text(cpp.read_text().replace("#include <torch/extension.h>", '#include <torch/extension.h>\n#include "addend.h"')
                    .replace("return x + 1;", "return x + TINY_ADDEND;"))
     setup = project / "setup.py"
-    setup.write_text(setup.read_text().replace('CppExtension("tiny_ext._C", ["csrc/tiny.cpp"])',
-                                               'CppExtension("tiny_ext._C", ["csrc/tiny.cpp"], include_dirs=["third_party/addend"])'))
-    assert "TINY_ADDEND" in cpp.read_text() and "third_party/addend" in setup.read_text()
+    # absolute, as cpp_extension's ninja build resolves include directories from its own build directory
+    setup.write_text(setup.read_text().replace('CppExtension("tiny_ext._C", ["csrc/tiny.cpp"])', (
+        'CppExtension("tiny_ext._C", ["csrc/tiny.cpp"], '
+        'include_dirs=[__import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), '
+        '"third_party", "addend")])')))
+    assert "TINY_ADDEND" in cpp.read_text() and '"third_party", "addend"' in setup.read_text()
     _git("init", "-q", cwd=project)
     _git("add", ".", cwd=project)
     _git("submodule", "add", "-q", str(sub), "third_party/addend", cwd=project)
