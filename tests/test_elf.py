@@ -319,3 +319,17 @@ def test_scan_wheel_finds_executables_by_their_mode(libs, tmp_path):
     assert sorted(found) == ["pkg/bin/exec", "pkg/bin/pie", "pkg/lib/libA.so.3"]
     assert found["pkg/bin/pie"].program and found["pkg/bin/exec"].program
     assert found["pkg/bin/pie"].needed[0] == "libA.so.3" and found["pkg/bin/exec"].runpath == ("$ORIGIN/../lib",)
+
+
+@pytest.mark.parametrize("flags", [["-std=c++11", "-fno-exceptions"], ["-std=c++17"], ["-x", "c"]])
+def test_the_compat_header_compiles_wherever_it_is_forced_in(tmp_path, flags):
+    """It is -include'd into every translation unit of a host build: C, old standards, -fno-exceptions
+    (where libstdc++ itself aborts instead of throwing)."""
+    from ci.compile import host
+
+    src = tmp_path / "u.cpp"
+    src.write_text("#include <memory>\ndouble *make(unsigned long n) { return std::allocator<double>().allocate(n); }\n"
+                   if "c" not in flags else "int one(void) { return 1; }\n")
+    inc = host.GLIBC_COMPAT
+    subprocess.run(["g++", *flags, "-O2", "-fPIC", "-shared", "-isystem", str(inc), "-include",
+                    str(inc / "glibc_compat.h"), str(src), "-o", str(tmp_path / "libu.so")], check=True)

@@ -46,7 +46,11 @@ __asm__(".symver dladdr,dladdr@GLIBC_2.2.5");
 #include <new>
 namespace std {
 [[noreturn]] __attribute__((weak, visibility("hidden"))) void __throw_bad_array_new_length() {
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
   throw bad_array_new_length();
+#else
+  __builtin_abort();  /* what libstdc++ does under -fno-exceptions */
+#endif
 }
 }  // namespace std
 #endif
