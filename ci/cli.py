@@ -40,6 +40,7 @@ class Parser(argparse.ArgumentParser):
 def parser(prog: str, description: str) -> Parser:
     p = Parser(prog=prog, description=description)
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    p.add_argument("--verbose", action="store_true", help="echo each command run, as `+ cmd` (or CI_VERBOSE=1)")
     return p
 
 
@@ -47,6 +48,10 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
         argv: Sequence[str] | None = None) -> NoReturn:
     """Parse argv, call main, turn CiError into one stderr line and its exit code."""
     args = p.parse_args(argv)
+    if getattr(args, "verbose", False):
+        from ci.util import proc
+
+        proc.VERBOSE = True
     try:
         with _terminate_like_ctrl_c():
             code = main(args) or 0

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ci import cli
 from ci.errors import CiError, Finding
+from ci.util import proc
 from ci.wheel.names import WheelName
 
 
@@ -46,14 +47,20 @@ class VerifyResult:
         return not self.failures
 
 
+def purelib(python: Path) -> str:
+    """That interpreter's site-packages."""
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return proc.run([python, "-c", code], what=f"asking {python} for its site-packages", capture_output=True,
+                    text=True).stdout.strip()
+
+
 def fresh_venv(path: Path, base_site: Path | None = None) -> Path:
     """A new venv at path, optionally layered over another environment's site-packages; returns its python."""
     # pip runs from our own environment against the new interpreter (--python), so the venv needs none.
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    proc.run([sys.executable, "-m", "venv", "--without-pip", path], what="creating the verify venv")
     python = path / "bin" / "python"
     if base_site is not None:
-        site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              check=True, capture_output=True, text=True).stdout.strip()
+        site = purelib(python)
         (Path(site) / "_base_environment.pth").write_text(f"{base_site.resolve()}\n")  # a .pth line is read
         # relative to the site-packages holding it, never to where we were run
     return python
@@ -89,21 +96,21 @@ def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Pat
     as it is, so torch, triton and the nvidia-* wheels still come only from that install."""
     python = fresh_venv(tmp / "venv", torch_site)
     links = [arg for d in find_links for arg in ("--find-links", str(d))]
-    proc = pip_install(python, "--no-index", *links, str(wheel))
-    if proc.returncode == 0:
+    r = pip_install(python, "--no-index", *links, str(wheel))
+    if r.returncode == 0:
         return python, None
     pins = base_constraints(torch_site)
     unmet = _stack_requirements_unmet(wheel, pins)
     if unmet:
         return python, (f"FAILED: requires {', '.join(unmet)}, which the torch install does not meet "
                         "(torch, triton and nvidia-* are never downloaded here)")
-    if _unmet_requirement(proc.stderr):
+    if _unmet_requirement(r.stderr):
         constraints = tmp / "torch-install-constraints.txt"
         constraints.write_text("".join(f"{line}\n" for line in pins))
-        proc = pip_install(python, "--constraint", str(constraints), *links, str(wheel))
-        if proc.returncode == 0:
+        r = pip_install(python, "--constraint", str(constraints), *links, str(wheel))
+        if r.returncode == 0:
             return python, None
-    reason = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln] or proc.stderr.splitlines()[-1:]
+    reason = [ln for ln in r.stderr.splitlines() if "ERROR" in ln] or r.stderr.splitlines()[-1:]
     return python, f"FAILED: {reason[0] if reason else ''}"
 
 
@@ -216,13 +223,13 @@ def run_test_command(command: str, python: Path, project_dir: Path, wheel: Path,
     env.pop("PYTHONPATH", None)
     if build_dir is not None:
         env["CI_BUILD_DIR"] = str(build_dir)
-    proc = subprocess.run(["sh", "-c", text], capture_output=True, text=True, cwd=cwd, env=env)
-    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
-    if proc.returncode == 0:
+    r = subprocess.run(["sh", "-c", text], capture_output=True, text=True, cwd=cwd, env=env)
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+    if r.returncode == 0:
         summary = lines[-1].strip("= ") if lines and " in " in lines[-1] else ""
         outcome = f"ok ({summary})" if summary else "ok"
     else:
-        outcome = f"FAILED: exit {proc.returncode}: " + " | ".join(lines[-TEST_TAIL:])
+        outcome = f"FAILED: exit {r.returncode}: " + " | ".join(lines[-TEST_TAIL:])
     return {"test_command": outcome, **pytest_results(junit)}
 
 
@@ -257,23 +264,22 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
         if failed:
             return VerifyResult(wheel.name, {"install": failed, **checks})
         checks["install"] = "ok"
-        site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              capture_output=True, text=True, check=True).stdout.strip()
+        site = purelib(python)
         # -I: the probe's own directory (ci/) is not on sys.path, or ci's `cache` or `errors` module
         # would be imported in place of the wheel's package of that name
         probe = json.dumps({"imports": importables(names), "libraries": libraries(names)})
-        proc = subprocess.run([str(python), "-I", str(GENERIC), site, probe], capture_output=True,
+        r = subprocess.run([str(python), "-I", str(GENERIC), site, probe], capture_output=True,
                               text=True, cwd=tmp)
         try:
-            checks.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+            checks.update(json.loads(r.stdout.strip().splitlines()[-1]))
         except (IndexError, json.JSONDecodeError):
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
             checks["import"] = f"FAILED: {tail}"
         if test_command:
             if test_requires:
-                proc = pip_install(python, *test_requires)
-                if proc.returncode != 0:
-                    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                r = pip_install(python, *test_requires)
+                if r.returncode != 0:
+                    last = (r.stderr.strip().splitlines() or ["no output"])[-1]
                     checks["test_requires"] = f"FAILED: {last}"
                     return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
             log(f"running the test command: {test_command}")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ci.engine import host_nvcc, nvcc_version, real_nvcc
+from ci.util import proc
 from ci.util.cache import cache_dir
 from ci.errors import CiError
 
@@ -60,9 +61,6 @@ class BuildEnv:
     torch_version: str
     torch_cuda: str | None
     requires: list[str]  # torch's Requires-Dist, for the repair stage (cuDNN pin)
-
-    def run(self, *args: str, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.python), *args], check=True, **kw)
 
 
 def requirement_pins(names: tuple[str, ...]) -> list[str]:
@@ -114,7 +112,8 @@ def _torch_info(python: Path) -> dict:
         "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda,"
         "'site': sysconfig.get_paths()['purelib'], 'requires': m.requires('torch') or []}))"
     )
-    out = subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True).stdout
+    out = proc.run([python, "-c", code], what=f"reading torch's version in {python}", capture_output=True,
+                   text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -152,11 +151,12 @@ def ensure_env(spec: TorchSpec, *, log=print) -> BuildEnv:
         # GBs of downloads: pip's own progress bars on a terminal, one line when done in logs and CI.
         # Its output goes to stderr: stdout belongs to the stage (`--json` must stay parseable).
         quiet = [] if sys.stderr.isatty() else ["--quiet"]
-        to_stderr = {"stdout": sys.stderr.fileno(), "check": True}
-        subprocess.run([sys.executable, "-m", "venv", str(root)], **to_stderr)
-        pip = [str(root / "bin" / "python"), "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
-        subprocess.run([*pip, *args], **to_stderr)
-        subprocess.run([*pip, *requirement_pins(BUILD_TOOLS)], **to_stderr)
+        to_stderr = {"stdout": sys.stderr.fileno(), "stderr": None}  # progress and pip's errors, live
+        what = f"creating the build environment {root}"
+        proc.run([sys.executable, "-m", "venv", root], what=what, **to_stderr)
+        pip = [root / "bin" / "python", "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
+        proc.run([*pip, *args], what=f"{what} (torch {spec.version} from {source})", **to_stderr)
+        proc.run([*pip, *requirement_pins(BUILD_TOOLS)], what=f"{what} (the build tools)", **to_stderr)
         info = _torch_info(root / "bin" / "python")
         got_cuda = info["cuda"]
         want = spec.cuda
@@ -192,9 +192,9 @@ def find_nvcc(env: BuildEnv, cuda: str, wheels: tuple[str, ...] = (), *, source:
     if not wheels:
         raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and NVIDIA ships no nvcc wheel for it")
     log(f"{have}; installing nvcc {cuda} from NVIDIA's wheels ({', '.join(wheels)})")
-    proc = subprocess.run([str(env.python), "-m", "pip", "install", "--quiet", "--isolated", *wheels],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
+    r = subprocess.run([str(env.python), "-m", "pip", "install", "--quiet", "--isolated", *wheels],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
         raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and pip could not install {wheels[0]}")
     for cand in sorted(env.site.glob("nvidia/*/bin/nvcc")):
         if nvcc_version(cand) == cuda:
