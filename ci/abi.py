@@ -20,6 +20,7 @@ from pathlib import Path
 from ci import cli
 from ci.errors import CiError, Finding
 from ci.native.stable_abi import LibraryAbi, classify, problems, shim_versions, version_text
+from ci.wheel.names import plain_install_requirement
 
 
 @dataclass
@@ -100,10 +101,11 @@ def check_abi(wheel: Path, include: Path) -> AbiReport:
     with WheelArchive.open(wheel) as wa:
         requires = get_headers(wa.metadata, "Requires-Dist")
         abi = wa.name.abi
-    torch = next((r for r in requires if _name(r) == "torch"), None)
+    # the requirement a plain `pip install` acts on (not one for an extra)
+    torch = next((r for r in requires if _name(r) == "torch" and plain_install_requirement(r)), None)
     table = shim_versions(include)
     libs = [classify(path, undefined, needed, table) for path, (undefined, needed) in imports(wheel).items()]
-    found = problems(libs, torch.split(";")[0] if torch else None)
+    found = problems(libs, f"torch{plain_install_requirement(torch).specifier}" if torch else None)
     if "abi3" in abi.split("."):
         found += abi3_problems(wheel)
     return AbiReport(wheel.name, torch, libs, found)

@@ -160,6 +160,9 @@ def build_project(args, project_dir: Path, settings) -> int:
                            torch_requires=env.requires, plat=f"{plan.manylinux}_x86_64",
                            excludes=settings.exclude, stable_abi=plan.stable.target if plan.stable else None)
             excluded = fixed.excluded
+            if fixed.requires_replaced:
+                log(f"note: Requires-Dist {', '.join(fixed.requires_added)} replaces the project's "
+                    f"{', '.join(fixed.requires_replaced)} (what the binary was built against)")
             built = [fixed.wheel]
         else:
             from ci.compile import container

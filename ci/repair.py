@@ -26,7 +26,7 @@ from ci import cli
 from ci.util.atomic import atomic_path
 from ci.errors import CiError, Finding
 from ci.native.libs import EXCLUDES, excluded_of, is_excluded
-from ci.wheel.names import WheelName, normalize
+from ci.wheel.names import WheelName, normalize, plain_install_requirement
 
 @dataclass
 class RepairResult:
@@ -100,9 +100,32 @@ def stable_dists(needed: set[str], target: str, torch_version: str) -> list[str]
     return requirements(needed, target, major, cudnn_floor(mx.load(), major, parse_target(target)))
 
 
-def _for_extra(req: str) -> bool:
-    """A requirement only for an extra (`torch>=2; extra == "gpu"`): the project's to keep."""
-    return "extra" in req.partition(";")[2]
+def _merge_requirements(declared: list[str], wanted: list[str], torch_version: str) -> tuple[list[str], list[str]]:
+    """(lines to add, the project's lines they replace). What the binary needs wins over what the project
+    declared: setup.py's `torch>=1.1` (real projects have it) is true of the source, not of a library
+    built against one torch. Lines for an extra stay; the extras a replaced line asked for are kept
+    (`torch[opt-einsum]>=1.1` -> `torch[opt-einsum]==2.13.0`); a project that excludes the very torch it
+    was built against (`torch<2`) is refused."""
+    ours = {_req_name(r): r for r in wanted}
+    plain = {line: plain_install_requirement(line) for line in declared}
+    replaced = [line for line, req in plain.items() if req is not None and _req_name(line) in ours]
+    for line in replaced:
+        req = plain[line]
+        if _req_name(line) == "torch" and not req.specifier.contains(torch_version.split("+")[0], prereleases=True):
+            raise CiError(f"the project requires {line}, but it was built against torch {torch_version}")
+    extras = {}
+    for line in replaced:
+        extras.setdefault(_req_name(line), set()).update(plain[line].extras)
+    added = []
+    for name, line in ours.items():
+        if extras.get(name):
+            head = re.match(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*", line)[0]
+            line = f"{head}[{','.join(sorted(extras[name]))}]{line[len(head):]}"
+        if line in replaced:  # the project already says exactly this: keep its line
+            replaced.remove(line)
+        else:
+            added.append(line)
+    return added, replaced
 
 
 def _req_name(req: str) -> str:
@@ -180,16 +203,9 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
                 wanted = stable_dists(set(excluded), stable_abi, torch_version)
             else:
                 wanted = required_dists(set(excluded), torch_version, torch_requires) if excluded else []
-            # What the binary needs wins over what the project declared: setup.py's `torch>=1.1` (real
-            # projects have it) is true of the source, not of a library built against one torch.
-            ours = {_req_name(r): r for r in wanted}
-            replaced = [r for r in get_headers(wa.metadata, "Requires-Dist")
-                        if _req_name(r) in ours and ours[_req_name(r)] != r.strip() and not _for_extra(r)]
-            have = {_req_name(r) for r in get_headers(wa.metadata, "Requires-Dist")
-                    if r not in replaced and not _for_extra(r)}
-            added = [r for r in wanted if _req_name(r) not in have]
+            added, replaced = _merge_requirements(get_headers(wa.metadata, "Requires-Dist"), wanted, torch_version)
             wheel_dir.mkdir(parents=True, exist_ok=True)
-            if added:
+            if added or replaced:
                 out = rewrite(wa, wheel_dir, metadata_edit=lambda text: edit_headers(
                     text, remove=lambda key, value: key.lower() == "requires-dist" and value in replaced,
                     append=[("Requires-Dist", r) for r in added]))

@@ -72,67 +72,75 @@ def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-# The torch stack: a requirement on these must be met by the torch install verify runs over, never by
-# a download (a classic wheel pinning another torch must fail here, not fetch that torch).
-_TORCH_STACK = re.compile(r"(torch|triton|pytorch-triton|nvidia-.*|cuda-.*)")
+# torch and what it loads: the torch install verify runs over has these, and pip must never put another
+# copy into the verify venv (a classic wheel pinning another torch must fail, not fetch that torch).
+_ALWAYS_STACK = {"torch", "triton", "pytorch-triton"}
+_STACK_PREFIXES = ("nvidia-", "cuda-")
 
 
-def base_constraints(torch_site: Path) -> list[str]:
-    """`name==version` for every distribution in the torch install: what pip may not replace."""
+def torch_stack(site: Path) -> dict[str, str]:
+    """Canonical name -> version of the torch install's stack: torch, triton and the nvidia-*/cuda-*
+    wheels it holds (pure-Python namesakes it does not hold, nvidia-ml-py, stay ordinary dependencies)."""
     from importlib.metadata import distributions
 
-    pins = {}
-    for dist in distributions(path=[str(torch_site)]):
-        name, version = dist.metadata["Name"], dist.version
-        if name and version:
-            pins[name.lower()] = f"{name}=={version}"
-    return sorted(pins.values())
+    from packaging.utils import canonicalize_name
+
+    stack: dict[str, str] = {}
+    for dist in sorted(distributions(path=[str(site)]), key=lambda d: (d.metadata["Name"] or "", d.version or "")):
+        name = canonicalize_name(dist.metadata["Name"] or "")
+        if name and dist.version and (name in _ALWAYS_STACK or name.startswith(_STACK_PREFIXES)):
+            stack.setdefault(name, dist.version)
+    return stack
 
 
 def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Path]) -> tuple[Path, str | None]:
     """A fresh venv in tmp over torch_site with the wheel installed: its python, and why the install
-    failed (None when it did not). Offline first; a wheel that also needs packages outside the torch
-    stack (numpy, scipy) gets those from the package index, with everything of the torch install pinned
-    as it is, so torch, triton and the nvidia-* wheels still come only from that install."""
+    failed (None when it did not). Offline first; a wheel that also needs other packages (numpy,
+    scipy) gets those from the package index, with the torch install's stack pinned exactly as it is.
+    Either way the venv must end up holding nothing of that stack itself: its torch, triton and CUDA
+    wheels are the install's, whatever find-links or an index offered."""
     python = fresh_venv(tmp / "venv", torch_site)
     links = [arg for d in find_links for arg in ("--find-links", str(d))]
-    r = pip_install(python, "--no-index", *links, str(wheel))
-    if r.returncode == 0:
-        return python, None
-    pins = base_constraints(torch_site)
-    unmet = _stack_requirements_unmet(wheel, pins)
+    stack = torch_stack(torch_site)
+    unmet = _stack_requirements_unmet(wheel, stack)
     if unmet:
         return python, (f"FAILED: requires {', '.join(unmet)}, which the torch install does not meet "
-                        "(torch, triton and nvidia-* are never downloaded here)")
-    if _unmet_requirement(r.stderr):
+                        "(torch, triton and that install's CUDA wheels are never downloaded here)")
+    r = pip_install(python, "--no-index", *links, str(wheel))
+    if r.returncode != 0 and _unmet_requirement(r.stderr):
         constraints = tmp / "torch-install-constraints.txt"
-        constraints.write_text("".join(f"{line}\n" for line in pins))
+        constraints.write_text("".join(f"{name}==={version}\n" for name, version in sorted(stack.items())))
         r = pip_install(python, "--constraint", str(constraints), *links, str(wheel))
-        if r.returncode == 0:
-            return python, None
-    reason = [ln for ln in r.stderr.splitlines() if "ERROR" in ln] or r.stderr.splitlines()[-1:]
-    return python, f"FAILED: {reason[0] if reason else ''}"
+    if r.returncode != 0:
+        reason = [ln for ln in r.stderr.splitlines() if "ERROR" in ln or "error:" in ln] or r.stderr.splitlines()[-1:]
+        return python, f"FAILED: {reason[0].strip() if reason else ''}"
+    shadowing = [name for name in sorted(torch_stack(Path(purelib(python)))) if name in stack or name in _ALWAYS_STACK]
+    if shadowing:
+        return python, (f"FAILED: pip put {', '.join(shadowing)} into the verify venv over the torch install's "
+                        "(from find-links or an index): the wheel would be tested against another torch stack")
+    return python, None
 
 
-def _stack_requirements_unmet(wheel: Path, pins: list[str]) -> list[str]:
-    """The wheel's requirements on the torch stack that the torch install does not meet."""
-    from packaging.requirements import InvalidRequirement, Requirement
+def _stack_requirements_unmet(wheel: Path, stack: dict[str, str]) -> list[str]:
+    """The wheel's requirements (for a plain install) on the torch stack that the torch install does not
+    meet: torch or triton it lacks, or a version of one of its packages it does not have."""
     from packaging.utils import canonicalize_name
 
     from ci.wheel.archive import WheelArchive, get_headers
+    from ci.wheel.names import plain_install_requirement
 
-    have = {canonicalize_name(name): version for name, _, version in (pin.partition("==") for pin in pins)}
     with WheelArchive.open(wheel) as wa:
         requires = get_headers(wa.metadata, "Requires-Dist")
     unmet = []
     for line in requires:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue  # pip's own error says it
+        req = plain_install_requirement(line)
+        if req is None:
+            continue  # for an extra, or unreadable: pip's own error says it
         name = canonicalize_name(req.name)
-        if (req.marker is None or req.marker.evaluate({"extra": ""})) and _TORCH_STACK.fullmatch(name) \
-                and not (name in have and req.specifier.contains(have[name], prereleases=True)):
+        if name in stack:
+            if not req.specifier.contains(stack[name], prereleases=True):
+                unmet.append(line)
+        elif name in _ALWAYS_STACK:
             unmet.append(line)
     return unmet
 

@@ -175,6 +175,10 @@ def test_classic_library_declared_stable_is_refused(tmp_path, site):
     pinned = wheel_with(tmp_path / "b", out.read_bytes(), ("torch==2.13.0",))
     r = run_abi(pinned, site)
     assert r.returncode == 0 and json.loads(r.stdout)["kind"] == "classic", r.stderr
+    # a requirement for an extra is not what a plain install acts on: the pin after it counts
+    extra_first = wheel_with(tmp_path / "c", out.read_bytes(), ('torch>=2; extra == "compile"', "torch==2.13.0"))
+    r = run_abi(extra_first, site)
+    assert r.returncode == 0 and json.loads(r.stdout)["torch_requirement"] == "torch==2.13.0", r.stderr
 
 
 @pytest.mark.real_torch

@@ -159,6 +159,7 @@ def test_bad_build_input(tmp_path, args, fragments):
     assert not out.exists() or not any(out.iterdir())
 
 
+@pytest.mark.network
 def test_no_nvcc_obtainable(tmp_path):
     """A CUDA version with no matching host nvcc and no nvcc wheel is one clear error."""
     from ci.errors import CiError

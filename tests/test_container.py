@@ -154,6 +154,7 @@ def _wheel_names(wheels: list[Path]) -> list[str]:
     return [w.name for w in wheels]
 
 
+@pytest.mark.container
 @pytest.mark.parametrize("cuda", [None, "12.9"], ids=["cpu", "cu129-public-image"])
 def test_end_to_end_container_build(tmp_path, cuda):
     """cibuildwheel in a real container: wheels land in the wheel dir, repaired to the image's policy."""
@@ -196,6 +197,7 @@ def test_project_outside_git_is_staged_without_venv(tmp_path):
     assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == ["ci/x.py", "pyproject.toml"]
 
 
+@pytest.mark.container
 def test_end_to_end_our_cu118_image_for_torch_27(tmp_path):
     """The ABI-trap path for real: build our manylinux_2_28 + CUDA 11.8 image, then a torch 2.7.1 wheel in it.
 

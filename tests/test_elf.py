@@ -333,3 +333,33 @@ def test_the_compat_header_compiles_wherever_it_is_forced_in(tmp_path, flags):
     inc = host.GLIBC_COMPAT
     subprocess.run(["g++", *flags, "-O2", "-fPIC", "-shared", "-isystem", str(inc), "-include",
                     str(inc / "glibc_compat.h"), str(src), "-o", str(tmp_path / "libu.so")], check=True)
+
+
+THREADS_SOURCE = """
+#include <mutex>
+#include <thread>
+static std::once_flag flag;
+static int hits = 0;
+extern "C" int once() { std::call_once(flag, [] { ++hits; }); return hits; }
+extern "C" int in_thread() { int v = 0; std::thread([&] { v = once(); }).join(); return v; }
+"""
+
+
+def test_threads_bind_to_libpthreads_versions(tmp_path):
+    """std::call_once and std::thread call pthread_once and pthread_create inline: GLIBC_2.34 here,
+    libpthread's 2.2.5 versions with the compat header; the library still runs."""
+    from ci.compile import host
+    from ci.native.elf import too_recent_for
+
+    (tmp_path / "t.cpp").write_text(THREADS_SOURCE)
+    inc = host.GLIBC_COMPAT
+    wheels = {}
+    for name, flags in (("plain", []), ("compat", ["-isystem", str(inc), "-include", str(inc / "glibc_compat.h")])):
+        out = tmp_path / f"lib{name}.so"
+        subprocess.run(["g++", "-std=c++17", "-O2", "-fPIC", "-shared", *flags, str(tmp_path / "t.cpp"), "-o", str(out)],
+                       check=True)
+        wheels[name] = make_wheel(tmp_path / name, name, {f"{name}/lib{name}.so": out})
+    assert "pthread_once@GLIBC_2.34 (libplain.so)" in too_recent_for(wheels["plain"], "manylinux_2_28")
+    assert too_recent_for(wheels["compat"], "manylinux_2_28") == []
+    lib = ctypes.CDLL(str(tmp_path / "libcompat.so"))
+    assert lib.in_thread() == 1 and lib.once() == 1

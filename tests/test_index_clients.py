@@ -20,6 +20,8 @@ from ci.util.cache import cache_dir
 from tests._servers import StaticServer
 from tests.test_index import _uv, cli
 
+pytestmark = pytest.mark.network  # real wheels and old pips from the package index
+
 # Real wheels whose metadata spells the name otherwise than its normalized form.
 REAL = ("jinja2==3.1.4", "markupsafe==2.1.5", "typing-extensions==4.12.2")
 WANT = ["jinja2", "typing-extensions"]  # as a lock or a requirements file spells them
@@ -69,7 +71,6 @@ def installed(target: Path) -> set[str]:
     return {p.name.split("-")[0].lower() for p in target.glob("*.dist-info")}
 
 
-@pytest.mark.network
 @pytest.mark.parametrize("version", OLD_PIPS)
 def test_old_pips_install_from_the_index(tmp_path, real_wheels, version):
     dist = index(tmp_path, real_wheels)

@@ -17,10 +17,10 @@ def test_a_failure_says_what_it_was_for_which_tool_and_its_last_line():
     assert str(e.value) == f"reading torch's version: {proc.tool_name([sys.executable])} failed with exit status 3: the reason"
 
 
-def test_python_dash_m_is_named_by_its_module_and_a_missing_tool_is_said_so():
+def test_python_dash_m_is_named_by_its_module_and_a_missing_tool_is_said_so(tmp_path):
     assert proc.tool_name(["/x/bin/python", "-m", "pip", "install"]) == "pip"
-    with pytest.raises(CiError, match=r"^probing: no-such-tool-here is not installed"):
-        proc.run(["no-such-tool-here", "--version"], what="probing")
+    with pytest.raises(CiError, match=r"^probing: absent-tool is not installed"):
+        proc.run([tmp_path / "absent-tool", "--version"], what="probing")
 
 
 def test_unchecked_runs_return_and_verbose_echoes(monkeypatch, capsys):

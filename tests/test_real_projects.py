@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def sdist(project: str) -> Path:
     path = cache_dir("sdists") / filename
     if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256:
         return path
-    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    index = (os.environ.get("PIP_INDEX_URL") or _pip_config("global.index-url") or "https://pypi.org/simple").rstrip("/")
     page = urllib.request.Request(f"{index}/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(page, timeout=60) as r:
         files = {f["filename"]: f for f in json.load(r)["files"]}
@@ -61,6 +62,16 @@ def sdist(project: str) -> Path:
     part.write_bytes(data)
     part.replace(path)
     return path
+
+
+def _pip_config(key: str) -> str | None:
+    """A value of pip's own configuration (a mirror the machine points pip at), or None."""
+    r = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() in (key, f":env:.{key.partition('.')[2]}"):
+            return value.strip().strip("'\"") or None
+    return None
 
 
 def build(tmp: Path, source: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict, list[Path]]:
@@ -111,8 +122,9 @@ def _git(*args: str, cwd: Path) -> None:
 
 
 def test_a_project_whose_sources_include_a_git_submodule(tmp_path):
-    """tiny_ext with the addend in a cutlass-style submodule: not staged, the compile fails; staged, the
-    wheel's own tests check the value it came with."""
+    """tiny_ext with the addend in a cutlass-style submodule (`third_party/addend/addend.h`, included by
+    the C++ source): it compiles only when the submodule's files are staged, and the wheel's own tests
+    check the value it came with."""
     sub = tmp_path / "addend"
     sub.mkdir()
     (sub / "addend.h").write_text("#define TINY_ADDEND 1\n")

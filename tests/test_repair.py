@@ -5,8 +5,20 @@ from __future__ import annotations
 import subprocess
 import zipfile
 
+import pytest
+
 from tests._elfbuild import make_wheel
 from tests._wheels import run_stage
+
+
+@pytest.fixture
+def omp_lib(tmp_path):
+    """A library NEEDing libgomp.so.1: excluded (torch ships it), so repair pins torch."""
+    src = tmp_path / "omp.c"
+    src.write_text("#include <omp.h>\nint threads(void) { return omp_get_max_threads(); }\n")
+    lib = tmp_path / "libomp_op.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-fopenmp", "-o", lib, src], check=True)
+    return lib
 
 
 def test_openmp_runtime_is_left_to_torch(tmp_path):
@@ -45,6 +57,34 @@ def test_the_projects_own_torch_requirement_gives_way_to_the_pin(tmp_path):
     metadata = zipfile.ZipFile(repaired).read("omp_op-1.0.dist-info/METADATA").decode()
     requires = [line.partition(": ")[2] for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     assert requires == ["numpy", 'torch>=2; extra == "compile"', "torch==2.13.0"], requires
+
+
+@pytest.mark.parametrize("declared, expected", [
+    # the same requirement twice: the project's exact pin stays, the loose one goes
+    (("torch>=1.1", "torch==2.13.0"), ["torch==2.13.0"]),
+    # a marker that applies to a plain install is not "for an extra"
+    (('torch>=1.1; extra == "x" or python_version >= "3"',), ["torch==2.13.0"]),
+    # the extras the project asked of torch stay asked
+    (("torch[opt-einsum]>=1.1",), ["torch[opt-einsum]==2.13.0"]),
+])
+def test_requirement_merging(omp_lib, tmp_path, declared, expected):
+    wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": omp_lib},
+                       requires=declared)
+    out = tmp_path / "out"
+    proc = run_stage("ci.repair", wheel, "-w", out, "--torch", "2.13.0", "--torch-requires", "filelock")
+    assert proc.returncode == 0, proc.stderr
+    (repaired,) = out.glob("*.whl")
+    metadata = zipfile.ZipFile(repaired).read("omp_op-1.0.dist-info/METADATA").decode()
+    assert [ln.partition(": ")[2] for ln in metadata.splitlines() if ln.startswith("Requires-Dist:")] == expected
+
+
+def test_a_project_excluding_the_torch_it_was_built_against_is_refused(omp_lib, tmp_path):
+    wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": omp_lib},
+                       requires=("torch<2",))
+    proc = run_stage("ci.repair", wheel, "-w", tmp_path / "out", "--torch", "2.13.0", "--torch-requires", "filelock")
+    assert proc.returncode == 2 and not (tmp_path / "out").exists()
+    assert proc.stderr.strip().splitlines() == [
+        "python -m ci.repair: error: the project requires torch<2, but it was built against torch 2.13.0"]
 
 
 def test_repairing_into_the_inputs_directory_never_replaces_the_input(tmp_path):

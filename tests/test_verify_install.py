@@ -33,18 +33,37 @@ def installed(python: Path, name: str) -> bool:
 
 
 def test_other_dependencies_come_from_the_index(torch_site, tmp_path):
-    wheel = build_wheel(tmp_path / "w", "needs-six", requires=("torch>=2.10", "nvidia-cudnn-cu13>=9.19,<10", "six"))
+    """numpy-like dependencies, and a pure-Python nvidia-* namesake the torch install does not hold."""
+    wheel = build_wheel(tmp_path / "w", "needs-six", requires=("torch>=2.10", "nvidia-cudnn-cu13>=9.19,<10", "six",
+                                                               'nvidia-ml-py; python_version >= "3"'))
     python, failed = install_fresh(wheel, torch_site, tmp_path / "t", [])
     assert failed is None
-    assert installed(python, "six") and installed(python, "needs-six")
+    assert installed(python, "six") and installed(python, "nvidia-ml-py") and installed(python, "needs-six")
+    assert not installed(python, "torch") or "torch-site" in subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.distribution('torch')._path)"],
+        capture_output=True, text=True).stdout  # torch is the install's, seen through the .pth
 
 
-@pytest.mark.parametrize("requirement, words", [
-    ("torch==2.12.0", "torch"),            # another torch: fails, never downloaded
-    ("nvidia-cufft>=12", "nvidia-cufft"),  # a CUDA wheel the torch install lacks
+@pytest.mark.parametrize("requirement", [
+    "torch==2.12.0",               # another torch: fails, never downloaded
+    "nvidia-cudnn-cu13>=9.21",     # a newer cuDNN than the install's
+    "triton",                      # torch's compiler, which this install lacks
 ])
-def test_the_torch_stack_is_never_downloaded(torch_site, tmp_path, requirement, words):
+def test_the_torch_stack_is_never_downloaded(torch_site, tmp_path, requirement):
     wheel = build_wheel(tmp_path / "w", "needs-more", requires=(requirement, "six"))
     python, failed = install_fresh(wheel, torch_site, tmp_path / "t", [])
-    assert failed and failed.startswith("FAILED:") and words in failed, failed
+    assert failed == (f"FAILED: requires {requirement}, which the torch install does not meet (torch, triton and "
+                      "that install's CUDA wheels are never downloaded here)"), failed
     assert not installed(python, "needs-more") and not installed(python, "six")
+
+
+def test_a_torch_offered_by_find_links_never_shadows_the_install(torch_site, tmp_path):
+    """A dependency pinning another build of torch that find-links offers (pip's configuration can name
+    such directories: PIP_FIND_LINKS): pip installs it into the venv, and verify refuses rather than
+    test the wheel against it. (A build with dependencies missing offline fails earlier, as it should.)"""
+    links = tmp_path / "links"
+    build_wheel(links, "torch", "2.13.0+shadow")
+    build_wheel(links, "ci-verify-test-middle", requires=("torch==2.13.0+shadow",))
+    wheel = build_wheel(tmp_path / "w", "needs-middle", requires=("ci-verify-test-middle",))
+    python, failed = install_fresh(wheel, torch_site, tmp_path / "t", [links])
+    assert failed and failed.startswith("FAILED: pip put torch into the verify venv over the torch install's"), failed

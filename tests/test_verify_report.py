@@ -8,11 +8,15 @@ import json
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from ci import report
 from ci.compile.hostenv import TorchSpec, ensure_env
 from ci.wheel.names import WheelName
 from conftest import ROOT
 from tests._wheels import run_stage
+
+pytestmark = [pytest.mark.slow, pytest.mark.network]  # a real torch environment
 
 OPS = "test test_softmax_ext::test_ops_match_torch[float32-cpu]"
 

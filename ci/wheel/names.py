@@ -34,6 +34,18 @@ def normalize(name: str) -> str:
 _LABEL = re.compile(r"[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*")  # fullmatch: `$` passes a trailing newline
 
 
+def plain_install_requirement(line: str):
+    """A Requires-Dist line as a packaging Requirement when it applies to a plain install (no extra
+    asked for, this interpreter's markers), else None; None for a line packaging cannot read."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(line)
+    except InvalidRequirement:
+        return None
+    return req if req.marker is None or req.marker.evaluate({"extra": ""}) else None
+
+
 def local_version(version: str, label: str) -> str:
     """2.13.0+cpu + abc -> 2.13.0+cpu.abc; 1.0 + abc -> 1.0+abc (PEP 440 local labels)."""
     if not _LABEL.fullmatch(label):
