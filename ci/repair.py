@@ -100,6 +100,15 @@ def stable_dists(needed: set[str], target: str, torch_version: str) -> list[str]
     return requirements(needed, target, major, cudnn_floor(mx.load(), major, parse_target(target)))
 
 
+def stable_python(target: str) -> str:
+    """Requires-Python of a stable wheel whose project declares none: the oldest CPython torch `target`
+    has wheels for (a py3 or abi3 tag would otherwise offer the wheel where its torch cannot install)."""
+    from ci.config import matrix as mx
+
+    line = mx.load().torch_line(target)
+    return f">={min(line.python, key=lambda v: tuple(map(int, v.split('.'))))}"
+
+
 def _merge_requirements(declared: list[str], wanted: list[str], torch_version: str) -> tuple[list[str], list[str]]:
     """(lines to add, the project's lines they replace). What the binary needs wins over what the project
     declared: setup.py's `torch>=1.1` (real projects have it) is true of the source, not of a library
@@ -204,11 +213,14 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
             else:
                 wanted = required_dists(set(excluded), torch_version, torch_requires) if excluded else []
             added, replaced = _merge_requirements(get_headers(wa.metadata, "Requires-Dist"), wanted, torch_version)
+            headers = [("Requires-Dist", r) for r in added]
+            if stable_abi and not get_headers(wa.metadata, "Requires-Python"):
+                headers.append(("Requires-Python", stable_python(stable_abi)))  # what torch X.Y itself needs
             wheel_dir.mkdir(parents=True, exist_ok=True)
-            if added or replaced:
+            if headers or replaced:
                 out = rewrite(wa, wheel_dir, metadata_edit=lambda text: edit_headers(
                     text, remove=lambda key, value: key.lower() == "requires-dist" and value in replaced,
-                    append=[("Requires-Dist", r) for r in added]))
+                    append=headers))
             else:
                 out = wheel_dir / repaired.name
                 with atomic_path(out) as part:

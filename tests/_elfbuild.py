@@ -66,13 +66,15 @@ def record_line(name: str, data: bytes) -> str:
 
 
 def make_wheel(dest_dir: Path, dist: str, files: Mapping[str, bytes | Path], version: str = "1.0",
-               tag: str = "py3-none-linux_x86_64", requires: tuple[str, ...] = ()) -> Path:
+               tag: str = "py3-none-linux_x86_64", requires: tuple[str, ...] = (),
+               requires_python: str | None = None) -> Path:
     """A minimal valid wheel: the files, METADATA, WHEEL, RECORD (deflated, .dist-info last)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     name = dist.replace("-", "_")
     di = f"{name}-{version}.dist-info"
     members = {k: (v.read_bytes() if isinstance(v, Path) else v) for k, v in files.items()}
     members[f"{di}/METADATA"] = (f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+                                 + (f"Requires-Python: {requires_python}\n" if requires_python else "")
                                  + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode()
     members[f"{di}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()
     record = "".join(record_line(k, v) + "\n" for k, v in members.items()) + f"{di}/RECORD,,\n"

@@ -124,3 +124,20 @@ def test_exclude_keeps_a_library_out_of_the_wheel(tmp_path):
         (repaired,) = out.glob("*.whl")
         grafted[case] = [n for n in zipfile.ZipFile(repaired).namelist() if "/libbz2" in n and ".libs/" in n]
     assert grafted["default"] and not grafted["excluded"], grafted
+
+
+def test_a_stable_wheel_gets_the_python_its_torch_needs_unless_the_project_says(omp_lib, tmp_path):
+    """A py3/abi3 stable wheel installs wherever its tag allows; torch 2.10 has wheels from CPython 3.10 on."""
+    got = {}
+    for case, declared in (("none", None), ("declared", ">=3.12")):
+        wheel = make_wheel(tmp_path / case, "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": omp_lib},
+                           requires_python=declared)
+        out = tmp_path / f"out-{case}"
+        proc = run_stage("ci.repair", wheel, "-w", out, "--torch", "2.14.1", "--torch-requires", "filelock",
+                         "--stable-abi", "2.10")
+        assert proc.returncode == 0, proc.stderr
+        (repaired,) = out.glob("*.whl")
+        metadata = zipfile.ZipFile(repaired).read("omp_op-1.0.dist-info/METADATA").decode()
+        got[case] = [ln for ln in metadata.splitlines() if ln.startswith(("Requires-Python", "Requires-Dist"))]
+    assert got["none"] == ["Requires-Dist: torch>=2.10", "Requires-Python: >=3.10"], got
+    assert got["declared"] == ["Requires-Python: >=3.12", "Requires-Dist: torch>=2.10"], got
