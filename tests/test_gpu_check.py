@@ -43,7 +43,8 @@ def test_the_built_package_imports_and_computes(cpu_build, tmp_path):
     """gpu-check's build, without CUDA, on a CPU torch: the package it assembles imports once and computes.
     (The first GPU run aborted here: the builder's own load and the package's load registered the op twice.)"""
     python = cache_dir("envs") / "torch-2.13.0-cpu-py311" / "bin" / "python"
-    code = ("import sys, torch\nfrom pathlib import Path\nfrom ci.gpu_check import build_package\n"
+    code = ("import sys, torch\nfrom pathlib import Path\nsys.path.insert(0, 'example_tests')\n"
+            "from gpu_check import build_package\n"
             "sys.path.insert(0, str(build_package(torch, Path(sys.argv[1]), cuda=False)))\n"
             "import softmax_ext\nx = torch.randn(8, 33, dtype=torch.float64)\n"
             "torch.testing.assert_close(softmax_ext.scaled_softmax(x, 0.7), torch.softmax(x * 0.7, dim=-1))\n"

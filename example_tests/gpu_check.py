@@ -1,13 +1,13 @@
 """Run the example's CUDA kernels on a real GPU, against the torch that is installed there.
 
-    scripts/gpu-check [--python PY] [--repeats N]
+    scripts/gpu-check [--repeats N]        (PYTHON=... picks the interpreter that has torch)
 
 Made for a machine with an NVIDIA GPU and a CUDA torch but no network: the op is compiled with torch's
 own extension builder (nvcc and ninja from that machine; cuDNN from torch's nvidia-cudnn wheel), then
 checked against `torch.softmax(x * scale)` (float32 and float64; rows longer than 65535, more rows
 than a grid's y dimension, non-contiguous input), with opcheck and gradcheck on the device, and timed
 (CUDA events, median) forward and backward against the same torch expression. Without a GPU it stops
-with one line, exit 2.
+with one line, exit 2. It is the example's own check, not part of the pipeline: it imports nothing of ci.
 """
 
 from __future__ import annotations
@@ -20,9 +20,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ci.errors import CiError
 
 ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+
+
+class Refusal(Exception):
+    """Why gpu-check cannot run here: one line, exit 2."""
 SHAPES = [(8, 33), (1024, 1000), (2, 70_000), (70_000, 16)]
 BENCH_SHAPES = [(4096, 4096), (64, 65_536)]
 SCALE = 0.7
@@ -35,11 +39,11 @@ def require_gpu():
     try:
         import torch
     except ImportError:
-        raise CiError("torch is not importable by this Python: install a CUDA build of torch") from None
+        raise Refusal("torch is not importable by this Python: install a CUDA build of torch") from None
     if torch.version.cuda is None:
-        raise CiError(f"torch {torch.__version__} is a CPU build: gpu-check needs a CUDA build of torch")
+        raise Refusal(f"torch {torch.__version__} is a CPU build: gpu-check needs a CUDA build of torch")
     if not torch.cuda.is_available():
-        raise CiError(f"no CUDA GPU is visible to torch {torch.__version__} (torch.cuda.is_available() is False)")
+        raise Refusal(f"no CUDA GPU is visible to torch {torch.__version__} (torch.cuda.is_available() is False)")
     return torch
 
 
@@ -48,7 +52,7 @@ def cudnn_paths() -> tuple[list[str], list[str]]:
     try:
         import nvidia.cudnn as cudnn
     except ImportError:
-        raise CiError("cuDNN's headers are missing: install torch's nvidia-cudnn wheel (it ships them)") from None
+        raise Refusal("cuDNN's headers are missing: install torch's nvidia-cudnn wheel (it ships them)") from None
     base = Path(next(iter(cudnn.__path__)))
     return [str(base / "include")], [str(base / "lib")]
 
@@ -81,9 +85,10 @@ def build_package(torch, work: Path, cuda: bool = True) -> Path:
         env.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
     # the builder runs `ninja`: the one pip installed beside this interpreter counts too
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    code = f"from ci.gpu_check import compile_op; compile_op({str(work)!r}, {cuda!r})"
+    code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); from gpu_check import compile_op; "
+            f"compile_op({str(work)!r}, {cuda!r})")
     if subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env).returncode != 0:
-        raise CiError("compiling the example op failed (the compiler's output is above)")
+        raise Refusal("compiling the example op failed (the compiler's output is above)")
     shutil.copy2(work / "softmax_ext.so", pkg / "lib" / "libsoftmax_ext.so")
     return work
 
@@ -156,8 +161,13 @@ def main(args) -> int:
 
 
 if __name__ == "__main__":
-    from ci.cli import parser, run
+    import argparse
 
-    p = parser("gpu-check", "Build the example op against this machine's torch and run its CUDA kernels on the GPU.")
+    p = argparse.ArgumentParser(prog="gpu-check", description="Build the example op against this machine's "
+                                "torch and run its CUDA kernels on the GPU.")
     p.add_argument("--repeats", type=int, default=50, help="timed runs per measurement (median reported)")
-    run(p, main)
+    try:
+        sys.exit(main(p.parse_args()))
+    except Refusal as e:
+        print(f"gpu-check: error: {e}", file=sys.stderr)
+        sys.exit(2)
