@@ -38,6 +38,20 @@ def build(args: list[str], ccache: Path, out: Path) -> tuple[float, float]:
     return total, float(m[1]) if m else float("nan")
 
 
+def source_seconds(include: Path, source: Path, defines: list[str], repeats: int = 2) -> float:
+    """Fastest of `repeats` compiles of one op source to an object file (g++ -O2, C++20, no cache): what
+    the headers cost, apart from CMake, linking and the classic C++ runner a whole build also compiles."""
+    best = float("inf")
+    with tempfile.TemporaryDirectory(prefix="bench-stable-src-") as tmp:
+        for _ in range(repeats):
+            start = time.monotonic()
+            subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-c", *defines, "-I", str(include),
+                            "-I", str(include / "torch" / "csrc" / "api" / "include"), str(source),
+                            "-o", str(Path(tmp) / "op.o")], check=True, capture_output=True)
+            best = min(best, time.monotonic() - start)
+    return best
+
+
 def matrix_sizes(torch: tuple[str, ...] = TORCH_SPAN, majors: tuple[str, ...] = CUDA_MAJORS) -> tuple[int, int]:
     """Wheels per platform and Python-independent build: classic (one per torch release and CUDA
     major) and stable (one per CUDA major, serving every release from its target on)."""
@@ -59,7 +73,19 @@ def main(argv: list[str]) -> int:
             print(f"{mode:<16} {compile_s:>10.0f} {total:>14.1f}", flush=True)
         if not shutil.which("ccache"):
             print("(no ccache installed: compiles were cold anyway)")
-        print(f"compile classic / stable: {times['classic'] / max(times['stable'], 1):.1f}x")
+        print(f"compile step classic / stable: {times['classic'] / max(times['stable'], 1):.1f}x "
+              "(both compile the classic C++ runner; CMake and linking included)")
+        from ci.compile.hostenv import TorchSpec, ensure_env
+
+        # the headers of PyPI's torch 2.14.1 (its default build, cu130; the CPU sources need no CUDA)
+        include = ensure_env(TorchSpec("2.14.1", "13.0", None, True), log=lambda m: None).site / "torch" / "include"
+        from ci.config.stable import parse_target, target_define
+
+        target = target_define(parse_target(args.target))
+        classic = source_seconds(include, ROOT / "csrc" / "ops.cpp", [])
+        stable = source_seconds(include, ROOT / "csrc" / "stable" / "ops.cpp", [target])
+        print(f"\nthe op's source alone (torch 2.14.1 headers): classic csrc/ops.cpp {classic:.1f} s, "
+              f"stable csrc/stable/ops.cpp {stable:.1f} s: {classic / stable:.1f}x")
     classic, stable = matrix_sizes()
     print(f"\nwheels for torch {TORCH_SPAN[0]}-{TORCH_SPAN[-1]} x {'/'.join(CUDA_MAJORS)}: classic {classic}, "
           f"stable {stable} ({classic / stable:.0f}x fewer); each new torch release: classic {len(CUDA_MAJORS)}, "
