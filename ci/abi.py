@@ -102,10 +102,11 @@ def check_abi(wheel: Path, include: Path) -> AbiReport:
         requires = get_headers(wa.metadata, "Requires-Dist")
         abi = wa.name.abi
     # the requirement a plain `pip install` acts on (not one for an extra)
-    torch = next((r for r in requires if _name(r) == "torch" and plain_install_requirement(r)), None)
+    torch, req = next(((r, q) for r in requires if _name(r) == "torch" and (q := plain_install_requirement(r))),
+                      (None, None))
     table = shim_versions(include)
     libs = [classify(path, undefined, needed, table) for path, (undefined, needed) in imports(wheel).items()]
-    found = problems(libs, f"torch{plain_install_requirement(torch).specifier}" if torch else None)
+    found = problems(libs, f"torch{req.specifier}" if req else None)
     if "abi3" in abi.split("."):
         found += abi3_problems(wheel)
     return AbiReport(wheel.name, torch, libs, found)

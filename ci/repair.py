@@ -118,13 +118,12 @@ def _merge_requirements(declared: list[str], wanted: list[str], torch_version: s
     ours = {_req_name(r): r for r in wanted}
     plain = {line: plain_install_requirement(line) for line in declared}
     replaced = [line for line, req in plain.items() if req is not None and _req_name(line) in ours]
+    extras: dict[str, set[str]] = {}
     for line in replaced:
         req = plain[line]
         if _req_name(line) == "torch" and not req.specifier.contains(torch_version.split("+")[0], prereleases=True):
             raise CiError(f"the project requires {line}, but it was built against torch {torch_version}")
-    extras = {}
-    for line in replaced:
-        extras.setdefault(_req_name(line), set()).update(plain[line].extras)
+        extras.setdefault(_req_name(line), set()).update(req.extras)
     added = []
     for name, line in ours.items():
         if extras.get(name):

@@ -107,7 +107,7 @@ def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Pat
         return python, (f"FAILED: requires {', '.join(unmet)}, which the torch install does not meet "
                         "(torch, triton and that install's CUDA wheels are never downloaded here)")
     r = pip_install(python, "--no-index", *links, str(wheel))
-    if r.returncode != 0 and _unmet_requirement(r.stderr):
+    if r.returncode != 0 and _no_distribution_found(r.stderr):
         constraints = tmp / "torch-install-constraints.txt"
         constraints.write_text("".join(f"{name}==={version}\n" for name, version in sorted(stack.items())))
         r = pip_install(python, "--constraint", str(constraints), *links, str(wheel))
@@ -145,10 +145,9 @@ def _stack_requirements_unmet(wheel: Path, stack: dict[str, str]) -> list[str]:
     return unmet
 
 
-def _unmet_requirement(stderr: str) -> str | None:
-    """The project pip found no distribution for, from its one-line error."""
-    m = re.search(r"No matching distribution found for ([A-Za-z0-9][A-Za-z0-9._-]*)", stderr)
-    return m[1] if m else None
+def _no_distribution_found(stderr: str) -> bool:
+    """pip failed offline for want of a distribution (not a conflict or a broken wheel)."""
+    return "No matching distribution found for " in stderr
 
 
 GENERIC = Path(__file__).resolve().parent / "resources" / "verify_probe.py"
