@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
         from ci.compile.hostenv import TorchSpec, ensure_env
 
         # the headers of PyPI's torch 2.14.1 (its default build, cu130; the CPU sources need no CUDA)
-        include = ensure_env(TorchSpec("2.14.1", "13.0", None, True), log=lambda m: None).site / "torch" / "include"
+        include = ensure_env(TorchSpec("2.14.1", "13.0", None, True)).site / "torch" / "include"
         from ci.config.stable import parse_target, target_define
 
         target = target_define(parse_target(args.target))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -21,14 +20,11 @@ from pathlib import Path
 
 from ci import cli
 from ci.errors import CiError, Finding
+from ci.util import log
 from ci.wheel.names import local_version
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PRELOAD_MODULE = "_preload"  # what the example package's __init__ imports before loading its library
-
-
-def log(msg: str) -> None:
-    print(f"ci.build: {msg}", file=sys.stderr, flush=True)
 
 
 def variant_label(plan) -> str:
@@ -67,12 +63,12 @@ def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None, cuda
         try:
             (init_name, init_bytes), (module, module_bytes) = preload_members(wa, source).items()
         except CiError as e:
-            log(f"note: no preload injected ({e})")
+            log.info(f"note: no preload injected ({e})")
             return rewrite(wa, out_dir, version=version)
         return rewrite(wa, out_dir, replace={init_name: init_bytes}, add={module: module_bytes}, version=version)
 
 
-def verify_torches(plan, env, log) -> list[tuple[str, Path]]:
+def verify_torches(plan, env) -> list[tuple[str, Path]]:
     """(torch version, its site-packages) to verify under: the build's torch; for a stable-ABI wheel the
     oldest and newest torch of its range too (PyPI's builds, each a cached environment)."""
     if plan.stable is None:
@@ -84,7 +80,7 @@ def verify_torches(plan, env, log) -> list[tuple[str, Path]]:
         if version == plan.torch:
             out.append((env.torch_version, env.site))
         else:
-            other = ensure_env(TorchSpec(version, cuda, None, True), log=log)
+            other = ensure_env(TorchSpec(version, cuda, None, True))
             out.append((other.torch_version, other.site))
     return out
 
@@ -131,9 +127,9 @@ def build_project(args, project_dir: Path, settings) -> int:
     # On the host, the image notes do not apply; the engine choice (auto's fallback) always does.
     for note in plan.notes:
         if plan.engine != "host" or note.startswith("engine"):
-            log(f"note: {note}")
+            log.info(f"note: {note}")
     if plan.engine == "host":
-        log(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} (ci/resources/glibc_compat/glibc_compat.h)")
+        log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} (ci/resources/glibc_compat/glibc_compat.h)")
     limit = settings.limit
 
     from ci import report
@@ -149,50 +145,51 @@ def build_project(args, project_dir: Path, settings) -> int:
     try:
         start = time.monotonic()
         excluded: list[str] = []
-        if plan.engine == "host":
-            from ci.compile.host import compile_host
-            from ci.repair import repair
+        with log.step(f"compile ({plan.engine})"):
+            if plan.engine == "host":
+                from ci.compile.host import compile_host
+                from ci.repair import repair
 
-            comp = compile_host(plan, project_dir, work, torch_index_url=args.torch_index_url,
-                                nvcc_source=args.nvcc, build_env=settings.env, log=log)
-            env, build_dir = comp.env, comp.build_dir
-            fixed = repair(comp.wheel, work / "repaired", torch_version=env.torch_version,
-                           torch_requires=env.requires, plat=f"{plan.manylinux}_x86_64",
-                           excludes=settings.exclude, stable_abi=plan.stable.target if plan.stable else None)
-            excluded = fixed.excluded
-            if fixed.requires_replaced:
-                log(f"note: Requires-Dist {', '.join(fixed.requires_added)} replaces the project's "
-                    f"{', '.join(fixed.requires_replaced)} (what the binary was built against)")
-            built = [fixed.wheel]
-        else:
-            from ci.compile import container
+                comp = compile_host(plan, project_dir, work, torch_index_url=args.torch_index_url,
+                                    nvcc_source=args.nvcc, build_env=settings.env)
+                env, build_dir = comp.env, comp.build_dir
+                fixed = repair(comp.wheel, work / "repaired", torch_version=env.torch_version,
+                               torch_requires=env.requires, plat=f"{plan.manylinux}_x86_64",
+                               excludes=settings.exclude, stable_abi=plan.stable.target if plan.stable else None)
+                excluded = fixed.excluded
+                if fixed.requires_replaced:
+                    log.info(f"note: Requires-Dist {', '.join(fixed.requires_added)} replaces the project's "
+                             f"{', '.join(fixed.requires_replaced)} (what the binary was built against)")
+                built = [fixed.wheel]
+            else:
+                from ci.compile import container
 
-            from ci.compile.host import torch_spec
-            from ci.compile.hostenv import ensure_env
+                from ci.compile.host import torch_spec
+                from ci.compile.hostenv import ensure_env
 
-            built = container.compile(plan, work / "repaired", project_dir, logfile=work / "cibuildwheel.log")
-            from ci.native.elf import scan_wheel
-            from ci.native.libs import excluded_of
+                built = container.compile(plan, work / "repaired", project_dir, logfile=work / "cibuildwheel.log")
+                from ci.native.elf import scan_wheel
+                from ci.native.libs import excluded_of
 
-            # what the container's ci.repair left to torch and the CUDA wheels, as the host path reports it
-            excluded = excluded_of(n for w in built for lib in scan_wheel(w) for n in lib.needed)
-            env, build_dir = ensure_env(torch_spec(plan, args.torch_index_url), log=log), None
-        if plan.cuda and not args.allow_no_device_code:
-            from ci.native.elf import device_code
+                # what the container's ci.repair left to torch and the CUDA wheels, as the host path reports it
+                excluded = excluded_of(n for w in built for lib in scan_wheel(w) for n in lib.needed)
+                env, build_dir = ensure_env(torch_spec(plan, args.torch_index_url)), None
+            if plan.cuda and not args.allow_no_device_code:
+                from ci.native.elf import device_code
 
-            for w in built:
-                if not device_code(w):
-                    raise Finding(
-                        f"{w.name} holds no device code (no library with a .nv_fatbin section): the --cuda "
-                        f"{plan.cuda} build compiled the CPU path only. Projects that build CUDA kernels only "
-                        "when torch.cuda.is_available() need their own switch on a GPU-less builder, e.g. "
-                        "--env FORCE_CUDA=1; pass --allow-no-device-code if the kernels are compiled at run time")
-        local = variant_label(plan) if args.local_version == "auto" else (
-            None if args.local_version == "none" else args.local_version)
-        major = plan.stable.cuda_major if plan.stable else None  # a stable CUDA wheel checks torch's CUDA
-        wheels = [finish_wheel(w, env.site, work / "finished", local, major) for w in built]
-        rep.build_seconds = round(time.monotonic() - start, 1)
-        log(f"built {', '.join(w.name for w in wheels)} in {rep.build_seconds:.0f} s")
+                for w in built:
+                    if not device_code(w):
+                        raise Finding(
+                            f"{w.name} holds no device code (no library with a .nv_fatbin section): the --cuda "
+                            f"{plan.cuda} build compiled the CPU path only. Projects that build CUDA kernels only "
+                            "when torch.cuda.is_available() need their own switch on a GPU-less builder, e.g. "
+                            "--env FORCE_CUDA=1; pass --allow-no-device-code if the kernels are compiled at run time")
+            local = variant_label(plan) if args.local_version == "auto" else (
+                None if args.local_version == "none" else args.local_version)
+            major = plan.stable.cuda_major if plan.stable else None  # a stable CUDA wheel checks torch's CUDA
+            wheels = [finish_wheel(w, env.site, work / "finished", local, major) for w in built]
+            rep.build_seconds = round(time.monotonic() - start, 1)
+            log.info(f"built {', '.join(w.name for w in wheels)}")
 
         final: list[tuple[Path, str]] = []
         for wheel in wheels:
@@ -200,7 +197,7 @@ def build_project(args, project_dir: Path, settings) -> int:
             if result is not None and not result.ok:
                 from ci.split import split_wheel
 
-                log(f"{wheel.name} is over the {limit} limit: splitting")
+                log.info(f"{wheel.name} is over the {limit} limit: splitting")
                 parts = split_wheel(wheel, limit, work / "split", preload_deps=[env.site])
                 final += [(p, "main" if i == 0 else "companion") for i, p in enumerate(parts)]
             else:
@@ -216,27 +213,28 @@ def build_project(args, project_dir: Path, settings) -> int:
             if abi.problems:
                 raise Finding(f"ABI check failed for {wheel.name}: {'; '.join(abi.problems)}")
             rep.verify[f"abi {wheel.name}"] = f"ok ({abi.kind}, {abi.torch_requirement or 'no torch requirement'})"
-        failures: list[str] = []
-        torches = verify_torches(plan, env, log)
-        for label, site in torches:
-            for wheel in mains:
-                log(f"verifying {wheel.name} with torch {label}")
-                result = verify_generic(wheel, site, project_dir=project_dir, test_command=settings.test_command,
-                                        test_requires=settings.test_requires, find_links=links,
-                                        build_dir=build_dir, log=log)
-                prefix = f"torch {label}: " if len(torches) > 1 else ""
-                rep.verify.update({prefix + k: v for k, v in result.checks.items()})
-                failures += [prefix + f for f in result.failures]
+        with log.step("verify"):
+            failures: list[str] = []
+            torches = verify_torches(plan, env)
+            for label, site in torches:
+                for wheel in mains:
+                    log.info(f"verifying {wheel.name} with torch {label}")
+                    result = verify_generic(wheel, site, project_dir=project_dir, test_command=settings.test_command,
+                                            test_requires=settings.test_requires, find_links=links,
+                                            build_dir=build_dir)
+                    prefix = f"torch {label}: " if len(torches) > 1 else ""
+                    rep.verify.update({prefix + k: v for k, v in result.checks.items()})
+                    failures += [prefix + f for f in result.failures]
         rep.passed = not failures
         rep.verify_seconds = round(time.monotonic() - start, 1)
-        log(f"verify {'passed' if rep.passed else 'failed'} in {rep.verify_seconds:.0f} s")
+        log.info(f"verify {'passed' if rep.passed else 'failed'}")
         rep.wheels = [report.wheel_report(w, excluded=excluded, role=role) for w, role in final]
         if rep.passed:
             for wheel, _ in final:
                 shutil.copyfile(wheel, stage / wheel.name)
                 os.replace(stage / wheel.name, out_dir / wheel.name)
         json_path, md_path = report.write(rep, out_dir)
-        log(f"report: {md_path}")
+        log.info(f"report: {md_path}")
         if failures:
             raise Finding(f"verify failed ({'; '.join(failures)}); no wheel written to {out_dir}")
         if args.json:
@@ -249,7 +247,7 @@ def build_project(args, project_dir: Path, settings) -> int:
     except Finding:
         keep = True  # the logs the error names live there
         if args.work_dir is None:
-            log(f"build files kept for inspection: {work}")
+            log.warning(f"build files kept for inspection: {work}")
         raise
     finally:
         shutil.rmtree(stage, ignore_errors=True)

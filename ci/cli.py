@@ -48,6 +48,9 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
         argv: Sequence[str] | None = None) -> NoReturn:
     """Parse argv, call main, turn CiError into one stderr line and its exit code."""
     args = p.parse_args(argv)
+    from ci.util import log
+
+    log.configure(p.prog.removeprefix("python -m "))
     if getattr(args, "verbose", False):
         from ci.util import proc
 

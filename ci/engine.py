@@ -1,7 +1,8 @@
 """Which engine can build here: a running Docker or Podman, or the host's own toolchain.
 
-Detection asks the engines themselves (the Docker SDK's ping, `podman info`), because a docker CLI on
-PATH says nothing about a daemon behind it. Each probe is bounded by a short timeout so `auto` never hangs.
+Detection asks each engine's own CLI for its server (`docker version`, `podman info`): a docker binary on
+PATH says nothing about a daemon behind it, and the CLI is what cibuildwheel drives, with the same
+DOCKER_HOST, contexts and credentials. Each probe is bounded by a short timeout so `auto` never hangs.
 """
 
 from __future__ import annotations
@@ -16,38 +17,35 @@ from ci.errors import CiError
 
 PROBE_TIMEOUT = 5.0
 
+# The question each engine's CLI answers only when its server (daemon, or podman's storage) works.
+PROBE_COMMANDS = {"docker": ("version", "--format", "{{.Server.Version}}"),
+                  "podman": ("info", "--format", "{{.Host.Arch}}")}
+ENGINE_NAMES = {"docker": "Docker", "podman": "Podman"}
+
+
+def responds(engine: str, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """None when the engine's CLI reaches its server, else why not (one line)."""
+    exe = shutil.which(engine)
+    if not exe:
+        return f"{engine} is not installed"
+    cmd = [exe, *PROBE_COMMANDS[engine]]
+    asked = f"`{engine} {PROBE_COMMANDS[engine][0]}`"
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"{ENGINE_NAMES[engine]} does not respond ({asked} did not answer within {timeout:g} s)"
+    if r.returncode != 0 or not r.stdout.strip():
+        last = ([ln.strip() for ln in r.stderr.splitlines() if ln.strip()] or [f"exit status {r.returncode}"])[-1]
+        return f"{ENGINE_NAMES[engine]} does not respond ({asked}: {last})"
+    return None
+
 
 def docker_responds(timeout: float = PROBE_TIMEOUT) -> str | None:
-    """None when Docker answers a ping, else why not (one line)."""
-    try:
-        import docker
-    except ImportError:
-        return "the docker Python SDK is not installed"
-    try:
-        client = docker.from_env(timeout=int(max(1, timeout)))
-        try:
-            client.ping()
-        finally:
-            client.close()
-    except Exception as e:  # DockerException, requests' ConnectionError, socket errors: all mean "no"
-        return f"Docker does not respond ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no reply'})"
-    return None
+    return responds("docker", timeout)
 
 
 def podman_responds(timeout: float = PROBE_TIMEOUT) -> str | None:
-    """None when `podman info` succeeds, else why not (one line)."""
-    exe = shutil.which("podman")
-    if not exe:
-        return "podman is not installed"
-    try:
-        r = subprocess.run([exe, "info", "--format", "{{.Host.Arch}}"], capture_output=True, text=True,
-                           timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return f"`podman info` did not answer within {timeout:g}s"
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"`podman info` failed: {last}"
-    return None
+    return responds("podman", timeout)
 
 
 PROBES = {"docker": docker_responds, "podman": podman_responds}
@@ -161,7 +159,7 @@ def _rows():
 if __name__ == "__main__":
     from ci.cli import parser, run
 
-    p = parser("ci.engine", "Detect the container engine (Docker SDK ping, `podman info`) and what the host "
+    p = parser("ci.engine", "Detect the container engine (`docker version`, `podman info`) and what the host "
                             "engine can build, as `--engine auto` sees them.")
     p.add_argument("--json", action="store_true", help="print the answers as JSON")
     run(p, main)

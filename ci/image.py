@@ -1,108 +1,46 @@
 """Our build images (docker/): `python -m ci.image build --cuda 11.8 [--push REGISTRY]` and `list`.
 
-The matrix row supplies every build argument, so an image and the plans that use it cannot drift apart.
-Builds go through the Docker SDK (no CLI parsing) and stream its progress to stderr. A small Dockerfile
-reader checks, before anything is sent to a daemon, that the matrix passes exactly the ARGs the
-Dockerfile declares without a default, and that the file is well formed.
+The matrix row supplies every build argument, so an image and the plans that use it cannot drift apart:
+before anything is sent to an engine, the Dockerfile's ARGs (read with dockerfile-parse) must be exactly
+what the row passes. Images build through the engine's own CLI (`docker build`, or `podman build`, which
+takes the same flags), whose progress streams to stderr; the engine itself judges the Dockerfile.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
-import sys
+import io
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ci.config import matrix as mx
 from ci.errors import CiError
+from ci.util import log
 
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
 
-# Dockerfile instructions (docs.docker.com/reference/dockerfile/); MAINTAINER is deprecated but parses.
-INSTRUCTIONS = frozenset({"ADD", "ARG", "CMD", "COPY", "ENTRYPOINT", "ENV", "EXPOSE", "FROM", "HEALTHCHECK",
-                          "LABEL", "MAINTAINER", "ONBUILD", "RUN", "SHELL", "STOPSIGNAL", "USER", "VOLUME",
-                          "WORKDIR"})
-_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
-_PREDEFINED = {"PATH", "HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY", "TARGETPLATFORM",
-               "TARGETOS", "TARGETARCH", "BUILDPLATFORM", "BUILDOS", "BUILDARCH"}
 
+def declared_args(dockerfile: bytes) -> dict[str, str | None]:
+    """ARG name -> default (None when the build must pass it), over every stage."""
+    from dockerfile_parse import DockerfileParser
 
-@dataclass(frozen=True)
-class Instruction:
-    keyword: str
-    args: str
-    line: int
-
-
-def parse_dockerfile(text: str, name: str = "Dockerfile") -> list[Instruction]:
-    """Split a Dockerfile into instructions (comments dropped, `\\` continuations joined).
-
-    CiError on an unknown instruction, a dangling continuation, or no FROM before the first build step.
-    """
-    out: list[Instruction] = []
-    buf, start = "", 0
-    for no, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not buf and (not line or line.startswith("#")):
-            continue
-        if buf and line.startswith("#"):  # comment lines inside a continuation are skipped
-            continue
-        start = start or no
-        if line.endswith("\\"):
-            buf += line[:-1] + " "
-            continue
-        buf += line
-        keyword, _, args = buf.strip().partition(" ")
-        if keyword.upper() not in INSTRUCTIONS:
-            raise CiError(f"{name}:{start}: unknown instruction {keyword!r}")
-        if not args.strip():
-            raise CiError(f"{name}:{start}: {keyword.upper()} has no arguments")
-        out.append(Instruction(keyword.upper(), " ".join(args.split()), start))
-        buf, start = "", 0
-    if buf:
-        raise CiError(f"{name}: ends inside a line continuation")
-    first = next((i for i in out if i.keyword != "ARG"), None)
-    if first is None or first.keyword != "FROM":
-        raise CiError(f"{name}: the first instruction after the global ARGs must be FROM")
-    return out
-
-
-def declared_args(instrs: list[Instruction]) -> dict[str, str | None]:
-    """ARG name -> default (None when the build must pass it)."""
+    parsed = DockerfileParser(fileobj=io.BytesIO(dockerfile), env_replace=False)
     args: dict[str, str | None] = {}
-    for i in instrs:
-        if i.keyword == "ARG":
-            name, eq, default = i.args.partition("=")
+    for instr in parsed.structure:
+        if instr["instruction"] == "ARG":
+            name, eq, default = instr["value"].strip().partition("=")
             args[name.strip()] = default if eq else None
     return args
 
 
-def undefined_references(instrs: list[Instruction]) -> list[str]:
-    """$VARs that no ARG/ENV declares before use (RUN is shell, so its own variables are its business)."""
-    known, bad = set(_PREDEFINED), []
-    for i in instrs:
-        if i.keyword != "RUN":
-            for ref in _REF.findall(i.args):
-                if ref not in known:
-                    bad.append(f"line {i.line}: {i.keyword} uses ${ref}")
-        if i.keyword == "ARG":
-            known.add(i.args.partition("=")[0].strip())
-        elif i.keyword == "ENV":
-            known.update(m[1] for m in re.finditer(r"(?:^|\s)([A-Za-z_][A-Za-z0-9_]*)=", i.args))
-    return bad
-
-
-def check_build_args(instrs: list[Instruction], build_args: dict[str, str], what: str) -> None:
-    """Every ARG without a default is passed, and nothing is passed that no ARG declares."""
-    declared = declared_args(instrs)
+def check_build_args(dockerfile: bytes, build_args: dict[str, str], what: str) -> None:
+    """Every ARG without a default is passed, and nothing is passed that no ARG declares (docker would
+    only warn about the one and build with an empty value for the other)."""
+    declared = declared_args(dockerfile)
     missing = [a for a, default in declared.items() if default is None and a not in build_args]
     unknown = [a for a in build_args if a not in declared]
     if missing or unknown:
         raise CiError(f"{what}: missing {', '.join(missing) or 'none'}, undeclared {', '.join(unknown) or 'none'}")
-    bad = undefined_references(instrs)
-    if bad:
-        raise CiError(f"{what}: {'; '.join(bad)}")
 
 
 @dataclass(frozen=True)
@@ -130,67 +68,67 @@ def spec(cuda: str, manylinux: str | None = None, registry: str | None = None) -
                       f"(it uses public images: {public})")
     img = ours[0]
     dockerfile = DOCKER_DIR / matrix.our_dockerfile
-    instrs = parse_dockerfile(dockerfile.read_text(), dockerfile.name)
-    check_build_args(instrs, img.build_args, f"matrix build args for {img.name} do not fit {dockerfile.name}")
+    check_build_args(dockerfile.read_bytes(), img.build_args,
+                     f"matrix build args for {img.name} do not fit {dockerfile.name}")
     tag = f"{matrix.our_image_repo}/{img.name}"
     if registry:
         tag = f"{registry.rstrip('/')}/{tag}"
     return ImageSpec(cuda, img.manylinux, tag, matrix.our_dockerfile, str(DOCKER_DIR), dict(img.build_args))
 
 
-def _client():
+def pick_engine(requested: str = "auto") -> str:
+    """The engine that builds images: the one asked for, which must respond, or the first that does."""
     from ci import engine as eng
 
-    why = eng.docker_responds()
+    if requested == "auto":
+        found = eng.detect()
+        if found is None:
+            why = "; ".join(f"{probe()}" for probe in eng.PROBES.values())
+            raise CiError(f"building images needs Docker or Podman: {why}")
+        return found
+    if requested not in eng.PROBES:
+        raise CiError(f"not a container engine: {requested!r} (choose docker or podman)")
+    why = eng.PROBES[requested]()
     if why:
-        raise CiError(f"building images needs Docker: {why}")
-    import docker
-
-    return docker.from_env()
+        raise CiError(f"building images with {requested}: {why}")
+    return requested
 
 
-def exists(ref: str) -> bool:
-    import docker.errors
+def exists(ref: str, engine: str = "docker") -> bool:
+    from ci.util import proc
 
-    client = _client()
-    try:
-        client.images.get(ref)
-        return True
-    except docker.errors.ImageNotFound:
-        return False
-    finally:
-        client.close()
+    return proc.run([engine, "image", "inspect", ref], what=f"looking up {ref}", check=False,
+                    capture_output=True).returncode == 0
 
 
-def _stream(events, what: str) -> None:
-    """Docker's JSON progress: build `stream` text, pull/push `status` lines; an `error` ends it."""
-    last = None
-    for ev in events:
-        if "error" in ev:
-            detail = ev.get("errorDetail", {}).get("message") or ev["error"]
-            raise CiError(f"{what} failed: {detail.strip().splitlines()[-1]}")
-        text = ev.get("stream") or " ".join(str(ev[k]) for k in ("id", "status", "progress") if ev.get(k))
-        if text and text != last:
-            sys.stderr.write(text if text.endswith("\n") else text + "\n")
-            last = text
+def build_command(engine: str, s: ImageSpec, pull: bool = True) -> list[str]:
+    """`ENGINE build` for a spec: the same flags for docker and podman."""
+    args = [f"--build-arg={k}={v}" for k, v in s.buildargs.items()]
+    return [engine, "build", *(["--pull"] if pull else []), f"--file={Path(s.context) / s.dockerfile}",
+            f"--tag={s.tag}", *args, s.context]
 
 
-def build(cuda: str, manylinux: str | None = None, push: str | None = None) -> ImageSpec:
-    s = spec(cuda, manylinux)
-    client = _client()
-    try:
-        print(f"ci.image: building {s.tag} from docker/{s.dockerfile}", file=sys.stderr)
-        _stream(client.api.build(path=s.context, dockerfile=s.dockerfile, tag=s.tag, buildargs=s.buildargs,
-                                 decode=True, rm=True, pull=True), f"building {s.tag}")
-        if push:
-            pushed = spec(cuda, manylinux, registry=push)
-            client.api.tag(s.tag, pushed.tag)
-            print(f"ci.image: pushing {pushed.tag}", file=sys.stderr)
-            _stream(client.api.push(pushed.tag, stream=True, decode=True), f"pushing {pushed.tag}")
-            return pushed
+def build_spec(engine: str, s: ImageSpec, pull: bool = True) -> ImageSpec:
+    """Build one spec with the engine's CLI; its progress goes to stderr, a failure is one line."""
+    from ci.util import proc
+
+    log.info(f"building {s.tag} from {s.dockerfile} with {engine}")
+    proc.stream(build_command(engine, s, pull), what=f"building {s.tag}")
+    return s
+
+
+def build(cuda: str, manylinux: str | None = None, push: str | None = None, engine: str = "auto") -> ImageSpec:
+    from ci.util import proc
+
+    engine = pick_engine(engine)
+    s = build_spec(engine, spec(cuda, manylinux))
+    if not push:
         return s
-    finally:
-        client.close()
+    pushed = spec(cuda, manylinux, registry=push)
+    proc.run([engine, "tag", s.tag, pushed.tag], what=f"tagging {pushed.tag}")
+    log.info(f"pushing {pushed.tag}")
+    proc.stream([engine, "push", pushed.tag], what=f"pushing {pushed.tag}")
+    return pushed
 
 
 def main(args: argparse.Namespace) -> int:
@@ -207,7 +145,7 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         result = spec(args.cuda, args.manylinux, registry=args.push)
     else:
-        result = build(args.cuda, args.manylinux, push=args.push)
+        result = build(args.cuda, args.manylinux, push=args.push, engine=args.engine)
     if args.json:
         emit_json(asdict(result))
     else:
@@ -225,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--cuda", required=True, help=f"CUDA version ({', '.join(mx.load().versions)})")
     b.add_argument("--manylinux", help="policy, when the row has images of ours for several")
     b.add_argument("--push", metavar="REGISTRY", help="also tag as REGISTRY/... and push there")
+    b.add_argument("--engine", choices=("auto", "docker", "podman"), default="auto",
+                   help="the engine that builds it (default: the first that responds, docker then podman)")
     b.add_argument("--dry-run", action="store_true", help="print what would be built; needs no Docker")
     b.add_argument("--json", action="store_true", help="print the image spec as JSON")
     ls = sub.add_parser("list", help="list the images of ours the matrix uses")

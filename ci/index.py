@@ -49,12 +49,12 @@ import json
 import os
 import posixpath
 import re
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Iterable
 from urllib.parse import quote
 
+from ci.util import log
 from ci.util.digest import sha256_file
 from ci.errors import CiError
 from ci.wheel.names import SDIST_SUFFIXES, canonical_version, classify, normalize, same_version
@@ -350,7 +350,7 @@ def render(dists: list[Dist], to_root: str | None, base_url: str | None,
 
 def warn(msg: str) -> None:
     from ci.cli import shown
-    print(f"ci.index: warning: {shown(msg)}", file=sys.stderr)
+    log.warning(shown(msg))
 
 
 def _differs(path: Path, data: bytes) -> bool:

@@ -16,8 +16,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ci.config import matrix as mx
-from ci.config.project import load_pyproject, read_pins
+from packaging.utils import canonicalize_name
+
+from ci.config import constraints, matrix as mx
+from ci.config.project import load_pyproject
 from ci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
 from ci.util.cache import cache_dir
 from ci.errors import CiError
@@ -27,6 +29,7 @@ CONTAINER_ENGINES = ("docker", "podman")
 CONTAINER_CCACHE = "/ccache"
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
 CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount this package read-only (ci.repair runs from it)
+CONTAINER_SCRIPTS = f"{CONTAINER_TOOL}/ci/resources/container"  # ci/resources/container/*.sh, mounted
 REPAIR_COMMAND = f"PYTHONPATH={CONTAINER_TOOL} python -m ci.repair -w {{dest_dir}} {{wheel}}"
 
 
@@ -38,6 +41,7 @@ def repair_command(excludes: list[str], stable_abi: str | None = None) -> str:
     return REPAIR_COMMAND + stable + "".join(f" --exclude {shlex.quote(p)}" for p in excludes)
 CONTAINER_CA = "/etc/ci/host-ca.pem"
 CONTAINER_FIND_LINKS = "/ci/find-links"
+CONTAINER_CONSTRAINTS = "/ci/build-constraints.txt"
 # Where the host's trusted CA bundle is named: TLS-intercepting networks (corporate proxies, this kind of CI)
 # re-sign outbound TLS, and pip in the container fails CERTIFICATE_VERIFY_FAILED without the same bundle.
 CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
@@ -45,7 +49,6 @@ CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 PODMAN_ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
 AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs docker or podman: the host "
                         "cannot build it ({why})")
-TOOL_PINS = Path(__file__).resolve().parent.parent / "requirements-dev.txt"  # this pipeline's tool versions
 _PY = re.compile(r"3\.\d{1,2}")  # fullmatch: `$` passes a trailing newline
 
 
@@ -73,6 +76,7 @@ class Plan:
     project_dir: str = ""
     backend: str = ""
     stable: StablePlan | None = None  # a stable-ABI build: one wheel per variant for every later torch
+    tool_constraints: list[str] = field(default_factory=list)  # pip -c for build environments (ours, less the project's)
 
     @property
     def torch_requirement(self) -> str:
@@ -91,7 +95,6 @@ class Project:
     build_requires: list[str]
     cibw_build: list[str]  # [tool.cibuildwheel] build selectors
     py_api: str = ""  # [tool.scikit-build] wheel.py-api ("py3": one wheel serves every Python)
-    pins: dict[str, str] = field(default_factory=dict)  # our requirements-dev.txt pins, for the tools we install
     backend: str = "scikit-build-core"  # the build system, as ci.config.project.backend names it
 
     @classmethod
@@ -105,21 +108,14 @@ class Project:
         if not name and (Path(project_dir) / "setup.py").is_file():
             # setup.py names the project (a PEP 518-only pyproject.toml, or none): known once built
             requires = data.get("build-system", {}).get("requires", ["setuptools", "wheel"])
-            return cls(Path(project_dir).resolve().name, "", list(requires), [], "", read_pins(TOOL_PINS), kind)
+            return cls(Path(project_dir).resolve().name, "", list(requires), [], "", kind)
         if not name:
             raise CiError(f"{path} has no [project] name")
         build = data.get("tool", {}).get("cibuildwheel", {}).get("build", "")
         selectors = build.split() if isinstance(build, str) else list(build)
         py_api = data.get("tool", {}).get("scikit-build", {}).get("wheel", {}).get("py-api", "")
         return cls(name, data["project"].get("requires-python", ""),
-                   list(data.get("build-system", {}).get("requires", [])), selectors, py_api,
-                   read_pins(TOOL_PINS), kind)
-
-    def pinned(self, requirement: str) -> str:
-        """A requirement with the version requirements-dev.txt pins for it, when it pins one."""
-        name = re.split(r"[\s<>=!~;\[]", requirement.strip(), maxsplit=1)[0]
-        key = re.sub(r"[-_.]+", "-", name).lower()
-        return f"{name}=={self.pins[key]}" if key in self.pins else requirement.strip()
+                   list(data.get("build-system", {}).get("requires", [])), selectors, py_api, kind)
 
     def default_python(self) -> list[str]:
         """Pythons named by [tool.cibuildwheel] build (cp311-... -> 3.11), else the one running this."""
@@ -218,15 +214,27 @@ def _choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None) -> mx.T
 BUILD_VENV_TOOLS = ("build", "cmake", "ninja", "auditwheel", "pyelftools")
 
 
+def build_installs(project: Project) -> list[str]:
+    """What a build environment gets next to torch: the project's build requirements as written (torch
+    aside: the plan's torch is installed first) and our tools the project does not name itself."""
+    named = set()
+    rest = []
+    for req in project.build_requires:
+        name = canonicalize_name(re.split(r"[\s<>=!~;\[(@]", req.strip(), maxsplit=1)[0])
+        if name != "torch":
+            rest.append(req.strip())
+            named.add(name)
+    return rest + [t for t in BUILD_VENV_TOOLS if canonicalize_name(t) not in named]
+
+
 def _before_build(project: Project, torch_req: str, index_url: str | None, cudnn: str | None) -> str:
-    """Install the pinned torch from its index first, then cuDNN and the other build deps from PyPI.
+    """Install the pinned torch from its index first, then cuDNN, the project's build requirements and
+    our tools, with our tool versions as constraints (the mounted file).
 
     index_url None: pip's own sources in the container (PyPI, and the mounted find-links directory)."""
     torch_cmd = ["pip", "install", torch_req] + (["--index-url", index_url] if index_url else [])
-    rest = [project.pinned(r) for r in project.build_requires if not re.match(r"^torch\b", r.strip())]
-    rest += [project.pinned(t) for t in BUILD_VENV_TOOLS]
-    rest += [cudnn] if cudnn else []
-    cmds = [torch_cmd] + ([["pip", "install", *rest]] if rest else [])
+    rest = build_installs(project) + ([cudnn] if cudnn else [])
+    cmds = [torch_cmd, ["pip", "install", "-c", CONTAINER_CONSTRAINTS, *rest]]
     return " && ".join(shlex.join(c) for c in cmds)
 
 
@@ -247,22 +255,18 @@ def ccache_dir() -> Path:
     return Path(os.environ.get("CCACHE_DIR") or cache_dir("ccache"))
 
 
-# ccache from the image or its package manager; else a pass-through shim, so the launcher never breaks a build.
-ENSURE_CCACHE = ("{ command -v ccache >/dev/null || yum install -y -q ccache || dnf install -y -q ccache || "
-                 "{ printf '#!/bin/sh\\nexec \"$@\"\\n' > /usr/local/bin/ccache && chmod +x /usr/local/bin/ccache; }; }")
-
-
 def host_ca_bundle() -> Path | None:
     """The CA bundle this machine's pip trusts (the first of CA_VARIABLES naming a file), if any."""
     return next((Path(os.environ[v]) for v in CA_VARIABLES
                  if os.environ.get(v) and Path(os.environ[v]).is_file()), None)
 
 
-def container_options(engine: str, find_links: Path | None) -> tuple[list[str], dict[str, str]]:
+def container_options(engine: str, find_links: Path | None, tools: Path) -> tuple[list[str], dict[str, str]]:
     """The engine's create arguments and the variables set inside: host network, the ccache volume, the
-    host's CA bundle (read-only) and the find-links directory (read-only), Podman's rlimits."""
+    tool constraints, the host's CA bundle and the find-links directory (all read-only), Podman's rlimits."""
     create = ["--network=host", f"--volume={ccache_dir()}:{CONTAINER_CCACHE}",
-              f"--volume={Path(__file__).resolve().parent}:{CONTAINER_TOOL}/ci:ro"]
+              f"--volume={Path(__file__).resolve().parent}:{CONTAINER_TOOL}/ci:ro",
+              f"--volume={tools}:{CONTAINER_CONSTRAINTS}:ro"]
     inner: dict[str, str] = {}
     if (ca := host_ca_bundle()) is not None:
         create.append(f"--volume={ca.resolve()}:{CONTAINER_CA}:ro")
@@ -276,25 +280,18 @@ def container_options(engine: str, find_links: Path | None) -> tuple[list[str], 
 
 
 def environment(*, engine: str, image: str, identifiers: list[str], before_build: str, cuda: str | None,
-                arch_list: str, nvcc_flags: list[str], gcc_max: int | None = None,
+                arch_list: str, nvcc_flags: list[str], tools: Path, gcc_max: int | None = None,
                 find_links: Path | None = None) -> dict[str, str]:
     """The CIBW_* variables a container build sets (a host build shows what a container one would)."""
-    create, extra = container_options(engine, find_links)
+    create, extra = container_options(engine, find_links, tools)
     inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CMAKE_C_COMPILER_LAUNCHER": "ccache",
              "CMAKE_CXX_COMPILER_LAUNCHER": "ccache", **extra}
-    before_all = [ENSURE_CCACHE]
+    before_all = [f"sh {CONTAINER_SCRIPTS}/ensure_ccache.sh"]
     if cuda:
         inner = {"CUDA_HOME": CONTAINER_CUDA_HOME, "PATH": f"{CONTAINER_CUDA_HOME}/bin:$PATH",
                  "TORCH_CUDA_ARCH_LIST": arch_list, "CUDAFLAGS": " ".join(nvcc_flags),
                  "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache", **inner}
-        # ameli/manylinux-cuda#8: an image once shipped the wrong CUDA; fail before compiling anything.
-        before_all[:0] = [
-            f"{{ {CONTAINER_CUDA_HOME}/bin/nvcc --version | grep -q 'release {cuda},' || "
-            f"{{ echo 'build image does not have CUDA {cuda}:'; {CONTAINER_CUDA_HOME}/bin/nvcc --version; exit 1; }}; }}",
-            # the image's GCC moves with its base image's default toolset: fail clearly, not deep in nvcc
-            f"{{ v=$(${{CUDAHOSTCXX:-g++}} -dumpversion | cut -d. -f1); [ \"$v\" -le {gcc_max} ] || "
-            f"{{ echo \"build image GCC $v is above what nvcc {cuda} accepts ({gcc_max})\"; exit 1; }}; }}",
-        ]
+        before_all[:0] = [f"sh {CONTAINER_SCRIPTS}/check_image.sh {shlex.quote(cuda)} {gcc_max}"]
     env = {
         "CIBW_BUILD": " ".join(identifiers),
         "CIBW_ARCHS_LINUX": "x86_64",
@@ -428,17 +425,18 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None
     resolved, engine_notes = resolve_engine(engine, cuda, row)
     identifiers = [identifier(p) for p in pythons]
     index = _torch_source(find_links, torch_index_url, row.torch_index_url)
+    tools = constraints.for_project(project.build_requires)
     env = environment(engine=resolved, image=ref, identifiers=identifiers,
                       before_build=_before_build(project, f"torch=={build.version}", index, build.cudnn),
                       cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
-                      find_links=find_links)
+                      find_links=find_links, tools=constraints.file_for(tools.pins))
     return Plan(cuda=cuda, torch=build.version, torch_index_url=index, torch_on_pypi=build.on_pypi,
                 cudnn_requirement=build.cudnn, image=ref, manylinux=image.manylinux, arch_list=archs,
                 python=pythons, identifiers=identifiers, environment=env, engine=resolved,
                 nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
-                notes=notes + python_notes(project, pythons) + engine_notes,
+                notes=notes + python_notes(project, pythons) + engine_notes + list(tools.set_aside),
                 image_origin=image.origin, engine_requested=engine,
-                find_links=str(find_links) if find_links else None)
+                find_links=str(find_links) if find_links else None, tool_constraints=list(tools.pins))
 
 
 def _version_key(v: str) -> tuple[int, ...]:
@@ -462,14 +460,16 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
     resolved, notes = resolve_engine(engine, None, None)
     identifiers = [identifier(p) for p in pythons]
     index = _torch_source(find_links, torch_index_url, matrix.cpu_index_url)
+    tools = constraints.for_project(project.build_requires)
     env = environment(engine=resolved, image=line.manylinux, identifiers=identifiers,
                       before_build=_before_build(project, f"torch=={version}", index, None),
-                      cuda=None, arch_list="", nvcc_flags=[], find_links=find_links)
+                      cuda=None, arch_list="", nvcc_flags=[], find_links=find_links,
+                      tools=constraints.file_for(tools.pins))
     return Plan(cuda=None, torch=version, torch_index_url=index, torch_on_pypi=False,
                 cudnn_requirement=None, image=None, manylinux=line.manylinux, arch_list="", python=pythons,
                 identifiers=identifiers, environment=env, engine=resolved,
-                notes=python_notes(project, pythons) + notes, engine_requested=engine,
-                find_links=str(find_links) if find_links else None)
+                notes=python_notes(project, pythons) + notes + list(tools.set_aside), engine_requested=engine,
+                find_links=str(find_links) if find_links else None, tool_constraints=list(tools.pins))
 
 
 def format_plan(plan: Plan) -> str:
@@ -490,6 +490,7 @@ def format_plan(plan: Plan) -> str:
                        f"{' '.join(plan.stable.cuda_defines or plan.stable.defines)}" if plan.stable else "no: "
                        f"the wheel pins {plan.torch_requirement}"),
         ("identifiers", " ".join(plan.identifiers)),
+        ("tool pins", " ".join(plan.tool_constraints) or "-"),
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]

@@ -52,6 +52,7 @@ from typing import Sequence
 
 from ci import cli
 from ci.errors import CiError, Finding
+from ci.util import log
 from ci.util.sizes import format_size
 
 PRELOAD_MODULE = "_split_libs_preload"
@@ -368,8 +369,7 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
             p.unlink(missing_ok=True)
         raise
     for lib, py in sorted(pinned.items()):  # once it worked: bad input stays one line
-        print(f"ci.split: note: kept {cli.shown(lib)} in {wa.name.project}: {cli.shown(py)} loads it by path",
-              file=sys.stderr)
+        log.info(f"note: kept {cli.shown(lib)} in {wa.name.project}: {cli.shown(py)} loads it by path")
     return written
 
 

@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import re
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -38,6 +37,7 @@ from typing import Callable, Iterable, Mapping
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from ci.errors import CiError, Finding
+from ci.util import log as progress
 from ci.util.digest import sha256_file
 from ci.wheel.names import classify
 from ci.wheel.names import normalize
@@ -432,7 +432,7 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
     from twine.package import PackageFile
     from twine.repository import Repository
 
-    say = log or (lambda m: print(f"ci.upload: {m}", file=sys.stderr))
+    say = log or progress.info
     if retries < 0:
         raise CiError("--retries must be >= 0")
     if timeout <= 0:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ci import cli
 from ci.errors import CiError, Finding
-from ci.util import proc
+from ci.util import log, proc
 from ci.wheel.names import WheelName
 
 
@@ -248,8 +248,8 @@ def grafted_runtime(names: list[str]) -> list[str]:
 
 
 def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_command: str | None = None,
-                   test_requires: list[str] = (), find_links: list[Path] = (), build_dir: Path | None = None,
-                   log=print) -> VerifyResult:
+                   test_requires: list[str] = (), find_links: list[Path] = (),
+                   build_dir: Path | None = None) -> VerifyResult:
     """Any extension: install it over its torch, import every top-level package, load every shared
     library, list the torch.ops namespaces it registers, check it pins torch and grafts none of the
     runtime; then its test command."""
@@ -289,7 +289,7 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
                     last = (r.stderr.strip().splitlines() or ["no output"])[-1]
                     checks["test_requires"] = f"FAILED: {last}"
                     return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
-            log(f"running the test command: {test_command}")
+            log.info(f"running the test command: {test_command}")
             checks.update(run_test_command(test_command, python, project_dir, wheel, tmp, build_dir))
         else:
             checks["test_command"] = "skipped: none given ([tool.ci] test-command or --test-command)"
@@ -326,7 +326,7 @@ def main(args) -> int:
     result = verify_generic(args.wheel, args.torch_site, project_dir=(args.project or Path.cwd()).resolve(),
                             test_command=args.test_command or settings.test_command,
                             test_requires=settings.test_requires + (args.test_requires or []),
-                            build_dir=args.build_dir, log=lambda msg: print(msg, file=sys.stderr))
+                            build_dir=args.build_dir)
     if args.json:
         cli.emit_json({**asdict(result), "passed": result.passed, "failures": result.failures})
     else:

@@ -24,7 +24,7 @@ PLATFORM_ONLY = ("mps", "xpu", "sycl")  # declared for other builds of torch tha
 
 
 def torch_site(version: str) -> Path:
-    return ensure_env(TorchSpec(version, RELEASES[version], None, True), log=lambda m: None).site
+    return ensure_env(TorchSpec(version, RELEASES[version], None, True)).site
 
 
 @pytest.fixture(scope="module")

@@ -151,3 +151,38 @@ def test_another_project_in_container(engines, standin, torch_cpu_wheel, tmp_pat
     assert report["verify"]["torch_ops"] == ["tiny_ext"]
     assert not list(FIXTURE.glob("build")) and not list(FIXTURE.glob("*.egg-info"))
 
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_image_builds_through_each_engine_cli(engines, standin, tmp_path, engine):
+    """ci.image's build path for real: the matrix-style build args reach the Dockerfile, the image lands
+    in that engine's store, and a failing step is one CiError naming the image and the step's last line."""
+    from ci import image
+    from ci.errors import CiError
+
+    need(engines, engine)
+    (tmp_path / "img.Dockerfile").write_text(
+        "ARG BASE\nFROM ${BASE}\nARG CUDA_VERSION\nRUN echo \"cuda=${CUDA_VERSION}\" > /built-with\n")
+    tag = f"localhost/cuda-wheel-ci-test:{engine}-{tmp_path.name}".lower()
+    spec = image.ImageSpec("13.0", "manylinux_2_36", tag, "img.Dockerfile", str(tmp_path),
+                           {"BASE": standin[engine], "CUDA_VERSION": "13.0.2"})
+    image.check_build_args((tmp_path / "img.Dockerfile").read_bytes(), spec.buildargs, "test")
+    try:
+        image.build_spec(engine, spec, pull=False)  # a local base: nothing to pull
+        assert image.exists(tag, engine)
+        from ci.plan import PODMAN_ULIMITS
+
+        limits = [f"--ulimit={u}" for u in PODMAN_ULIMITS] if engine == "podman" else []
+        r = subprocess.run([engine, "run", "--rm", "--network=host", *limits, tag, "cat", "/built-with"],
+                           capture_output=True, text=True)
+        assert r.stdout.strip() == "cuda=13.0.2", r.stderr
+    finally:
+        subprocess.run([engine, "rmi", "-f", tag], capture_output=True)
+    assert not image.exists(tag, engine)
+
+    (tmp_path / "img.Dockerfile").write_text("ARG BASE\nFROM ${BASE}\nRUN echo no-such-step >&2 && exit 3\n")
+    bad = image.ImageSpec("13.0", "manylinux_2_36", tag, "img.Dockerfile", str(tmp_path), {"BASE": standin[engine]})
+    with pytest.raises(CiError) as e:
+        image.build_spec(engine, bad, pull=False)
+    assert str(e.value).startswith(f"building {tag}: {engine} failed with exit status") and "\n" not in str(e.value)
+    assert not image.exists(tag, engine)

@@ -1,5 +1,5 @@
-"""Engine detection through the real Docker SDK (against a loopback Docker API or a closed port), the
-`auto` fallback to the host, and the one-line refusal of `--engine docker` where no daemon answers."""
+"""Engine detection through the real docker CLI (against a loopback Docker API, a closed port, or no CLI),
+the `auto` fallback to the host, and the one-line refusal of `--engine docker` where no daemon answers."""
 
 from __future__ import annotations
 
@@ -23,14 +23,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class _DockerAPI(http.server.BaseHTTPRequestHandler):
-    """The two endpoints a Docker SDK ping touches: /version (API negotiation) and /_ping."""
+    """The two endpoints `docker version` touches: /_ping (API negotiation) and /version."""
 
     ping_status = 200
+    version_status = 200
+
+    def do_HEAD(self):  # noqa: N802
+        self.do_GET()
 
     def do_GET(self):  # noqa: N802
-        if self.path.endswith("/version"):
-            body, ctype, status = json.dumps({"ApiVersion": "1.45", "MinAPIVersion": "1.24",
-                                              "Version": "27.0.0"}).encode(), "application/json", 200
+        if self.path.endswith("/version") and self.version_status != 200:
+            body, ctype, status = b'{"message": "broken"}', "application/json", self.version_status
+        elif self.path.endswith("/version"):
+            info = {"ApiVersion": "1.45", "MinAPIVersion": "1.24", "Version": "27.0.0", "Os": "linux",
+                    "Arch": "amd64"}
+            body, ctype, status = json.dumps(info).encode(), "application/json", 200
         elif self.path.endswith("/_ping"):
             body, ctype, status = b"OK", "text/plain", self.ping_status
         else:
@@ -40,15 +47,24 @@ class _DockerAPI(http.server.BaseHTTPRequestHandler):
         self.send_header("Api-Version", "1.45")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def log_message(self, *args):
         pass
 
 
+@pytest.fixture(scope="module")
+def docker_cli() -> Path:
+    """The real docker client (Debian's docker.io), installed by the suite where it is missing."""
+    from tests._servers import ensure_debian_package
+
+    return Path(ensure_debian_package("docker", "docker.io"))
+
+
 @pytest.fixture
-def docker_api(monkeypatch):
-    """A Docker API on 127.0.0.1 that answers pings; DOCKER_HOST points the SDK at it."""
+def docker_api(monkeypatch, docker_cli):
+    """A Docker API on 127.0.0.1 that answers pings; DOCKER_HOST points the docker CLI at it."""
     handler = type("Handler", (_DockerAPI,), {})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -61,19 +77,37 @@ def docker_api(monkeypatch):
 
 
 @pytest.fixture
-def no_engine(monkeypatch, tmp_path):
-    """No daemon behind DOCKER_HOST (a closed loopback port) and no podman on PATH."""
+def no_engine(monkeypatch, tmp_path, docker_cli):
+    """A docker CLI with no daemon behind DOCKER_HOST (a closed loopback port), and no podman on PATH."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{port}")
+    (tmp_path / "docker").symlink_to(docker_cli)
     monkeypatch.setenv("PATH", str(tmp_path))
 
 
 def test_detect_answers_none_here(no_engine):
-    assert engine.docker_responds().startswith("Docker does not respond")
+    why = engine.docker_responds()
+    assert why.startswith("Docker does not respond (`docker version`: ") and "127.0.0.1" in why, why
+    assert "\n" not in why
     assert engine.podman_responds() == "podman is not installed"
     assert engine.detect() is None
+
+
+def test_no_docker_cli_is_not_docker(monkeypatch, tmp_path, docker_api):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert engine.docker_responds() == "docker is not installed"
+
+
+def test_a_hung_daemon_is_bounded(monkeypatch, docker_cli):
+    """A port that accepts and never answers: the probe gives up after its timeout, not the CLI's."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{s.getsockname()[1]}")
+        why = engine.docker_responds(timeout=1)
+    assert why == "Docker does not respond (`docker version` did not answer within 1 s)"
 
 
 def test_detect_finds_a_docker_api(docker_api):
@@ -82,8 +116,8 @@ def test_detect_finds_a_docker_api(docker_api):
     engine.require("docker")
 
 
-def test_a_failing_ping_is_not_an_engine(docker_api):
-    docker_api.ping_status = 500
+def test_a_failing_server_is_not_an_engine(docker_api):
+    docker_api.version_status = 500
     assert "Docker does not respond" in engine.docker_responds()
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from ci.config import matrix as mx
 from ci import plan as pl
+from ci.config import constraints
 from ci.errors import CiError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +69,7 @@ def test_every_row_and_torch_gives_a_consistent_plan(row: mx.CudaRow, build: mx.
     assert mx.check_arch_list(row.version, env["TORCH_CUDA_ARCH_LIST"])
     assert env["CUDAFLAGS"].split() == plan.nvcc_flags == list(row.nvcc_flags)
     assert env["PATH"].startswith("/usr/local/cuda/bin:") and env["CUDA_HOME"] == "/usr/local/cuda"
-    assert f"release {row.version}," in bo.before_all  # the image's nvcc is checked before compiling
+    assert f"check_image.sh {row.version} {row.gcc_max}" in bo.before_all  # the image is checked before compiling
     assert plan.torch_on_pypi == build.on_pypi
 
 
@@ -204,13 +205,20 @@ def test_py3_wheel_notes_that_one_build_serves_every_python():
 
 
 def test_before_build_installs_the_no_isolation_build_and_repair_tools():
-    """`build --no-isolation` and `python -m ci.repair` (which runs auditwheel) both use the build venv."""
-    pins = pl.read_pins(ROOT / "requirements-dev.txt")
+    """`build --no-isolation` and `python -m ci.repair` (which runs auditwheel) both use the build venv;
+    their versions come from the mounted constraints file, not from rewritten requirements."""
     plan = plan_for("12.8")
-    words = shlex.split(plan.environment["CIBW_BEFORE_BUILD_LINUX"].split("&&")[1])
-    for tool in ("cmake", "ninja", "auditwheel", "pyelftools", "scikit-build-core"):
-        assert f"{tool}=={pins[tool]}" in words
-    assert not any(w.startswith("torch") for w in words)  # torch comes only from its index, first
+    torch_step, rest = plan.environment["CIBW_BEFORE_BUILD_LINUX"].split(" && ")
+    words = shlex.split(rest)
+    assert words[:4] == ["pip", "install", "-c", pl.CONTAINER_CONSTRAINTS]
+    named = {re.split(r"[<>=!~\[]", w, maxsplit=1)[0] for w in words[4:]}
+    assert {"cmake", "ninja", "auditwheel", "pyelftools", "scikit-build-core", "build"} <= named
+    assert "scikit-build-core>=0.10" in words  # the project's own requirement, as written
+    pins = constraints.read()
+    assert plan.tool_constraints == [f"{n}=={v}" for n, v in pins.items()]
+    assert not any(w.startswith("torch") for w in words) and "torch==" in torch_step  # torch first, from its index
+    mount = f"--volume={constraints.file_for(plan.tool_constraints)}:{pl.CONTAINER_CONSTRAINTS}:ro"
+    assert mount in plan.environment["CIBW_CONTAINER_ENGINE"]
 
 
 def test_no_fitting_image_is_refused_with_the_reason():
@@ -228,18 +236,15 @@ def test_no_fitting_image_is_refused_with_the_reason():
         pl.pick_image(m, hot, m.torch_line("2.5.1"), "2.5.1")
 
 
-def _before_all_checks(plan: pl.Plan) -> list[str]:
-    """The toolkit and compiler checks that open before-all (brace groups joined by ' && ')."""
-    return plan.environment["CIBW_BEFORE_ALL_LINUX"].split(" && ")[:2]
-
-
-def _sh(cmd: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "CUDAHOSTCXX"}  # the check falls back to g++, as here
-    return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, env=env)
+def _run_before_all_script(command: str) -> subprocess.CompletedProcess:
+    """Run a before-all step here as sh runs it in the container, from this checkout's ci/resources."""
+    script = command.replace(pl.CONTAINER_SCRIPTS, str(ROOT / "ci/resources/container"))
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDAHOSTCXX", "CUDA_HOME")}  # as the image's defaults
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
 
 
 def test_before_all_checks_run_in_a_real_shell():
-    """Run the image checks here, against this machine's own toolkit and compiler, as sh runs them there
+    """Run the image check here, against this machine's own toolkit and compiler, as sh runs it there
     (a machine with no toolkit at /usr/local/cuda fails every row's nvcc check, as an image would)."""
     from ci.engine import nvcc_version
 
@@ -247,15 +252,34 @@ def test_before_all_checks_run_in_a_real_shell():
     have = nvcc_version(toolkit) if toolkit.exists() else None
     gcc = int(subprocess.run(["g++", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0])
     for row in mx.rows():
-        nvcc_check, gcc_check = _before_all_checks(plan_for(row.version))
-        r = _sh(nvcc_check)
-        assert (r.returncode == 0) == (row.version == have), r.stdout
-        if r.returncode:
-            assert f"build image does not have CUDA {row.version}:" in r.stdout
-        r = _sh(gcc_check)
-        assert (r.returncode == 0) == (gcc <= row.gcc_max)
-        if r.returncode:
+        steps = plan_for(row.version).environment["CIBW_BEFORE_ALL_LINUX"].split(" && ")
+        assert steps == [f"sh {pl.CONTAINER_SCRIPTS}/check_image.sh {row.version} {row.gcc_max}",
+                         f"sh {pl.CONTAINER_SCRIPTS}/ensure_ccache.sh"]
+        r = _run_before_all_script(steps[0])
+        if row.version != have:
+            assert r.returncode == 1 and f"build image does not have CUDA {row.version}:" in r.stdout, r.stdout
+        elif gcc > row.gcc_max:
+            assert r.returncode == 1, r.stdout
             assert f"build image GCC {gcc} is above what nvcc {row.version} accepts ({row.gcc_max})" in r.stdout
+        else:
+            assert r.returncode == 0 and r.stdout == "", r.stdout
+    cpu = pl.make_plan(cuda=None, project_dir=ROOT).environment["CIBW_BEFORE_ALL_LINUX"]
+    assert cpu == f"sh {pl.CONTAINER_SCRIPTS}/ensure_ccache.sh"
+    assert _run_before_all_script(cpu).returncode == 0
+
+
+def test_the_image_check_names_a_too_new_gcc(tmp_path):
+    """The compiler half of the check, on this machine's toolkit with a ceiling below its GCC."""
+    from ci.engine import nvcc_version
+
+    toolkit = Path("/usr/local/cuda/bin/nvcc")
+    have = nvcc_version(toolkit) if toolkit.exists() else None
+    if have is None:
+        pytest.skip("no toolkit at /usr/local/cuda")
+    gcc = int(subprocess.run(["g++", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0])
+    r = _run_before_all_script(f"sh {pl.CONTAINER_SCRIPTS}/check_image.sh {have} {gcc - 1}")
+    assert r.returncode == 1
+    assert r.stdout.strip() == f"build image GCC {gcc} is above what nvcc {have} accepts ({gcc - 1})"
 
 
 @pytest.mark.parametrize("value", ["BUILD_RUNNER=ON", "a b", "it's", 'say "hi"', "x;y&z|w", "", "$HOME/lib", "a\\b", "it's a\\b"])

@@ -25,7 +25,7 @@ RUN_OP = ("import torch, {pkg} as m; x = torch.randn(3, 5, dtype=torch.float64);
 @pytest.fixture(scope="module")
 def cpu_torch_site(cpu_build) -> Path:
     """The cached CPU torch environment ci.build used (already created by the cpu_build fixture)."""
-    return ensure_env(TorchSpec("2.13.0", None, None, False), log=lambda _: None).site
+    return ensure_env(TorchSpec("2.13.0", None, None, False)).site
 
 
 def install_and_run(tmp_path: Path, torch_site: Path, pkg: str, *pip_args: str) -> float:

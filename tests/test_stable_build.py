@@ -118,7 +118,7 @@ def test_cu13_wheel_names_the_right_variant_under_another_torch(fixture_cu13, tm
     """Under torch 2.10 (CUDA 12.8) the cu13 build says which build to install, not `libcudart.so.13:
     cannot open shared object file`."""
     _, (wheel,) = fixture_cu13
-    site = ensure_env(TorchSpec("2.10.0", "12.8", None, True), log=lambda m: None).site
+    site = ensure_env(TorchSpec("2.10.0", "12.8", None, True)).site
     python = fresh_venv(tmp_path / "venv", site)
     assert pip_install(python, "--no-deps", "--no-index", str(wheel)).returncode == 0
     r = subprocess.run([str(python), "-c", "import stable_ext"], capture_output=True, text=True)

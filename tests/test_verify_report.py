@@ -22,7 +22,7 @@ OPS = "test test_softmax_ext::test_ops_match_torch[float32-cpu]"
 
 
 def cpu_torch_site() -> Path:
-    return ensure_env(TorchSpec("2.13.0", None, None, False), log=lambda _: None).site
+    return ensure_env(TorchSpec("2.13.0", None, None, False)).site
 
 
 def broken_copy(wheel: Path, tmp_path: Path) -> Path:
@@ -149,7 +149,7 @@ def test_pips_progress_never_reaches_stdout_on_a_terminal(tmp_path):
     import sys
     master, slave = os.openpty()  # stderr is a terminal: pip runs without --quiet
     code = ("from ci.compile.hostenv import TorchSpec, ensure_env\n"
-            "ensure_env(TorchSpec('0.0.0', None, None, False), log=lambda _: None)\n")
+            "ensure_env(TorchSpec('0.0.0', None, None, False))\n")
     env = dict(os.environ, CUDA_WHEEL_CI_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
     try:
         proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=slave, env=env,

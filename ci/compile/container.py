@@ -18,6 +18,8 @@ from pathlib import Path
 
 from ci import engine as eng
 from ci.errors import CiError, Finding
+from ci.config import constraints
+from ci.util import log, proc
 from ci.plan import AUTO_NEEDS_CONTAINER, CONTAINER_ENGINES, Plan, ccache_dir
 
 
@@ -37,13 +39,11 @@ def require_engine(plan: Plan) -> None:
 PULL_TIMEOUT = 1800  # a CUDA image is several GB
 
 
-def image_present(engine: str, ref: str) -> bool:
-    return subprocess.run([engine, "image", "inspect", ref], capture_output=True).returncode == 0
-
-
 def ensure_given_image(plan: Plan) -> None:
     """An --image must be in the engine's store or pullable: say so before cibuildwheel starts."""
-    if image_present(plan.engine, plan.image):
+    from ci import image
+
+    if image.exists(plan.image, plan.engine):
         return
     try:
         r = subprocess.run([plan.engine, "pull", plan.image], capture_output=True, text=True, timeout=PULL_TIMEOUT)
@@ -56,25 +56,19 @@ def ensure_given_image(plan: Plan) -> None:
 
 
 def ensure_image(plan: Plan) -> None:
-    """Our docker/ images are built on first use (ci.image, Docker SDK); public ones cibuildwheel pulls;
-    a given one must exist or pull."""
+    """Our docker/ images are built on first use (ci.image, with the plan's engine); public ones
+    cibuildwheel pulls; a given one must exist or pull."""
     if plan.image_origin == "given":
         return ensure_given_image(plan)
     if plan.image_origin != "ours" or plan.cuda is None:
-        return
-    if plan.engine == "podman":
-        # ci.image builds through the Docker SDK; Podman needs the image already there (or in a registry).
-        if subprocess.run(["podman", "image", "exists", plan.image]).returncode != 0:
-            raise CiError(f"{plan.image} is not in Podman's store: build it with `python -m ci.image build --cuda "
-                          f"{plan.cuda} --push REGISTRY` and set CI_IMAGE_REGISTRY=REGISTRY")
         return
     from ci import image
 
     if plan.image != image.spec(plan.cuda, plan.manylinux).tag:
         return  # a registry copy (CI_IMAGE_REGISTRY): cibuildwheel pulls it
-    if not image.exists(plan.image):
-        print(f"ci.compile.container: {plan.image} is not built yet; building it from docker/", file=sys.stderr)
-        image.build(plan.cuda, manylinux=plan.manylinux)
+    if not image.exists(plan.image, plan.engine):
+        log.info(f"{plan.image} is not built yet; building it from docker/")
+        image.build(plan.cuda, manylinux=plan.manylinux, engine=plan.engine)
 
 
 def project_files(project_dir: Path) -> list[Path]:
@@ -117,20 +111,6 @@ def cibuildwheel_command(project_dir: Path, output_dir: Path) -> list[str]:
             str(project_dir)]
 
 
-LOG_TAIL = 15
-
-
-def run_logged(cmd: list[str], logfile: Path, **kw) -> int:
-    """Run cmd with its output on stderr (progress on a terminal, lines in CI) and in logfile."""
-    with logfile.open("wb") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                     **kw) as proc:
-        for line in proc.stdout:
-            log.write(line)
-            sys.stderr.buffer.write(line)
-            sys.stderr.flush()
-    return proc.returncode
-
-
 def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None = None) -> list[Path]:
     """Build and repair the plan's wheels in containers; return the repaired wheels in wheel_dir.
 
@@ -141,6 +121,7 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
         raise CiError(f"no pyproject.toml in {project_dir}")
     require_engine(plan)
     ensure_image(plan)
+    constraints.ensure_file(plan.tool_constraints)  # mounted at CONTAINER_CONSTRAINTS by the plan
     ccache_dir().mkdir(parents=True, exist_ok=True)
     wheel_dir = Path(wheel_dir)
     wheel_dir.mkdir(parents=True, exist_ok=True)
@@ -150,11 +131,13 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
     try:
         with tempfile.TemporaryDirectory(prefix="cibw-project-") as tmp:
             source = stage_project(project_dir, Path(tmp))
-            code = run_logged(cibuildwheel_command(source, staging), logfile, cwd=source, env=env)
-        if code != 0:
-            tail = [ln for ln in logfile.read_text(errors="replace").splitlines() if ln.strip()][-LOG_TAIL:]
-            print("\n".join(["ci.compile.container: the last lines of cibuildwheel's log:", *tail]), file=sys.stderr)
-            raise Finding(f"cibuildwheel failed with exit status {code} in {plan.engine} "
+            with logfile.open("wb") as logged:
+                done = proc.stream(cibuildwheel_command(source, staging), what="building in a container", log=logged,
+                                   check=False, cwd=source, env=env)
+        if done.returncode != 0:
+            tail = done.stdout.decode(errors="replace")
+            log.info(f"the last lines of cibuildwheel's log:\n{tail}")
+            raise Finding(f"cibuildwheel failed with exit status {done.returncode} in {plan.engine} "
                           f"(image {plan.image or plan.manylinux}); full log: {logfile}")
         built = sorted(staging.glob("*.whl"))
         if not built:

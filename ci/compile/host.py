@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.errors import Finding
+from ci.errors import CiError, Finding
+from ci.util import log, proc
 from ci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cuda_build_environ, ensure_env,
                         find_nvcc)
 
@@ -48,20 +48,20 @@ def toolkit_wheels(cuda: str) -> tuple[str, ...]:
     return (*row.nvcc_wheels, *row.toolkit_wheels) if row.nvcc_wheel_has_nvcc else ()
 
 
-def install_build_requires(env: BuildEnv, project_dir: Path, log) -> None:
-    """The project's [build-system] requires, torch aside (the env's torch is the plan's), into the
-    build env: `build --no-isolation` uses that env as it is. pip leaves satisfied ones alone."""
-    from ci.plan import Project
+def install_build_requires(env: BuildEnv, plan, project_dir: Path) -> None:
+    """The project's [build-system] requires as written, torch aside (the env's torch is the plan's),
+    and our build tools, into the build env (`build --no-isolation` uses it as it is), under our tool
+    constraints less the ones the project excludes. pip leaves what is satisfied alone."""
+    from ci.config import constraints
+    from ci.plan import Project, build_installs
 
-    project = Project.read(project_dir)
-    reqs = [project.pinned(r) for r in project.build_requires if not re.match(r"^\s*torch\b", r)]
-    if not reqs:
-        return
-    r = subprocess.run([str(env.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *reqs],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        why = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        raise Finding(f"could not install the build requirements {', '.join(reqs)}: {why}")
+    reqs = build_installs(Project.read(project_dir))
+    try:
+        proc.run([env.python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                  "-c", constraints.ensure_file(plan.tool_constraints), *reqs],
+                 what=f"installing the build requirements {', '.join(reqs)}", capture_output=True, text=True)
+    except CiError as e:
+        raise Finding(str(e)) from None
 
 
 def ccache_environ(plan, work_dir: Path, cmake: bool, config: list[str]) -> dict[str, str]:
@@ -95,14 +95,14 @@ def max_jobs() -> int:
 
 
 def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: str | None = None,
-                 nvcc_source: str = "auto", build_env: dict[str, str] | None = None, log=print) -> CompileResult:
+                 nvcc_source: str = "auto", build_env: dict[str, str] | None = None) -> CompileResult:
     """Build the project's wheel for `plan` on this machine; raises Finding if the build fails.
 
     scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
     what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
     NVCC_APPEND_FLAGS. `build_env` (the project's [tool.ci] env and --env) goes last."""
-    env = ensure_env(torch_spec(plan, torch_index_url), log=log)
-    install_build_requires(env, project_dir, log)
+    env = ensure_env(torch_spec(plan, torch_index_url))
+    install_build_requires(env, plan, project_dir)
     if plan.backend != "scikit-build-core":
         # setuptools builds in the source tree (build/, *.egg-info): build a copy, so the project is never
         # written to and no object file of an earlier build (another CUDA, another torch) is reused
@@ -127,7 +127,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
         for var in ("CFLAGS", "CXXFLAGS"):
             environ[var] = f"{environ.get(var, '')} {host_flags}".strip()
     if plan.cuda is not None:
-        nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=nvcc_source, log=log)
+        nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=nvcc_source)
         root = assemble_cuda_root(env, nvcc)
         environ.update(cuda_build_environ(root, plan.arch_list))
         if cmake:
@@ -143,31 +143,28 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     dist = work_dir / "dist"
     dist.mkdir(parents=True, exist_ok=True)
     logfile = work_dir / "compile.log"
-    log(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
+    log.info(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
         f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
     start = time.monotonic()
     cmd = [str(env.python), "-m", "build", "--no-isolation", "--wheel", "-o", str(dist), *config, str(project_dir)]
     with logfile.open("wb") as out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                     env=environ) as proc:
-        tty = sys.stderr.isatty()
-        for line in proc.stdout:  # everything to the log; the compiler's [n/N] steps to a terminal too
+                                                     env=environ) as building:
+        for line in building.stdout:  # everything to the log; the compiler's [n/N] steps to a terminal too
             out.write(line)
-            if tty and PROGRESS.match(line):
-                sys.stderr.write("\r" + line.decode(errors="replace").rstrip()[:120] + "\033[K")
-                sys.stderr.flush()
-        if tty:
-            sys.stderr.write("\n")
+            if PROGRESS.match(line):
+                log.progress(line.decode(errors="replace"))
+        log.progress_done()
     seconds = time.monotonic() - start
-    if proc.returncode != 0:
+    if building.returncode != 0:
         text = logfile.read_text(errors="replace")
         tail = [ln for ln in text.splitlines() if ln.strip()][-15:]
-        log("\n".join(tail))
+        log.info("the last lines of the compile log:\n" + "\n".join(tail))
         why = ""
         if plan.stable is not None and CLASSIC_UNDER_TARGET in text:
             why = ("; the project includes classic LibTorch headers (torch/extension.h), which torch refuses "
                    "under TORCH_TARGET_VERSION: port it to torch/csrc/stable, or build without --stable-abi")
         raise Finding(f"compile failed after {seconds:.0f} s{why} (full log: {logfile})")
-    log(f"compiled in {seconds:.0f} s")
+    log.info(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
     return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env)

@@ -15,7 +15,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -27,13 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from ci.config import constraints
 from ci.engine import host_nvcc, nvcc_version, real_nvcc
-from ci.util import proc
+from ci.util import log, proc
 from ci.util.cache import cache_dir
 from ci.errors import CiError
 
 PYPI = "https://pypi.org/simple"
-# Build tools installed next to torch, pinned by the project's own requirements file.
+# Build tools installed next to torch, at the versions of ci/resources/build-constraints.txt.
 BUILD_TOOLS = ("scikit-build-core", "cmake", "ninja", "build", "wheel", "pyelftools", "packaging")
 
 
@@ -61,15 +61,6 @@ class BuildEnv:
     torch_version: str
     torch_cuda: str | None
     requires: list[str]  # torch's Requires-Dist, for the repair stage (cuDNN pin)
-
-
-def requirement_pins(names: tuple[str, ...]) -> list[str]:
-    """`name==version` as requirements-dev.txt pins each name (the bare name where it pins none)."""
-    from ci.config.project import read_pins
-    from ci.wheel.names import normalize
-
-    pins = read_pins(Path(__file__).resolve().parents[2] / "requirements-dev.txt")
-    return [f"{n}=={pins[normalize(n)]}" if normalize(n) in pins else n for n in names]
 
 
 def reachable(url: str, timeout: float = 5.0) -> bool:
@@ -132,7 +123,7 @@ def _load_env(root: Path, stamp: Path) -> BuildEnv:
                     info["requires"])
 
 
-def ensure_env(spec: TorchSpec, *, log=print) -> BuildEnv:
+def ensure_env(spec: TorchSpec) -> BuildEnv:
     """Create (or reuse) the cached build venv for this torch variant and this Python.
 
     A stamp written last marks it complete, so an interrupted creation is redone, not reused."""
@@ -145,7 +136,7 @@ def ensure_env(spec: TorchSpec, *, log=print) -> BuildEnv:
         if stamp.exists():  # another process made it while we waited
             return _load_env(root, stamp)
         args, source = torch_pip_args(spec)
-        log(f"creating build environment {root} (torch {spec.version} {spec.variant} from {source})")
+        log.info(f"creating build environment {root} (torch {spec.version} {spec.variant} from {source})")
         start = time.monotonic()
         shutil.rmtree(root, ignore_errors=True)
         # GBs of downloads: pip's own progress bars on a terminal, one line when done in logs and CI.
@@ -156,7 +147,7 @@ def ensure_env(spec: TorchSpec, *, log=print) -> BuildEnv:
         proc.run([sys.executable, "-m", "venv", root], what=what, **to_stderr)
         pip = [root / "bin" / "python", "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
         proc.run([*pip, *args], what=f"{what} (torch {spec.version} from {source})", **to_stderr)
-        proc.run([*pip, *requirement_pins(BUILD_TOOLS)], what=f"{what} (the build tools)", **to_stderr)
+        proc.run([*pip, "-c", constraints.CONSTRAINTS, *BUILD_TOOLS], what=f"{what} (the build tools)", **to_stderr)
         info = _torch_info(root / "bin" / "python")
         got_cuda = info["cuda"]
         want = spec.cuda
@@ -167,7 +158,7 @@ def ensure_env(spec: TorchSpec, *, log=print) -> BuildEnv:
                 f"{spec.variant} build; pass --torch-index-url for the {spec.variant} index or a mirror"
             )
         stamp.write_text(json.dumps(info))
-        log(f"build environment ready in {time.monotonic() - start:.0f} s")
+        log.info(f"build environment ready in {time.monotonic() - start:.0f} s")
         return _load_env(root, stamp)
 
 
@@ -175,7 +166,7 @@ def ensure_env(spec: TorchSpec, *, log=print) -> BuildEnv:
 
 
 def find_nvcc(env: BuildEnv, cuda: str, wheels: tuple[str, ...] = (), *, source: str = "auto",
-              log=print) -> Path:
+) -> Path:
     """nvcc of exactly this CUDA version: the host's (source "host", or "auto" when it matches), else
     NVIDIA's wheels installed into the build env (`wheels`: the matrix row's toolkit wheels, empty
     where NVIDIA ships no nvcc wheel for that version)."""
@@ -191,7 +182,7 @@ def find_nvcc(env: BuildEnv, cuda: str, wheels: tuple[str, ...] = (), *, source:
             return cand
     if not wheels:
         raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and NVIDIA ships no nvcc wheel for it")
-    log(f"{have}; installing nvcc {cuda} from NVIDIA's wheels ({', '.join(wheels)})")
+    log.info(f"{have}; installing nvcc {cuda} from NVIDIA's wheels ({', '.join(wheels)})")
     r = subprocess.run([str(env.python), "-m", "pip", "install", "--quiet", "--isolated", *wheels],
                        capture_output=True, text=True)
     if r.returncode != 0:

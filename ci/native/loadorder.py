@@ -13,7 +13,7 @@ import heapq
 import io
 import re
 import tokenize
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 

@@ -13,7 +13,8 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from collections import deque
+from typing import IO, Sequence
 
 from ci.errors import CiError
 
@@ -45,6 +46,32 @@ def run(cmd: Sequence[object], *, what: str, check: bool = True, **kw) -> subpro
     if check and proc.returncode != 0:
         raise CiError(f"{what}: {failure(argv, proc)}")
     return proc
+
+
+def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, check: bool = True,
+           keep: int = 15, **kw) -> subprocess.CompletedProcess:
+    """Run a long tool (an image build, cibuildwheel) with its output on stderr as it comes, and in log;
+    the result's stdout holds its last `keep` non-blank lines, and with check a failure is a CiError
+    naming the last of them, as run() does."""
+    argv = [str(c) for c in cmd]
+    if VERBOSE:
+        print(f"+ {shlex.join(argv)}", file=sys.stderr, flush=True)
+    tail: deque[bytes] = deque(maxlen=keep)
+    try:
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw) as p:
+            for line in p.stdout:
+                if log is not None:
+                    log.write(line)
+                sys.stderr.buffer.write(line)
+                sys.stderr.flush()
+                if line.strip():
+                    tail.append(line.rstrip())
+    except FileNotFoundError as e:
+        raise CiError(f"{what}: {tool_name(argv)} is not installed ({e.filename or argv[0]} not found)") from e
+    done = subprocess.CompletedProcess(argv, p.returncode, b"\n".join(tail), b"\n".join(tail))
+    if check and p.returncode != 0:
+        raise CiError(f"{what}: {failure(argv, done)}")
+    return done
 
 
 def failure(cmd: Sequence[object], proc: subprocess.CompletedProcess) -> str:

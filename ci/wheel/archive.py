@@ -51,7 +51,6 @@ import io
 import os
 import re
 import struct
-import sys
 import time
 import zlib
 from collections import deque
@@ -60,6 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Union
 
+from ci.util import log
 from ci.util.atomic import atomic_path
 from ci.errors import CiError
 from ci.wheel.names import WheelName, escape, find_dist_info
@@ -1082,7 +1082,7 @@ def _rewrite(wa: WheelArchive, dest_dir: Path, replace: dict[str, Content],
     w = WheelWriter(new, default_time=newest_time(wa), force_zip64=force_zip64)
     signatures = {f"{wa.dist_info}/{s}" for s in SIGNATURES} & {m.name for m in wa.members}
     for name in sorted(signatures - remove):
-        print(f"note: dropped {name}: it signs the old RECORD, which this rewrite replaces", file=sys.stderr)
+        log.info(f"note: dropped {name}: it signs the old RECORD, which this rewrite replaces")
     for m in wa.members:
         if m.name in remove or m.name == wa.record_name or m.name in signatures:
             continue

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Before any wheel is built in a CUDA image (cibuildwheel's before-all, run from the read-only mount of
+# ci/): the image must hold the toolkit the plan names, and a GCC that toolkit's nvcc accepts. Images
+# drift (ameli/manylinux-cuda#8 once shipped the wrong CUDA; a base image's default toolset moves), and
+# failing here is one clear line instead of an error deep inside nvcc.
+#
+# usage: check_image.sh CUDA GCC_MAX     e.g. check_image.sh 12.9 14
+set -u
+cuda=$1
+gcc_max=$2
+nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
+
+if ! "$nvcc" --version 2>/dev/null | grep -q "release $cuda,"; then
+    echo "build image does not have CUDA $cuda:"
+    "$nvcc" --version 2>&1 || true
+    exit 1
+fi
+gcc=$(${CUDAHOSTCXX:-g++} -dumpversion | cut -d. -f1)
+if [ "$gcc" -gt "$gcc_max" ]; then
+    echo "build image GCC $gcc is above what nvcc $cuda accepts ($gcc_max)"
+    exit 1
+fi

@@ -1,0 +1,91 @@
+"""The one voice on stderr: info, warnings and timed steps, as a terminal and as GitHub Actions see them;
+and no module of ci prints its own progress."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from ci.util import log
+
+ROOT = Path(__file__).resolve().parent.parent
+# Where writing to stderr is the job: the logger itself, the command echo of --verbose, the CLI's error line,
+# and the long tools whose own output streams through.
+MAY_WRITE_STDERR = {"ci/util/log.py", "ci/util/proc.py", "ci/cli.py"}
+
+
+@pytest.fixture
+def voice(monkeypatch):
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    monkeypatch.setattr(log, "_voice", "ci.test")
+    monkeypatch.setattr(log, "_open_steps", 0)
+
+
+def test_info_and_warning_on_a_terminal(voice, capsys):
+    log.info("compiling")
+    log.warning("plain http")
+    out, err = capsys.readouterr()
+    assert out == "" and err == "ci.test: compiling\nci.test: warning: plain http\n"
+
+
+def test_a_step_says_its_time_when_it_ends(voice, capsys):
+    with log.step("compile"):
+        log.info("inside")
+    assert capsys.readouterr().err.splitlines() == ["ci.test: inside", "ci.test: compile: 0 s"]
+
+
+def test_a_failed_step_adds_nothing_to_the_error(voice, capsys):
+    with pytest.raises(RuntimeError):
+        with log.step("compile"):
+            raise RuntimeError("x")
+    assert capsys.readouterr().err == ""
+
+
+def test_github_actions_groups_the_outer_step_and_annotates_warnings(voice, capsys, monkeypatch):
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    with pytest.raises(RuntimeError):
+        with log.step("compile (host)"):
+            with log.step("inner"):  # groups do not nest on Actions: only the outer one groups
+                log.warning("50% done\nsecond line")
+            raise RuntimeError("x")
+    with log.step("verify"):
+        pass
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "::group::compile (host)",
+        "::warning title=ci.test::50%25 done%0Asecond line",
+        "ci.test: inner: 0 s",
+        "::endgroup::",  # closed even though the step failed
+        "::group::verify",
+        "::endgroup::",
+        "ci.test: verify: 0 s",
+    ]
+
+
+def _stderr_prints(path: Path) -> list[int]:
+    """Lines of print(..., file=sys.stderr) and sys.stderr.write(...) calls."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "print":
+            if any(k.arg == "file" and ast.unparse(k.value) == "sys.stderr" for k in node.keywords):
+                lines.append(node.lineno)
+        elif isinstance(f, ast.Attribute) and f.attr == "write" and ast.unparse(f.value) == "sys.stderr":
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_prints_its_own_progress():
+    found = {}
+    for path in sorted((ROOT / "ci").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        if rel in MAY_WRITE_STDERR or rel.startswith("ci/resources/") or rel.startswith("ci/bench"):
+            continue
+        if lines := _stderr_prints(path):
+            found[rel] = lines
+    assert found == {}, f"print through ci.util.log instead: {found}"
