@@ -12,13 +12,13 @@ The shim functions' first versions come from the headers of a torch install (the
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ci import cli
 from ci.errors import CiError, Finding
+from ci.util import proc
 from ci.native.stable_abi import LibraryAbi, classify, problems, shim_versions, version_text
 from ci.wheel.names import plain_install_requirement
 
@@ -59,12 +59,12 @@ def torch_include(site: Path | None) -> Path:
 
 def abi3_problems(wheel: Path) -> list[str]:
     """abi3audit's violations for an abi3-tagged wheel (Python symbols outside the limited API)."""
-    proc = subprocess.run([sys.executable, "-m", "abi3audit", "--report", "--strict", str(wheel)],
-                          capture_output=True, text=True)
+    audit = proc.run([sys.executable, "-m", "abi3audit", "--report", "--strict", wheel],
+                     what=f"auditing {wheel.name}'s limited API", check=False, capture_output=True, text=True)
     try:
-        report = json.loads(proc.stdout)
+        report = json.loads(audit.stdout)
     except json.JSONDecodeError:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = (audit.stderr.strip().splitlines() or ["no output"])[-1]
         raise CiError(f"abi3audit could not check {wheel.name}: {tail}") from None
     out = []
     for spec in report.get("specs", {}).values():
@@ -74,8 +74,8 @@ def abi3_problems(wheel: Path) -> list[str]:
             computed, tagged = so.get("result", {}).get("computed"), so.get("result", {}).get("baseline")
             if computed and tagged and _py(computed) > _py(tagged):
                 out.append(f"{so.get('name')} needs the abi3 of Python {computed}, but the wheel is tagged {tagged}")
-    if proc.returncode != 0 and not out:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    if audit.returncode != 0 and not out:
+        tail = (audit.stderr.strip().splitlines() or ["no output"])[-1]
         out.append(f"abi3audit refused {wheel.name}: {tail}")
     return out
 

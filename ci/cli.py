@@ -100,20 +100,14 @@ _ADVICE = {
 }
 
 
-def _tool(cmd: object) -> str:
-    """The program a subprocess ran, by name: `sh` for ['sh', '-c', ...] or 'sh -c ...'."""
-    first = cmd[0] if isinstance(cmd, (list, tuple)) else cmd
-    return Path(str(first).split()[0]).name
-
-
 def system_error(e: OSError | subprocess.SubprocessError) -> str:
     """One line for an OS or tool failure: what failed, on which path, and what to do."""
+    from ci.util import proc
+
     if isinstance(e, subprocess.CalledProcessError):
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        last = err.strip().splitlines()[-1:]
-        return f"{_tool(e.cmd)} failed with exit status {e.returncode}" + (f": {last[0]}" if last else "")
+        return proc.failure(e.cmd, e)
     if isinstance(e, subprocess.TimeoutExpired):
-        return f"{_tool(e.cmd)} did not finish within {e.timeout:g} s"
+        return f"{proc.tool_name(e.cmd)} did not finish within {e.timeout:g} s"
     if not isinstance(e, OSError):
         return str(e)
     what = e.strerror or str(e)

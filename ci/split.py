@@ -43,7 +43,6 @@ import io
 import os
 import posixpath
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from typing import Sequence
 from ci import cli
 from ci.errors import CiError, Finding
 from ci.util import log
+from ci.util import proc
 from ci.util.sizes import format_size
 
 PRELOAD_MODULE = "_split_libs_preload"
@@ -216,9 +216,7 @@ def _patchelf() -> str:
 
 def _set_rpath(path: Path, entries: list[str], force_rpath: bool) -> None:
     cmd = [_patchelf(), "--set-rpath", ":".join(entries)] + (["--force-rpath"] if force_rpath else []) + [str(path)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise CiError(f"patchelf failed on {path.name}: {r.stderr.strip().splitlines()[-1] if r.stderr else r.returncode}")
+    proc.run(cmd, what=f"setting the RUNPATH of {path.name}", capture_output=True, text=True)
 
 
 def _insert_after_existing_preload(init: str, module: str) -> str:

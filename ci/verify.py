@@ -67,9 +67,9 @@ def fresh_venv(path: Path, base_site: Path | None = None) -> Path:
 
 
 def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
-                           "--disable-pip-version-check", "--no-input", *args],
-                          capture_output=True, text=True)
+    return proc.run([sys.executable, "-m", "pip", "--python", python, "install", "--disable-pip-version-check",
+                     "--no-input", *args], what="installing into the verify venv", check=False,
+                    capture_output=True, text=True)
 
 
 # torch and what it loads: the torch install verify runs over has these, and pip must never put another
@@ -230,7 +230,8 @@ def run_test_command(command: str, python: Path, project_dir: Path, wheel: Path,
     env.pop("PYTHONPATH", None)
     if build_dir is not None:
         env["CI_BUILD_DIR"] = str(build_dir)
-    r = subprocess.run(["sh", "-c", text], capture_output=True, text=True, cwd=cwd, env=env)
+    r = proc.run(["sh", "-c", text], what="the test command", check=False, capture_output=True, text=True, cwd=cwd,
+                 env=env)
     lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
     if r.returncode == 0:
         summary = lines[-1].strip("= ") if lines and " in " in lines[-1] else ""
@@ -275,8 +276,8 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
         # -I: the probe's own directory (ci/) is not on sys.path, or ci's `cache` or `errors` module
         # would be imported in place of the wheel's package of that name
         probe = json.dumps({"imports": importables(names), "libraries": libraries(names)})
-        r = subprocess.run([str(python), "-I", str(GENERIC), site, probe], capture_output=True,
-                              text=True, cwd=tmp)
+        r = proc.run([python, "-I", GENERIC, site, probe], what="probing the installed wheel", check=False,
+                     capture_output=True, text=True, cwd=tmp)
         try:
             checks.update(json.loads(r.stdout.strip().splitlines()[-1]))
         except (IndexError, json.JSONDecodeError):

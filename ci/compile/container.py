@@ -46,7 +46,8 @@ def ensure_given_image(plan: Plan) -> None:
     if image.exists(plan.image, plan.engine):
         return
     try:
-        r = subprocess.run([plan.engine, "pull", plan.image], capture_output=True, text=True, timeout=PULL_TIMEOUT)
+        r = proc.run([plan.engine, "pull", plan.image], what=f"pulling {plan.image}", check=False,
+                     capture_output=True, text=True, timeout=PULL_TIMEOUT)
     except subprocess.TimeoutExpired:
         raise CiError(f"--image {plan.image}: not in {plan.engine}'s store, and pulling it took over "
                       f"{PULL_TIMEOUT} s") from None
@@ -77,9 +78,9 @@ def project_files(project_dir: Path) -> list[Path]:
 
     cibuildwheel copies its whole working directory into the container, so it runs from a copy of these."""
     try:
-        r = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           cwd=project_dir, capture_output=True)
-    except FileNotFoundError:  # no git on this machine (slim images): the fallback below
+        r = proc.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                     what="listing the project's files", check=False, cwd=project_dir, capture_output=True)
+    except CiError:  # no git on this machine (slim images): the fallback below
         r = None
     if r is not None and r.returncode == 0:
         files = []

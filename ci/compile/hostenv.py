@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -183,10 +182,11 @@ def find_nvcc(env: BuildEnv, cuda: str, wheels: tuple[str, ...] = (), *, source:
     if not wheels:
         raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and NVIDIA ships no nvcc wheel for it")
     log.info(f"{have}; installing nvcc {cuda} from NVIDIA's wheels ({', '.join(wheels)})")
-    r = subprocess.run([str(env.python), "-m", "pip", "install", "--quiet", "--isolated", *wheels],
-                       capture_output=True, text=True)
+    r = proc.run([env.python, "-m", "pip", "install", "--quiet", "--isolated", *wheels],
+                 what=f"installing nvcc {cuda}", check=False, capture_output=True, text=True)
     if r.returncode != 0:
-        raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and pip could not install {wheels[0]}")
+        raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and pip could not install {wheels[0]} "
+                      f"({proc.failure(r.args, r)})")
     for cand in sorted(env.site.glob("nvidia/*/bin/nvcc")):
         if nvcc_version(cand) == cuda:
             return cand

@@ -74,7 +74,7 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
     return done
 
 
-def failure(cmd: Sequence[object], proc: subprocess.CompletedProcess) -> str:
+def failure(cmd: Sequence[object] | str, proc: subprocess.CompletedProcess | subprocess.CalledProcessError) -> str:
     """`tool failed with exit status N: its last stderr line`."""
     err = proc.stderr.decode(errors="replace") if isinstance(proc.stderr, bytes) else (proc.stderr or "")
     last = [line.strip() for line in err.strip().splitlines() if line.strip()][-1:]
