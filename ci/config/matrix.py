@@ -13,10 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10 inside a build image: pip vendors the same parser
-    from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
+from ci.util import toml as tomllib
 
 from ci.errors import CiError
 

@@ -15,10 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from ci.errors import CiError
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
+from ci.util import toml as tomllib
 
 SDIST_SUFFIXES = (".tar.gz", ".tgz")
 # build-backend -> the name the plan shows; anything else builds through its backend all the same
