@@ -186,3 +186,27 @@ def test_image_builds_through_each_engine_cli(engines, standin, tmp_path, engine
         image.build_spec(engine, bad, pull=False)
     assert str(e.value).startswith(f"building {tag}: {engine} failed with exit status") and "\n" not in str(e.value)
     assert not image.exists(tag, engine)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_before_all_scripts_in_the_image(engines, standin, engine):
+    """ci/resources/container/*.sh as cibuildwheel runs them: from the read-only mount of ci/, in the image.
+    With no ccache and no yum or dnf, ensure_ccache.sh leaves a pass-through launcher that runs the compiler;
+    check_image.sh accepts the image's own CUDA and refuses another."""
+    from ci import plan as pl
+    from ci.plan import PODMAN_ULIMITS
+
+    need(engines, engine)
+    root = Path(__file__).resolve().parent.parent
+    limits = [f"--ulimit={u}" for u in PODMAN_ULIMITS] if engine == "podman" else []
+    script = (f"rm $(command -v ccache) && sh {pl.CONTAINER_SCRIPTS}/ensure_ccache.sh && command -v ccache "
+              f"&& ccache g++ --version "
+              f"&& sh {pl.CONTAINER_SCRIPTS}/check_image.sh {_standin.CUDA} 99 && echo image-ok "
+              f"&& ! sh {pl.CONTAINER_SCRIPTS}/check_image.sh 11.8 99")
+    r = subprocess.run([engine, "run", "--rm", "--network=host", *limits,
+                        f"--volume={root / 'ci'}:{pl.CONTAINER_TOOL}/ci:ro", "--env=CUDA_HOME=/usr/local/cuda",
+                        standin[engine], "sh", "-c", script], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "/usr/local/bin/ccache" and lines[1].startswith("g++")  # the shim, running the compiler
+    assert "image-ok" in lines and "build image does not have CUDA 11.8:" in lines
