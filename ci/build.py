@@ -68,15 +68,24 @@ def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None, cuda
         return rewrite(wa, out_dir, replace={init_name: init_bytes}, add={module: module_bytes}, version=version)
 
 
-def verify_torches(plan, env) -> list[tuple[str, Path]]:
+def verify_torches(plan, env, wheel: Path) -> list[tuple[str, Path]]:
     """(torch version, its site-packages) to verify under: the build's torch; for a stable-ABI wheel the
-    oldest and newest torch of its range too (PyPI's builds, each a cached environment)."""
+    oldest and newest torch of its range too (PyPI's builds, each a cached environment), less those the
+    wheel's own torch requirement rules out (a project that asks for `torch>=2.12` keeps that bound)."""
     if plan.stable is None:
         return [(env.torch_version, env.site)]
     from ci.compile.hostenv import TorchSpec, ensure_env
+    from ci.wheel.archive import WheelArchive, get_headers
+    from ci.wheel.names import plain_install_requirement
 
+    with WheelArchive.open(wheel) as wa:
+        reqs = [r for line in get_headers(wa.metadata, "Requires-Dist")
+                if (r := plain_install_requirement(line)) is not None and r.name.lower() == "torch"]
     out = []
     for version, cuda in plan.stable.verify:
+        if version != plan.torch and not all(r.specifier.contains(version, prereleases=True) for r in reqs):
+            log.info(f"note: not verifying under torch {version}: the wheel requires {', '.join(map(str, reqs))}")
+            continue
         if version == plan.torch:
             out.append((env.torch_version, env.site))
         else:
@@ -215,7 +224,7 @@ def build_project(args, project_dir: Path, settings) -> int:
             rep.verify[f"abi {wheel.name}"] = f"ok ({abi.kind}, {abi.torch_requirement or 'no torch requirement'})"
         with log.step("verify"):
             failures: list[str] = []
-            torches = verify_torches(plan, env)
+            torches = verify_torches(plan, env, mains[0])
             for label, site in torches:
                 for wheel in mains:
                     log.info(f"verifying {wheel.name} with torch {label}")

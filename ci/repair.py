@@ -109,13 +109,19 @@ def stable_python(target: str) -> str:
     return f">={min(line.python, key=lambda v: tuple(map(int, v.split('.'))))}"
 
 
-def _merge_requirements(declared: list[str], wanted: list[str], torch_version: str) -> tuple[list[str], list[str]]:
+def _merge_requirements(declared: list[str], wanted: list[str], torch_version: str,
+                        stable: bool = False) -> tuple[list[str], list[str]]:
     """(lines to add, the project's lines they replace). What the binary needs wins over what the project
     declared: setup.py's `torch>=1.1` (real projects have it) is true of the source, not of a library
     built against one torch. Lines for an extra stay; the extras a replaced line asked for are kept
     (`torch[opt-einsum]>=1.1` -> `torch[opt-einsum]==2.13.0`); a project that excludes the very torch it
-    was built against (`torch<2`) is refused."""
+    was built against (`torch<2`) is refused. A stable wheel's range keeps the project's own bounds
+    (see _narrowed)."""
     ours = {_req_name(r): r for r in wanted}
+    if stable and "torch" in ours:
+        project = [req for line in declared if _req_name(line) == "torch"
+                   and (req := plain_install_requirement(line)) is not None]
+        ours["torch"] = _narrowed(ours["torch"], project)
     plain = {line: plain_install_requirement(line) for line in declared}
     replaced = [line for line, req in plain.items() if req is not None and _req_name(line) in ours]
     extras: dict[str, set[str]] = {}
@@ -134,6 +140,37 @@ def _merge_requirements(declared: list[str], wanted: list[str], torch_version: s
         else:
             added.append(line)
     return added, replaced
+
+
+def _narrowed(ours: str, project: list) -> str:
+    """A stable wheel serves every torch from its target on, except those its project rules out: our
+    `torch>=2.10` and the project's `torch>=2.12,<3` make `torch<3,>=2.12` (our floor goes where the
+    project's is at least as high)."""
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    mine = Requirement(ours)
+    theirs = [s for req in project for s in req.specifier]
+    if not theirs:
+        return ours
+    floor = Version(next(iter(mine.specifier)).version)
+
+    def at_least_floor(spec) -> bool:
+        if spec.operator not in (">=", ">", "==", "~=", "==="):
+            return False
+        try:
+            return Version(spec.version.removesuffix(".*")) >= floor
+        except InvalidVersion:
+            return False
+
+    def below_floor(spec) -> bool:  # implied by our floor
+        return spec.operator in (">=", ">") and not at_least_floor(spec)
+
+    kept = SpecifierSet(",".join(str(s) for s in theirs if not below_floor(s)))
+    if not any(at_least_floor(s) for s in theirs):
+        kept &= mine.specifier
+    return f"{mine.name}{kept}"
 
 
 def _req_name(req: str) -> str:
@@ -212,7 +249,8 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
                 wanted = stable_dists(set(excluded), stable_abi, torch_version)
             else:
                 wanted = required_dists(set(excluded), torch_version, torch_requires) if excluded else []
-            added, replaced = _merge_requirements(get_headers(wa.metadata, "Requires-Dist"), wanted, torch_version)
+            added, replaced = _merge_requirements(get_headers(wa.metadata, "Requires-Dist"), wanted, torch_version,
+                                                  stable=bool(stable_abi))
             headers = [("Requires-Dist", r) for r in added]
             if stable_abi and not get_headers(wa.metadata, "Requires-Python"):
                 headers.append(("Requires-Python", stable_python(stable_abi)))  # what torch X.Y itself needs

@@ -78,6 +78,28 @@ def test_requirement_merging(omp_lib, tmp_path, declared, expected):
     assert [ln.partition(": ")[2] for ln in metadata.splitlines() if ln.startswith("Requires-Dist:")] == expected
 
 
+@pytest.mark.parametrize("declared, expected", [
+    (("torch>=2.12,<3",), "torch<3,>=2.12"),  # the project's floor is higher: it stays the floor
+    (("torch>=1.1",), "torch>=2.10"),  # a floor below the target: the target's
+    (("torch<3",), "torch<3,>=2.10"),  # a ceiling only: ours is the floor
+    (("torch!=2.11.0",), "torch!=2.11.0,>=2.10"),
+    (("torch~=2.11",), "torch~=2.11"),
+    (("numpy",), "torch>=2.10"),
+])
+def test_a_stable_wheel_keeps_the_projects_torch_bounds(omp_lib, tmp_path, declared, expected):
+    """A stable wheel serves every torch from its target on, except those its project rules out."""
+    wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": omp_lib},
+                       requires=declared)
+    out = tmp_path / "out"
+    proc = run_stage("ci.repair", wheel, "-w", out, "--torch", "2.13.0", "--stable-abi", "2.10")
+    assert proc.returncode == 0, proc.stderr
+    (repaired,) = out.glob("*.whl")
+    metadata = zipfile.ZipFile(repaired).read("omp_op-1.0.dist-info/METADATA").decode()
+    torch = [ln.partition(": ")[2] for ln in metadata.splitlines()
+             if ln.startswith("Requires-Dist: torch")]
+    assert torch == [expected]
+
+
 def test_a_project_excluding_the_torch_it_was_built_against_is_refused(omp_lib, tmp_path):
     wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": omp_lib},
                        requires=("torch<2",))

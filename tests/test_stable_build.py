@@ -131,3 +131,23 @@ def test_classic_sources_in_a_stable_build_say_why(tmp_path):
                   "--engine", "host", "-w", tmp_path / "out", "--work-dir", tmp_path / "work")
     assert r.returncode == 1 and "classic LibTorch headers (torch/extension.h)" in r.stderr.splitlines()[-1]
     assert not any((tmp_path / "out").glob("*.whl"))
+
+
+def test_a_projects_narrower_torch_range_is_kept_and_verified_inside_it(tmp_path):
+    """The fixture declaring `torch>=2.12,<3` (say it needs a 2.12 behaviour): the wheel keeps that range
+    instead of the target's `torch>=2.10`, and verify skips the 2.10 release the wheel rules out."""
+    import shutil
+
+    project = tmp_path / "stable_ext"
+    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    setup = project / "setup.py"
+    setup.write_text(setup.read_text().replace('    python_requires=">=3.9",',
+                                               '    python_requires=">=3.9",\n    install_requires=["torch>=2.12,<3"],'))
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", tmp_path / "out", "--json")
+    assert r.returncode == 0, r.stderr[-4000:]
+    report = json.loads(r.stdout)
+    (wheel,) = sorted((tmp_path / "out").glob("*.whl"))
+    assert [q for q in requires(wheel) if q.startswith("torch")] == ["torch<3,>=2.12"]
+    assert [v.split("+")[0] for v in rows(report)] == ["2.13.0", "2.14.1"]
+    assert "note: not verifying under torch 2.10.0: the wheel requires torch<3,>=2.12" in r.stderr
+    assert report["passed"]

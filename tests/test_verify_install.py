@@ -67,3 +67,19 @@ def test_a_torch_offered_by_find_links_never_shadows_the_install(torch_site, tmp
     wheel = build_wheel(tmp_path / "w", "needs-middle", requires=("ci-verify-test-middle",))
     python, failed = install_fresh(wheel, torch_site, tmp_path / "t", [links])
     assert failed and failed.startswith("FAILED: pip put torch into the verify venv over the torch install's"), failed
+
+
+@pytest.mark.parametrize("requires, ok", [
+    (("torch==2.13.0",), True),
+    (("torch<3,>=2.12",), True),           # a stable wheel's range, narrowed by its project
+    (("torch",), False),                   # no version: says nothing of the torch it was built against
+    (('torch==2.13.0; extra == "x"',), False),  # only for an extra: a plain install has none
+    (("numpy",), False),
+])
+def test_the_wheel_must_name_a_torch_range(torch_site, tmp_path, requires, ok):
+    from ci.verify import verify_generic
+
+    wheel = build_wheel(tmp_path / "w", "names-torch", requires=requires)
+    result = verify_generic(wheel, torch_site, project_dir=tmp_path)
+    expected = "ok" if ok else "FAILED: Requires-Dist does not name the torch it needs"
+    assert result.checks["requires_torch"] == expected
