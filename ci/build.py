@@ -135,7 +135,7 @@ def build_project(args, project_dir: Path, settings) -> int:
         require_engine(plan)  # an engine that is not there is one error line, before any note
     # On the host, the image notes do not apply; the engine choice (auto's fallback) always does.
     for note in plan.notes:
-        if plan.engine != "host" or note.startswith("engine"):
+        if plan.engine != "host" or note.startswith(("engine", "the project requires")):
             log.info(f"note: {note}")
     if plan.engine == "host":
         log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} (ci/resources/glibc_compat/glibc_compat.h)")

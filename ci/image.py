@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,9 +28,16 @@ def declared_args(dockerfile: bytes) -> dict[str, str | None]:
     parsed = DockerfileParser(fileobj=io.BytesIO(dockerfile), env_replace=False)
     args: dict[str, str | None] = {}
     for instr in parsed.structure:
-        if instr["instruction"] == "ARG":
-            name, eq, default = instr["value"].strip().partition("=")
-            args[name.strip()] = default if eq else None
+        if instr["instruction"] != "ARG":
+            continue
+        try:
+            words = shlex.split(instr["value"])
+        except ValueError as e:
+            raise CiError(f"Dockerfile line {instr['startline'] + 1}: ARG {instr['value']!r}: {e}") from None
+        for word in words:  # `ARG A=1 B`: two arguments
+            name, eq, default = word.partition("=")
+            # a stage that declares a global ARG again (`ARG BASE`) takes the global default
+            args[name] = default if eq else args.get(name)
     return args
 
 

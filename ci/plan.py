@@ -16,10 +16,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
-
-from ci.config import constraints, matrix as mx
+from ci.config import matrix as mx
 from ci.config.project import load_pyproject
+from ci.wheel.names import normalize
 from ci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
 from ci.util.cache import cache_dir
 from ci.errors import CiError
@@ -216,15 +215,10 @@ BUILD_VENV_TOOLS = ("build", "cmake", "ninja", "auditwheel", "pyelftools")
 
 def build_installs(project: Project) -> list[str]:
     """What a build environment gets next to torch: the project's build requirements as written (torch
-    aside: the plan's torch is installed first) and our tools the project does not name itself."""
-    named = set()
-    rest = []
-    for req in project.build_requires:
-        name = canonicalize_name(re.split(r"[\s<>=!~;\[(@]", req.strip(), maxsplit=1)[0])
-        if name != "torch":
-            rest.append(req.strip())
-            named.add(name)
-    return rest + [t for t in BUILD_VENV_TOOLS if canonicalize_name(t) not in named]
+    aside: the plan's torch is installed first), then our tools (pip merges a tool the project names too)."""
+    rest = [req.strip() for req in project.build_requires
+            if normalize(re.split(r"[\s<>=!~;\[(@]", req.strip(), maxsplit=1)[0]) != "torch"]
+    return rest + list(BUILD_VENV_TOOLS)
 
 
 def _before_build(project: Project, torch_req: str, index_url: str | None, cudnn: str | None) -> str:
@@ -425,6 +419,8 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None
     resolved, engine_notes = resolve_engine(engine, cuda, row)
     identifiers = [identifier(p) for p in pythons]
     index = _torch_source(find_links, torch_index_url, row.torch_index_url)
+    from ci.config import constraints  # packaging: not for --workflow-matrix, which runs on a bare Python
+
     tools = constraints.for_project(project.build_requires)
     env = environment(engine=resolved, image=ref, identifiers=identifiers,
                       before_build=_before_build(project, f"torch=={build.version}", index, build.cudnn),
@@ -460,6 +456,8 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
     resolved, notes = resolve_engine(engine, None, None)
     identifiers = [identifier(p) for p in pythons]
     index = _torch_source(find_links, torch_index_url, matrix.cpu_index_url)
+    from ci.config import constraints  # packaging: not for --workflow-matrix, which runs on a bare Python
+
     tools = constraints.for_project(project.build_requires)
     env = environment(engine=resolved, image=line.manylinux, identifiers=identifiers,
                       before_build=_before_build(project, f"torch=={version}", index, None),

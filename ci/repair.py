@@ -144,8 +144,8 @@ def _merge_requirements(declared: list[str], wanted: list[str], torch_version: s
 
 def _narrowed(ours: str, project: list) -> str:
     """A stable wheel serves every torch from its target on, except those its project rules out: our
-    `torch>=2.10` and the project's `torch>=2.12,<3` make `torch<3,>=2.12` (our floor goes where the
-    project's is at least as high)."""
+    `torch>=2.10` and the project's `torch>=2.12,<3` make `torch<3,>=2.12`. The result always says its
+    floor as `>=`, the highest of ours and the project's own lower bounds (`~=2.12` adds `>=2.12`)."""
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
@@ -155,22 +155,14 @@ def _narrowed(ours: str, project: list) -> str:
     if not theirs:
         return ours
     floor = Version(next(iter(mine.specifier)).version)
-
-    def at_least_floor(spec) -> bool:
-        if spec.operator not in (">=", ">", "==", "~=", "==="):
-            return False
-        try:
-            return Version(spec.version.removesuffix(".*")) >= floor
-        except InvalidVersion:
-            return False
-
-    def below_floor(spec) -> bool:  # implied by our floor
-        return spec.operator in (">=", ">") and not at_least_floor(spec)
-
-    kept = SpecifierSet(",".join(str(s) for s in theirs if not below_floor(s)))
-    if not any(at_least_floor(s) for s in theirs):
-        kept &= mine.specifier
-    return f"{mine.name}{kept}"
+    for spec in theirs:
+        if spec.operator in (">=", ">", "==", "~=", "==="):
+            try:
+                floor = max(floor, Version(spec.version.removesuffix(".*")))
+            except InvalidVersion:
+                pass
+    kept = [str(s) for s in theirs if s.operator != ">="]
+    return f"{mine.name}{SpecifierSet(','.join([*kept, f'>={floor}']))}"
 
 
 def _req_name(req: str) -> str:

@@ -106,6 +106,13 @@ def test_problems_name_what_is_wrong():
     assert "no stable shim header declares" in problems([unknown], "torch>=2.10")[0]
     python = classify("e.so", ["torch_old"], ["libtorch_python.so"], table)
     assert "libtorch_python.so" in problems([python], "torch>=2.10")[0]
+    # every spelling of a range is a range, with its floor: the checks stay on (they were off for these)
+    for spelled in ("torch~=2.10", "torch>2.10", "torch==2.*,>=2.10", "torch<3,>=2.10", "torch!=2.11.0,>=2.10"):
+        assert "torch_new (torch 2.13)" in problems([newer], spelled)[0], spelled
+        assert "classic" in problems([classic], spelled)[0], spelled
+        assert "libtorch_python.so" in problems([python], spelled)[0], spelled
+    assert problems([newer], "torch<3,>=2.13") == [] and problems([newer], "torch~=2.13") == []
+    assert problems([classic], "torch===2.13.0") == []
 
 
 # --- the stage on real libraries, compiled here, in wheels -------------------------------------------

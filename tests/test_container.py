@@ -49,6 +49,10 @@ def test_cu118_abi_image_is_ours():
 def test_build_args_must_match_the_dockerfile():
     text = b"ARG BASE=x\nFROM ${BASE}\nARG NEED\nARG OPT=1\nARG EMPTY=\nRUN a \\\n  && b\nLABEL v=${NEED}\n"
     assert image.declared_args(text) == {"BASE": "x", "NEED": None, "OPT": "1", "EMPTY": ""}
+    redeclared = b"ARG BASE=x\nFROM ${BASE}\nARG BASE\nARG A=1 B \"C=two words\"\n"
+    assert image.declared_args(redeclared) == {"BASE": "x", "A": "1", "B": None, "C": "two words"}
+    with pytest.raises(CiError, match=r"^Dockerfile line 2: ARG"):
+        image.declared_args(b"FROM x\nARG A=\"open\n")
     image.check_build_args(text, {"NEED": "a"}, "t")
     with pytest.raises(CiError, match="missing NEED, undeclared none"):
         image.check_build_args(text, {"OPT": "2"}, "t")

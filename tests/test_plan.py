@@ -280,6 +280,9 @@ def test_the_image_check_names_a_too_new_gcc(tmp_path):
     r = _run_before_all_script(f"sh {pl.CONTAINER_SCRIPTS}/check_image.sh {have} {gcc - 1}")
     assert r.returncode == 1
     assert r.stdout.strip() == f"build image GCC {gcc} is above what nvcc {have} accepts ({gcc - 1})"
+    broken = _run_before_all_script(f"CUDAHOSTCXX=/nonexistent/g++ sh {pl.CONTAINER_SCRIPTS}/check_image.sh {have} 99")
+    assert broken.returncode == 1
+    assert broken.stdout.strip() == "build image has no working host compiler (/nonexistent/g++ -dumpversion gave '')"
 
 
 @pytest.mark.parametrize("value", ["BUILD_RUNNER=ON", "a b", "it's", 'say "hi"', "x;y&z|w", "", "$HOME/lib", "a\\b", "it's a\\b"])

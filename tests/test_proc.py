@@ -19,6 +19,7 @@ def test_a_failure_says_what_it_was_for_which_tool_and_its_last_line():
 
 def test_python_dash_m_is_named_by_its_module_and_a_missing_tool_is_said_so(tmp_path):
     assert proc.tool_name(["/x/bin/python", "-m", "pip", "install"]) == "pip"
+    assert proc.tool_name("sh -c 'unbalanced") == "sh" and proc.tool_name("") == "?"
     with pytest.raises(CiError, match=r"^probing: absent-tool is not installed"):
         proc.run([tmp_path / "absent-tool", "--version"], what="probing")
 

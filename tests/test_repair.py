@@ -83,7 +83,9 @@ def test_requirement_merging(omp_lib, tmp_path, declared, expected):
     (("torch>=1.1",), "torch>=2.10"),  # a floor below the target: the target's
     (("torch<3",), "torch<3,>=2.10"),  # a ceiling only: ours is the floor
     (("torch!=2.11.0",), "torch!=2.11.0,>=2.10"),
-    (("torch~=2.11",), "torch~=2.11"),
+    (("torch~=2.11",), "torch>=2.11,~=2.11"),  # the floor said as >=, which ci.abi reads
+    (("torch==2.*",), "torch==2.*,>=2.10"),
+    (("torch>2.12",), "torch>2.12,>=2.12"),
     (("numpy",), "torch>=2.10"),
 ])
 def test_a_stable_wheel_keeps_the_projects_torch_bounds(omp_lib, tmp_path, declared, expected):

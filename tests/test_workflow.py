@@ -111,9 +111,13 @@ def test_matrix_is_the_cuda_matrix_or_the_stable_variants(workflow):
     stable = workflow_matrix("2.10")["include"]
     assert [j["args"] for j in stable] == ["--cpu --stable-abi 2.10", "--cuda 12 --stable-abi 2.10",
                                            "--cuda 13 --stable-abi 2.10"]
-    r = subprocess.run([sys.executable, "-m", "ci.plan", "--workflow-matrix", "--stable-abi", "2.10"], cwd=ROOT,
-                       capture_output=True, text=True)
-    assert json.loads(r.stdout) == {"include": stable}
+    # as the plan job runs it: a bare setup-python, none of the pinned tools (-S: no site-packages)
+    for args, expected in ((["--stable-abi", "2.10"], stable), ([], classic)):
+        r = subprocess.run([sys.executable, "-S", "-m", "ci.plan", "--workflow-matrix", *args,
+                            "--project-dir", str(ROOT)], cwd=ROOT, capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin"})
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout) == {"include": expected}
 
 
 def test_build_step_runs_ci_build_per_job(workflow):

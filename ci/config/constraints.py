@@ -59,7 +59,7 @@ def for_project(build_requires: list[str], path: Path = CONSTRAINTS) -> ToolCons
         except InvalidRequirement:
             continue  # the project's own build reports it, in its own words
         name = canonicalize_name(req.name)
-        if name in pins and not req.specifier.contains(pins[name], prereleases=True):
+        if name in pins and (req.url or not req.specifier.contains(pins[name], prereleases=True)):
             set_aside.append(f"the project requires {text.strip()}: the pipeline's {name}=={pins[name]} is set aside")
             del pins[name]
     return ToolConstraints(tuple(f"{n}=={v}" for n, v in pins.items()), tuple(set_aside))

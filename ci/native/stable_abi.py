@@ -126,16 +126,33 @@ def classify(path: str, undefined: Iterable[str], needed: Iterable[str], table: 
     return LibraryAbi(path, kind, cxx, shims, unknown, PYTHON_BINDING in set(needed))
 
 
+def _pin_and_floor(torch_requirement: str | None) -> tuple[bool, Version | None]:
+    """(an exact pin: `==X` without a wildcard, or `===`; the lowest torch a range admits, from its
+    `>=`, `>`, `~=` and `==X.*` bounds). Any spelling packaging reads: `torch<3,>=2.12`, `torch~=2.12`."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        specs = list(Requirement(torch_requirement).specifier) if torch_requirement else []
+    except InvalidRequirement:
+        return False, None
+    if any(s.operator == "===" or (s.operator == "==" and not s.version.endswith(".*")) for s in specs):
+        return True, None
+    floors = []
+    for s in specs:
+        if s.operator in (">=", ">", "~=", "=="):
+            m = re.match(r"(\d+)\.(\d+)", s.version)
+            if m:
+                floors.append((int(m[1]), int(m[2])))
+    return False, max(floors, default=None)
+
+
 def problems(libs: list[LibraryAbi], torch_requirement: str | None) -> list[str]:
     """What is wrong with a wheel whose libraries are `libs` and which requires torch as given.
 
     `torch>=X.Y` (no `==`) declares a stable wheel: every library must be stable, use no shim
     function newer than X.Y, and stay off libtorch_python. A classic library needs `torch==`."""
     out = []
-    req = (torch_requirement or "").replace(" ", "")
-    pinned = "==" in req
-    floor = re.search(r">=(\d+\.\d+(?:\.\d+)?)", req)
-    bound = parse_version(floor[1]) if floor and not pinned else None
+    pinned, bound = _pin_and_floor(torch_requirement)
     for lib in libs:
         if lib.kind == "classic" and not pinned:
             shown = ", ".join(lib.cxx[:5]) + (f" and {len(lib.cxx) - 5} more" if len(lib.cxx) > 5 else "")

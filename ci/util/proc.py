@@ -23,7 +23,10 @@ VERBOSE = os.environ.get("CI_VERBOSE", "") not in ("", "0")
 
 def tool_name(cmd: Sequence[object] | str) -> str:
     """The program a command runs, by name: `sh` for ['sh', '-c', ...]; `pip` for [python, -m, pip, ...]."""
-    parts = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
+    try:
+        parts = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
+    except ValueError:  # an unbalanced quote: the first word is still the program
+        parts = cmd.split()
     if not parts:
         return "?"
     if len(parts) >= 3 and parts[1] == "-m":

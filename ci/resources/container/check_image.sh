@@ -9,13 +9,19 @@ set -u
 cuda=$1
 gcc_max=$2
 nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
+cxx=${CUDAHOSTCXX:-g++}
 
-if ! "$nvcc" --version 2>/dev/null | grep -q "release $cuda,"; then
+if ! "$nvcc" --version 2>/dev/null | grep -qF "release $cuda,"; then
     echo "build image does not have CUDA $cuda:"
     "$nvcc" --version 2>&1 || true
     exit 1
 fi
-gcc=$(${CUDAHOSTCXX:-g++} -dumpversion | cut -d. -f1)
+gcc=$("$cxx" -dumpversion 2>/dev/null | cut -d. -f1)
+case $gcc in
+    '' | *[!0-9]*)
+        echo "build image has no working host compiler ($cxx -dumpversion gave '${gcc}')"
+        exit 1 ;;
+esac
 if [ "$gcc" -gt "$gcc_max" ]; then
     echo "build image GCC $gcc is above what nvcc $cuda accepts ($gcc_max)"
     exit 1
