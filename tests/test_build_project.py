@@ -217,3 +217,38 @@ def test_a_cuda_build_without_device_code_is_a_finding(tmp_path):
     line = [ln for ln in r.stderr.splitlines() if ln.startswith("python -m ci.build: error:")][-1]
     assert "no device code" in line and "--env" in line, line
     assert not list(out.glob("*.whl"))
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_projects_own_tool_bound_wins_and_the_next_build_gets_our_pin_back(tmp_path):
+    """`ninja<1.12` in [build-system]: the build gets that ninja, not our constrained 1.13.2 (a rewritten
+    requirement would have given ours), and the plan says so. The host's build env is shared between
+    projects, so the next project's build puts our pinned version back."""
+    import importlib.metadata
+    import re as re_
+
+    from ci import plan as pl
+    from ci.compile.host import install_build_requires
+    from ci.compile.hostenv import TorchSpec, ensure_env
+    from ci.config import constraints
+
+    project = tmp_path / "old-ninja"
+    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('requires = ["setuptools>=64", "torch"]',
+                                                       'requires = ["setuptools>=64", "torch", "ninja<1.12"]'))
+    out = tmp_path / "out"
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    pinned = constraints.read()["ninja"]
+    assert f"note: the project requires ninja<1.12: the pipeline's ninja=={pinned} is set aside" in r.stderr
+    env = ensure_env(TorchSpec("2.13.0", None, None, False))
+
+    def ninja() -> str:
+        return next(importlib.metadata.distributions(name="ninja", path=[str(env.site)])).version
+
+    assert re_.match(r"1\.(1[01]|[0-9])\.", ninja()), ninja()  # what the project asked for, during its build
+    assert_tested(out, "cpu")
+    install_build_requires(env, pl.make_plan(cuda=None, engine="host", project_dir=FIXTURE), FIXTURE)
+    assert ninja() == pinned

@@ -89,3 +89,22 @@ def test_no_module_prints_its_own_progress():
         if lines := _stderr_prints(path):
             found[rel] = lines
     assert found == {}, f"print through ci.util.log instead: {found}"
+
+
+def _prints(path: Path) -> list[int]:
+    """Lines of every print() call, to any stream."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"]
+
+
+def test_the_packages_below_the_stages_never_print():
+    """A stage's main prints its result on stdout (`--json` output must be only that); what the stages
+    share (ci/util, wheel, native, config, compile) prints nothing, to either stream, except the logger
+    and the command echo."""
+    found = {}
+    for package in ("util", "wheel", "native", "config", "compile"):
+        for path in sorted((ROOT / "ci" / package).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            if rel not in MAY_WRITE_STDERR and (lines := _prints(path)):
+                found[rel] = lines
+    assert found == {}, f"say it through ci.util.log, or return it to the stage: {found}"
