@@ -24,7 +24,7 @@ collect_ignore = ["fixtures"]  # projects the tests build; their own tests run i
 # Variables a CI job (GitHub Actions, our own workflow) sets that change what the stages write: the
 # suite runs without them, session fixtures included, and a test that needs one sets it itself.
 CI_VARIABLES = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CI_IMAGE_REGISTRY", "SOURCE_DATE_EPOCH", "PIP_CONSTRAINT",
-                "CI_STABLE_ABI")
+                "CI_STABLE_ABI", "CI_VERBOSE")
 for _var in CI_VARIABLES:
     os.environ.pop(_var, None)
 
