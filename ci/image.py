@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import io
 import shlex
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ci.config import matrix as mx
@@ -125,18 +125,21 @@ def build_spec(engine: str, s: ImageSpec, pull: bool = True) -> ImageSpec:
     return s
 
 
-def build(cuda: str, manylinux: str | None = None, push: str | None = None, engine: str = "auto") -> ImageSpec:
+def push_spec(engine: str, s: ImageSpec, registry: str) -> ImageSpec:
+    """Tag a built spec as REGISTRY/<its tag> and push it there; the pushed spec."""
     from ci.util import proc
 
-    engine = pick_engine(engine)
-    s = build_spec(engine, spec(cuda, manylinux))
-    if not push:
-        return s
-    pushed = spec(cuda, manylinux, registry=push)
+    pushed = replace(s, tag=f"{registry.rstrip('/')}/{s.tag}")
     proc.run([engine, "tag", s.tag, pushed.tag], what=f"tagging {pushed.tag}")
     log.info(f"pushing {pushed.tag}")
     proc.stream([engine, "push", pushed.tag], what=f"pushing {pushed.tag}")
     return pushed
+
+
+def build(cuda: str, manylinux: str | None = None, push: str | None = None, engine: str = "auto") -> ImageSpec:
+    engine = pick_engine(engine)
+    s = build_spec(engine, spec(cuda, manylinux))
+    return push_spec(engine, s, push) if push else s
 
 
 def main(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ import socket
 import struct
 import subprocess
 import sys
+import json
 import textwrap
 import threading
 import time
@@ -453,3 +454,56 @@ class DevpiServer:
             self.proc.terminate()
             self.proc.wait(timeout=30)
         self.log.close()
+
+
+class Registry:
+    """Debian's docker-registry (CNCF distribution) on 127.0.0.1, storing into `work`: the registry
+    `ci.image --push` talks to, over plain http on loopback (which Docker allows for 127.0.0.0/8, and
+    Podman when registries.conf marks it insecure: `registries_conf` writes that file)."""
+
+    def __init__(self, work: Path) -> None:
+        self.binary = ensure_debian_package("docker-registry", "docker-registry")
+        self.work = work
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def tags(self, repository: str) -> list[str]:
+        try:
+            with urllib.request.urlopen(f"http://{self.host}/v2/{repository}/tags/list", timeout=10) as r:
+                return json.load(r).get("tags") or []
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return []
+            raise
+
+    def registries_conf(self) -> Path:
+        path = self.work / "registries.conf"
+        path.write_text(f'[[registry]]\nlocation = "{self.host}"\ninsecure = true\n')
+        return path
+
+    def __enter__(self) -> "Registry":
+        self.work.mkdir(parents=True, exist_ok=True)
+        conf = self.work / "config.yml"
+        conf.write_text(textwrap.dedent(f"""\
+            version: 0.1
+            log:
+              level: warn
+            storage:
+              filesystem:
+                rootdirectory: {self.work / 'storage'}
+            http:
+              addr: {self.host}
+            """))
+        self.proc = subprocess.Popen([self.binary, "serve", str(conf)], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        wait_http(f"http://{self.host}/v2/", self.proc)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)

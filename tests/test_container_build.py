@@ -154,13 +154,16 @@ def test_another_project_in_container(engines, standin, torch_cpu_wheel, tmp_pat
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_image_builds_through_each_engine_cli(engines, standin, tmp_path, engine):
+def test_image_builds_through_each_engine_cli(engines, standin, tmp_path, engine, monkeypatch):
     """ci.image's build path for real: the matrix-style build args reach the Dockerfile, the image lands
-    in that engine's store, and a failing step is one CiError naming the image and the step's last line."""
+    in that engine's store and pushes to a real registry (loopback), and a failing step is one CiError
+    naming the image and the step's last line."""
     from ci import image
     from ci.errors import CiError
 
     need(engines, engine)
+    from tests._servers import Registry
+
     (tmp_path / "img.Dockerfile").write_text(
         "ARG BASE\nFROM ${BASE}\nARG CUDA_VERSION\nRUN echo \"cuda=${CUDA_VERSION}\" > /built-with\n")
     tag = f"localhost/cuda-wheel-ci-test:{engine}-{tmp_path.name}".lower()
@@ -176,6 +179,19 @@ def test_image_builds_through_each_engine_cli(engines, standin, tmp_path, engine
         r = subprocess.run([engine, "run", "--rm", "--network=host", *limits, tag, "cat", "/built-with"],
                            capture_output=True, text=True)
         assert r.stdout.strip() == "cuda=13.0.2", r.stderr
+        with Registry(tmp_path / "registry") as registry:  # --push: tagged under the registry, then pushed
+            if engine == "podman":  # plain http on loopback: Podman must be told, as a user's registries.conf would
+                monkeypatch.setenv("CONTAINERS_REGISTRIES_CONF", str(registry.registries_conf()))
+            pushed = image.push_spec(engine, spec, registry.host)
+            assert pushed.tag == f"{registry.host}/{tag}"
+            repository, _, version = tag.partition("/")[2].rpartition(":")
+            assert registry.tags(f"{tag.partition('/')[0]}/{repository}") == [version]
+            subprocess.run([engine, "rmi", "-f", pushed.tag], capture_output=True)
+        with pytest.raises(CiError) as e:  # nothing listens there
+            image.push_spec(engine, spec, "127.0.0.1:9")
+        assert str(e.value).startswith(f"pushing 127.0.0.1:9/{tag}: {engine} failed with exit status")
+        assert "\n" not in str(e.value)
+        subprocess.run([engine, "rmi", "-f", f"127.0.0.1:9/{tag}"], capture_output=True)
     finally:
         subprocess.run([engine, "rmi", "-f", tag], capture_output=True)
     assert not image.exists(tag, engine)
