@@ -269,18 +269,19 @@ def test_before_all_checks_run_in_a_real_shell():
 
 
 def test_the_image_check_names_a_too_new_gcc(tmp_path):
-    """The compiler half of the check, on this machine's toolkit with a ceiling below its GCC."""
-    from ci.engine import nvcc_version
-
-    toolkit = Path("/usr/local/cuda/bin/nvcc")
-    have = nvcc_version(toolkit) if toolkit.exists() else None
-    if have is None:
-        pytest.skip("no toolkit at /usr/local/cuda")
+    """The compiler half of the check, with this machine's g++ and a ceiling below it. The toolkit half must
+    pass first: an image's nvcc banner (`release 13.0,`), from a toolkit directory of the test's own."""
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    nvcc.chmod(0o755)
+    check = f"CUDA_HOME={tmp_path / 'cuda'} sh {pl.CONTAINER_SCRIPTS}/check_image.sh 13.0"
+    assert _run_before_all_script(f"{check} 99").returncode == 0
     gcc = int(subprocess.run(["g++", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0])
-    r = _run_before_all_script(f"sh {pl.CONTAINER_SCRIPTS}/check_image.sh {have} {gcc - 1}")
+    r = _run_before_all_script(f"{check} {gcc - 1}")
     assert r.returncode == 1
-    assert r.stdout.strip() == f"build image GCC {gcc} is above what nvcc {have} accepts ({gcc - 1})"
-    broken = _run_before_all_script(f"CUDAHOSTCXX=/nonexistent/g++ sh {pl.CONTAINER_SCRIPTS}/check_image.sh {have} 99")
+    assert r.stdout.strip() == f"build image GCC {gcc} is above what nvcc 13.0 accepts ({gcc - 1})"
+    broken = _run_before_all_script(f"CUDAHOSTCXX=/nonexistent/g++ {check} 99")
     assert broken.returncode == 1
     assert broken.stdout.strip() == "build image has no working host compiler (/nonexistent/g++ -dumpversion gave '')"
 
