@@ -68,23 +68,20 @@ def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None, cuda
         return rewrite(wa, out_dir, replace={init_name: init_bytes}, add={module: module_bytes}, version=version)
 
 
-def verify_torches(plan, env, wheel: Path) -> list[tuple[str, Path]]:
+def verify_torches(plan, env, torch_requirement: str | None) -> list[tuple[str, Path]]:
     """(torch version, its site-packages) to verify under: the build's torch; for a stable-ABI wheel the
     oldest and newest torch of its range too (PyPI's builds, each a cached environment), less those the
-    wheel's own torch requirement rules out (a project that asks for `torch>=2.12` keeps that bound)."""
+    wheel's torch requirement (as ci.abi read it) rules out: a project that asks for `torch>=2.12` keeps it."""
     if plan.stable is None:
         return [(env.torch_version, env.site)]
     from ci.compile.hostenv import TorchSpec, ensure_env
-    from ci.wheel.archive import WheelArchive, get_headers
     from ci.wheel.names import plain_install_requirement
 
-    with WheelArchive.open(wheel) as wa:
-        reqs = [r for line in get_headers(wa.metadata, "Requires-Dist")
-                if (r := plain_install_requirement(line)) is not None and r.name.lower() == "torch"]
+    req = plain_install_requirement(torch_requirement) if torch_requirement else None
     out = []
     for version, cuda in plan.stable.verify:
-        if version != plan.torch and not all(r.specifier.contains(version, prereleases=True) for r in reqs):
-            log.info(f"note: not verifying under torch {version}: the wheel requires {', '.join(map(str, reqs))}")
+        if version != plan.torch and req is not None and not req.specifier.contains(version, prereleases=True):
+            log.info(f"note: not verifying under torch {version}: the wheel requires {req}")
             continue
         if version == plan.torch:
             out.append((env.torch_version, env.site))
@@ -217,14 +214,16 @@ def build_project(args, project_dir: Path, settings) -> int:
         links = sorted({w.parent for w, _ in final})
         from ci.abi import check_abi
 
+        torch_requirement = None
         for wheel in mains:  # before any install: a wheel that says the wrong ABI fails here, naming symbols
             abi = check_abi(wheel, env.site / "torch" / "include")
+            torch_requirement = torch_requirement or abi.torch_requirement
             if abi.problems:
                 raise Finding(f"ABI check failed for {wheel.name}: {'; '.join(abi.problems)}")
             rep.verify[f"abi {wheel.name}"] = f"ok ({abi.kind}, {abi.torch_requirement or 'no torch requirement'})"
         with log.step("verify"):
             failures: list[str] = []
-            torches = verify_torches(plan, env, mains[0])
+            torches = verify_torches(plan, env, torch_requirement)
             for label, site in torches:
                 for wheel in mains:
                     log.info(f"verifying {wheel.name} with torch {label}")

@@ -343,11 +343,16 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
         find_links = Path(find_links).resolve()
         if not find_links.is_dir():
             raise CiError(f"--find-links {find_links}: not a directory")
-    plan = (_cpu_plan(matrix, project, torch, python, arch_list, engine, find_links, torch_index_url)
+    from ci.config import constraints  # packaging: not for --workflow-matrix, which runs on a bare Python
+
+    tools = constraints.for_project(project.build_requires)
+    tools_file = constraints.file_for(tools.pins)
+    plan = (_cpu_plan(matrix, project, torch, python, arch_list, engine, find_links, torch_index_url, tools_file)
             if cuda is None else _cuda_plan(matrix, project, cuda, torch, python, arch_list, engine, find_links,
-                                            torch_index_url))
+                                            torch_index_url, tools_file))
     plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
-                   backend=project.backend)
+                   backend=project.backend, tool_constraints=list(tools.pins),
+                   notes=[*plan.notes, *tools.set_aside])
     if stable_abi is not None:
         plan = _with_stable(plan, plan_stable(matrix, stable_abi, plan.cuda, plan.torch))
     if excludes or plan.stable:  # --exclude and [tool.ci] exclude reach the container's repair too
@@ -402,7 +407,7 @@ def _torch_source(find_links: Path | None, torch_index_url: str | None, default:
 
 def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None, python: list[str] | None,
                arch_list: str | None, engine: str, find_links: Path | None,
-               torch_index_url: str | None) -> Plan:
+               torch_index_url: str | None, tools: Path) -> Plan:
     row = matrix.row(cuda)
     build = _choose_torch(matrix, row, torch)
     line = matrix.torch_line(build.version)
@@ -419,20 +424,17 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None
     resolved, engine_notes = resolve_engine(engine, cuda, row)
     identifiers = [identifier(p) for p in pythons]
     index = _torch_source(find_links, torch_index_url, row.torch_index_url)
-    from ci.config import constraints  # packaging: not for --workflow-matrix, which runs on a bare Python
-
-    tools = constraints.for_project(project.build_requires)
     env = environment(engine=resolved, image=ref, identifiers=identifiers,
                       before_build=_before_build(project, f"torch=={build.version}", index, build.cudnn),
                       cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
-                      find_links=find_links, tools=constraints.file_for(tools.pins))
+                      find_links=find_links, tools=tools)
     return Plan(cuda=cuda, torch=build.version, torch_index_url=index, torch_on_pypi=build.on_pypi,
                 cudnn_requirement=build.cudnn, image=ref, manylinux=image.manylinux, arch_list=archs,
                 python=pythons, identifiers=identifiers, environment=env, engine=resolved,
                 nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
-                notes=notes + python_notes(project, pythons) + engine_notes + list(tools.set_aside),
+                notes=notes + python_notes(project, pythons) + engine_notes,
                 image_origin=image.origin, engine_requested=engine,
-                find_links=str(find_links) if find_links else None, tool_constraints=list(tools.pins))
+                find_links=str(find_links) if find_links else None)
 
 
 def _version_key(v: str) -> tuple[int, ...]:
@@ -440,7 +442,8 @@ def _version_key(v: str) -> tuple[int, ...]:
 
 
 def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: list[str] | None,
-              arch_list: str | None, engine: str, find_links: Path | None, torch_index_url: str | None) -> Plan:
+              arch_list: str | None, engine: str, find_links: Path | None, torch_index_url: str | None,
+              tools: Path) -> Plan:
     if arch_list:
         raise CiError("--arch-list needs --cuda (a CPU build has no device code)")
     version = torch or matrix.default_torch
@@ -456,18 +459,15 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
     resolved, notes = resolve_engine(engine, None, None)
     identifiers = [identifier(p) for p in pythons]
     index = _torch_source(find_links, torch_index_url, matrix.cpu_index_url)
-    from ci.config import constraints  # packaging: not for --workflow-matrix, which runs on a bare Python
-
-    tools = constraints.for_project(project.build_requires)
     env = environment(engine=resolved, image=line.manylinux, identifiers=identifiers,
                       before_build=_before_build(project, f"torch=={version}", index, None),
                       cuda=None, arch_list="", nvcc_flags=[], find_links=find_links,
-                      tools=constraints.file_for(tools.pins))
+                      tools=tools)
     return Plan(cuda=None, torch=version, torch_index_url=index, torch_on_pypi=False,
                 cudnn_requirement=None, image=None, manylinux=line.manylinux, arch_list="", python=pythons,
                 identifiers=identifiers, environment=env, engine=resolved,
-                notes=python_notes(project, pythons) + notes + list(tools.set_aside), engine_requested=engine,
-                find_links=str(find_links) if find_links else None, tool_constraints=list(tools.pins))
+                notes=python_notes(project, pythons) + notes, engine_requested=engine,
+                find_links=str(find_links) if find_links else None)
 
 
 def format_plan(plan: Plan) -> str:

@@ -59,6 +59,18 @@ def test_the_projects_own_torch_requirement_gives_way_to_the_pin(tmp_path):
     assert requires == ["numpy", 'torch>=2; extra == "compile"', "torch==2.13.0"], requires
 
 
+def repaired_requires(omp_lib, tmp_path, declared, *args: str) -> list[str]:
+    """Requires-Dist of the omp-op wheel declaring `declared`, repaired against torch 2.13.0 with `args`."""
+    wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": omp_lib},
+                       requires=declared)
+    out = tmp_path / "out"
+    proc = run_stage("ci.repair", wheel, "-w", out, "--torch", "2.13.0", *args)
+    assert proc.returncode == 0, proc.stderr
+    (repaired,) = out.glob("*.whl")
+    metadata = zipfile.ZipFile(repaired).read("omp_op-1.0.dist-info/METADATA").decode()
+    return [ln.partition(": ")[2] for ln in metadata.splitlines() if ln.startswith("Requires-Dist:")]
+
+
 @pytest.mark.parametrize("declared, expected", [
     # the same requirement twice: the project's exact pin stays, the loose one goes
     (("torch>=1.1", "torch==2.13.0"), ["torch==2.13.0"]),
@@ -68,14 +80,7 @@ def test_the_projects_own_torch_requirement_gives_way_to_the_pin(tmp_path):
     (("torch[opt-einsum]>=1.1",), ["torch[opt-einsum]==2.13.0"]),
 ])
 def test_requirement_merging(omp_lib, tmp_path, declared, expected):
-    wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": omp_lib},
-                       requires=declared)
-    out = tmp_path / "out"
-    proc = run_stage("ci.repair", wheel, "-w", out, "--torch", "2.13.0", "--torch-requires", "filelock")
-    assert proc.returncode == 0, proc.stderr
-    (repaired,) = out.glob("*.whl")
-    metadata = zipfile.ZipFile(repaired).read("omp_op-1.0.dist-info/METADATA").decode()
-    assert [ln.partition(": ")[2] for ln in metadata.splitlines() if ln.startswith("Requires-Dist:")] == expected
+    assert repaired_requires(omp_lib, tmp_path, declared, "--torch-requires", "filelock") == expected
 
 
 @pytest.mark.parametrize("declared, expected", [
@@ -90,16 +95,8 @@ def test_requirement_merging(omp_lib, tmp_path, declared, expected):
 ])
 def test_a_stable_wheel_keeps_the_projects_torch_bounds(omp_lib, tmp_path, declared, expected):
     """A stable wheel serves every torch from its target on, except those its project rules out."""
-    wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": omp_lib},
-                       requires=declared)
-    out = tmp_path / "out"
-    proc = run_stage("ci.repair", wheel, "-w", out, "--torch", "2.13.0", "--stable-abi", "2.10")
-    assert proc.returncode == 0, proc.stderr
-    (repaired,) = out.glob("*.whl")
-    metadata = zipfile.ZipFile(repaired).read("omp_op-1.0.dist-info/METADATA").decode()
-    torch = [ln.partition(": ")[2] for ln in metadata.splitlines()
-             if ln.startswith("Requires-Dist: torch")]
-    assert torch == [expected]
+    requires = repaired_requires(omp_lib, tmp_path, declared, "--stable-abi", "2.10")
+    assert [r for r in requires if r.startswith("torch")] == [expected]
 
 
 def test_a_project_excluding_the_torch_it_was_built_against_is_refused(omp_lib, tmp_path):

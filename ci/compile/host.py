@@ -144,7 +144,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     dist.mkdir(parents=True, exist_ok=True)
     logfile = work_dir / "compile.log"
     log.info(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
-        f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
+             f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
     start = time.monotonic()
     cmd = [str(env.python), "-m", "build", "--no-isolation", "--wheel", "-o", str(dist), *config, str(project_dir)]
     with logfile.open("wb") as out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -8,7 +8,6 @@ Per-project settings come from `[tool.ci]` in the project's pyproject.toml; comm
 
 from __future__ import annotations
 
-import re
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -153,20 +152,6 @@ def merge(settings: Settings, *, test_command: str | None, test_requires: list[s
     return Settings(test_command or settings.test_command, settings.test_requires + list(test_requires),
                     merged_env, settings.exclude + list(exclude), limit or settings.limit,
                     _stable_abi("--stable-abi", stable_abi) if stable_abi else settings.stable_abi)
-
-
-def read_pins(path: Path) -> dict[str, str]:
-    """`name==version` pins of a requirements file, by normalized name."""
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return {}
-    pins = {}
-    for line in lines:
-        m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)", line)
-        if m:
-            pins[re.sub(r"[-_.]+", "-", m[1]).lower()] = m[2]
-    return pins
 
 
 def is_sdist(path: Path) -> bool:
