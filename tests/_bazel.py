@@ -24,7 +24,7 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ci.util.cache import cache_dir
+from wheelci.util.cache import cache_dir
 from tests._servers import readme_blocks
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ci.util.cache import cache_dir
+from wheelci.util.cache import cache_dir
 
 CACHE = cache_dir()
 
@@ -53,7 +53,7 @@ def build_lib(out: Path, soname: str, needs: Sequence[Path] = (), *, value: int 
 
 
 def _soname_of(path: Path) -> str:
-    from ci.native.elf import read_dynamic_path
+    from wheelci.native.elf import read_dynamic_path
 
     info = read_dynamic_path(path)
     assert info is not None and info.soname

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ci import engine as eng
+from wheelci import engine as eng
 from tests._servers import ensure_debian_package
 
 DOCKERD_ARGS = ("--bridge=none", "--iptables=false", "--ip-masq=false")

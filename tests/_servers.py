@@ -392,7 +392,7 @@ DEVPI = ("devpi-server==6.20.3", "devpi-client==7.3.0")
 def devpi_tools() -> Path:
     """A venv with the pinned devpi server and client, cached between runs. Its own venv: devpi's
     dependencies (pyramid & co.) must not move the pipeline's pinned tools."""
-    from ci.util.cache import cache_dir
+    from wheelci.util.cache import cache_dir
     import hashlib
     venv = cache_dir() / f"devpi-{hashlib.sha256(' '.join(DEVPI).encode()).hexdigest()[:12]}"
     if not (venv / ".ok").exists():

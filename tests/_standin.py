@@ -23,8 +23,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ci.config import matrix as mx
-from ci.util.cache import cache_dir
+from wheelci.config import matrix as mx
+from wheelci.util.cache import cache_dir
 from tests._servers import ensure_debian_package
 
 SUITE = "bookworm"

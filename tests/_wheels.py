@@ -93,7 +93,7 @@ def run_stage(module: str, *args: str | Path, env: dict[str, str] | None = None,
     import os
     root = Path(__file__).resolve().parent.parent
     full_env = dict(os.environ, **(env or {}))
-    full_env["PYTHONPATH"] = str(root) + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "ci" / "src"), full_env.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
                           env=full_env, cwd=cwd or root)
 
@@ -106,7 +106,7 @@ def signal_mid_write(module: str, *args: str | Path, out: Path, signum: int, env
     import time
     root = Path(__file__).resolve().parent.parent
     full_env = dict(os.environ, **(env or {}))
-    full_env["PYTHONPATH"] = str(root) + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "ci" / "src"), full_env.get("PYTHONPATH", "")])
     import functools
     import signal
     # The stage keeps a signal ignored that it inherits ignored (nohup): give it the default

@@ -67,7 +67,7 @@ def tiny_cpu_build(tmp_path_factory) -> Built:
 @pytest.fixture(scope="session")
 def torch_cpu_wheel() -> Path:
     """The torch 2.13.0 CPU wheel (192 MB), through pip's own sources, cached between runs."""
-    from ci.util.cache import cache_dir
+    from wheelci.util.cache import cache_dir
 
     cache = cache_dir() / "torch-cpu"
     found = sorted(cache.glob("torch-2.13.0*.whl"))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.compile.hostenv import TorchSpec, ensure_env
-from ci.native.stable_abi import classify, declared_versions, is_torch_cxx, problems, shim_versions
+from wheelci.compile.hostenv import TorchSpec, ensure_env
+from wheelci.native.stable_abi import classify, declared_versions, is_torch_cxx, problems, shim_versions
 from tests._wheels import build_wheel, run_stage
 
 # PyPI's default Linux builds (CUDA builds import without a GPU); the newest dates the functions.

@@ -170,7 +170,7 @@ def test_split_torch_each_wheel_in_its_own_repository(bazel_ready, torch212, tmp
 def torch_cpu_house(torch_cpu_wheel) -> list[Path]:
     """torch 2.13.0 (the CPU build) and its dependencies, as wheels (cached)."""
     import subprocess
-    from ci.util.cache import cache_dir
+    from wheelci.util.cache import cache_dir
     house = cache_dir("bazel-torch-cpu-deps")
     if not (house / ".complete").exists():
         r = subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--only-binary=:all:",

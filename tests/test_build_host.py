@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from ci.native.elf import too_recent_for, scan_wheel
-from ci.native.libs import is_excluded
-from ci.wheel.archive import WheelArchive, get_headers
-from ci.wheel.names import WheelName
+from wheelci.native.elf import too_recent_for, scan_wheel
+from wheelci.native.libs import is_excluded
+from wheelci.wheel.archive import WheelArchive, get_headers
+from wheelci.wheel.names import WheelName
 from conftest import ROOT
 from tests._wheels import run_stage
 
@@ -162,8 +162,8 @@ def test_bad_build_input(tmp_path, args, fragments):
 @pytest.mark.network
 def test_no_nvcc_obtainable(tmp_path):
     """A CUDA version with no matching host nvcc and no nvcc wheel is one clear error."""
-    from ci.errors import CiError
-    from ci.compile.hostenv import BuildEnv, find_nvcc
+    from wheelci.errors import CiError
+    from wheelci.compile.hostenv import BuildEnv, find_nvcc
 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "v"], check=True)
     site = tmp_path / "v" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
@@ -200,7 +200,7 @@ def test_repair_cli_on_built_wheel(cpu_build, tmp_path):
 def test_cuda_build_with_a_toolkit_from_wheels_only(tmp_path):
     """--nvcc wheel: nvcc, cicc, CCCL and cudart from NVIDIA's wheels, as on a machine with no CUDA
     install; a different arch than the other build, to see the arch list reach nvcc."""
-    from ci.engine import detect
+    from wheelci.engine import detect
 
     out = tmp_path / "out"
     auto = detect() is None  # no container engine here: --engine auto (the default) falls back to the host
@@ -239,7 +239,7 @@ def test_cuda_root_is_keyed_complete_and_shared(tmp_path):
     added; built once per (nvcc, wheels) and handed whole to concurrent builds."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ci.compile.hostenv import BuildEnv, assemble_cuda_root
+    from wheelci.compile.hostenv import BuildEnv, assemble_cuda_root
 
     home = tmp_path / "toolkit"
     (home / "bin").mkdir(parents=True)

@@ -228,10 +228,10 @@ def test_a_projects_own_tool_bound_wins_and_the_next_build_gets_our_pin_back(tmp
     import importlib.metadata
     import re as re_
 
-    from ci import plan as pl
-    from ci.compile.host import install_build_requires
-    from ci.compile.hostenv import TorchSpec, ensure_env
-    from ci.config import constraints
+    from wheelci import plan as pl
+    from wheelci.compile.host import install_build_requires
+    from wheelci.compile.hostenv import TorchSpec, ensure_env
+    from wheelci.config import constraints
 
     project = tmp_path / "old-ninja"
     shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.check import check_wheel
-from ci.util.sizes import PROFILES, parse_limit
+from wheelci.check import check_wheel
+from wheelci.util.sizes import PROFILES, parse_limit
 from tests._wheels import build_wheel, raw_zip, run_stage, wheel_entries
 
 
@@ -114,7 +114,7 @@ def test_absurd_limits_are_refused_in_one_line(wheel: Path, tmp_path: Path, stag
 def test_an_unanticipated_exception_is_one_line_exit_2_and_debug_shows_it() -> None:
     import subprocess
     import sys
-    code = ("from ci.cli import parser, run\n"
+    code = ("from wheelci.cli import parser, run\n"
             "def main(args):\n    return dict()['missing key']\n"
             "run(parser('demo', 'a stage with a bug'), main, {argv})")
     r = subprocess.run([sys.executable, "-c", code.format(argv="[]")], capture_output=True, text=True)
@@ -152,7 +152,7 @@ def test_machine_and_tool_errors_say_what_failed_not_unexpected(body: str, words
     handle yet", a bug report for what is the machine's or the tool's answer."""
     import subprocess
     import sys
-    code = f"from ci.cli import parser, run\ndef main(args):\n    {body}\nrun(parser('demo', 'x'), main, [])"
+    code = f"from wheelci.cli import parser, run\ndef main(args):\n    {body}\nrun(parser('demo', 'x'), main, [])"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     (line,) = r.stderr.strip().splitlines()
     assert r.returncode == 2 and "unexpected" not in line and words in line, line

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from ci.config import constraints
-from ci.errors import CiError
+from wheelci.config import constraints
+from wheelci.errors import CiError
 
 PINS = constraints.read()
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ci import engine, image
-from ci.compile import container
-from ci.config import matrix as mx
-from ci import plan as pl
-from ci.errors import CiError
+from wheelci import engine, image
+from wheelci.compile import container
+from wheelci.config import matrix as mx
+from wheelci import plan as pl
+from wheelci.errors import CiError
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = sorted(p for p in (ROOT / "docker").iterdir() if "Dockerfile" in p.name)
@@ -137,7 +137,7 @@ def _engine_or_skip() -> str:
 def _registry_or_skip(image: str) -> None:
     """Public images and our docker/ bases come from registries; where none is reachable (a closed
     network: the container builds then use the local stand-in image, test_container_build.py), skip."""
-    from ci.compile.hostenv import reachable
+    from wheelci.compile.hostenv import reachable
 
     host = image.split("/")[0] if "." in image.split("/")[0] else "registry-1.docker.io"
     if not reachable(f"https://{host}/v2/"):
@@ -170,7 +170,7 @@ def test_end_to_end_container_build(tmp_path, cuda):
 
 def test_container_gets_the_project_without_venv_or_build_trees():
     files = {str(p) for p in container.project_files(ROOT)}
-    assert {"pyproject.toml", "ci/repair.py", "ci/plan.py", "ci/config/matrix.toml"} <= files  # ci.repair runs inside
+    assert {"pyproject.toml", "ci/src/wheelci/repair.py", "csrc/ops.cpp"} <= files
     assert not any(f.startswith((".venv/", ".git/", "build/")) or "__pycache__" in f for f in files)
 
 
@@ -178,7 +178,7 @@ def test_a_machine_without_git_stages_the_project_too(tmp_path, monkeypatch):
     """Slim images and chroots have no git: the project is listed without it (was a FileNotFoundError)."""
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no git on PATH
     files = {str(p) for p in container.project_files(ROOT)}
-    assert {"pyproject.toml", "ci/repair.py", "csrc/ops.cpp"} <= files
+    assert {"pyproject.toml", "ci/src/wheelci/repair.py", "csrc/ops.cpp"} <= files
     assert not any(f.startswith((".venv/", ".git/", "build/")) or "__pycache__" in f for f in files)
 
 

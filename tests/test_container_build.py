@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.util.cache import cache_dir
+from wheelci.util.cache import cache_dir
 from tests import _standin
 from tests._wheels import run_stage
 
@@ -68,7 +68,7 @@ def test_build_in_container(engines, standin, torch_cpu_wheel, cuda_find_links, 
     assert r.returncode == 0, r.stderr[-4000:]
     # cibuildwheel ran in the image, and ci.repair ran inside it
     assert "Building cp311-manylinux_x86_64 wheel" in r.stderr, r.stderr[-3000:]
-    assert "sh -c 'PYTHONPATH=/opt/cuda-wheel-ci python -m ci.repair" in r.stderr and f"{engine} cp " in r.stderr
+    assert "sh -c 'PYTHONPATH=/opt/cuda-wheel-ci python -m wheelci.repair" in r.stderr and f"{engine} cp " in r.stderr
     (wheel,) = sorted(out.glob("*.whl"))
     assert f"+pt2.13.0.{variant}" in wheel.name and "-py3-none-manylinux_2_" in wheel.name
     meta = wheel_metadata(wheel)
@@ -143,7 +143,7 @@ def test_another_project_in_container(engines, standin, torch_cpu_wheel, tmp_pat
     out = tmp_path / "out"
     r = build(engine, standin[engine], torch_cpu_wheel.parent, out, str(FIXTURE), "--cpu")
     assert r.returncode == 0, r.stderr[-4000:]
-    assert "PYTHONPATH=/opt/cuda-wheel-ci python -m ci.repair" in r.stderr
+    assert "PYTHONPATH=/opt/cuda-wheel-ci python -m wheelci.repair" in r.stderr
     (wheel,) = sorted(out.glob("*.whl"))
     assert wheel.name.startswith("tiny_ext-0.1.0+pt2.13.0.cpu-cp311-cp311-manylinux_2_")
     report = json.loads((out / "report.json").read_text())
@@ -158,8 +158,8 @@ def test_image_builds_through_each_engine_cli(engines, standin, tmp_path, engine
     """ci.image's build path for real: the matrix-style build args reach the Dockerfile, the image lands
     in that engine's store and pushes to a real registry (loopback), and a failing step is one CiError
     naming the image and the step's last line."""
-    from ci import image
-    from ci.errors import CiError
+    from wheelci import image
+    from wheelci.errors import CiError
 
     need(engines, engine)
     from tests._servers import Registry
@@ -173,7 +173,7 @@ def test_image_builds_through_each_engine_cli(engines, standin, tmp_path, engine
     try:
         image.build_spec(engine, spec, pull=False)  # a local base: nothing to pull
         assert image.exists(tag, engine)
-        from ci.plan import PODMAN_ULIMITS
+        from wheelci.plan import PODMAN_ULIMITS
 
         limits = [f"--ulimit={u}" for u in PODMAN_ULIMITS] if engine == "podman" else []
         r = subprocess.run([engine, "run", "--rm", "--network=host", *limits, tag, "cat", "/built-with"],
@@ -209,8 +209,8 @@ def test_before_all_scripts_in_the_image(engines, standin, engine):
     """ci/resources/container/*.sh as cibuildwheel runs them: from the read-only mount of ci/, in the image.
     With no ccache and no yum or dnf, ensure_ccache.sh leaves a pass-through launcher that runs the compiler;
     check_image.sh accepts the image's own CUDA and refuses another."""
-    from ci import plan as pl
-    from ci.plan import PODMAN_ULIMITS
+    from wheelci import plan as pl
+    from wheelci.plan import PODMAN_ULIMITS
 
     need(engines, engine)
     root = Path(__file__).resolve().parent.parent
@@ -220,7 +220,7 @@ def test_before_all_scripts_in_the_image(engines, standin, engine):
               f"&& sh {pl.CONTAINER_SCRIPTS}/check_image.sh {_standin.CUDA} 99 && echo image-ok "
               f"&& ! sh {pl.CONTAINER_SCRIPTS}/check_image.sh 11.8 99")
     r = subprocess.run([engine, "run", "--rm", "--network=host", *limits,
-                        f"--volume={root / 'ci'}:{pl.CONTAINER_TOOL}/ci:ro", "--env=CUDA_HOME=/usr/local/cuda",
+                        f"--volume={root / 'ci' / 'src' / 'wheelci'}:{pl.CONTAINER_TOOL}/wheelci:ro", "--env=CUDA_HOME=/usr/local/cuda",
                         standin[engine], "sh", "-c", script], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()

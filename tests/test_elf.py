@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ci.native.elf import (SharedLib, _BlockReader, _ChunkReader, is_system_lib, looks_like_shared_lib, read_dynamic,
+from wheelci.native.elf import (SharedLib, _BlockReader, _ChunkReader, is_system_lib, looks_like_shared_lib, read_dynamic,
                     read_dynamic_path, record_owners, scan, scan_dir, scan_wheel)
-from ci.errors import CiError
+from wheelci.errors import CiError
 from tests._elfbuild import build_lib, install_alone, make_wheel
 
 
@@ -190,7 +190,7 @@ def _compat_lib(tmp_path: Path, compat: bool) -> Path:
     src = tmp_path / "f.cpp"
     src.write_text(NEW_GLIBC_SOURCE)
     out = tmp_path / ("libcompat.so" if compat else "libplain.so")
-    from ci.compile import host
+    from wheelci.compile import host
     
     inc = host.GLIBC_COMPAT
     flags = ["-isystem", str(inc), "-include", str(inc / "glibc_compat.h")] if compat else []
@@ -202,7 +202,7 @@ def test_too_recent_symbols_are_named_and_the_compat_header_removes_them(tmp_pat
     """This machine's glibc (2.36) binds exp@GLIBC_2.29, dlsym@GLIBC_2.34 and libstdc++'s
     __libc_single_threaded@GLIBC_2.32; ci/resources/glibc_compat keeps them out, so the library fits
     manylinux_2_28."""
-    from ci.native.elf import glibc_references, too_recent_for
+    from wheelci.native.elf import glibc_references, too_recent_for
 
     plain = make_wheel(tmp_path / "a", "plain", {"plain/libplain.so": _compat_lib(tmp_path, False)})
     assert too_recent_for(plain, "manylinux_2_28") == [
@@ -244,8 +244,8 @@ def test_libstdcxx_symbols_are_named_and_the_compat_header_removes_them(tmp_path
     """GCC 12's libstdc++ exports std::ostringstream's constructor at GLIBCXX_3.4.26 and stringbuf::str()
     at 3.4.29, past manylinux_2_28's 3.4.25: torch's stable-ABI headers format every error that way.
     The names come from auditwheel's own policy; the compat header instantiates them in the library."""
-    from ci.compile import host
-    from ci.native.elf import too_recent_for
+    from wheelci.compile import host
+    from wheelci.native.elf import too_recent_for
 
     src = tmp_path / "s.cpp"
     src.write_text(STRINGSTREAM_SOURCE)
@@ -269,7 +269,7 @@ def test_libstdcxx_symbols_are_named_and_the_compat_header_removes_them(tmp_path
 
 
 def test_repair_to_an_older_policy_names_the_symbols(tmp_path):
-    from ci.repair import repair
+    from wheelci.repair import repair
 
     plain = make_wheel(tmp_path / "a", "plain", {"plain/libplain.so": _compat_lib(tmp_path, False)})
     with pytest.raises(CiError, match=r"cannot meet manylinux_2_28_x86_64: it references "
@@ -284,7 +284,7 @@ def test_zips_our_reader_refuses_are_refused_by_every_elf_reader(libs, tmp_path,
     """zipfile reads both (a duplicate: two members of one name; a symlink: its target as content),
     ci.wheel.archive refuses them: scan_wheel and too_recent_for read through ci.wheel.archive, so every
     stage sees the same members, and a crafted zip is one error line."""
-    from ci.native.elf import too_recent_for
+    from wheelci.native.elf import too_recent_for
     from tests._wheels import raw_zip, wheel_entries
 
     good = make_wheel(tmp_path / "w", "dup", {"dup/libA.so.3": libs["A"]})
@@ -325,7 +325,7 @@ def test_scan_wheel_finds_executables_by_their_mode(libs, tmp_path):
 def test_the_compat_header_compiles_wherever_it_is_forced_in(tmp_path, flags):
     """It is -include'd into every translation unit of a host build: C, old standards, -fno-exceptions
     (where libstdc++ itself aborts instead of throwing)."""
-    from ci.compile import host
+    from wheelci.compile import host
 
     src = tmp_path / "u.cpp"
     src.write_text("#include <memory>\ndouble *make(unsigned long n) { return std::allocator<double>().allocate(n); }\n"
@@ -348,8 +348,8 @@ extern "C" int in_thread() { int v = 0; std::thread([&] { v = once(); }).join();
 def test_threads_bind_to_libpthreads_versions(tmp_path):
     """std::call_once and std::thread call pthread_once and pthread_create inline: GLIBC_2.34 here,
     libpthread's 2.2.5 versions with the compat header; the library still runs."""
-    from ci.compile import host
-    from ci.native.elf import too_recent_for
+    from wheelci.compile import host
+    from wheelci.native.elf import too_recent_for
 
     (tmp_path / "t.cpp").write_text(THREADS_SOURCE)
     inc = host.GLIBC_COMPAT

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ci import engine
-from ci.compile import container
-from ci.config import matrix as mx
-from ci import plan as pl
-from ci.errors import CiError
+from wheelci import engine
+from wheelci.compile import container
+from wheelci.config import matrix as mx
+from wheelci import plan as pl
+from wheelci.errors import CiError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -190,7 +190,7 @@ def test_build_cli_engine_docker_one_line(no_engine, tmp_path):
 
 
 def test_host_build_needs_that_nvcc_or_an_nvcc_wheel_with_nvcc():
-    from ci.engine import host_nvcc, nvcc_version
+    from wheelci.engine import host_nvcc, nvcc_version
 
     nvcc = host_nvcc()
     cuda = nvcc_version(nvcc) if nvcc else None

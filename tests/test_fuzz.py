@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ci.util.sizes import parse_size
-from ci.errors import CiError
-from ci.patch import apply_file_patch, parse_patch
-from ci.wheel.archive import WheelArchive, parse_record
+from wheelci.util.sizes import parse_size
+from wheelci.errors import CiError
+from wheelci.patch import apply_file_patch, parse_patch
+from wheelci.wheel.archive import WheelArchive, parse_record
 from tests._wheels import build_wheel
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True,

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ci.util.cache import cache_dir
+from wheelci.util.cache import cache_dir
 from tests.conftest import ROOT
 
 

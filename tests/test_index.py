@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ci.index import RACY_NS, build_index
-from ci.wheel.names import classify, sdist_name
-from ci.verify import fresh_venv
+from wheelci.index import RACY_NS, build_index
+from wheelci.wheel.names import classify, sdist_name
+from wheelci.verify import fresh_venv
 from tests._servers import NegotiatingServer, StaticServer, build_wheel, pip_install
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -634,7 +634,7 @@ def test_an_out_that_cannot_be_created_leaves_dir_as_it_was(tmp_path, wheels):
 def test_a_run_interrupted_while_writing_owns_what_it_wrote(tmp_path, wheels, monkeypatch, where):
     """Ctrl-C, SIGTERM or a crash part-way through: the next run (with another wheel added, so its
     pages differ) takes up the pages and sidecars as its own instead of refusing them as foreign."""
-    import ci.index as index
+    import wheelci.index as index
     repo = populate(tmp_path / "repo", wheels["other"])
     (repo / "simple").mkdir()
     (repo / "simple" / "notes.html").write_text("theirs")  # foreign content sharing OUT: never touched

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.util.cache import cache_dir
+from wheelci.util.cache import cache_dir
 from tests._servers import StaticServer
 from tests.test_index import _uv, cli
 

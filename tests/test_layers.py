@@ -9,13 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent / "ci"  # the tool's distribution: its pyproject holds the contract
 LINT = Path(sys.executable).with_name("lint-imports")
 
 
 def lint(root: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(LINT), "--no-cache", "--config", str(root / "pyproject.toml")], cwd=root,
-                          capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+                          capture_output=True, text=True, env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"})
 
 
 def test_the_layers_hold():
@@ -26,13 +26,13 @@ def test_the_layers_hold():
 
 def test_an_import_against_the_layers_breaks_the_contract(tmp_path):
     copy = tmp_path / "tree"
-    shutil.copytree(ROOT / "ci", copy / "ci", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "src" / "wheelci", copy / "src" / "wheelci", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
-    names = copy / "ci" / "wheel" / "names.py"
-    names.write_text(names.read_text() + "\n\ndef _late():\n    from ci.split import split_wheel  # a stage, from below\n")
-    probe = copy / "ci" / "resources" / "verify_probe.py"
-    probe.write_text(probe.read_text() + "\nfrom ci.errors import CiError\n")
+    names = copy / "src" / "wheelci" / "wheel" / "names.py"
+    names.write_text(names.read_text() + "\n\ndef _late():\n    from wheelci.split import split_wheel  # a stage, from below\n")
+    probe = copy / "src" / "wheelci" / "resources" / "verify_probe.py"
+    probe.write_text(probe.read_text() + "\nfrom wheelci.errors import CiError\n")
     r = lint(copy)
     assert r.returncode != 0
     assert "0 kept, 2 broken" in r.stdout, r.stdout[-3000:]
-    assert "ci.wheel.names -> ci.split" in r.stdout and "ci.resources.verify_probe -> ci.errors" in r.stdout
+    assert "wheelci.wheel.names -> wheelci.split" in r.stdout and "wheelci.resources.verify_probe -> wheelci.errors" in r.stdout

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from ci.util import log
+from wheelci.util import log
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where writing to stderr is the job: the logger itself, the command echo of --verbose, the CLI's error line,
 # and the long tools whose own output streams through.
-MAY_WRITE_STDERR = {"ci/util/log.py", "ci/util/proc.py", "ci/cli.py"}
+MAY_WRITE_STDERR = {"util/log.py", "util/proc.py", "cli.py", "__main__.py"}
+PACKAGE = ROOT / "ci" / "src" / "wheelci"
 
 
 @pytest.fixture
@@ -82,9 +83,9 @@ def _stderr_prints(path: Path) -> list[int]:
 
 def test_no_module_prints_its_own_progress():
     found = {}
-    for path in sorted((ROOT / "ci").rglob("*.py")):
-        rel = str(path.relative_to(ROOT))
-        if rel in MAY_WRITE_STDERR or rel.startswith("ci/resources/") or rel.startswith("ci/bench"):
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE))
+        if rel in MAY_WRITE_STDERR or rel.startswith("resources/") or rel.startswith("bench"):
             continue
         if lines := _stderr_prints(path):
             found[rel] = lines
@@ -103,8 +104,8 @@ def test_the_packages_below_the_stages_never_print():
     and the command echo."""
     found = {}
     for package in ("util", "wheel", "native", "config", "compile"):
-        for path in sorted((ROOT / "ci" / package).rglob("*.py")):
-            rel = str(path.relative_to(ROOT))
+        for path in sorted((PACKAGE / package).rglob("*.py")):
+            rel = str(path.relative_to(PACKAGE))
             if rel not in MAY_WRITE_STDERR and (lines := _prints(path)):
                 found[rel] = lines
     assert found == {}, f"say it through ci.util.log, or return it to the stage: {found}"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ci.config import matrix as mx
-from ci.util.cache import cache_dir
-from ci.errors import CiError
+from wheelci.config import matrix as mx
+from wheelci.util.cache import cache_dir
+from wheelci.errors import CiError
 
 CACHE = cache_dir("torch-metadata")
 NVCC_CACHE = cache_dir("nvcc-wheels")
@@ -118,7 +118,7 @@ def test_malformed_matrix_is_one_error(text):
 def nvcc(tmp_path_factory) -> Path:
     """The host's nvcc when it is a matrix CUDA version, else nvcc from NVIDIA's wheels of the row
     that ships one (13.0): either way a real toolkit to question."""
-    from ci.engine import host_nvcc, nvcc_version, real_nvcc
+    from wheelci.engine import host_nvcc, nvcc_version, real_nvcc
 
     host = host_nvcc()
     if host is not None and nvcc_version(host) in mx.load().versions:
@@ -136,7 +136,7 @@ def nvcc(tmp_path_factory) -> Path:
 
 def test_accepted_archs_match_nvcc(nvcc):
     """The table row for that nvcc lists exactly what `nvcc --list-gpu-arch` prints."""
-    from ci.engine import nvcc_version
+    from wheelci.engine import nvcc_version
 
     out = subprocess.run([str(nvcc), "--list-gpu-arch"], capture_output=True, text=True, check=True).stdout
     listed = {a.removeprefix("compute_") for a in out.split()}
@@ -146,7 +146,7 @@ def test_accepted_archs_match_nvcc(nvcc):
 
 def test_gcc_ceiling_matches_nvcc(nvcc):
     """nvcc's own host_config.h states the newest GCC it accepts (`#if __GNUC__ > N` -> error)."""
-    from ci.engine import nvcc_version
+    from wheelci.engine import nvcc_version
 
     header = next(nvcc.parent.parent.glob("**/include/crt/host_config.h"))
     found = re.search(r"#if __GNUC__ > (\d+)", header.read_text())
@@ -296,13 +296,13 @@ def test_torch_line_pythons_and_policy_match_pypi(line: mx.TorchLine, pypi_repor
     ({"libtorch.so"}, "2.13.0+cpu", "torch==2.13.0"),
 ])
 def test_torch_pin_names_the_cuda_build_only_where_pypi_has_another(needed, version, pin):
-    from ci.repair import torch_pin
+    from wheelci.repair import torch_pin
 
     assert torch_pin(needed, version) == pin
 
 
 def test_torch_pin_follows_the_matrix():
-    from ci.repair import torch_pin
+    from wheelci.repair import torch_pin
 
     for row in mx.rows():
         for build in row.torch:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.index import build_index
-from ci.verify import fresh_venv
+from wheelci.index import build_index
+from wheelci.verify import fresh_venv
 from tests._servers import Nginx, build_wheel, pip_install
 from tests.test_publish_example import RUN_OP, cpu_torch_site  # noqa: F401 (a fixture)
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ci.config import matrix as mx
-from ci import plan as pl
-from ci.config import constraints
-from ci.errors import CiError
+from wheelci.config import matrix as mx
+from wheelci import plan as pl
+from wheelci.config import constraints
+from wheelci.errors import CiError
 
 ROOT = Path(__file__).resolve().parent.parent
 COMBOS = [(r, t) for r in mx.rows() for t in r.torch]
@@ -238,7 +238,7 @@ def test_no_fitting_image_is_refused_with_the_reason():
 
 def _run_before_all_script(command: str) -> subprocess.CompletedProcess:
     """Run a before-all step here as sh runs it in the container, from this checkout's ci/resources."""
-    script = command.replace(pl.CONTAINER_SCRIPTS, str(ROOT / "ci/resources/container"))
+    script = command.replace(pl.CONTAINER_SCRIPTS, str(ROOT / "ci/src/wheelci/resources/container"))
     env = {k: v for k, v in os.environ.items() if k not in ("CUDAHOSTCXX", "CUDA_HOME")}  # as the image's defaults
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
 
@@ -246,7 +246,7 @@ def _run_before_all_script(command: str) -> subprocess.CompletedProcess:
 def test_before_all_checks_run_in_a_real_shell():
     """Run the image check here, against this machine's own toolkit and compiler, as sh runs it there
     (a machine with no toolkit at /usr/local/cuda fails every row's nvcc check, as an image would)."""
-    from ci.engine import nvcc_version
+    from wheelci.engine import nvcc_version
 
     toolkit = Path("/usr/local/cuda/bin/nvcc")
     have = nvcc_version(toolkit) if toolkit.exists() else None
@@ -306,7 +306,7 @@ def test_excludes_reach_the_containers_repair_as_cibuildwheel_runs_it(patterns):
     plan = pl.make_plan(cuda=None, engine="docker", excludes=patterns)
     cmd = prepare_command(plan.environment["CIBW_REPAIR_WHEEL_COMMAND_LINUX"], wheel="/tmp/w.whl", dest_dir="/out")
     argv = shlex.split(cmd)
-    assert argv[argv.index("ci.repair"):argv.index("ci.repair") + 4] == ["ci.repair", "-w", "/out", "/tmp/w.whl"]
+    assert argv[argv.index("wheelci.repair"):argv.index("wheelci.repair") + 4] == ["wheelci.repair", "-w", "/out", "/tmp/w.whl"]
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--exclude"] == patterns
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import CiError
-from ci.native.loadorder import (MODULE_NAME, Preload, dependency_order, insert_call, preload_order,
+from wheelci.errors import CiError
+from wheelci.native.loadorder import (MODULE_NAME, Preload, dependency_order, insert_call, preload_order,
                         runtime_source, top_package)
-from ci.native.elf import SYSTEM_LIBS, scan
+from wheelci.native.elf import SYSTEM_LIBS, scan
 from tests._elfbuild import build_lib, install_alone, make_wheel, run_python
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,7 +108,7 @@ def test_chain_order_from_wheels_and_dirs(chain, chain_sites):
 
 
 def test_order_for_wheel_leaves_out_its_own_libraries(chain):
-    from ci.native.loadorder import order_for_wheel
+    from wheelci.native.loadorder import order_for_wheel
 
     order = order_for_wheel(chain["appa"], [chain["depb"], chain["depc"]])
     assert [(p.soname, p.distribution) for p in order] == [("libC.so.1", "depc"), ("libB.so.1", "depb")]
@@ -120,7 +120,7 @@ def test_a_grafted_library_whose_soname_is_not_its_file_name_is_the_wheels_own(c
     and libtorch_cpu.so NEEDS the file name. The wheel provides it; nothing else must."""
     import shutil
     import subprocess
-    from ci.native.loadorder import order_for_wheel
+    from wheelci.native.loadorder import order_for_wheel
 
     g = build_lib(tmp_path / "libgx-a1b2c3d4.so.1", "libgx-a1b2c3d4.so.1", value=5)
     b = tmp_path / "libB.so.1"
@@ -280,7 +280,7 @@ def sha256(p: Path) -> str:
 
 
 def test_inject_makes_the_package_import_per_package(chain, tmp_path):
-    from ci.wheel.archive import WheelArchive
+    from wheelci.wheel.archive import WheelArchive
 
     before = sha256(chain["appa"])
     plain = [install_alone(w, tmp_path / "plain" / k) for k, w in chain.items()]

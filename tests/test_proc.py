@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from ci.errors import CiError
-from ci.util import proc
+from wheelci.errors import CiError
+from wheelci.util import proc
 
 
 def test_a_failure_says_what_it_was_for_which_tool_and_its_last_line():

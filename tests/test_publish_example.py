@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.compile.hostenv import TorchSpec, ensure_env
-from ci.verify import fresh_venv
+from wheelci.compile.hostenv import TorchSpec, ensure_env
+from wheelci.verify import fresh_venv
 from tests._servers import PypiServer
 
 USER, TOKEN = "ci-bot", "s3cret-token-for-the-example"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.util.cache import cache_dir
+from wheelci.util.cache import cache_dir
 from tests._wheels import run_stage
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.util.cache import cache_dir
+from wheelci.util.cache import cache_dir
 from tests._wheels import run_stage
 
 pytestmark = pytest.mark.real_torch
@@ -157,7 +157,7 @@ def test_split_imports_in_every_layout(release, tmp_path):
     r = run_stage("ci.split", release.torch, "--limit", limit, "-w", out, "--json")
     assert r.returncode == 0, r.stderr
     wheels = [Path(w["path"]) for w in json.loads(r.stdout)["wheels"]]
-    from ci.util.sizes import parse_size
+    from wheelci.util.sizes import parse_size
     assert len(wheels) >= 2 and all(w.stat().st_size <= parse_size(limit) for w in wheels)
     for w in wheels:
         valid_distribution(w, tmp_path)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import CiError
-from ci.config.project import extract_sdist
+from wheelci.errors import CiError
+from wheelci.config.project import extract_sdist
 from tests._wheels import run_stage
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_ext"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import CiError
-from ci.config.project import merge, read_settings
+from wheelci.errors import CiError
+from wheelci.config.project import merge, read_settings
 from tests._wheels import run_stage
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_ext"
@@ -95,7 +95,7 @@ def _git(*args: str, cwd: Path) -> None:
 def test_staging_takes_submodules_and_forgets_deleted_sources(tmp_path: Path) -> None:
     """A cutlass-style submodule was left out of the staged sources (git lists it as one entry), and a
     reused --work-dir kept files the project had deleted."""
-    from ci.compile.container import stage_project
+    from wheelci.compile.container import stage_project
     sub = tmp_path / "cutlass"
     (sub / "include").mkdir(parents=True)
     (sub / "include" / "gemm.h").write_text("#define GEMM 1\n")

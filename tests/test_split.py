@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import CiError
-from ci.split import Lib, new_rpaths, plan_split
+from wheelci.errors import CiError
+from wheelci.split import Lib, new_rpaths, plan_split
 from tests._wheels import build_wheel, raw_zip, read_members, run_stage, signal_mid_write, wheel_entries
 
 INIT = '''"""Demo package: loads its native front library, as an extension module would."""
@@ -139,7 +139,7 @@ def test_split_into_two_companions_works_in_both_layouts(native_wheel: Path, tmp
 def test_a_library_loaded_by_path_from_python_stays(native_wheel: Path, tmp_path: Path) -> None:
     """__init__.py opens libbig2.so by file path: it is kept, with a note, and the package still
     imports in both layouts."""
-    from ci.split import loaded_by_path
+    from wheelci.split import loaded_by_path
 
     assert loaded_by_path({"a/x.py": 'CDLL(os.path.join(d, "lib", "libq.so"))'}, ["a/lib/libq.so", "a/lib/libr.so"]) \
         == {"a/lib/libq.so": "a/x.py"}
@@ -375,7 +375,7 @@ def test_companion_init_is_a_literal_whatever_its_text() -> None:
     """Text from the input reaches generated Python only through repr()."""
     import ast
 
-    from ci.split import _companion_init
+    from wheelci.split import _companion_init
     src = _companion_init('x"""; import os; """', "1.0\\'\n", "demo/_p.py").decode()
     (node,) = ast.parse(src).body
     assert isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
@@ -420,7 +420,7 @@ def test_executables_needing_a_moved_library_still_run(native_wheel: Path, tmp_p
     that NEED the moved libbig* themselves (the executable's own path finds its direct dependencies,
     not libfront's): both get the companions' directories and run from one site-packages; a shell
     script with the execute bit is left alone."""
-    from ci.native.elf import read_dynamic_path
+    from wheelci.native.elf import read_dynamic_path
 
     files = {n: d for n, d, _ in wheel_entries(native_wheel) if not n.startswith("demo-")}
     lib = tmp_path / "lib"

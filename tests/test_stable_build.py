@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ci.compile.hostenv import TorchSpec, ensure_env
-from ci.verify import fresh_venv, pip_install
-from ci.wheel.archive import WheelArchive, get_headers
+from wheelci.compile.hostenv import TorchSpec, ensure_env
+from wheelci.verify import fresh_venv, pip_install
+from wheelci.wheel.archive import WheelArchive, get_headers
 from tests._wheels import run_stage
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ci import plan as pl
-from ci.config import matrix as mx
-from ci.config.stable import plan_stable, requirements
-from ci.errors import CiError
+from wheelci import plan as pl
+from wheelci.config import matrix as mx
+from wheelci.config.stable import plan_stable, requirements
+from wheelci.errors import CiError
 from tests._wheels import run_stage
 from tests.test_settings import project_with
 

@@ -16,9 +16,9 @@ from typing import Callable, Iterable
 
 import pytest
 
-from ci.upload import (is_loopback, parse_listing, redactor, simple_url_for, strip_userinfo,
+from wheelci.upload import (is_loopback, parse_listing, redactor, simple_url_for, strip_userinfo,
                        upload)
-from ci.verify import fresh_venv
+from wheelci.verify import fresh_venv
 from tests._servers import KillingProxy, PypiServer, build_wheel, pip_install
 
 ROOT = Path(__file__).resolve().parents[1]

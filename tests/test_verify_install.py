@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.verify import install_fresh
+from wheelci.verify import install_fresh
 from tests._wheels import build_wheel
 
 pytestmark = pytest.mark.network
@@ -77,7 +77,7 @@ def test_a_torch_offered_by_find_links_never_shadows_the_install(torch_site, tmp
     (("numpy",), False),
 ])
 def test_the_wheel_must_name_a_torch_range(torch_site, tmp_path, requires, ok):
-    from ci.verify import verify_generic
+    from wheelci.verify import verify_generic
 
     wheel = build_wheel(tmp_path / "w", "names-torch", requires=requires)
     result = verify_generic(wheel, torch_site, project_dir=tmp_path)

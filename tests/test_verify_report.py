@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ci import report
-from ci.compile.hostenv import TorchSpec, ensure_env
-from ci.wheel.names import WheelName
+from wheelci import report
+from wheelci.compile.hostenv import TorchSpec, ensure_env
+from wheelci.wheel.names import WheelName
 from conftest import ROOT
 from tests._wheels import run_stage
 
@@ -148,7 +148,7 @@ def test_pips_progress_never_reaches_stdout_on_a_terminal(tmp_path):
     import subprocess
     import sys
     master, slave = os.openpty()  # stderr is a terminal: pip runs without --quiet
-    code = ("from ci.compile.hostenv import TorchSpec, ensure_env\n"
+    code = ("from wheelci.compile.hostenv import TorchSpec, ensure_env\n"
             "ensure_env(TorchSpec('0.0.0', None, None, False))\n")
     env = dict(os.environ, CUDA_WHEEL_CI_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
     try:

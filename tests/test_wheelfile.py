@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import CiError
-from ci.wheel.archive import WheelArchive, WheelWriter, rewrite
+from wheelci.errors import CiError
+from wheelci.wheel.archive import WheelArchive, WheelWriter, rewrite
 from tests._wheels import (BAD_WHEELS, assert_valid_record, bad_wheel, build_wheel, pip_check_install, raw_zip,
                            wheel_entries)
 
@@ -179,7 +179,7 @@ def test_data_descriptor_members_are_copied_with_clean_headers(tmp_path: Path) -
 
 
 def test_writer_builds_a_wheel_from_copied_and_new_members(wheel: Path, tmp_path: Path) -> None:
-    from ci.wheel.names import WheelName
+    from wheelci.wheel.names import WheelName
 
     with WheelArchive.open(wheel) as wa:
         w = WheelWriter(WheelName.parse("demo_libs-1.0-py3-none-any.whl"))
@@ -215,7 +215,7 @@ def test_bad_archives_are_refused_on_open(tmp_path: Path, kind: str) -> None:
 
 
 def test_record_takes_only_sha256_or_stronger_and_identity_headers_once() -> None:
-    from ci.wheel.archive import check_identity, parse_record
+    from wheelci.wheel.archive import check_identity, parse_record
     assert parse_record("a.py,sha512=x,1\na.py.dist-info/RECORD,,\n")["a.py"].hash == "sha512=x"
     for algo in ("md5", "sha1", "sha224", "shake_128", "nosuch"):
         with pytest.raises(CiError, match=f"with '{algo}': only sha256 or stronger"):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.config import matrix as mx
-from ci.util.cache import cache_dir
+from wheelci.config import matrix as mx
+from wheelci.util.cache import cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "wheels.yml"
@@ -99,9 +99,9 @@ def uses(job: dict, action: str) -> list[dict]:
 
 
 def test_matrix_is_the_cuda_matrix_or_the_stable_variants(workflow):
-    """The jobs come from ci.plan: one per CUDA version of the matrix, or one per variant for stable-ABI
+    """The jobs come from wheelci.plan: one per CUDA version of the matrix, or one per variant for stable-ABI
     wheels (3 jobs for every torch from 2.10 on, where classic wheels need one per CUDA version and torch)."""
-    from ci.plan import workflow_matrix
+    from wheelci.plan import workflow_matrix
 
     job = workflow["jobs"]["wheels"]
     assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}" and job["needs"] == "plan"
@@ -196,7 +196,7 @@ def test_every_ci_flag_the_workflow_uses_exists(workflow):
     calls = ci_invocations(workflow)
     assert {c[0] for c in calls} >= {"ci.build", "ci.upload"}
     for module, *args in calls:
-        assert (ROOT / (module.replace(".", "/") + ".py")).exists(), f"the workflow runs {module}, a missing stage"
+        assert (ROOT / "ci" / "src" / (module.replace("ci.", "wheelci.", 1).replace(".", "/") + ".py")).exists(), f"the workflow runs {module}, a missing stage"
         help_text = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True,
                                    text=True, check=True).stdout
         for flag in (a.split("=")[0] for a in args if a.startswith("-")):

@@ -1,0 +1,141 @@
+"""ABI check: which LibTorch ABI each library of a wheel uses, and whether the wheel says so.
+
+A classic library (C++ symbols of c10/at/torch) loads only on the torch it was built against, so its
+wheel must pin `torch==`. A stable-ABI wheel (`torch>=X.Y`) must hold only stable libraries, whose
+newest shim function is no newer than X.Y, none linking libtorch_python; otherwise users meet
+`undefined symbol` on the first older torch. An abi3-tagged wheel is also checked by abi3audit.
+The shim functions' first versions come from the headers of a torch install (the build's).
+
+    python -m ci.abi WHEEL [--torch-site DIR] [--json]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from wheelci import cli
+from wheelci.errors import CiError, Finding
+from wheelci.util import proc
+from wheelci.native.stable_abi import LibraryAbi, classify, problems, shim_versions, version_text
+from wheelci.wheel.names import plain_install_requirement
+
+
+@dataclass
+class AbiReport:
+    wheel: str
+    torch_requirement: str | None
+    libraries: list[LibraryAbi] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        kinds = {lib.kind for lib in self.libraries} - {"none"}
+        return "classic" if "classic" in kinds else ("stable" if kinds else "none")
+
+    def to_json(self) -> dict:
+        libs = [{**asdict(lib), "shims": len(lib.shims), "needs": version_text(lib.needs) if lib.needs else None}
+                for lib in self.libraries]
+        return {"wheel": self.wheel, "torch_requirement": self.torch_requirement, "kind": self.kind,
+                "libraries": libs, "problems": self.problems, "passed": not self.problems}
+
+
+def torch_include(site: Path | None) -> Path:
+    """torch's include directory: under the given site-packages, else of the torch this Python imports."""
+    if site is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            raise CiError("no torch here to read the stable-ABI headers from: pass --torch-site DIR")
+        site = Path(list(spec.submodule_search_locations)[0]).parent
+    include = site / "torch" / "include"
+    if not (include / "torch").is_dir():
+        raise CiError(f"{site}: no torch headers there (torch/include)")
+    return include
+
+
+def abi3_problems(wheel: Path) -> list[str]:
+    """abi3audit's violations for an abi3-tagged wheel (Python symbols outside the limited API)."""
+    audit = proc.run([sys.executable, "-m", "abi3audit", "--report", "--strict", wheel],
+                     what=f"auditing {wheel.name}'s limited API", check=False, capture_output=True, text=True)
+    try:
+        report = json.loads(audit.stdout)
+    except json.JSONDecodeError:
+        tail = (audit.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CiError(f"abi3audit could not check {wheel.name}: {tail}") from None
+    out = []
+    for spec in report.get("specs", {}).values():
+        for so in spec.get("wheel", []) if isinstance(spec.get("wheel"), list) else []:
+            for v in so.get("result", {}).get("non_abi3_symbols", []):
+                out.append(f"{so.get('name')} uses {v} outside the limited API, but the wheel is tagged abi3")
+            computed, tagged = so.get("result", {}).get("computed"), so.get("result", {}).get("baseline")
+            if computed and tagged and _py(computed) > _py(tagged):
+                out.append(f"{so.get('name')} needs the abi3 of Python {computed}, but the wheel is tagged {tagged}")
+    if audit.returncode != 0 and not out:
+        tail = (audit.stderr.strip().splitlines() or ["no output"])[-1]
+        out.append(f"abi3audit refused {wheel.name}: {tail}")
+    return out
+
+
+def _name(requirement: str) -> str | None:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        return canonicalize_name(Requirement(requirement).name)
+    except InvalidRequirement:
+        return None
+
+
+def _py(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+def check_abi(wheel: Path, include: Path) -> AbiReport:
+    from wheelci.native.elf import imports
+    from wheelci.wheel.archive import WheelArchive, get_headers
+
+    with WheelArchive.open(wheel) as wa:
+        requires = get_headers(wa.metadata, "Requires-Dist")
+        abi = wa.name.abi
+    # the requirement a plain `pip install` acts on (not one for an extra)
+    torch, req = next(((r, q) for r in requires if _name(r) == "torch" and (q := plain_install_requirement(r))),
+                      (None, None))
+    table = shim_versions(include)
+    libs = [classify(path, undefined, needed, table) for path, (undefined, needed) in imports(wheel).items()]
+    found = problems(libs, f"torch{req.specifier}" if req else None)
+    if "abi3" in abi.split("."):
+        found += abi3_problems(wheel)
+    return AbiReport(wheel.name, torch, libs, found)
+
+
+def build_parser() -> cli.Parser:
+    p = cli.parser("python -m ci.abi", "check which LibTorch ABI (stable or classic) each library of a wheel "
+                                       "uses against what the wheel requires of torch")
+    p.add_argument("wheel", type=Path)
+    p.add_argument("--torch-site", type=Path, help="site-packages whose torch headers date the shim functions "
+                                                   "(default: the torch this Python imports)")
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def main(args) -> int:
+    if not args.wheel.is_file():
+        raise CiError(f"{args.wheel}: no such file")
+    report = check_abi(args.wheel, torch_include(args.torch_site))
+    if args.json:
+        cli.emit_json(report.to_json())
+    else:
+        for lib in report.libraries:
+            needs = f", needs torch >= {version_text(lib.needs)}" if lib.needs else ""
+            print(f"{lib.path}: {lib.kind} ({len(lib.shims)} shim functions, {len(lib.cxx)} C++ symbols{needs})")
+    if report.problems:
+        raise Finding(f"{args.wheel.name}: " + "; ".join(report.problems))
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(build_parser(), main)

@@ -1,0 +1,153 @@
+"""The container engine: cibuildwheel drives a manylinux CUDA image with the plan's configuration.
+
+Everything cibuildwheel needs is in `plan.environment` (CIBW_* variables), so what a dry run prints is
+exactly what runs. Its output streams to stderr (stdout stays free for --json). Wheels land in a
+private temp directory inside the wheel dir and are renamed into place only when cibuildwheel
+succeeds, so a failed or interrupted build leaves nothing half-written behind. Check, verify and
+report then run on the host, as after a host build (ci.build chains them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from wheelci import engine as eng
+from wheelci.errors import CiError, Finding
+from wheelci.config import constraints
+from wheelci.util import log, proc
+from wheelci.plan import AUTO_NEEDS_CONTAINER, CONTAINER_ENGINES, Plan, ccache_dir
+
+
+def require_engine(plan: Plan) -> None:
+    """One clear line when the plan's container engine is not there (before anything runs)."""
+    if plan.engine not in CONTAINER_ENGINES:
+        raise CiError(f"the container engine cannot run a {plan.engine} plan")
+    why = eng.PROBES[plan.engine]()
+    if why is None:
+        return
+    if plan.engine_requested == "auto":
+        why_host = eng.host_cannot_build_cuda(plan.cuda)
+        raise CiError(AUTO_NEEDS_CONTAINER.format(cuda=plan.cuda, why=why_host or "see --engine host"))
+    raise CiError(f"--engine {plan.engine}: {why}; start it, or use --engine host or auto")
+
+
+PULL_TIMEOUT = 1800  # a CUDA image is several GB
+
+
+def ensure_given_image(plan: Plan) -> None:
+    """An --image must be in the engine's store or pullable: say so before cibuildwheel starts."""
+    from wheelci import image
+
+    if image.exists(plan.image, plan.engine):
+        return
+    try:
+        r = proc.run([plan.engine, "pull", plan.image], what=f"pulling {plan.image}", check=False,
+                     capture_output=True, text=True, timeout=PULL_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise CiError(f"--image {plan.image}: not in {plan.engine}'s store, and pulling it took over "
+                      f"{PULL_TIMEOUT} s") from None
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CiError(f"--image {plan.image}: not in {plan.engine}'s store, and `{plan.engine} pull` failed: {why}")
+
+
+def ensure_image(plan: Plan) -> None:
+    """Our docker/ images are built on first use (ci.image, with the plan's engine); public ones
+    cibuildwheel pulls; a given one must exist or pull."""
+    if plan.image_origin == "given":
+        return ensure_given_image(plan)
+    if plan.image_origin != "ours" or plan.cuda is None:
+        return
+    from wheelci import image
+
+    if plan.image != image.spec(plan.cuda, plan.manylinux).tag:
+        return  # a registry copy (CI_IMAGE_REGISTRY): cibuildwheel pulls it
+    if not image.exists(plan.image, plan.engine):
+        log.info(f"{plan.image} is not built yet; building it from docker/")
+        image.build(plan.cuda, manylinux=plan.manylinux, engine=plan.engine)
+
+
+def project_files(project_dir: Path) -> list[Path]:
+    """What goes into the build: git's tracked and unignored files (not .venv, build trees, wheels),
+    and those of its checked-out submodules (a vendored cutlass is source too).
+
+    cibuildwheel copies its whole working directory into the container, so it runs from a copy of these."""
+    try:
+        r = proc.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                     what="listing the project's files", check=False, cwd=project_dir, capture_output=True)
+    except CiError:  # no git on this machine (slim images): the fallback below
+        r = None
+    if r is not None and r.returncode == 0:
+        files = []
+        for f in (Path(f) for f in r.stdout.decode().split("\0") if f):
+            path = project_dir / f
+            if path.is_file():
+                files.append(f)
+            elif path.is_dir() and (path / ".git").exists():  # a submodule (git lists it as one entry)
+                files += [f / sub for sub in project_files(path)]
+        return files
+    skip = {".git", ".venv", "build", "dist", "wheelhouse", "__pycache__"}
+    return [p.relative_to(project_dir) for p in project_dir.rglob("*")
+            if p.is_file() and not skip & set(p.relative_to(project_dir).parts)]
+
+
+def stage_project(project_dir: Path, dest: Path) -> Path:
+    """Copy the project's files into dest, cleared first: a reused --work-dir must not keep sources
+    the project has since deleted (they would still be compiled)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    for rel in project_files(project_dir):
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(project_dir / rel, dest / rel)
+    return dest
+
+
+def cibuildwheel_command(project_dir: Path, output_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "cibuildwheel", "--platform", "linux", "--output-dir", str(output_dir),
+            str(project_dir)]
+
+
+def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None = None) -> list[Path]:
+    """Build and repair the plan's wheels in containers; return the repaired wheels in wheel_dir.
+
+    cibuildwheel's output goes to stderr and to logfile (default: next to wheel_dir); on failure the
+    error names the log and the log's last lines are printed, and wheel_dir gets nothing."""
+    project_dir = Path(project_dir).resolve()
+    if not (project_dir / "pyproject.toml").is_file():
+        raise CiError(f"no pyproject.toml in {project_dir}")
+    require_engine(plan)
+    ensure_image(plan)
+    constraints.ensure_file(plan.tool_constraints)  # mounted at CONTAINER_CONSTRAINTS by the plan
+    ccache_dir().mkdir(parents=True, exist_ok=True)
+    wheel_dir = Path(wheel_dir)
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **plan.environment}
+    logfile = Path(logfile or wheel_dir.parent / "cibuildwheel.log").resolve()
+    staging = Path(tempfile.mkdtemp(prefix=".cibuildwheel-", dir=wheel_dir))
+    try:
+        with tempfile.TemporaryDirectory(prefix="cibw-project-") as tmp:
+            source = stage_project(project_dir, Path(tmp))
+            with logfile.open("wb") as logged:
+                done = proc.stream(cibuildwheel_command(source, staging), what="building in a container", log=logged,
+                                   check=False, cwd=source, env=env)
+        if done.returncode != 0:
+            tail = done.stdout.decode(errors="replace")
+            log.info(f"the last lines of cibuildwheel's log:\n{tail}")
+            raise Finding(f"cibuildwheel failed with exit status {done.returncode} in {plan.engine} "
+                          f"(image {plan.image or plan.manylinux}); full log: {logfile}")
+        built = sorted(staging.glob("*.whl"))
+        if not built:
+            raise Finding("cibuildwheel succeeded but produced no wheel")
+        out = []
+        for whl in built:
+            dest = wheel_dir / whl.name
+            os.replace(whl, dest)  # same filesystem: atomic
+            out.append(dest)
+        return out
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,170 @@
+"""Compile on the host toolchain: what the container engine does, where no container engine runs.
+
+The cached build env supplies the plan's torch; for CUDA builds a CUDA root assembled from the host
+nvcc (or NVIDIA's nvcc wheel) and the nvidia-* wheels stands in for the image's toolkit. The build
+itself is the project's own, through `python -m build --no-isolation`; a CMake project's build tree
+stays in the work directory, where its tests find what it built besides the wheel (CI_BUILD_DIR).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from wheelci.errors import CiError, Finding
+from wheelci.util import log, proc
+from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cuda_build_environ, ensure_env,
+                        find_nvcc)
+
+# headers force-included into host builds: they keep the wheel within torch's manylinux policy
+GLIBC_COMPAT = Path(__file__).resolve().parent.parent / "resources" / "glibc_compat"
+
+
+# torch's own refusal of its classic headers in a stable-ABI build (torch/extension.h)
+CLASSIC_UNDER_TARGET = "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION"
+PROGRESS = re.compile(rb"^\[\d+/\d+\] ")  # ninja's and make's step lines
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    wheel: Path  # the unrepaired wheel, as the build backend wrote it
+    build_dir: Path | None  # the CMake build tree (test programs the project built stay there)
+    env: BuildEnv  # the torch it was built against, which verify installs next to it
+
+
+def torch_spec(plan, torch_index_url: str | None = None) -> TorchSpec:
+    return TorchSpec(plan.torch, plan.cuda, torch_index_url or plan.torch_index_url, plan.torch_on_pypi)
+
+
+def toolkit_wheels(cuda: str) -> tuple[str, ...]:
+    """NVIDIA's wheels that make a whole nvcc toolkit for this CUDA version (empty where none do)."""
+    from wheelci.config import matrix
+
+    row = matrix.load().row(cuda)
+    return (*row.nvcc_wheels, *row.toolkit_wheels) if row.nvcc_wheel_has_nvcc else ()
+
+
+def install_build_requires(env: BuildEnv, plan, project_dir: Path) -> None:
+    """The project's [build-system] requires as written, torch aside (the env's torch is the plan's),
+    and our build tools, into the build env (`build --no-isolation` uses it as it is), under our tool
+    constraints less the ones the project excludes. pip leaves what is satisfied alone."""
+    from wheelci.config import constraints
+    from wheelci.plan import Project, build_installs
+
+    reqs = build_installs(Project.read(project_dir))
+    try:
+        proc.run([env.python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                  "-c", constraints.ensure_file(plan.tool_constraints), *reqs],
+                 what=f"installing the build requirements {', '.join(reqs)}", capture_output=True, text=True)
+    except CiError as e:
+        raise Finding(str(e)) from None
+
+
+def ccache_environ(plan, work_dir: Path, cmake: bool, config: list[str]) -> dict[str, str]:
+    """ccache as the compiler launcher, where it is installed: CMake launchers for scikit-build-core;
+    torch.utils.cpp_extension puts ccache in front of its compilers and nvcc itself when it finds it
+    (recent torch; CC/CXX must then stay plain, it quotes them as one word), so setuptools projects get
+    only the cache settings. The work directory is ccache's base (paths below it are hashed relative),
+    so a rebuild in a new temporary directory still hits."""
+    import shutil
+
+    from wheelci.plan import ccache_dir
+
+    if not shutil.which("ccache"):
+        return {}
+    out = {"CCACHE_DIR": str(ccache_dir()), "CCACHE_BASEDIR": str(work_dir.resolve()), "CCACHE_NOHASHDIR": "true"}
+    langs = ["C", "CXX"] + (["CUDA"] if plan.cuda is not None else [])
+    if cmake:
+        config += [arg for lang in langs for arg in ("-C", f"cmake.define.CMAKE_{lang}_COMPILER_LAUNCHER=ccache")]
+    return out
+
+
+def max_jobs() -> int:
+    """Parallel compile jobs: one per core, but no more than one per 2 GiB of memory (nvcc and torch's
+    headers take 1-2 GiB a job; running out of memory kills a build later and less clearly)."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return cores
+    return max(1, min(cores, mem // (2 << 30)))
+
+
+def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: str | None = None,
+                 nvcc_source: str = "auto", build_env: dict[str, str] | None = None) -> CompileResult:
+    """Build the project's wheel for `plan` on this machine; raises Finding if the build fails.
+
+    scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
+    what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
+    NVCC_APPEND_FLAGS. `build_env` (the project's [tool.ci] env and --env) goes last."""
+    env = ensure_env(torch_spec(plan, torch_index_url))
+    install_build_requires(env, plan, project_dir)
+    if plan.backend != "scikit-build-core":
+        # setuptools builds in the source tree (build/, *.egg-info): build a copy, so the project is never
+        # written to and no object file of an earlier build (another CUDA, another torch) is reused
+        from wheelci.compile.container import stage_project
+
+        project_dir = stage_project(project_dir, work_dir / "src")
+    environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
+    compat = GLIBC_COMPAT
+    host_flags = f"-isystem {compat} -include {compat / 'glibc_compat.h'}"
+    cuda_flags = ["-isystem", str(compat), f"-Xcompiler=-include,{compat / 'glibc_compat.h'}"]
+    environ["CI_STABLE_ABI"] = ""  # the mode is the plan's, never the caller's shell's
+    if plan.stable is not None:  # TORCH_TARGET_VERSION: torch's headers declare only what the target has
+        from wheelci.plan import stable_flags
+
+        flags = stable_flags(plan.stable, plan.cuda is not None)
+        host_flags += " " + flags["CXXFLAGS"]
+        cuda_flags += flags.get("NVCC_APPEND_FLAGS", "").split()
+        environ["CI_STABLE_ABI"] = flags["CI_STABLE_ABI"]
+    cmake = plan.backend == "scikit-build-core"
+    config = ["-C", f"build-dir={work_dir / 'build'}", "-C", f"cmake.define.CMAKE_CXX_FLAGS={host_flags}"] if cmake else []
+    if not cmake:  # C and C++: setuptools compiles .cpp with CXXFLAGS, cpp_extension's ninja path with CFLAGS
+        for var in ("CFLAGS", "CXXFLAGS"):
+            environ[var] = f"{environ.get(var, '')} {host_flags}".strip()
+    if plan.cuda is not None:
+        nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=nvcc_source)
+        root = assemble_cuda_root(env, nvcc)
+        environ.update(cuda_build_environ(root, plan.arch_list))
+        if cmake:
+            config += ["-C", f"cmake.define.CUDA_TOOLKIT_ROOT_DIR={root}"]
+            config += ["-C", f"cmake.define.CMAKE_CUDA_FLAGS={' '.join([*plan.nvcc_flags, *cuda_flags])}"]
+        else:
+            environ["NVCC_APPEND_FLAGS"] = " ".join([*plan.nvcc_flags, *cuda_flags])
+    environ.update(ccache_environ(plan, work_dir, cmake, config))
+    # the build env's own tools first: without ninja on PATH cpp_extension compiles one file at a time,
+    # and through setuptools' C++ flags rather than its C ones
+    environ["PATH"] = f"{env.python.parent}{os.pathsep}{environ.get('PATH', '')}"
+    environ.update(build_env or {})
+    dist = work_dir / "dist"
+    dist.mkdir(parents=True, exist_ok=True)
+    logfile = work_dir / "compile.log"
+    log.info(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
+             f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
+    start = time.monotonic()
+    cmd = [str(env.python), "-m", "build", "--no-isolation", "--wheel", "-o", str(dist), *config, str(project_dir)]
+    with logfile.open("wb") as out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                     env=environ) as building:
+        for line in building.stdout:  # everything to the log; the compiler's [n/N] steps to a terminal too
+            out.write(line)
+            if PROGRESS.match(line):
+                log.progress(line.decode(errors="replace"))
+        log.progress_done()
+    seconds = time.monotonic() - start
+    if building.returncode != 0:
+        text = logfile.read_text(errors="replace")
+        tail = [ln for ln in text.splitlines() if ln.strip()][-15:]
+        log.info("the last lines of the compile log:\n" + "\n".join(tail))
+        why = ""
+        if plan.stable is not None and CLASSIC_UNDER_TARGET in text:
+            why = ("; the project includes classic LibTorch headers (torch/extension.h), which torch refuses "
+                   "under TORCH_TARGET_VERSION: port it to torch/csrc/stable, or build without --stable-abi")
+        raise Finding(f"compile failed after {seconds:.0f} s{why} (full log: {logfile})")
+    log.info(f"compiled in {seconds:.0f} s")
+    wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
+    build_dir = work_dir / "build"
+    return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env)

@@ -1,0 +1,264 @@
+"""What the user asked to build: a project directory or an sdist, its build backend and its settings.
+
+An sdist is checked before anything is extracted (no absolute paths, no `..`, no devices, one top
+directory, every link resolved through the archive's other links to a place inside the top directory,
+nothing written through a link), then extracted with tarfile's `data` filter as a second guard.
+Per-project settings come from `[tool.ci]` in the project's pyproject.toml; command-line options win.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from wheelci.errors import CiError
+
+from wheelci.util import toml as tomllib
+
+SDIST_SUFFIXES = (".tar.gz", ".tgz")
+# build-backend -> the name the plan shows; anything else builds through its backend all the same
+BACKENDS = {"scikit_build_core.build": "scikit-build-core", "setuptools.build_meta": "setuptools",
+            "setuptools.build_meta:__legacy__": "setuptools"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """[tool.ci] of the project, merged with command-line options."""
+
+    test_command: str | None = None
+    test_requires: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    exclude: list[str] = field(default_factory=list)
+    limit: str | None = None
+    stable_abi: str | None = None  # "2.10": build stable-ABI wheels serving every torch from it on
+
+
+def _words(key: str, value: object) -> list[str]:
+    """A list of strings; a string is whitespace-separated items (one pattern, one requirement),
+    never one item per character."""
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise CiError(f"[tool.ci] {key} must be a string or a list of strings, not {_toml(value)}")
+
+
+def _command(key: str, value: object) -> str:
+    """One shell command; a list is run in order, stopping at the first that fails."""
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value):
+        return " && ".join(value)
+    raise CiError(f"[tool.ci] {key} must be a non-empty string or list of strings, not {_toml(value)}")
+
+
+def _env(key: str, value: object) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise CiError(f"[tool.ci] {key} must be a table of strings, e.g. {{ FORCE_CUDA = \"1\" }}")
+    for name in value:
+        if not name.isidentifier():
+            raise CiError(f"[tool.ci] {key}: {name!r} is not a variable name")
+    return dict(value)
+
+
+def _limit(key: str, value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # a byte count
+    raise CiError(f"[tool.ci] {key} must be a size or a profile name (a string), not {_toml(value)}")
+
+
+def _stable_abi(key: str, value: object) -> str:
+    """A torch minor as a string: a TOML number 2.10 would arrive as 2.1, another torch."""
+    from wheelci.config.stable import parse_target
+
+    if not isinstance(value, str):
+        raise CiError(f'[tool.ci] {key} must be a string such as "2.10" (a TOML number 2.10 reads as 2.1), '
+                      f"not {_toml(value)}")
+    parse_target(value)
+    return value.strip()
+
+
+def _toml(value: object) -> str:
+    """A value as the user wrote it in TOML (true, not True)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+# [tool.ci] key -> (Settings field, reader): the whole schema, as data.
+SETTINGS = {
+    "test-command": ("test_command", _command),
+    "test-requires": ("test_requires", _words),
+    "env": ("env", _env),
+    "exclude": ("exclude", _words),
+    "limit": ("limit", _limit),
+    "stable-abi": ("stable_abi", _stable_abi),
+}
+
+
+def load_pyproject(project_dir: Path) -> dict | None:
+    """The project's pyproject.toml as data (None without one); a broken one is one line."""
+    path = project_dir / "pyproject.toml"
+    if not path.is_file():
+        return None
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise CiError(f"bad {path}: {e}") from None
+
+
+def backend(project_dir: Path) -> str:
+    """The project's build system as the plan names it: scikit-build-core, setuptools, or the backend."""
+    data = load_pyproject(project_dir)
+    if data is not None:
+        name = data.get("build-system", {}).get("build-backend")
+        # PEP 517: a pyproject.toml that names no backend is built by setuptools' legacy backend
+        return BACKENDS.get(name, name) if name else "setuptools"
+    if (project_dir / "setup.py").is_file():
+        return "setuptools"
+    raise CiError(f"{project_dir}: neither pyproject.toml nor setup.py: not a Python project")
+
+
+def read_settings(project_dir: Path) -> Settings:
+    """[tool.ci] checked against SETTINGS: an unknown key (a typo) is refused with the closest known
+    one, and each value is read by its own reader, so no value is silently misread."""
+    import difflib
+    table = ((load_pyproject(project_dir) or {}).get("tool") or {}).get("ci", {})
+    if not isinstance(table, dict):
+        raise CiError(f"{project_dir / 'pyproject.toml'}: [tool.ci] must be a table")
+    values = {}
+    for key, value in table.items():
+        if key not in SETTINGS:
+            close = difflib.get_close_matches(key.replace("_", "-"), list(SETTINGS), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(SETTINGS)})"
+            raise CiError(f"{project_dir / 'pyproject.toml'}: unknown key {key!r} in [tool.ci]{hint}")
+        name, reader = SETTINGS[key]
+        values[name] = reader(key, value)
+    return Settings(**values)
+
+
+def merge(settings: Settings, *, test_command: str | None, test_requires: list[str], env: list[str],
+          exclude: list[str], limit: str | None, stable_abi: str | None = None) -> Settings:
+    """Command-line options over [tool.ci]; `--env NAME=VALUE` checked here."""
+    merged_env = dict(settings.env)
+    for item in env:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise CiError(f"bad --env {item!r}: want NAME=VALUE")
+        merged_env[name] = value
+    return Settings(test_command or settings.test_command, settings.test_requires + list(test_requires),
+                    merged_env, settings.exclude + list(exclude), limit or settings.limit,
+                    _stable_abi("--stable-abi", stable_abi) if stable_abi else settings.stable_abi)
+
+
+def is_sdist(path: Path) -> bool:
+    return path.name.endswith(SDIST_SUFFIXES)
+
+
+def _check_member(member: tarfile.TarInfo, sdist: Path) -> str:
+    name = PurePosixPath(member.name)
+    if name.is_absolute() or ".." in name.parts:
+        raise CiError(f"{sdist.name}: member {member.name!r} points outside the sdist; refused before extraction")
+    if not (member.issym() or member.islnk() or member.isfile() or member.isdir()):
+        raise CiError(f"{sdist.name}: member {member.name!r} is not a file or directory; refused")
+    return name.parts[0]
+
+
+MAX_LINK_HOPS = 40  # the kernel's limit (ELOOP)
+
+
+class _LinkLoop(Exception):
+    pass
+
+
+def resolve_in_archive(start: tuple[str, ...], target: str,
+                       links: dict[tuple[str, ...], str]) -> tuple[str, ...] | None:
+    """Where `target`, read from directory `start`, lands once extracted: the path from the extraction
+    root, each symlink member on the way followed as the kernel will; None above the root or absolute.
+    A link read on its own proves nothing: `a -> .` then `b -> a/..` leaves through a, and
+    `x/a -> ..` then `y -> x/a/..` climbs two levels that read as none. Raises _LinkLoop."""
+    here = list(start)
+    todo = list(reversed(PurePosixPath(target).parts))
+    hops = 0
+    while todo:
+        part = todo.pop()
+        if part == "/":
+            return None
+        if part == "..":
+            if not here:
+                return None
+            here.pop()
+            continue
+        here.append(part)
+        link = links.get(tuple(here))
+        if link is not None:
+            hops += 1
+            if hops > MAX_LINK_HOPS:
+                raise _LinkLoop
+            here.pop()
+            todo.extend(reversed(PurePosixPath(link).parts))
+    return tuple(here)
+
+
+def _check_links(members: list[tarfile.TarInfo], top: str, sdist: Path) -> None:
+    """Every link, resolved through the others, stays inside the top directory, and no member is
+    written through a link: what lands on disk is what was checked, whatever the members' order
+    (tarfile's filter checks a link against the disk of that moment, before the links it walks exist)."""
+    links = {PurePosixPath(m.name).parts: m.linkname for m in members if m.issym()}
+    linked = {PurePosixPath(m.name).parts for m in members if m.issym() or m.islnk()}
+    seen: set[tuple[str, ...]] = set()
+    for m in members:
+        parts = PurePosixPath(m.name).parts
+        under = next((parts[:i] for i in range(1, len(parts)) if parts[:i] in linked), None)
+        if under is not None:
+            raise CiError(f"{sdist.name}: member {m.name!r} is written through the link {'/'.join(under)!r}; "
+                          "refused before extraction")
+        if parts in linked and parts in seen:
+            raise CiError(f"{sdist.name}: link {m.name!r} appears twice with another member of that name; "
+                          "refused before extraction")
+        seen.add(parts)
+    for m in members:
+        if not (m.issym() or m.islnk()):
+            continue
+        start = PurePosixPath(m.name).parts[:-1] if m.issym() else ()
+        try:
+            lands = resolve_in_archive(start, m.linkname, links)
+        except _LinkLoop:
+            raise CiError(f"{sdist.name}: link {m.name!r} -> {m.linkname!r} goes round a loop of links; "
+                          "refused before extraction") from None
+        if lands is None or lands[:1] != (top,):
+            raise CiError(f"{sdist.name}: link {m.name!r} -> {m.linkname!r} leads outside the sdist; "
+                          "refused before extraction")
+
+
+def extract_sdist(sdist: Path, dest: Path) -> Path:
+    """The sdist's project directory, extracted under dest after every member was checked."""
+    try:
+        with tarfile.open(sdist, "r:gz") as tar:
+            members = tar.getmembers()
+            tops = {_check_member(m, sdist) for m in members}
+            if len(tops) != 1:
+                raise CiError(f"{sdist.name}: an sdist has one top directory, this has {len(tops)}")
+            _check_links(members, next(iter(tops)), sdist)
+            dest.mkdir(parents=True, exist_ok=True)
+            tar.extractall(dest, members=members, filter="data")
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise CiError(f"{sdist.name}: not a readable sdist ({e})") from None
+    return dest / tops.pop()
+
+
+def resolve(project: Path, work: Path) -> Path:
+    """The directory to build: the project directory itself, or the sdist extracted into work."""
+    if project.is_dir():
+        backend(project)  # refuses a directory that is no project
+        return project.resolve()
+    if project.is_file() and is_sdist(project):
+        root = extract_sdist(project, work / "sdist")
+        backend(root)
+        return root
+    if not project.exists():
+        raise CiError(f"{project}: no such file or directory")
+    raise CiError(f"{project}: neither a project directory nor an sdist (.tar.gz)")

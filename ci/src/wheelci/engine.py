@@ -1,0 +1,182 @@
+"""Which engine can build here: a running Docker or Podman, or the host's own toolchain.
+
+Detection asks each engine's own CLI for its server (`docker version`, `podman info`): a docker binary on
+PATH says nothing about a daemon behind it, and the CLI is what cibuildwheel drives, with the same
+DOCKER_HOST, contexts and credentials. Each probe is bounded by a short timeout so `auto` never hangs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from wheelci.errors import CiError
+from wheelci.util import proc
+
+PROBE_TIMEOUT = 5.0
+
+# The question each engine's CLI answers only when its server (daemon, or podman's storage) works.
+PROBE_COMMANDS = {"docker": ("version", "--format", "{{.Server.Version}}"),
+                  "podman": ("info", "--format", "{{.Host.Arch}}")}
+ENGINE_NAMES = {"docker": "Docker", "podman": "Podman"}
+
+
+def responds(engine: str, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """None when the engine's CLI reaches its server, else why not (one line)."""
+    exe = shutil.which(engine)
+    if not exe:
+        return f"{engine} is not installed"
+    cmd = [exe, *PROBE_COMMANDS[engine]]
+    asked = f"`{engine} {PROBE_COMMANDS[engine][0]}`"
+    try:
+        r = proc.run(cmd, what=f"asking {engine} for its server", check=False, capture_output=True, text=True,
+                     timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"{ENGINE_NAMES[engine]} does not respond ({asked} did not answer within {timeout:g} s)"
+    if r.returncode != 0 or not r.stdout.strip():
+        last = ([ln.strip() for ln in r.stderr.splitlines() if ln.strip()] or [f"exit status {r.returncode}"])[-1]
+        return f"{ENGINE_NAMES[engine]} does not respond ({asked}: {last})"
+    return None
+
+
+def docker_responds(timeout: float = PROBE_TIMEOUT) -> str | None:
+    return responds("docker", timeout)
+
+
+def podman_responds(timeout: float = PROBE_TIMEOUT) -> str | None:
+    return responds("podman", timeout)
+
+
+PROBES = {"docker": docker_responds, "podman": podman_responds}
+
+
+def detect() -> str | None:
+    """The first container engine that responds ("docker", then "podman"), or None."""
+    return next((name for name, probe in PROBES.items() if probe() is None), None)
+
+
+def require(engine: str) -> None:
+    """CiError with the reason when the named container engine does not respond."""
+    if engine not in PROBES:
+        raise CiError(f"not a container engine: {engine!r} (choose docker or podman)")
+    why = PROBES[engine]()
+    if why:
+        raise CiError(f"--engine {engine}: {why}; start it, or use --engine host or auto")
+
+
+def tool_version(cmd: list[str], pattern: str) -> str | None:
+    try:
+        out = proc.run(cmd, what="asking a tool its version", check=False, capture_output=True, text=True,
+                       timeout=30).stdout
+    except (CiError, OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(pattern, out)
+    return m[1] if m else None
+
+
+# --- nvcc: which toolkit the host has ------------------------------------------------------
+
+
+def nvcc_version(nvcc: Path) -> str | None:
+    """'13.0' from `nvcc --version`, None if it does not run."""
+    try:
+        done = proc.run([nvcc, "--version"], what="asking nvcc its version", check=False, capture_output=True,
+                        text=True)
+    except (CiError, OSError):
+        return None
+    if done.returncode != 0:
+        return None
+    out = done.stdout
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+def real_nvcc(nvcc: Path) -> Path:
+    """The nvcc binary behind wrappers and symlinks: nvcc reports its own directory as _HERE_."""
+    try:
+        dry = proc.run([nvcc, "--dryrun", "-E", "-x", "cu", os.devnull], what="asking nvcc where it is", check=False,
+                       capture_output=True, text=True)
+    except (CiError, OSError):
+        return nvcc.resolve()
+    m = re.search(r"^#\$ _HERE_=(.+)$", dry.stderr + dry.stdout, re.M)
+    return Path(m.group(1).strip()) / "nvcc" if m else nvcc.resolve()
+
+
+def host_nvcc() -> Path | None:
+    """nvcc from CUDA_HOME, PATH or /usr/local/cuda, in that order."""
+    candidates = [Path(os.environ[v]) / "bin" / "nvcc" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    if found := shutil.which("nvcc"):
+        candidates.append(Path(found))
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    return next((c for c in candidates if c.exists()), None)
+
+
+def host_cannot_build(row) -> str | None:
+    """Why the host engine cannot build this CUDA row (None: it can).
+
+    It needs nvcc of that version: the host's, or NVIDIA's nvcc wheel where that wheel ships the nvcc
+    driver (cu13; the cu11/cu12 wheels hold only ptxas), and a host GCC that nvcc accepts."""
+    if row is None:
+        return None
+    nvcc = host_nvcc()
+    have = nvcc_version(nvcc) if nvcc else None
+    if have != row.version and not row.nvcc_wheel_has_nvcc:
+        host = f"host nvcc is CUDA {have}" if have else "no host nvcc"
+        return f"{host}, not {row.version}, and NVIDIA's nvcc wheel for {row.version} ships only ptxas"
+    cxx = os.environ.get("CUDAHOSTCXX") or shutil.which("g++") or "g++"
+    gcc = tool_version([cxx, "-dumpversion"], r"^(\d+)")
+    if gcc and int(gcc) > row.gcc_max:
+        return f"host GCC {gcc} is above what nvcc {row.version} accepts ({row.gcc_max}); set CUDAHOSTCXX"
+    return None
+
+
+def host_cannot_build_cuda(cuda: str | None) -> str | None:
+    """host_cannot_build for a CUDA version string (None: a CPU build, which the host always can)."""
+    if cuda is None:
+        return None
+    from wheelci.config import matrix
+
+    return host_cannot_build(matrix.load().row(cuda))
+
+
+def main(args) -> int:
+    """`python -m ci.engine`: which engine `--engine auto` would use here, and why the others would not."""
+    from wheelci.cli import emit_json
+
+    reasons = {name: probe() for name, probe in PROBES.items()}
+    found = next((n for n, why in reasons.items() if why is None), None)
+    host = {row.version: host_cannot_build(row) for row in _rows()}
+    if args.json:
+        emit_json({"engine": found, "probes": reasons, "host_cannot_build": host})
+        return 0
+    print(f"container engine: {found or 'none'}")
+    for name, why in reasons.items():
+        if why:
+            print(f"  {name}: {why}")
+    for cuda, why in host.items():
+        print(f"host, CUDA {cuda}: {'can build' if why is None else why}")
+    return 0
+
+
+def _rows():
+    from wheelci.config import matrix
+
+    return matrix.load().rows
+
+
+def build_parser():
+    from wheelci.cli import parser
+
+    p = parser("ci.engine", "Detect the container engine (`docker version`, `podman info`) and what the host "
+                            "engine can build, as `--engine auto` sees them.")
+    p.add_argument("--json", action="store_true", help="print the answers as JSON")
+    return p
+
+
+if __name__ == "__main__":
+    from wheelci.cli import run
+
+    run(build_parser(), main)

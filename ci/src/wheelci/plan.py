@@ -1,0 +1,563 @@
+"""One place that turns arguments + pyproject + the CUDA matrix into a build plan.
+
+Modelled on cibuildwheel's options.py: every later stage reads the Plan, never the arguments. Nothing
+here runs a build; the only side effects are reading pyproject.toml and (for engine="auto") asking
+whether a container engine responds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from wheelci.config import matrix as mx
+from wheelci.config.project import load_pyproject
+from wheelci.wheel.names import normalize
+from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
+from wheelci.util.cache import cache_dir
+from wheelci.errors import CiError
+
+ENGINES = ("auto", "host", "docker", "podman")
+CONTAINER_ENGINES = ("docker", "podman")
+CONTAINER_CCACHE = "/ccache"
+CONTAINER_CUDA_HOME = "/usr/local/cuda"
+CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount this package read-only (ci.repair runs from it)
+CONTAINER_SCRIPTS = f"{CONTAINER_TOOL}/wheelwheelci/resources/container"  # wheelwheelci/resources/container/*.sh, mounted
+REPAIR_COMMAND = f"PYTHONPATH={CONTAINER_TOOL} python -m wheelci.repair -w {{dest_dir}} {{wheel}}"
+
+
+def repair_command(excludes: list[str], stable_abi: str | None = None) -> str:
+    """cibuildwheel's repair command: ci.repair with the project's excludes (and the stable-ABI
+    target), as the host build repairs (cibuildwheel substitutes only its own {wheel} and {dest_dir}
+    fields, then a shell runs it)."""
+    stable = f" --stable-abi {shlex.quote(stable_abi)}" if stable_abi else ""
+    return REPAIR_COMMAND + stable + "".join(f" --exclude {shlex.quote(p)}" for p in excludes)
+CONTAINER_CA = "/etc/ci/host-ca.pem"
+CONTAINER_FIND_LINKS = "/ci/find-links"
+CONTAINER_CONSTRAINTS = "/ci/build-constraints.txt"
+# Where the host's trusted CA bundle is named: TLS-intercepting networks (corporate proxies, this kind of CI)
+# re-sign outbound TLS, and pip in the container fails CERTIFICATE_VERIFY_FAILED without the same bundle.
+CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+# Podman sets rlimits by default that a host without CAP_SYS_RESOURCE (containerised CI runners) refuses.
+PODMAN_ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
+AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs docker or podman: the host "
+                        "cannot build it ({why})")
+_PY = re.compile(r"3\.\d{1,2}")  # fullmatch: `$` passes a trailing newline
+
+
+@dataclass(frozen=True)
+class Plan:
+    cuda: str | None  # None for a CPU build
+    torch: str
+    torch_index_url: str | None
+    torch_on_pypi: bool  # PyPI's default Linux torch of this version is this very CUDA build
+    cudnn_requirement: str | None
+    image: str | None  # None: cibuildwheel's pinned image for `manylinux`
+    manylinux: str
+    arch_list: str
+    python: list[str]
+    identifiers: list[str]
+    environment: dict[str, str]
+    engine: str  # "host" | "docker" | "podman"
+    nvcc_flags: list[str] = field(default_factory=list)
+    gcc_max: int | None = None
+    notes: list[str] = field(default_factory=list)
+    image_origin: str | None = None  # "ameli" | "quay" | "ours" | "given" (--image)
+    engine_requested: str = "auto"  # what the user asked for; `engine` is what it resolved to
+    find_links: str | None = None  # a wheel directory mounted into the container for pip (torch, its deps)
+    project: str = ""  # the project's name, its directory and its build system
+    project_dir: str = ""
+    backend: str = ""
+    stable: StablePlan | None = None  # a stable-ABI build: one wheel per variant for every later torch
+    tool_constraints: list[str] = field(default_factory=list)  # pip -c for build environments (ours, less the project's)
+
+    @property
+    def torch_requirement(self) -> str:
+        return f"torch>={self.stable.target}" if self.stable else f"torch=={self.torch}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Project:
+    """What the plan needs from pyproject.toml (the package name is defined there only)."""
+
+    name: str
+    requires_python: str
+    build_requires: list[str]
+    cibw_build: list[str]  # [tool.cibuildwheel] build selectors
+    py_api: str = ""  # [tool.scikit-build] wheel.py-api ("py3": one wheel serves every Python)
+    backend: str = "scikit-build-core"  # the build system, as ci.config.project.backend names it
+
+    @classmethod
+    def read(cls, project_dir: Path) -> "Project":
+        from wheelci.config.project import backend
+
+        path = Path(project_dir) / "pyproject.toml"
+        kind = backend(Path(project_dir))
+        data = load_pyproject(Path(project_dir)) or {}
+        name = data.get("project", {}).get("name")
+        if not name and (Path(project_dir) / "setup.py").is_file():
+            # setup.py names the project (a PEP 518-only pyproject.toml, or none): known once built
+            requires = data.get("build-system", {}).get("requires", ["setuptools", "wheel"])
+            return cls(Path(project_dir).resolve().name, "", list(requires), [], "", kind)
+        if not name:
+            raise CiError(f"{path} has no [project] name")
+        build = data.get("tool", {}).get("cibuildwheel", {}).get("build", "")
+        selectors = build.split() if isinstance(build, str) else list(build)
+        py_api = data.get("tool", {}).get("scikit-build", {}).get("wheel", {}).get("py-api", "")
+        return cls(name, data["project"].get("requires-python", ""),
+                   list(data.get("build-system", {}).get("requires", [])), selectors, py_api, kind)
+
+    def default_python(self) -> list[str]:
+        """Pythons named by [tool.cibuildwheel] build (cp311-... -> 3.11), else the one running this."""
+        found = [f"{m[1]}.{m[2]}" for s in self.cibw_build if (m := re.match(r"cp(3)(\d+)-", s))]
+        return found or [f"{sys.version_info.major}.{sys.version_info.minor}"]  # the Python verify uses
+
+
+def python_notes(project: Project, pythons: list[str]) -> list[str]:
+    if project.py_api.startswith("py3") and len(pythons) > 1:
+        return [f"the wheel is {project.py_api} (pyproject wheel.py-api): cibuildwheel builds it once, for "
+                f"Python {pythons[0]}, and reuses it for {', '.join(pythons[1:])}"]
+    return []
+
+
+def identifier(python: str) -> str:
+    return f"cp{python.replace('.', '')}-manylinux_x86_64"
+
+
+def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine, torch: str) -> list[str]:
+    wanted = python or project.default_python()
+    bad = [p for p in wanted if not _PY.fullmatch(p)]
+    if bad:
+        raise CiError(f"bad --python {', '.join(map(repr, bad))} (want versions like 3.10,3.11)")
+    if project.requires_python:
+        from packaging.specifiers import SpecifierSet
+
+        spec = SpecifierSet(project.requires_python)
+        excluded = [p for p in wanted if f"{p}.0" not in spec]
+        if excluded:
+            raise CiError(f"{project.name} requires Python {project.requires_python}: not {', '.join(excluded)}")
+    missing = [p for p in wanted if p not in line.python]
+    if missing:
+        raise CiError(f"torch {torch} has no wheels for Python {', '.join(missing)} "
+                      f"(it has {', '.join(line.python)})")
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    others = [p for p in wanted if p != here]
+    if others and project.py_api != "py3":  # a py3 wheel installs anywhere; a cp3X wheel only there
+        raise CiError(f"--python {', '.join(others)}: verify installs each wheel with this pipeline's Python "
+                      f"{here}, so a {project.name} wheel for Python {others[0]} could only fail after its "
+                      f"build; build --python {here}, or run ci.build with Python {others[0]}")
+    return sorted(dict.fromkeys(wanted), key=lambda p: int(p.split(".")[1]))
+
+
+def _image_ref(matrix: mx.Matrix, image: mx.Image) -> str:
+    """Our images carry the local repo prefix, and a registry when CI_IMAGE_REGISTRY names one."""
+    if image.origin != "ours":
+        return image.name
+    registry = os.environ.get("CI_IMAGE_REGISTRY", "").rstrip("/")
+    ref = f"{matrix.our_image_repo}/{image.name}"
+    return f"{registry}/{ref}" if registry else ref
+
+
+def pick_image(matrix: mx.Matrix, row: mx.CudaRow, line: mx.TorchLine, torch: str) -> tuple[mx.Image, list[str]]:
+    """The oldest-policy image that can build for this torch: its ABI, no older policy, GCC nvcc accepts.
+
+    The oldest policy wins because it gives the most widely installable wheel; among equals a public image
+    wins over ours (nothing to build). Returns the image and a note per image passed over, with why.
+    """
+    floor = mx.POLICIES.index(line.manylinux)
+    notes, fits = [], []
+    for img in row.images:
+        if line.cxx11_abi and not img.cxx11_abi:
+            notes.append(f"{img.name} passed over: its {img.manylinux} devtoolset cannot emit the cxx11 ABI that "
+                         f"torch {torch} uses (torch >= 2.7 is cxx11-ABI {line.manylinux})")
+        elif mx.POLICIES.index(img.manylinux) < floor:
+            notes.append(f"{img.name} passed over: {img.manylinux} is older than torch {torch}'s {line.manylinux}")
+        elif img.gcc > row.gcc_max:
+            notes.append(f"{img.name} passed over: its GCC {img.gcc} is above what nvcc {row.version} accepts "
+                         f"({row.gcc_max})")
+        else:
+            fits.append(img)
+    if not fits:
+        raise CiError(f"no build image for CUDA {row.version} + torch {torch}: it needs a {line.manylinux} image "
+                      f"with GCC <= {row.gcc_max}" + (" that emits the cxx11 ABI" if line.cxx11_abi else "")
+                      + f"; {'; '.join(notes) or 'the matrix lists none'}")
+    best = min(fits, key=lambda i: (mx.POLICIES.index(i.manylinux), i.origin == "ours"))
+    return best, notes
+
+
+def _choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None) -> mx.TorchBuild:
+    version = torch or row.default_torch
+    build = row.torch_build(version)
+    if build is None:
+        others = [r.version for r in matrix.rows if r.torch_build(version)]
+        where = (f"torch {version} is built for CUDA {', '.join(others)}" if others
+                 else f"torch {version} is in no row of the matrix")
+        raise CiError(f"torch {version} has no CUDA {row.version} build ({where}; CUDA {row.version} has torch "
+                      f"{', '.join(t.version for t in row.torch)})")
+    return build
+
+
+# The build runs with `build --no-isolation` (torch must be the pinned one), so the build venv gets what
+# isolation would have added: cmake and ninja for scikit-build-core, and the `build` frontend itself (the
+# public images carry it, images of one's own may not). ci.repair runs `python -m auditwheel` from that
+# venv, and manylinux images keep auditwheel in a venv of its own: install it (and its ELF reader) there too.
+BUILD_VENV_TOOLS = ("build", "cmake", "ninja", "auditwheel", "pyelftools")
+
+
+def build_installs(project: Project) -> list[str]:
+    """What a build environment gets next to torch: the project's build requirements as written (torch
+    aside: the plan's torch is installed first), then our tools (pip merges a tool the project names too)."""
+    rest = [req.strip() for req in project.build_requires
+            if normalize(re.split(r"[\s<>=!~;\[(@]", req.strip(), maxsplit=1)[0]) != "torch"]
+    return rest + list(BUILD_VENV_TOOLS)
+
+
+def _before_build(project: Project, torch_req: str, index_url: str | None, cudnn: str | None) -> str:
+    """Install the pinned torch from its index first, then cuDNN, the project's build requirements and
+    our tools, with our tool versions as constraints (the mounted file).
+
+    index_url None: pip's own sources in the container (PyPI, and the mounted find-links directory)."""
+    torch_cmd = ["pip", "install", torch_req] + (["--index-url", index_url] if index_url else [])
+    rest = build_installs(project) + ([cudnn] if cudnn else [])
+    cmds = [torch_cmd, ["pip", "install", "-c", CONTAINER_CONSTRAINTS, *rest]]
+    return " && ".join(shlex.join(c) for c in cmds)
+
+
+def _cibw_environment(values: dict[str, str]) -> str:
+    """cibuildwheel's `environment` syntax: NAME=value pairs, evaluated in the container.
+
+    Values naming $VARS are double-quoted so they expand there; the rest are single-quoted, always:
+    cibuildwheel's parser refuses a bare `=` in a value (SKBUILD_CMAKE_DEFINE=BUILD_RUNNER=ON)."""
+    def quote(v: str) -> str:
+        if "$" in v or "'" in v:  # its parser joins no quoted pieces: one double-quoted word
+            v = v.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+            return '"' + v + '"'
+        return "'" + v + "'"
+    return " ".join(f"{k}={quote(v)}" for k, v in values.items())
+
+
+def ccache_dir() -> Path:
+    return Path(os.environ.get("CCACHE_DIR") or cache_dir("ccache"))
+
+
+def host_ca_bundle() -> Path | None:
+    """The CA bundle this machine's pip trusts (the first of CA_VARIABLES naming a file), if any."""
+    return next((Path(os.environ[v]) for v in CA_VARIABLES
+                 if os.environ.get(v) and Path(os.environ[v]).is_file()), None)
+
+
+def container_options(engine: str, find_links: Path | None, tools: Path) -> tuple[list[str], dict[str, str]]:
+    """The engine's create arguments and the variables set inside: host network, the ccache volume, the
+    tool constraints, the host's CA bundle and the find-links directory (all read-only), Podman's rlimits."""
+    create = ["--network=host", f"--volume={ccache_dir()}:{CONTAINER_CCACHE}",
+              f"--volume={Path(__file__).resolve().parent}:{CONTAINER_TOOL}/wheelci:ro",
+              f"--volume={tools}:{CONTAINER_CONSTRAINTS}:ro"]
+    inner: dict[str, str] = {}
+    if (ca := host_ca_bundle()) is not None:
+        create.append(f"--volume={ca.resolve()}:{CONTAINER_CA}:ro")
+        inner.update({v: CONTAINER_CA for v in CA_VARIABLES})
+    if find_links is not None:
+        create.append(f"--volume={find_links}:{CONTAINER_FIND_LINKS}:ro")
+        inner["PIP_FIND_LINKS"] = CONTAINER_FIND_LINKS
+    if engine == "podman":
+        create += [f"--ulimit={u}" for u in PODMAN_ULIMITS]
+    return create, inner
+
+
+def environment(*, engine: str, image: str, identifiers: list[str], before_build: str, cuda: str | None,
+                arch_list: str, nvcc_flags: list[str], tools: Path, gcc_max: int | None = None,
+                find_links: Path | None = None) -> dict[str, str]:
+    """The CIBW_* variables a container build sets (a host build shows what a container one would)."""
+    create, extra = container_options(engine, find_links, tools)
+    inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CMAKE_C_COMPILER_LAUNCHER": "ccache",
+             "CMAKE_CXX_COMPILER_LAUNCHER": "ccache", **extra}
+    before_all = [f"sh {CONTAINER_SCRIPTS}/ensure_ccache.sh"]
+    if cuda:
+        inner = {"CUDA_HOME": CONTAINER_CUDA_HOME, "PATH": f"{CONTAINER_CUDA_HOME}/bin:$PATH",
+                 "TORCH_CUDA_ARCH_LIST": arch_list, "CUDAFLAGS": " ".join(nvcc_flags),
+                 "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache", **inner}
+        before_all[:0] = [f"sh {CONTAINER_SCRIPTS}/check_image.sh {shlex.quote(cuda)} {gcc_max}"]
+    env = {
+        "CIBW_BUILD": " ".join(identifiers),
+        "CIBW_ARCHS_LINUX": "x86_64",
+        "CIBW_MANYLINUX_X86_64_IMAGE": image,
+        "CIBW_BEFORE_ALL_LINUX": " && ".join(before_all),
+        "CIBW_BEFORE_BUILD_LINUX": before_build,
+        "CIBW_ENVIRONMENT_LINUX": _cibw_environment(inner),
+        # torch must be the one before-build pinned, in any project: no isolated build env
+        "CIBW_BUILD_FRONTEND": "build; args: --no-isolation",
+        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": REPAIR_COMMAND,
+        "CIBW_BUILD_VERBOSITY": "1",
+    }
+    if engine in CONTAINER_ENGINES:
+        env["CIBW_CONTAINER_ENGINE"] = f"{engine}; create_args: {shlex.join(create)}"
+    return env
+
+
+def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None) -> tuple[str, list[str]]:
+    """auto -> the running container engine, else the host when it can build this, else a clear error."""
+    if engine not in ENGINES:
+        raise CiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+    if engine != "auto":
+        return engine, []
+    if cuda is None:
+        return "host", ["engine auto: CPU builds run on the host"]
+    from wheelci import engine as eng
+
+    found = eng.detect()
+    if found:
+        return found, [f"engine auto: {found} responds"]
+    why_not = eng.host_cannot_build(row)
+    if why_not:
+        # Still a plan (a dry run must show it); running it fails with this reason in ci.compile.container.
+        return "docker", [f"engine auto: {AUTO_NEEDS_CONTAINER.format(cuda=cuda, why=why_not)}"]
+    return "host", [f"engine auto: no container engine responds; building CUDA {cuda} on the host"]
+
+
+def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] | None = None,
+              arch_list: str | None = None, engine: str = "auto", project_dir: Path = Path("."),
+              image: str | None = None, find_links: Path | None = None,
+              torch_index_url: str | None = None, build_env: dict[str, str] | None = None,
+              excludes: list[str] = (), stable_abi: str | None = None) -> Plan:
+    """The plan; `image` replaces the matrix's image, `find_links` is a wheel directory the container's pip
+    uses (torch then comes from pip's sources, unless `torch_index_url` names an index). `stable_abi`
+    (a torch minor, e.g. "2.10") builds one wheel for every torch from it on: `cuda` may then name a
+    major ("13"), built with its lowest CUDA against its newest torch."""
+    matrix = mx.load()
+    project = Project.read(project_dir)
+    if engine not in ENGINES:
+        raise CiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+    if stable_abi is not None and cuda is not None:
+        row = pick_row(matrix, cuda, parse_target(stable_abi))
+        cuda, torch = row.version, torch or newest_torch(row, parse_target(stable_abi))
+    if find_links is not None:
+        find_links = Path(find_links).resolve()
+        if not find_links.is_dir():
+            raise CiError(f"--find-links {find_links}: not a directory")
+    from wheelci.config import constraints  # packaging: not for --workflow-matrix, which runs on a bare Python
+
+    tools = constraints.for_project(project.build_requires)
+    tools_file = constraints.file_for(tools.pins)
+    plan = (_cpu_plan(matrix, project, torch, python, arch_list, engine, find_links, torch_index_url, tools_file)
+            if cuda is None else _cuda_plan(matrix, project, cuda, torch, python, arch_list, engine, find_links,
+                                            torch_index_url, tools_file))
+    plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
+                   backend=project.backend, tool_constraints=list(tools.pins),
+                   notes=[*plan.notes, *tools.set_aside])
+    if stable_abi is not None:
+        plan = _with_stable(plan, plan_stable(matrix, stable_abi, plan.cuda, plan.torch))
+    if excludes or plan.stable:  # --exclude and [tool.ci] exclude reach the container's repair too
+        target = plan.stable.target if plan.stable else None
+        plan = replace(plan, environment={**plan.environment, "CIBW_REPAIR_WHEEL_COMMAND_LINUX":
+                                          repair_command(list(excludes), target)})
+    if build_env:  # the project's [tool.ci] env and --env reach the container's build too
+        env = dict(plan.environment)
+        env["CIBW_ENVIRONMENT_LINUX"] += " " + _cibw_environment(build_env)
+        plan = replace(plan, environment=env)
+    if image is None:
+        return plan
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]*", image):
+        raise CiError(f"--image {image!r}: not an image reference (e.g. localhost/my-cuda-image:1)")
+    env = {**plan.environment, "CIBW_MANYLINUX_X86_64_IMAGE": image}
+    return replace(plan, image=image, image_origin="given", environment=env,
+                   notes=[n for n in plan.notes if "built from docker/" not in n])
+
+
+def stable_flags(stable: StablePlan, cuda: bool) -> dict[str, str]:
+    """What a stable-ABI build adds to the compilers' flags, by variable: C and C++ (setuptools and CMake
+    read CFLAGS/CXXFLAGS), nvcc (CMake reads CUDAFLAGS, nvcc itself NVCC_APPEND_FLAGS); CI_STABLE_ABI
+    tells the project's build which mode it is in."""
+    cxx = " ".join(stable.cuda_defines if cuda else stable.defines)
+    flags = {"CI_STABLE_ABI": stable.target, "CFLAGS": cxx, "CXXFLAGS": cxx}
+    if cuda:
+        flags.update(CUDAFLAGS=" ".join(stable.cuda_defines), NVCC_APPEND_FLAGS=" ".join(stable.cuda_defines))
+    return flags
+
+
+def _with_stable(plan: Plan, stable: StablePlan) -> Plan:
+    """The plan building a stable-ABI wheel: the container's compilers get the flags (after what the
+    image sets: the values extend theirs), and the notes say what the wheel serves."""
+    added = {k: (v if k == "CI_STABLE_ABI" else f"${k} {v}") for k, v in stable_flags(stable, bool(plan.cuda)).items()}
+    env = {**plan.environment}
+    env["CIBW_ENVIRONMENT_LINUX"] += " " + _cibw_environment(added)
+    note = (f"stable ABI {stable.target}: one {stable.variant} wheel for {stable.serves}; verified under torch "
+            + ", ".join(v for v, _ in stable.verify))
+    # compiled against the oldest cuDNN of the range, which every later one runs (cuDNN 9.y runs 9.z code, z <= y)
+    cudnn = f"{plan.cudnn_requirement.split('==')[0]}=={stable.cudnn_floor}" if plan.cudnn_requirement and \
+        stable.cudnn_floor else plan.cudnn_requirement
+    if cudnn != plan.cudnn_requirement:
+        env["CIBW_BEFORE_BUILD_LINUX"] = env["CIBW_BEFORE_BUILD_LINUX"].replace(plan.cudnn_requirement, cudnn)
+    return replace(plan, stable=stable, environment=env, notes=[*plan.notes, note], cudnn_requirement=cudnn)
+
+
+def _torch_source(find_links: Path | None, torch_index_url: str | None, default: str | None) -> str | None:
+    """The index the container's pip installs torch from: the one given; none (pip's own sources, the
+    find-links directory first) when a find-links directory is; else the matrix's."""
+    return torch_index_url or (None if find_links is not None else default)
+
+
+def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None, python: list[str] | None,
+               arch_list: str | None, engine: str, find_links: Path | None,
+               torch_index_url: str | None, tools: Path) -> Plan:
+    row = matrix.row(cuda)
+    build = _choose_torch(matrix, row, torch)
+    line = matrix.torch_line(build.version)
+    pythons = _parse_python(python, project, line, build.version)
+    archs = mx.check_arch_list(cuda, arch_list if arch_list is not None else row.arch_list)
+    image, notes = pick_image(matrix, row, line, build.version)
+    ref = _image_ref(matrix, image)
+    if image.origin == "ours":
+        notes.append(f"{ref} is built from docker/ (`python -m ci.image build --cuda {cuda}`): "
+                     f"no public {image.manylinux} image has CUDA {cuda}")
+    if line.cxx11_abi and any(not i.cxx11_abi for i in row.images):
+        notes.append(f"cu{cuda.replace('.', '')} ABI trap: torch {build.version} is cxx11-ABI {line.manylinux}, "
+                     f"so the manylinux2014 image cannot build it")
+    resolved, engine_notes = resolve_engine(engine, cuda, row)
+    identifiers = [identifier(p) for p in pythons]
+    index = _torch_source(find_links, torch_index_url, row.torch_index_url)
+    env = environment(engine=resolved, image=ref, identifiers=identifiers,
+                      before_build=_before_build(project, f"torch=={build.version}", index, build.cudnn),
+                      cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
+                      find_links=find_links, tools=tools)
+    return Plan(cuda=cuda, torch=build.version, torch_index_url=index, torch_on_pypi=build.on_pypi,
+                cudnn_requirement=build.cudnn, image=ref, manylinux=image.manylinux, arch_list=archs,
+                python=pythons, identifiers=identifiers, environment=env, engine=resolved,
+                nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
+                notes=notes + python_notes(project, pythons) + engine_notes,
+                image_origin=image.origin, engine_requested=engine,
+                find_links=str(find_links) if find_links else None)
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split("."))
+
+
+def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: list[str] | None,
+              arch_list: str | None, engine: str, find_links: Path | None, torch_index_url: str | None,
+              tools: Path) -> Plan:
+    if arch_list:
+        raise CiError("--arch-list needs --cuda (a CPU build has no device code)")
+    version = torch or matrix.default_torch
+    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
+        raise CiError(f"bad torch version {version!r} (want e.g. {matrix.default_torch})")
+    line = matrix.torch_line(version)
+    releases = {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}
+    if version not in releases:  # said here, not by pip after the build environment is made
+        same_line = sorted((v for v in releases if v.startswith(line.minor + ".")), key=_version_key)
+        raise CiError(f"torch {version} is not a release the matrix knows (torch {line.minor}: "
+                      f"{', '.join(same_line) or 'none'})")
+    pythons = _parse_python(python, project, line, version)
+    resolved, notes = resolve_engine(engine, None, None)
+    identifiers = [identifier(p) for p in pythons]
+    index = _torch_source(find_links, torch_index_url, matrix.cpu_index_url)
+    env = environment(engine=resolved, image=line.manylinux, identifiers=identifiers,
+                      before_build=_before_build(project, f"torch=={version}", index, None),
+                      cuda=None, arch_list="", nvcc_flags=[], find_links=find_links,
+                      tools=tools)
+    return Plan(cuda=None, torch=version, torch_index_url=index, torch_on_pypi=False,
+                cudnn_requirement=None, image=None, manylinux=line.manylinux, arch_list="", python=pythons,
+                identifiers=identifiers, environment=env, engine=resolved,
+                notes=python_notes(project, pythons) + notes, engine_requested=engine,
+                find_links=str(find_links) if find_links else None)
+
+
+def format_plan(plan: Plan) -> str:
+    """The human-readable --dry-run summary."""
+    rows = [
+        ("project", f"{plan.project} ({plan.project_dir}), built with {plan.backend}"),
+        ("cuda", plan.cuda or "none (CPU build)"),
+        ("torch", f"{plan.torch} from {plan.torch_index_url or 'pip sources'}"
+                  + (" (also PyPI's default build)" if plan.torch_on_pypi else "")),
+        ("cudnn", plan.cudnn_requirement or "-"),
+        ("engine", plan.engine),
+        ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]"),
+        ("arch list", plan.arch_list or "-"),
+        ("nvcc flags", " ".join(plan.nvcc_flags) or "-"),
+        ("gcc max", str(plan.gcc_max) if plan.gcc_max else "-"),
+        ("python", ", ".join(plan.python)),
+        ("stable abi", f"{plan.stable.target}: {plan.stable.variant} wheel, {plan.stable.serves}; defines "
+                       f"{' '.join(plan.stable.cuda_defines or plan.stable.defines)}" if plan.stable else "no: "
+                       f"the wheel pins {plan.torch_requirement}"),
+        ("identifiers", " ".join(plan.identifiers)),
+        ("tool pins", " ".join(plan.tool_constraints) or "-"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    lines += ["environment:"] + [f"  {k}={v}" for k, v in plan.environment.items()]
+    lines += [f"note: {n}" for n in plan.notes]
+    return "\n".join(lines)
+
+
+def split_csv(text: str | None) -> list[str] | None:
+    return [p.strip() for p in text.split(",") if p.strip()] if text else None
+
+
+def workflow_matrix(stable_abi: str | None) -> dict[str, list[dict[str, str]]]:
+    """The CI jobs a project needs, as a GitHub Actions matrix: one per CUDA version of the matrix for
+    classic wheels, one per variant (cpu, and each CUDA major the matrix can build for the target)
+    for stable-ABI ones, which serve every later torch."""
+    matrix = mx.load()
+    if stable_abi is None:
+        return {"include": [{"name": f"cuda{v}", "args": f"--cuda {v}"} for v in matrix.versions]}
+    target = parse_target(stable_abi)
+    majors = []
+    for row in matrix.rows:
+        major = row.version.split(".")[0]
+        if major not in majors and any(tuple(map(int, t.version.split(".")[:2])) >= target for t in row.torch):
+            majors.append(major)
+    variants = [("cpu", "--cpu")] + [(f"cu{m}", f"--cuda {m}") for m in majors]
+    return {"include": [{"name": f"stable-{name}", "args": f"{args} --stable-abi {stable_abi}"}
+                        for name, args in variants]}
+
+
+def main(args) -> int:
+    from wheelci.cli import emit_json
+
+    from wheelci.config.project import read_settings
+
+    stable = args.stable_abi or read_settings(args.project_dir).stable_abi
+    if args.workflow_matrix:
+        print(json.dumps(workflow_matrix(stable)))
+        return 0
+    plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
+                     engine=args.engine, project_dir=args.project_dir, stable_abi=stable)
+    if args.json:
+        emit_json(plan.to_json())
+    else:
+        print(format_plan(plan))
+    return 0
+
+
+def build_parser():
+    from wheelci.cli import parser
+
+    p = parser("ci.plan", "Print the build plan (image, torch, arch list, CIBW_* environment) for a CUDA "
+                          "version without running anything; ci.build --dry-run prints the same.")
+    p.add_argument("--cuda", help=f"CUDA version ({', '.join(mx.load().versions)}); omit for a CPU build")
+    p.add_argument("--torch", help="torch version (default: the matrix row's)")
+    p.add_argument("--python", help="comma-separated Python versions, e.g. 3.10,3.11")
+    p.add_argument("--arch-list", help="TORCH_CUDA_ARCH_LIST (default: the matrix row's)")
+    p.add_argument("--engine", default="auto", choices=ENGINES)
+    p.add_argument("--stable-abi", metavar="X.Y", help="a stable-ABI build for every torch >= X.Y "
+                                                       "(default: [tool.ci] stable-abi)")
+    p.add_argument("--project-dir", type=Path, default=Path("."), help="where pyproject.toml is")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--workflow-matrix", action="store_true",
+                   help="print the CI jobs the project needs as a GitHub Actions matrix (JSON): one per CUDA "
+                        "version, or one per variant for stable-ABI wheels")
+    return p
+
+
+if __name__ == "__main__":
+    from wheelci.cli import run
+
+    run(build_parser(), main)

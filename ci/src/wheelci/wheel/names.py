@@ -1,0 +1,193 @@
+"""Distribution file names: wheels per the binary distribution spec (5 or 6 dash-separated parts),
+sdists as `<name>-<version>.tar.gz|.zip`.
+
+A build tag must start with a digit; `triton-2.1.0-0-cp38-...whl` is project `triton`, version
+`2.1.0`, build `0` (the parse pip2pi got wrong). Both kinds are held to the same rules: a valid project
+name and a PEP 440 version, so ci.index and ci.upload never list a file that pip would not accept.
+Versions are compared as PEP 440 versions (`1.0.0-rc1` is `1.0.0rc1`). Pure functions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from wheelci.errors import CiError
+
+# Patterns are used with fullmatch: `$` would also match before a trailing newline.
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?")
+# PEP 508 project names; legacy sdists keep their dashes in the file name.
+_PROJECT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+# What a version may spell in a file name: packaging alone also accepts surrounding whitespace
+# (`Version("1.0\n")`) and a leading `v`, which would land in .dist-info names and generated files.
+_VERSION_CHARS = re.compile(r"[0-9][A-Za-z0-9._+!]*")
+_TAG = re.compile(r"[A-Za-z0-9_.]+")
+_BUILD = re.compile(r"[0-9][A-Za-z0-9_.]*")
+SDIST_SUFFIXES = (".tar.gz", ".zip")
+
+
+def normalize(name: str) -> str:
+    """PEP 503 normalized project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+_LABEL = re.compile(r"[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*")  # fullmatch: `$` passes a trailing newline
+
+
+def plain_install_requirement(line: str):
+    """A Requires-Dist line as a packaging Requirement when it applies to a plain install (no extra
+    asked for, this interpreter's markers), else None; None for a line packaging cannot read."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(line)
+    except InvalidRequirement:
+        return None
+    return req if req.marker is None or req.marker.evaluate({"extra": ""}) else None
+
+
+def local_version(version: str, label: str) -> str:
+    """2.13.0+cpu + abc -> 2.13.0+cpu.abc; 1.0 + abc -> 1.0+abc (PEP 440 local labels)."""
+    if not _LABEL.fullmatch(label):
+        raise CiError(f"invalid local version label {label!r} (letters, digits and dots only, e.g. internal.1)")
+    new = f"{version}.{label}" if "+" in version else f"{version}+{label}"
+    if not is_version(new):
+        raise CiError(f"invalid local version label {label!r}: {new!r} is not a PEP 440 version")
+    return new
+
+
+def is_version(text: str) -> bool:
+    """A valid PEP 440 version as a file name spells it (no whitespace, no `v` prefix)."""
+    from packaging.version import InvalidVersion, Version
+    if not _VERSION_CHARS.fullmatch(text):
+        return False
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def same_version(a: str, b: str) -> bool:
+    """Equal as PEP 440 versions: '1.0.0-rc1' and '1.0.0rc1' are one version."""
+    from packaging.version import InvalidVersion, Version
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def canonical_version(text: str) -> str:
+    """'1.0.0-rc1' -> '1.0.0rc1' (the normal form; an invalid version is returned as it is)."""
+    from packaging.version import InvalidVersion, Version
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        return text
+
+
+def sdist_name(filename: str) -> tuple[str, str] | None:
+    """(normalized project, version) of an sdist file name, or None when it is not a valid one."""
+    for suffix in SDIST_SUFFIXES:
+        if filename.endswith(suffix):
+            name, sep, version = filename[: -len(suffix)].rpartition("-")
+            if sep and _PROJECT.fullmatch(name) and is_version(version):
+                return normalize(name), version
+    return None
+
+
+def classify(filename: str) -> tuple[str, str, str] | None:
+    """('wheel'|'sdist', project, version), or None for a file that is not a valid distribution name."""
+    if filename.endswith(".whl"):
+        try:
+            w = WheelName.parse(filename)
+        except CiError:
+            return None
+        return ("wheel", w.project, w.version)
+    parsed = sdist_name(filename)
+    return ("sdist", *parsed) if parsed else None
+
+
+def find_dist_info(top_dirs: set[str], wheel: "WheelName", filename: str) -> str:
+    """The wheel's one .dist-info directory: named for the file's distribution. ci.check, ci.index
+    and the wheel tools all use this rule, so they agree on which wheels are malformed."""
+    infos = sorted(t for t in top_dirs if t.endswith(".dist-info"))
+    want = wheel.dist_info
+    match = [t for t in infos if t == want] or [
+        t for t in infos if escape(t[: -len(".dist-info")].rsplit("-", 1)[0]).lower()
+        == wheel.distribution.lower()]
+    if not infos:
+        raise CiError(f"no .dist-info directory in {filename}")
+    if len(match) != 1:
+        raise CiError(f"{filename}: expected one .dist-info named like {want}, found {', '.join(infos)}")
+    return match[0]
+
+
+def escape(name: str) -> str:
+    """The distribution name as it appears in file and .dist-info names."""
+    return re.sub(r"[-_.]+", "_", name)
+
+
+@dataclass(frozen=True)
+class WheelName:
+    distribution: str  # as escaped in the file name
+    version: str
+    build: str | None
+    python: str
+    abi: str
+    platform: str
+
+    @classmethod
+    def parse(cls, filename: str) -> "WheelName":
+        if not filename.endswith(".whl"):
+            raise CiError(f"not a wheel file name (no .whl suffix): {filename}")
+        parts = filename[:-4].split("-")
+        if len(parts) == 5:
+            dist, version, py, abi, plat = parts
+            build = None
+        elif len(parts) == 6:
+            dist, version, build, py, abi, plat = parts
+            if not build[:1].isdigit():
+                raise CiError(f"invalid wheel file name (build tag must start with a digit): {filename}")
+        else:
+            raise CiError(f"invalid wheel file name (want 5 or 6 dash-separated parts): {filename}")
+        if not _NAME.fullmatch(dist) or not all(_TAG.fullmatch(t) for t in (py, abi, plat)) \
+                or (build is not None and not _BUILD.fullmatch(build)):
+            raise CiError(f"invalid wheel file name: {filename!r}")
+        if not is_version(version):
+            raise CiError(f"invalid wheel file name {filename!r}: {version!r} is not a PEP 440 version")
+        _packaging_agrees(filename)
+        return cls(dist, version, build, py, abi, plat)
+
+    @property
+    def project(self) -> str:
+        return normalize(self.distribution)
+
+    @property
+    def dist_info(self) -> str:
+        return f"{self.distribution}-{self.version}.dist-info"
+
+    @property
+    def data_dir(self) -> str:
+        return f"{self.distribution}-{self.version}.data"
+
+    @property
+    def tag(self) -> str:
+        return f"{self.python}-{self.abi}-{self.platform}"
+
+    @property
+    def filename(self) -> str:
+        build = f"-{self.build}" if self.build else ""
+        return f"{self.distribution}-{self.version}{build}-{self.tag}.whl"
+
+    def with_(self, **changes: str | None) -> "WheelName":
+        return replace(self, **changes)
+
+
+def _packaging_agrees(filename: str) -> None:
+    """The file name as pip's own parser (packaging) reads it: refuse what it refuses."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    try:
+        parse_wheel_filename(filename)
+    except InvalidWheelFilename as e:
+        raise CiError(f"invalid wheel file name {filename!r}: {str(e).splitlines()[0]}") from None
