@@ -28,7 +28,7 @@ CONTAINER_ENGINES = ("docker", "podman")
 CONTAINER_CCACHE = "/ccache"
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
 CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount this package read-only (ci.repair runs from it)
-CONTAINER_SCRIPTS = f"{CONTAINER_TOOL}/wheelwheelci/resources/container"  # wheelwheelci/resources/container/*.sh, mounted
+CONTAINER_SCRIPTS = f"{CONTAINER_TOOL}/wheelci/resources/container"  # wheelci/resources/container/*.sh, mounted
 REPAIR_COMMAND = f"PYTHONPATH={CONTAINER_TOOL} python -m wheelci.repair -w {{dest_dir}} {{wheel}}"
 
 
