@@ -1,7 +1,7 @@
 """A real Bazel for the suite: Debian's bazel-bootstrap (4.2.3) with rules_python in WORKSPACE mode.
 
-The WORKSPACE and BUILD files are the README's own ("Using the wheels from Bazel"), so what users copy
-is what runs here; only the rules_python release, the index URL and the interpreter are substituted.
+The WORKSPACE and BUILD files are docs/bazel.md's own (read from its ```starlark blocks), so what users
+copy is what runs here; only the rules_python release, the index URL and the interpreter are substituted.
 
 Bazel fetches rules_python, bazel_skylib, rules_cc, rules_java and remote_coverage_tools from GitHub.
 Where GitHub is out of reach, `CI_BAZEL_RULES` (default: `../shared/bazel` beside the checkout) holds
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelci.util.cache import cache_dir
-from tests._servers import readme_blocks
+from tests._servers import doc_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES_DIR = Path(os.environ.get("CI_BAZEL_RULES") or ROOT.parent / "shared" / "bazel")
@@ -44,16 +44,17 @@ MIRRORED = {
     "rules_java": "rules_java-7cf3cefd652008d0a64a419c34c13bdca6c8f178.tar.gz",
     "bazel_skylib": "bazel_skylib-1.3.0.tar.gz",
 }
-README_RULES_PYTHON = "0.18.1"
-README_INDEX = "https://wheels.example.com/simple"
-README_PYTHON = "/usr/bin/python3"
+DOC = "docs/bazel.md"  # the page whose files the suite runs
+DOC_RULES_PYTHON = "0.18.1"
+DOC_INDEX = "https://wheels.example.com/simple"
+DOC_PYTHON = "/usr/bin/python3"
 TIMEOUT = 1800
 
 
 def interpreter() -> str:
-    """The system Python the README names, else the one this suite's venv was made from."""
-    if Path(README_PYTHON).exists():
-        return README_PYTHON
+    """The system Python the page names, else the one this suite's venv was made from."""
+    if Path(DOC_PYTHON).exists():
+        return DOC_PYTHON
     import sys
     return str(Path(sys.base_prefix) / "bin" / "python3")
 
@@ -87,10 +88,10 @@ def overrides(work: Path, rules_python: str) -> list[str]:
     return [f"--override_repository={name}={path}" for name, path in sorted(repos.items())]
 
 
-def readme_files() -> tuple[str, str, str]:
-    """The README's WORKSPACE, BUILD.bazel and lock target: its ```starlark blocks calling pip_parse,
+def doc_files() -> tuple[str, str, str]:
+    """The page's WORKSPACE, BUILD.bazel and lock target: its ```starlark blocks calling pip_parse,
     py_test and compile_pip_requirements."""
-    blocks = readme_blocks("starlark")
+    blocks = doc_blocks("starlark", DOC)
     (workspace,) = [b for b in blocks if "pip_parse(" in b]
     (build,) = [b for b in blocks if "py_test(" in b]
     (lock,) = [b for b in blocks if "compile_pip_requirements(" in b]
@@ -98,20 +99,20 @@ def readme_files() -> tuple[str, str, str]:
 
 
 def workspace_text(rules_python: str, index_url: str, python: str) -> str:
-    text, _, _ = readme_files()
+    text, _, _ = doc_files()
     url, sha = RULES_PYTHON[rules_python]
-    readme_url, readme_sha = RULES_PYTHON[README_RULES_PYTHON]
-    for old, new in ((readme_url, url), (readme_sha, sha),
-                     (f'strip_prefix = "rules_python-{README_RULES_PYTHON}"', f'strip_prefix = "rules_python-{rules_python}"'),
-                     (README_INDEX, index_url), (README_PYTHON, python)):
-        assert old in text, f"the README's WORKSPACE no longer holds {old!r}"
+    doc_url, doc_sha = RULES_PYTHON[DOC_RULES_PYTHON]
+    for old, new in ((doc_url, url), (doc_sha, sha),
+                     (f'strip_prefix = "rules_python-{DOC_RULES_PYTHON}"', f'strip_prefix = "rules_python-{rules_python}"'),
+                     (DOC_INDEX, index_url), (DOC_PYTHON, python)):
+        assert old in text, f"{DOC}'s WORKSPACE no longer holds {old!r}"
         text = text.replace(old, new)
     return text
 
 
 @dataclass
 class Workspace:
-    """One Bazel workspace: the README's files, a lock, test sources; its own output root."""
+    """One Bazel workspace: docs/bazel.md's files, a lock, test sources; its own output root."""
 
     root: Path
     rules_python: str
@@ -125,15 +126,15 @@ class Workspace:
     def write(self, index_url: str, lock: str, tests: dict[str, tuple[str, list[str]]],
               lock_target: bool = False) -> None:
         """(Re)write WORKSPACE, BUILD.bazel, the lock and the tests: name -> (code, requirements).
-        lock_target adds the README's compile_pip_requirements target (`bazel run //:requirements.update`)."""
+        lock_target adds the page's compile_pip_requirements target (`bazel run //:requirements.update`)."""
         self.root.mkdir(parents=True, exist_ok=True)
         python = interpreter()
         (self.root / "WORKSPACE").write_text(workspace_text(self.rules_python, index_url, python))
-        _, build, lock_rule = readme_files()
-        build = build.replace(README_PYTHON, python)
-        # The README's BUILD shows one py_test; the suite declares one per test the same way.
+        _, build, lock_rule = doc_files()
+        build = build.replace(DOC_PYTHON, python)
+        # The page's BUILD shows one py_test; the suite declares one per test the same way.
         match = re.search(r"^py_test\(.*?^\)\n", build, re.S | re.M)
-        assert match and 'requirement("torch")' in match.group(0), "the README's BUILD.bazel changed"
+        assert match and 'requirement("torch")' in match.group(0), f"{DOC}'s BUILD.bazel changed"
         template = match.group(0)
         declared = ""
         for name, (code, requirements) in tests.items():
@@ -142,8 +143,8 @@ class Workspace:
             (self.root / f"{name}.py").write_text(code)
         build = build.replace(template, declared)
         if lock_target:
-            assert README_INDEX in lock_rule, "the README's compile_pip_requirements block changed"
-            build += "\n" + lock_rule.replace(README_INDEX, index_url)
+            assert DOC_INDEX in lock_rule, f"{DOC}'s compile_pip_requirements block changed"
+            build += "\n" + lock_rule.replace(DOC_INDEX, index_url)
         (self.root / "BUILD.bazel").write_text(build)
         (self.root / "requirements_lock.txt").write_text(lock)
         self.tests = list(tests)

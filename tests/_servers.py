@@ -251,7 +251,7 @@ def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 class NegotiatingServer:
-    """A static server that does what the README asks of nginx: for a directory URL, serve index.json
+    """A static server that does what docs/publishing.md asks of nginx: for a directory URL, serve index.json
     when the client prefers PEP 691 JSON (pip and uv ask for it first), else index.html.
     `served` records (path, file sent) for assertions."""
 
@@ -319,22 +319,23 @@ def ensure_debian_package(command: str, package: str) -> str:
     return found
 
 
-def readme_blocks(lang: str) -> list[str]:
-    """The fenced ```lang blocks of the README, in order: tests run the README's own configuration."""
+def doc_blocks(lang: str, page: str) -> list[str]:
+    """The fenced ```lang blocks of a documentation page (relative to the repository root), in order:
+    tests run the configuration the documentation shows."""
     import re
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / page).read_text()
     return re.findall(rf"^```{lang}\n(.*?)^```", text, re.S | re.M)
 
 
-def readme_block(lang: str) -> str:
-    """The one fenced ```lang block of the README."""
-    blocks = readme_blocks(lang)
-    assert len(blocks) == 1, f"expected one ```{lang} block in README.md, found {len(blocks)}"
+def doc_block(lang: str, page: str) -> str:
+    """The one fenced ```lang block of a documentation page."""
+    blocks = doc_blocks(lang, page)
+    assert len(blocks) == 1, f"expected one ```{lang} block in {page}, found {len(blocks)}"
     return blocks[0]
 
 
 class Nginx:
-    """Debian's nginx on 127.0.0.1 serving `root` with the README's server configuration, which is
+    """Debian's nginx on 127.0.0.1 serving `root` with docs/publishing.md's server configuration, which is
     used as written except for its `root` (ours) and a `listen` on a free loopback port."""
 
     def __init__(self, root: Path, work: Path) -> None:
@@ -348,8 +349,8 @@ class Nginx:
         return f"http://127.0.0.1:{self.port}/"
 
     def config(self) -> str:
-        server = readme_block("nginx")
-        assert "root /srv/dist;" in server, "the README's nginx block must serve root /srv/dist"
+        server = doc_block("nginx", "docs/publishing.md")
+        assert "root /srv/dist;" in server, "docs/publishing.md's nginx block must serve root /srv/dist"
         server = server.replace("root /srv/dist;", f"listen 127.0.0.1:{self.port};\n    root {self.root};")
         w = self.work
         return textwrap.dedent(f"""\

@@ -1,4 +1,4 @@
-"""Bazel with rules_python, for real: the README's WORKSPACE and BUILD.bazel, the wheels served by a
+"""Bazel with rules_python, for real: docs/bazel.md's WORKSPACE and BUILD.bazel, the wheels served by a
 `ci.index` index (over file:// and over http on loopback), `bazel test` on a py_test per case.
 
 rules_python puts every wheel in its own directory on sys.path (external/pypi_<name>), the layout
@@ -6,7 +6,7 @@ the preload exists for. Shown here:
 1. torch 2.1.2 from the public index fails under Bazel (pytorch#117350); `ci.patch --preload-from`
    with `--local-version bazel1` passes; with rules_python 0.9.0 and 0.18.1. The lock pins the
    unpatched `torch==2.1.2` by hash while `2.1.2+bazel1` sits in the same index: the hash is what keeps
-   pip from taking the local build (the README's pinning caveat).
+   pip from taking the local build (docs/bazel.md's pinning caveat).
 2. the split torch (no wheel over 500 MB): torch and its companion each in their own repository.
 3. our own wheels, the example (CMake) and the setuptools fixture, imported and computed next to torch.
 4. the lock of case 3 made the way rules_python users make it: `compile_pip_requirements` (pip-tools,
@@ -14,7 +14,7 @@ the preload exists for. Shown here:
 
 Each workspace's output root (~7 GB with torch 2.1.2) lives under the test's temporary directory and is
 deleted at the end of its test. Timings and disk use are printed (pytest -s, or the report's captured
-output) for the README.
+output) for docs/bazel.md.
 """
 
 from __future__ import annotations

@@ -206,7 +206,7 @@ def test_pip_installs_over_http_and_fetches_metadata(tmp_path, wheels):
 
 
 def test_pip_reads_the_pep691_json_pages(tmp_path, wheels):
-    """Served the way the README configures nginx (index.json for JSON-preferring clients)."""
+    """Served the way docs/publishing.md configures nginx (index.json for JSON-preferring clients)."""
     repo = populate(tmp_path / "repo", wheels["dotted"])
     build_index(repo)
     py = fresh_venv(tmp_path / "venv")

@@ -1,5 +1,5 @@
-"""The static index behind a real web server: Debian's nginx on loopback, configured by the README's
-own nginx block (read from the README, so the documentation cannot drift from what is tested)."""
+"""The static index behind a real web server: Debian's nginx on loopback, configured by the nginx block
+of docs/publishing.md (read from the page, so the documentation cannot drift from what is tested)."""
 
 from __future__ import annotations
 

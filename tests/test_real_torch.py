@@ -6,7 +6,7 @@ cycle), 2.1.2 (`nvidia/<pkg>/lib`, whose own loader fails one-directory-per-pack
 (about 2.5 GB each) and every wheel unpacked into its own directory, as Bazel's rules_python lays them
 out. Imports run with `python -S` and PYTHONPATH only, so nothing from the test environment leaks in.
 
-The README's table ("Real torch releases") is what these tests show.
+The table in docs/third-party-wheels.md ("Real torch releases") is what these tests show.
 """
 
 from __future__ import annotations
