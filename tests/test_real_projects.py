@@ -39,6 +39,9 @@ SDISTS = {
                                     "872d720d3740f3caf0d15620af5180af8a1971568f9c7cda3664757262688d11"),
     "torch-linear-assignment": ("torch_linear_assignment-0.0.6.tar.gz",
                                 "6aad76d3c976b40cf1572e81bed8aedbeafdacb817f290e137c7a76ad58fcd23"),
+    # CPU builds, in test_real_projects_cpu.py
+    "torchsort": ("torchsort-0.1.10.tar.gz", "416a7dd2ab88332b27e98318d7fb2e0243b9fb6f1fffcf77760d63103d70dd04"),
+    "torch-cluster": ("torch_cluster-1.6.3.tar.gz", "78d5a930a5bbd0d8788df8c6d66addd68d6dd292fe3edb401e3dacba26308152"),
 }
 
 
