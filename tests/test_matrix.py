@@ -114,6 +114,20 @@ def test_malformed_matrix_is_one_error(text):
         mx.parse(text)
 
 
+@pytest.mark.parametrize("typo, where, meant", [
+    ("on_pypi = true", "on_pypy = true", "on_pypi"),
+    ('gcc_max = ', 'gcc_maximum = ', "gcc_max"),
+    ('cxx11_abi = ', 'cxx11abi = ', "cxx11_abi"),
+    ('cpu_index_url = ', 'cpu_index = ', "cpu_index_url"),
+])
+def test_a_typo_in_the_matrix_is_refused_with_the_key_meant(typo, where, meant):
+    """Every table of the matrix takes only its keys: `on_pypy = true` once dropped the PyPI flag silently."""
+    text = mx.MATRIX_FILE.read_text()
+    assert typo in text
+    with pytest.raises(CiError, match=rf"bad CUDA matrix: unknown key '{where.split(' ')[0]}' in .*did you mean '{meant}'"):
+        mx.parse(text.replace(typo, where, 1))
+
+
 @pytest.fixture(scope="module")
 def nvcc(tmp_path_factory) -> Path:
     """The host's nvcc when it is a matrix CUDA version, else nvcc from NVIDIA's wheels of the row

@@ -15,6 +15,7 @@ from typing import Any
 
 from wheelci.util import toml as tomllib
 
+from wheelci.config.strict import check_keys
 from wheelci.errors import CiError
 
 MATRIX_FILE = Path(__file__).with_name("matrix.toml")
@@ -109,21 +110,35 @@ class Matrix:
         raise CiError(f"unsupported torch {torch!r} (torch lines in the matrix: {known})")
 
 
+_TOP = ("default_torch", "cpu_index_url", "our_image_repo", "our_dockerfile", "torch_line", "cuda")
+_ROW = ("version", "full_version", "torch_index_url", "default_torch", "gcc_max", "arch_list", "accepted_archs",
+        "nvcc_flags", "nvcc_wheels", "nvcc_wheel_has_nvcc", "toolkit_wheels", "torch", "image")
+_TORCH = ("version", "cudnn", "on_pypi", "source")
+_IMAGE = ("manylinux", "name", "origin", "gcc", "cxx11_abi", "source", "build_args")
+_LINE = ("minor", "python", "manylinux", "cxx11_abi")
+
+
 def _image(d: dict[str, Any]) -> Image:
+    check_keys(d, _IMAGE, "a [[cuda.image]] of the matrix")
     return Image(manylinux=d["manylinux"], name=d["name"], origin=d["origin"], gcc=int(d["gcc"]),
                  cxx11_abi=bool(d["cxx11_abi"]), source=d["source"],
                  build_args={k: str(v) for k, v in d.get("build_args", {}).items()})
 
 
+def _torch(d: dict[str, Any]) -> TorchBuild:
+    check_keys(d, _TORCH, "a [[cuda.torch]] of the matrix")
+    return TorchBuild(d["version"], d["cudnn"], bool(d.get("on_pypi", False)), d["source"])
+
+
 def _row(d: dict[str, Any]) -> CudaRow:
+    check_keys(d, _ROW, f"the matrix's [[cuda]] {d.get('version', '')!s}".rstrip())
     return CudaRow(
         version=d["version"], full_version=d["full_version"], torch_index_url=d["torch_index_url"],
         default_torch=d["default_torch"], gcc_max=int(d["gcc_max"]), arch_list=d["arch_list"],
         accepted_archs=tuple(d["accepted_archs"]), nvcc_flags=tuple(d["nvcc_flags"]),
         nvcc_wheels=tuple(d["nvcc_wheels"]), nvcc_wheel_has_nvcc=bool(d["nvcc_wheel_has_nvcc"]),
         toolkit_wheels=tuple(d.get("toolkit_wheels", ())),
-        torch=tuple(TorchBuild(t["version"], t["cudnn"], bool(t.get("on_pypi", False)), t["source"])
-                    for t in d["torch"]),
+        torch=tuple(_torch(t) for t in d["torch"]),
         images=tuple(_image(i) for i in d["image"]),
     )
 
@@ -131,14 +146,16 @@ def _row(d: dict[str, Any]) -> CudaRow:
 def parse(text: str) -> Matrix:
     """Parse matrix TOML text; a malformed file is a CiError naming what is wrong."""
     try:
-        d = tomllib.loads(text)
+        d = check_keys(tomllib.loads(text), _TOP, "the CUDA matrix")
         return Matrix(
             default_torch=d["default_torch"], cpu_index_url=d["cpu_index_url"],
             our_image_repo=d["our_image_repo"], our_dockerfile=d["our_dockerfile"],
             torch_lines=tuple(TorchLine(t["minor"], tuple(t["python"]), t["manylinux"], bool(t["cxx11_abi"]))
-                              for t in d["torch_line"]),
+                              for t in (check_keys(t, _LINE, "a [[torch_line]] of the matrix") for t in d["torch_line"])),
             rows=tuple(_row(r) for r in d["cuda"]),
         )
+    except CiError as e:
+        raise CiError(f"bad CUDA matrix: {e}") from None
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as e:
         raise CiError(f"bad CUDA matrix: {type(e).__name__}: {e}") from None
 

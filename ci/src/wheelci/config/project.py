@@ -125,16 +125,15 @@ def backend(project_dir: Path) -> str:
 def read_settings(project_dir: Path) -> Settings:
     """[tool.ci] checked against SETTINGS: an unknown key (a typo) is refused with the closest known
     one, and each value is read by its own reader, so no value is silently misread."""
-    import difflib
+    from wheelci.config.strict import check_keys
+
     table = ((load_pyproject(project_dir) or {}).get("tool") or {}).get("ci", {})
-    if not isinstance(table, dict):
-        raise CiError(f"{project_dir / 'pyproject.toml'}: [tool.ci] must be a table")
+    try:
+        check_keys(table, SETTINGS, "[tool.ci]")
+    except CiError as e:
+        raise CiError(f"{project_dir / 'pyproject.toml'}: {e}") from None
     values = {}
     for key, value in table.items():
-        if key not in SETTINGS:
-            close = difflib.get_close_matches(key.replace("_", "-"), list(SETTINGS), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(SETTINGS)})"
-            raise CiError(f"{project_dir / 'pyproject.toml'}: unknown key {key!r} in [tool.ci]{hint}")
         name, reader = SETTINGS[key]
         values[name] = reader(key, value)
     return Settings(**values)
