@@ -49,7 +49,9 @@ def test_unpacked_limit_and_json_for_several_wheels(wheel: Path, tmp_path: Path)
     small = build_wheel(tmp_path / "small", name="small")
     run = run_stage("ci.check", wheel, small, "--limit", "github", "--unpacked-limit", "10KiB", "--json")
     assert run.returncode == 1
-    results = {Path(r["wheel"]).name: r for r in json.loads(run.stdout)}
+    failure = json.loads(run.stdout)  # the --json failure document, the results inside
+    assert failure["ok"] is False and failure["exit_code"] == 1 and "over the limit" in failure["error"]
+    results = {Path(r["wheel"]).name: r for r in failure["result"]}
     assert results[wheel.name]["ok"] is False and "unpacked" in results[wheel.name]["problems"][0]
     assert results[small.name]["ok"] is True
 

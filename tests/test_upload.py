@@ -196,7 +196,9 @@ def test_wrong_password_fails_in_one_line_and_uploads_nothing(server, wheels):
     r = cli("--repository-url", server.url, "--json", str(wheels["pkg"]), environ=env(wrong))
     assert r.returncode == 2
     assert len(error_lines(r)) == 1 and "rejected the credentials" in error_lines(r)[0]
-    assert r.stdout == ""  # no result, nothing reported as uploaded
+    failure = json.loads(r.stdout)  # the --json failure document: the error line's text, no result
+    assert failure["ok"] is False and failure["exit_code"] == 2 and "result" not in failure
+    assert error_lines(r)[0].endswith(failure["error"])
     no_secret(r, wrong)
     assert not list(server.packages.iterdir())
 
@@ -210,7 +212,8 @@ def test_server_killed_mid_upload_fails_clearly(tmp_path, server, wheels):
         proxy.close()
     assert proxy.fired.is_set()
     assert r.returncode == 1, r.stderr
-    assert r.stdout == ""
+    failure = json.loads(r.stdout)
+    assert failure["exit_code"] == 1 and "result" not in failure
     (line,) = error_lines(r)
     assert "failed after 3 attempts" in line and "connection" in line
     no_secret(r)

@@ -52,7 +52,7 @@ def test_verify_passes_the_real_wheel_and_fails_a_broken_one(cpu_build, tmp_path
     bad = run_stage("ci.verify", broken_copy(cpu_build.wheel, tmp_path), "--torch-site", site, "--project", ROOT,
                     "--json")
     assert bad.returncode == 1, bad.stderr
-    checks = json.loads(bad.stdout)["checks"]
+    checks = json.loads(bad.stdout)["result"]["checks"]  # the --json failure document holds the report
     assert checks["install"] == "ok" and checks["import softmax_ext"] == "ok"
     assert checks[OPS].startswith("FAILED: AssertionError")  # the report names the test that failed
     # gradcheck still passes: it checks the op against its own backward, which the wrapper bypasses
@@ -107,7 +107,7 @@ def test_a_package_named_like_a_module_of_ci_is_really_imported(tmp_path):
     wheel = build_wheel(tmp_path / "w", name="cache", files={"cache/__init__.py": "raise ImportError('broken on purpose')\n"},
                         requires=("torch==2.13.0",))
     proc = run_stage("ci.verify", wheel, "--torch-site", cpu_torch_site(), "--json")
-    checks = json.loads(proc.stdout)["checks"]
+    checks = json.loads(proc.stdout)["result"]["checks"]
     assert proc.returncode == 1 and checks["import cache"].startswith("FAILED") and "broken on purpose" in checks["import cache"]
 
 
@@ -133,7 +133,7 @@ def test_root_modules_and_namespace_packages_are_imported_and_loaded(tmp_path):
     }
     wheel = build_wheel(tmp_path / "w", files={**good, **broken}, requires=("torch==2.13.0",))
     proc = run_stage("ci.verify", wheel, "--torch-site", cpu_torch_site(), "--json")
-    checks = json.loads(proc.stdout)["checks"]
+    checks = json.loads(proc.stdout)["result"]["checks"]
     assert proc.returncode == 1
     assert checks["import demo"] == "ok" and checks["import ns.ok"] == "ok"
     for name in ("demo_cuda", "helper", "ns.bad"):

@@ -12,9 +12,15 @@ BENCHMARKS = ("surgery", "index", "build", "stable")
 
 
 def main(argv: list[str] | None = None) -> int:
+    from wheelci.cli import invoked_as
+
     argv = sys.argv[1:] if argv is None else argv
+    usage = f"usage: {invoked_as('python -m ci.bench')} {{{','.join(BENCHMARKS)}}} [ARGS]"
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0
     if not argv or argv[0] not in BENCHMARKS:
-        print(f"usage: python -m ci.bench {{{','.join(BENCHMARKS)}}} [ARGS]", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     return importlib.import_module(f"wheelci.bench_{argv[0]}").main(argv[1:])
 

@@ -265,7 +265,7 @@ def build_project(args, project_dir: Path, settings) -> int:
 
 def build_parser() -> cli.Parser:
     p = cli.parser("python -m ci.build", "Build, repair, check, verify and report a PyTorch extension's wheels.")
-    p.add_argument("project", nargs="?", help="a project directory or an sdist (.tar.gz); default: the "
+    p.add_argument("project", nargs="?", type=Path, help="a project directory or an sdist (.tar.gz); default: the "
                                               "current directory")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--cuda", help="CUDA version to build for (see --dry-run for the plan)")

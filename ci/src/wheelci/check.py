@@ -94,7 +94,7 @@ def main(args) -> int:
 def build_parser() -> cli.Parser:
     p = cli.parser("python -m ci.check", "Check wheel sizes against a publishing limit, reading only "
                    "central directories; over a limit, list the 10 largest members and exit 1.")
-    p.add_argument("wheels", metavar="WHEEL", nargs="+")
+    p.add_argument("wheels", metavar="WHEEL", nargs="+", type=Path)
     p.add_argument("--limit", default="pypi", metavar="pypi|github|SIZE",
                    help="largest allowed file size: pypi (100 MiB, default), github (2 GiB) or a size like 3GB")
     p.add_argument("--unpacked-limit", metavar="SIZE", help="largest allowed unpacked (installed) size")

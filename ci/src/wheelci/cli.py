@@ -1,10 +1,16 @@
-"""Shared command-line plumbing: one-line errors, exit codes, --debug and --json.
+"""Shared command-line plumbing: one-line errors, exit codes, --debug, --json and paths.
 
 Exit codes (the contract every stage keeps): 0 success, 1 a finding, 2 bad usage or bad input,
 130 on Ctrl-C and 128+N on SIGTERM/SIGHUP (which clean up like Ctrl-C: no partial output is left).
 An exception no stage anticipated is reported the same way, as one line with exit 2 (never a
 traceback with exit 1, which would read as a finding). --debug prints the traceback first and keeps
 the exit code: a script running with --debug must still tell bad input from a finding.
+
+With --json, stdout is one JSON document whatever happens: the stage's result on success, and on a
+failure `{"ok": false, "error": ..., "exit_code": ..., "stage": ...}`, the error being the stderr line's
+text, plus the stage's result under "result" when it had one (the sizes of a wheel over the limit).
+Path arguments (those parsed as Path) are made absolute against the directory the command ran from
+before the stage sees them: a tool the stage runs in another directory gets the user's path.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Callable, NoReturn, Sequence
 
 from wheelci.errors import CiError
@@ -34,7 +40,17 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        text = shown(message)
+        sys.stderr.write(f"{self.prog}: error: {text}\n")
+        raise UsageExit(text)
+
+
+class UsageExit(SystemExit):
+    """argparse's exit 2 on bad usage, carrying the error's text for the --json failure document."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
 
 
 COMMAND: str | None = None  # `wheelci STAGE` when the console script runs the stage
@@ -60,8 +76,19 @@ def invoked_as(prog: str) -> str:
 
 def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | None],
         argv: Sequence[str] | None = None) -> NoReturn:
-    """Parse argv, call main, turn CiError into one stderr line and its exit code."""
-    args = p.parse_args(argv)
+    """Parse argv, call main, turn CiError into one stderr line and its exit code (and, with --json,
+    into the failure document on stdout)."""
+    global _held
+    argv = sys.argv[1:] if argv is None else list(argv)
+    stage = _stage_name(p)
+    try:
+        args = p.parse_args(argv)
+    except UsageExit as e:
+        if _asks_json(p, argv):
+            _emit_failure(stage, e.message, 2, [])
+        raise
+    for name, value in vars(args).items():
+        setattr(args, name, _absolute(value))
     from wheelci.util import log
 
     log.configure(p.prog.removeprefix("python -m "))
@@ -69,36 +96,96 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
         from wheelci.util import proc
 
         proc.VERBOSE = True
+    as_json = bool(getattr(args, "json", False))
+    held: list[Any] = []
+    _held = held if as_json else None
+    error: str | None = None  # the failure's text, as the stderr line says it
     try:
         with _terminate_like_ctrl_c():
             code = main(args) or 0
+        _held = None
+        if code == 0:
+            for obj in held:
+                _write_json(obj)
+        else:
+            error = f"failed with exit status {code}"
     except CiError as e:
         _traceback_if(args)
-        print(f"{p.prog}: error: {shown(e)}", file=sys.stderr)
-        code = e.exit_code
+        error, code = shown(e), e.exit_code
+        print(f"{p.prog}: error: {error}", file=sys.stderr)
     except Terminated as e:
-        print(f"{p.prog}: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
-        code = 128 + e.signum
+        error, code = f"terminated by {signal.Signals(e.signum).name}", 128 + e.signum
+        print(f"{p.prog}: {error}", file=sys.stderr)
     except KeyboardInterrupt:
-        print(f"{p.prog}: interrupted", file=sys.stderr)
-        code = 130
+        error, code = "interrupted", 130
+        print(f"{p.prog}: {error}", file=sys.stderr)
     except BrokenPipeError:  # output piped into `head`: not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
     except (OSError, subprocess.SubprocessError) as e:  # the machine's or a tool's answer, not a bug
         _traceback_if(args)
-        print(f"{p.prog}: error: {shown(system_error(e))}", file=sys.stderr)
-        code = 2
+        error, code = shown(system_error(e)), 2
+        print(f"{p.prog}: error: {error}", file=sys.stderr)
     except Exception as e:  # noqa: BLE001  last resort: an input no check anticipated
         _traceback_if(args)
         where = e.__traceback__
         while where is not None and where.tb_next is not None:
             where = where.tb_next
         at = f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}" if where else ""
-        print(f"{p.prog}: error: unexpected {type(e).__name__}{at}: {shown(str(e).splitlines()[0]) if str(e) else ''} "
-              "(an input this stage does not handle yet; --debug shows the traceback)", file=sys.stderr)
-        code = 2
+        error, code = (f"unexpected {type(e).__name__}{at}: {shown(str(e).splitlines()[0]) if str(e) else ''} "
+                       "(an input this stage does not handle yet; --debug shows the traceback)"), 2
+        print(f"{p.prog}: error: {error}", file=sys.stderr)
+    finally:
+        _held = None
+    if as_json and error is not None:
+        _emit_failure(stage, error, code, held)
     sys.exit(code)
+
+
+_held: list[Any] | None = None  # while a --json stage runs: its result, printed once it succeeded
+
+
+def _emit_failure(stage: str, error: str, code: int, results: list[Any]) -> None:
+    """The --json failure document on stdout; a stdout that is gone (a closed pipe) gets nothing."""
+    doc: dict[str, Any] = {"ok": False, "error": error, "exit_code": code, "stage": stage}
+    if results:
+        doc["result"] = results[0] if len(results) == 1 else results
+    try:
+        _write_json(doc)
+        sys.stdout.flush()
+    except OSError:
+        pass
+
+
+def _stage_name(p: argparse.ArgumentParser) -> str:
+    """`check` from `wheelci check`, `python -m wheelci.check`, `python -m ci.check` or `ci.check`."""
+    return p.prog.split()[-1].rsplit(".", 1)[-1]
+
+
+def _asks_json(p: argparse.ArgumentParser, argv: Sequence[str]) -> bool:
+    """Whether argv, which did not parse, asked for --json of a parser that has it: the options are
+    read up to `--`, after which everything is an operand."""
+    options = argv[:argv.index("--")] if "--" in argv else argv
+    return "--json" in options and _has_json(p)
+
+
+def _has_json(p: argparse.ArgumentParser) -> bool:
+    for action in p._actions:
+        if "--json" in action.option_strings:
+            return True
+        if isinstance(action, argparse._SubParsersAction) and any(_has_json(s) for s in action.choices.values()):
+            return True
+    return False
+
+
+def _absolute(value: Any) -> Any:
+    """A Path argument (or a list of them) made absolute against the current directory; the rest as is.
+    absolute(), not resolve(): `link/..` keeps meaning what the kernel makes of it."""
+    if isinstance(value, PurePath):
+        return Path(value).absolute()
+    if isinstance(value, list) and value and all(isinstance(v, PurePath) for v in value):
+        return [Path(v).absolute() for v in value]
+    return value
 
 
 # What to do about the errors the machine gives; the rest say what failed and on which path.
@@ -184,6 +271,15 @@ def _traceback_if(args: argparse.Namespace) -> None:
 
 
 def emit_json(obj: Any) -> None:
-    """Print a machine-readable result on stdout (the --json contract)."""
+    """Print a machine-readable result on stdout (the --json contract). Under run, it is held until
+    the stage has succeeded: a stage that fails after it (an upload after the build's report, a check
+    over its limit) prints the failure document instead, with this result inside."""
+    if _held is not None:
+        _held.append(obj)
+    else:
+        _write_json(obj)
+
+
+def _write_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, sort_keys=True, default=str)
     sys.stdout.write("\n")

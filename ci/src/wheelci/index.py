@@ -550,8 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
     from wheelci.cli import parser
     p = parser("ci.index", "Write a static PEP 503/658/691 simple index for the wheels and sdists "
                            "in DIR (incremental; pip, uv and rules_python read it).")
-    p.add_argument("dir", metavar="DIR", help="directory holding the distributions (searched recursively)")
-    p.add_argument("--out", metavar="DIR", help="where the pages go (default: DIR/simple)")
+    p.add_argument("dir", metavar="DIR", type=Path, help="directory holding the distributions (searched recursively)")
+    p.add_argument("--out", metavar="DIR", type=Path, help="where the pages go (default: DIR/simple)")
     p.add_argument("--base-url", metavar="URL",
                    help="absolute URL where DIR is served; default: links relative to the pages")
     p.add_argument("-j", "--jobs", type=int, default=None, help="hashing threads (default: cores, max 8)")

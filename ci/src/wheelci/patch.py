@@ -292,19 +292,19 @@ def main(args) -> int:
 def build_parser() -> cli.Parser:
     p = cli.parser("python -m ci.patch", "Apply unified diffs, a local version and Requires-Dist edits to a "
                    "wheel without recompressing what does not change.")
-    p.add_argument("wheel", metavar="WHEEL")
+    p.add_argument("wheel", metavar="WHEEL", type=Path)
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--patch-dir", metavar="DIR", help="apply every *.patch/*.diff in DIR, in name order")
-    src.add_argument("--patch", metavar="FILE", action="append", help="a unified diff (-p1); repeatable")
+    src.add_argument("--patch-dir", metavar="DIR", type=Path, help="apply every *.patch/*.diff in DIR, in name order")
+    src.add_argument("--patch", metavar="FILE", type=Path, action="append", help="a unified diff (-p1); repeatable")
     p.add_argument("--local-version", metavar="LABEL", help="append a local version label (+LABEL or .LABEL)")
     p.add_argument("--remove-requires", metavar="NAME", action="append", help="drop Requires-Dist NAME")
     p.add_argument("--add-requires", metavar="SPEC", action="append", help="add Requires-Dist SPEC")
-    p.add_argument("--preload-from", metavar="WHEEL_OR_DIR", nargs="+",
+    p.add_argument("--preload-from", metavar="WHEEL_OR_DIR", nargs="+", type=Path,
                    help="inject a preload of what the wheel's libraries need from these (e.g. nvidia-* wheels)")
     p.add_argument("--package", help="with --preload-from: the package to inject into (default: the top one)")
     p.add_argument("--no-verify", action="store_true",
                    help="do not re-hash untouched members against RECORD (faster; trusts the input)")
-    p.add_argument("-w", "--wheel-dir", metavar="DIR", required=True, help="output directory")
+    p.add_argument("-w", "--wheel-dir", metavar="DIR", type=Path, required=True, help="output directory")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 

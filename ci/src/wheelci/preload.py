@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = parser("python -m ci.preload", "Order shared libraries from wheels by their ELF dependencies "
                "and emit (or inject) a stdlib-only module that preloads them in that order.")
-    p.add_argument("inputs", nargs="+", metavar="WHEEL_OR_DIR",
+    p.add_argument("inputs", nargs="+", metavar="WHEEL_OR_DIR", type=Path,
                    help="wheels or installed directories that provide the libraries")
     p.add_argument("--needed", action="append", metavar="SONAME",
                    help="preload only what this SONAME needs, itself included (repeatable; default: "
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also expect SONAMEs matching this fnmatch pattern from the system (repeatable)")
     p.add_argument("--print-order", action="store_true", help="print SONAME, distribution, path per line")
     p.add_argument("--emit", type=Path, metavar="FILE", help="write the runtime module to FILE")
-    p.add_argument("--inject", metavar="WHEEL",
+    p.add_argument("--inject", metavar="WHEEL", type=Path,
                    help="write a copy of WHEEL (into -w DIR) whose top package preloads its deps on import")
     p.add_argument("-w", "--wheel-dir", type=Path, metavar="DIR", help="output directory for --inject")
     p.add_argument("--package", help="with --inject: the package to inject into (default: guessed)")

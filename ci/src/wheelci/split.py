@@ -410,10 +410,10 @@ def main(args) -> int:
 def build_parser() -> cli.Parser:
     p = cli.parser("python -m ci.split", "Move a wheel's largest shared libraries into companion wheels so "
                    "every output is under a size limit; RPATHs and an import-time preload keep it loading.")
-    p.add_argument("wheel", metavar="WHEEL")
+    p.add_argument("wheel", metavar="WHEEL", type=Path)
     p.add_argument("--limit", required=True, metavar="pypi|github|SIZE", help="largest allowed wheel size")
-    p.add_argument("-w", "--wheel-dir", metavar="DIR", required=True, help="output directory")
-    p.add_argument("--preload-deps", nargs="+", metavar="WHEEL_OR_DIR",
+    p.add_argument("-w", "--wheel-dir", metavar="DIR", type=Path, required=True, help="output directory")
+    p.add_argument("--preload-deps", nargs="+", metavar="WHEEL_OR_DIR", type=Path,
                    help="wheels or install dirs providing libraries the moved ones need (e.g. nvidia-*): "
                         "preloaded first as well")
     p.add_argument("--no-verify", action="store_true",

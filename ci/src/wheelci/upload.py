@@ -634,7 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "in full within it (default 300)")
     p.add_argument("--no-check", action="store_true", help="skip twine check")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("files", nargs="+", metavar="FILE", help="wheels and sdists")
+    p.add_argument("files", nargs="+", metavar="FILE", type=Path, help="wheels and sdists")
     return p
 
 
