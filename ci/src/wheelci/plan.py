@@ -14,7 +14,7 @@ import shlex
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from wheelci.config import matrix as mx
 from wheelci.config.project import load_pyproject
@@ -49,6 +49,36 @@ PODMAN_ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
 AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs docker or podman: the host "
                         "cannot build it ({why})")
 _PY = re.compile(r"3\.\d{1,2}")  # fullmatch: `$` passes a trailing newline
+# What names a CUDA toolkit to a build script: torch's cpp_extension, CMake's CUDA language and FindCUDAToolkit.
+CUDA_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDACXX", "CUDA_ROOT", "CUDAToolkit_ROOT")
+
+
+@dataclass(frozen=True)
+class CpuView:
+    """What a CPU host build hides of this machine's CUDA toolkit. A build script that compiles CUDA code
+    whenever it finds nvcc (torchsort's setup.py runs it) fails under a CPU torch, whose cpp_extension
+    has no CUDA_HOME; so the compile finds no nvcc on PATH and none of CUDA_VARIABLES. A PATH entry
+    holding nvcc is seen through a copy of it without nvcc, not dropped: /usr/bin may hold the
+    distribution's nvcc and the C++ compiler both."""
+
+    nvcc_dirs: list[str]  # PATH entries holding an nvcc
+    unset: list[str]  # the CUDA_VARIABLES the environment sets
+
+    def describe(self) -> str:
+        hidden = [f"PATH's {d} seen without nvcc" for d in self.nvcc_dirs]
+        hidden += [f"{', '.join(self.unset)} unset"] if self.unset else []
+        return "CPU only: " + ("; ".join(hidden) if hidden else "no nvcc on PATH and no CUDA variable to hide")
+
+
+def cpu_view(env: Mapping[str, str]) -> CpuView:
+    """The CpuView of an environment: which PATH entries hold an nvcc (as a shell finds programs), which
+    CUDA variables are set."""
+    def holds_nvcc(entry: str) -> bool:
+        nvcc = os.path.join(entry, "nvcc")
+        return os.path.isfile(nvcc) and os.access(nvcc, os.X_OK)
+
+    entries = dict.fromkeys(e for e in env.get("PATH", "").split(os.pathsep) if e)
+    return CpuView([e for e in entries if holds_nvcc(e)], [v for v in CUDA_VARIABLES if env.get(v)])
 
 
 @dataclass(frozen=True)
@@ -76,6 +106,7 @@ class Plan:
     backend: str = ""
     stable: StablePlan | None = None  # a stable-ABI build: one wheel per variant for every later torch
     tool_constraints: list[str] = field(default_factory=list)  # pip -c for build environments (ours, less the project's)
+    cpu_view: CpuView | None = None  # a CPU host build: what its compile does not see of a CUDA toolkit
 
     @property
     def torch_requirement(self) -> str:
@@ -467,7 +498,8 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
                 cudnn_requirement=None, image=None, manylinux=line.manylinux, arch_list="", python=pythons,
                 identifiers=identifiers, environment=env, engine=resolved,
                 notes=python_notes(project, pythons) + notes, engine_requested=engine,
-                find_links=str(find_links) if find_links else None)
+                find_links=str(find_links) if find_links else None,
+                cpu_view=cpu_view(os.environ) if resolved == "host" else None)  # an image has no toolkit
 
 
 def format_plan(plan: Plan) -> str:
@@ -490,6 +522,8 @@ def format_plan(plan: Plan) -> str:
         ("identifiers", " ".join(plan.identifiers)),
         ("tool pins", " ".join(plan.tool_constraints) or "-"),
     ]
+    if plan.cpu_view is not None:
+        rows.insert(2, ("toolchain", plan.cpu_view.describe()))
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
     lines += ["environment:"] + [f"  {k}={v}" for k, v in plan.environment.items()]

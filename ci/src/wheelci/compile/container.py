@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from wheelci import engine as eng
+from wheelci.compile import hints
 from wheelci.errors import CiError, Finding
 from wheelci.config import constraints
 from wheelci.util import log, proc
@@ -132,14 +133,17 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
     try:
         with tempfile.TemporaryDirectory(prefix="cibw-project-") as tmp:
             source = stage_project(project_dir, Path(tmp))
-            with logfile.open("wb") as logged:
+            # its output streams to stderr; logs and CI also get a line a minute through a silent compile
+            with logfile.open("wb") as logged, log.Ticker("building in a container", live=False) as ticker:
                 done = proc.stream(cibuildwheel_command(source, staging), what="building in a container", log=logged,
-                                   check=False, cwd=source, env=env)
+                                   check=False, cwd=source, env=env,
+                                   on_line=lambda line: ticker.update(hints.progress(line)))
         if done.returncode != 0:
             tail = done.stdout.decode(errors="replace")
             log.info(f"the last lines of cibuildwheel's log:\n{tail}")
+            why = hints.hint(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
             raise Finding(f"cibuildwheel failed with exit status {done.returncode} in {plan.engine} "
-                          f"(image {plan.image or plan.manylinux}); full log: {logfile}")
+                          f"(image {plan.image or plan.manylinux}){f'; {why}' if why else ''}; full log: {logfile}")
         built = sorted(staging.glob("*.whl"))
         if not built:
             raise Finding("cibuildwheel succeeded but produced no wheel")

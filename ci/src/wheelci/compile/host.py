@@ -9,24 +9,18 @@ stays in the work directory, where its tests find what it built besides the whee
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheelci.errors import CiError, Finding
 from wheelci.util import log, proc
-from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cuda_build_environ, ensure_env,
-                        find_nvcc)
+from wheelci.compile import hints
+from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
+                                     ensure_env, find_nvcc)
 
 # headers force-included into host builds: they keep the wheel within torch's manylinux policy
 GLIBC_COMPAT = Path(__file__).resolve().parent.parent / "resources" / "glibc_compat"
-
-
-# torch's own refusal of its classic headers in a stable-ABI build (torch/extension.h)
-CLASSIC_UNDER_TARGET = "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION"
-PROGRESS = re.compile(rb"^\[\d+/\d+\] ")  # ninja's and make's step lines
 
 
 @dataclass(frozen=True)
@@ -136,9 +130,16 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
         else:
             environ["NVCC_APPEND_FLAGS"] = " ".join([*plan.nvcc_flags, *cuda_flags])
     environ.update(ccache_environ(plan, work_dir, cmake, config))
+    if plan.cuda is None:  # a CPU build sees no CUDA toolkit (ci.plan.CpuView)
+        from wheelci.plan import cpu_view
+
+        view = cpu_view(environ)
+        environ = cpu_environ(environ, view.nvcc_dirs, work_dir / "cpu-path")
+        log.info(f"toolchain: {view.describe()}")
     # the build env's own tools first: without ninja on PATH cpp_extension compiles one file at a time,
     # and through setuptools' C++ flags rather than its C ones
     environ["PATH"] = f"{env.python.parent}{os.pathsep}{environ.get('PATH', '')}"
+    environ["PYTHONUNBUFFERED"] = "1"  # the backend's own lines reach the log when said, among the compiler's
     environ.update(build_env or {})
     dist = work_dir / "dist"
     dist.mkdir(parents=True, exist_ok=True)
@@ -146,24 +147,15 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     log.info(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
              f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
     start = time.monotonic()
-    cmd = [str(env.python), "-m", "build", "--no-isolation", "--wheel", "-o", str(dist), *config, str(project_dir)]
-    with logfile.open("wb") as out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                     env=environ) as building:
-        for line in building.stdout:  # everything to the log; the compiler's [n/N] steps to a terminal too
-            out.write(line)
-            if PROGRESS.match(line):
-                log.progress(line.decode(errors="replace"))
-        log.progress_done()
+    cmd = [env.python, "-m", "build", "--no-isolation", "--wheel", "-o", dist, *config, project_dir]
+    with logfile.open("wb") as out, log.Ticker("compiling") as ticker:  # the log as it comes; a count on stderr
+        done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ,
+                           on_line=lambda line: ticker.update(hints.progress(line)))
     seconds = time.monotonic() - start
-    if building.returncode != 0:
-        text = logfile.read_text(errors="replace")
-        tail = [ln for ln in text.splitlines() if ln.strip()][-15:]
-        log.info("the last lines of the compile log:\n" + "\n".join(tail))
-        why = ""
-        if plan.stable is not None and CLASSIC_UNDER_TARGET in text:
-            why = ("; the project includes classic LibTorch headers (torch/extension.h), which torch refuses "
-                   "under TORCH_TARGET_VERSION: port it to torch/csrc/stable, or build without --stable-abi")
-        raise Finding(f"compile failed after {seconds:.0f} s{why} (full log: {logfile})")
+    if done.returncode != 0:
+        log.info("the last lines of the compile log:\n" + done.stdout.decode(errors="replace"))
+        why = hints.hint(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
+        raise Finding(f"compile failed after {seconds:.0f} s{f'; {why}' if why else ''} (full log: {logfile})")
     log.info(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"

@@ -249,3 +249,27 @@ def cuda_build_environ(root: Path, arch_list: str) -> dict[str, str]:
         "TORCH_CUDA_ARCH_LIST": arch_list,
         "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
     }
+
+
+def cpu_environ(environ: dict[str, str], nvcc_dirs: list[str], where: Path) -> dict[str, str]:
+    """`environ` as a CPU build's compile sees it (ci.plan.CpuView): each PATH entry of `nvcc_dirs`
+    replaced by a directory made in `where` of links to everything it holds but nvcc, and no variable
+    naming a CUDA toolkit. Links, not a narrower PATH: the same directory may hold the C++ compiler."""
+    from wheelci.plan import CUDA_VARIABLES
+
+    if where.exists():
+        shutil.rmtree(where)  # a reused work directory: the PATH of an earlier build
+    views: dict[str, str] = {}
+    for i, entry in enumerate(nvcc_dirs):
+        view = where / str(i)
+        view.mkdir(parents=True)
+        try:
+            names = sorted(os.listdir(entry))
+        except OSError:  # unreadable: the compile could not run from it either
+            names = []
+        for name in names:
+            if name != "nvcc":
+                (view / name).symlink_to(os.path.join(entry, name))
+        views[entry] = str(view)
+    path = [views.get(e, e) for e in environ.get("PATH", "").split(os.pathsep)]
+    return {**{k: v for k, v in environ.items() if k not in CUDA_VARIABLES}, "PATH": os.pathsep.join(path)}

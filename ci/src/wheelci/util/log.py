@@ -4,19 +4,26 @@ Library code says what it does through info, warning and step, and never prints:
 stage's result (`--json` must stay parseable). The CLI names the voice (configure). Under GitHub
 Actions a step is a collapsible `::group::` and a warning a `::warning::` annotation, as cibuildwheel's
 own log does. A step reports its time when it ends; a failed one says nothing more, since the error
-line says it.
+line says it. A long step that prints little (a compile) shows it is alive through a Ticker.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from wheelci.errors import CiError
+
 _voice = "ci"
 _open_steps = 0
+_lock = threading.Lock()  # a Ticker's thread and the step it watches write lines to the same stderr
+HEARTBEAT = "CI_HEARTBEAT"  # seconds between a Ticker's lines in logs and CI (default HEARTBEAT_SECONDS)
+HEARTBEAT_SECONDS = 60.0
 
 
 def configure(voice: str) -> None:
@@ -35,7 +42,17 @@ def _command_data(text: str) -> str:
 
 
 def _emit(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    with _lock:
+        print(line, file=sys.stderr, flush=True)
+
+
+def passthrough(data: bytes) -> None:
+    """A tool's own output, streamed as it comes (an image build, cibuildwheel): whole lines, never
+    cut by a Ticker's line."""
+    with _lock:
+        sys.stderr.flush()
+        sys.stderr.buffer.write(data)
+        sys.stderr.flush()
 
 
 def info(message: str) -> None:
@@ -68,15 +85,90 @@ def step(title: str) -> Iterator[None]:
     info(f"{title}: {time.monotonic() - start:.0f} s")
 
 
-def progress(text: str) -> None:
-    """A live status line on a terminal, overwritten by the next (a compiler's [n/N] steps); logs and CI,
-    which would keep every one of them, get none."""
-    if sys.stderr.isatty():
-        sys.stderr.write("\r" + text.rstrip()[:120] + "\033[K")
-        sys.stderr.flush()
+def on_terminal() -> bool:
+    """A person watches stderr: a status line may be redrawn in place. Logs and CI keep every line."""
+    return sys.stderr.isatty() and not on_github_actions()
 
 
-def progress_done() -> None:
-    if sys.stderr.isatty():
-        sys.stderr.write("\n")
-        sys.stderr.flush()
+def duration(seconds: float) -> str:
+    """`42 s`, `3 min 5 s`, `1 h 2 min`: how long a step has run, to the unit that matters."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def heartbeat_seconds(env=os.environ) -> float:
+    """The interval of a Ticker's lines in logs and CI: CI_HEARTBEAT seconds, else one minute."""
+    raw = env.get(HEARTBEAT, "")
+    if not raw:
+        return HEARTBEAT_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise CiError(f"{HEARTBEAT}={raw!r}: not a number of seconds above 0")
+    return seconds
+
+
+class Ticker:
+    """A long step that shows it is alive while it runs, from a timer of its own: a compiler can spend
+    minutes on one file and print nothing (torch-cluster), and a CI log that stays silent that long
+    looks hung, or is killed by a runner's no-output timeout.
+
+    On a terminal one status line (`compiling, 1 min 12 s, 12/40 steps`) is redrawn every second and on
+    each count; in logs and CI the same status is a line of its own every `interval` seconds (CI_HEARTBEAT,
+    default 60). `live=False` leaves the terminal alone, for a step whose own output streams there."""
+
+    def __init__(self, doing: str, *, interval: float | None = None, terminal: bool | None = None,
+                 live: bool = True) -> None:
+        self.doing = doing
+        self.count = ""  # the step's own progress, as the tool reports it (`12/40 steps`, `42%`)
+        self.terminal = on_terminal() if terminal is None else terminal
+        self.silent = self.terminal and not live  # the step's own output is on the terminal already
+        self.interval = 1.0 if self.terminal else (interval or heartbeat_seconds())
+        self._start = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"ticker: {doing}", daemon=True)
+
+    def status(self) -> str:
+        return ", ".join([self.doing, duration(time.monotonic() - self._start)] + ([self.count] if self.count else []))
+
+    def update(self, count: str | None) -> None:
+        """The tool's newest count (None: this line held none); a terminal shows it at once."""
+        if count is None:
+            return
+        self.count = count
+        if self.terminal:
+            self._draw()
+
+    def _draw(self) -> None:
+        if self.silent:
+            return
+        if not self.terminal:
+            return info(self.status())
+        with _lock:
+            sys.stderr.write("\r" + self.status()[:120] + "\033[K")
+            sys.stderr.flush()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._draw()
+
+    def __enter__(self) -> "Ticker":
+        self._start = time.monotonic()
+        if not self.silent:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self.terminal and not self.silent:  # the status line goes: what follows says how it ended
+            with _lock:
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()

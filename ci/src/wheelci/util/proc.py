@@ -14,9 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 from collections import deque
-from typing import IO, Sequence
+from typing import IO, Callable, Sequence
 
 from wheelci.errors import CiError
+from wheelci.util.log import passthrough
 
 VERBOSE = os.environ.get("CI_VERBOSE", "") not in ("", "0")
 
@@ -52,10 +53,12 @@ def run(cmd: Sequence[object], *, what: str, check: bool = True, **kw) -> subpro
 
 
 def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, check: bool = True,
-           keep: int = 15, **kw) -> subprocess.CompletedProcess:
-    """Run a long tool (an image build, cibuildwheel) with its output on stderr as it comes, and in log;
-    the result's stdout holds its last `keep` non-blank lines, and with check a failure is a CiError
-    naming the last of them, as run() does."""
+           keep: int = 15, show: bool = True, on_line: Callable[[bytes], None] | None = None,
+           **kw) -> subprocess.CompletedProcess:
+    """Run a long tool (an image build, cibuildwheel, a compile) with its output in log as it comes (flushed
+    line by line: a log someone follows, or keeps when the run is killed, is never behind), on stderr too
+    with show, and each line to on_line (a progress count); the result's stdout holds its last `keep`
+    non-blank lines, and with check a failure is a CiError naming the last of them, as run() does."""
     argv = [str(c) for c in cmd]
     if VERBOSE:
         print(f"+ {shlex.join(argv)}", file=sys.stderr, flush=True)
@@ -65,8 +68,11 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
             for line in p.stdout:
                 if log is not None:
                     log.write(line)
-                sys.stderr.buffer.write(line)
-                sys.stderr.flush()
+                    log.flush()
+                if show:
+                    passthrough(line)
+                if on_line is not None:
+                    on_line(line)
                 if line.strip():
                     tail.append(line.rstrip())
     except FileNotFoundError as e:

@@ -1,0 +1,84 @@
+"""What a compile's output says beyond its exit status: how far it is, and why it failed.
+
+Pure functions of the text, shared by the host and the container compile: `progress` reads a build
+tool's step line, `hint` names the likely cause of a failure from the whole log, worded for the build it
+was (a CPU build that reaches for CUDA is a project that does not check for a CUDA torch).
+"""
+
+from __future__ import annotations
+
+import re
+
+# torch's own refusal of its classic headers in a stable-ABI build (torch/extension.h)
+CLASSIC_UNDER_TARGET = "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION"
+
+_NINJA = re.compile(rb"^\s*\[(\d+)/(\d+)\] ")  # ninja's [12/40] (cpp_extension, CMake's Ninja generator)
+_MAKE = re.compile(rb"^\s*\[\s*(\d+)%\] ")  # make's [ 42%] (CMake's Makefile generator)
+
+# the first header a compiler could not open: GCC (and nvcc's host pass), Clang, nvcc's front end
+_MISSING_HEADER = re.compile(r"fatal error: (?:'([^'\n]+)' file not found|([^:\s][^:\n]*?): No such file or directory)"
+                             r"|catastrophic error: cannot open source file \"([^\"\n]+)\"")
+_NO_CUDA_HOME = "CUDA_HOME environment variable is not set"
+_NO_NVCC = re.compile(r"\bnvcc: (?:command )?not found|No such file or directory: '[^'\n]*nvcc'"
+                      r"|\bnvcc\S*: No such file or directory")
+_NO_CUDA_RUNTIME = "No CUDA runtime is found"
+_COMPILER_ERROR = re.compile(r":\d+(?::\d+)?: (?:fatal )?error:|\berror: \S|\(\d+\): error:")
+# headers of the CUDA toolkit, its libraries and NVIDIA's header-only ones
+_CUDA_HEADER = re.compile(r"(?:^|/)(?:cuda|cublas|cufft|curand|cusparse|cusolver|cudnn|cupti|nccl|nvrtc|nvToolsExt|nvml)"
+                          r"\w*\.h$|^(?:thrust|cub|nvtx3|cuda)/")
+NO_CUDA_TORCH = "add the CUDA extension only under a CUDA torch (torch.version.cuda), or build with --cuda X.Y"
+
+
+def progress(line: bytes) -> str | None:
+    """A build tool's count in one output line: `12/40 steps` (ninja), `42%` (make), else None."""
+    if m := _NINJA.match(line):
+        return f"{int(m[1])}/{int(m[2])} steps"
+    if m := _MAKE.match(line):
+        return f"{int(m[1])}%"
+    return None
+
+
+def missing_header(log: str) -> str | None:
+    """The first header the compiler could not open (`foo.h`, `cutlass/gemm.h`)."""
+    m = _MISSING_HEADER.search(log)
+    return next(g for g in m.groups() if g) if m else None
+
+
+def hint(log: str, *, cuda: str | None, stable: bool = False) -> str | None:
+    """The likely cause of a failed compile, from its log; None when the log shows none we know.
+
+    `cuda` is the build's CUDA version (None: a CPU build) and `stable` whether it targets the stable ABI:
+    the same line means a different fix in each. Causes are tried from the most to the least specific:
+    torch's stable-ABI refusal, a missing header, no CUDA toolkit, and last torch's note that it sees no
+    GPU, which every CUDA build on a GPU-less machine logs: it is named only where no compiler error is."""
+    if stable and CLASSIC_UNDER_TARGET in log:
+        return ("the project includes classic LibTorch headers (torch/extension.h), which torch refuses under "
+                "TORCH_TARGET_VERSION: port it to torch/csrc/stable, or build without --stable-abi")
+    if header := missing_header(log):
+        return f"the compiler found no {header}: {_header_fix(header, cuda)}"
+    if _NO_CUDA_HOME in log:
+        if cuda is None:
+            return (f"the project builds a CUDA extension in a CPU build (torch's cpp_extension: \"{_NO_CUDA_HOME}\", "
+                    f"as it always is under a CPU torch): {NO_CUDA_TORCH}")
+        return (f"torch's cpp_extension found no CUDA toolkit (\"{_NO_CUDA_HOME}\"), which it looks for only under "
+                f"a CUDA torch: a build requirement may have put a CPU torch in the build environment")
+    if _NO_NVCC.search(log):
+        if cuda is None:
+            return f"the project runs nvcc in a CPU build, which has none: {NO_CUDA_TORCH}"
+        return "nvcc is not where the build looks for it: it runs nvcc from PATH or $CUDA_HOME/bin"
+    if _NO_CUDA_RUNTIME in log and not _COMPILER_ERROR.search(log):
+        return ("torch sees no GPU on this machine (\"No CUDA runtime is found\"): a build that asks "
+                "torch.cuda.is_available() gets False on a GPU-less builder; it should ask torch.version.cuda, "
+                "or read a switch such as FORCE_CUDA=1 (--env FORCE_CUDA=1)")
+    return None
+
+
+def _header_fix(header: str, cuda: str | None) -> str:
+    if header == "Python.h":
+        return "Python's development headers are not installed (python3-dev, python3-devel)"
+    if _CUDA_HEADER.search(header):
+        if cuda is None:
+            return f"a CUDA header in a CPU build: {NO_CUDA_TORCH}"
+        return "a CUDA header: it comes with the CUDA toolkit or one of NVIDIA's nvidia-* wheels"
+    return ("install what provides it, or add its directory to the include path (the project's include_dirs, "
+            "or --env CFLAGS=-I...); a git submodule that is not checked out leaves its headers missing too")

@@ -1,0 +1,366 @@
+"""The compile step as a project and its user meet it: a CPU build sees no CUDA toolkit, a failed compile
+names its likely cause, and a long compile shows it is alive (its log written as it goes, a count on a
+terminal, a line at a set interval in CI while the compiler prints nothing).
+
+The builds are real (`python -m build` in the cached CPU torch env, gcc, CMake and ninja); the projects
+are written here, each built to show one thing: a setup.py that reaches for CUDA when it sees nvcc or
+CUDA_HOME, as torchsort's does, and a CMake project whose first step waits until the test releases it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests._wheels import run_stage
+from wheelci.compile import hints
+from wheelci.errors import CiError, Finding
+from wheelci.util import log
+
+ROOT = Path(__file__).resolve().parent.parent
+WAIT = 300  # seconds a test waits for something it needs before it fails (a bound, never a timing)
+
+
+# --- the likely cause, from real log lines -------------------------------------------------------
+
+TORCH_NO_CUDA_HOME = ("  File \"/tmp/torch/utils/cpp_extension.py\", line 3302, in CUDAExtension\n"
+                      "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.\n")
+
+
+def _gcc_missing_header(tmp_path: Path, header: str, compiler: str = "gcc", suffix: str = ".c") -> str:
+    """What a real compiler says of an #include it cannot open."""
+    src = tmp_path / f"op{suffix}"
+    src.write_text(f'#include "{header}"\nint f(void) {{ return 0; }}\n')
+    r = subprocess.run([compiler, "-c", str(src), "-o", str(tmp_path / "op.o")], capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert r.returncode != 0
+    return r.stdout + r.stderr
+
+
+def test_a_missing_header_is_named_from_the_compilers_own_line(tmp_path):
+    text = _gcc_missing_header(tmp_path, "cutlass/gemm/device/gemm.h")
+    why = hints.hint("building 'ext._C' extension\n" + text + "error: command '/usr/bin/gcc' failed\n", cuda="13.0")
+    assert why.startswith("the compiler found no cutlass/gemm/device/gemm.h: ")
+    assert "submodule" in why  # cutlass is vendored, not the toolkit's
+    assert "Python's development headers" in hints.hint(_gcc_missing_header(tmp_path, "Python.h"), cuda=None)
+    cpu = hints.hint(_gcc_missing_header(tmp_path, "cuda_runtime.h"), cuda=None)
+    assert cpu.startswith("the compiler found no cuda_runtime.h: a CUDA header in a CPU build") and "--cuda" in cpu
+    assert "CUDA toolkit" in hints.hint(_gcc_missing_header(tmp_path, "cublas_v2.h"), cuda="12.8")
+
+
+def test_nvcc_names_a_missing_header_too(tmp_path):
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc on this machine: its front end's message cannot be produced here")
+    text = _gcc_missing_header(tmp_path, "kernels/common.cuh", compiler=nvcc, suffix=".cu")
+    assert hints.missing_header(text) == "kernels/common.cuh", text
+
+
+@pytest.mark.parametrize("text, cuda, fragments", [
+    (TORCH_NO_CUDA_HOME, None, ["a CUDA extension in a CPU build", "torch.version.cuda", "--cuda X.Y"]),
+    (TORCH_NO_CUDA_HOME, "12.8", ["found no CUDA toolkit", "a CPU torch in the build environment"]),
+    ("/bin/sh: 1: nvcc: not found\nerror: command 'nvcc' failed\n", None, ["runs nvcc in a CPU build"]),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/usr/local/cuda/bin/nvcc'\n", "13.0",
+     ["nvcc is not where the build looks"]),
+    ("No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'\nRuntimeError: no GPU, no kernels\n", "13.0",
+     ["torch sees no GPU", "FORCE_CUDA=1"]),
+])
+def test_known_causes_are_named_for_the_build_they_broke(text, cuda, fragments):
+    why = hints.hint(text, cuda=cuda)
+    assert why is not None and all(f in why for f in fragments), why
+
+
+def test_what_the_log_does_not_show_is_not_guessed():
+    # every CUDA build on a GPU-less machine logs torch's note: beside a compiler error it is not the cause
+    noise = "No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'\n"
+    assert hints.hint(noise + "op.cpp:7:3: error: 'foo' was not declared in this scope\n", cuda="13.0") is None
+    assert hints.hint("ERROR Backend subprocess exited when trying to invoke build_wheel\n", cuda=None) is None
+    classic = ("torch/extension.h:12:2: error: #error This file should not be included when either "
+               "TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined.\n")
+    assert "port it to torch/csrc/stable" in hints.hint(classic, cuda=None, stable=True)
+    assert hints.hint(classic, cuda=None, stable=False) is None  # not a stable build: not that refusal
+
+
+def test_a_build_tools_count_is_read_from_its_own_lines():
+    assert hints.progress(b"[3/12] Building CXX object CMakeFiles/_C.dir/csrc/op.cpp.o\n") == "3/12 steps"
+    assert hints.progress(b"[0/2] Generating gen.c\n") == "0/2 steps"
+    assert hints.progress(b"[ 42%] Building CXX object CMakeFiles/_C.dir/op.cpp.o\n") == "42%"
+    assert hints.progress(b"[100%] Linking CXX shared module _C.so\n") == "100%"
+    for other in (b"[INFO] compiling\n", b"c++ -c [1/2].cpp\n", b"\n", b"[1/2]\n"):
+        assert hints.progress(other) is None
+
+
+# --- the ticker: a terminal's status line, CI's heartbeat ----------------------------------------
+
+@pytest.fixture
+def voice(monkeypatch):
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    monkeypatch.delenv(log.HEARTBEAT, raising=False)
+    monkeypatch.setattr(log, "_voice", "ci.test")
+
+
+def test_a_terminal_gets_one_status_line_redrawn_and_cleared(voice, capsys):
+    with log.Ticker("compiling", terminal=True) as ticker:
+        ticker.update(hints.progress(b"[12/40] Building CXX object op.cpp.o\n"))
+        ticker.update(None)  # a line with no count changes nothing
+    err = capsys.readouterr().err
+    assert err.startswith("\rcompiling, 0 s, 12/40 steps\033[K") and err.endswith("\r\033[K")
+    assert "\n" not in err  # the line is redrawn in place, never added to
+
+
+def test_ci_gets_a_line_every_interval_while_nothing_is_printed(voice, capsys):
+    lines: list[str] = []
+    with log.Ticker("compiling", terminal=False, interval=0.01) as ticker:
+        ticker.update("3/40 steps")
+        deadline = time.monotonic() + WAIT
+        while len(lines) < 3 and time.monotonic() < deadline:  # the step itself says nothing meanwhile
+            time.sleep(0.01)
+            lines += capsys.readouterr().err.splitlines()
+    assert len(lines) >= 3, lines
+    assert all(re.fullmatch(r"ci\.test: compiling, \d+ s, 3/40 steps", ln) for ln in lines), lines
+
+
+def test_the_heartbeat_interval_is_set_or_refused(voice, monkeypatch):
+    assert log.heartbeat_seconds() == 60
+    monkeypatch.setenv(log.HEARTBEAT, "0.5")
+    assert log.heartbeat_seconds() == 0.5
+    for bad in ("soon", "0", "-1", "nan", "inf"):
+        monkeypatch.setenv(log.HEARTBEAT, bad)
+        with pytest.raises(CiError, match=rf"^CI_HEARTBEAT='{bad}': not a number of seconds above 0$"):
+            log.heartbeat_seconds()
+    assert [log.duration(s) for s in (0, 59.9, 60, 185, 3725)] == ["0 s", "59 s", "1 min 0 s", "3 min 5 s", "1 h 2 min"]
+
+
+# --- a CPU build sees no CUDA toolkit ------------------------------------------------------------
+
+# torchsort's rule (FACTS.md), made to fail loudly: a CUDA extension whenever nvcc runs or a toolkit is named,
+# which under a CPU torch is cpp_extension's "CUDA_HOME environment variable is not set"
+SETUP_PY = '''\
+import os
+import shutil
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
+
+seen = {"nvcc": shutil.which("nvcc"), **{v: os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH", "CUDACXX")}}
+print("toolkit seen by setup.py:", seen, flush=True)
+if any(seen.values()) or os.environ.get("FORCE_CUDA") == "1":
+    ext = CUDAExtension("nvcc_probe._C", ["op.cpp", "op_cuda.cu"])
+else:
+    ext = CppExtension("nvcc_probe._C", ["op.cpp"])
+setup(name="nvcc-probe", version="0.1.0", packages=["nvcc_probe"], ext_modules=[ext],
+      cmdclass={"build_ext": BuildExtension})
+'''
+OP_CPP = '''\
+#include <Python.h>
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&mod); }
+'''
+
+
+def nvcc_probe_project(root: Path) -> Path:
+    (root / "nvcc_probe").mkdir(parents=True)
+    (root / "nvcc_probe" / "__init__.py").write_text("")
+    (root / "setup.py").write_text(SETUP_PY)
+    (root / "op.cpp").write_text(OP_CPP)
+    (root / "op_cuda.cu").write_text("__global__ void k() {}\n")
+    (root / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=64", "torch"]\n'
+                                         'build-backend = "setuptools.build_meta"\n')
+    return root
+
+
+@pytest.fixture
+def cuda_on_path(tmp_path, monkeypatch) -> Path:
+    """This machine as a CUDA developer's: a toolkit's bin on PATH (with an nvcc and another tool of the
+    same directory) and the variables naming it."""
+    bin_dir = tmp_path / "toolkit" / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool in ("nvcc", "toolkit-probe"):
+        (bin_dir / tool).write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0'\n")
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    for var in ("CUDA_HOME", "CUDA_PATH", "CUDACXX"):
+        monkeypatch.setenv(var, str(bin_dir.parent) if var != "CUDACXX" else str(bin_dir / "nvcc"))
+    return bin_dir
+
+
+def test_a_cpu_environment_keeps_every_tool_but_nvcc(cuda_on_path, tmp_path):
+    from wheelci.compile.hostenv import cpu_environ
+    from wheelci.plan import cpu_view
+
+    view = cpu_view(os.environ)
+    assert str(cuda_on_path) in view.nvcc_dirs and view.unset == ["CUDA_HOME", "CUDA_PATH", "CUDACXX"]
+    env = cpu_environ({**os.environ, "CUDAToolkit_ROOT": "/x", "KEEP": "1"}, view.nvcc_dirs, tmp_path / "view")
+    assert shutil.which("nvcc", path=env["PATH"]) is None
+    assert shutil.which("toolkit-probe", path=env["PATH"]) is not None  # the same directory's other tools stay
+    assert shutil.which("sh", path=env["PATH"]) is not None
+    assert env["KEEP"] == "1" and not {"CUDA_HOME", "CUDA_PATH", "CUDACXX", "CUDAToolkit_ROOT"} & set(env)
+    # a reused work directory: the view is made again, from what the directory holds now
+    (cuda_on_path / "toolkit-probe").unlink()
+    env = cpu_environ(dict(os.environ), view.nvcc_dirs, tmp_path / "view")
+    assert shutil.which("toolkit-probe", path=env["PATH"]) is None and shutil.which("nvcc", path=env["PATH"]) is None
+
+
+def test_the_plan_states_what_a_cpu_host_build_hides(cuda_on_path, tmp_path):
+    project = nvcc_probe_project(tmp_path / "p")
+    r = run_stage("ci.build", "--cpu", "--engine", "host", "--dry-run", project)
+    assert r.returncode == 0, r.stderr
+    row = next(ln for ln in r.stdout.splitlines() if ln.startswith("toolchain"))
+    assert f"PATH's {cuda_on_path} seen without nvcc" in row and "CUDA_HOME, CUDA_PATH, CUDACXX unset" in row
+    r = run_stage("ci.build", "--cpu", "--engine", "host", "--dry-run", "--json", project)
+    view = json.loads(r.stdout)["cpu_view"]
+    assert str(cuda_on_path) in view["nvcc_dirs"] and view["unset"] == ["CUDA_HOME", "CUDA_PATH", "CUDACXX"]
+    # a container's image has no toolkit to hide, and a CUDA build wants it
+    for args in (["--cpu", "--engine", "docker"], ["--cuda", "13.0", "--engine", "host"]):
+        r = run_stage("ci.build", *args, "--dry-run", "--json", project)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["cpu_view"] is None
+        assert "toolchain" not in run_stage("ci.build", *args, "--dry-run", project).stdout
+
+
+@pytest.fixture(scope="module")
+def cpu_env():
+    """The cached CPU torch build env (ci.compile.hostenv), as host builds use it."""
+    from wheelci.compile.hostenv import TorchSpec, ensure_env
+    from wheelci.config import matrix
+
+    return ensure_env(TorchSpec(matrix.load().default_torch, None, matrix.load().cpu_index_url, False))
+
+
+def test_the_probe_project_fails_where_it_sees_a_toolkit(cuda_on_path, tmp_path, cpu_env):
+    """What the CPU view is for: the same project, built as it stands, fails on this machine as torchsort
+    does, and the log's cause is named."""
+    project = nvcc_probe_project(tmp_path / "p")
+    r = subprocess.run([cpu_env.python, "-m", "build", "--no-isolation", "--wheel", "-o", tmp_path / "dist", project],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert r.returncode != 0 and "CUDA_HOME environment variable is not set" in r.stdout + r.stderr
+    assert "a CUDA extension in a CPU build" in hints.hint(r.stdout + r.stderr, cuda=None)
+
+
+def _cpu_plan(project: Path):
+    from wheelci.plan import make_plan
+
+    return make_plan(cuda=None, engine="host", project_dir=project)
+
+
+def test_a_cpu_host_build_of_it_compiles_its_cpu_part(cuda_on_path, tmp_path, cpu_env, capfd):
+    from wheelci.compile.host import compile_host
+
+    project = nvcc_probe_project(tmp_path / "p")
+    result = compile_host(_cpu_plan(project), project, tmp_path / "work")
+    assert result.wheel.name.startswith("nvcc_probe-0.1.0-")
+    text = (tmp_path / "work" / "compile.log").read_text()
+    assert "toolkit seen by setup.py: {'nvcc': None, 'CUDA_HOME': None, 'CUDA_PATH': None, 'CUDACXX': None}" in text
+    assert f"toolchain: CPU only: PATH's {cuda_on_path} seen without nvcc" in capfd.readouterr().err
+
+
+def test_a_cpu_build_that_insists_on_cuda_fails_with_the_cause_named(cuda_on_path, tmp_path, cpu_env, capfd):
+    from wheelci.compile.host import compile_host
+
+    project = nvcc_probe_project(tmp_path / "p")
+    with pytest.raises(Finding) as e:
+        compile_host(_cpu_plan(project), project, tmp_path / "work", build_env={"FORCE_CUDA": "1"})
+    assert re.fullmatch(r"compile failed after \d+ s; the project builds a CUDA extension in a CPU build \(.*\): "
+                        r"add the CUDA extension only under a CUDA torch \(torch\.version\.cuda\), or build with "
+                        rf"--cuda X\.Y \(full log: {re.escape(str(tmp_path / 'work' / 'compile.log'))}\)", str(e.value))
+    assert "CUDA_HOME environment variable is not set" in capfd.readouterr().err  # the log's tail
+
+
+# --- a long compile shows it is alive --------------------------------------------------------------
+
+# The first build step waits for the test's release file, saying so once (through the console pool ninja
+# prints it at once), then generates a source that includes a header nobody has: the compile fails after.
+WAIT_PY = '''\
+import os, sys, time
+release = os.environ["SLOW_RELEASE"]
+print("slow step: waiting for the test", flush=True)
+deadline = time.monotonic() + {wait}
+while not os.path.exists(release):
+    if time.monotonic() > deadline:
+        sys.exit("slow step: never released")
+    time.sleep(0.05)
+open(sys.argv[1], "w").write('#include "slow_missing.h"\\nint slow(void) {{ return 1; }}\\n')
+'''
+CMAKE = '''\
+cmake_minimum_required(VERSION 3.18)
+project(slow_ext LANGUAGES C)
+find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
+add_custom_command(OUTPUT gen.c COMMAND ${Python_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/wait.py gen.c USES_TERMINAL)
+python_add_library(_slow MODULE gen.c WITH_SOABI)
+install(TARGETS _slow DESTINATION slow_ext)
+'''
+
+
+def slow_project(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "wait.py").write_text(WAIT_PY.format(wait=WAIT))
+    (root / "CMakeLists.txt").write_text(CMAKE)
+    (root / "pyproject.toml").write_text('[build-system]\nrequires = ["scikit-build-core"]\n'
+                                         'build-backend = "scikit_build_core.build"\n\n'
+                                         '[project]\nname = "slow-ext"\nversion = "0.1.0"\n')
+    return root
+
+
+class Lines:
+    """A stream's lines as they come, read by a thread of their own."""
+
+    def __init__(self, stream) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        with stream:
+            for line in stream:
+                self.lines.append(line)
+
+    def join(self) -> str:
+        self._thread.join()
+        return "".join(self.lines)
+
+    def wait_for(self, predicate, what: str, running: subprocess.Popen) -> None:
+        deadline = time.monotonic() + WAIT
+        while not predicate():
+            assert running.poll() is None, f"the build ended before {what}: {''.join(self.lines)[-3000:]}"
+            assert time.monotonic() < deadline, f"no {what} in {WAIT} s: {''.join(self.lines)[-3000:]}"
+            time.sleep(0.05)
+
+
+def test_a_long_compile_is_logged_as_it_goes_and_beats_in_ci(tmp_path, cpu_env):
+    project, work, release = slow_project(tmp_path / "slow"), tmp_path / "work", tmp_path / "release"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")]),
+           "SLOW_RELEASE": str(release), log.HEARTBEAT: "0.2"}
+    env.pop("GITHUB_ACTIONS", None)  # stderr is a pipe: logs and CI get the heartbeat
+    building = subprocess.Popen([sys.executable, "-m", "ci.build", "--cpu", "--engine", "host", "--work-dir", work,
+                                 "-w", tmp_path / "out", project], cwd=ROOT, env=env, text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        err = Lines(building.stderr)
+        logfile = work / "compile.log"
+        # the compile log holds the waiting step's line while the build still runs
+        err.wait_for(lambda: logfile.is_file() and "slow step: waiting" in logfile.read_text(), "line in the log",
+                     building)
+        def beats() -> list[str]:  # the stage's voice, then the ticker's status
+            return [ln for ln in err.lines if re.fullmatch(r"[\w. ]+: compiling, \d+ s(, .*)?\n", ln)]
+
+        seen = len(beats())
+        # the step prints nothing more until released: the lines that still come are the timer's
+        err.wait_for(lambda: len(beats()) >= seen + 2, "heartbeat while the compiler is silent", building)
+        assert "slow step: waiting" in logfile.read_text() and building.poll() is None
+        assert re.search(r", 0/[1-9]\d* steps$", beats()[-1]), beats()[-1]  # ninja's count: none done, the first running
+    finally:
+        release.touch()
+        building.wait(timeout=WAIT)
+    stderr = err.join()
+    assert building.returncode == 1, stderr[-3000:]
+    assert "the compiler found no slow_missing.h: install what provides it" in stderr, stderr[-3000:]
+    assert "slow_missing.h: No such file or directory" in logfile.read_text()
