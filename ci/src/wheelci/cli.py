@@ -6,9 +6,9 @@ An exception no stage anticipated is reported the same way, as one line with exi
 traceback with exit 1, which would read as a finding). --debug prints the traceback first and keeps
 the exit code: a script running with --debug must still tell bad input from a finding.
 
-With --json, stdout is one JSON document whatever happens: the stage's result on success, and on a
-failure `{"ok": false, "error": ..., "exit_code": ..., "stage": ...}`, the error being the stderr line's
-text, plus the stage's result under "result" when it had one (the sizes of a wheel over the limit).
+With --json, stdout holds one JSON document: the stage's result on success, and on any failure (bad
+usage included) `{"ok": false, "error": ..., "exit_code": ..., "stage": ...}`, the error being the stderr
+line's text, plus the stage's result under "result" when it had one (the sizes of a wheel over the limit).
 Path arguments (those parsed as Path) are made absolute against the directory the command ran from
 before the stage sees them: a tool the stage runs in another directory gets the user's path.
 """
