@@ -213,7 +213,7 @@ def bad_wheel(tmp_path: Path, kind: str, files: Mapping[str, bytes | str]) -> Pa
     elif kind == "no-dist-info":
         raw_zip(p, [e for e in entries if ".dist-info/" not in e[0]])
     elif kind == "bad-filename":
-        p = raw_zip(p.with_name("demo-1.0-x-py3-none-any.whl"), entries)
+        p = raw_zip(p.with_name("demo-1.0-x-y-py3-none-any.whl"), entries)  # 6 parts would be a PEP 825 variant
     elif kind == "bad-name":
         p = raw_zip(p.with_name("demo-1.0.whl"), entries)
     elif kind == "missing":

@@ -70,7 +70,10 @@ def wheel_metadata_bytes(whl: Path) -> bytes:
     ("my-legacy-name-1.2.zip", ("sdist", "my-legacy-name", "1.2")),
     ("README.txt", None),
     ("bad-wheel.whl", None),
-    ("x-1.0-a-py3-none-any.whl", None),  # build tag must start with a digit
+    ("x-1.0-a-b-py3-none-any.whl", None),  # build tag must start with a digit
+    ("x-1.0-a-py3-none-any.whl", ("wheel", "x", "1.0")),  # PEP 825 reads it: variant label "any"
+    ("x-1.0-cp311-cp311-linux_x86_64-cu130.whl", ("wheel", "x", "1.0")),
+    ("x-1.0-cp311-cp311-linux_x86_64-CU130.whl", None),  # labels are lowercase
     # `$` in the name patterns matched before a trailing newline; packaging accepts "1.0\n" as a version
     ("demo\n-1.0.tar.gz", None),
     ("demo\n-1.0-py3-none-any.whl", None),

@@ -2,7 +2,7 @@
 
     python -m ci.build (--cpu | --cuda X.Y) [--torch V] [--python 3.10,3.11] [--arch-list "8.0;9.0"]
                        [--engine auto|host|docker|podman] [--dry-run] [--json] [--limit pypi|SIZE]
-                       [--upload URL] -w DIR
+                       [--variant] [--upload URL] -w DIR
 
 Wheels are staged in a hidden directory inside DIR and moved in only when every stage passed, so DIR
 never holds a half-made or unverified wheel; report.json and report.md are written either way.
@@ -68,6 +68,18 @@ def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None, cuda
         return rewrite(wa, out_dir, replace={init_name: init_bytes}, add={module: module_bytes}, version=version)
 
 
+def variant_wheels(plan, built: list[Path], site: Path, work: Path, cuda_major: int | None) -> list[Path]:
+    """The PEP 825 variant wheels of a CUDA build: no local label, so every variant of a release shares
+    one version; the label (cu130, or cu13 for a stable-ABI wheel) in the file name and the nvidia
+    provider's properties in .dist-info/variant.json (see ci.wheel.variant)."""
+    from wheelci.wheel.variant import add_variant, cuda_variant, describe
+
+    doc = cuda_variant(plan.cuda, plan.arch_list, cuda_major)
+    ((label, props),) = doc.variants.items()
+    log.info(f"note: variant {label}: {describe(props)}")
+    return [add_variant(finish_wheel(w, site, work / "plain", None, cuda_major), work / "variant", doc) for w in built]
+
+
 def verify_torches(plan, env, torch_requirement: str | None) -> list[tuple[str, Path]]:
     """(torch version, its site-packages) to verify under: the build's torch; for a stable-ABI wheel the
     oldest and newest torch of its range too (PyPI's builds, each a cached environment), less those the
@@ -99,7 +111,8 @@ def resolve_project(args, work_root: Path) -> tuple[Path, "object"]:
     project_dir = project.resolve(given, work_root)
     settings = project.merge(project.read_settings(project_dir), test_command=args.test_command,
                              test_requires=args.test_requires or [], env=args.env or [],
-                             exclude=args.exclude or [], limit=args.limit, stable_abi=args.stable_abi)
+                             exclude=args.exclude or [], limit=args.limit, stable_abi=args.stable_abi,
+                             variants=args.variant)
     return project_dir, settings
 
 
@@ -193,7 +206,11 @@ def build_project(args, project_dir: Path, settings) -> int:
             local = variant_label(plan) if args.local_version == "auto" else (
                 None if args.local_version == "none" else args.local_version)
             major = plan.stable.cuda_major if plan.stable else None  # a stable CUDA wheel checks torch's CUDA
-            wheels = [finish_wheel(w, env.site, work / "finished", local, major) for w in built]
+            if settings.variants and plan.cuda is None and args.local_version == "auto":
+                local = None  # a release with variants: its CPU build is the plain wheel
+            wheels = variant_wheels(plan, built, env.site, work, major) if settings.variants and plan.cuda else []
+            if local or not wheels:  # a variant's unlabelled twin would take the CPU wheel's name
+                wheels += [finish_wheel(w, env.site, work / "finished", local, major) for w in built]
             rep.build_seconds = round(time.monotonic() - start, 1)
             log.info(f"built {', '.join(w.name for w in wheels)}")
 
@@ -287,6 +304,10 @@ def build_parser() -> cli.Parser:
     p.add_argument("--limit", help="size limit per wheel: pypi, github or a size like 3GB (default: [tool.ci] limit)")
     p.add_argument("--local-version", default="auto", metavar="auto|none|LABEL",
                    help="local version label: auto (default) names torch and CUDA, e.g. 0.1.0+pt2.13.0.cu130")
+    p.add_argument("--variant", action="store_true",
+                   help="PEP 825 wheel variants (default: [tool.ci] variants): a CUDA build writes a variant wheel "
+                        "(no local label, labelled cu130 / cu13), plus its local-labelled twin unless "
+                        "--local-version none; a CPU build writes the release's plain wheel (auto means none)")
     p.add_argument("--test-command", help='run in the verify venv after install, e.g. "pytest {project}/tests" '
                                           "(placeholders {project} and {wheel}; default: [tool.ci] test-command)")
     p.add_argument("--test-requires", action="append", metavar="REQ", help="installed before the test command")

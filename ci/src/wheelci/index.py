@@ -15,6 +15,15 @@ DIR/simple), one `OUT/<project>/index.html` + `index.json` each, linking to the 
 or under --base-url. The `.metadata` files go beside the wheels, because PEP 658 puts them at the file's
 URL + ".metadata".
 
+Wheel variants (PEP 825, ci.wheel.variant): for each release with variant wheels, the project page
+links `{name}-{version}-variants.json`: the one in DIR when there is one (it must agree with the
+wheels), else one written to `OUT/<project>/`. A release whose variant wheels disagree (versions, a
+label with two property sets, providers) is refused. Local-labelled builds (`0.1.0+pt2.13.0.cu130`)
+are also served PyTorch style from one root per label, `OUT/cu130/<project>/`, for installers without
+variant support (`pip install --index-url .../cu130 NAME`). A release with variants leaves its
+local-labelled builds to those roots: on the project page `0.1.0+...` would outrank every variant
+and the plain `0.1.0` for pip and uv alike.
+
 Incremental: a file's sha256 and metadata are cached in OUT/.ci-index-cache.json, keyed by size,
 mtime, inode, device and ctime, so re-running on an unchanged directory stats the files and rewrites
 nothing. Size and mtime alone are not enough: `cp -p`, `rsync -a` and archives unpacked with a fixed
@@ -58,6 +67,7 @@ from wheelci.util import log
 from wheelci.util.digest import sha256_file
 from wheelci.errors import CiError
 from wheelci.wheel.names import SDIST_SUFFIXES, canonical_version, classify, normalize, same_version
+from wheelci.wheel.variant import FILE_SUFFIX, parse_variants_filename
 
 CACHE_NAME = ".ci-index-cache.json"
 CACHE_VERSION = 2  # 2: ownership of written files, and the stronger cache key
@@ -84,6 +94,8 @@ class Dist:
     sha256: str
     requires_python: str | None
     metadata_sha256: str | None  # wheels only: hash of the .metadata file's bytes
+    variant: str | None = None  # a variant wheel's label (PEP 825)
+    variant_json: str | None = None  # its variant.json; for a variants file, the file
 
 
 @dataclass
@@ -164,6 +176,8 @@ def read_dist(root: Path, rel: str, kind: str, project: str, version: str,
               st: os.stat_result) -> tuple[Dist, bytes | None]:
     """Hash a file and read its metadata; checks the metadata agrees with the file name."""
     path = root / rel
+    if kind == "variants":
+        return read_variants_file(path, rel, project, version, st), None
     raw = wheel_metadata(path) if kind == "wheel" else sdist_metadata(path)
     meta = parse_metadata(raw) if raw else {}
     if kind == "wheel" and not {"Name", "Version"} <= meta.keys():
@@ -172,11 +186,41 @@ def read_dist(root: Path, rel: str, kind: str, project: str, version: str,
         raise CiError(f"{path.name}: metadata names project {meta['Name']!r}, the file name {project!r}")
     if kind == "wheel" and not same_version(meta["Version"], version):
         raise CiError(f"{path.name}: metadata version {meta['Version']} != file name version {version}")
+    label = path.name.endswith(".whl") and _wheel_label(path.name)
     dist = Dist(
         filename=path.name, path=rel, project=project, version=version, size=st.st_size,
         sha256=sha256_file(path), requires_python=meta.get("Requires-Python"),
-        metadata_sha256=hashlib.sha256(raw).hexdigest() if kind == "wheel" and raw else None)
+        metadata_sha256=hashlib.sha256(raw).hexdigest() if kind == "wheel" and raw else None,
+        variant=label or None, variant_json=wheel_variant(path) if label else None)
     return dist, (raw if kind == "wheel" else None)
+
+
+def _wheel_label(filename: str) -> str | None:
+    from wheelci.wheel.names import WheelName
+    return WheelName.parse(filename).variant
+
+
+def wheel_variant(path: Path) -> str:
+    """A variant wheel's .dist-info/variant.json, checked against its label (ci.wheel.variant)."""
+    from wheelci.wheel.archive import WheelArchive
+    from wheelci.wheel.variant import dumps, read_wheel
+    with WheelArchive.open(path) as wa:
+        return dumps(read_wheel(wa)).decode()  # normalized: the same properties compare equal
+
+
+def read_variants_file(path: Path, rel: str, project: str, version: str, st: os.stat_result) -> Dist:
+    """A `{name}-{version}-variants.json` found in DIR: checked, hashed and kept whole (a few hundred bytes)."""
+    from wheelci.wheel.variant import DOC_CAP, parse
+    with open(path, "rb") as f:
+        data = f.read(DOC_CAP + 1)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CiError(f"{rel}: not UTF-8 JSON") from None
+    parse(text, rel)
+    return Dist(filename=path.name, path=rel, project=project, version=version, size=st.st_size,
+                sha256=hashlib.sha256(data).hexdigest(), requires_python=None, metadata_sha256=None,
+                variant_json=text)
 
 
 # ---------------------------------------------------------------- scanning
@@ -196,6 +240,8 @@ def scan(root: Path, out: Path) -> tuple[dict[str, tuple[str, str, str, os.stat_
                 continue
             rel = (d / name).relative_to(root).as_posix()
             c = classify(name)
+            if c is None and (v := parse_variants_filename(name)):
+                c = ("variants", *v)
             if c is None:
                 if not name.endswith(QUIET_SUFFIXES) and name not in PAGE_NAMES:
                     skipped.append(rel)
@@ -282,8 +328,18 @@ def file_url(d: Dist, to_root: str | None, base_url: str | None) -> str:
     return posixpath.normpath(posixpath.join(to_root or ".", quoted))
 
 
+@dataclass(frozen=True)
+class Link:
+    """A file a project page links besides its distributions: a release's variants file."""
+
+    filename: str
+    url: str  # relative to the project page, or absolute
+    sha256: str
+    size: int
+
+
 def project_html(project: str, dists: list[Dist], to_root: str | None, base_url: str | None,
-                 legacy_keys: bool = False) -> str:
+                 legacy_keys: bool = False, links: Iterable[Link] = ()) -> str:
     lines = ["<!DOCTYPE html>", "<html>", "<head>",
              '<meta name="pypi:repository-version" content="1.1">',
              f"<title>Links for {html.escape(project)}</title>", "</head>", "<body>",
@@ -297,12 +353,14 @@ def project_html(project: str, dists: list[Dist], to_root: str | None, base_url:
             if legacy_keys:
                 attrs.append(f'data-dist-info-metadata="sha256={d.metadata_sha256}"')
         lines.append(f"<a {' '.join(attrs)}>{html.escape(d.filename)}</a><br>")
+    for link in links:
+        lines.append(f'<a href="{html.escape(link.url)}#sha256={link.sha256}">{html.escape(link.filename)}</a><br>')
     lines += ["</body>", "</html>", ""]
     return "\n".join(lines)
 
 
 def project_json(project: str, dists: list[Dist], to_root: str | None, base_url: str | None,
-                 legacy_keys: bool = False) -> str:
+                 legacy_keys: bool = False, links: Iterable[Link] = ()) -> str:
     files = []
     for d in dists:
         f: dict = {"filename": d.filename, "url": file_url(d, to_root, base_url),
@@ -314,6 +372,8 @@ def project_json(project: str, dists: list[Dist], to_root: str | None, base_url:
             if legacy_keys:
                 f["dist-info-metadata"] = f["core-metadata"]
         files.append(f)
+    files += [{"filename": link.filename, "url": link.url, "hashes": {"sha256": link.sha256}, "size": link.size}
+              for link in links]
     versions = sorted({canonical_version(d.version) for d in dists})
     return json.dumps({"meta": {"api-version": API_VERSION}, "name": project,
                        "versions": versions, "files": files}, indent=1) + "\n"
@@ -333,15 +393,105 @@ def root_json(projects: list[str]) -> str:
 
 
 def render(dists: list[Dist], to_root: str | None, base_url: str | None,
-           legacy_keys: bool = False) -> dict[str, str]:
-    """All pages, as {path relative to OUT: text}. to_root: from a project page's directory to DIR."""
-    by_project: dict[str, list[Dist]] = {}
+           legacy_keys: bool = False, links: dict[str, list[Link]] | None = None, prefix: str = "") -> dict[str, str]:
+    """All pages, as {path relative to OUT: text}. to_root: from a project page's directory to DIR.
+    `links`: per project, further files to link; `prefix`: a root below OUT (`cu130/`)."""
+    links = links or {}
+    by_project: dict[str, list[Dist]] = {p: [] for p in links}
     for d in sorted(dists, key=lambda d: (d.project, d.filename)):
         by_project.setdefault(d.project, []).append(d)
-    pages = {"index.html": root_html(sorted(by_project)), "index.json": root_json(sorted(by_project))}
-    for project, ds in by_project.items():
-        pages[f"{project}/index.html"] = project_html(project, ds, to_root, base_url, legacy_keys)
-        pages[f"{project}/index.json"] = project_json(project, ds, to_root, base_url, legacy_keys)
+    names = sorted(by_project)
+    pages = {f"{prefix}index.html": root_html(names), f"{prefix}index.json": root_json(names)}
+    for project in names:
+        ds, extra = by_project[project], links.get(project, [])
+        pages[f"{prefix}{project}/index.html"] = project_html(project, ds, to_root, base_url, legacy_keys, extra)
+        pages[f"{prefix}{project}/index.json"] = project_json(project, ds, to_root, base_url, legacy_keys, extra)
+    return pages
+
+
+# ---------------------------------------------------------------- wheel variants (pure)
+
+
+@dataclass
+class VariantPlan:
+    """What a directory's variant wheels add to the index."""
+
+    files: dict[str, str] = field(default_factory=dict)  # variants files to write, relative to OUT
+    links: dict[str, list[Link]] = field(default_factory=dict)  # project -> its variants files
+    hidden: set[str] = field(default_factory=set)  # local-labelled builds of releases with variants
+    roots: dict[str, list[Dist]] = field(default_factory=dict)  # cu130 -> its local-labelled builds
+    notes: list[str] = field(default_factory=list)
+
+
+def _public(version: str) -> str:
+    return canonical_version(version.partition("+")[0])
+
+
+def plan_variants(dists: list[Dist], given: list[Dist], to_root: str | None, base_url: str | None) -> VariantPlan:
+    """Variants files (generated, or the ones DIR holds, checked), what leaves the project pages and
+    the per-CUDA roots. CiError for a release whose variants disagree."""
+    from wheelci.wheel import variant as v
+
+    plan = VariantPlan()
+    wheels = [d for d in dists if d.filename.endswith(".whl")]
+    releases: dict[tuple[str, str], list[Dist]] = {}
+    for d in wheels:
+        releases.setdefault((d.project, _public(d.version)), []).append(d)
+    provided: dict[tuple[str, str], Dist] = {}
+    for g in sorted(given, key=lambda g: g.path):
+        key = (g.project, _public(g.version))
+        if key in provided:
+            raise CiError(f"two variants files for {key[0]} {key[1]}: {provided[key].path} and {g.path}")
+        provided[key] = g
+        plan.links.setdefault(g.project, []).append(Link(g.filename, file_url(g, to_root, base_url), g.sha256, g.size))
+    for (project, public), ds in sorted(releases.items()):
+        labelled = sorted((d for d in ds if d.variant), key=lambda d: d.filename)
+        if not labelled:
+            continue
+        versions = sorted({d.version for d in labelled})
+        if len(versions) > 1:
+            raise CiError(f"the variant wheels of {project} {public} disagree on the version ({', '.join(versions)}): "
+                          "every variant of a release has the same version, with no local label")
+        release = f"{project} {versions[0]}"
+        docs = [(d.filename, v.parse_wheel_doc(d.variant_json or "", d.variant or "", d.filename)) for d in labelled]
+        merged = v.merge(release, docs)
+        if (project, public) in provided:
+            g = provided[(project, public)]
+            why = v.contradiction(v.parse(g.variant_json or "", g.path), docs)
+            if why:
+                raise CiError(f"{g.path} contradicts the variant wheels of {release}: {why}")
+        else:
+            name = v.variants_filename(labelled[0].filename.split("-", 1)[0], versions[0])
+            data = v.dumps(merged)
+            plan.files[f"{project}/{name}"] = data.decode()
+            plan.links.setdefault(project, []).append(Link(name, quote(name), hashlib.sha256(data).hexdigest(), len(data)))
+        if not any(not d.variant and "+" not in d.version for d in ds):
+            plan.notes.append(f"{release} has variant wheels but no plain wheel: an installer that finds no "
+                              "matching variant (no GPU, an old driver, no variant support) has nothing to install; "
+                              "add the CPU build made with --local-version none")
+        for d in ds:
+            if not d.variant and "+" in d.version:
+                plan.hidden.add(d.filename)
+                if v.root_label(d.version) is None:
+                    plan.notes.append(f"{d.path} is served from no page: {release} has variants and its local "
+                                      "label names no CUDA or CPU build for a root")
+    for d in wheels:
+        label = None if d.variant else v.root_label(d.version)
+        if label:
+            plan.roots.setdefault(label, []).append(d)
+    return plan
+
+
+def render_roots(roots: dict[str, list[Dist]], root: Path, out: Path, base_url: str | None,
+                 legacy_keys: bool, projects: Iterable[str]) -> dict[str, str]:
+    """PyTorch-style roots, `OUT/<label>/<project>/`: what `pip install --index-url .../cu130` reads."""
+    clash = sorted(set(roots) & set(projects))
+    if clash:
+        raise CiError(f"project {clash[0]} and the index root for {clash[0]} builds would share {out / clash[0]}")
+    pages: dict[str, str] = {}
+    for label, ds in sorted(roots.items()):
+        to_root = None if base_url else Path(os.path.relpath(root.resolve(), (out / label / "p").resolve())).as_posix()
+        pages.update(render(ds, to_root, base_url, legacy_keys, prefix=f"{label}/"))
     return pages
 
 
@@ -435,7 +585,18 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
             warn(f"{d.path} duplicates {prev.path}; indexing {prev.path}")
     chosen = list(by_name.values())
 
-    pages = render(chosen, to_root, base_url, legacy_keys)
+    # A variants file in DIR is input, except the one this command wrote there itself (--out DIR).
+    mine = root.resolve() == out.resolve()
+    given = [d for d in chosen if d.filename.endswith(FILE_SUFFIX) and not (mine and d.path in cache.pages)]
+    dists_only = [d for d in chosen if not d.filename.endswith(FILE_SUFFIX)]
+    variants = plan_variants(dists_only, given, to_root, base_url)
+    for note in variants.notes:
+        warn(note)
+    main_dists = [d for d in dists_only if d.filename not in variants.hidden]
+    projects = {d.project for d in main_dists} | set(variants.links)
+    pages = render(main_dists, to_root, base_url, legacy_keys, variants.links)
+    pages.update(variants.files)
+    pages.update(render_roots(variants.roots, root, out, base_url, legacy_keys, projects))
 
     # Everything to write, known before anything is written; refuse to replace what is not ours.
     sidecars: dict[str, bytes | None] = {}  # rel to DIR -> bytes (None: cached, read only if needed)
@@ -468,7 +629,7 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
         raise CiError(f"refusing to overwrite files ci.index did not write: {', '.join(clashes[:5])}{more} "
                       "(choose another --out, or move them away)")
 
-    result = IndexResult(out=str(out), projects=sum(1 for p in pages if p.endswith("/index.html")),
+    result = IndexResult(out=str(out), projects=len(projects),
                          files=len(chosen), hashed=len(todo), cached=len(found) - len(todo),
                          skipped=skipped)
     records = {d.path: {"key": cache_key(found[d.path][3]), "seen": seen[d.path], "dist": asdict(d)}
@@ -521,9 +682,10 @@ def _remove_stale(root: Path, out: Path, cache: Cache, pages: dict[str, str],
 
 
 def _page_name(rel: str) -> bool:
-    """The shape of what render() writes: index.html|json at the top or one project directory down."""
+    """The shape of what build_index writes: index.html|json at the top, one project directory down or
+    in a root's project directory (`cu130/<project>/`), and variants files in a project directory."""
     parts = rel.split("/")
-    return len(parts) <= 2 and parts[-1] in PAGE_NAMES
+    return (len(parts) <= 3 and parts[-1] in PAGE_NAMES) or (len(parts) == 2 and parts[1].endswith(FILE_SUFFIX))
 
 
 def _unlink(path: Path) -> bool:

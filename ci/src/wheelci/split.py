@@ -350,6 +350,8 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
                 w.add(f"{cname.dist_info}/METADATA", _companion_metadata(meta, projects[i], version, wa.name.project,
                                                                           limit).encode())
                 w.add(f"{cname.dist_info}/WHEEL", wheel_file)
+                if wa.name.variant:  # a companion of a variant wheel is that variant too (same label, same properties)
+                    w.add(f"{cname.dist_info}/variant.json", wa.read(f"{wa.dist_info}/variant.json", METADATA_CAP))
                 written.append(w.write(out_dir))
             from wheelci.wheel.archive import edit_headers
 

@@ -93,6 +93,24 @@ def torch_stack(site: Path) -> dict[str, str]:
     return stack
 
 
+def _installable(wheel: Path, tmp: Path) -> Path:
+    """A PEP 825 variant wheel as pip installs it: the same bytes under the name without the label
+    (pip refuses the label's sixth part; the variant.json inside is metadata pip ignores)."""
+    name = WheelName.parse(wheel.name)
+    if not name.variant:
+        return wheel
+    from wheelci.wheel.variant import plain_name
+
+    (tmp / "plain").mkdir(exist_ok=True)
+    plain = tmp / "plain" / plain_name(name)
+    try:
+        os.link(wheel, plain)
+    except OSError:  # another filesystem
+        import shutil
+        shutil.copyfile(wheel, plain)
+    return plain
+
+
 def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Path]) -> tuple[Path, str | None]:
     """A fresh venv in tmp over torch_site with the wheel installed: its python, and why the install
     failed (None when it did not). Offline first; a wheel that also needs other packages (numpy,
@@ -100,6 +118,7 @@ def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Pat
     Either way the venv must end up holding nothing of that stack itself: its torch, triton and CUDA
     wheels are the install's, whatever find-links or an index offered."""
     python = fresh_venv(tmp / "venv", torch_site)
+    wheel = _installable(wheel, tmp)
     links = [arg for d in find_links for arg in ("--find-links", str(d))]
     stack = torch_stack(torch_site)
     unmet = _stack_requirements_unmet(wheel, stack)

@@ -32,6 +32,7 @@ class Settings:
     exclude: list[str] = field(default_factory=list)
     limit: str | None = None
     stable_abi: str | None = None  # "2.10": build stable-ABI wheels serving every torch from it on
+    variants: bool = False  # PEP 825 variant wheels for CUDA builds, the plain wheel for CPU ones
 
 
 def _words(key: str, value: object) -> list[str]:
@@ -81,6 +82,12 @@ def _stable_abi(key: str, value: object) -> str:
     return value.strip()
 
 
+def _flag(key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise CiError(f"[tool.ci] {key} must be true or false, not {_toml(value)}")
+    return value
+
+
 def _toml(value: object) -> str:
     """A value as the user wrote it in TOML (true, not True)."""
     if isinstance(value, bool):
@@ -96,6 +103,7 @@ SETTINGS = {
     "exclude": ("exclude", _words),
     "limit": ("limit", _limit),
     "stable-abi": ("stable_abi", _stable_abi),
+    "variants": ("variants", _flag),
 }
 
 
@@ -140,7 +148,7 @@ def read_settings(project_dir: Path) -> Settings:
 
 
 def merge(settings: Settings, *, test_command: str | None, test_requires: list[str], env: list[str],
-          exclude: list[str], limit: str | None, stable_abi: str | None = None) -> Settings:
+          exclude: list[str], limit: str | None, stable_abi: str | None = None, variants: bool = False) -> Settings:
     """Command-line options over [tool.ci]; `--env NAME=VALUE` checked here."""
     merged_env = dict(settings.env)
     for item in env:
@@ -150,7 +158,8 @@ def merge(settings: Settings, *, test_command: str | None, test_requires: list[s
         merged_env[name] = value
     return Settings(test_command or settings.test_command, settings.test_requires + list(test_requires),
                     merged_env, settings.exclude + list(exclude), limit or settings.limit,
-                    _stable_abi("--stable-abi", stable_abi) if stable_abi else settings.stable_abi)
+                    _stable_abi("--stable-abi", stable_abi) if stable_abi else settings.stable_abi,
+                    variants or settings.variants)
 
 
 def is_sdist(path: Path) -> bool:

@@ -1010,20 +1010,22 @@ def rewrite(src: WheelArchive | Path | str, dest_dir: Path | str, *,
             distribution: str | None = None,
             metadata_edit: Callable[[str], str] | None = None,
             verify: bool = False,
-            force_zip64: bool = False) -> Path:
+            force_zip64: bool = False,
+            variant: str | None = None) -> Path:
     """Write an edited copy of src into dest_dir and return its path (src is never modified).
 
     `replace` keeps each member's position and mode; `add` appends (content or (content, mode));
     `remove` drops members. `version`/`distribution` rename the .dist-info and .data directories,
     METADATA's Version/Name and the file name together. With `verify`, every untouched member is
     re-hashed against the source RECORD first (CiError on mismatch); without it, RECORD sizes are
-    still checked against the zip directory.
+    still checked against the zip directory. `variant` gives the output a PEP 825 variant label (the
+    caller adds its .dist-info/variant.json); otherwise the source's label, if any, is kept.
     """
     own = not isinstance(src, WheelArchive)
     wa = WheelArchive.open(src) if own else src
     try:
         return _rewrite(wa, Path(dest_dir), dict(replace or {}), dict(add or {}), set(remove), version,
-                        distribution, metadata_edit, verify, force_zip64)
+                        distribution, metadata_edit, verify, force_zip64, variant)
     finally:
         if own:
             wa.close()
@@ -1032,7 +1034,7 @@ def rewrite(src: WheelArchive | Path | str, dest_dir: Path | str, *,
 def _rewrite(wa: WheelArchive, dest_dir: Path, replace: dict[str, Content],
              add: dict[str, Content | tuple[Content, int]], remove: set[str], version: str | None,
              distribution: str | None, metadata_edit: Callable[[str], str] | None, verify: bool,
-             force_zip64: bool) -> Path:
+             force_zip64: bool, variant: str | None = None) -> Path:
     for name in sorted(set(replace) | remove):
         if name not in wa:
             raise CiError(f"{wa.path.name} has no member {name}")
@@ -1054,7 +1056,8 @@ def _rewrite(wa: WheelArchive, dest_dir: Path, replace: dict[str, Content],
                     and m.name not in remove:
                 raise CiError(f"RECORD size mismatch for {m.name}: RECORD says {entry.size}, zip has {m.usize}")
     old = wa.name
-    new = old.with_(version=version or old.version, distribution=escape(distribution) if distribution else old.distribution)
+    new = old.with_(version=version or old.version, distribution=escape(distribution) if distribution else old.distribution,
+                    variant=variant or old.variant)
     # .data/ is spelled as the archive spells its .dist-info, which may differ from the file name's
     # spelling (`Demo-1.0.dist-info` in `demo-1.0-...whl`): rename whichever is there.
     as_dist_info = wa.dist_info[: -len(".dist-info")] + ".data"

@@ -1,8 +1,11 @@
-"""Distribution file names: wheels per the binary distribution spec (5 or 6 dash-separated parts),
+"""Distribution file names: wheels per the binary distribution spec (5 to 7 dash-separated parts),
 sdists as `<name>-<version>.tar.gz|.zip`.
 
 A build tag must start with a digit; `triton-2.1.0-0-cp38-...whl` is project `triton`, version
-`2.1.0`, build `0` (the parse pip2pi got wrong). Both kinds are held to the same rules: a valid project
+`2.1.0`, build `0` (the parse pip2pi got wrong). A PEP 825 variant wheel adds a last part, its variant
+label (`x-1.0-cp311-cp311-manylinux_2_28_x86_64-cu130.whl`): six parts whose third does not start with
+a digit (no Python tag does) end in a label, and seven are a build tag and a label, as PEP 825's
+grammar reads them. Both kinds are held to the same rules: a valid project
 name and a PEP 440 version, so ci.index and ci.upload never list a file that pip would not accept.
 Versions are compared as PEP 440 versions (`1.0.0-rc1` is `1.0.0rc1`). Pure functions.
 """
@@ -23,6 +26,7 @@ _PROJECT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _VERSION_CHARS = re.compile(r"[0-9][A-Za-z0-9._+!]*")
 _TAG = re.compile(r"[A-Za-z0-9_.]+")
 _BUILD = re.compile(r"[0-9][A-Za-z0-9_.]*")
+VARIANT_LABEL = re.compile(r"[0-9a-z_.]{1,16}")  # PEP 825; fullmatch
 SDIST_SUFFIXES = (".tar.gz", ".zip")
 
 
@@ -136,12 +140,19 @@ class WheelName:
     python: str
     abi: str
     platform: str
+    variant: str | None = None  # PEP 825 variant label
 
     @classmethod
     def parse(cls, filename: str) -> "WheelName":
         if not filename.endswith(".whl"):
             raise CiError(f"not a wheel file name (no .whl suffix): {filename}")
         parts = filename[:-4].split("-")
+        variant = None
+        if len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit()):
+            variant = parts.pop()
+            if not VARIANT_LABEL.fullmatch(variant):
+                raise CiError(f"invalid wheel file name {filename!r}: variant label {variant!r} is not 1-16 "
+                              "characters of 0-9, a-z, _ and . (PEP 825)")
         if len(parts) == 5:
             dist, version, py, abi, plat = parts
             build = None
@@ -150,14 +161,14 @@ class WheelName:
             if not build[:1].isdigit():
                 raise CiError(f"invalid wheel file name (build tag must start with a digit): {filename}")
         else:
-            raise CiError(f"invalid wheel file name (want 5 or 6 dash-separated parts): {filename}")
+            raise CiError(f"invalid wheel file name (want 5 to 7 dash-separated parts): {filename}")
         if not _NAME.fullmatch(dist) or not all(_TAG.fullmatch(t) for t in (py, abi, plat)) \
                 or (build is not None and not _BUILD.fullmatch(build)):
             raise CiError(f"invalid wheel file name: {filename!r}")
         if not is_version(version):
             raise CiError(f"invalid wheel file name {filename!r}: {version!r} is not a PEP 440 version")
-        _packaging_agrees(filename)
-        return cls(dist, version, build, py, abi, plat)
+        _packaging_agrees("-".join(parts) + ".whl" if variant else filename)  # packaging has no labels yet
+        return cls(dist, version, build, py, abi, plat, variant)
 
     @property
     def project(self) -> str:
@@ -178,7 +189,8 @@ class WheelName:
     @property
     def filename(self) -> str:
         build = f"-{self.build}" if self.build else ""
-        return f"{self.distribution}-{self.version}{build}-{self.tag}.whl"
+        variant = f"-{self.variant}" if self.variant else ""
+        return f"{self.distribution}-{self.version}{build}-{self.tag}{variant}.whl"
 
     def with_(self, **changes: str | None) -> "WheelName":
         return replace(self, **changes)
