@@ -546,6 +546,8 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
 
     cache_path = out / CACHE_NAME
     cache = load_cache(cache_path)
+    if root.resolve() == out.resolve():  # --out DIR: the variants files this command wrote are not input
+        found = {rel: f for rel, f in found.items() if rel not in cache.pages}
     dists: dict[str, Dist] = {}
     seen: dict[str, int] = {}
     todo: list[str] = []
@@ -585,9 +587,7 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
             warn(f"{d.path} duplicates {prev.path}; indexing {prev.path}")
     chosen = list(by_name.values())
 
-    # A variants file in DIR is input, except the one this command wrote there itself (--out DIR).
-    mine = root.resolve() == out.resolve()
-    given = [d for d in chosen if d.filename.endswith(FILE_SUFFIX) and not (mine and d.path in cache.pages)]
+    given = [d for d in chosen if d.filename.endswith(FILE_SUFFIX)]
     dists_only = [d for d in chosen if not d.filename.endswith(FILE_SUFFIX)]
     variants = plan_variants(dists_only, given, to_root, base_url)
     for note in variants.notes:

@@ -13,6 +13,13 @@ only when the simple page lists it with the same sha256; a different file under 
 A retried POST may have landed before the connection died: a later "already exists" answer is then
 checked against the simple page, and counts as uploaded only when the sha256 matches.
 
+Wheel variants (PEP 825): variant wheels upload like any wheel. A release's variants file
+(`{name}-{version}-variants.json`, as ci.index writes it) given among FILES is checked against the
+variant wheels given with it, and sent first, through the same upload form: an index that refuses the
+name (pypiserver answers "400 Bad filename") cannot serve variants, and the upload stops there, before
+any wheel lands, saying so. Variant wheels given without their variants file upload with a warning:
+installers ignore them until the index serves that file.
+
 Exit status: 0 all uploaded (or skipped as identical) and verified; 1 a finding (the index has a
 different file, twine check failed, the upload failed after retries, the simple page disagrees);
 2 bad usage or input (missing file, no repository, credentials rejected).
@@ -39,8 +46,9 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 from wheelci.errors import CiError, Finding
 from wheelci.util import log as progress
 from wheelci.util.digest import sha256_file
-from wheelci.wheel.names import classify
+from wheelci.wheel.names import WheelName, canonical_version, classify
 from wheelci.wheel.names import normalize
+from wheelci.wheel.variant import parse_variants_filename
 
 # Upload URL -> simple index URL, for the public indexes whose layout is known; others: see simple_url_for.
 KNOWN_SIMPLE = {
@@ -125,6 +133,38 @@ class _Links(HTMLParser):
 
 
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+class _Text(HTMLParser):
+    """An error page's words: its <pre> blocks (where bottle, and so pypiserver, puts the reason), else
+    its text outside <head>, <style> and <script>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre: list[str] = []
+        self.text: list[str] = []
+        self._skip = 0
+        self._in_pre = 0
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self._skip += tag in ("head", "style", "script")
+        self._in_pre += tag == "pre"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._skip -= tag in ("head", "style", "script") and self._skip > 0
+        self._in_pre -= tag == "pre" and self._in_pre > 0
+
+    def handle_data(self, data: str) -> None:
+        (self.pre if self._in_pre else self.text if not self._skip else []).append(data)
+
+
+def answer_text(body: str, content_type: str, limit: int = 200) -> str:
+    """An index's error answer as one short line: the words of an HTML page, not its markup."""
+    if "html" in content_type.lower() or body.lstrip()[:1] == "<":
+        page = _Text()
+        page.feed(body)
+        body = " ".join(page.pre) or " ".join(page.text)
+    return " ".join(body.split())[:limit]
 
 
 class MalformedPage(CiError):
@@ -229,9 +269,12 @@ class _Target:
     path: Path
     project: str
     sha256: str
+    version: str = ""
+    variants_file: bool = False  # a release's PEP 825 variants file, not a distribution
 
 
 def _targets(files: Iterable[str | os.PathLike]) -> list[_Target]:
+    """The files to upload, a release's variants files first (see the module docstring)."""
     out: list[_Target] = []
     seen: dict[str, Path] = {}
     for f in files:
@@ -239,15 +282,45 @@ def _targets(files: Iterable[str | os.PathLike]) -> list[_Target]:
         if not path.is_file():
             raise CiError(f"no such file: {path}")
         c = classify(path.name)
-        if c is None:
-            raise CiError(f"not a wheel or sdist: {path}")
+        v = None if c else parse_variants_filename(path.name)
+        if c is None and v is None:
+            raise CiError(f"not a wheel, sdist or variants file: {path}")
         if path.name in seen:
             raise CiError(f"{path.name} given twice: {seen[path.name]} and {path}")
         seen[path.name] = path
-        out.append(_Target(path, c[1], sha256_file(path)))
+        project, version = (c[1], c[2]) if c else v
+        out.append(_Target(path, project, sha256_file(path), version, variants_file=c is None))
     if not out:
         raise CiError("no files to upload")
-    return out
+    return sorted(out, key=lambda t: not t.variants_file)
+
+
+def check_variants(targets: list[_Target], warn: Callable[[str], None]) -> None:
+    """Each variants file given must agree with the variant wheels given with it (as ci.index checks
+    them); a release's variant wheels given without one upload with a warning."""
+    from wheelci.wheel import variant as v
+    from wheelci.wheel.archive import WheelArchive
+
+    def release(t: _Target) -> tuple[str, str]:
+        return t.project, canonical_version(t.version.partition("+")[0])
+
+    wheels: dict[tuple[str, str], list] = {}
+    for t in targets:
+        if not t.variants_file and t.path.name.endswith(".whl") and WheelName.parse(t.path.name).variant:
+            with WheelArchive.open(t.path) as wa:
+                wheels.setdefault(release(t), []).append((t.path.name, v.read_wheel(wa)))
+    given = {release(t): t for t in targets if t.variants_file}
+    for key, t in given.items():
+        if t.path.stat().st_size > v.DOC_CAP:
+            raise CiError(f"{t.path}: over {v.DOC_CAP >> 10} KiB; not a variants file")
+        why = v.contradiction(v.parse(t.path.read_bytes(), str(t.path)), wheels.get(key, []))
+        if why:
+            raise CiError(f"{t.path} contradicts the variant wheels given with it: {why}")
+    for key, docs in sorted(wheels.items()):
+        v.merge(f"{key[0]} {key[1]}", docs)  # the labels agree among themselves
+        if key not in given:
+            warn(f"warning: {key[0]} {key[1]}: variant wheels without the release's variants file: installers "
+                 "ignore them until the index serves it (give the one ci.index wrote once every variant is built)")
 
 
 def _settings(repository_url: str | None, repository: str | None, config_file: str | None):
@@ -289,7 +362,7 @@ def _twine_check(targets: list[_Target], warn: Callable[[str], None]) -> None:
     log = logging.getLogger("twine")
     log.addHandler(handler)
     try:
-        for t in targets:
+        for t in [t for t in targets if not t.variants_file]:  # twine reads distributions only
             records.clear()
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
@@ -454,6 +527,7 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
         say(f"warning: {shown} is plain http: credentials and files cross the network unencrypted")
     simple = simple_url or simple_url_for(url)
 
+    check_variants(targets, say)
     if check:
         _twine_check(targets, say)
 
@@ -497,7 +571,7 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
                 if same is False:
                     raise fail(Finding, f"the index already has a different {t.path.name} (sha256 differs)")
             try:
-                package = PackageFile.from_filename(str(t.path), None)
+                package = None if t.variants_file else PackageFile.from_filename(str(t.path), None)
             except exceptions.TwineException as e:
                 raise fail(CiError, f"{t.path.name}: {str(e).splitlines()[0]}") from None
             attempt = 0
@@ -507,7 +581,8 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
                 problem = None
                 try:
                     with contextlib.redirect_stdout(io.StringIO()):
-                        resp = repo.upload(package, max_redirects=1)  # one try; we retry with backoff
+                        resp = (repo.upload(package, max_redirects=1) if package  # one try; we retry with backoff
+                                else _post_file(repo, url, t))
                 except requests.exceptions.SSLError as e:
                     raise fail(CiError, str(tls_error(url, e))) from None
                 except requests.ConnectionError as e:
@@ -543,9 +618,9 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
                     if 500 <= code < 600:
                         problem = f"HTTP {code} {resp.reason}"
                     else:
-                        text = " ".join(resp.text.split())[:200]
+                        text = answer_text(resp.text, resp.headers.get("Content-Type", ""))
                         raise fail(Finding, f"{shown} refused {t.path.name}: HTTP {code} {resp.reason}"
-                                            + (f": {text}" if text else ""))
+                                            + (f": {text}" if text else "") + (NO_VARIANTS if t.variants_file else ""))
                 if attempt > retries:
                     raise fail(Finding, f"uploading {t.path.name} failed after {attempt} attempt"
                                         f"{'s' if attempt > 1 else ''}: {problem}")
@@ -557,6 +632,21 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
     finally:
         repo.close()
     return UploadResult(shown, redact(strip_userinfo(simple)), tuple(results))
+
+
+NO_VARIANTS = ("; this index does not take a release's variants file, so installers cannot choose among "
+               "variant wheels there: upload the plain and local-labelled wheels only, or serve the directory "
+               "with ci.index")
+
+
+def _post_file(repo, url: str, t: _Target):
+    """A variants file through the upload form twine uses for distributions (which its PackageFile
+    cannot describe): the index decides whether it takes the name."""
+    fields = {":action": "file_upload", "protocol_version": "1", "name": t.project, "version": t.version,
+              "sha256_digest": t.sha256}
+    with open(t.path, "rb") as f:
+        return repo.session.post(url, data=fields, files={"content": (t.path.name, f, "application/json")},
+                                 allow_redirects=False)
 
 
 def verify(index: _Index, targets: list[_Target], say: Callable[[str], None],
@@ -634,7 +724,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "in full within it (default 300)")
     p.add_argument("--no-check", action="store_true", help="skip twine check")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("files", nargs="+", metavar="FILE", type=Path, help="wheels and sdists")
+    p.add_argument("files", nargs="+", metavar="FILE", type=Path,
+                   help="wheels, sdists and variants files ({name}-{version}-variants.json, as ci.index writes them)")
     return p
 
 
