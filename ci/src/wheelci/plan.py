@@ -535,22 +535,45 @@ def split_csv(text: str | None) -> list[str] | None:
     return [p.strip() for p in text.split(",") if p.strip()] if text else None
 
 
-def workflow_matrix(stable_abi: str | None) -> dict[str, list[dict[str, str]]]:
+def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None) -> dict[str, list[dict[str, str]]]:
     """The CI jobs a project needs, as a GitHub Actions matrix: one per CUDA version of the matrix for
     classic wheels, one per variant (cpu, and each CUDA major the matrix can build for the target)
-    for stable-ABI ones, which serve every later torch."""
+    for stable-ABI ones, which serve every later torch. Each row names its engine: a CPU build runs on
+    the runner itself, a CUDA one in a container (the runner has no CUDA toolkit).
+
+    `cuda` keeps only the rows it names (CUDA versions of the matrix, or `cpu`), in matrix order; classic
+    wheels get a CPU job only when it is named. A name the matrix does not know is bad input, refused
+    here before any job starts: a typo must not quietly build nothing, or everything."""
     matrix = mx.load()
     if stable_abi is None:
-        return {"include": [{"name": f"cuda{v}", "args": f"--cuda {v}"} for v in matrix.versions]}
-    target = parse_target(stable_abi)
-    majors = []
-    for row in matrix.rows:
-        major = row.version.split(".")[0]
-        if major not in majors and any(tuple(map(int, t.version.split(".")[:2])) >= target for t in row.torch):
-            majors.append(major)
-    variants = [("cpu", "--cpu")] + [(f"cu{m}", f"--cuda {m}") for m in majors]
-    return {"include": [{"name": f"stable-{name}", "args": f"{args} --stable-abi {stable_abi}"}
-                        for name, args in variants]}
+        rows = [("cpu", "cpu", "--cpu")] + [(v, f"cuda{v}", f"--cuda {v}") for v in matrix.versions]
+        aliases = {key: key for key, _, _ in rows}
+    else:
+        target = parse_target(stable_abi)
+        majors = []
+        for row in matrix.rows:
+            major = row.version.split(".")[0]
+            if major not in majors and any(tuple(map(int, t.version.split(".")[:2])) >= target for t in row.torch):
+                majors.append(major)
+        rows = [("cpu", "stable-cpu", f"--cpu --stable-abi {stable_abi}")] + [
+            (m, f"stable-cu{m}", f"--cuda {m} --stable-abi {stable_abi}") for m in majors]
+        # a variant serves its whole CUDA major: 13 and 13.0 both name stable-cu13
+        aliases = {"cpu": "cpu", **{v: v.split(".")[0] for v in matrix.versions if v.split(".")[0] in majors},
+                   **{m: m for m in majors}}
+    if cuda is None:
+        keep = [r for r in rows if stable_abi or r[0] != "cpu"]
+    else:
+        choices = f"choose from {', '.join(r[0] for r in rows)}"
+        unknown = [c for c in cuda if c.lower() not in aliases]
+        if unknown:
+            what = f"stable-ABI variant for torch >= {stable_abi}" if stable_abi else "CUDA version"
+            raise CiError(f"--cuda {','.join(unknown)}: no such {what} in the matrix ({choices})")
+        if not cuda:
+            raise CiError(f"--cuda names no job ({choices})")
+        wanted = {aliases[c.lower()] for c in cuda}
+        keep = [r for r in rows if r[0] in wanted]
+    return {"include": [{"name": name, "args": args, "engine": "host" if key == "cpu" else "docker"}
+                        for key, name, args in keep]}
 
 
 def main(args) -> int:
@@ -560,7 +583,7 @@ def main(args) -> int:
 
     stable = args.stable_abi or read_settings(args.project_dir).stable_abi
     if args.workflow_matrix:
-        print(json.dumps(workflow_matrix(stable)))
+        print(json.dumps(workflow_matrix(stable, split_csv(args.cuda))))
         return 0
     plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
                      engine=args.engine, project_dir=args.project_dir, stable_abi=stable)
@@ -576,7 +599,8 @@ def build_parser():
 
     p = parser("ci.plan", "Print the build plan (image, torch, arch list, CIBW_* environment) for a CUDA "
                           "version without running anything; ci.build --dry-run prints the same.")
-    p.add_argument("--cuda", help=f"CUDA version ({', '.join(mx.load().versions)}); omit for a CPU build")
+    p.add_argument("--cuda", help=f"CUDA version ({', '.join(mx.load().versions)}); omit for a CPU build. With "
+                                  "--workflow-matrix: a comma list of the jobs to keep (CUDA versions, or cpu)")
     p.add_argument("--torch", help="torch version (default: the matrix row's)")
     p.add_argument("--python", help="comma-separated Python versions, e.g. 3.10,3.11")
     p.add_argument("--arch-list", help="TORCH_CUDA_ARCH_LIST (default: the matrix row's)")

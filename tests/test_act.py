@@ -1,0 +1,170 @@
+"""The real workflow files (wheels.yml calling build.yml) run under act, jobs on this host: a push plans
+the jobs; a manual run builds the example's CPU wheel on this host and publishes it to a pypiserver on
+loopback; bad input fails in the plan job with one line. Offline stand-ins replace the marketplace
+actions (tests/_act.py); act runs in a copy of the checkout."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests._act import WORKFLOWS, ActRun, Standins, copy_checkout, prune_caches, run_act, write_standins
+from tests._servers import PypiServer
+from wheelci.config.project import read_settings
+from wheelci.errors import CiError
+from wheelci.plan import workflow_matrix
+from wheelci.util.cache import cache_dir
+
+pytestmark = [pytest.mark.act, pytest.mark.slow, pytest.mark.network]
+
+ROOT = Path(__file__).resolve().parent.parent
+CLEANUP_STEP = "Free disk space (GitHub-hosted runners only)"
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    return copy_checkout(tmp_path_factory.mktemp("repo"))
+
+
+@pytest.fixture
+def standins(tmp_path) -> Standins:
+    """The stand-ins, artifacts in this test's directory; the actions cache kept between runs in the
+    project's cache directory, as a runner's would be (a warm ccache: the compile is most of a build)."""
+    caches = cache_dir("act", "actions-cache")
+    yield write_standins(tmp_path / "standins", tmp_path / "artifacts", caches)
+    prune_caches(caches)
+
+
+def the_matrix(run: ActRun) -> dict:
+    return json.loads(run.outputs("plan")["matrix"])
+
+
+def guarded_paths() -> list[str]:
+    """What the cleanup step would delete, read from build.yml itself."""
+    text = (WORKFLOWS / "build.yml").read_text()
+    script = text[text.index(CLEANUP_STEP):text.index("- uses:", text.index(CLEANUP_STEP))]
+    rm = script[script.index("rm -rf"):script.index("docker system prune")]
+    paths = re.findall(r"(/[\w./-]+)", rm)
+    assert "/opt/hostedtoolcache" in paths, rm
+    return paths
+
+
+def machine_state() -> dict[str, object]:
+    """What a cleanup run on this machine would have changed: the guarded directories, Docker's images."""
+    state: dict[str, object] = {p: os.path.exists(p) for p in guarded_paths()}
+    try:
+        images = subprocess.run(["docker", "images", "-q", "--no-trunc"], capture_output=True, text=True, timeout=60)
+        state["docker images"] = sorted(images.stdout.split()) if images.returncode == 0 else "no engine"
+    except (OSError, subprocess.TimeoutExpired):
+        state["docker images"] = "no engine"
+    return state
+
+
+def test_push_runs_the_plan_job(checkout, standins, tmp_path):
+    run = run_act(checkout, tmp_path, standins, "push")
+    assert run.returncode == 0, run.summary()
+    assert run.job_result("plan") == "success"
+    # the matrix the tool computes for this repository's example, every CUDA job in a container
+    expected = workflow_matrix(read_settings(ROOT).stable_abi)
+    assert the_matrix(run) == expected and expected["include"]
+    assert {row["engine"] for row in expected["include"]} == {"docker"}
+    # a push to main publishes nothing, so no secret is asked for
+    assert "Check the publish secrets" in run.skipped_steps("plan")
+    assert "publish" not in run.jobs()
+    # container jobs are left out here (--matrix engine:host): none of their steps ran
+    assert "wheels" not in run.jobs()
+
+
+def test_dispatch_builds_on_this_host_and_publishes(checkout, standins, tmp_path):
+    user, token = f"publisher-{secrets.token_hex(6)}", secrets.token_hex(24)
+    before = machine_state()
+    with PypiServer(tmp_path / "index", user, token) as index:
+        values = {"PRIVATE_INDEX_URL": index.url, "PRIVATE_INDEX_USER": user, "PRIVATE_INDEX_TOKEN": token}
+        run = run_act(checkout, tmp_path / "run", standins, "workflow_dispatch",
+                      inputs={"cuda": "cpu", "publish": "true"}, secrets=values)
+        assert run.returncode == 0, run.summary()
+        assert [run.job_result(j) for j in ("plan", "wheels", "publish")] == ["success"] * 3
+        assert the_matrix(run) == workflow_matrix(None, ["cpu"])
+
+        # the wheels job built on this host and stored its wheel and report as an artifact
+        assert "Build" in run.started("wheels")
+        (stored,) = [p for p in standins.artifacts.iterdir()]
+        assert stored.name == "wheels-cpu"
+        (wheel,) = stored.glob("*.whl")
+        assert {p.name for p in stored.iterdir()} == {wheel.name, "report.json", "report.md"}
+        assert json.loads((stored / "report.json").read_text())
+
+        # the publish job put that very file on the index
+        page = urllib.request.urlopen(index.url + "simple/softmax-ext/", timeout=30).read().decode()
+        assert wheel.name in page
+        served = urllib.request.urlopen(index.url + "packages/" + wheel.name, timeout=60).read()
+        assert hashlib.sha256(served).hexdigest() == hashlib.sha256(wheel.read_bytes()).hexdigest()
+
+        # and pip installs it from there into a fresh venv
+        venv = tmp_path / "venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--isolated", "--no-cache-dir",
+                              "--no-deps", "--index-url", index.url + "simple/", "softmax-ext"],
+                             capture_output=True, text=True, env=env)
+        assert pip.returncode == 0, pip.stdout + pip.stderr
+        version = subprocess.run([str(venv / "bin" / "python"), "-c",
+                                  "import importlib.metadata as m; print(m.version('softmax-ext'))"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        assert wheel.name.startswith(f"softmax_ext-{version}-")
+
+    # no secret value in any stored artifact file (wheel members read uncompressed) nor in act's output
+    for value in values.values():
+        assert value.encode() not in run.log.encode(), "a secret shows in act's output"
+        for path in (p for p in standins.artifacts.rglob("*") if p.is_file()):
+            assert value.encode() not in path.read_bytes(), path
+            if zipfile.is_zipfile(path):
+                with zipfile.ZipFile(path) as z:
+                    assert not [n for n in z.namelist() if value.encode() in z.read(n)], path
+
+    # the machine-changing step never ran on this (self-hosted) machine, and nothing it deletes went
+    for job in ("wheels",):
+        assert CLEANUP_STEP in run.skipped_steps(job) and CLEANUP_STEP not in run.started(job)
+    assert machine_state() == before
+
+
+def test_unknown_cuda_fails_in_the_plan_job(checkout, standins, tmp_path):
+    run = run_act(checkout, tmp_path, standins, "workflow_dispatch", inputs={"cuda": "99.9"})
+    assert run.returncode != 0
+    assert run.job_result("plan") == "failure"
+    with pytest.raises(CiError) as refused:
+        workflow_matrix(None, ["99.9"])
+    errors = [line for line in run.printed("plan") if "error" in line.lower()]
+    assert errors == [f"wheelci plan: error: {refused.value}"], run.printed("plan")
+    assert run.step_result("plan", "One job per CUDA version, or per variant for stable-ABI wheels") == "failure"
+    assert not {"wheels", "publish"} & run.jobs()
+
+
+def test_publish_without_secrets_fails_before_anything(checkout, standins, tmp_path):
+    run = run_act(checkout, tmp_path, standins, "workflow_dispatch", inputs={"cuda": "cpu", "publish": "true"})
+    assert run.returncode != 0
+    assert run.job_result("plan") == "failure"
+    assert run.started("plan") == ["Check the publish secrets"]
+    assert run.step_result("plan", "Check the publish secrets") == "failure"
+    said = [r["arg"] for r in run.of("plan") if r.get("command") == "error"]  # the ::error:: annotation
+    assert len(said) == 1 and all(s in said[0] for s in ("PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER",
+                                                          "PRIVATE_INDEX_TOKEN")), said
+    assert not {"wheels", "publish"} & run.jobs() and not any(standins.artifacts.glob("*"))
+
+
+def test_a_version_tag_publishes(checkout, standins, tmp_path):
+    """A pushed tag v* publishes (so it asks for the secrets first: none here, so it stops there)."""
+    run = run_act(checkout, tmp_path, standins, "push", payload={"ref": "refs/tags/v0.5.0"})
+    assert run.returncode != 0 and run.job_result("plan") == "failure"
+    assert run.started("plan") == ["Check the publish secrets"]
+    assert not {"wheels", "publish"} & run.jobs()
