@@ -28,7 +28,9 @@ from wheelci.wheel.names import WheelName
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
-UV = Path(sys.executable).with_name("uv")
+# the pinned uv beside this interpreter (the dev venv), else $UV or the one on PATH (a GPU machine's)
+UV = next(Path(c) for c in (str(Path(sys.executable).with_name("uv")), os.environ.get("UV"), shutil.which("uv"), "uv")
+          if c and Path(c).is_file() or c == "uv")
 FORCE_DRIVER = "NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION"
 FORCE_SM = "NV_VARIANT_PROVIDER_FORCE_SM_ARCH"
 
@@ -394,3 +396,140 @@ def test_a_split_companion_of_a_variant_is_that_variant_too(native_wheel, tmp_pa
     r = subprocess.run([sys.executable, "-c", "import demo; print(demo.answer())"], capture_output=True, text=True,
                        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(target)}, cwd="/")
     assert r.returncode == 0 and r.stdout.strip() == "63", r.stderr
+
+
+# ---------------------------------------------------------------- tiny_ext built for real (slow)
+
+
+@pytest.fixture(scope="module")
+def tiny_release(tmp_path_factory) -> Path:
+    """tiny_ext's release as the host builds it: the CPU plain wheel (--local-version none) and the CUDA
+    13.0 variant with its local-labelled twin (--variant; arch 9.0 keeps the compile short), in one
+    directory. WHEELCI_VARIANT_DIST names a directory of such wheels built elsewhere (a GPU machine
+    without the package index runs the gpu test on those)."""
+    given = os.environ.get("WHEELCI_VARIANT_DIST")
+    if given:
+        return Path(given)
+    dist = tmp_path_factory.mktemp("tiny-release")
+    for args in (("--cpu", "--local-version", "none"), ("--cuda", "13.0", "--variant", "--arch-list", "9.0")):
+        out = tmp_path_factory.mktemp("tiny-build")
+        r = run_stage("ci.build", TINY, "--engine", "host", *args, "-w", out)
+        assert r.returncode == 0, r.stderr[-3000:]
+        report = json.loads((out / "report.json").read_text())
+        assert report["passed"] and all(w["name"] in {p.name for p in out.glob("*.whl")} for w in report["wheels"])
+        for wheel in out.glob("*.whl"):
+            shutil.copy(wheel, dist)
+    return dist
+
+
+def tiny_names(dist: Path) -> dict[str, Path]:
+    """plain / variant / local: the release's three wheels."""
+    found: dict[str, Path] = {}
+    for wheel in dist.glob("tiny_ext-*.whl"):
+        name = WheelName.parse(wheel.name)
+        found["variant" if name.variant else "local" if "+" in name.version else "plain"] = wheel
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_tiny_ext_builds_a_plain_wheel_and_a_variant(tiny_release):
+    wheels = tiny_names(tiny_release)
+    assert sorted(wheels) == ["local", "plain", "variant"], sorted(p.name for p in tiny_release.iterdir())
+    plain, variant, local = (WheelName.parse(wheels[k].name) for k in ("plain", "variant", "local"))
+    assert (plain.version, variant.version, variant.variant) == ("0.1.0", "0.1.0", "cu130")
+    assert local.version == "0.1.0+pt2.13.0.cu130" and local.tag == variant.tag
+    info = variantlib_dist_info(wheels["variant"])
+    assert properties(info, "cu130") == {"nvidia :: cuda_version_lower_bound :: 13.0", "nvidia :: sm_arch :: 90_real"}
+    assert_valid_record(wheels["variant"])
+    from wheelci.native.elf import device_code
+
+    assert device_code(wheels["variant"]) and not device_code(wheels["plain"])
+
+
+TINY_MACHINES = [
+    ({FORCE_DRIVER: "13.0", FORCE_SM: "9.0"}, "cu130"),  # an H100 with a CUDA 13 driver
+    ({FORCE_DRIVER: "13.0"}, None),  # no GPU arch known: the sm_90-only variant is not offered
+    ({FORCE_DRIVER: "13.0", FORCE_SM: "8.9"}, None),  # a GPU the variant has no code for
+    ({FORCE_DRIVER: "12.8", FORCE_SM: "9.0"}, None),  # a driver older than the toolkit
+    ({}, None),  # no driver
+]
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.parametrize("machine, want", TINY_MACHINES)
+def test_uv_installs_tiny_ext_as_the_machine_allows(tiny_release, tmp_path, machine, want):
+    dist = tmp_path / "dist"
+    shutil.copytree(tiny_release, dist)
+    r = run_stage("ci.index", dist)
+    assert r.returncode == 0, r.stderr
+    variantlib_file(dist / "simple" / "tiny-ext" / "tiny_ext-0.1.0-variants.json")
+    with NegotiatingServer(dist) as server:
+        python = fresh_venv(tmp_path / "venv")
+        r = uv_install(python, server.url + "simple/", "tiny-ext", **machine)
+        assert r.returncode == 0, r.stderr
+        assert installed(python, "tiny-ext") == ("0.1.0", want)
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_pip_installs_tiny_ext_plain_and_from_the_cu130_root(tiny_release, tmp_path):
+    dist = tmp_path / "dist"
+    shutil.copytree(tiny_release, dist)
+    build_index(dist)
+    with NegotiatingServer(dist) as server:
+        python = fresh_venv(tmp_path / "venv")
+        r = pip_install(python, server.url + "simple/", "tiny-ext")
+        assert r.returncode == 0, r.stderr
+        assert installed(python, "tiny-ext") == ("0.1.0", None)
+        r = pip_install(python, server.url + "simple/cu130/", "--force-reinstall", "tiny-ext")
+        assert r.returncode == 0, r.stderr
+        assert installed(python, "tiny-ext") == ("0.1.0+pt2.13.0.cu130", None)
+
+
+# ---------------------------------------------------------------- a real GPU (gpu)
+
+
+def _torch_cuda() -> str | None:
+    """Why this interpreter cannot run the variant's CUDA tests, or None when it can."""
+    r = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__, torch.cuda.is_available())"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return "no torch in the interpreter running the tests"
+    version, available = r.stdout.split()
+    return None if available == "True" else f"torch {version} sees no CUDA device"
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_uv_reads_the_real_driver_and_the_variants_cuda_tests_pass(tiny_release, tmp_path):
+    """On a GPU machine: uv's nvidia provider reads the real driver and GPU (nothing forced), picks the
+    cu130 variant, and tiny_ext's own tests pass against what uv installed, its CUDA kernel included,
+    run by this interpreter (whose torch must be the one the wheels were built against)."""
+    why = _torch_cuda()
+    if why:
+        pytest.skip(why)
+    dist = tmp_path / "dist"
+    shutil.copytree(tiny_release, dist)
+    build_index(dist)
+    python = fresh_venv(tmp_path / "venv")
+    with NegotiatingServer(dist) as server:
+        r = uv_install(python, server.url + "simple/", "tiny-ext")
+    assert r.returncode == 0, r.stderr
+    assert installed(python, "tiny-ext") == ("0.1.0", "cu130"), "uv did not pick the variant for this GPU"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    report = tmp_path / "junit.xml"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                        str(TINY / "tests")], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": site})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    import xml.etree.ElementTree as ET
+
+    cases = {c.get("name"): c for c in ET.parse(report).iter("testcase")}
+    assert cases["test_add_one_cuda"].find("skipped") is None, "the CUDA test did not run"
+    # and the copy those tests imported was uv's
+    r = subprocess.run([sys.executable, "-c", "import tiny_ext; print(tiny_ext.__file__)"], capture_output=True,
+                       text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": site})
+    assert r.stdout.strip().startswith(site), r.stdout + r.stderr
