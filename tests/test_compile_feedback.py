@@ -113,18 +113,19 @@ def test_a_terminal_gets_one_status_line_redrawn_and_cleared(voice, capsys):
         ticker.update(hints.progress(b"[12/40] Building CXX object op.cpp.o\n"))
         ticker.update(None)  # a line with no count changes nothing
     err = capsys.readouterr().err
-    assert err.startswith("\rcompiling, 0 s, 12/40 steps\033[K") and err.endswith("\r\033[K")
+    assert re.search(r"\rcompiling, \d+ s, 12/40 steps\033\[K", err) and err.endswith("\r\033[K"), repr(err)
     assert "\n" not in err  # the line is redrawn in place, never added to
 
 
 def test_ci_gets_a_line_every_interval_while_nothing_is_printed(voice, capsys):
-    lines: list[str] = []
+    err = ""
     with log.Ticker("compiling", terminal=False, interval=0.01) as ticker:
         ticker.update("3/40 steps")
         deadline = time.monotonic() + WAIT
-        while len(lines) < 3 and time.monotonic() < deadline:  # the step itself says nothing meanwhile
+        while err.count("\n") < 3 and time.monotonic() < deadline:  # the step itself says nothing meanwhile
             time.sleep(0.01)
-            lines += capsys.readouterr().err.splitlines()
+            err += capsys.readouterr().err
+    lines = (err + capsys.readouterr().err).splitlines()
     assert len(lines) >= 3, lines
     assert all(re.fullmatch(r"ci\.test: compiling, \d+ s, 3/40 steps", ln) for ln in lines), lines
 
@@ -236,6 +237,8 @@ def cpu_env():
     return ensure_env(TorchSpec(matrix.load().default_torch, None, matrix.load().cpu_index_url, False))
 
 
+@pytest.mark.slow
+@pytest.mark.network  # the CPU torch build env, on a cold machine
 def test_the_probe_project_fails_where_it_sees_a_toolkit(cuda_on_path, tmp_path, cpu_env):
     """What the CPU view is for: the same project, built as it stands, fails on this machine as torchsort
     does, and the log's cause is named."""
@@ -252,6 +255,8 @@ def _cpu_plan(project: Path):
     return make_plan(cuda=None, engine="host", project_dir=project)
 
 
+@pytest.mark.slow
+@pytest.mark.network  # the CPU torch build env, on a cold machine
 def test_a_cpu_host_build_of_it_compiles_its_cpu_part(cuda_on_path, tmp_path, cpu_env, capfd):
     from wheelci.compile.host import compile_host
 
@@ -263,6 +268,8 @@ def test_a_cpu_host_build_of_it_compiles_its_cpu_part(cuda_on_path, tmp_path, cp
     assert f"toolchain: CPU only: PATH's {cuda_on_path} seen without nvcc" in capfd.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.network  # the CPU torch build env, on a cold machine
 def test_a_cpu_build_that_insists_on_cuda_fails_with_the_cause_named(cuda_on_path, tmp_path, cpu_env, capfd):
     from wheelci.compile.host import compile_host
 
@@ -279,9 +286,10 @@ def test_a_cpu_build_that_insists_on_cuda_fails_with_the_cause_named(cuda_on_pat
 
 # The first build step waits for the test's release file, saying so once (through the console pool ninja
 # prints it at once), then generates a source that includes a header nobody has: the compile fails after.
+# In a container the release file is in the ccache directory, which the container build mounts.
 WAIT_PY = '''\
 import os, sys, time
-release = os.environ["SLOW_RELEASE"]
+release = os.environ.get("SLOW_RELEASE") or os.path.join(os.environ["CCACHE_DIR"], "slow-release")
 print("slow step: waiting for the test", flush=True)
 deadline = time.monotonic() + {wait}
 while not os.path.exists(release):
@@ -335,32 +343,58 @@ class Lines:
             time.sleep(0.05)
 
 
-def test_a_long_compile_is_logged_as_it_goes_and_beats_in_ci(tmp_path, cpu_env):
-    project, work, release = slow_project(tmp_path / "slow"), tmp_path / "work", tmp_path / "release"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")]),
-           "SLOW_RELEASE": str(release), log.HEARTBEAT: "0.2"}
-    env.pop("GITHUB_ACTIONS", None)  # stderr is a pipe: logs and CI get the heartbeat
-    building = subprocess.Popen([sys.executable, "-m", "ci.build", "--cpu", "--engine", "host", "--work-dir", work,
-                                 "-w", tmp_path / "out", project], cwd=ROOT, env=env, text=True,
+def watch_slow_build(args: list, env: dict[str, str], logfile: Path, release: Path, doing: str) -> str:
+    """Run `ci.build ARGS` on the slow project with stderr a pipe (logs and CI) and a short heartbeat:
+    while its first step waits, the log must hold that step's line and the ticker must keep beating
+    (`doing, N s[, count]`); then release it, and return stderr once the build has ended (it fails)."""
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")]), log.HEARTBEAT: "0.2"}
+    env.pop("GITHUB_ACTIONS", None)
+    building = subprocess.Popen([sys.executable, "-m", "ci.build", *map(str, args)], cwd=ROOT, env=env, text=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        err = Lines(building.stderr)
-        logfile = work / "compile.log"
-        # the compile log holds the waiting step's line while the build still runs
-        err.wait_for(lambda: logfile.is_file() and "slow step: waiting" in logfile.read_text(), "line in the log",
-                     building)
-        def beats() -> list[str]:  # the stage's voice, then the ticker's status
-            return [ln for ln in err.lines if re.fullmatch(r"[\w. ]+: compiling, \d+ s(, .*)?\n", ln)]
+    err = Lines(building.stderr)
 
+    def beats() -> list[str]:  # the stage's voice, then the ticker's status
+        return [ln for ln in err.lines if re.fullmatch(rf"[\w. ]+: {doing}, \d+[^,]*(, .*)?\n", ln)]
+
+    try:
+        # the build log holds the waiting step's line while the build still runs
+        err.wait_for(lambda: logfile.is_file() and "slow step: waiting" in logfile.read_text(errors="replace"),
+                     "line in the log", building)
         seen = len(beats())
         # the step prints nothing more until released: the lines that still come are the timer's
         err.wait_for(lambda: len(beats()) >= seen + 2, "heartbeat while the compiler is silent", building)
-        assert "slow step: waiting" in logfile.read_text() and building.poll() is None
-        assert re.search(r", 0/[1-9]\d* steps$", beats()[-1]), beats()[-1]  # ninja's count: none done, the first running
+        assert building.poll() is None
+        assert re.search(r", 0/[1-9]\d* steps$", beats()[-1]), beats()[-1]  # ninja's count: none done, one running
     finally:
         release.touch()
         building.wait(timeout=WAIT)
     stderr = err.join()
     assert building.returncode == 1, stderr[-3000:]
-    assert "the compiler found no slow_missing.h: install what provides it" in stderr, stderr[-3000:]
-    assert "slow_missing.h: No such file or directory" in logfile.read_text()
+    return stderr
+
+
+@pytest.mark.slow
+@pytest.mark.network  # the CPU torch build env, on a cold machine
+def test_a_long_compile_is_logged_as_it_goes_and_beats_in_ci(tmp_path, cpu_env):
+    project, work, release = slow_project(tmp_path / "slow"), tmp_path / "work", tmp_path / "release"
+    stderr = watch_slow_build(["--cpu", "--engine", "host", "--work-dir", work, "-w", tmp_path / "out", project],
+                              {**os.environ, "SLOW_RELEASE": str(release)}, work / "compile.log", release, "compiling")
+    assert "the compiler found no slow_missing.h: install what provides it" in stderr.splitlines()[-1], stderr[-3000:]
+    assert "slow_missing.h: No such file or directory" in (work / "compile.log").read_text()
+
+
+@pytest.mark.container
+def test_a_container_build_is_logged_as_it_goes_beats_and_says_why_it_failed(engines, torch_cpu_wheel, tmp_path):
+    """The same through cibuildwheel in Docker (the suite's stand-in image; torch from a mounted wheel)."""
+    from tests import _standin
+
+    if engines.why_not.get("docker"):
+        pytest.fail(f"docker should run on this machine but does not: {engines.why_not['docker']}")
+    project, work, ccache = slow_project(tmp_path / "slow"), tmp_path / "work", tmp_path / "ccache"
+    ccache.mkdir()
+    args = ["--cpu", "--engine", "docker", "--image", _standin.ensure_image("docker"), "--find-links",
+            torch_cpu_wheel.parent, "--work-dir", work, "-w", tmp_path / "out", project]
+    stderr = watch_slow_build(args, {**os.environ, "CCACHE_DIR": str(ccache)}, work / "cibuildwheel.log",
+                              ccache / "slow-release", "building in a container")
+    (line,) = [ln for ln in stderr.splitlines() if ln.startswith("python -m ci.build: error:")]
+    assert "cibuildwheel failed with exit status" in line and "the compiler found no slow_missing.h" in line, line

@@ -127,7 +127,7 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
     ccache_dir().mkdir(parents=True, exist_ok=True)
     wheel_dir = Path(wheel_dir)
     wheel_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **plan.environment}
+    env = {**os.environ, **plan.environment, "PYTHONUNBUFFERED": "1"}  # cibuildwheel's lines reach the log when said
     logfile = Path(logfile or wheel_dir.parent / "cibuildwheel.log").resolve()
     staging = Path(tempfile.mkdtemp(prefix=".cibuildwheel-", dir=wheel_dir))
     try:

@@ -145,8 +145,10 @@ def ensure_env(spec: TorchSpec) -> BuildEnv:
         what = f"creating the build environment {root}"
         proc.run([sys.executable, "-m", "venv", root], what=what, **to_stderr)
         pip = [root / "bin" / "python", "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
-        proc.run([*pip, *args], what=f"{what} (torch {spec.version} from {source})", **to_stderr)
-        proc.run([*pip, "-c", constraints.CONSTRAINTS, *BUILD_TOOLS], what=f"{what} (the build tools)", **to_stderr)
+        with log.Ticker("creating the build environment", live=False):  # a quiet pip: minutes of silence in CI
+            proc.run([*pip, *args], what=f"{what} (torch {spec.version} from {source})", **to_stderr)
+            proc.run([*pip, "-c", constraints.CONSTRAINTS, *BUILD_TOOLS], what=f"{what} (the build tools)",
+                     **to_stderr)
         info = _torch_info(root / "bin" / "python")
         got_cuda = info["cuda"]
         want = spec.cuda
@@ -182,8 +184,9 @@ def find_nvcc(env: BuildEnv, cuda: str, wheels: tuple[str, ...] = (), *, source:
     if not wheels:
         raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and NVIDIA ships no nvcc wheel for it")
     log.info(f"{have}; installing nvcc {cuda} from NVIDIA's wheels ({', '.join(wheels)})")
-    r = proc.run([env.python, "-m", "pip", "install", "--quiet", "--isolated", *wheels],
-                 what=f"installing nvcc {cuda}", check=False, capture_output=True, text=True)
+    with log.Ticker(f"installing nvcc {cuda}"):
+        r = proc.run([env.python, "-m", "pip", "install", "--quiet", "--isolated", *wheels],
+                     what=f"installing nvcc {cuda}", check=False, capture_output=True, text=True)
     if r.returncode != 0:
         raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and pip could not install {wheels[0]} "
                       f"({proc.failure(r.args, r)})")

@@ -42,8 +42,9 @@ def _command_data(text: str) -> str:
 
 
 def _emit(line: str) -> None:
-    with _lock:
-        print(line, file=sys.stderr, flush=True)
+    with _lock:  # one write: a reader of the stream never sees half a line
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 def passthrough(data: bytes) -> None:
