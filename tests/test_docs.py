@@ -1,0 +1,93 @@
+"""The documentation against the code: every link in README.md and docs/ lands on a file and heading
+that exist, docs/reference.md names every option of every stage and every [tool.ci] key, and the
+README's first screen shows the two commands a fresh clone runs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+REFERENCE = ROOT / "docs" / "reference.md"
+STAGES_WITH_PARSERS = ("build", "plan", "repair", "check", "split", "patch", "preload", "index", "upload",
+                       "verify", "abi", "image", "engine")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _prose(text: str) -> str:
+    """The page without its fenced blocks, where a `[x](y)` is code, not a link."""
+    return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+
+
+def anchors(page: Path) -> set[str]:
+    """The heading anchors GitHub gives a page: lowercased, punctuation but `-` and `_` dropped,
+    spaces made `-`, a repeated one numbered."""
+    seen: dict[str, int] = {}
+    out = set()
+    for line in _prose(page.read_text()).splitlines():
+        if not (m := re.match(r"^#{1,6}\s+(.*)$", line)):
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_links_land_on_files_and_headings(page):
+    broken = []
+    for target in LINK.findall(_prose(page.read_text())):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:: not ours to check
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            broken.append(f"{target} (no {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest})")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target} (no heading #{anchor} in {dest.name})")
+    assert not broken, f"{page.relative_to(ROOT)}: broken links: {broken}"
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string a parser takes, its subcommands' included, less the hidden ones."""
+    found = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _options(sub)
+        elif action.help != argparse.SUPPRESS and not isinstance(action, argparse._HelpAction):
+            found.update(action.option_strings)
+    return found
+
+
+@pytest.mark.parametrize("stage", STAGES_WITH_PARSERS)
+def test_the_reference_names_every_option(stage):
+    module = importlib.import_module(f"wheelci.{stage}")
+    text = REFERENCE.read_text()
+    section = text.split(f"## `wheelci {stage}`", 1)
+    assert len(section) == 2, f"docs/reference.md has no section for wheelci {stage}"
+    body = section[1].split("\n## ", 1)[0]
+    common = text.split("## Common to every stage", 1)[1].split("\n## ", 1)[0]
+    missing = sorted(o for o in _options(module.build_parser())
+                     if not re.search(rf"`{re.escape(o)}[` ]", body + common))
+    assert not missing, f"docs/reference.md's wheelci {stage} section does not name {missing}"
+
+
+def test_the_reference_names_every_tool_ci_key():
+    from wheelci.config.project import SETTINGS
+
+    table = REFERENCE.read_text().split("## `[tool.ci]`", 1)[1].split("\n## ", 1)[0]
+    missing = [key for key in SETTINGS if f"| `{key}` |" not in table]
+    assert not missing, f"docs/reference.md's [tool.ci] table lacks {missing}"
+
+
+def test_the_readme_shows_the_fresh_clone_commands_first():
+    first_screen = "\n".join((ROOT / "README.md").read_text().splitlines()[:40])
+    for command in ("./scripts/build ", "./scripts/test"):
+        assert command in first_screen, f"README.md's first 40 lines do not show {command.strip()}"
