@@ -198,7 +198,7 @@ def test_a_cpu_environment_keeps_every_tool_but_nvcc(cuda_on_path, tmp_path):
     from wheelci.compile.hostenv import cpu_environ
     from wheelci.plan import cpu_view
 
-    view = cpu_view(os.environ)
+    view = cpu_view(os.environ, cmake=False)
     assert str(cuda_on_path) in view.nvcc_dirs and view.unset == ["CUDA_HOME", "CUDA_PATH", "CUDACXX"]
     env = cpu_environ({**os.environ, "CUDAToolkit_ROOT": "/x", "KEEP": "1"}, view.nvcc_dirs, tmp_path / "view")
     assert shutil.which("nvcc", path=env["PATH"]) is None
@@ -302,6 +302,10 @@ CMAKE = '''\
 cmake_minimum_required(VERSION 3.18)
 project(slow_ext LANGUAGES C)
 find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
+include(CheckLanguage)
+check_language(CUDA)
+find_package(CUDAToolkit QUIET)
+message(STATUS "slow: CUDA compiler '${CMAKE_CUDA_COMPILER}', CUDAToolkit found '${CUDAToolkit_FOUND}'")
 add_custom_command(OUTPUT gen.c COMMAND ${Python_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/wait.py gen.c USES_TERMINAL)
 python_add_library(_slow MODULE gen.c WITH_SOABI)
 install(TARGETS _slow DESTINATION slow_ext)
@@ -380,7 +384,11 @@ def test_a_long_compile_is_logged_as_it_goes_and_beats_in_ci(tmp_path, cpu_env):
     stderr = watch_slow_build(["--cpu", "--engine", "host", "--work-dir", work, "-w", tmp_path / "out", project],
                               {**os.environ, "SLOW_RELEASE": str(release)}, work / "compile.log", release, "compiling")
     assert "the compiler found no slow_missing.h: install what provides it" in stderr.splitlines()[-1], stderr[-3000:]
-    assert "slow_missing.h: No such file or directory" in (work / "compile.log").read_text()
+    text = (work / "compile.log").read_text()
+    assert "slow_missing.h: No such file or directory" in text
+    # a CPU build's CMake finds no CUDA, though this machine's /usr/local/cuda may hold one
+    assert "toolchain: CPU only: " in stderr and "CMake's find_package(CUDAToolkit) off" in stderr
+    assert "slow: CUDA compiler 'NOTFOUND', CUDAToolkit found ''" in text, text[-3000:]
 
 
 @pytest.mark.container

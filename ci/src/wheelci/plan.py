@@ -51,34 +51,39 @@ AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs doc
 _PY = re.compile(r"3\.\d{1,2}")  # fullmatch: `$` passes a trailing newline
 # What names a CUDA toolkit to a build script: torch's cpp_extension, CMake's CUDA language and FindCUDAToolkit.
 CUDA_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDACXX", "CUDA_ROOT", "CUDAToolkit_ROOT")
+# CMake's FindCUDAToolkit looks in /usr/local/cuda whatever PATH holds: a CPU build turns it off
+CMAKE_NO_CUDA = ("CMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON",)
 
 
 @dataclass(frozen=True)
 class CpuView:
     """What a CPU host build hides of this machine's CUDA toolkit. A build script that compiles CUDA code
     whenever it finds nvcc (torchsort's setup.py runs it) fails under a CPU torch, whose cpp_extension
-    has no CUDA_HOME; so the compile finds no nvcc on PATH and none of CUDA_VARIABLES. A PATH entry
-    holding nvcc is seen through a copy of it without nvcc, not dropped: /usr/bin may hold the
-    distribution's nvcc and the C++ compiler both."""
+    has no CUDA_HOME; so the compile finds no nvcc on PATH, none of CUDA_VARIABLES, and a CMake project
+    no CUDAToolkit package. A PATH entry holding nvcc is seen through a copy of it without nvcc, not dropped:
+    /usr/bin may hold the distribution's nvcc and the C++ compiler both."""
 
     nvcc_dirs: list[str]  # PATH entries holding an nvcc
     unset: list[str]  # the CUDA_VARIABLES the environment sets
+    cmake_defines: list[str] = field(default_factory=list)  # CMAKE_NO_CUDA, for a CMake project
 
     def describe(self) -> str:
         hidden = [f"PATH's {d} seen without nvcc" for d in self.nvcc_dirs]
         hidden += [f"{', '.join(self.unset)} unset"] if self.unset else []
+        hidden += ["CMake's find_package(CUDAToolkit) off"] if self.cmake_defines else []
         return "CPU only: " + ("; ".join(hidden) if hidden else "no nvcc on PATH and no CUDA variable to hide")
 
 
-def cpu_view(env: Mapping[str, str]) -> CpuView:
+def cpu_view(env: Mapping[str, str], cmake: bool) -> CpuView:
     """The CpuView of an environment: which PATH entries hold an nvcc (as a shell finds programs), which
-    CUDA variables are set."""
+    CUDA variables are set; `cmake`: the project is built by CMake."""
     def holds_nvcc(entry: str) -> bool:
         nvcc = os.path.join(entry, "nvcc")
         return os.path.isfile(nvcc) and os.access(nvcc, os.X_OK)
 
     entries = dict.fromkeys(e for e in env.get("PATH", "").split(os.pathsep) if e)
-    return CpuView([e for e in entries if holds_nvcc(e)], [v for v in CUDA_VARIABLES if env.get(v)])
+    return CpuView([e for e in entries if holds_nvcc(e)], [v for v in CUDA_VARIABLES if env.get(v)],
+                   list(CMAKE_NO_CUDA) if cmake else [])
 
 
 @dataclass(frozen=True)
@@ -499,7 +504,8 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
                 identifiers=identifiers, environment=env, engine=resolved,
                 notes=python_notes(project, pythons) + notes, engine_requested=engine,
                 find_links=str(find_links) if find_links else None,
-                cpu_view=cpu_view(os.environ) if resolved == "host" else None)  # an image has no toolkit
+                cpu_view=cpu_view(os.environ, project.backend == "scikit-build-core") if resolved == "host"
+                else None)  # an image has no toolkit to hide
 
 
 def format_plan(plan: Plan) -> str:

@@ -24,8 +24,8 @@ _NO_NVCC = re.compile(r"\bnvcc: (?:command )?not found|No such file or directory
 _NO_CUDA_RUNTIME = "No CUDA runtime is found"
 _COMPILER_ERROR = re.compile(r":\d+(?::\d+)?: (?:fatal )?error:|\berror: \S|\(\d+\): error:")
 # headers of the CUDA toolkit, its libraries and NVIDIA's header-only ones
-_CUDA_HEADER = re.compile(r"(?:^|/)(?:cuda|cublas|cufft|curand|cusparse|cusolver|cudnn|cupti|nccl|nvrtc|nvToolsExt|nvml)"
-                          r"\w*\.h$|^(?:thrust|cub|nvtx3|cuda)/")
+_CUDA_HEADER = re.compile(r"(?:^|/)(?:cuda|cublas|cufft|curand|cusparse|cusolver|cudnn|cupti|nccl|nvrtc|nvToolsExt"
+                          r"|nvml)\w*\.h$|^(?:thrust|cub|nvtx3|cuda)/")
 NO_CUDA_TORCH = "add the CUDA extension only under a CUDA torch (torch.version.cuda), or build with --cuda X.Y"
 
 

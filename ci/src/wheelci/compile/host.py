@@ -133,8 +133,9 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: st
     if plan.cuda is None:  # a CPU build sees no CUDA toolkit (ci.plan.CpuView)
         from wheelci.plan import cpu_view
 
-        view = cpu_view(environ)
+        view = cpu_view(environ, cmake)
         environ = cpu_environ(environ, view.nvcc_dirs, work_dir / "cpu-path")
+        config += [arg for define in view.cmake_defines for arg in ("-C", f"cmake.define.{define}")]
         log.info(f"toolchain: {view.describe()}")
     # the build env's own tools first: without ninja on PATH cpp_extension compiles one file at a time,
     # and through setuptools' C++ flags rather than its C ones
