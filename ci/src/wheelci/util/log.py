@@ -150,7 +150,8 @@ class Ticker:
         if self.silent:
             return
         if not self.terminal:
-            return info(self.status())
+            info(self.status())
+            return
         with _lock:
             sys.stderr.write("\r" + self.status()[:120] + "\033[K")
             sys.stderr.flush()
