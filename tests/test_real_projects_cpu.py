@@ -10,11 +10,12 @@ wheel then installed with torch from pip into a fresh venv and its ops run there
 
 Why the wheel cache: paying that compile on every run would add minutes to the suite for a result
 that changes only when an input does. A verified wheel is kept in the tool's cache directory, keyed by
-all that decides its bytes: the sdist's sha256, the build arguments, torch, the C++ compiler, Python,
-glibc, and a digest of the tool's own modules that compile, repair and rewrite wheels (so a change there
-rebuilds; verify, upload and the rest do not shape the wheel). An entry is a directory written beside
-its final name and renamed into place, so a crash leaves no entry a later run could take for whole; it
-is used only when its recorded key and the wheel's sha256 match, and is otherwise removed and rebuilt.
+all that decides its bytes: the sdist's sha256, the build arguments, the tool's plan for them (torch,
+manylinux policy, build-tool pins), the C++ compiler, Python, glibc, and a digest of the tool's code that
+compiles, repairs and rewrites wheels (a change there rebuilds; verify, upload and the rest do not shape
+the wheel). An entry is a directory written beside its final name and renamed into place, so a crash
+leaves no entry a later run could take for whole; it is used only when its recorded key and the wheel's
+sha256 match, and is otherwise removed and rebuilt.
 Installing, importing and running the ops in a fresh venv happen on every run, cached wheel or not.
 """
 
@@ -42,8 +43,9 @@ from tests._wheels import run_stage
 from tests.test_real_projects import CHECKS, build, sdist
 
 BUILD_ARGS = ("--cpu",)  # build() adds --engine host
-# the tool's parts that decide a built wheel's bytes (compile, repair, preload, local version, pins)
-WHEEL_SHAPING = ("build.py", "plan.py", "repair.py", "compile", "config", "native", "wheel", "resources", "util")
+# the tool's code that runs a planned build and decides the wheel's bytes (compile, repair, preload, local
+# version); what plan.py and config/ decide is in the key as the plan itself
+WHEEL_SHAPING = ("build.py", "repair.py", "compile", "native", "wheel", "resources")
 ENTRY = "entry.json"
 
 
@@ -66,16 +68,18 @@ def compiler_version() -> str:
     return r.stdout.splitlines()[0].strip()
 
 
-def build_key(source: Path) -> dict[str, str]:
-    """Everything the built wheel depends on; torch is the version the tool's plan builds against."""
+def build_key(source: Path) -> dict:
+    """Everything the built wheel depends on. The tool's dry-run plan names torch, the manylinux policy,
+    the build tools' pins and the environment it sets (less the sdist's temporary extraction path)."""
     r = run_stage("ci.build", source, *BUILD_ARGS, "--engine", "host", "--dry-run", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
-    return {"sdist_sha256": sha256_file(source), "args": " ".join(BUILD_ARGS), "torch": json.loads(r.stdout)["torch"],
+    plan = {k: v for k, v in json.loads(r.stdout).items() if k != "project_dir"}
+    return {"sdist_sha256": sha256_file(source), "args": " ".join(BUILD_ARGS), "plan": plan,
             "compiler": compiler_version(), "python": f"{platform.python_implementation()} {platform.python_version()}",
             "libc": " ".join(platform.libc_ver()), "tool": tool_digest()}
 
 
-def cached_wheel(entry: Path, key: dict[str, str]) -> Path | None:
+def cached_wheel(entry: Path, key: dict) -> Path | None:
     """The entry's wheel where the entry is whole and was made for this key, else None."""
     try:
         meta = json.loads((entry / ENTRY).read_text())
@@ -86,7 +90,7 @@ def cached_wheel(entry: Path, key: dict[str, str]) -> Path | None:
     return wheel if ok else None
 
 
-def store(entry: Path, wheel: Path, key: dict[str, str]) -> None:
+def store(entry: Path, wheel: Path, key: dict) -> None:
     """Put a verified wheel in the cache: written in a directory beside `entry`, renamed into place."""
     entry.parent.mkdir(parents=True, exist_ok=True)
     part = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".part", dir=entry.parent))
