@@ -335,6 +335,22 @@ def test_least_privilege(build, caller):
     assert "github.ref" in caller["concurrency"]["group"] and "concurrency" not in build
 
 
+def test_the_documented_caller(actionlint, tmp_path, build):
+    """docs/workflow.md's caller: at most 15 lines, valid, lint-clean, passing only inputs and secrets
+    build.yml declares, and pinned to this release."""
+    text = (ROOT / "docs" / "workflow.md").read_text()
+    section = text[text.index("## Calling it"):text.index("\n## ", text.index("## Calling it") + 1)]
+    (block,) = re.findall(r"^```yaml\n(.*?)^```", section, re.S | re.M)
+    assert len(block.splitlines()) <= 15
+    path = tmp_path / "caller.yml"
+    path.write_text(block)
+    assert check_schema(path).returncode == 0 and lint(actionlint, path) == []
+    (job,) = load_yaml(path)["jobs"].values()
+    assert job["uses"].endswith(f"/.github/workflows/build.yml@v{wheelci.__version__}")
+    call = triggers(build)["workflow_call"]
+    assert set(job["with"]) <= set(call["inputs"]) and set(job["secrets"]) == set(call["secrets"])
+
+
 def wheelci_invocations(workflow: dict) -> list[list[str]]:
     """[stage, flags...] per script that runs `wheelci STAGE`: the flags of its invocation line and of
     the bash arrays that script builds its arguments in (args=(--workflow-matrix), args+=(...))."""
