@@ -119,8 +119,9 @@ def test_a_terminal_gets_one_status_line_redrawn_and_cleared(voice, capsys):
 
 def test_ci_gets_a_line_every_interval_while_nothing_is_printed(voice, capsys):
     err = ""
-    with log.Ticker("compiling", terminal=False, interval=0.01) as ticker:
-        ticker.update("3/40 steps")
+    ticker = log.Ticker("compiling", terminal=False, interval=0.01)
+    ticker.update("3/40 steps")  # before its timer starts: every line it says has the count
+    with ticker:
         deadline = time.monotonic() + WAIT
         while err.count("\n") < 3 and time.monotonic() < deadline:  # the step itself says nothing meanwhile
             time.sleep(0.01)
