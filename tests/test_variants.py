@@ -235,6 +235,15 @@ def test_a_variant_wheel_without_variant_json_is_refused(release, tmp_path):
     refused(release, "variant label cu129 but no demo-1.0.dist-info/variant.json")
 
 
+def test_a_variants_file_ci_index_did_not_write_is_never_replaced(release):
+    page = release / "simple" / "demo" / "demo-1.0-variants.json"
+    page.parent.mkdir(parents=True)
+    page.write_text("{}\n")
+    r = run_stage("ci.index", release)
+    assert r.returncode == 2 and "refusing to overwrite files ci.index did not write" in r.stderr, r.stderr
+    assert page.read_text() == "{}\n" and not (release / "simple" / "demo" / "index.html").exists()
+
+
 def test_a_release_of_variants_alone_is_indexed_with_a_warning(tmp_path):
     dist = tmp_path / "dist"
     v.add_variant(build_wheel(tmp_path / "in"), dist, v.cuda_variant("13.0", "9.0"))
