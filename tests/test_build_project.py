@@ -61,6 +61,15 @@ def assert_tested(out: Path, variant: str) -> Path:
 
 def test_directory_cpu(tiny_cpu_build):
     assert_tested(tiny_cpu_build.out, "cpu")
+    # the build is a list of steps: report.json and report.md record each one's outcome
+    steps = {s["name"]: s for s in tiny_cpu_build.report["steps"]}
+    assert list(steps) == ["compile", "repair", "finish", "check", "abi", "verify", "write", "upload"]
+    assert all(s["status"] == "ok" and s["seconds"] >= 0 for n, s in steps.items() if n != "upload")
+    assert steps["upload"]["status"] == "skipped" and tiny_cpu_build.report["failed_step"] is None
+    assert steps["compile"]["seconds"] > 0 and steps["compile"]["outputs"] == ["tiny_ext-0.1.0-cp311-cp311-linux_x86_64.whl"]
+    assert steps["write"]["outputs"] == [tiny_cpu_build.wheel.name]
+    md = (tiny_cpu_build.out / "report.md").read_text()
+    assert "| step | status | seconds | outputs |" in md and "| verify | ok |" in md
     # setuptools writes build/ and *.egg-info where it builds: that must be a copy, never the project
     assert not list(FIXTURE.glob("build")) and not list(FIXTURE.glob("*.egg-info"))
 
@@ -183,6 +192,8 @@ def test_a_failing_build_names_the_log_and_writes_nothing(tmp_path):
     log = Path(line.split("full log: ")[1].rstrip(")"))
     assert log.is_file() and "this is not C++" in log.read_text(errors="replace")
     assert not out.exists() or not list(out.glob("*.whl"))
+    report = json.loads((out / "report.json").read_text())  # the report says where it stopped
+    assert report["failed_step"] == "compile" and [s["status"] for s in report["steps"]] == ["failed"]
 
 
 @pytest.mark.slow
@@ -195,8 +206,12 @@ def test_a_failing_test_command_writes_no_wheel_and_the_report_says_which(tmp_pa
     assert "verify failed (test_command: FAILED: exit 3: tiny says no" in error_line(r)
     assert not list(out.glob("*.whl"))
     report = json.loads((out / "report.json").read_text())
-    assert report["passed"] is False
+    assert report["passed"] is False and report["failed_step"] == "verify"
     assert report["verify"]["test_command"].startswith("FAILED: exit 3: tiny says no")
+    (verify,) = [s for s in report["steps"] if s["name"] == "verify"]
+    assert verify["status"] == "failed" and "tiny says no" in verify["error"]
+    assert [s["name"] for s in report["steps"]][-1] == "verify"  # the driver stopped there
+    assert "Stopped at step **verify**" in (out / "report.md").read_text()
 
 
 @pytest.mark.slow

@@ -15,13 +15,21 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wheelci import cli
 from wheelci.errors import CiError, Finding
+from wheelci.steps import Step
 from wheelci.util import log
 from wheelci.wheel.names import local_version
+
+if TYPE_CHECKING:
+    from wheelci.compile.hostenv import BuildEnv
+    from wheelci.config.project import Settings
+    from wheelci.plan import Plan
+    from wheelci.report import BuildReport
 
 PROJECT_DIR = Path(".")  # the directory the command runs in: a checkout of the project
 PRELOAD_MODULE = "_preload"  # what the example package's __init__ imports before loading its library
@@ -148,136 +156,217 @@ def build_project(args, project_dir: Path, settings) -> int:
         if plan.engine != "host" or note.startswith(("engine", "the project requires")):
             log.info(f"note: {note}")
     if plan.engine == "host":
-        log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} (wheelci/resources/glibc_compat/glibc_compat.h)")
-    limit = settings.limit
+        log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} "
+                 "(wheelci/resources/glibc_compat/glibc_compat.h)")
+    return run(Build(args=args, plan=plan, settings=settings, project_dir=project_dir, out_dir=args.wheel_dir))
 
+
+def run(b: "Build") -> int:
+    """Run STEPS over one build; the report (with each step's outcome) is written whether they pass or not."""
     from wheelci import report
-    from wheelci.check import check_wheel
-    from wheelci.verify import verify_generic
+    from wheelci.steps import run_steps
 
-    out_dir: Path = args.wheel_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="ci-build-")) if args.work_dir is None else args.work_dir
-    stage = Path(tempfile.mkdtemp(prefix=".staging-", dir=out_dir))
-    rep = report.BuildReport(plan=plan.to_json())
-    keep = args.keep_work
+    b.out_dir.mkdir(parents=True, exist_ok=True)
+    b.work = Path(tempfile.mkdtemp(prefix="ci-build-")) if b.args.work_dir is None else b.args.work_dir
+    b.report = report.BuildReport(plan=b.plan.to_json())
+    keep = b.args.keep_work
     try:
-        start = time.monotonic()
-        excluded: list[str] = []
-        with log.step(f"compile ({plan.engine})"):
-            if plan.engine == "host":
-                from wheelci.compile.host import compile_host
-                from wheelci.repair import repair
-
-                comp = compile_host(plan, project_dir, work, torch_index_url=args.torch_index_url,
-                                    nvcc_source=args.nvcc, build_env=settings.env)
-                env, build_dir = comp.env, comp.build_dir
-                fixed = repair(comp.wheel, work / "repaired", torch_version=env.torch_version,
-                               torch_requires=env.requires, plat=f"{plan.manylinux}_x86_64",
-                               excludes=settings.exclude, stable_abi=plan.stable.target if plan.stable else None)
-                excluded = fixed.excluded
-                if fixed.requires_replaced:
-                    log.info(f"note: Requires-Dist {', '.join(fixed.requires_added)} replaces the project's "
-                             f"{', '.join(fixed.requires_replaced)} (what the binary was built against)")
-                built = [fixed.wheel]
-            else:
-                from wheelci.compile import container
-
-                from wheelci.compile.host import torch_spec
-                from wheelci.compile.hostenv import ensure_env
-
-                built = container.compile(plan, work / "repaired", project_dir, logfile=work / "cibuildwheel.log")
-                from wheelci.native.elf import scan_wheel
-                from wheelci.native.libs import excluded_of
-
-                # what the container's ci.repair left to torch and the CUDA wheels, as the host path reports it
-                excluded = excluded_of(n for w in built for lib in scan_wheel(w) for n in lib.needed)
-                env, build_dir = ensure_env(torch_spec(plan, args.torch_index_url)), None
-            if plan.cuda and not args.allow_no_device_code:
-                from wheelci.native.elf import device_code
-
-                for w in built:
-                    if not device_code(w):
-                        raise Finding(
-                            f"{w.name} holds no device code (no library with a .nv_fatbin section): the --cuda "
-                            f"{plan.cuda} build compiled the CPU path only. Projects that build CUDA kernels only "
-                            "when torch.cuda.is_available() need their own switch on a GPU-less builder, e.g. "
-                            "--env FORCE_CUDA=1; pass --allow-no-device-code if the kernels are compiled at run time")
-            local = variant_label(plan) if args.local_version == "auto" else (
-                None if args.local_version == "none" else args.local_version)
-            major = plan.stable.cuda_major if plan.stable else None  # a stable CUDA wheel checks torch's CUDA
-            if settings.variants and plan.cuda is None and args.local_version == "auto":
-                local = None  # a release with variants: its CPU build is the plain wheel
-            wheels = variant_wheels(plan, built, env.site, work, major) if settings.variants and plan.cuda else []
-            if local or not wheels:  # a variant's unlabelled twin would take the CPU wheel's name
-                wheels += [finish_wheel(w, env.site, work / "finished", local, major) for w in built]
-            rep.build_seconds = round(time.monotonic() - start, 1)
-            log.info(f"built {', '.join(w.name for w in wheels)}")
-
-        final: list[tuple[Path, str]] = []
-        for wheel in wheels:
-            result = check_wheel(wheel, limit) if limit else None
-            if result is not None and not result.ok:
-                from wheelci.split import split_wheel
-
-                log.info(f"{wheel.name} is over the {limit} limit: splitting")
-                parts = split_wheel(wheel, limit, work / "split", preload_deps=[env.site])
-                final += [(p, "main" if i == 0 else "companion") for i, p in enumerate(parts)]
-            else:
-                final.append((wheel, "main"))
-
-        start = time.monotonic()
-        mains = [w for w, role in final if role == "main"]
-        links = sorted({w.parent for w, _ in final})
-        from wheelci.abi import check_abi
-
-        torch_requirement = None
-        for wheel in mains:  # before any install: a wheel that says the wrong ABI fails here, naming symbols
-            abi = check_abi(wheel, env.site / "torch" / "include")
-            torch_requirement = torch_requirement or abi.torch_requirement
-            if abi.problems:
-                raise Finding(f"ABI check failed for {wheel.name}: {'; '.join(abi.problems)}")
-            rep.verify[f"abi {wheel.name}"] = f"ok ({abi.kind}, {abi.torch_requirement or 'no torch requirement'})"
-        with log.step("verify"):
-            failures: list[str] = []
-            torches = verify_torches(plan, env, torch_requirement)
-            for label, site in torches:
-                for wheel in mains:
-                    log.info(f"verifying {wheel.name} with torch {label}")
-                    result = verify_generic(wheel, site, project_dir=project_dir, test_command=settings.test_command,
-                                            test_requires=settings.test_requires, find_links=links,
-                                            build_dir=build_dir)
-                    prefix = f"torch {label}: " if len(torches) > 1 else ""
-                    rep.verify.update({prefix + k: v for k, v in result.checks.items()})
-                    failures += [prefix + f for f in result.failures]
-        rep.passed = not failures
-        rep.verify_seconds = round(time.monotonic() - start, 1)
-        log.info(f"verify {'passed' if rep.passed else 'failed'}")
-        rep.wheels = [report.wheel_report(w, excluded=excluded, role=role) for w, role in final]
-        if rep.passed:
-            for wheel, _ in final:
-                shutil.copyfile(wheel, stage / wheel.name)
-                os.replace(stage / wheel.name, out_dir / wheel.name)
-        json_path, md_path = report.write(rep, out_dir)
-        log.info(f"report: {md_path}")
-        if failures:
-            raise Finding(f"verify failed ({'; '.join(failures)}); no wheel written to {out_dir}")
-        if args.json:
-            cli.emit_json(asdict(rep))
-        if args.upload:
-            from wheelci.upload import upload
-
-            upload([out_dir / w.name for w in rep.wheels], repository_url=args.upload)
-        return 0
+        run_steps(STEPS, b, lambda outcome: b.report.steps.append(asdict(outcome)))
     except Finding:
         keep = True  # the logs the error names live there
-        if args.work_dir is None:
-            log.warning(f"build files kept for inspection: {work}")
+        if b.args.work_dir is None:
+            log.warning(f"build files kept for inspection: {b.work}")
         raise
     finally:
+        failed = [s["name"] for s in b.report.steps if s["status"] in ("failed", "interrupted")]
+        b.report.failed_step = failed[0] if failed else None
+        b.report.passed = b.report.passed and not failed
+        json_path, md_path = report.write(b.report, b.out_dir)
+        log.info(f"report: {md_path}" + (f" (stopped at {failed[0]})" if failed else ""))
+        if b.args.work_dir is None and not keep:
+            shutil.rmtree(b.work, ignore_errors=True)
+    if b.args.json:
+        cli.emit_json(asdict(b.report))
+    return 0
+
+
+@dataclass
+class Build:
+    """What the steps of one build share: the inputs, then what each step writes for the next."""
+
+    args: argparse.Namespace
+    plan: "Plan"
+    settings: "Settings"
+    project_dir: Path
+    out_dir: Path
+    work: Path = Path()
+    report: "BuildReport" = None  # type: ignore[assignment]
+    env: "BuildEnv" = None  # type: ignore[assignment]  # the build environment: torch and its site-packages
+    build_dir: Path | None = None
+    compiled: list[Path] = field(default_factory=list)  # the build backend's wheels
+    repaired: list[Path] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)  # libraries left to torch and the CUDA wheels
+    wheels: list[Path] = field(default_factory=list)  # with their preload and version label
+    final: list[tuple[Path, str]] = field(default_factory=list)  # (wheel, "main" | "companion") after the size check
+    torch_requirement: str | None = None
+    written: list[Path] = field(default_factory=list)
+
+    @property
+    def mains(self) -> list[Path]:
+        return [w for w, role in self.final if role == "main"]
+
+
+def compile_step(b: Build) -> None:
+    start = time.monotonic()
+    if b.plan.engine == "host":
+        from wheelci.compile.host import compile_host
+
+        comp = compile_host(b.plan, b.project_dir, b.work, nvcc_source=b.args.nvcc, build_env=b.settings.env)
+        b.env, b.build_dir, b.compiled = comp.env, comp.build_dir, [comp.wheel]
+    else:
+        from wheelci.compile import container
+        from wheelci.compile.host import torch_spec
+        from wheelci.compile.hostenv import ensure_env
+
+        # cibuildwheel runs the repair too, inside the container (wheelci.repair, mounted read-only)
+        b.compiled = container.compile(b.plan, b.work / "repaired", b.project_dir, logfile=b.work / "cibuildwheel.log")
+        b.env = ensure_env(torch_spec(b.plan))
+    b.report.build_seconds = round(time.monotonic() - start, 1)
+
+
+def repair_step(b: Build) -> None:
+    """auditwheel with torch, CUDA, cuDNN and OpenMP left out (declared instead); a --cuda wheel must hold
+    device code."""
+    if b.plan.engine == "host":
+        from wheelci.repair import repair
+
+        fixed = repair(b.compiled[0], b.work / "repaired", torch_version=b.env.torch_version,
+                       torch_requires=b.env.requires, plat=f"{b.plan.manylinux}_x86_64",
+                       excludes=b.settings.exclude, stable_abi=b.plan.stable.target if b.plan.stable else None)
+        b.excluded, b.repaired = fixed.excluded, [fixed.wheel]
+        if fixed.requires_replaced:
+            log.info(f"note: Requires-Dist {', '.join(fixed.requires_added)} replaces the project's "
+                     f"{', '.join(fixed.requires_replaced)} (what the binary was built against)")
+    else:
+        from wheelci.native.elf import scan_wheel
+        from wheelci.native.libs import excluded_of
+
+        # what the container's repair left to torch and the CUDA wheels, as the host path reports it
+        b.repaired = list(b.compiled)
+        b.excluded = excluded_of(n for w in b.repaired for lib in scan_wheel(w) for n in lib.needed)
+    if b.plan.cuda and not b.args.allow_no_device_code:
+        from wheelci.native.elf import device_code
+
+        for w in b.repaired:
+            if not device_code(w):
+                raise Finding(
+                    f"{w.name} holds no device code (no library with a .nv_fatbin section): the --cuda "
+                    f"{b.plan.cuda} build compiled the CPU path only. Projects that build CUDA kernels only "
+                    "when torch.cuda.is_available() need their own switch on a GPU-less builder, e.g. "
+                    "--env FORCE_CUDA=1; pass --allow-no-device-code if the kernels are compiled at run time")
+
+
+def finish_step(b: Build) -> None:
+    """The preload and the version label (or the PEP 825 variant), in one rewrite per wheel."""
+    args, plan = b.args, b.plan
+    local = variant_label(plan) if args.local_version == "auto" else (
+        None if args.local_version == "none" else args.local_version)
+    major = plan.stable.cuda_major if plan.stable else None  # a stable CUDA wheel checks torch's CUDA
+    if b.settings.variants and plan.cuda is None and args.local_version == "auto":
+        local = None  # a release with variants: its CPU build is the plain wheel
+    wheels = variant_wheels(plan, b.repaired, b.env.site, b.work, major) if b.settings.variants and plan.cuda else []
+    if local or not wheels:  # a variant's unlabelled twin would take the CPU wheel's name
+        wheels += [finish_wheel(w, b.env.site, b.work / "finished", local, major) for w in b.repaired]
+    b.wheels = wheels
+    log.info(f"built {', '.join(w.name for w in wheels)}")
+
+
+def check_step(b: Build) -> None:
+    """Each wheel against the size limit; one over it is split into companions."""
+    from wheelci.check import check_wheel
+    from wheelci import report
+
+    limit = b.settings.limit
+    for wheel in b.wheels:
+        result = check_wheel(wheel, limit) if limit else None
+        if result is not None and not result.ok:
+            from wheelci.split import split_wheel
+
+            log.info(f"{wheel.name} is over the {limit} limit: splitting")
+            parts = split_wheel(wheel, limit, b.work / "split", preload_deps=[b.env.site])
+            b.final += [(p, "main" if i == 0 else "companion") for i, p in enumerate(parts)]
+        else:
+            b.final.append((wheel, "main"))
+    b.report.wheels = [report.wheel_report(w, excluded=b.excluded, role=role) for w, role in b.final]
+
+
+def abi_step(b: Build) -> None:
+    """Before any install: a wheel that says the wrong LibTorch ABI fails here, naming symbols."""
+    from wheelci.abi import check_abi
+
+    for wheel in b.mains:
+        abi = check_abi(wheel, b.env.site / "torch" / "include")
+        b.torch_requirement = b.torch_requirement or abi.torch_requirement
+        if abi.problems:
+            raise Finding(f"ABI check failed for {wheel.name}: {'; '.join(abi.problems)}")
+        b.report.verify[f"abi {wheel.name}"] = f"ok ({abi.kind}, {abi.torch_requirement or 'no torch requirement'})"
+
+
+def verify_step(b: Build) -> None:
+    """Each main wheel installed into a fresh venv over its torch (every torch of a stable wheel's range)."""
+    from wheelci.verify import verify_generic
+
+    start = time.monotonic()
+    failures: list[str] = []
+    links = sorted({w.parent for w, _ in b.final})
+    torches = verify_torches(b.plan, b.env, b.torch_requirement)
+    for label, site in torches:
+        for wheel in b.mains:
+            log.info(f"verifying {wheel.name} with torch {label}")
+            result = verify_generic(wheel, site, project_dir=b.project_dir, test_command=b.settings.test_command,
+                                    test_requires=b.settings.test_requires, find_links=links,
+                                    build_dir=b.build_dir)
+            prefix = f"torch {label}: " if len(torches) > 1 else ""
+            b.report.verify.update({prefix + k: v for k, v in result.checks.items()})
+            failures += [prefix + f for f in result.failures]
+    b.report.passed = not failures
+    b.report.verify_seconds = round(time.monotonic() - start, 1)
+    log.info(f"verify {'passed' if b.report.passed else 'failed'}")
+    if failures:
+        raise Finding(f"verify failed ({'; '.join(failures)}); no wheel written to {b.out_dir}")
+
+
+def write_step(b: Build) -> None:
+    """Verified wheels into -w, each by rename from a staging directory inside it: never a partial wheel."""
+    stage = Path(tempfile.mkdtemp(prefix=".staging-", dir=b.out_dir))
+    try:
+        for wheel, _ in b.final:
+            shutil.copyfile(wheel, stage / wheel.name)
+            os.replace(stage / wheel.name, b.out_dir / wheel.name)
+            b.written.append(b.out_dir / wheel.name)
+    finally:
         shutil.rmtree(stage, ignore_errors=True)
-        if args.work_dir is None and not keep:
-            shutil.rmtree(work, ignore_errors=True)
+
+
+def upload_step(b: Build) -> None:
+    from wheelci.upload import upload
+
+    upload(b.written, repository_url=b.args.upload)
+
+
+# The build, as data. Each step names what it reads and writes of Build; the report lists each step's
+# outcome (status, seconds, outputs) under `steps`.
+STEPS: tuple[Step[Build], ...] = (
+    Step("compile", compile_step, reads=("plan", "project_dir", "settings"), writes=("compiled",),
+         title=lambda b: f"compile ({b.plan.engine})"),
+    Step("repair", repair_step, reads=("compiled", "env", "settings"), writes=("repaired", "excluded")),
+    Step("finish", finish_step, reads=("repaired", "env", "plan"), writes=("wheels",)),
+    Step("check", check_step, reads=("wheels", "settings"), writes=("final",)),
+    Step("abi", abi_step, reads=("final", "env"), writes=("torch_requirement",)),
+    Step("verify", verify_step, reads=("final", "env", "settings", "torch_requirement")),
+    Step("write", write_step, reads=("final", "out_dir"), writes=("written",)),
+    Step("upload", upload_step, reads=("written",), when=lambda b: bool(b.args.upload)),
+)
 
 
 def build_parser() -> cli.Parser:

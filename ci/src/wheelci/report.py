@@ -37,6 +37,8 @@ class BuildReport:
     verify: dict = field(default_factory=dict)  # check -> outcome
     passed: bool = True
     notes: list[str] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)  # each step's outcome: name, status, seconds, outputs, error
+    failed_step: str | None = None  # where the build stopped, if it did
 
 
 def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "main") -> WheelReport:
@@ -69,6 +71,12 @@ def to_markdown(r: BuildReport) -> str:
     for w in r.wheels:
         for lib, needed in w.needed.items():
             lines += ["", f"`{lib}` NEEDs: {', '.join(needed)}"]
+    if r.steps:
+        lines += ["", "| step | status | seconds | outputs |", "|---|---|---:|---|"]
+        lines += [f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | "
+                  f"{', '.join(f'`{o}`' for o in s['outputs']) or (s.get('error') or '-')} |" for s in r.steps]
+    if r.failed_step:
+        lines += ["", f"Stopped at step **{r.failed_step}**."]
     if r.verify:
         lines += ["", "| verify check | outcome |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in r.verify.items()]

@@ -1,0 +1,83 @@
+"""A build is a list of steps, and one driver runs them.
+
+A step is data: its name, the fields of the shared state it reads and writes, and the function that
+does the work. The driver gives every step the same treatment: a log group and its time, an outcome
+(status, seconds, what it wrote) handed to the caller's record, and a clean stop at the first failure
+with the step named. Adding a step (an SBOM, a signature) is one entry in a list.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+from wheelci.util import log
+
+S = TypeVar("S")
+
+STATUSES = ("ok", "skipped", "failed", "interrupted")
+
+
+def _always(state: Any) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Step(Generic[S]):
+    name: str
+    run: Callable[[S], None]
+    reads: tuple[str, ...] = ()  # fields of the state it uses
+    writes: tuple[str, ...] = ()  # fields it fills in: its outputs, as the report lists them
+    when: Callable[[S], bool] = _always  # a step that does not apply to this build is recorded as skipped
+    title: Callable[[S], str] | None = None  # the log group's title (default: the name)
+
+
+@dataclass
+class Outcome:
+    name: str
+    status: str
+    seconds: float = 0.0
+    outputs: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def _shown(value: Any) -> Any:
+    """A written field as the report shows it: files by name, lists item by item."""
+    if isinstance(value, Path):
+        return value.name
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], Path):
+        return value[0].name  # (wheel, role)
+    if isinstance(value, (list, tuple)):
+        return [_shown(v) for v in value]
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
+
+
+def outputs(step: Step, state: Any) -> list[str]:
+    shown: list[str] = []
+    for name in step.writes:
+        value = _shown(getattr(state, name))
+        shown += [str(v) for v in value] if isinstance(value, list) else ([] if value is None else [str(value)])
+    return shown
+
+
+def run_steps(steps: Sequence[Step[S]], state: S, record: Callable[[Outcome], None]) -> None:
+    """Run each step in order; record its outcome; re-raise the first failure after recording it."""
+    for step in steps:
+        if not step.when(state):
+            record(Outcome(step.name, "skipped"))
+            continue
+        start = time.monotonic()
+        try:
+            with log.step(step.title(state) if step.title else step.name):
+                step.run(state)
+        except KeyboardInterrupt:
+            record(Outcome(step.name, "interrupted", round(time.monotonic() - start, 1)))
+            raise
+        except Exception as e:
+            from wheelci.cli import shown
+
+            record(Outcome(step.name, "failed", round(time.monotonic() - start, 1), error=shown(e)))
+            raise
+        record(Outcome(step.name, "ok", round(time.monotonic() - start, 1), outputs(step, state)))
