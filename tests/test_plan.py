@@ -317,3 +317,22 @@ def test_dry_run_shows_the_projects_excludes_in_the_repair_command(tmp_path):
     r = run_stage("ci.build", project, "--cpu", "--engine", "docker", "--exclude", "libbar.so*", "--dry-run")
     assert r.returncode == 0, r.stderr
     assert "--exclude 'libfoo*.so*' --exclude 'libbar.so*'" in r.stdout
+
+
+def test_find_links_keeps_the_index_the_host_installs_torch_from(tmp_path):
+    """D4: with --find-links the container's pip takes torch from pip's sources (find-links first), but the
+    host's environments (the build's, verify's) still need the index the release lives on; the plan
+    said None and verify failed with "torch 2.7.1 for CUDA 11.8 is only on None"."""
+    from wheelci.compile.host import torch_spec
+
+    row = mx.load().row("11.8")
+    plan = pl.make_plan(cuda="11.8", torch="2.7.1", engine="docker", find_links=tmp_path, project_dir=ROOT)
+    assert plan.torch_index_url == row.torch_index_url
+    assert torch_spec(plan).index_url == row.torch_index_url
+    before = plan.environment["CIBW_BEFORE_BUILD_LINUX"]
+    assert "torch==2.7.1" in before and "--index-url" not in before.split("&&")[0]  # the container: find-links
+    given = pl.make_plan(cuda="11.8", torch="2.7.1", engine="docker", find_links=tmp_path, project_dir=ROOT,
+                         torch_index_url="https://mirror.example/whl/cu118")
+    assert given.torch_index_url == "https://mirror.example/whl/cu118"
+    cpu = pl.make_plan(cuda=None, engine="host", find_links=tmp_path, project_dir=ROOT)
+    assert cpu.torch_index_url == mx.load().cpu_index_url

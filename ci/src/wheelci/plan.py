@@ -464,7 +464,10 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None
                       before_build=_before_build(project, f"torch=={build.version}", index, build.cudnn),
                       cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
                       find_links=find_links, tools=tools)
-    return Plan(cuda=cuda, torch=build.version, torch_index_url=index, torch_on_pypi=build.on_pypi,
+    # the host's environments (the build's, verify's) install this torch from its index even where the
+    # container's pip takes it from find-links: the plan names where the release lives
+    return Plan(cuda=cuda, torch=build.version, torch_index_url=torch_index_url or row.torch_index_url,
+                torch_on_pypi=build.on_pypi,
                 cudnn_requirement=build.cudnn, image=ref, manylinux=image.manylinux, arch_list=archs,
                 python=pythons, identifiers=identifiers, environment=env, engine=resolved,
                 nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
@@ -499,7 +502,7 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
                       before_build=_before_build(project, f"torch=={version}", index, None),
                       cuda=None, arch_list="", nvcc_flags=[], find_links=find_links,
                       tools=tools)
-    return Plan(cuda=None, torch=version, torch_index_url=index, torch_on_pypi=False,
+    return Plan(cuda=None, torch=version, torch_index_url=torch_index_url or matrix.cpu_index_url, torch_on_pypi=False,
                 cudnn_requirement=None, image=None, manylinux=line.manylinux, arch_list="", python=pythons,
                 identifiers=identifiers, environment=env, engine=resolved,
                 notes=python_notes(project, pythons) + notes, engine_requested=engine,

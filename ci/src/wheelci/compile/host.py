@@ -30,8 +30,9 @@ class CompileResult:
     env: BuildEnv  # the torch it was built against, which verify installs next to it
 
 
-def torch_spec(plan, torch_index_url: str | None = None) -> TorchSpec:
-    return TorchSpec(plan.torch, plan.cuda, torch_index_url or plan.torch_index_url, plan.torch_on_pypi)
+def torch_spec(plan) -> TorchSpec:
+    """The torch a host environment gets: the plan's release, from the index the plan names."""
+    return TorchSpec(plan.torch, plan.cuda, plan.torch_index_url, plan.torch_on_pypi)
 
 
 def toolkit_wheels(cuda: str) -> tuple[str, ...]:
@@ -88,14 +89,14 @@ def max_jobs() -> int:
     return max(1, min(cores, mem // (2 << 30)))
 
 
-def compile_host(plan, project_dir: Path, work_dir: Path, *, torch_index_url: str | None = None,
-                 nvcc_source: str = "auto", build_env: dict[str, str] | None = None) -> CompileResult:
+def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = "auto",
+                 build_env: dict[str, str] | None = None) -> CompileResult:
     """Build the project's wheel for `plan` on this machine; raises Finding if the build fails.
 
     scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
     what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
     NVCC_APPEND_FLAGS. `build_env` (the project's [tool.ci] env and --env) goes last."""
-    env = ensure_env(torch_spec(plan, torch_index_url))
+    env = ensure_env(torch_spec(plan))
     install_build_requires(env, plan, project_dir)
     if plan.backend != "scikit-build-core":
         # setuptools builds in the source tree (build/, *.egg-info): build a copy, so the project is never
