@@ -130,3 +130,29 @@ def test_a_python_verify_cannot_install_is_refused_in_the_plan(engine: str) -> N
     assert r.returncode == 2 and f"--python {other}: verify installs each wheel with this pipeline's Python" in line, r.stderr
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     assert run_stage("ci.build", FIXTURE, "--cpu", "--engine", engine, "--python", here, "--dry-run").returncode == 0
+
+
+@pytest.mark.parametrize("declared, kind", [
+    ('build-backend = "scikit_build_core.build"', "scikit-build-core"),
+    ('build-backend = "setuptools.build_meta"', "setuptools"),
+    ("", "setuptools"),  # PEP 517: no backend named is setuptools' legacy one
+    ('build-backend = "mesonpy"', "meson-python"),  # once given setuptools' treatment silently
+    ('build-backend = "in_tree_backend"\nbackend-path = ["_build"]', "pep517"),
+])
+def test_backends_are_a_closed_set(tmp_path, declared, kind):
+    from wheelci.config.project import Backend, backend
+
+    (tmp_path / "pyproject.toml").write_text(f'[build-system]\nrequires = ["x"]\n{declared}\n')
+    found = backend(tmp_path)
+    assert isinstance(found, Backend) and found == kind and str(found) == kind
+
+
+@pytest.mark.parametrize("name", ["hatchling.build", "flit_core.buildapi", "poetry.core.masonry.api"])
+def test_a_pure_python_backend_is_refused_in_one_line(tmp_path, name):
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(f'[build-system]\nrequires = ["x"]\nbuild-backend = "{name}"\n'
+                                            '[project]\nname = "p"\nversion = "1"\n')
+    r = run_stage("ci.build", project, "--cpu", "--dry-run")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"build-backend '{name}' makes pure-Python wheels" in r.stderr

@@ -130,7 +130,7 @@ class Project:
     build_requires: list[str]
     cibw_build: list[str]  # [tool.cibuildwheel] build selectors
     py_api: str = ""  # [tool.scikit-build] wheel.py-api ("py3": one wheel serves every Python)
-    backend: str = "scikit-build-core"  # the build system, as ci.config.project.backend names it
+    backend: str = "scikit-build-core"  # the build system: a ci.config.project.Backend
 
     @classmethod
     def read(cls, project_dir: Path) -> "Project":

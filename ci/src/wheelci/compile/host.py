@@ -98,9 +98,12 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
     NVCC_APPEND_FLAGS. `build_env` (the project's [tool.ci] env and --env) goes last."""
     env = ensure_env(torch_spec(plan))
     install_build_requires(env, plan, project_dir)
-    if plan.backend != "scikit-build-core":
-        # setuptools builds in the source tree (build/, *.egg-info): build a copy, so the project is never
-        # written to and no object file of an earlier build (another CUDA, another torch) is reused
+    from wheelci.config.project import Backend
+
+    backend = Backend(plan.backend)  # a closed set: each member's treatment below, nothing by default
+    if backend in (Backend.SETUPTOOLS, Backend.PEP517):
+        # setuptools builds in the source tree (build/, *.egg-info), and so may any other backend: build a
+        # copy, so the project is never written to and no object file of an earlier build is reused
         from wheelci.compile.container import stage_project
 
         project_dir = stage_project(project_dir, work_dir / "src")
@@ -116,8 +119,10 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
         host_flags += " " + flags["CXXFLAGS"]
         cuda_flags += flags.get("NVCC_APPEND_FLAGS", "").split()
         environ["CI_STABLE_ABI"] = flags["CI_STABLE_ABI"]
-    cmake = plan.backend == "scikit-build-core"
+    cmake = backend is Backend.SCIKIT_BUILD_CORE
     config = ["-C", f"build-dir={work_dir / 'build'}", "-C", f"cmake.define.CMAKE_CXX_FLAGS={host_flags}"] if cmake else []
+    if backend is Backend.MESON_PYTHON:  # meson builds out of tree, in the directory it is given
+        config = ["-C", f"build-dir={work_dir / 'build'}"]
     if not cmake:  # C and C++: setuptools compiles .cpp with CXXFLAGS, cpp_extension's ninja path with CFLAGS
         for var in ("CFLAGS", "CXXFLAGS"):
             environ[var] = f"{environ.get(var, '')} {host_flags}".strip()

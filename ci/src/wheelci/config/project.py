@@ -9,6 +9,7 @@ Per-project settings come from `[tool.ci]` in the project's pyproject.toml; comm
 from __future__ import annotations
 
 import tarfile
+from enum import Enum
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -18,8 +19,25 @@ from wheelci.util import toml as tomllib
 
 SDIST_SUFFIXES = (".tar.gz", ".tgz")
 # build-backend -> the name the plan shows; anything else builds through its backend all the same
-BACKENDS = {"scikit_build_core.build": "scikit-build-core", "setuptools.build_meta": "setuptools",
-            "setuptools.build_meta:__legacy__": "setuptools"}
+class Backend(str, Enum):
+    """The build systems a build knows how to drive, a closed set: each gets its own treatment in the
+    compile (CMake definitions, a copy for in-tree builders, meson's build directory), and a backend
+    outside it goes the generic PEP 517 way, never another backend's."""
+
+    SETUPTOOLS = "setuptools"
+    SCIKIT_BUILD_CORE = "scikit-build-core"
+    MESON_PYTHON = "meson-python"
+    PEP517 = "pep517"  # any other backend: `python -m build` from a copy, the compilers' variables only
+
+    def __str__(self) -> str:
+        return self.value
+
+
+BACKENDS = {"scikit_build_core.build": Backend.SCIKIT_BUILD_CORE, "setuptools.build_meta": Backend.SETUPTOOLS,
+            "setuptools.build_meta:__legacy__": Backend.SETUPTOOLS, "mesonpy": Backend.MESON_PYTHON}
+# Backends that make pure-Python wheels only: a PyTorch extension built by one would ship no library.
+PURE_PYTHON_BACKENDS = ("flit_core.buildapi", "hatchling.build", "poetry.core.masonry.api", "pdm.backend",
+                        "uv_build")
 
 
 @dataclass(frozen=True)
@@ -118,15 +136,22 @@ def load_pyproject(project_dir: Path) -> dict | None:
         raise CiError(f"bad {path}: {e}") from None
 
 
-def backend(project_dir: Path) -> str:
-    """The project's build system as the plan names it: scikit-build-core, setuptools, or the backend."""
+def backend(project_dir: Path) -> Backend:
+    """The project's build system, one of Backend; a pure-Python backend is refused (no extension to build)."""
     data = load_pyproject(project_dir)
     if data is not None:
-        name = data.get("build-system", {}).get("build-backend")
+        system = data.get("build-system", {})
+        name = system.get("build-backend") if isinstance(system, dict) else None
+        if name is not None and not isinstance(name, str):
+            raise CiError(f"{project_dir / 'pyproject.toml'}: [build-system] build-backend must be a string")
+        if name in PURE_PYTHON_BACKENDS:
+            raise CiError(f"{project_dir / 'pyproject.toml'}: build-backend {name!r} makes pure-Python wheels; a "
+                          "PyTorch extension builds with setuptools, scikit-build-core, meson-python or "
+                          "another PEP 517 backend that compiles")
         # PEP 517: a pyproject.toml that names no backend is built by setuptools' legacy backend
-        return BACKENDS.get(name, name) if name else "setuptools"
+        return BACKENDS.get(name, Backend.PEP517) if name else Backend.SETUPTOOLS
     if (project_dir / "setup.py").is_file():
-        return "setuptools"
+        return Backend.SETUPTOOLS
     raise CiError(f"{project_dir}: neither pyproject.toml nor setup.py: not a Python project")
 
 
