@@ -500,9 +500,6 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
            timeout: float = 300.0, check: bool = True,
            log: Callable[[str], None] | None = None) -> UploadResult:
     """Check, upload, verify. Raises CiError (bad input, rejected credentials) or Finding."""
-    import requests
-    from twine import exceptions
-    from twine.package import PackageFile
     from twine.repository import Repository
 
     say = log or progress.info
@@ -536,102 +533,135 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
     repo.set_certificate_authority(s.cacert)
     repo.set_client_certificate(s.client_cert)
     _default_timeout(repo.session, timeout)
-    index = _Index(repo.session, simple, timeout)
-    results: list[FileResult] = []
-
-    def fail(cls: type[CiError], msg: str) -> CiError:
-        done = [r.filename for r in results if r.status == "uploaded"]
-        tail = f" (uploaded before this: {', '.join(done)})" if done else ""
-        return cls(redact(msg + tail))
-
+    up = _Uploader(repo, url, shown, _Index(repo.session, simple, timeout), redact, say,
+                   skip_existing=skip_existing, retries=retries, backoff=backoff)
     try:
-        listings: dict[str, dict[str, str | None]] = {}
-
-        def same_on_index(t: _Target, fresh: bool = False) -> bool | None:
-            """True: listed with our sha256; False: listed with another; None: not listed."""
-            if fresh or t.project not in listings:
-                try:
-                    listings[t.project] = index.listing(t.project)
-                except MalformedPage as e:
-                    raise fail(CiError, str(e)) from None
-            if t.path.name not in listings[t.project]:
-                return None
-            theirs = listings[t.project][t.path.name]
-            if theirs is None:
-                raise fail(Finding, f"the index lists {t.path.name} without a sha256: cannot compare it")
-            return theirs == t.sha256
-
         for t in targets:
-            if skip_existing:
-                same = same_on_index(t)
-                if same:
-                    say(f"skipping {t.path.name}: the index has it with the same sha256")
-                    results.append(FileResult(t.path.name, t.project, t.sha256, "skipped", 0))
-                    continue
-                if same is False:
-                    raise fail(Finding, f"the index already has a different {t.path.name} (sha256 differs)")
-            try:
-                package = None if t.variants_file else PackageFile.from_filename(str(t.path), None)
-            except exceptions.TwineException as e:
-                raise fail(CiError, f"{t.path.name}: {str(e).splitlines()[0]}") from None
-            attempt = 0
-            while True:
-                attempt += 1
-                say(f"uploading {t.path.name} to {shown}" + (f" (attempt {attempt})" if attempt > 1 else ""))
-                problem = None
-                try:
-                    with contextlib.redirect_stdout(io.StringIO()):
-                        resp = (repo.upload(package, max_redirects=1) if package  # one try; we retry with backoff
-                                else _post_file(repo, url, t))
-                except requests.exceptions.SSLError as e:
-                    raise fail(CiError, str(tls_error(url, e))) from None
-                except requests.ConnectionError as e:
-                    problem, resp = f"connection error: {short_reason(e)}", None
-                except requests.Timeout as e:
-                    problem, resp = f"timeout: {short_reason(e)}", None
-                except requests.RequestException as e:
-                    raise fail(Finding, f"uploading {t.path.name} failed: {short_reason(e)}") from None
-                if resp is not None:
-                    code = resp.status_code
-                    if code in (200, 201):
-                        results.append(FileResult(t.path.name, t.project, t.sha256, "uploaded", attempt))
-                        break
-                    if code in (401, 403):
-                        raise fail(CiError, f"{shown} rejected the credentials (HTTP {code} {resp.reason}); "
-                                            "check TWINE_USERNAME/TWINE_PASSWORD, keyring or .pypirc")
-                    exists = code == 409 or (code == 400 and "exist" in f"{resp.reason} {resp.text}".lower())
-                    if exists:
-                        same = same_on_index(t, fresh=True)
-                        if same and (attempt > 1 or skip_existing):  # our earlier attempt landed
-                            results.append(FileResult(t.path.name, t.project, t.sha256,
-                                                      "uploaded" if attempt > 1 else "skipped", attempt))
-                            break
-                        if same:
-                            raise fail(Finding, f"the index already has {t.path.name} (same sha256); "
-                                                "pass --skip-existing to skip it")
-                        raise fail(Finding, f"the index already has a different {t.path.name} "
-                                            f"(HTTP {code}{'' if same is False else ', not listed'})")
-                    if 300 <= code < 400:
-                        where = strip_userinfo(urljoin(url, resp.headers.get("Location", "")))
-                        raise fail(CiError, f"{shown} redirects the upload (HTTP {code}) to {where}: "
-                                            "give the final URL as --repository-url")
-                    if 500 <= code < 600:
-                        problem = f"HTTP {code} {resp.reason}"
-                    else:
-                        text = answer_text(resp.text, resp.headers.get("Content-Type", ""))
-                        raise fail(Finding, f"{shown} refused {t.path.name}: HTTP {code} {resp.reason}"
-                                            + (f": {text}" if text else "") + (NO_VARIANTS if t.variants_file else ""))
-                if attempt > retries:
-                    raise fail(Finding, f"uploading {t.path.name} failed after {attempt} attempt"
-                                        f"{'s' if attempt > 1 else ''}: {problem}")
-                delay = backoff * 2 ** (attempt - 1)
-                say(redact(f"{t.path.name}: {problem}; retrying in {delay:g}s"))
-                time.sleep(delay)
-
-        verify(index, targets, say, fail)
+            up.send(t)
+        verify(up.index, targets, say, up.fail)
     finally:
         repo.close()
-    return UploadResult(shown, redact(strip_userinfo(simple)), tuple(results))
+    return UploadResult(shown, redact(strip_userinfo(simple)), tuple(up.results))
+
+
+class _Uploader:
+    """One run's uploads, file by file: what landed so far (a later failure names it, so the user
+    knows what the index now holds), the simple pages read so far, and the retry policy. Connection
+    errors, timeouts and 5xx are retried with backoff; every other answer is final."""
+
+    def __init__(self, repo, url: str, shown: str, index: _Index, redact: Callable[[str], str],
+                 say: Callable[[str], None], *, skip_existing: bool, retries: int, backoff: float) -> None:
+        self.repo, self.url, self.shown, self.index = repo, url, shown, index
+        self.redact, self.say = redact, say
+        self.skip_existing, self.retries, self.backoff = skip_existing, retries, backoff
+        self.results: list[FileResult] = []
+        self.listings: dict[str, dict[str, str | None]] = {}
+
+    def fail(self, cls: type[CiError], msg: str) -> CiError:
+        """The error to raise, redacted, naming the files uploaded before it."""
+        done = [r.filename for r in self.results if r.status == "uploaded"]
+        tail = f" (uploaded before this: {', '.join(done)})" if done else ""
+        return cls(self.redact(msg + tail))
+
+    def same_on_index(self, t: _Target, fresh: bool = False) -> bool | None:
+        """True: listed with our sha256; False: listed with another; None: not listed."""
+        if fresh or t.project not in self.listings:
+            try:
+                self.listings[t.project] = self.index.listing(t.project)
+            except MalformedPage as e:
+                raise self.fail(CiError, str(e)) from None
+        if t.path.name not in self.listings[t.project]:
+            return None
+        theirs = self.listings[t.project][t.path.name]
+        if theirs is None:
+            raise self.fail(Finding, f"the index lists {t.path.name} without a sha256: cannot compare it")
+        return theirs == t.sha256
+
+    def send(self, t: _Target) -> None:
+        """Upload one file, or skip it when the index has the same bytes (--skip-existing)."""
+        from twine import exceptions
+        from twine.package import PackageFile
+
+        if self.skip_existing:
+            same = self.same_on_index(t)
+            if same:
+                self.say(f"skipping {t.path.name}: the index has it with the same sha256")
+                self.results.append(FileResult(t.path.name, t.project, t.sha256, "skipped", 0))
+                return
+            if same is False:
+                raise self.fail(Finding, f"the index already has a different {t.path.name} (sha256 differs)")
+        try:
+            package = None if t.variants_file else PackageFile.from_filename(str(t.path), None)
+        except exceptions.TwineException as e:
+            raise self.fail(CiError, f"{t.path.name}: {str(e).splitlines()[0]}") from None
+        attempt = 0
+        while True:
+            attempt += 1
+            self.say(f"uploading {t.path.name} to {self.shown}" + (f" (attempt {attempt})" if attempt > 1 else ""))
+            problem = self._attempt(t, package, attempt)
+            if problem is None:
+                return
+            if attempt > self.retries:
+                raise self.fail(Finding, f"uploading {t.path.name} failed after {attempt} attempt"
+                                         f"{'s' if attempt > 1 else ''}: {problem}")
+            delay = self.backoff * 2 ** (attempt - 1)
+            self.say(self.redact(f"{t.path.name}: {problem}; retrying in {delay:g}s"))
+            time.sleep(delay)
+
+    def _attempt(self, t: _Target, package, attempt: int) -> str | None:
+        """One POST. None: the file is on the index; else the passing problem to retry. A TLS error is
+        configuration, never retried."""
+        import requests
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                resp = (self.repo.upload(package, max_redirects=1) if package  # one try; we retry with backoff
+                        else _post_file(self.repo, self.url, t))
+        except requests.exceptions.SSLError as e:
+            raise self.fail(CiError, str(tls_error(self.url, e))) from None
+        except requests.ConnectionError as e:
+            return f"connection error: {short_reason(e)}"
+        except requests.Timeout as e:
+            return f"timeout: {short_reason(e)}"
+        except requests.RequestException as e:
+            raise self.fail(Finding, f"uploading {t.path.name} failed: {short_reason(e)}") from None
+        return self._answer(t, resp, attempt)
+
+    def _answer(self, t: _Target, resp, attempt: int) -> str | None:
+        """What the index's answer means: None uploaded; a 5xx is a problem to retry; rejected
+        credentials and a redirect are configuration (exit 2); any other refusal is a finding."""
+        code = resp.status_code
+        if code in (200, 201):
+            self.results.append(FileResult(t.path.name, t.project, t.sha256, "uploaded", attempt))
+            return None
+        if code in (401, 403):
+            raise self.fail(CiError, f"{self.shown} rejected the credentials (HTTP {code} {resp.reason}); "
+                                     "check TWINE_USERNAME/TWINE_PASSWORD, keyring or .pypirc")
+        if code == 409 or (code == 400 and "exist" in f"{resp.reason} {resp.text}".lower()):
+            self._exists(t, code, attempt)
+            return None
+        if 300 <= code < 400:
+            where = strip_userinfo(urljoin(self.url, resp.headers.get("Location", "")))
+            raise self.fail(CiError, f"{self.shown} redirects the upload (HTTP {code}) to {where}: "
+                                     "give the final URL as --repository-url")
+        if 500 <= code < 600:
+            return f"HTTP {code} {resp.reason}"
+        text = answer_text(resp.text, resp.headers.get("Content-Type", ""))
+        raise self.fail(Finding, f"{self.shown} refused {t.path.name}: HTTP {code} {resp.reason}"
+                                 + (f": {text}" if text else "") + (NO_VARIANTS if t.variants_file else ""))
+
+    def _exists(self, t: _Target, code: int, attempt: int) -> None:
+        """An "already exists" answer: a retried POST whose first try landed counts as uploaded (or
+        skipped, with --skip-existing) only when the simple page lists our sha256; anything else fails."""
+        same = self.same_on_index(t, fresh=True)
+        if same and (attempt > 1 or self.skip_existing):  # our earlier attempt landed
+            self.results.append(FileResult(t.path.name, t.project, t.sha256,
+                                           "uploaded" if attempt > 1 else "skipped", attempt))
+            return
+        if same:
+            raise self.fail(Finding, f"the index already has {t.path.name} (same sha256); "
+                                     "pass --skip-existing to skip it")
+        raise self.fail(Finding, f"the index already has a different {t.path.name} "
+                                 f"(HTTP {code}{'' if same is False else ', not listed'})")
 
 
 NO_VARIANTS = ("; this index does not take a release's variants file, so installers cannot choose among "
