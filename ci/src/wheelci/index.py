@@ -526,9 +526,11 @@ def foreign(path: Path, data: bytes, owned: bool) -> bool:
 
 def build_index(root: Path | str, out: Path | str | None = None, base_url: str | None = None,
                 jobs: int | None = None, legacy_keys: bool = False) -> IndexResult:
-    """Index root's distributions into out (default root/simple). Raises CiError on bad input."""
-    import time
+    """Index root's distributions into out (default root/simple). Raises CiError on bad input.
 
+    In phases, so that bad input leaves the output as it was: read (the cache, then hashing what it
+    cannot vouch for), plan (the pages and .metadata files), refuse (paths that lead out, files that are
+    not ours), and only then write, ownership first."""
     root = Path(root)
     if not root.is_dir():
         raise CiError(f"not a directory: {root}")
@@ -548,19 +550,50 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
     cache = load_cache(cache_path)
     if root.resolve() == out.resolve():  # --out DIR: the variants files this command wrote are not input
         found = {rel: f for rel, f in found.items() if rel not in cache.pages}
-    dists: dict[str, Dist] = {}
-    seen: dict[str, int] = {}
+    read = _read_dists(root, found, cache, jobs)
+    chosen = _unique(read.dists)
+    pages, projects = _plan_pages(chosen, root, out, to_root, base_url, legacy_keys)
+
+    # Everything to write, known before anything is written; refuse to replace what is not ours.
+    sidecars = _sidecars(root, chosen, read)
+    _refuse_unsafe(root, out, cache, pages, sidecars)
+
+    result = IndexResult(out=str(out), projects=len(projects),
+                         files=len(chosen), hashed=read.hashed, cached=len(found) - read.hashed,
+                         skipped=skipped)
+    records = {d.path: {"key": cache_key(found[d.path][3]), "seen": read.seen[d.path], "dist": asdict(d)}
+               for d in read.dists.values()}
+    result.written, result.removed = _write_owned(root, out, cache, pages, sidecars, records)
+    return result
+
+
+@dataclass
+class _Read:
+    """What build_index knows of each distribution found: its record, when it was hashed (for the
+    cache's racy-timestamp check), and the METADATA of the wheels read this run (to write beside them)."""
+
+    dists: dict[str, Dist] = field(default_factory=dict)  # rel path -> record
+    seen: dict[str, int] = field(default_factory=dict)  # rel path -> time_ns before it was hashed
+    metadata: dict[str, bytes] = field(default_factory=dict)
+    hashed: int = 0  # files read this run
+
+
+def _read_dists(root: Path, found: dict[str, tuple[str, str, str, os.stat_result]], cache: Cache,
+                jobs: int | None) -> _Read:
+    """Records from the cache where it can vouch for the file; the rest hashed and read in threads."""
+    import time
+
+    read = _Read()
     todo: list[str] = []
     for rel, (kind, project, version, st) in found.items():
         hit = cache.files.get(rel)
         cached = _cached_dist(hit, rel) if trusted(hit, st) else None
         if cached is not None:
-            dists[rel] = cached
-            seen[rel] = hit["seen"]
+            read.dists[rel] = cached
+            read.seen[rel] = hit["seen"]
         else:
             todo.append(rel)
-
-    metadata: dict[str, bytes] = {}
+    read.hashed = len(todo)
     if todo:
         from concurrent.futures import ThreadPoolExecutor
         workers = jobs or min(8, os.cpu_count() or 1)
@@ -569,12 +602,16 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
         started = time.time_ns()  # before any read: a change after this is never trusted
         with ThreadPoolExecutor(max_workers=workers) as pool:  # hashlib releases the GIL
             for rel, (d, raw) in zip(todo, pool.map(lambda r: read_dist(root, r, *found[r]), todo)):
-                dists[rel] = d
-                seen[rel] = started
+                read.dists[rel] = d
+                read.seen[rel] = started
                 if raw is not None:
-                    metadata[rel] = raw
+                    read.metadata[rel] = raw
+    return read
 
-    # Same file name twice (e.g. the same wheel under two subdirectories): fine if identical.
+
+def _unique(dists: dict[str, Dist]) -> list[Dist]:
+    """One record per file name (e.g. the same wheel under two subdirectories): fine if identical,
+    the first path kept; two different files under one name are refused, as no index can serve both."""
     by_name: dict[str, Dist] = {}
     for rel in sorted(dists):
         d = dists[rel]
@@ -585,8 +622,13 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
             raise CiError(f"two different files named {d.filename}: {prev.path} and {d.path}")
         else:
             warn(f"{d.path} duplicates {prev.path}; indexing {prev.path}")
-    chosen = list(by_name.values())
+    return list(by_name.values())
 
+
+def _plan_pages(chosen: list[Dist], root: Path, out: Path, to_root: str | None, base_url: str | None,
+                legacy_keys: bool) -> tuple[dict[str, str], set[str]]:
+    """Every page and variants file to write ({path relative to OUT: text}) and the projects on the
+    main pages: the project pages, then what the variant wheels add (see plan_variants)."""
     given = [d for d in chosen if d.filename.endswith(FILE_SUFFIX)]
     dists_only = [d for d in chosen if not d.filename.endswith(FILE_SUFFIX)]
     variants = plan_variants(dists_only, given, to_root, base_url)
@@ -597,23 +639,35 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
     pages = render(main_dists, to_root, base_url, legacy_keys, variants.links)
     pages.update(variants.files)
     pages.update(render_roots(variants.roots, root, out, base_url, legacy_keys, projects))
+    return pages, projects
 
-    # Everything to write, known before anything is written; refuse to replace what is not ours.
+
+def _sidecars(root: Path, chosen: list[Dist], read: _Read) -> dict[str, bytes | None]:
+    """The PEP 658 files beside the wheels: {path relative to DIR: bytes to write, or b"" when the one
+    there is right}. A cached wheel's METADATA is read again only when its file is missing or stale."""
     sidecars: dict[str, bytes | None] = {}  # rel to DIR -> bytes (None: cached, read only if needed)
     for d in chosen:
         if d.metadata_sha256 is not None:
-            sidecars[f"{d.path}.metadata"] = metadata.get(d.path)
+            sidecars[f"{d.path}.metadata"] = read.metadata.get(d.path)
     for rel, raw in list(sidecars.items()):
         path = root / rel
         if raw is None:
             try:
-                ok = hashlib.sha256(path.read_bytes()).hexdigest() == dists[rel[: -len(".metadata")]].metadata_sha256
+                ok = (hashlib.sha256(path.read_bytes()).hexdigest()
+                      == read.dists[rel[: -len(".metadata")]].metadata_sha256)
             except OSError:
                 ok = False
             if ok:
                 sidecars[rel] = b""  # present and right: nothing to write
                 continue
-            sidecars[rel] = raw = wheel_metadata(root / rel[: -len(".metadata")])
+            sidecars[rel] = wheel_metadata(root / rel[: -len(".metadata")])
+    return sidecars
+
+
+def _refuse_unsafe(root: Path, out: Path, cache: Cache, pages: dict[str, str],
+                   sidecars: dict[str, bytes | None]) -> None:
+    """CiError, before any write, for a path a symlinked directory leads out of OUT or DIR, and for a
+    file there that this command did not write and would replace with other bytes."""
     escapes = [(root / rel, root) for rel, raw in sidecars.items() if raw and not inside(root, rel)]
     escapes += [(out / rel, out) for rel in pages if not inside(out, rel)]
     if escapes:
@@ -629,26 +683,29 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
         raise CiError(f"refusing to overwrite files ci.index did not write: {', '.join(clashes[:5])}{more} "
                       "(choose another --out, or move them away)")
 
-    result = IndexResult(out=str(out), projects=len(projects),
-                         files=len(chosen), hashed=len(todo), cached=len(found) - len(todo),
-                         skipped=skipped)
-    records = {d.path: {"key": cache_key(found[d.path][3]), "seen": seen[d.path], "dist": asdict(d)}
-               for d in dists.values()}
-    # Ownership first: what this run may write is listed (with what earlier runs own) before the first
-    # write, so a run cut short leaves nothing the next one refuses as foreign; and an --out that
-    # cannot be written fails here, before any .metadata file lands in DIR.
+
+def _write_owned(root: Path, out: Path, cache: Cache, pages: dict[str, str], sidecars: dict[str, bytes | None],
+                 records: dict[str, dict]) -> tuple[list[str], list[str]]:
+    """Write what changed and remove what this command wrote before and no longer needs:
+    (written, removed).
+
+    Ownership first: what this run may write is listed (with what earlier runs own) before the first
+    write, so a run cut short leaves nothing the next one refuses as foreign; and an --out that
+    cannot be written fails here, before any .metadata file lands in DIR."""
+    cache_path = out / CACHE_NAME
+    written: list[str] = []
     owned_pages, owned_metadata = cache.pages | pages.keys(), cache.metadata | sidecars.keys()
     _write_cache(cache_path, owned_pages, owned_metadata, records)
     for rel, raw in sidecars.items():
         if raw and _write_if_changed(root / rel, raw):
-            result.written.append(rel)
+            written.append(rel)
     for rel, text in pages.items():
         if _write_if_changed(out / rel, text.encode()):
-            result.written.append((out / rel).as_posix())
-    result.removed = _remove_stale(root, out, cache, pages, sidecars)
+            written.append((out / rel).as_posix())
+    removed = _remove_stale(root, out, cache, pages, sidecars)
     if owned_pages != pages.keys() or owned_metadata != sidecars.keys():  # stale files were removed
         _write_cache(cache_path, pages.keys(), sidecars.keys(), records)
-    return result
+    return written, removed
 
 
 def _write_cache(path: Path, pages: Iterable[str], metadata: Iterable[str], files: dict[str, dict]) -> None:
