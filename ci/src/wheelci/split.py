@@ -269,12 +269,39 @@ def _copy_unchanged(path: Path, out_dir: Path) -> Path:
 
 
 def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str]) -> list[Path]:
-    from wheelci.native.elf import SYSTEM_LIBS, is_system_lib, scan, scan_archive
-    from wheelci.native.loadorder import as_preload, dependency_order, runtime_source, top_package
-    from wheelci.wheel.archive import METADATA_CAP, WheelWriter, newest_time, rewrite
-
+    """Choose what moves, make the preload that loads it, then write: every refusal comes before the
+    first output, and a failed write leaves none behind."""
     if out_dir.resolve() == wa.path.resolve().parent:
         raise CiError(f"output directory {out_dir} holds the input wheel: it would be overwritten")
+    choice = _choose(wa, size, limit, verify)
+    preload = _make_preload(wa, choice, preload_deps)
+    written = _write_outputs(wa, choice, preload, out_dir)
+    for lib, py in sorted(choice.pinned.items()):  # once it worked: bad input stays one line
+        log.info(f"note: kept {cli.shown(lib)} in {wa.name.project}: {cli.shown(py)} loads it by path")
+    return written
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """What a split moves and patches, decided (and the input verified) before anything is written."""
+
+    plan: SplitPlan
+    moves: dict[str, str]  # member -> its path in a companion
+    rpaths: dict[str, tuple[list[str], bool]]  # member -> (RPATH entries, use DT_RPATH), see new_rpaths
+    companions: list  # the companions' WheelNames
+    projects: list[str]  # and their project names
+    shared: list  # the ELF scans of the wheel's shared libraries
+    pinned: dict[str, str]  # library -> the .py file that loads it by path: it stays
+    wheel_file: bytes  # the WHEEL file, which the companions share
+    limit: int
+
+
+def _choose(wa, size: int, limit: int, verify: bool) -> _Choice:
+    """Read the libraries and the Python sources, and plan the split. RECORD is verified after
+    planning: a wheel that cannot be split is refused without hashing 1 GB first."""
+    from wheelci.native.elf import scan_archive
+    from wheelci.wheel.archive import METADATA_CAP
+
     members = {m.name: m.csize for m in wa.files}
     refuse_oversized(members, limit)  # before reading any library
     found = [s for s in scan_archive(wa, executables=True) if ".dist-info/" not in s.path and ".data/" not in s.path]
@@ -287,90 +314,121 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
     pinned = loaded_by_path(sources, [lib.path for lib in libs])
     movable = [lib for lib in libs if "/" in lib.path and lib.path not in pinned]
     plan = plan_split(size, members, movable, limit, wa.name.distribution)
-    if verify:  # after planning: a wheel that cannot be split is refused without hashing 1 GB first
+    if verify:
         wa.verify()
     moves = {old: new for old, (_, new) in plan.moves.items()}
     rpaths = new_rpaths(libs, moves, programs)
-    version = wa.name.version
     companions = [wa.name.with_(distribution=n) for n in plan.companions]
-    projects = [c.project for c in companions]
+    return _Choice(plan, moves, rpaths, companions, [c.project for c in companions], shared, pinned,
+                   wheel_file, limit)
 
-    # Preload: the moved libraries and what they need from this wheel, dependencies first.
-    by_path = {s.path: s for s in shared}
-    relocated = [dataclasses.replace(s, path=moves[s.path], distribution=projects[plan.moves[s.path][0]])
-                 if s.path in moves else s for s in shared]
-    provided = {s.name for s in shared}
+
+@dataclass(frozen=True)
+class _Preload:
+    """What the main wheel gains so that importing it loads the moved libraries first."""
+
+    replace: dict[str, bytes]  # its `__init__.py`, calling the preload
+    add: dict[str, bytes]  # the preload module
+    loader: str  # what loads the companions' libraries, as their docstring says
+
+
+def _make_preload(wa, c: _Choice, preload_deps: Sequence[Path | str]) -> _Preload:
+    """The preload of the moved libraries and what they need from this wheel (and from the
+    --preload-deps wheels), dependencies first; a libraries-only wheel gets none (RPATHs only)."""
+    from wheelci.native.elf import SYSTEM_LIBS, is_system_lib, scan
+    from wheelci.native.loadorder import as_preload, dependency_order, runtime_source, top_package
+
+    by_path = {s.path: s for s in c.shared}
+    relocated = [dataclasses.replace(s, path=c.moves[s.path], distribution=c.projects[c.plan.moves[s.path][0]])
+                 if s.path in c.moves else s for s in c.shared]
+    provided = {s.name for s in c.shared}
     deps = [d for d in scan(preload_deps) if d.name not in provided]
     provided |= {d.name for d in deps}
-    known = shared + deps
+    known = c.shared + deps
     external = {n for s in known for n in s.needed if n not in provided and not is_system_lib(n, SYSTEM_LIBS)}
     relocated += deps
-    roots = [by_path[p].name for p in moves]
+    roots = [by_path[p].name for p in c.moves]
     order = dependency_order(roots, relocated, skip=external)
     preload_src = runtime_source([as_preload(s) for s in order], strict=False,
                                  header=f"Generated by ci.split: {wa.path.name} split into "
-                                        f"{', '.join(c.filename for c in companions)}")
+                                        f"{', '.join(n.filename for n in c.companions)}")
     try:
         pkg: str | None = top_package([m.name for m in wa.members], wa.name.project)
     except CiError:
         pkg = None  # nothing imported first (a libraries-only wheel): RPATHs only
-    inject_replace: dict[str, bytes] = {}
-    inject_add: dict[str, bytes] = {}
-    if pkg:
-        module_name = f"{pkg}/{PRELOAD_MODULE}.py"
-        if module_name in wa:
-            raise CiError(f"{wa.path.name} already has {module_name} (split twice?)")
-        init = _insert_after_existing_preload(wa.read_text(f"{pkg}/__init__.py", PY_SOURCE_CAP), PRELOAD_MODULE)
-        inject_replace[f"{pkg}/__init__.py"] = init.encode()
-        inject_add[module_name] = preload_src.encode()
-    loader = f"{pkg}/{PRELOAD_MODULE}.py" if pkg else "RPATH only"
-    requires = [("Requires-Dist", f"{p}=={version}") for p in projects]
-    meta = wa.metadata
+    if not pkg:
+        return _Preload({}, {}, "RPATH only")
+    module_name = f"{pkg}/{PRELOAD_MODULE}.py"
+    if module_name in wa:
+        raise CiError(f"{wa.path.name} already has {module_name} (split twice?)")
+    init = _insert_after_existing_preload(wa.read_text(f"{pkg}/__init__.py", PY_SOURCE_CAP), PRELOAD_MODULE)
+    return _Preload({f"{pkg}/__init__.py": init.encode()}, {module_name: preload_src.encode()}, module_name)
 
+
+def _write_outputs(wa, c: _Choice, preload: _Preload, out_dir: Path) -> list[Path]:
+    """The main wheel (first) and its companions; each is checked against the limit once written,
+    and on any failure, Ctrl-C included, every output written so far is removed."""
+    from wheelci.wheel.archive import edit_headers, newest_time, rewrite
+
+    requires = [("Requires-Dist", f"{p}=={wa.name.version}") for p in c.projects]
+    meta = wa.metadata
     written: list[Path] = []
     try:
         with tempfile.TemporaryDirectory(prefix="ci-split-") as tmp:
-            patched: dict[str, Path] = {}
-            for old, (entries, force) in sorted(rpaths.items()):
-                f = wa.extract(wa.get(old), Path(tmp) / old)
-                _set_rpath(f, entries, force)
-                patched[old] = f
+            patched = _patch_rpaths(wa, c.rpaths, Path(tmp))
             when = newest_time(wa)
-            for i, cname in enumerate(companions):
-                w = WheelWriter(cname, default_time=when)
-                w.add(f"{plan.companions[i]}/__init__.py", _companion_init(wa.name.project, version, loader))
-                for old, (j, new) in sorted(plan.moves.items()):
-                    if j != i:
-                        continue
-                    m = wa.get(old)
-                    if old in patched:
-                        w.add(new, patched[old], m.mode or 0o100755)
-                    else:
-                        w.copy(wa, m, new)
-                w.add(f"{cname.dist_info}/METADATA", _companion_metadata(meta, projects[i], version, wa.name.project,
-                                                                          limit).encode())
-                w.add(f"{cname.dist_info}/WHEEL", wheel_file)
-                if wa.name.variant:  # a companion of a variant wheel is that variant too (same label, same properties)
-                    w.add(f"{cname.dist_info}/variant.json", wa.read(f"{wa.dist_info}/variant.json", METADATA_CAP))
-                written.append(w.write(out_dir))
-            from wheelci.wheel.archive import edit_headers
-
-            main = rewrite(wa, out_dir, remove=list(moves),
-                           replace={**inject_replace, **{p: f for p, f in patched.items() if p not in moves}},
-                           add=inject_add,
+            for i in range(len(c.companions)):
+                written.append(_write_companion(wa, c, i, patched, meta=meta, loader=preload.loader, when=when,
+                                                out_dir=out_dir))
+            main = rewrite(wa, out_dir, remove=list(c.moves),
+                           replace={**preload.replace, **{p: f for p, f in patched.items() if p not in c.moves}},
+                           add=preload.add,
                            metadata_edit=lambda text: edit_headers(text, append=requires))
             written.insert(0, main)
-        over = [p for p in written if p.stat().st_size > limit]
+        over = [p for p in written if p.stat().st_size > c.limit]
         if over:
-            raise Finding(f"split output still over {format_size(limit)}: "
+            raise Finding(f"split output still over {format_size(c.limit)}: "
                           + ", ".join(f"{p.name} ({format_size(p.stat().st_size)})" for p in over))
     except BaseException:
         for p in written:
             p.unlink(missing_ok=True)
         raise
-    for lib, py in sorted(pinned.items()):  # once it worked: bad input stays one line
-        log.info(f"note: kept {cli.shown(lib)} in {wa.name.project}: {cli.shown(py)} loads it by path")
     return written
+
+
+def _patch_rpaths(wa, rpaths: dict[str, tuple[list[str], bool]], tmp: Path) -> dict[str, Path]:
+    """Each member whose RPATH changes, extracted into tmp and patched there: member -> its file."""
+    patched: dict[str, Path] = {}
+    for old, (entries, force) in sorted(rpaths.items()):
+        f = wa.extract(wa.get(old), tmp / old)
+        _set_rpath(f, entries, force)
+        patched[old] = f
+    return patched
+
+
+def _write_companion(wa, c: _Choice, i: int, patched: dict[str, Path], *, meta: str, loader: str,
+                     when: tuple[int, int], out_dir: Path) -> Path:
+    """Companion i: its libraries (patched, else copied as compressed bytes), a package that only
+    says where they came from, METADATA naming the main wheel, and the main wheel's WHEEL."""
+    from wheelci.wheel.archive import METADATA_CAP, WheelWriter
+
+    cname, version = c.companions[i], wa.name.version
+    w = WheelWriter(cname, default_time=when)
+    w.add(f"{c.plan.companions[i]}/__init__.py", _companion_init(wa.name.project, version, loader))
+    for old, (j, new) in sorted(c.plan.moves.items()):
+        if j != i:
+            continue
+        m = wa.get(old)
+        if old in patched:
+            w.add(new, patched[old], m.mode or 0o100755)
+        else:
+            w.copy(wa, m, new)
+    w.add(f"{cname.dist_info}/METADATA", _companion_metadata(meta, c.projects[i], version, wa.name.project,
+                                                              c.limit).encode())
+    w.add(f"{cname.dist_info}/WHEEL", c.wheel_file)
+    if wa.name.variant:  # a companion of a variant wheel is that variant too (same label, same properties)
+        w.add(f"{cname.dist_info}/variant.json", wa.read(f"{wa.dist_info}/variant.json", METADATA_CAP))
+    return w.write(out_dir)
 
 
 def _companion_init(project: str, version: str, loader: str) -> bytes:
