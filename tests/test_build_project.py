@@ -267,3 +267,37 @@ def test_a_projects_own_tool_bound_wins_and_the_next_build_gets_our_pin_back(tmp
     assert_tested(out, "cpu")
     install_build_requires(env, pl.make_plan(cuda=None, engine="host", project_dir=FIXTURE), FIXTURE)
     assert ninja() == pinned
+
+
+def test_a_work_dir_holding_the_users_files_is_refused_untouched(tmp_path):
+    """A build replaces parts of its --work-dir (src/, build/, dist/): one that holds anything this tool
+    did not make is refused before anything is written. It once removed a src-layout project's sources
+    (`--work-dir .` from the project) and any src/ the user kept there."""
+    project = tmp_path / "proj"
+    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    (project / "src").mkdir()
+    (project / "src" / "precious.py").write_text("keep me\n")
+    victim = tmp_path / "victim"
+    (victim / "src").mkdir(parents=True)
+    (victim / "src" / "notes.txt").write_text("mine\n")
+    for work in (victim, project):
+        before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+        r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", tmp_path / "out", "--work-dir", work)
+        assert r.returncode == 2 and f"--work-dir {work} holds files wheelci did not make" in error_line(r)
+        assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    assert (project / "src" / "precious.py").read_text() == "keep me\n"
+
+
+def test_the_project_itself_as_the_output_directory_is_refused(tmp_path):
+    project = tmp_path / "proj"
+    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    (project / "report.md").write_text("the project's own report\n")
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", project)
+    assert r.returncode == 2 and "is the project itself" in error_line(r)
+    assert (project / "report.md").read_text() == "the project's own report\n"
+    assert not (project / "report.json").exists()
+
+
+def test_a_bad_limit_is_refused_before_the_compile(tmp_path):
+    r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", "host", "--limit", "3XB", "--dry-run")
+    assert r.returncode == 2 and "not a size: '3XB'" in error_line(r)

@@ -82,12 +82,14 @@ def test_known_causes_are_named_for_the_build_they_broke(text, cuda, fragments):
 def test_what_the_log_does_not_show_is_not_guessed():
     # every CUDA build on a GPU-less machine logs torch's note: beside a compiler error it is not the cause
     noise = "No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'\n"
-    assert hints.hint(noise + "op.cpp:7:3: error: 'foo' was not declared in this scope\n", cuda="13.0") is None
+    # (the compiler's own line is quoted, never torch's note)
+    assert hints.hint(noise + "op.cpp:7:3: error: 'foo' was not declared in this scope\n", cuda="13.0") == \
+        "the compiler's first error: op.cpp:7:3: error: 'foo' was not declared in this scope"
     assert hints.hint("ERROR Backend subprocess exited when trying to invoke build_wheel\n", cuda=None) is None
     classic = ("torch/extension.h:12:2: error: #error This file should not be included when either "
                "TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined.\n")
     assert "port it to torch/csrc/stable" in hints.hint(classic, cuda=None, stable=True)
-    assert hints.hint(classic, cuda=None, stable=False) is None  # not a stable build: not that refusal
+    assert "csrc/stable" not in hints.hint(classic, cuda=None, stable=False)  # not a stable build: not that refusal
 
 
 def test_a_build_tools_count_is_read_from_its_own_lines():
@@ -407,3 +409,15 @@ def test_a_container_build_is_logged_as_it_goes_beats_and_says_why_it_failed(eng
                               ccache / "slow-release", "building in a container")
     (line,) = [ln for ln in stderr.splitlines() if ln.startswith("python -m ci.build: error:")]
     assert "cibuildwheel failed with exit status" in line and "the compiler found no slow_missing.h" in line, line
+
+
+def test_a_plain_compiler_error_is_named_from_above_the_traceback():
+    """The log's tail is the build tool's traceback; the compiler's own error sits far above it."""
+    from wheelci.compile.hints import hint
+
+    log = ("running build_ext\n[1/2] c++ -c tiny.cpp\nFAILED: tiny.o\n"
+           "/tmp/x/csrc/tiny.cpp:11:17: error: stray '@' in program\n   11 | this is not C++ @@@ ;\n"
+           + "Traceback (most recent call last):\n  File \"setup.py\", line 3\n" * 20
+           + "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.\n")
+    assert hint(log, cuda=None) == "the compiler's first error: /tmp/x/csrc/tiny.cpp:11:17: error: stray '@' in program"
+    assert hint("Traceback (most recent call last):\nOSError: boom\n", cuda=None) is None

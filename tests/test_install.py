@@ -110,6 +110,9 @@ def test_installed_command_refuses_what_it_does_not_know(installed, user_repo):
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [r.stderr.strip()]  # one line
     assert "unknown command 'buidl'" in r.stderr and "build" in r.stderr
+    r = wheelci(installed, "frob", "--json", cwd=user_repo)  # --json: the failure as one object too
+    assert r.returncode == 2 and json.loads(r.stdout) == {
+        "ok": False, "exit_code": 2, "stage": None, "error": r.stderr.strip().removeprefix("wheelci: error: ")}
     r = wheelci(installed, "build", "--help", cwd=user_repo)
     assert r.returncode == 0 and r.stdout.startswith("usage: wheelci build")
     r = wheelci(installed, "--version", cwd=user_repo)

@@ -156,3 +156,24 @@ def test_a_pure_python_backend_is_refused_in_one_line(tmp_path, name):
     r = run_stage("ci.build", project, "--cpu", "--dry-run")
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert f"build-backend '{name}' makes pure-Python wheels" in r.stderr
+
+
+def test_an_sdist_made_with_tar_dot_has_a_root_member(tmp_path):
+    """`tar czf x.tar.gz -C dir .` writes `./` first: an empty one was "unexpected IndexError", a full one
+    builds like any sdist."""
+    import tarfile
+
+    from wheelci.config.project import extract_sdist
+
+    empty = tmp_path / "empty-1.0.tar.gz"
+    with tarfile.open(empty, "w:gz") as tar:
+        tar.add(tmp_path, arcname=".", recursive=False)
+    with pytest.raises(CiError, match="one top directory, this has 0"):
+        extract_sdist(empty, tmp_path / "x")
+    src = tmp_path / "src" / "p-1.0"
+    src.mkdir(parents=True)
+    (src / "setup.py").write_text("")
+    full = tmp_path / "p-1.0.tar.gz"
+    with tarfile.open(full, "w:gz") as tar:
+        tar.add(tmp_path / "src", arcname=".")
+    assert extract_sdist(full, tmp_path / "y").name == "p-1.0"

@@ -28,9 +28,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wheelci {__version__}")
         raise SystemExit(0)
     if argv[0] not in STAGES:
-        from wheelci.cli import shown
+        from wheelci.cli import emit_json, shown
 
-        print(f"wheelci: error: unknown command {shown(argv[0])!r} (choose from {', '.join(STAGES)})", file=sys.stderr)
+        error = f"unknown command {shown(argv[0])!r} (choose from {', '.join(STAGES)})"
+        print(f"wheelci: error: {error}", file=sys.stderr)
+        if "--json" in argv[:argv.index("--") if "--" in argv else len(argv)]:
+            emit_json({"ok": False, "error": error, "exit_code": 2, "stage": None})
         raise SystemExit(2)
     from wheelci import cli
 

@@ -23,6 +23,7 @@ from wheelci import cli
 from wheelci.errors import CiError, Finding
 from wheelci.steps import Step
 from wheelci.util import log
+from wheelci.util.sizes import parse_limit
 from wheelci.wheel.names import local_version
 
 if TYPE_CHECKING:
@@ -133,6 +134,7 @@ def run_build(args) -> int:
 def build_project(args, project_dir: Path, settings) -> int:
     from wheelci.plan import format_plan, make_plan, split_csv
 
+    parse_limit(settings.limit)  # a bad limit is bad input now, not after the compile
     plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
                      engine=args.engine, project_dir=project_dir, image=args.image, find_links=args.find_links,
                      torch_index_url=args.torch_index_url, build_env=settings.env, excludes=settings.exclude,
@@ -147,6 +149,11 @@ def build_project(args, project_dir: Path, settings) -> int:
         return 0
     if args.wheel_dir is None:
         raise CiError("-w/--wheel-dir is required unless --dry-run")
+    if args.wheel_dir.resolve() == project_dir.resolve():
+        raise CiError(f"-w {args.wheel_dir} is the project itself: its report.json and report.md would replace "
+                      "the project's files; write the wheels to a directory of their own (e.g. -w wheelhouse)")
+    if args.work_dir is not None:
+        own_work_dir(args.work_dir)
     if plan.engine != "host":
         from wheelci.compile.container import require_engine
 
@@ -159,6 +166,23 @@ def build_project(args, project_dir: Path, settings) -> int:
         log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} "
                  "(wheelci/resources/glibc_compat/glibc_compat.h)")
     return run(Build(args=args, plan=plan, settings=settings, project_dir=project_dir, out_dir=args.wheel_dir))
+
+
+WORK_MARK = ".wheelci-work"  # in a --work-dir this tool made: the next build may replace what is in it
+
+
+def own_work_dir(path: Path) -> None:
+    """A --work-dir the build may clear parts of (its src/, build/, dist/): a new or empty directory, which
+    gets the mark, or one an earlier build marked. Anything else is the user's and is refused untouched."""
+    if path.exists() and not path.is_dir():
+        raise CiError(f"--work-dir {path}: not a directory")
+    entries = sorted(p.name for p in path.iterdir()) if path.exists() else []
+    if entries and WORK_MARK not in entries:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise CiError(f"--work-dir {path} holds files wheelci did not make ({shown}): a build replaces parts of "
+                      "its work directory, so give a new or empty one")
+    path.mkdir(parents=True, exist_ok=True)
+    (path / WORK_MARK).write_text("made by `wheelci build --work-dir`: the next build replaces what is here\n")
 
 
 def run(b: "Build") -> int:

@@ -452,7 +452,7 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None
     image, notes = pick_image(matrix, row, line, build.version)
     ref = _image_ref(matrix, image)
     if image.origin == "ours":
-        notes.append(f"{ref} is built from docker/ (`python -m ci.image build --cuda {cuda}`): "
+        notes.append(f"{ref} is built from docker/ (`wheelci image build --cuda {cuda}`): "
                      f"no public {image.manylinux} image has CUDA {cuda}")
     if line.cxx11_abi and any(not i.cxx11_abi for i in row.images):
         notes.append(f"cu{cuda.replace('.', '')} ABI trap: torch {build.version} is cxx11-ABI {line.manylinux}, "

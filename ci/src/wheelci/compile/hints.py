@@ -70,6 +70,17 @@ def hint(log: str, *, cuda: str | None, stable: bool = False) -> str | None:
         return ("torch sees no GPU on this machine (\"No CUDA runtime is found\"): a build that asks "
                 "torch.cuda.is_available() gets False on a GPU-less builder; it should ask torch.version.cuda, "
                 "or read a switch such as FORCE_CUDA=1 (--env FORCE_CUDA=1)")
+    if error := first_compiler_error(log):  # the build tool's traceback comes last: the cause is above it
+        return f"the compiler's first error: {error}"
+    return None
+
+
+def first_compiler_error(log: str, limit: int = 300) -> str | None:
+    """The first line a compiler marks as an error (`tiny.cpp:11:17: error: stray '@'`), cut to `limit`."""
+    for line in log.splitlines():
+        if _COMPILER_ERROR.search(line):
+            line = line.strip()
+            return line if len(line) <= limit else line[:limit] + "..."
     return None
 
 

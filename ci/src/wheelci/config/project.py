@@ -191,8 +191,11 @@ def is_sdist(path: Path) -> bool:
     return path.name.endswith(SDIST_SUFFIXES)
 
 
-def _check_member(member: tarfile.TarInfo, sdist: Path) -> str:
+def _check_member(member: tarfile.TarInfo, sdist: Path) -> str | None:
+    """The member's top directory (None for the archive's root, `.` or `./`), or CiError."""
     name = PurePosixPath(member.name)
+    if not name.parts and member.isdir():
+        return None  # `tar -C dir .` writes the root itself first
     if name.is_absolute() or ".." in name.parts:
         raise CiError(f"{sdist.name}: member {member.name!r} points outside the sdist; refused before extraction")
     if not (member.issym() or member.islnk() or member.isfile() or member.isdir()):
@@ -272,7 +275,7 @@ def extract_sdist(sdist: Path, dest: Path) -> Path:
     try:
         with tarfile.open(sdist, "r:gz") as tar:
             members = tar.getmembers()
-            tops = {_check_member(m, sdist) for m in members}
+            tops = {_check_member(m, sdist) for m in members} - {None}
             if len(tops) != 1:
                 raise CiError(f"{sdist.name}: an sdist has one top directory, this has {len(tops)}")
             _check_links(members, next(iter(tops)), sdist)
