@@ -12,14 +12,11 @@ that raises when imported, on PYTHONPATH: the tool taking the user's module for 
 from __future__ import annotations
 
 import base64
-import contextlib
-import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -232,29 +229,12 @@ def test_the_error_is_escaped_as_on_stderr(user_repo):
     assert "\x1b" not in r.stdout + r.stderr and "--bad\\x1b[2J" in doc["error"]
 
 
-@contextlib.contextmanager
 def refusing_server(secret: str):
-    """An index on loopback that refuses every upload, repeating the request's Authorization header
-    and `secret` in its error page, as a careless proxy does. Yields its URL."""
-    class Refuse(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            body = f"bad request from {self.headers.get('Authorization')} ({secret})".encode()
-            self.send_response(400, "Bad Request")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    """An index on loopback that refuses every upload, repeating the request's Authorization header and
+    `secret` in its error page, as a careless proxy does (test_upload's). Yields its host:port."""
+    from tests.test_upload import echo_server
 
-        def log_message(self, *args) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return echo_server(f" ({secret})")
 
 
 def test_secrets_stay_out_of_the_failure_document(user_repo):

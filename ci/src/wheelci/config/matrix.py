@@ -8,7 +8,7 @@ Stdlib only, so it also imports inside a manylinux image's bare Python.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -110,12 +110,16 @@ class Matrix:
         raise CiError(f"unsupported torch {torch!r} (torch lines in the matrix: {known})")
 
 
-_TOP = ("default_torch", "cpu_index_url", "our_image_repo", "our_dockerfile", "torch_line", "cuda")
-_ROW = ("version", "full_version", "torch_index_url", "default_torch", "gcc_max", "arch_list", "accepted_archs",
-        "nvcc_flags", "nvcc_wheels", "nvcc_wheel_has_nvcc", "toolkit_wheels", "torch", "image")
-_TORCH = ("version", "cudnn", "on_pypi", "source")
-_IMAGE = ("manylinux", "name", "origin", "gcc", "cxx11_abi", "source", "build_args")
-_LINE = ("minor", "python", "manylinux", "cxx11_abi")
+def _keys(cls: type, **toml_names: str) -> tuple[str, ...]:
+    """The TOML keys of a table: its dataclass's fields, under their TOML name where that differs."""
+    return tuple(toml_names.get(f.name, f.name) for f in fields(cls))
+
+
+_TOP = _keys(Matrix, torch_lines="torch_line", rows="cuda")
+_ROW = _keys(CudaRow, images="image")
+_TORCH = _keys(TorchBuild)
+_IMAGE = _keys(Image)
+_LINE = _keys(TorchLine)
 
 
 def _image(d: dict[str, Any]) -> Image:
