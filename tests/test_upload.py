@@ -307,7 +307,7 @@ def test_twine_check_failure_stops_before_uploading(server, wheels):
 
 @pytest.mark.parametrize("args, words", [
     (["--repository-url", "http://127.0.0.1:9/", "nope-1.0-py3-none-any.whl"], "no such file"),
-    (["--repository-url", "http://127.0.0.1:9/", "pyproject.toml"], "not a wheel or sdist"),
+    (["--repository-url", "http://127.0.0.1:9/", "pyproject.toml"], "not a wheel, sdist or variants file"),
     (["PKG"], "no index given"),
     (["--repository", "nosuchsection", "--config-file", "PYPIRC", "PKG"], "nosuchsection"),
     (["--repository", "internal", "--config-file", "BADRC", "PKG"], "Malformed configuration"),
