@@ -336,3 +336,15 @@ def test_find_links_keeps_the_index_the_host_installs_torch_from(tmp_path):
     assert given.torch_index_url == "https://mirror.example/whl/cu118"
     cpu = pl.make_plan(cuda=None, engine="host", find_links=tmp_path, project_dir=ROOT)
     assert cpu.torch_index_url == mx.load().cpu_index_url
+
+
+def test_a_variant_set_is_every_job_with_variant_and_the_plain_cpu_wheel():
+    """A release with PEP 825 variants needs its plain wheel (a machine without a GPU installs it), so the
+    CPU job is in even when --cuda names only CUDA versions; every job builds with --variant."""
+    jobs = pl.workflow_matrix(None, ["13.0"], variants=True)["include"]
+    assert [(j["name"], j["args"], j["engine"]) for j in jobs] == [
+        ("cpu", "--cpu --variant", "host"), ("cuda13.0", "--cuda 13.0 --variant", "docker")]
+    everything = pl.workflow_matrix(None, None, variants=True)["include"]
+    assert everything[0]["name"] == "cpu" and len(everything) == len(mx.load().versions) + 1
+    assert all(j["args"].endswith(" --variant") for j in everything)
+    assert [j["name"] for j in pl.workflow_matrix(None, None)["include"]] == [f"cuda{v}" for v in mx.load().versions]

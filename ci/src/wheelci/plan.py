@@ -544,7 +544,8 @@ def split_csv(text: str | None) -> list[str] | None:
     return [p.strip() for p in text.split(",") if p.strip()] if text else None
 
 
-def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None) -> dict[str, list[dict[str, str]]]:
+def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None,
+                    variants: bool = False) -> dict[str, list[dict[str, str]]]:
     """The CI jobs a project needs, as a GitHub Actions matrix: one per CUDA version of the matrix for
     classic wheels, one per variant (cpu, and each CUDA major the matrix can build for the target)
     for stable-ABI ones, which serve every later torch. Each row names its engine: a CPU build runs on
@@ -552,7 +553,11 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None) -> di
 
     `cuda` keeps only the rows it names (CUDA versions of the matrix, or `cpu`), in matrix order; classic
     wheels get a CPU job only when it is named. A name the matrix does not know is bad input, refused
-    here before any job starts: a typo must not quietly build nothing, or everything."""
+    here before any job starts: a typo must not quietly build nothing, or everything.
+
+    `variants` builds a release's PEP 825 variant set: every job gets --variant (a CUDA job writes its
+    variant wheel, the CPU job the plain wheel), and the CPU job is always in, since an installer on a
+    machine without a GPU needs the plain wheel."""
     matrix = mx.load()
     if stable_abi is None:
         rows = [("cpu", "cpu", "--cpu")] + [(v, f"cuda{v}", f"--cuda {v}") for v in matrix.versions]
@@ -581,6 +586,9 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None) -> di
             raise CiError(f"--cuda names no job ({choices})")
         wanted = {aliases[c.lower()] for c in cuda}
         keep = [r for r in rows if r[0] in wanted]
+    if variants:
+        keep = [r for r in rows if r[0] == "cpu"] + [r for r in keep if r[0] != "cpu"]
+        keep = [(key, name, f"{args} --variant") for key, name, args in keep]
     return {"include": [{"name": name, "args": args, "engine": "host" if key == "cpu" else "docker"}
                         for key, name, args in keep]}
 
@@ -590,9 +598,10 @@ def main(args) -> int:
 
     from wheelci.config.project import read_settings
 
-    stable = args.stable_abi or read_settings(args.project_dir).stable_abi
+    settings = read_settings(args.project_dir)
+    stable = args.stable_abi or settings.stable_abi
     if args.workflow_matrix:
-        print(json.dumps(workflow_matrix(stable, split_csv(args.cuda))))
+        print(json.dumps(workflow_matrix(stable, split_csv(args.cuda), args.variant or settings.variants)))
         return 0
     plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
                      engine=args.engine, project_dir=args.project_dir, stable_abi=stable)
@@ -621,6 +630,9 @@ def build_parser():
     p.add_argument("--workflow-matrix", action="store_true",
                    help="print the CI jobs the project needs as a GitHub Actions matrix (JSON): one per CUDA "
                         "version, or one per variant for stable-ABI wheels")
+    p.add_argument("--variant", action="store_true",
+                   help="with --workflow-matrix: the jobs of a PEP 825 variant set (each job --variant, the CPU "
+                        "job's plain wheel always in; default: [tool.ci] variants)")
     return p
 
 
