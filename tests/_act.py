@@ -9,8 +9,6 @@ the repository act runs in). act runs in a copy of the checkout, so nothing it d
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import re
@@ -20,9 +18,6 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
-
-from wheelci.util.cache import cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -324,44 +319,17 @@ class ActRun:
         return [m[1] for r in self.of(job) for m in [re.match(r"Skipping step '(.*)' due to '", r.get("msg", ""))] if m]
 
 
-def prune_caches(store: Path) -> None:
-    """Keep the newest entry of each key family (a key less its last `-` part, e.g. ccache-cpu-SHA): a
-    store kept between runs to warm them, as a runner's cache would, grows by one key per commit."""
-    entries = sorted((p for p in store.glob("*") if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
-    seen: set[str] = set()
-    for entry in entries:
-        family = entry.name.rsplit("-", 1)[0]
-        if family in seen:
-            shutil.rmtree(entry, ignore_errors=True)
-        seen.add(family)
-
-
-@contextlib.contextmanager
-def act_state() -> Iterator[Path]:
-    """act's own directory (the jobs' workspaces and RUNNER_TEMP, where the workflow installs the tool):
-    the same path every run, as a runner's is, so a compiler cache keyed on paths is hit again; emptied
-    before and after each run, and one run at a time on this machine."""
-    root = cache_dir("act")
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / "state.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        state = root / "state"
-        shutil.rmtree(state, ignore_errors=True)
-        try:
-            yield state
-        finally:
-            shutil.rmtree(state, ignore_errors=True)
-
-
 def run_act(repo: Path, work: Path, standins: Standins, event: str, *, inputs: dict[str, str] | None = None,
             secrets: dict[str, str] | None = None, payload: dict | None = None, matrix: str = "engine:host",
             timeout: float = 3600) -> ActRun:
     """act EVENT on wheels.yml in `repo`, jobs on this host (`-P ubuntu-latest=-self-hosted`), with the
     stand-ins; only the matrix rows `matrix` selects (engine:host: what this machine builds, no containers).
-    `payload`: the event's JSON (e.g. a tag's ref). The log and the event file go into `work`."""
+    `payload`: the event's JSON (e.g. a tag's ref). act's own state (the jobs' workspaces and RUNNER_TEMP,
+    at a new path each run), the event file and the log go into `work`."""
     work.mkdir(parents=True, exist_ok=True)
     cmd = [str(act_binary()), event, "-W", ".github/workflows/wheels.yml", "-P", "ubuntu-latest=-self-hosted",
-           "--no-cache-server", "--json", "-v", "--matrix", matrix, *standins.local_repository_args()]
+           "--action-cache-path", str(work / "act"), "--no-cache-server", "--json", "-v", "--matrix", matrix,
+           *standins.local_repository_args()]
     if payload is not None:
         (work / "event.json").write_text(json.dumps(payload))
         cmd += ["-e", str(work / "event.json")]
@@ -369,8 +337,8 @@ def run_act(repo: Path, work: Path, standins: Standins, event: str, *, inputs: d
         cmd += ["--input", f"{k}={v}"]
     for k, v in (secrets or {}).items():
         cmd += ["-s", f"{k}={v}"]
-    with act_state() as state, open(work / "act.log", "w+") as log:
-        proc = subprocess.run([*cmd, "--action-cache-path", str(state)], cwd=repo, stdin=subprocess.DEVNULL,
-                              stdout=log, stderr=subprocess.STDOUT, timeout=timeout, env=dict(os.environ))
+    with open(work / "act.log", "w+") as log:
+        proc = subprocess.run(cmd, cwd=repo, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                              timeout=timeout, env=dict(os.environ))
         log.seek(0)
         return ActRun.parse(proc.returncode, log.read())

@@ -15,16 +15,14 @@ import sys
 import urllib.request
 import zipfile
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from tests._act import WORKFLOWS, ActRun, Standins, copy_checkout, prune_caches, run_act, write_standins
+from tests._act import WORKFLOWS, ActRun, Standins, copy_checkout, run_act, write_standins
 from tests._servers import PypiServer
 from wheelci.config.project import read_settings
 from wheelci.errors import CiError
 from wheelci.plan import workflow_matrix
-from wheelci.util.cache import cache_dir
 
 pytestmark = [pytest.mark.act, pytest.mark.slow, pytest.mark.network]
 
@@ -38,12 +36,8 @@ def checkout(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def standins(tmp_path) -> Iterator[Standins]:
-    """The stand-ins, artifacts in this test's directory; the actions cache kept between runs in the
-    project's cache directory, as a runner's would be (a warm ccache: the compile is most of a build)."""
-    caches = cache_dir("act", "actions-cache")
-    yield write_standins(tmp_path / "standins", tmp_path / "artifacts", caches)
-    prune_caches(caches)
+def standins(tmp_path) -> Standins:
+    return write_standins(tmp_path / "standins", tmp_path / "artifacts", tmp_path / "caches")
 
 
 def the_matrix(run: ActRun) -> dict:
