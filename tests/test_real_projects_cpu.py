@@ -6,17 +6,19 @@ wheel then installed with torch from pip into a fresh venv and its ops run there
   cpp_extension refuses that ("CUDA_HOME environment variable is not set"): a --cpu build must not let
   it see the host's CUDA toolkit. The wheel holds only `isotonic_cpu`.
 - torch-cluster 1.6.3, the newest sdist on the index: nine libraries, built with `use_ninja=False`,
-  so one file at a time and without ccache: about 9 minutes on 2 cores.
+  so one file at a time and without ccache: the suite's longest compile (many minutes on 2 cores).
 
 Why the wheel cache: paying that compile on every run would add minutes to the suite for a result
 that changes only when an input does. A verified wheel is kept in the tool's cache directory, keyed by
-all that decides its bytes: the sdist's sha256, the build arguments, the tool's plan for them (torch,
-manylinux policy, build-tool pins), the C++ compiler, Python, glibc, and a digest of the tool's code that
-compiles, repairs and rewrites wheels (a change there rebuilds; verify, upload and the rest do not shape
-the wheel). An entry is a directory written beside its final name and renamed into place, so a crash
-leaves no entry a later run could take for whole; it is used only when its recorded key and the wheel's
-sha256 match, and is otherwise removed and rebuilt.
-Installing, importing and running the ops in a fresh venv happen on every run, cached wheel or not.
+what decides its bytes: the sdist's sha256, the build arguments, the tool's plan for them (torch, the
+manylinux policy, the build tools' pins, the CUDA toolkit a CPU build hides), the C++ compiler, Python,
+glibc, and a digest of the tool's files that go into the wheel (the force-included glibc header, the
+preload module). The tool's code is not in the key: it changes many times a day in ways that leave the
+wheel as it was (logging, steps, error hints), and a digest of it made nearly every run a rebuild; after
+a change to how wheels are compiled or repaired, delete `real-project-wheels` in the cache directory. An entry is a directory
+written beside its final name and renamed into place, so a crash leaves no entry a later run could take
+for whole; it is used only when its recorded key and the wheel's sha256 match, and is otherwise removed
+and rebuilt. Installing, importing and running the ops in a fresh venv happen on every run.
 """
 
 from __future__ import annotations
@@ -43,17 +45,20 @@ from tests._wheels import run_stage
 from tests.test_real_projects import CHECKS, build, sdist
 
 BUILD_ARGS = ("--cpu",)  # build() adds --engine host
-# the tool's code that runs a planned build and decides the wheel's bytes (compile, repair, preload, local
-# version); what plan.py and config/ decide is in the key as the plan itself
-WHEEL_SHAPING = ("build.py", "repair.py", "compile", "native", "wheel", "resources")
+# what of the plan decides a host CPU build's bytes (its notes, paths and container settings do not)
+PLAN_FIELDS = ("torch", "cuda", "arch_list", "nvcc_flags", "stable", "backend", "manylinux", "python",
+               "tool_constraints", "cpu_view")
+# the tool's files whose contents go into the binaries or the wheel: the header force-included into every
+# compile, the preload module injected into the package, the build tools' pins
+INTO_THE_WHEEL = ("resources/glibc_compat", "resources/preload_runtime.py", "resources/build-constraints.txt")
 ENTRY = "entry.json"
 
 
 def tool_digest() -> str:
-    """sha256 over the paths and contents of the tool's wheel-shaping sources."""
+    """sha256 over the paths and contents of the tool's files that go into the wheel."""
     root = Path(wheelci.__file__).resolve().parent
     h = hashlib.sha256()
-    for part in WHEEL_SHAPING:
+    for part in INTO_THE_WHEEL:
         files = [root / part] if (root / part).is_file() else sorted((root / part).rglob("*"))
         for f in files:
             if f.is_file() and "__pycache__" not in f.parts:
@@ -69,11 +74,12 @@ def compiler_version() -> str:
 
 
 def build_key(source: Path) -> dict:
-    """Everything the built wheel depends on. The tool's dry-run plan names torch, the manylinux policy,
-    the build tools' pins and the environment it sets (less the sdist's temporary extraction path)."""
+    """Everything the built wheel depends on; the tool's dry-run plan names torch, the manylinux policy,
+    the build tools' pins and what a CPU build hides of the CUDA toolkit."""
     r = run_stage("ci.build", source, *BUILD_ARGS, "--engine", "host", "--dry-run", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
-    plan = {k: v for k, v in json.loads(r.stdout).items() if k != "project_dir"}
+    plan = json.loads(r.stdout)
+    plan = {k: plan.get(k) for k in PLAN_FIELDS}
     return {"sdist_sha256": sha256_file(source), "args": " ".join(BUILD_ARGS), "plan": plan,
             "compiler": compiler_version(), "python": f"{platform.python_implementation()} {platform.python_version()}",
             "libc": " ".join(platform.libc_ver()), "tool": tool_digest()}
