@@ -70,7 +70,8 @@ def test_push_runs_the_plan_job(checkout, standins, tmp_path):
     assert run.returncode == 0, run.summary()
     assert run.job_result("plan") == "success"
     # the matrix the tool computes for this repository's example, every CUDA job in a container
-    expected = workflow_matrix(read_settings(ROOT).stable_abi)
+    settings = read_settings(ROOT)
+    expected = workflow_matrix(settings.stable_abi, None, settings.variants)
     assert the_matrix(run) == expected and expected["include"]
     assert {row["engine"] for row in expected["include"]} == {"docker"}
     # a push to main publishes nothing, so no secret is asked for
