@@ -339,6 +339,6 @@ def run_act(repo: Path, work: Path, standins: Standins, event: str, *, inputs: d
         cmd += ["-s", f"{k}={v}"]
     with open(work / "act.log", "w+") as log:
         proc = subprocess.run(cmd, cwd=repo, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                              timeout=timeout, env=dict(os.environ))
+                              timeout=timeout, env=dict(os.environ, ACT_DISABLE_VERSION_CHECK="1"))
         log.seek(0)
         return ActRun.parse(proc.returncode, log.read())
