@@ -94,11 +94,14 @@ def test_dispatch_builds_on_this_host_and_publishes(checkout, standins, tmp_path
 
         # the wheels job built on this host and stored its wheel and report as an artifact
         assert "Build" in run.started("wheels")
-        (stored,) = [p for p in standins.artifacts.iterdir()]
-        assert stored.name == "wheels-cpu"
+        assert sorted(p.name for p in standins.artifacts.iterdir()) == ["index", "wheels-cpu"]
+        stored = standins.artifacts / "wheels-cpu"
         (wheel,) = stored.glob("*.whl")
         assert {p.name for p in stored.iterdir()} == {wheel.name, "report.json", "report.md"}
         assert json.loads((stored / "report.json").read_text())
+        # the publish job indexed the release it uploads (the static index, kept as an artifact)
+        page = (standins.artifacts / "index" / "simple" / "softmax-ext" / "index.html").read_text()
+        assert wheel.name in page
 
         # the publish job put that very file on the index
         with urllib.request.urlopen(index.url + "simple/softmax-ext/", timeout=30) as page:

@@ -127,14 +127,16 @@ def test_build_is_a_reusable_workflow_with_its_inputs_and_secrets(build):
     inputs = call["workflow_call"]["inputs"]
     assert {k: (v["type"], v["default"]) for k, v in inputs.items()} == {
         "project": ("string", "."), "cuda": ("string", ""), "stable-abi": ("string", ""),
-        "publish": ("boolean", False), "wheelci": ("string", f"wheelci=={wheelci.__version__}")}
+        "publish": ("boolean", False), "variants": ("boolean", False),
+        "wheelci": ("string", f"wheelci=={wheelci.__version__}")}
     assert not any(v["required"] for v in inputs.values())
     secrets = call["workflow_call"]["secrets"]
     assert set(secrets) == {"PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN"}
     assert not any(v["required"] for v in secrets.values())  # a build without publishing needs none
     # the inputs reach the scripts through the environment, never pasted into a script's text
     assert build["env"] == {**build["env"], "PROJECT": "${{ inputs.project }}", "CUDA": "${{ inputs.cuda }}",
-                            "STABLE_ABI": "${{ inputs.stable-abi }}", "WHEELCI": "${{ inputs.wheelci }}"}
+                            "STABLE_ABI": "${{ inputs.stable-abi }}", "VARIANTS": "${{ inputs.variants }}",
+                            "WHEELCI": "${{ inputs.wheelci }}"}
     for job in build["jobs"].values():
         assert not [r for r in run_lines(job) if "inputs." in r or "secrets." in r]
 
@@ -143,7 +145,7 @@ def test_wheels_yml_calls_build_yml(caller, build):
     on = triggers(caller)
     assert on["push"] == {"branches": ["main"], "tags": ["v*"]} and "pull_request" in on
     dispatch = on["workflow_dispatch"]["inputs"]
-    assert set(dispatch) == {"project", "stable-abi", "cuda", "publish"}
+    assert set(dispatch) == {"project", "stable-abi", "cuda", "publish", "variants"}
     assert dispatch["publish"]["type"] == "boolean" and dispatch["publish"]["default"] is False
     assert dispatch["cuda"]["default"] == ""  # the whole matrix
     (job,) = caller["jobs"].values()
@@ -221,7 +223,8 @@ def test_build_step_runs_wheelci_build_per_job(build):
     assert job["env"]["BUILD_ARGS"] == "${{ matrix.args }}" and job["env"]["ENGINE"] == "${{ matrix.engine }}"
     assert 'read -ra args <<< "$BUILD_ARGS"' in runs and 'wheelci build "${args[@]}" --engine "$ENGINE"' in runs
     assert "--dry-run" in runs  # the plan is printed in the log before the build
-    assert runs.count('-w wheelhouse "$PROJECT"') == 1
+    assert runs.count('-w wheelhouse -- "$PROJECT"') == 1  # the project is never read as an option
+    assert '--dry-run -- "$PROJECT"' in runs and '"$PROJECT"' not in runs.replace('-- "$PROJECT"', "")
 
 
 def test_the_tool_comes_from_the_wheelci_input_into_a_venv_of_its_own(build):
@@ -371,8 +374,8 @@ def wheelci_invocations(workflow: dict) -> list[list[str]]:
 def test_every_wheelci_flag_the_workflow_uses_exists(build):
     """Each `wheelci STAGE --flag` in the workflow names a flag that stage's --help lists."""
     calls = wheelci_invocations(build)
-    assert sorted({c[0] for c in calls}) == ["build", "plan", "upload"]
-    assert ["plan", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda"] in calls
+    assert sorted({c[0] for c in calls}) == ["build", "index", "plan", "upload"]
+    assert ["plan", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda", "--variant"] in calls
     for stage, *flags in calls:
         help_text = subprocess.run([sys.executable, "-m", "wheelci", stage, "--help"], cwd=ROOT, capture_output=True,
                                    text=True, check=True).stdout
