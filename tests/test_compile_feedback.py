@@ -204,13 +204,14 @@ def test_a_cpu_environment_keeps_every_tool_but_nvcc(cuda_on_path, tmp_path):
     assert str(cuda_on_path) in view.nvcc_dirs and view.unset == ["CUDA_HOME", "CUDA_PATH", "CUDACXX"]
     env = cpu_environ({**os.environ, "CUDAToolkit_ROOT": "/x", "KEEP": "1"}, view.nvcc_dirs, tmp_path / "view")
     assert shutil.which("nvcc", path=env["PATH"]) is None
-    assert shutil.which("toolkit-probe", path=env["PATH"]) is not None  # the same directory's other tools stay
+    probe = "toolkit-probe"  # a tool this test made beside the fake nvcc, not one the machine installs
+    assert shutil.which(probe, path=env["PATH"]) is not None  # the same directory's other tools stay
     assert shutil.which("sh", path=env["PATH"]) is not None
     assert env["KEEP"] == "1" and not {"CUDA_HOME", "CUDA_PATH", "CUDACXX", "CUDAToolkit_ROOT"} & set(env)
     # a reused work directory: the view is made again, from what the directory holds now
-    (cuda_on_path / "toolkit-probe").unlink()
+    (cuda_on_path / probe).unlink()
     env = cpu_environ(dict(os.environ), view.nvcc_dirs, tmp_path / "view")
-    assert shutil.which("toolkit-probe", path=env["PATH"]) is None and shutil.which("nvcc", path=env["PATH"]) is None
+    assert shutil.which(probe, path=env["PATH"]) is None and shutil.which("nvcc", path=env["PATH"]) is None
 
 
 def test_the_plan_states_what_a_cpu_host_build_hides(cuda_on_path, tmp_path):
