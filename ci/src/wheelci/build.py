@@ -206,7 +206,8 @@ def run(b: "Build") -> int:
         b.report.failed_step = failed[0] if failed else None
         b.report.passed = b.report.passed and not failed
         json_path, md_path = report.write(b.report, b.out_dir)
-        log.info(f"report: {md_path}" + (f" (stopped at {failed[0]})" if failed else ""))
+        # a failure stays one error line: the report's path is shown with --verbose
+        (log.debug if failed else log.info)(f"report: {md_path}" + (f" (stopped at {failed[0]})" if failed else ""))
         if b.args.work_dir is None and not keep:
             shutil.rmtree(b.work, ignore_errors=True)
     if b.args.json:
