@@ -60,6 +60,14 @@ def info(message: str) -> None:
     _emit(f"{_voice}: {message}")
 
 
+def debug(message: str) -> None:
+    """A line only --verbose (or CI_VERBOSE=1) shows: where to look, beside a failure's one error line."""
+    from wheelci.util import proc
+
+    if proc.VERBOSE:
+        info(message)
+
+
 def warning(message: str) -> None:
     if on_github_actions():
         _emit(f"::warning title={_command_data(_voice)}::{_command_data(message)}")
