@@ -41,8 +41,10 @@ The cache is input too (it travels with a copied dist/): only a page inside OUT 
 inside DIR that it lists is ever removed, and nothing is written through a symlinked directory
 leading out of OUT or DIR.
 Everything is computed before anything is written, so bad input leaves the output as it was; each
-write is atomic.
-Wheels are read with ci.wheel.archive, the zip reader every stage shares, and core metadata is capped
+write is atomic. Runs sharing DIR or OUT take turns (ci.util.lock, a flock on both directories, held
+from the scan to the last write): interleaved, each would write the root page and the ownership list
+from what it read, and the later one would drop the other's projects.
+Wheels are read with ci.wheel.zipread, the zip reader every stage shares, and core metadata is capped
 at its METADATA_CAP (a compression bomb is refused, not inflated). Otherwise stdlib only; the
 zip/tar/email/thread modules load only when a file must be read, which keeps the unchanged re-run
 near interpreter start-up time.
@@ -116,11 +118,12 @@ class IndexResult:
 def wheel_metadata(path: Path) -> bytes:
     """The bytes of a wheel's .dist-info/METADATA (the PEP 658 file is exactly these bytes).
 
-    Read through ci.wheel.archive, the reader every stage uses: zipfile reads another set of members from
+    Read through ci.wheel.zipread, the reader every stage uses: zipfile reads another set of members from
     a crafted zip, so ci.index would publish metadata of a wheel ci.check refuses. Capped by the size
     the zip directory gives (and checked while inflating): a deflate bomb is refused, never inflated.
     """
-    from wheelci.wheel.archive import METADATA_CAP, WheelArchive
+    from wheelci.wheel.metadata import METADATA_CAP
+    from wheelci.wheel.zipread import WheelArchive
     try:
         with WheelArchive.open(path) as wa:
             name = f"{wa.dist_info}/METADATA"
@@ -146,7 +149,7 @@ def sdist_metadata(path: Path) -> bytes | None:
     METADATA cap: a gzip or deflate bomb never gets more memory than that."""
     import tarfile
     import zipfile
-    from wheelci.wheel.archive import METADATA_CAP
+    from wheelci.wheel.metadata import METADATA_CAP
     try:
         if path.name.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
@@ -166,10 +169,10 @@ def sdist_metadata(path: Path) -> bytes | None:
 
 
 def parse_metadata(raw: bytes) -> dict[str, str]:
-    """Name, Version and Requires-Python from core metadata (RFC 822 headers)."""
-    from email.parser import HeaderParser
-    msg = HeaderParser().parsestr(raw.decode("utf-8", "surrogateescape"))
-    return {k: str(msg[k]).strip() for k in ("Name", "Version", "Requires-Python") if msg[k]}
+    """Name, Version and Requires-Python from core metadata (ci.wheel.metadata, the one reader)."""
+    from wheelci.wheel.metadata import parse_metadata as read
+    meta = read(raw.decode("utf-8", "replace"))
+    return {k: found[0] for k in ("Name", "Version", "Requires-Python") if (found := meta.get_all(k)) and found[0]}
 
 
 def read_dist(root: Path, rel: str, kind: str, project: str, version: str,
@@ -184,7 +187,8 @@ def read_dist(root: Path, rel: str, kind: str, project: str, version: str,
         raise CiError(f"{path.name}: METADATA lacks Name or Version")
     if "Name" in meta and normalize(meta["Name"]) != project:
         raise CiError(f"{path.name}: metadata names project {meta['Name']!r}, the file name {project!r}")
-    if kind == "wheel" and not same_version(meta["Version"], version):
+    if "Version" in meta and not same_version(meta["Version"], version):  # an sdist's PKG-INFO too:
+        # pip and uv build the sdist and install what its metadata says, not what the page listed
         raise CiError(f"{path.name}: metadata version {meta['Version']} != file name version {version}")
     label = path.name.endswith(".whl") and _wheel_label(path.name)
     dist = Dist(
@@ -202,7 +206,7 @@ def _wheel_label(filename: str) -> str | None:
 
 def wheel_variant(path: Path) -> str:
     """A variant wheel's .dist-info/variant.json, checked against its label (ci.wheel.variant)."""
-    from wheelci.wheel.archive import WheelArchive
+    from wheelci.wheel.zipread import WheelArchive
     from wheelci.wheel.variant import dumps, read_wheel
     with WheelArchive.open(path) as wa:
         return dumps(read_wheel(wa)).decode()  # normalized: the same properties compare equal
@@ -539,6 +543,26 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
         raise CiError(f"--out is not a directory: {out}")
     if base_url is not None and not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", base_url):
         raise CiError(f"--base-url must be an absolute URL (https://..., file://...): {base_url}")
+    from wheelci.util.atomic import make_dirs, remove_empty
+    from wheelci.util.lock import locked_dirs
+
+    try:
+        made = make_dirs(out)  # to lock it; removed again (when empty) if the run fails
+    except OSError as e:
+        raise CiError(f"cannot create --out {out}: {e.strerror}") from None
+    try:
+        # One run at a time on DIR (its .metadata files) and OUT (the pages, the ownership list): two
+        # interleaved runs each write the root page and the cache from what they read, losing projects.
+        with locked_dirs([root, out], "the index"):
+            return _index_locked(root, out, base_url, jobs, legacy_keys)
+    except BaseException:
+        remove_empty(made)
+        raise
+
+
+def _index_locked(root: Path, out: Path, base_url: str | None, jobs: int | None,
+                  legacy_keys: bool) -> IndexResult:
+    """build_index's read-modify-write, done while it holds the lock."""
     # From OUT/<project>/ back to DIR, for relative links.
     to_root = None if base_url else Path(os.path.relpath(root.resolve(), (out / "p").resolve())).as_posix()
 

@@ -6,12 +6,11 @@ libraries torch's CMake config expects. The venv lives in the cache directory an
 runs (a stamp file marks it complete); the CUDA root is a directory of symlinks laid over the host
 nvcc (when its version matches) or the nvidia-cuda-nvcc wheel, plus every nvidia-* wheel torch pulled
 in, with the unversioned library links (libcudart.so -> libcudart.so.13) CMake looks for.
+Builds on one machine share the venv: whoever creates or changes it holds its lock (ci.util.lock).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -23,7 +22,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable
 
 from wheelci.config import constraints
 from wheelci.engine import host_nvcc, nvcc_version, real_nvcc
@@ -107,60 +106,98 @@ def _torch_info(python: Path) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-@contextlib.contextmanager
-def _exclusive(lock: Path) -> Iterator[None]:
-    """Serialize processes preparing the same environment (parallel builds on one machine)."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
+STAMP = ".complete.json"
 
 
-def _load_env(root: Path, stamp: Path) -> BuildEnv:
-    info = json.loads(stamp.read_text())
-    return BuildEnv(root, root / "bin" / "python", Path(info["site"]), info["version"], info["cuda"],
-                    info["requires"])
+def _load_env(root: Path) -> tuple[BuildEnv | None, str]:
+    """The environment its stamp describes, or (None, why not): a stamp that is missing, cut off or
+    not ours, or an environment that lost its interpreter (the Python it was made from was removed)
+    or its torch. Read and checked, never trusted: a broken one is rebuilt, not used."""
+    try:
+        raw = (root / STAMP).read_bytes()
+    except FileNotFoundError:
+        return None, "missing"
+    except OSError as e:
+        return None, f"its stamp cannot be read ({e.strerror})"
+    try:
+        info = json.loads(raw)
+        site, version, cuda, requires = info["site"], info["version"], info["cuda"], info["requires"]
+        if not (isinstance(site, str) and isinstance(version, str) and isinstance(cuda, (str, type(None)))
+                and isinstance(requires, list) and all(isinstance(r, str) for r in requires)):
+            raise TypeError
+    except (ValueError, TypeError, KeyError):
+        return None, "its stamp is cut off or corrupt"
+    python = root / "bin" / "python"
+    if not (python.is_file() and os.access(python, os.X_OK)):
+        return None, "its interpreter is missing"
+    if not (Path(site) / "torch" / "__init__.py").is_file():
+        return None, "its torch is missing"
+    return BuildEnv(root, python, Path(site), version, cuda, requires), ""
+
+
+def cached_env(root: Path, create: Callable[[Path], dict]) -> BuildEnv:
+    """The ready environment at root, made by create(root) (which returns what the stamp records)
+    where it is missing or broken.
+
+    Processes preparing the same environment take turns (ci.util.lock): the first creates it and
+    the others wait, then use it. The stamp is written last and atomically, so an interrupted
+    creation is redone, not reused; a broken environment is removed whole and made again."""
+    from wheelci.util.atomic import write_text
+    from wheelci.util.lock import locked_file
+
+    env, _ = _load_env(root)
+    if env is not None:
+        return env
+    with locked_file(root.with_name(root.name + ".lock"), f"the build environment {root.name}"):
+        env, why = _load_env(root)  # another process may have made it while this one waited
+        if env is not None:
+            return env
+        if why != "missing":
+            log.info(f"rebuilding the build environment {root}: {why}")
+        (root / STAMP).unlink(missing_ok=True)
+        shutil.rmtree(root, ignore_errors=True)
+        info = create(root)
+        write_text(root / STAMP, json.dumps(info))
+        env, why = _load_env(root)
+        if env is None:
+            raise CiError(f"the build environment {root} is not usable right after creating it: {why}")
+        return env
 
 
 def ensure_env(spec: TorchSpec) -> BuildEnv:
-    """Create (or reuse) the cached build venv for this torch variant and this Python.
-
-    A stamp written last marks it complete, so an interrupted creation is redone, not reused."""
+    """Create (or reuse) the cached build venv for this torch variant and this Python (see cached_env)."""
     tag = f"py{sys.version_info.major}{sys.version_info.minor}"
     root = cache_dir() / "envs" / f"torch-{spec.version}-{spec.variant}-{tag}"
-    stamp = root / ".complete.json"
-    if stamp.exists():
-        return _load_env(root, stamp)
-    with _exclusive(root.with_name(root.name + ".lock")):
-        if stamp.exists():  # another process made it while we waited
-            return _load_env(root, stamp)
-        args, source = torch_pip_args(spec)
-        log.info(f"creating build environment {root} (torch {spec.version} {spec.variant} from {source})")
-        start = time.monotonic()
+    return cached_env(root, lambda where: _create_env(where, spec))
+
+
+def _create_env(root: Path, spec: TorchSpec) -> dict:
+    """A venv with the spec's torch and the build tools; returns what the stamp records."""
+    args, source = torch_pip_args(spec)
+    log.info(f"creating build environment {root} (torch {spec.version} {spec.variant} from {source})")
+    start = time.monotonic()
+    # GBs of downloads: pip's own progress bars on a terminal, one line when done in logs and CI.
+    # Its output goes to stderr: stdout belongs to the stage (`--json` must stay parseable).
+    quiet = [] if sys.stderr.isatty() else ["--quiet"]
+    to_stderr = {"stdout": sys.stderr.fileno(), "stderr": None}  # progress and pip's errors, live
+    what = f"creating the build environment {root}"
+    proc.run([sys.executable, "-m", "venv", root], what=what, **to_stderr)
+    pip = [root / "bin" / "python", "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
+    with log.Ticker("creating the build environment", live=False):  # a quiet pip: minutes of silence in CI
+        proc.run([*pip, *args], what=f"{what} (torch {spec.version} from {source})", **to_stderr)
+        proc.run([*pip, "-c", constraints.CONSTRAINTS, *BUILD_TOOLS], what=f"{what} (the build tools)",
+                 **to_stderr)
+    info = _torch_info(root / "bin" / "python")
+    got_cuda = info["cuda"]
+    want = spec.cuda
+    if (want is None) != (got_cuda is None) or (want and not got_cuda.startswith(want)):
         shutil.rmtree(root, ignore_errors=True)
-        # GBs of downloads: pip's own progress bars on a terminal, one line when done in logs and CI.
-        # Its output goes to stderr: stdout belongs to the stage (`--json` must stay parseable).
-        quiet = [] if sys.stderr.isatty() else ["--quiet"]
-        to_stderr = {"stdout": sys.stderr.fileno(), "stderr": None}  # progress and pip's errors, live
-        what = f"creating the build environment {root}"
-        proc.run([sys.executable, "-m", "venv", root], what=what, **to_stderr)
-        pip = [root / "bin" / "python", "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
-        with log.Ticker("creating the build environment", live=False):  # a quiet pip: minutes of silence in CI
-            proc.run([*pip, *args], what=f"{what} (torch {spec.version} from {source})", **to_stderr)
-            proc.run([*pip, "-c", constraints.CONSTRAINTS, *BUILD_TOOLS], what=f"{what} (the build tools)",
-                     **to_stderr)
-        info = _torch_info(root / "bin" / "python")
-        got_cuda = info["cuda"]
-        want = spec.cuda
-        if (want is None) != (got_cuda is None) or (want and not got_cuda.startswith(want)):
-            shutil.rmtree(root, ignore_errors=True)
-            raise CiError(
-                f"{source} gave torch {info['version']} (CUDA {got_cuda or 'none'}), not the "
-                f"{spec.variant} build; pass --torch-index-url for the {spec.variant} index or a mirror"
-            )
-        stamp.write_text(json.dumps(info))
-        log.info(f"build environment ready in {time.monotonic() - start:.0f} s")
-        return _load_env(root, stamp)
+        raise CiError(
+            f"{source} gave torch {info['version']} (CUDA {got_cuda or 'none'}), not the "
+            f"{spec.variant} build; pass --torch-index-url for the {spec.variant} index or a mirror"
+        )
+    log.info(f"build environment ready in {time.monotonic() - start:.0f} s")
+    return info
 
 
 # --- nvcc and the CUDA root -------------------------------------------------------------------
@@ -183,6 +220,17 @@ def find_nvcc(env: BuildEnv, cuda: str, wheels: tuple[str, ...] = (), *, source:
             return cand
     if not wheels:
         raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and NVIDIA ships no nvcc wheel for it")
+    from wheelci.util.lock import locked_file
+
+    # The env is shared: two builds installing into it at once would interleave pip's writes.
+    with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}"):
+        return _install_nvcc(env, cuda, wheels, have)
+
+
+def _install_nvcc(env: BuildEnv, cuda: str, wheels: tuple[str, ...], have: str) -> Path:
+    for cand in sorted(env.site.glob("nvidia/*/bin/nvcc")):  # installed while this run waited
+        if nvcc_version(cand) == cuda:
+            return cand
     log.info(f"{have}; installing nvcc {cuda} from NVIDIA's wheels ({', '.join(wheels)})")
     with log.Ticker(f"installing nvcc {cuda}"):
         r = proc.run([env.python, "-m", "pip", "install", "--quiet", "--isolated", *wheels],
