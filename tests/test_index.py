@@ -174,6 +174,21 @@ def test_sdist_gets_hash_and_requires_python_but_no_metadata_file(tmp_path):
     assert not list(repo.glob("*.metadata"))
 
 
+def test_an_sdist_whose_pkg_info_names_another_version_is_refused(tmp_path):
+    """some.sdist-0.5.tar.gz whose PKG-INFO says 9.9: pip and uv build it and install 9.9, not what the
+    page lists. Refused as a wheel's METADATA is, and nothing is written."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    src = tmp_path / "some.sdist-0.5"
+    src.mkdir()
+    (src / "PKG-INFO").write_bytes(b"Metadata-Version: 2.1\nName: some.sdist\nVersion: 9.9\n")
+    with tarfile.open(repo / "some.sdist-0.5.tar.gz", "w:gz") as tf:
+        tf.add(src, arcname="some.sdist-0.5")
+    before = snapshot(repo)
+    _assert_rejected(cli(str(repo)), "some.sdist-0.5.tar.gz", "metadata version 9.9 != file name version 0.5")
+    assert snapshot(repo) == before and not (repo / "simple").exists()
+
+
 # ---------------------------------------------------------------- pip reads it
 
 
