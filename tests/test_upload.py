@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 import pytest
 
-from wheelci.upload import (is_loopback, parse_listing, redactor, simple_url_for, strip_userinfo,
+from wheelci.upload import (Conflict, is_loopback, parse_listing, redactor, simple_url_for, strip_userinfo,
                        upload)
 from wheelci.verify import fresh_venv
 from tests._servers import KillingProxy, PypiServer, build_wheel, pip_install
@@ -499,6 +499,42 @@ def test_a_server_that_serves_another_file_after_accepting_is_a_finding(tmp_path
     assert r.returncode == 1
     (line,) = error_lines(r)
     assert "serves a different" in line
+
+
+def _twice(whl: Path, kind: str) -> bytes:
+    """A page linking whl's name twice: first with another file's sha256, last with ours."""
+    other = "0" * 64
+    if kind == "html":
+        return "".join(f'<a href="/f/{h[:8]}/{whl.name}#sha256={h}">{whl.name}</a>'
+                       for h in (other, sha256(whl))).encode()
+    return _json_page([{"filename": whl.name, "url": f"/f/{h[:8]}/{whl.name}", "hashes": {"sha256": h}}
+                       for h in (other, sha256(whl))])
+
+
+@pytest.mark.parametrize("kind", ["html", "json"])
+@pytest.mark.parametrize("skip_existing", [False, True])
+def test_a_page_listing_one_name_twice_with_different_hashes_verifies_nothing(wheels, kind, skip_existing):
+    """Before, the last link won: ours, so the upload was "verified" while uv installed the other file."""
+    whl = wheels["second"]
+    srv = _serve_listing(lambda w: _twice(w, kind), whl,
+                         "text/html" if kind == "html" else "application/vnd.pypi.simple.v1+json")
+    try:
+        r = cli("--repository-url", f"http://127.0.0.1:{srv.server_address[1]}/", str(whl),
+                *(["--skip-existing"] if skip_existing else []))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert r.returncode == 1, r.stderr
+    (line,) = error_lines(r)
+    assert f"lists {whl.name} more than once with different sha256" in line and "0" * 64 in line, line
+
+
+def test_parse_listing_keeps_a_name_listed_twice():
+    sha, other = "a" * 64, "b" * 64
+    html = f'<a href="p/x-1.whl#sha256={sha}">1</a><a href="q/x-1.whl#sha256={sha}">2</a>'
+    assert parse_listing(html, "text/html") == {"x-1.whl": sha}  # the same file twice is fine
+    html += f'<a href="r/x-1.whl#sha256={other}">3</a><a href="s/x-1.whl">4</a>'
+    assert parse_listing(html, "text/html") == {"x-1.whl": Conflict((sha, other, None))}
 
 
 def _serve_listing(body_for: Callable[[Path], bytes | Iterable[bytes]], whl: Path,

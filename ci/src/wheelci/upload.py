@@ -11,7 +11,8 @@ name-only skip would hide a different file under the same name. Here `--skip-exi
 only when the simple page lists it with the same sha256; a different file under that name fails.
 
 A retried POST may have landed before the connection died: a later "already exists" answer is then
-checked against the simple page, and counts as uploaded only when the sha256 matches.
+checked against the simple page, and counts as uploaded only when the sha256 matches. A page that
+links one file name twice with different hashes verifies nothing (installers pick either link).
 
 Wheel variants (PEP 825): variant wheels upload like any wheel. A release's variants file
 (`{name}-{version}-variants.json`, as ci.index writes it) given among FILES is checked against the
@@ -44,6 +45,7 @@ from typing import Callable, Iterable, Mapping
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from wheelci.errors import CiError, Finding
+from wheelci.util import secret
 from wheelci.util import log as progress
 from wheelci.util.digest import sha256_file
 from wheelci.wheel.names import WheelName, canonical_version, classify
@@ -172,23 +174,49 @@ class MalformedPage(CiError):
     from the server, exit 2."""
 
 
-def parse_listing(body: str, content_type: str) -> dict[str, str | None]:
-    """A project's simple page (PEP 691 JSON or PEP 503 HTML) -> {filename: lowercase sha256 or None}.
-    Hex digests compare case-insensitively; a page that is not what PEP 691 describes is a CiError."""
+@dataclass(frozen=True)
+class Conflict:
+    """One file name listed more than once with different hashes: pip and uv may fetch either file
+    (uv took the first, where our reading once kept the last), so no upload is verified by it."""
+
+    hashes: tuple[str | None, ...]
+
+    def __str__(self) -> str:
+        return ", ".join(h or "none" for h in self.hashes)
+
+
+Listed = str | None | Conflict  # a file's sha256 on a simple page (lowercase), None without one
+
+
+def _add(listing: dict[str, Listed], name: str, digest: str | None) -> None:
+    """Record one link; a second link to the same name with another hash makes it a Conflict."""
+    if name not in listing:
+        listing[name] = digest
+        return
+    prev = listing[name]
+    seen = prev.hashes if isinstance(prev, Conflict) else (prev,)
+    if digest not in seen:
+        listing[name] = Conflict((*seen, digest))
+
+
+def parse_listing(body: str, content_type: str) -> dict[str, Listed]:
+    """A project's simple page (PEP 691 JSON or PEP 503 HTML) -> {filename: lowercase sha256, None, or
+    a Conflict}. Hex digests compare case-insensitively; a page that is not what PEP 691 describes is
+    a CiError."""
     if "json" in content_type:
         return _parse_json_listing(body)
     p = _Links()
     p.feed(body)
-    listing: dict[str, str | None] = {}
+    listing: dict[str, Listed] = {}
     for href in p.hrefs:
         url, _, frag = href.partition("#")
         name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
         m = re.search(r"(?:^|&)sha256=([0-9a-fA-F]{64})", frag)
-        listing[name] = m.group(1).lower() if m else None
+        _add(listing, name, m.group(1).lower() if m else None)
     return listing
 
 
-def _parse_json_listing(body: str) -> dict[str, str | None]:
+def _parse_json_listing(body: str) -> dict[str, Listed]:
     """PEP 691's files list. Anything else there is refused in one line, never guessed at."""
     try:
         data = json.loads(body)
@@ -197,7 +225,7 @@ def _parse_json_listing(body: str) -> dict[str, str | None]:
     files = data.get("files", []) if isinstance(data, dict) else None
     if not isinstance(files, list):
         raise MalformedPage("malformed PEP 691 JSON page: no list of files")
-    listing: dict[str, str | None] = {}
+    listing: dict[str, Listed] = {}
     for f in files:
         name = f.get("filename") if isinstance(f, dict) else None
         hashes = (f.get("hashes") or {}) if isinstance(f, dict) else None
@@ -206,7 +234,7 @@ def _parse_json_listing(body: str) -> dict[str, str | None]:
         digest = hashes.get("sha256")
         if digest is not None and not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
             raise MalformedPage(f"malformed PEP 691 JSON page: {name!r} has sha256 {digest!r}")
-        listing[name] = digest.lower() if digest else None
+        _add(listing, name, digest.lower() if digest else None)
     return listing
 
 
@@ -299,7 +327,7 @@ def check_variants(targets: list[_Target], warn: Callable[[str], None]) -> None:
     """Each variants file given must agree with the variant wheels given with it (as ci.index checks
     them); a release's variant wheels given without one upload with a warning."""
     from wheelci.wheel import variant as v
-    from wheelci.wheel.archive import WheelArchive
+    from wheelci.wheel.zipread import WheelArchive
 
     def release(t: _Target) -> tuple[str, str]:
         return t.project, canonical_version(t.version.partition("+")[0])
@@ -446,7 +474,7 @@ class _Index:
         self.shown = strip_userinfo(self.simple_url)
         self.timeout = timeout
 
-    def listing(self, project: str) -> dict[str, str | None]:
+    def listing(self, project: str) -> dict[str, Listed]:
         import requests
         import urllib3
         url = f"{self.simple_url}{normalize(project)}/"
@@ -515,6 +543,8 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
     s = _settings(repository_url, repository, config_file)
     url = s.repository_config["repository"]  # a .pypirc `repository =` may keep its user:pass@
     username, password = _credentials(s)
+    secret.add(password, user=username)  # .pypirc and keyring: every channel redacts them from here on
+    secret.add_url(url)
     redact = redactor([password, *env_secrets(), *url_secrets(repository_url, simple_url, url)],
                       users=[username, os.environ.get("TWINE_USERNAME"), *url_users(simple_url, url)])
     shown = redact(strip_userinfo(url))
@@ -555,7 +585,7 @@ class _Uploader:
         self.redact, self.say = redact, say
         self.skip_existing, self.retries, self.backoff = skip_existing, retries, backoff
         self.results: list[FileResult] = []
-        self.listings: dict[str, dict[str, str | None]] = {}
+        self.listings: dict[str, dict[str, Listed]] = {}
 
     def fail(self, cls: type[CiError], msg: str) -> CiError:
         """The error to raise, redacted, naming the files uploaded before it."""
@@ -573,6 +603,9 @@ class _Uploader:
         if t.path.name not in self.listings[t.project]:
             return None
         theirs = self.listings[t.project][t.path.name]
+        if isinstance(theirs, Conflict):
+            raise self.fail(Finding, f"the index lists {t.path.name} more than once with different sha256 "
+                                     f"({theirs}): an installer may fetch either")
         if theirs is None:
             raise self.fail(Finding, f"the index lists {t.path.name} without a sha256: cannot compare it")
         return theirs == t.sha256
@@ -693,6 +726,9 @@ def verify(index: _Index, targets: list[_Target], say: Callable[[str], None],
             theirs = listings[t.project].get(t.path.name, "")
             if theirs == "":
                 missing.append(t)
+            elif isinstance(theirs, Conflict):
+                raise fail(Finding, f"the simple page lists {t.path.name} more than once with different "
+                                    f"sha256 ({theirs}): an installer may fetch either")
             elif theirs is None:
                 raise fail(Finding, f"the simple page lists {t.path.name} without a sha256: cannot verify it")
             elif theirs != t.sha256:
