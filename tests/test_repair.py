@@ -162,3 +162,19 @@ def test_a_stable_wheel_gets_the_python_its_torch_needs_unless_the_project_says(
         got[case] = [ln for ln in metadata.splitlines() if ln.startswith(("Requires-Python", "Requires-Dist"))]
     assert got["none"] == ["Requires-Dist: torch>=2.10", "Requires-Python: >=3.10"], got
     assert got["declared"] == ["Requires-Python: >=3.12", "Requires-Dist: torch>=2.10"], got
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--torch", "2.13.0\nRequires-Dist: evil"], "--torch '2.13.0\\nRequires-Dist: evil' is not a PEP 440 version"),
+    (["--torch", "2.13.0\n"], "is not a PEP 440 version"),  # packaging alone would read this as 2.13.0
+    (["--torch", "latest"], "--torch 'latest' is not a PEP 440 version"),
+    (["--torch", "2.13.0", "--torch-requires", "filelock\nRequires-Dist: evil"], "is not one requirement"),
+])
+def test_torch_inputs_that_would_inject_a_metadata_header_are_refused(omp_lib, tmp_path, args, words):
+    """--torch went into `Requires-Dist: torch==...` as given: a line break added a header of its own."""
+    wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": omp_lib})
+    proc = run_stage("ci.repair", wheel, "-w", tmp_path / "out", *args)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("python -m ci.repair: error: ") and words in line, line
+    assert not (tmp_path / "out").exists()

@@ -26,7 +26,8 @@ from wheelci.util import proc
 from wheelci.util.atomic import atomic_path
 from wheelci.errors import CiError, Finding
 from wheelci.native.libs import EXCLUDES, excluded_of, is_excluded
-from wheelci.wheel.names import WheelName, normalize, plain_install_requirement
+from wheelci.wheel.names import WheelName
+from wheelci.wheel.requirements import plain_install_requirement, requirement_name
 
 @dataclass
 class RepairResult:
@@ -80,7 +81,8 @@ def required_dists(needed: set[str], torch_version: str, torch_requires: list[st
     NEEDed, the cuDNN wheel torch itself pins."""
     reqs = [torch_pin(needed, torch_version)]
     if any(n.startswith("libcudnn") for n in needed):
-        pins = [r.split(";")[0].strip() for r in torch_requires if normalize(r).startswith("nvidia-cudnn")]
+        pins = [r.split(";")[0].strip() for r in torch_requires
+                if (requirement_name(r) or "").startswith("nvidia-cudnn")]
         if not pins:
             raise CiError("the wheel needs cuDNN but torch declares no nvidia-cudnn requirement: pass --torch-requires")
         reqs.append(pins[0])
@@ -117,19 +119,19 @@ def _merge_requirements(declared: list[str], wanted: list[str], torch_version: s
     (`torch[opt-einsum]>=1.1` -> `torch[opt-einsum]==2.13.0`); a project that excludes the very torch it
     was built against (`torch<2`) is refused. A stable wheel's range keeps the project's own bounds
     (see _narrowed)."""
-    ours = {_req_name(r): r for r in wanted}
+    ours = {requirement_name(r): r for r in wanted}
     if stable and "torch" in ours:
-        project = [req for line in declared if _req_name(line) == "torch"
+        project = [req for line in declared if requirement_name(line) == "torch"
                    and (req := plain_install_requirement(line)) is not None]
         ours["torch"] = _narrowed(ours["torch"], project)
     plain = {line: plain_install_requirement(line) for line in declared}
-    replaced = [line for line, req in plain.items() if req is not None and _req_name(line) in ours]
+    replaced = [line for line, req in plain.items() if req is not None and requirement_name(line) in ours]
     extras: dict[str, set[str]] = {}
     for line in replaced:
         req = plain[line]
-        if _req_name(line) == "torch" and not req.specifier.contains(torch_version.split("+")[0], prereleases=True):
+        if requirement_name(line) == "torch" and not req.specifier.contains(torch_version.split("+")[0], prereleases=True):
             raise CiError(f"the project requires {line}, but it was built against torch {torch_version}")
-        extras.setdefault(_req_name(line), set()).update(req.extras)
+        extras.setdefault(requirement_name(line), set()).update(req.extras)
     added = []
     for name, line in ours.items():
         if extras.get(name):
@@ -165,11 +167,6 @@ def _narrowed(ours: str, project: list) -> str:
     return f"{mine.name}{SpecifierSet(','.join([*kept, f'>={floor}']))}"
 
 
-def _req_name(req: str) -> str:
-    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
-    return normalize(m.group(1)) if m else ""
-
-
 def _same_file(dest: Path, src: Path) -> bool:
     """Writing dest would replace src: the same path (through links), or a hard link to it."""
     try:
@@ -202,12 +199,36 @@ def _auditwheel(wheel: Path, out: Path, plat: str | None, excludes: list[str] = 
         raise CiError(f"auditwheel could not repair {wheel.name}: {why}")
 
 
+def _check_torch_inputs(version: str, requires: list[str]) -> None:
+    """--torch must be one PEP 440 version and each --torch-requires one requirement: both go into
+    METADATA, where a line break would start a header of its own (`2.13.0\nRequires-Dist: evil`).
+    packaging reads "2.13.0\n" as 2.13.0 (it strips whitespace), so whitespace is refused first."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        if any(c.isspace() or not c.isprintable() for c in version):
+            raise InvalidVersion
+        Version(version)
+    except InvalidVersion:
+        raise CiError(f"--torch {version!r} is not a PEP 440 version (e.g. 2.13.0 or 2.13.0+cu130)") from None
+    for line in requires:
+        try:
+            if not line.isprintable():
+                raise InvalidRequirement
+            Requirement(line)
+        except InvalidRequirement:
+            raise CiError(f"--torch-requires {line!r} is not one requirement (PEP 508)") from None
+
+
 def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
            torch_requires: list[str] | None = None, plat: str | None = None,
            excludes: list[str] = (), stable_abi: str | None = None) -> RepairResult:
     """Repair `wheel` into `wheel_dir`; the input is untouched and nothing partial is left behind."""
     from wheelci.native.elf import scan_wheel
-    from wheelci.wheel.archive import WheelArchive, edit_headers, get_headers, rewrite
+    from wheelci.wheel.metadata import edit_headers, get_headers
+    from wheelci.wheel.rewrite import rewrite
+    from wheelci.wheel.zipread import WheelArchive
 
     if not wheel.is_file():
         raise CiError(f"{wheel}: no such file")
@@ -219,6 +240,7 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
         torch_requires = found_requires if torch_requires is None else torch_requires
     if torch_version is None:
         raise CiError("no torch in this environment to pin against: pass --torch VERSION")
+    _check_torch_inputs(torch_version, torch_requires)
 
     with tempfile.TemporaryDirectory(prefix="ci-repair-") as tmp:
         tmp = Path(tmp)
