@@ -222,3 +222,20 @@ def test_abi3_tagged_wheel_using_the_full_api_is_refused(tmp_path, site):
     wheel = build_wheel(tmp_path / "dist2", "op-pkg", "1.0", {"op_pkg/__init__.py": "", "op_pkg/_m.abi3.so":
                         out.read_bytes()}, tag="cp39-abi3-linux_x86_64", requires=("torch>=2.10",))
     assert run_abi(wheel, site).returncode == 0
+
+
+def test_member_names_are_escaped_where_printed(tmp_path):
+    """A member name carrying a line break and a terminal escape printed raw: a forged `::error::` line,
+    and colours (or worse) on the reader's terminal. Printed escaped, as ci.check prints names."""
+    src = tmp_path / "a.c"
+    src.write_text("int f(void) { return 1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "a.so"), str(src)], check=True)
+    name = "op_pkg/lib/lib\x1b[31mred\n::error::forged.so"
+    wheel = build_wheel(tmp_path / "dist", "op-pkg", "1.0", {"op_pkg/__init__.py": "", name: (tmp_path / "a.so").read_bytes()},
+                        tag="py3-none-linux_x86_64")
+    site = tmp_path / "site"
+    (site / "torch" / "include" / "torch").mkdir(parents=True)  # headers declaring no shim function
+    r = run_stage("ci.abi", wheel, "--torch-site", site)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["op_pkg/lib/lib\\x1b[31mred\\n::error::forged.so: none "
+                                     "(0 shim functions, 0 C++ symbols)"], r.stdout

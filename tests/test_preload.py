@@ -149,6 +149,17 @@ def test_cycle_is_bad_input(cycle, tmp_path):
     assert not out.exists()
 
 
+def test_sonames_are_escaped_where_printed(tmp_path):
+    """A SONAME is text from the wheel: one with a line break and a terminal escape forged a line of
+    --print-order output. Printed escaped, as ci.check prints names."""
+    soname = "libevil.so.1\n::error::forged\x1b[2J"
+    lib = build_lib(tmp_path / "libevil.so.1", soname)
+    wheel = make_wheel(tmp_path / "wheels", "evil", {"evil/libevil.so.1": lib})
+    r = cli(wheel, "--print-order")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["libevil.so.1\\n::error::forged\\x1b[2J\tevil\tevil/libevil.so.1"], r.stdout
+
+
 def test_missing_provider_is_bad_input(chain, tmp_path):
     out = tmp_path / "gen.py"
     r = cli(chain["appa"], chain["depb"], "--emit", out)
@@ -280,7 +291,7 @@ def sha256(p: Path) -> str:
 
 
 def test_inject_makes_the_package_import_per_package(chain, tmp_path):
-    from wheelci.wheel.archive import WheelArchive
+    from wheelci.wheel.zipread import WheelArchive
 
     before = sha256(chain["appa"])
     plain = [install_alone(w, tmp_path / "plain" / k) for k, w in chain.items()]

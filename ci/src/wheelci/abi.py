@@ -20,7 +20,7 @@ from wheelci import cli
 from wheelci.errors import CiError, Finding
 from wheelci.util import proc
 from wheelci.native.stable_abi import LibraryAbi, classify, problems, shim_versions, version_text
-from wheelci.wheel.names import plain_install_requirement
+from wheelci.wheel.requirements import plain_install_requirement, requirement_name
 
 
 @dataclass
@@ -80,29 +80,21 @@ def abi3_problems(wheel: Path) -> list[str]:
     return out
 
 
-def _name(requirement: str) -> str | None:
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-
-    try:
-        return canonicalize_name(Requirement(requirement).name)
-    except InvalidRequirement:
-        return None
-
-
 def _py(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split(".") if p.isdigit())
 
 
 def check_abi(wheel: Path, include: Path) -> AbiReport:
     from wheelci.native.elf import imports
-    from wheelci.wheel.archive import WheelArchive, get_headers
+    from wheelci.wheel.metadata import get_headers
+    from wheelci.wheel.zipread import WheelArchive
 
     with WheelArchive.open(wheel) as wa:
         requires = get_headers(wa.metadata, "Requires-Dist")
         abi = wa.name.abi
     # the requirement a plain `pip install` acts on (not one for an extra)
-    torch, req = next(((r, q) for r in requires if _name(r) == "torch" and (q := plain_install_requirement(r))),
+    torch, req = next(((r, q) for r in requires
+                       if requirement_name(r) == "torch" and (q := plain_install_requirement(r))),
                       (None, None))
     table = shim_versions(include)
     libs = [classify(path, undefined, needed, table) for path, (undefined, needed) in imports(wheel).items()]
@@ -131,7 +123,7 @@ def main(args) -> int:
     else:
         for lib in report.libraries:
             needs = f", needs torch >= {version_text(lib.needs)}" if lib.needs else ""
-            print(f"{lib.path}: {lib.kind} ({len(lib.shims)} shim functions, {len(lib.cxx)} C++ symbols{needs})")
+            print(f"{cli.shown(lib.path)}: {lib.kind} ({len(lib.shims)} shim functions, {len(lib.cxx)} C++ symbols{needs})")
     if report.problems:
         raise Finding(f"{args.wheel.name}: " + "; ".join(report.problems))
     return 0

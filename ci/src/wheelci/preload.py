@@ -27,7 +27,7 @@ Decisions:
 - `--inject` writes the module as `<package>/_wheel_deps_preload.py` and calls it from the
   package's `__init__.py` after the docstring and `from __future__` imports, before anything else,
   so it runs before the package's own native imports. The wheel keeps its file name; its other
-  members are copied as compressed bytes (ci.wheel.archive).
+  members are copied as compressed bytes (ci.wheel.zipwrite).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from wheelci.native.loadorder import as_preload, dependency_order, inject_preloa
 
 def main(args: argparse.Namespace) -> int:
     from wheelci.util.atomic import write_text
-    from wheelci.cli import emit_json
+    from wheelci.cli import emit_json, shown
 
     if args.inject and not args.wheel_dir:
         raise CiError("--inject needs -w/--wheel-dir")
@@ -80,7 +80,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if args.print_order or not (args.emit or args.inject):
         for p in order:
-            print(f"{p.soname}\t{p.distribution or '-'}\t{p.path}")
+            # SONAMEs and paths come from the wheels: escaped, so none can forge a line or a terminal code
+            print("\t".join(shown(x) for x in (p.soname, p.distribution or "-", p.path)))
     if "wheel" in result:
         print(result["wheel"])
     return 0
