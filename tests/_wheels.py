@@ -1,4 +1,4 @@
-"""Builders of small test wheels, written with the stdlib's zipfile (independent of ci.wheel.archive).
+"""Builders of small test wheels, written with the stdlib's zipfile (independent of ci.wheel.zipread and zipwrite).
 
 `build_wheel` makes a valid wheel (RECORD last, real hashes); `raw_zip` writes arbitrary entries for
 the malformed cases (symlinks, duplicates, unsafe names). Other test modules may import these.
@@ -133,7 +133,7 @@ def signal_mid_write(module: str, *args: str | Path, out: Path, signum: int, env
 def assert_valid_record(path: Path) -> dict[str, bytes]:
     """Every file hashed and sized in RECORD, RECORD last, .dist-info after everything else.
 
-    Checked with zipfile and hashlib, independently of ci.wheel.archive. Returns the members' contents.
+    Checked with zipfile and hashlib, independently of ci.wheel.zipread. Returns the members' contents.
     """
     import csv
 

@@ -16,7 +16,8 @@ import pytest
 
 from wheelci.native.elf import too_recent_for, scan_wheel
 from wheelci.native.libs import is_excluded
-from wheelci.wheel.archive import WheelArchive, get_headers
+from wheelci.wheel.metadata import get_headers
+from wheelci.wheel.zipread import WheelArchive
 from wheelci.wheel.names import WheelName
 from conftest import ROOT
 from tests._wheels import run_stage

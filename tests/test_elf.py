@@ -282,7 +282,7 @@ def test_repair_to_an_older_policy_names_the_symbols(tmp_path):
 @pytest.mark.parametrize("kind", ["duplicate", "symlink"])
 def test_zips_our_reader_refuses_are_refused_by_every_elf_reader(libs, tmp_path, kind):
     """zipfile reads both (a duplicate: two members of one name; a symlink: its target as content),
-    ci.wheel.archive refuses them: scan_wheel and too_recent_for read through ci.wheel.archive, so every
+    ci.wheel.zipread refuses them: scan_wheel and too_recent_for read through ci.wheel.zipread, so every
     stage sees the same members, and a crafted zip is one error line."""
     from wheelci.native.elf import too_recent_for
     from tests._wheels import raw_zip, wheel_entries

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from wheelci.util.sizes import parse_size
 from wheelci.errors import CiError
 from wheelci.patch import apply_file_patch, parse_patch
-from wheelci.wheel.archive import WheelArchive, parse_record
+from wheelci.wheel.record import parse_record
+from wheelci.wheel.zipread import WheelArchive
 from tests._wheels import build_wheel
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True,

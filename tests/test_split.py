@@ -402,7 +402,7 @@ def test_a_deflate_bomb_is_refused_by_its_size_cap(native_wheel: Path, tmp_path:
 
 
 def test_a_preload_dep_our_reader_refuses_is_refused(native_wheel: Path, tmp_path: Path) -> None:
-    """--preload-deps wheels are read by ci.wheel.archive like the input: a duplicate member (zipfile reads
+    """--preload-deps wheels are read by ci.wheel.zipread like the input: a duplicate member (zipfile reads
     it, pip would install one of the two) is one line, exit 2, and nothing written."""
     so = next(d for n, d, _ in wheel_entries(native_wheel) if n == "demo/lib/libbase.so")
     dep = build_wheel(tmp_path / "dep", name="extdep", tag="py3-none-linux_x86_64",

@@ -15,7 +15,8 @@ import pytest
 
 from wheelci.compile.hostenv import TorchSpec, ensure_env
 from wheelci.verify import fresh_venv, pip_install
-from wheelci.wheel.archive import WheelArchive, get_headers
+from wheelci.wheel.metadata import get_headers
+from wheelci.wheel.zipread import WheelArchive
 from tests._wheels import run_stage
 
 ROOT = Path(__file__).resolve().parent.parent

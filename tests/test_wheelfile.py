@@ -1,4 +1,4 @@
-"""ci.wheel.archive: raw copies, RECORD, ordering, modes, ZIP64, determinism, and refusal of bad zips."""
+"""ci.wheel.zipread, zipwrite and rewrite: raw copies, RECORD, ordering, modes, ZIP64, determinism, bad zips."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from wheelci.errors import CiError
-from wheelci.wheel.archive import WheelArchive, WheelWriter, rewrite
+from wheelci.wheel.rewrite import rewrite
+from wheelci.wheel.zipread import WheelArchive
+from wheelci.wheel.zipwrite import WheelWriter
 from tests._wheels import (BAD_WHEELS, assert_valid_record, bad_wheel, build_wheel, pip_check_install, raw_zip,
                            wheel_entries)
 
@@ -215,7 +217,8 @@ def test_bad_archives_are_refused_on_open(tmp_path: Path, kind: str) -> None:
 
 
 def test_record_takes_only_sha256_or_stronger_and_identity_headers_once() -> None:
-    from wheelci.wheel.archive import check_identity, parse_record
+    from wheelci.wheel.metadata import check_identity
+    from wheelci.wheel.record import parse_record
     assert parse_record("a.py,sha512=x,1\na.py.dist-info/RECORD,,\n")["a.py"].hash == "sha512=x"
     for algo in ("md5", "sha1", "sha224", "shake_128", "nosuch"):
         with pytest.raises(CiError, match=f"with '{algo}': only sha256 or stronger"):

@@ -51,7 +51,7 @@ def fetch_wheel() -> Path:
 
 def make_patch(wheel: Path, work: Path) -> Path:
     """A one-line change to one small file, as a -p1 unified diff."""
-    from wheelci.wheel.archive import WheelArchive
+    from wheelci.wheel.zipread import WheelArchive
 
     with WheelArchive.open(wheel) as wa:
         member = PATCHED_MEMBER if PATCHED_MEMBER in wa else next(
@@ -75,7 +75,7 @@ def floor(wheel: str) -> None:
     import zipfile
     from concurrent.futures import ThreadPoolExecutor
 
-    from wheelci.wheel.archive import _inflate_lib
+    from wheelci.wheel.zipformat import inflate_lib as _inflate_lib
 
     with zipfile.ZipFile(wheel) as z:
         infos = sorted((i for i in z.infolist() if not i.is_dir()), key=lambda i: -i.file_size)

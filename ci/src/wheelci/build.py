@@ -56,7 +56,8 @@ def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None, cuda
     itself (the example) gets `<pkg>/_preload.py`; any other gets the call injected at the top of its
     `__init__.py`, as `ci.patch --preload-from` does. A wheel with no package gets none, with a note."""
     from wheelci.native.loadorder import order_for_wheel, preload_members, runtime_source
-    from wheelci.wheel.archive import WheelArchive, rewrite
+    from wheelci.wheel.rewrite import rewrite
+    from wheelci.wheel.zipread import WheelArchive
 
     order = order_for_wheel(wheel, [site])
     with WheelArchive.open(wheel) as wa:
@@ -96,7 +97,7 @@ def verify_torches(plan, env, torch_requirement: str | None) -> list[tuple[str, 
     if plan.stable is None:
         return [(env.torch_version, env.site)]
     from wheelci.compile.hostenv import TorchSpec, ensure_env
-    from wheelci.wheel.names import plain_install_requirement
+    from wheelci.wheel.requirements import plain_install_requirement
 
     req = plain_install_requirement(torch_requirement) if torch_requirement else None
     out = []

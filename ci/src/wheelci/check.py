@@ -46,7 +46,7 @@ class CheckResult:
 def check_wheel(path: Path | str, limit: int | str | None = "pypi", unpacked_limit: int | str | None = None,
                 top: int = TOP) -> CheckResult:
     """Compare a wheel's file size and unpacked size against limits (None: no limit)."""
-    from wheelci.wheel.archive import WheelArchive
+    from wheelci.wheel.zipread import WheelArchive
 
     path = Path(path)
     limit, unpacked_limit = parse_limit(limit), parse_limit(unpacked_limit)

@@ -3,7 +3,7 @@
 Applies unified diffs (`git diff` style, paths relative to the wheel root, -p1) to members, can append
 a local version label (2.13.0+cpu -> 2.13.0+cpu.LABEL: the .dist-info, METADATA and file name move
 together) and edit Requires-Dist (e.g. drop torch's triton requirement to break the torch<->triton
-cycle). Everything it does not touch is copied as compressed bytes by ci.wheel.archive, so patching a
+cycle). Everything it does not touch is copied as compressed bytes by ci.wheel.zipwrite, so patching a
 192 MB torch wheel costs well under a second instead of a 30 s unpack+repack.
 
 Hunks must match exactly (no fuzz); a hunk may sit at another line than its header says (as
@@ -175,7 +175,9 @@ def patch_wheel(wheel: Path, out_dir: Path, patches: list[Path], *, label: str |
     """One pass over the wheel: diffs, Requires-Dist edits, a local version and, with `preload_from`
     (the wheels or installed dirs providing its native dependencies), a dependency-order preload
     injected into its top package (ci.preload), so it imports one-directory-per-package."""
-    from wheelci.wheel.archive import WheelArchive, edit_headers, rewrite
+    from wheelci.wheel.metadata import edit_headers
+    from wheelci.wheel.rewrite import rewrite
+    from wheelci.wheel.zipread import WheelArchive
 
     parsed = [fp for p in patches for fp in parse_patch(_read_patch(p), p.name)]
     with WheelArchive.open(wheel) as wa:
@@ -234,19 +236,16 @@ def _requires_edit(remove: list[str], add: list[str], metadata: str, edit_header
     """A METADATA edit dropping Requires-Dist for the given names and appending new ones (validated)."""
     if not remove and not add:
         return None
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
+    from wheelci.wheel.names import normalize
+    from wheelci.wheel.requirements import parse_requirement
 
-    def req(spec: str) -> Requirement:
-        try:
-            return Requirement(spec)
-        except InvalidRequirement as e:
-            raise CiError(f"invalid requirement {spec!r}: {str(e).splitlines()[0]}") from None
+    def name(spec: str) -> str:
+        return normalize(parse_requirement(spec).name)
 
-    drop = {canonicalize_name(n) for n in remove}
+    drop = {normalize(n) for n in remove}
     for spec in add:
-        req(spec)
-    present = {canonicalize_name(req(v).name) for v in _requires(metadata)}
+        parse_requirement(spec)
+    present = {name(v) for v in _requires(metadata)}
     missing = sorted(drop - present)
     if missing:
         raise CiError(f"no Requires-Dist for {missing[0]} in METADATA (have: {', '.join(sorted(present)) or 'none'})")
@@ -254,13 +253,13 @@ def _requires_edit(remove: list[str], add: list[str], metadata: str, edit_header
     def edit(text: str) -> str:
         return edit_headers(
             text,
-            remove=lambda k, v: k.lower() == "requires-dist" and canonicalize_name(req(v).name) in drop,
+            remove=lambda k, v: k.lower() == "requires-dist" and name(v) in drop,
             append=[("Requires-Dist", spec.strip()) for spec in add])
     return edit
 
 
 def _requires(metadata: str) -> list[str]:
-    from wheelci.wheel.archive import get_headers
+    from wheelci.wheel.metadata import get_headers
     return get_headers(metadata, "Requires-Dist")
 
 

@@ -129,7 +129,8 @@ def _merge_requirements(declared: list[str], wanted: list[str], torch_version: s
     extras: dict[str, set[str]] = {}
     for line in replaced:
         req = plain[line]
-        if requirement_name(line) == "torch" and not req.specifier.contains(torch_version.split("+")[0], prereleases=True):
+        torch_line = requirement_name(line) == "torch"
+        if torch_line and not req.specifier.contains(torch_version.split("+")[0], prereleases=True):
             raise CiError(f"the project requires {line}, but it was built against torch {torch_version}")
         extras.setdefault(requirement_name(line), set()).update(req.extras)
     added = []

@@ -44,7 +44,8 @@ class BuildReport:
 def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "main") -> WheelReport:
     """Describe a wheel from its own bytes: tags from the name, NEEDED from ELF, Requires-Dist from METADATA."""
     from wheelci.native.elf import scan_wheel
-    from wheelci.wheel.archive import WheelArchive, get_headers
+    from wheelci.wheel.metadata import get_headers
+    from wheelci.wheel.zipread import WheelArchive
     from wheelci.wheel.names import WheelName
 
     name = WheelName.parse(path.name)

@@ -17,7 +17,7 @@ Decisions:
   so that `$ORIGIN`-relative entries into other wheels (`$ORIGIN/../../nvidia/...`) keep pointing at
   the same site-packages directory; such entries are re-based when the depth changes.
 - Only libraries that moved or that need a moved library are touched (extracted, patchelf'd,
-  recompressed); everything else is copied as compressed bytes (ci.wheel.archive).
+  recompressed); everything else is copied as compressed bytes (ci.wheel.zipwrite).
 - Executables (ELF programs with an execute bit, e.g. `torch/bin/torch_shm_manager`) that need a
   moved library get the companion's directory in their RPATH too; they never move. No preload runs
   for them: in a one-directory-per-wheel layout they find the companions only through the search path.
@@ -241,7 +241,7 @@ def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, veri
     the nvidia-* wheels); those are preloaded first too, so the per-directory layout works.
     """
     from wheelci.util.sizes import parse_limit
-    from wheelci.wheel.archive import WheelArchive
+    from wheelci.wheel.zipread import WheelArchive
 
     path, out_dir = Path(path), Path(out_dir)
     limit_b = parse_limit(limit)
@@ -300,7 +300,7 @@ def _choose(wa, size: int, limit: int, verify: bool) -> _Choice:
     """Read the libraries and the Python sources, and plan the split. RECORD is verified after
     planning: a wheel that cannot be split is refused without hashing 1 GB first."""
     from wheelci.native.elf import scan_archive
-    from wheelci.wheel.archive import METADATA_CAP
+    from wheelci.wheel.metadata import METADATA_CAP
 
     members = {m.name: m.csize for m in wa.files}
     refuse_oversized(members, limit)  # before reading any library
@@ -368,7 +368,8 @@ def _make_preload(wa, c: _Choice, preload_deps: Sequence[Path | str]) -> _Preloa
 def _write_outputs(wa, c: _Choice, preload: _Preload, out_dir: Path) -> list[Path]:
     """The main wheel (first) and its companions; each is checked against the limit once written,
     and on any failure, Ctrl-C included, every output written so far is removed."""
-    from wheelci.wheel.archive import edit_headers, newest_time, rewrite
+    from wheelci.wheel.metadata import edit_headers
+    from wheelci.wheel.rewrite import newest_time, rewrite
 
     requires = [("Requires-Dist", f"{p}=={wa.name.version}") for p in c.projects]
     meta = wa.metadata
@@ -410,7 +411,8 @@ def _write_companion(wa, c: _Choice, i: int, patched: dict[str, Path], *, meta: 
                      when: tuple[int, int], out_dir: Path) -> Path:
     """Companion i: its libraries (patched, else copied as compressed bytes), a package that only
     says where they came from, METADATA naming the main wheel, and the main wheel's WHEEL."""
-    from wheelci.wheel.archive import METADATA_CAP, WheelWriter
+    from wheelci.wheel.metadata import METADATA_CAP
+    from wheelci.wheel.zipwrite import WheelWriter
 
     cname, version = c.companions[i], wa.name.version
     w = WheelWriter(cname, default_time=when)
@@ -439,10 +441,10 @@ def _companion_init(project: str, version: str, loader: str) -> bytes:
 
 
 def _companion_metadata(main_meta: str, project: str, version: str, main_project: str, limit: int) -> str:
-    from wheelci.wheel.archive import get_headers
+    from wheelci.wheel.metadata import header_lines
 
-    copied = [f"{key}: {v}" for key in ("Requires-Python", "License", "License-Expression")
-              for v in get_headers(main_meta, key)[:1]]
+    # as written: a License folded over several lines is copied whole
+    copied = header_lines(main_meta, ("Requires-Python", "License", "License-Expression"))
     # License-Expression exists from metadata 2.4 on (PEP 639); declaring less makes twine and PyPI
     # reject the companion.
     version_line = "Metadata-Version: 2.4" if any(c.startswith("License-Expression:") for c in copied) \

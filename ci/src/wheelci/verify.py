@@ -145,8 +145,9 @@ def _stack_requirements_unmet(wheel: Path, stack: dict[str, str]) -> list[str]:
     meet: torch or triton it lacks, or a version of one of its packages it does not have."""
     from packaging.utils import canonicalize_name
 
-    from wheelci.wheel.archive import WheelArchive, get_headers
-    from wheelci.wheel.names import plain_install_requirement
+    from wheelci.wheel.metadata import get_headers
+    from wheelci.wheel.requirements import plain_install_requirement
+    from wheelci.wheel.zipread import WheelArchive
 
     with WheelArchive.open(wheel) as wa:
         requires = get_headers(wa.metadata, "Requires-Dist")
@@ -273,7 +274,8 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
     """Any extension: install it over its torch, import every top-level package, load every shared
     library, list the torch.ops namespaces it registers, check it pins torch and grafts none of the
     runtime; then its test command."""
-    from wheelci.wheel.archive import WheelArchive, get_headers
+    from wheelci.wheel.metadata import get_headers
+    from wheelci.wheel.zipread import WheelArchive
 
     start = time.monotonic()
     checks: dict[str, object] = {}
@@ -282,7 +284,7 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
         names = [m.name for m in wa.files]
     # torch== for a classic wheel, a range for a stable-ABI one (ci.abi checks which the libraries need);
     # that the torch verified under is inside it, pip's install says
-    from wheelci.wheel.names import plain_install_requirement
+    from wheelci.wheel.requirements import plain_install_requirement
 
     torch_reqs = [r for line in requires if (r := plain_install_requirement(line)) is not None
                   and r.name.lower() == "torch" and r.specifier]

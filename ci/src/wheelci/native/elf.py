@@ -10,7 +10,7 @@ restarts from byte 0, and pyelftools' first act (seek to the end for the length)
 Reading in file order through `_BlockReader` (known length, cached blocks) inflates a member once,
 up to its dynamic string table, with no temp file: 3 s for the 470 MB libtorch_cuda.so in the torch
 wheel, about one plain inflate, where pyelftools on the raw zip member takes 60 s (measured).
-Wheels are read through ci.wheel.archive, as by every other stage: zipfile lists a different member set
+Wheels are read through ci.wheel.zipread, as by every other stage: zipfile lists a different member set
 for some crafted zips (duplicate names, symlinks), and what is checked must be what is shipped.
 
 Which distribution provides a library: in a wheel, the wheel's project; in a directory, the
@@ -34,7 +34,8 @@ from elftools.common.utils import parse_cstring_from_stream, struct_parse
 from elftools.elf.elffile import ELFFile
 
 from wheelci.errors import CiError
-from wheelci.wheel.archive import Member, WheelArchive
+from wheelci.wheel.zipformat import Member
+from wheelci.wheel.zipread import WheelArchive
 from wheelci.wheel.names import normalize
 
 # Libraries a wheel may expect from the system rather than from another wheel (fnmatch patterns):
@@ -286,10 +287,11 @@ def scan_archive(wa: WheelArchive, *, executables: bool = False) -> list[SharedL
 def record_owners(root: Path) -> dict[str, str]:
     """Relative path -> normalized project name, from every `*.dist-info/RECORD` under root."""
     owners: dict[str, str] = {}
+    from wheelci.wheel.record import read_record_file
+
     for record in sorted(root.glob("*.dist-info/RECORD")):
         project = normalize(record.parent.name[: -len(".dist-info")].rsplit("-", 1)[0])
-        for line in record.read_text(errors="replace").splitlines():
-            rel = line.rsplit(",", 2)[0].strip('"') if line else ""
+        for rel in read_record_file(record):  # a regular file, size-bounded: never a FIFO or /dev/zero
             if rel:
                 owners[os.path.normpath(rel)] = project
     return owners

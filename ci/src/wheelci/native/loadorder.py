@@ -263,7 +263,8 @@ def inject_preload(wheel: Path | str, runtime: Sequence[Preload] | str, out_dir:
     `runtime`: an order (its module is generated) or a module's source. Returns the new wheel's
     path; the input is never modified, and nothing is left in out_dir on error.
     """
-    from wheelci.wheel.archive import WheelArchive, rewrite
+    from wheelci.wheel.rewrite import rewrite
+    from wheelci.wheel.zipread import WheelArchive
 
     wheel, out_dir = Path(wheel), Path(out_dir)
     if out_dir.resolve() == wheel.resolve().parent:

@@ -31,23 +31,14 @@ SDIST_SUFFIXES = (".tar.gz", ".zip")
 
 
 def normalize(name: str) -> str:
-    """PEP 503 normalized project name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    """The normalized project name (PEP 503), as packaging (pip's own) spells it: every name in ci/
+    is compared through this one function."""
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(name)
 
 
 _LABEL = re.compile(r"[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*")  # fullmatch: `$` passes a trailing newline
-
-
-def plain_install_requirement(line: str):
-    """A Requires-Dist line as a packaging Requirement when it applies to a plain install (no extra
-    asked for, this interpreter's markers), else None; None for a line packaging cannot read."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    try:
-        req = Requirement(line)
-    except InvalidRequirement:
-        return None
-    return req if req.marker is None or req.marker.evaluate({"extra": ""}) else None
 
 
 def local_version(version: str, label: str) -> str:
@@ -114,7 +105,9 @@ def classify(filename: str) -> tuple[str, str, str] | None:
 
 def find_dist_info(top_dirs: set[str], wheel: "WheelName", filename: str) -> str:
     """The wheel's one .dist-info directory: named for the file's distribution. ci.check, ci.index
-    and the wheel tools all use this rule, so they agree on which wheels are malformed."""
+    and the wheel tools all use this rule (through ci.wheel.zipread), so they agree on which wheels are
+    malformed. A second .dist-info is refused, as pip and uv refuse it: which one holds the metadata
+    would be up to each tool."""
     infos = sorted(t for t in top_dirs if t.endswith(".dist-info"))
     want = wheel.dist_info
     match = [t for t in infos if t == want] or [
@@ -122,6 +115,9 @@ def find_dist_info(top_dirs: set[str], wheel: "WheelName", filename: str) -> str
         == wheel.distribution.lower()]
     if not infos:
         raise CiError(f"no .dist-info directory in {filename}")
+    if len(infos) > 1 and match:
+        raise CiError(f"{filename}: {len(infos)} .dist-info directories ({', '.join(infos)}): a wheel has "
+                      "one (pip and uv refuse this one)")
     if len(match) != 1:
         raise CiError(f"{filename}: expected one .dist-info named like {want}, found {', '.join(infos)}")
     return match[0]

@@ -20,7 +20,7 @@ What a CUDA build declares (namespace `nvidia`):
   as its arch.
 
 Pure functions, except add_variant and read_wheel, which read and write wheel bytes through
-ci.wheel.archive.
+ci.wheel.zipread.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def plain_name(name: WheelName) -> str:
 
 
 def read_wheel(wa) -> VariantDoc:
-    """The variant.json of an open variant wheel (ci.wheel.archive.WheelArchive), checked against its
+    """The variant.json of an open variant wheel (ci.wheel.zipread.WheelArchive), checked against its
     file name's label; CiError when it has none or it disagrees."""
     label = wa.name.variant
     member = f"{wa.dist_info}/{MEMBER}"
@@ -250,7 +250,8 @@ def read_wheel(wa) -> VariantDoc:
 def add_variant(wheel: Path, out_dir: Path, doc: VariantDoc) -> Path:
     """A copy of a plain wheel as the variant `doc` describes: labelled file name, variant.json added
     (everything else copied as compressed bytes, RECORD regenerated)."""
-    from wheelci.wheel.archive import WheelArchive, rewrite
+    from wheelci.wheel.rewrite import rewrite
+    from wheelci.wheel.zipread import WheelArchive
 
     (label,) = doc.variants
     with WheelArchive.open(wheel) as wa:
