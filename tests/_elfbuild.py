@@ -10,6 +10,7 @@ import hashlib
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -185,3 +186,64 @@ def cached_install(wheel: Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return root
+
+
+# --- crafted ELF files --------------------------------------------------------------------------
+# A 64-bit little-endian shared object laid out by hand, every field the caller's to choose: what a
+# hostile wheel can hold. Addresses equal file offsets (one PT_LOAD maps the whole file at 0).
+
+DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
+SHT_STRTAB, SHT_DYNAMIC, SHT_DYNSYM, SHT_VERNEED, SHT_VERSYM = 3, 6, 11, 0x6FFFFFFE, 0x6FFFFFFF
+
+
+def elf_sym(name: int, shndx: int = 0, info: int = 0x12) -> bytes:
+    """An Elf64_Sym: a global function, undefined unless shndx says where it lives."""
+    return struct.pack("<IBBHQQ", name, info, 0, shndx, 0, 0)
+
+
+def elf_verneed(count: int, file: int, aux: int, next_: int) -> bytes:
+    """An Elf64_Verneed: `count` Vernaux entries `aux` bytes on, the next Verneed `next_` bytes on."""
+    return struct.pack("<HHIII", 1, count, file, aux, next_)
+
+
+def elf_vernaux(other: int, name: int, next_: int) -> bytes:
+    """An Elf64_Vernaux: version index `other` is the version named at `name`."""
+    return struct.pack("<IHHII", 0, 0, other, name, next_)
+
+
+def crafted_elf(strtab: bytes, dynamic: Sequence[tuple[int, int]], *, strtab_tags: bool = True,
+                dynsym: bytes = b"", versym: bytes = b"", verneed: bytes = b"", verneed_count: int = 0,
+                sections: Mapping[str, bytes] | None = None) -> bytes:
+    """A shared object with `strtab` as its dynamic string table and `dynamic` as its dynamic entries
+    (DT_STRTAB and DT_STRSZ first unless `strtab_tags` is False, DT_NULL last). With `dynsym`, the
+    section headers name .dynsym, .gnu.version and .gnu.version_r (sh_info `verneed_count`) as a
+    linker writes them; `sections` adds named PROGBITS sections (.nv_fatbin, ...)."""
+    ehdr, phdr = 64, 56
+    dynstr_off = ehdr + 2 * phdr
+    entries = ([(DT_STRTAB, dynstr_off), (DT_STRSZ, len(strtab))] if strtab_tags else []) + list(dynamic)
+    dyn = b"".join(struct.pack("<qQ", t, v) for t, v in [*entries, (DT_NULL, 0)])
+    blobs = [(".dynstr", SHT_STRTAB, strtab, 0, 0, 1), (".dynamic", SHT_DYNAMIC, dyn, 1, 0, 16)]
+    if dynsym:
+        blobs += [(".dynsym", SHT_DYNSYM, dynsym, 1, 1, 24), (".gnu.version", SHT_VERSYM, versym, 3, 0, 2),
+                  (".gnu.version_r", SHT_VERNEED, verneed, 1, verneed_count, 0)]
+    blobs += [(name, 1, data, 0, 0, 0) for name, data in (sections or {}).items()]
+    names = b"\0" + b"".join(n.encode() + b"\0" for n, *_ in blobs) + b".shstrtab\0"
+    body, headers, off = b"", [bytes(64)], dynstr_off
+    name_off = 1
+    for name, kind, data, link, info, entsize in [*blobs, (".shstrtab", SHT_STRTAB, names, 0, 0, 0)]:
+        pad = -off % 8
+        body += bytes(pad) + data
+        off += pad
+        headers.append(struct.pack("<IIQQQQIIQQ", name_off, kind, 2, off, off, len(data), link, info, 8, entsize))
+        name_off += len(name) + 1
+        off += len(data)
+    dyn_off = dynstr_off + ((len(strtab) + 7) & ~7)
+    shoff = off + (-off % 8)
+    size = shoff + 64 * len(headers)
+    header = (b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, ehdr, shoff, 0,
+                                                              ehdr, phdr, 2, 64, len(headers), len(headers) - 1))
+    load = struct.pack("<IIQQQQQQ", 1, 5, 0, 0, 0, size, size, 0x1000)
+    dynamic_ph = struct.pack("<IIQQQQQQ", 2, 6, dyn_off, dyn_off, dyn_off, len(dyn), len(dyn), 8)
+    out = header + load + dynamic_ph + body + bytes(-off % 8) + b"".join(headers)
+    assert len(out) == size
+    return out
