@@ -186,6 +186,7 @@ BAD_WHEELS = {
     "alias-dot": "aliased through './' or '//'",
     "alias-slash": "aliased through './' or '//'",
     "metadata-bomb": "over the 16 MiB this tool reads",
+    "two-dist-info": "2 .dist-info directories (demo-1.0.dist-info, extra-1.0.dist-info)",
 }
 
 
@@ -237,6 +238,8 @@ def bad_wheel(tmp_path: Path, kind: str, files: Mapping[str, bytes | str]) -> Pa
     elif kind == "metadata-bomb":  # 17 MiB that deflate to ~17 KB
         raw_zip(p, _replace_in_entries(entries, ".dist-info/METADATA",
                                        metadata_text("demo", "1.0", body="A" * (17 << 20)).encode()))
+    elif kind == "two-dist-info":  # pip and uv refuse it: which one describes the wheel is anyone's guess
+        raw_zip(p, entries + [("extra-1.0.dist-info/METADATA", metadata_text("extra", "1.0").encode(), 0o100644)])
     else:
         raise ValueError(kind)
     return p

@@ -669,6 +669,9 @@ def _plan_pages(chosen: list[Dist], root: Path, out: Path, to_root: str | None, 
 def _sidecars(root: Path, chosen: list[Dist], read: _Read) -> dict[str, bytes | None]:
     """The PEP 658 files beside the wheels: {path relative to DIR: bytes to write, or b"" when the one
     there is right}. A cached wheel's METADATA is read again only when its file is missing or stale."""
+    from wheelci.wheel.metadata import METADATA_CAP
+    from wheelci.wheel.ondisk import read_regular
+
     sidecars: dict[str, bytes | None] = {}  # rel to DIR -> bytes (None: cached, read only if needed)
     for d in chosen:
         if d.metadata_sha256 is not None:
@@ -677,7 +680,8 @@ def _sidecars(root: Path, chosen: list[Dist], read: _Read) -> dict[str, bytes | 
         path = root / rel
         if raw is None:
             try:
-                ok = (hashlib.sha256(path.read_bytes()).hexdigest()
+                # a regular file, size-bounded (ci.wheel.ondisk): a FIFO or a link to /dev/zero is refused
+                ok = (hashlib.sha256(read_regular(path, METADATA_CAP)).hexdigest()
                       == read.dists[rel[: -len(".metadata")]].metadata_sha256)
             except OSError:
                 ok = False

@@ -24,13 +24,15 @@ def _kind(mode: int) -> str:
 
 def read_regular(path: Path | str, cap: int) -> bytes:
     """The bytes of `path` (links followed), refused with one line unless it is a regular file of at most
-    `cap` bytes."""
+    `cap` bytes. A missing file raises FileNotFoundError, for callers to whom that is news, not bad input."""
     path = Path(path)
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
             raise CiError(f"{path} is {_kind(st.st_mode)}, not a regular file: refused")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
     except OSError as e:
         raise CiError(f"cannot read {path}: {e.strerror}") from None
     try:
