@@ -23,9 +23,11 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def metadata_text(name: str, version: str, requires: tuple[str, ...] = (), body: str = "") -> str:
+def metadata_text(name: str, version: str, requires: tuple[str, ...] = (), body: str = "",
+                  headers: str = "") -> str:
+    """`headers`: more header lines, as written (folded ones included)."""
     lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", "Summary: a test wheel"]
-    lines += [f"Requires-Dist: {r}" for r in requires]
+    lines += [f"Requires-Dist: {r}" for r in requires] + headers.splitlines()
     return "\n".join(lines) + "\n" + (f"\n{body}" if body else "")
 
 
@@ -33,12 +35,12 @@ def build_wheel(dest_dir: Path, name: str = "demo", version: str = "1.0",
                 files: Mapping[str, bytes | str] | None = None, *, tag: str = "py3-none-any",
                 requires: tuple[str, ...] = (), modes: Mapping[str, int] | None = None,
                 bad_hash: str | None = None, compression: int = zipfile.ZIP_DEFLATED,
-                body: str = "") -> Path:
+                body: str = "", headers: str = "") -> Path:
     """A valid wheel (unless bad_hash names a file whose RECORD hash is then wrong)."""
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
     content = {k: v.encode() if isinstance(v, str) else v for k, v in (files or DEFAULT_FILES).items()}
-    content[f"{info}/METADATA"] = metadata_text(name, version, requires, body).encode()
+    content[f"{info}/METADATA"] = metadata_text(name, version, requires, body, headers).encode()
     root = "true" if tag.endswith("-any") else "false"
     content[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: {root}\n"
                                 f"Tag: {tag}\n").encode()
