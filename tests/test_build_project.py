@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import tarfile
 import zipfile
@@ -114,7 +115,7 @@ def test_directory_cuda(tmp_path):
 def test_dry_run_names_the_build_system():
     r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", "host", "--dry-run")
     assert r.returncode == 0, r.stderr
-    assert f"project      tiny-ext ({FIXTURE}), built with setuptools" in r.stdout
+    assert re.search(rf"^project +tiny-ext \({re.escape(str(FIXTURE))}\), built with setuptools$", r.stdout, re.M), r.stdout
 
 
 def error_line(r) -> str:
@@ -265,7 +266,7 @@ def test_a_projects_own_tool_bound_wins_and_the_next_build_gets_our_pin_back(tmp
 
     assert re_.match(r"1\.(1[01]|[0-9])\.", ninja()), ninja()  # what the project asked for, during its build
     assert_tested(out, "cpu")
-    install_build_requires(env, pl.make_plan(cuda=None, engine="host", project_dir=FIXTURE), FIXTURE)
+    install_build_requires(env, pl.make_plan(cuda=None, engine="host", project_dir=FIXTURE))
     assert ninja() == pinned
 
 

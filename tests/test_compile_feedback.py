@@ -198,9 +198,10 @@ def cuda_on_path(tmp_path, monkeypatch) -> Path:
 
 def test_a_cpu_environment_keeps_every_tool_but_nvcc(cuda_on_path, tmp_path):
     from wheelci.compile.hostenv import cpu_environ
+    from wheelci.engine import nvcc_dirs
     from wheelci.plan import cpu_view
 
-    view = cpu_view(os.environ, cmake=False)
+    view = cpu_view(os.environ, False, nvcc_dirs(os.environ))
     assert str(cuda_on_path) in view.nvcc_dirs and view.unset == ["CUDA_HOME", "CUDA_PATH", "CUDACXX"]
     env = cpu_environ({**os.environ, "CUDAToolkit_ROOT": "/x", "KEEP": "1"}, view.nvcc_dirs, tmp_path / "view")
     assert shutil.which("nvcc", path=env["PATH"]) is None

@@ -4,6 +4,7 @@ the `auto` fallback to the host, and the one-line refusal of `--engine docker` w
 from __future__ import annotations
 
 import http.server
+import os
 import json
 import socket
 import subprocess
@@ -127,8 +128,15 @@ def test_detect_on_this_machine_agrees_with_the_probes():
     assert engine.detect() == next((n for n, ok in answers.items() if ok), None)
 
 
-def test_auto_picks_the_responding_engine(docker_api):
-    plan = pl.make_plan(cuda="11.8", torch="2.7.1", project_dir=ROOT)
+def test_detect_facts_asks_the_engine_only_for_an_auto_cuda_plan(docker_api):
+    assert engine.detect_facts(os.environ, engine="auto", cuda="11.8").engine == "docker"
+    assert engine.detect_facts(os.environ, engine="auto", cuda=None).engine is None  # a CPU build: the host
+    assert engine.detect_facts(os.environ, engine="podman", cuda="11.8").engine is None
+
+
+def test_auto_picks_the_responding_engine():
+    """The plan reads the probed facts, never the machine: no engine runs here, the facts say docker does."""
+    plan = pl.make_plan(cuda="11.8", torch="2.7.1", project_dir=ROOT, facts=engine.Facts(engine="docker"))
     assert plan.engine == "docker" and plan.engine_requested == "auto"
     assert plan.environment["CIBW_CONTAINER_ENGINE"].startswith("docker;")
     assert "engine auto: docker responds" in plan.notes
@@ -137,7 +145,9 @@ def test_auto_picks_the_responding_engine(docker_api):
 def test_auto_falls_back_to_the_host_when_it_can_build(no_engine, monkeypatch):
     # Some row always can: the host nvcc's, or 13.0 from NVIDIA's nvcc wheel.
     cuda = next(r.version for r in mx.rows() if engine.host_cannot_build(r) is None)
-    plan = pl.make_plan(cuda=cuda, project_dir=ROOT)
+    facts = engine.detect_facts(os.environ, engine="auto", cuda=cuda)
+    assert facts.engine is None
+    plan = pl.make_plan(cuda=cuda, project_dir=ROOT, facts=facts)
     assert plan.engine == "host"
     assert [n for n in plan.notes if n.startswith("engine auto:")] == [
         f"engine auto: no container engine responds; building CUDA {cuda} on the host"]
@@ -151,7 +161,7 @@ def test_cpu_auto_is_host(no_engine):
 def test_auto_without_engine_names_the_engine_needed(no_engine, tmp_path):
     # Some row never can: a host has at most one nvcc, and the 11.8/12.x nvcc wheels hold only ptxas.
     other = next(r.version for r in mx.rows() if engine.host_cannot_build(r))
-    plan = pl.make_plan(cuda=other, project_dir=ROOT)  # a dry run still gets its plan
+    plan = pl.make_plan(cuda=other, project_dir=ROOT, facts=engine.detect_facts(os.environ, engine="auto", cuda=other))
     assert plan.engine == "docker"
     assert any(f"CUDA {other} needs docker or podman" in n for n in plan.notes)
     out = tmp_path / "wheels"

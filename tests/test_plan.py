@@ -48,7 +48,7 @@ def test_every_row_and_torch_gives_a_consistent_plan(row: mx.CudaRow, build: mx.
     py = [p for p in line.python if p in ("3.10", "3.11", "3.12")][:1]
     plan = plan_for(row.version, build.version, python=py)
     # the image is one of the row's, of a policy no older than torch's, able to emit torch's ABI
-    image = next(i for i in row.images if pl._image_ref(mx.load(), i) == plan.image)
+    image = next(i for i in row.images if pl._image_ref(mx.load(), i, {}) == plan.image)
     assert mx.POLICIES.index(image.manylinux) >= mx.POLICIES.index(line.manylinux)
     assert image.cxx11_abi or not line.cxx11_abi
     assert image.gcc <= plan.gcc_max == row.gcc_max
@@ -110,10 +110,28 @@ def test_public_image_wins_where_one_fits():
     assert plan.image == "quay.io/manylinux_cuda/manylinux_2_28_x86_64_cuda12_9"
 
 
-def test_registry_prefixes_our_images(monkeypatch):
-    monkeypatch.setenv("CI_IMAGE_REGISTRY", "ghcr.io/acme/")
-    assert plan_for("11.8", "2.7.1").image == "ghcr.io/acme/cuda-wheel-ci/manylinux_2_28_x86_64_cuda_11.8"
-    assert plan_for("11.8", "2.5.1").image == "sameli/manylinux2014_x86_64_cuda_11.8"
+def test_registry_prefixes_our_images():
+    env = {"CI_IMAGE_REGISTRY": "ghcr.io/acme/"}
+    assert plan_for("11.8", "2.7.1", env=env).image == "ghcr.io/acme/cuda-wheel-ci/manylinux_2_28_x86_64_cuda_11.8"
+    assert plan_for("11.8", "2.5.1", env=env).image == "sameli/manylinux2014_x86_64_cuda_11.8"
+
+
+def test_the_plan_reads_the_environment_it_is_given_never_the_process_one(monkeypatch, tmp_path):
+    """make_plan is a function of its inputs: the process's variables change nothing, the given ones do."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    given = {"CI_IMAGE_REGISTRY": "ghcr.io/acme", "CCACHE_DIR": str(tmp_path / "cc")}
+    before = plan_for("11.8", "2.7.1")
+    for name, value in {**given, "SSL_CERT_FILE": str(ca)}.items():
+        monkeypatch.setenv(name, value)
+    assert plan_for("11.8", "2.7.1") == before
+    plan = plan_for("11.8", "2.7.1", env=given, facts=pl.Facts(ca_bundle=str(ca)))
+    assert plan.image.startswith("ghcr.io/acme/") and plan.ccache_dir == str(tmp_path / "cc")
+    create = plan.environment["CIBW_CONTAINER_ENGINE"]
+    assert f"--volume={tmp_path / 'cc'}:/ccache" in create and f"--volume={ca}:" in create
+    cpu = pl.make_plan(cuda=None, project_dir=ROOT, engine="host", env={"PATH": "/x:/y", "CUDA_HOME": "/c"},
+                       facts=pl.Facts(nvcc_dirs=("/x",)))
+    assert (cpu.cpu_view.nvcc_dirs, cpu.cpu_view.unset) == (["/x"], ["CUDA_HOME"])
 
 
 def test_cpu_plan():

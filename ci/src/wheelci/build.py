@@ -24,7 +24,6 @@ from wheelci.errors import CiError, Finding
 from wheelci.steps import Step
 from wheelci.util import log
 from wheelci.util.sizes import parse_limit
-from wheelci.wheel.names import local_version
 
 if TYPE_CHECKING:
     from wheelci.compile.hostenv import BuildEnv
@@ -34,18 +33,6 @@ if TYPE_CHECKING:
 
 PROJECT_DIR = Path(".")  # the directory the command runs in: a checkout of the project
 PRELOAD_MODULE = "_preload"  # what the example package's __init__ imports before loading its library
-
-
-def variant_label(plan) -> str:
-    """The local version label naming what a wheel was built against: `pt2.13.0.cu130`, `pt2.13.0.cpu`.
-
-    Every CUDA variant of the example has the same file name otherwise, so the matrix's wheels would
-    overwrite each other in one artifact, index or upload; torch's exact version is in it because the
-    wheel pins it (libtorch's C++ ABI is not stable across releases). A stable-ABI wheel serves every
-    later torch: the variant alone (`cpu`, `cu13`) names it."""
-    if plan.stable:
-        return plan.stable.variant
-    return f"pt{plan.torch}." + ("cpu" if plan.cuda is None else "cu" + plan.cuda.replace(".", ""))
 
 
 def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None, cuda_major: int | None = None) -> Path:
@@ -122,7 +109,7 @@ def resolve_project(args, work_root: Path) -> tuple[Path, "object"]:
     settings = project.merge(project.read_settings(project_dir), test_command=args.test_command,
                              test_requires=args.test_requires or [], env=args.env or [],
                              exclude=args.exclude or [], limit=args.limit, stable_abi=args.stable_abi,
-                             variants=args.variant)
+                             variants=args.variant, public_env=args.public_env or [])
     return project_dir, settings
 
 
@@ -132,16 +119,27 @@ def run_build(args) -> int:
         return build_project(args, project_dir, settings)
 
 
-def build_project(args, project_dir: Path, settings) -> int:
-    from wheelci.plan import format_plan, make_plan, split_csv
+def make_build_plan(args, project_dir: Path, settings) -> "Plan":
+    """The edge: this process's environment and the machine's facts, probed once, into make_plan."""
+    from wheelci.engine import detect_facts
+    from wheelci.plan import RunSettings, make_plan, split_csv
 
     parse_limit(settings.limit)  # a bad limit is bad input now, not after the compile
-    plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
+    run = RunSettings(build_env=settings.env, public_env=settings.public_env, excludes=settings.exclude,
+                      nvcc_source=args.nvcc, allow_no_device_code=args.allow_no_device_code,
+                      local_version=args.local_version, variants=settings.variants, limit=settings.limit,
+                      test_command=settings.test_command, test_requires=settings.test_requires, upload=args.upload)
+    facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda)
+    return make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
                      engine=args.engine, project_dir=project_dir, image=args.image, find_links=args.find_links,
-                     torch_index_url=args.torch_index_url, build_env=settings.env, excludes=settings.exclude,
-                     stable_abi=settings.stable_abi)
-    if args.local_version not in ("auto", "none"):  # checked before the dry run, which must say the same
-        local_version("0", args.local_version)
+                     torch_index_url=args.torch_index_url, stable_abi=settings.stable_abi, run=run,
+                     env=os.environ, facts=facts)
+
+
+def build_project(args, project_dir: Path, settings) -> int:
+    from wheelci.plan import format_plan
+
+    plan = make_build_plan(args, project_dir, settings)
     if args.dry_run:
         if args.json:
             cli.emit_json(plan.to_json())
@@ -166,7 +164,7 @@ def build_project(args, project_dir: Path, settings) -> int:
     if plan.engine == "host":
         log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} "
                  "(wheelci/resources/glibc_compat/glibc_compat.h)")
-    return run(Build(args=args, plan=plan, settings=settings, project_dir=project_dir, out_dir=args.wheel_dir))
+    return run(Build(args=args, plan=plan, project_dir=project_dir, out_dir=args.wheel_dir))
 
 
 WORK_MARK = ".wheelci-work"  # in a --work-dir this tool made: the next build may replace what is in it
@@ -222,7 +220,6 @@ class Build:
 
     args: argparse.Namespace
     plan: "Plan"
-    settings: "Settings"
     project_dir: Path
     out_dir: Path
     work: Path = Path()
@@ -247,7 +244,7 @@ def compile_step(b: Build) -> None:
     if b.plan.engine == "host":
         from wheelci.compile.host import compile_host
 
-        comp = compile_host(b.plan, b.project_dir, b.work, nvcc_source=b.args.nvcc, build_env=b.settings.env)
+        comp = compile_host(b.plan, b.project_dir, b.work, nvcc_source=b.plan.nvcc_source, build_env=b.plan.build_env)
         b.env, b.build_dir, b.compiled = comp.env, comp.build_dir, [comp.wheel]
     else:
         from wheelci.compile import container
@@ -268,7 +265,7 @@ def repair_step(b: Build) -> None:
 
         fixed = repair(b.compiled[0], b.work / "repaired", torch_version=b.env.torch_version,
                        torch_requires=b.env.requires, plat=f"{b.plan.manylinux}_x86_64",
-                       excludes=b.settings.exclude, stable_abi=b.plan.stable.target if b.plan.stable else None)
+                       excludes=b.plan.excludes, stable_abi=b.plan.stable.target if b.plan.stable else None)
         b.excluded, b.repaired = fixed.excluded, [fixed.wheel]
         if fixed.requires_replaced:
             log.info(f"note: Requires-Dist {', '.join(fixed.requires_added)} replaces the project's "
@@ -280,7 +277,7 @@ def repair_step(b: Build) -> None:
         # what the container's repair left to torch and the CUDA wheels, as the host path reports it
         b.repaired = list(b.compiled)
         b.excluded = excluded_of(n for w in b.repaired for lib in scan_wheel(w) for n in lib.needed)
-    if b.plan.cuda and not b.args.allow_no_device_code:
+    if b.plan.cuda and not b.plan.allow_no_device_code:
         from wheelci.native.elf import device_code
 
         for w in b.repaired:
@@ -294,13 +291,9 @@ def repair_step(b: Build) -> None:
 
 def finish_step(b: Build) -> None:
     """The preload and the version label (or the PEP 825 variant), in one rewrite per wheel."""
-    args, plan = b.args, b.plan
-    local = variant_label(plan) if args.local_version == "auto" else (
-        None if args.local_version == "none" else args.local_version)
+    plan, local = b.plan, b.plan.label
     major = plan.stable.cuda_major if plan.stable else None  # a stable CUDA wheel checks torch's CUDA
-    if b.settings.variants and plan.cuda is None and args.local_version == "auto":
-        local = None  # a release with variants: its CPU build is the plain wheel
-    wheels = variant_wheels(plan, b.repaired, b.env.site, b.work, major) if b.settings.variants and plan.cuda else []
+    wheels = variant_wheels(plan, b.repaired, b.env.site, b.work, major) if plan.variants and plan.cuda else []
     if local or not wheels:  # a variant's unlabelled twin would take the CPU wheel's name
         wheels += [finish_wheel(w, b.env.site, b.work / "finished", local, major) for w in b.repaired]
     b.wheels = wheels
@@ -312,7 +305,7 @@ def check_step(b: Build) -> None:
     from wheelci.check import check_wheel
     from wheelci import report
 
-    limit = b.settings.limit
+    limit = b.plan.limit
     for wheel in b.wheels:
         result = check_wheel(wheel, limit) if limit else None
         if result is not None and not result.ok:
@@ -349,8 +342,8 @@ def verify_step(b: Build) -> None:
     for label, site in torches:
         for wheel in b.mains:
             log.info(f"verifying {wheel.name} with torch {label}")
-            result = verify_generic(wheel, site, project_dir=b.project_dir, test_command=b.settings.test_command,
-                                    test_requires=b.settings.test_requires, find_links=links,
+            result = verify_generic(wheel, site, project_dir=b.project_dir, test_command=b.plan.test_command,
+                                    test_requires=b.plan.test_requires, find_links=links,
                                     build_dir=b.build_dir)
             prefix = f"torch {label}: " if len(torches) > 1 else ""
             b.report.verify.update({prefix + k: v for k, v in result.checks.items()})
@@ -377,21 +370,21 @@ def write_step(b: Build) -> None:
 def upload_step(b: Build) -> None:
     from wheelci.upload import upload
 
-    upload(b.written, repository_url=b.args.upload)
+    upload(b.written, repository_url=b.plan.upload)
 
 
 # The build, as data. Each step names what it reads and writes of Build; the report lists each step's
 # outcome (status, seconds, outputs) under `steps`.
 STEPS: tuple[Step[Build], ...] = (
-    Step("compile", compile_step, reads=("plan", "project_dir", "settings"), writes=("compiled",),
+    Step("compile", compile_step, reads=("plan", "project_dir"), writes=("compiled",),
          title=lambda b: f"compile ({b.plan.engine})"),
-    Step("repair", repair_step, reads=("compiled", "env", "settings"), writes=("repaired", "excluded")),
+    Step("repair", repair_step, reads=("compiled", "env", "plan"), writes=("repaired", "excluded")),
     Step("finish", finish_step, reads=("repaired", "env", "plan"), writes=("wheels",)),
-    Step("check", check_step, reads=("wheels", "settings"), writes=("final",)),
+    Step("check", check_step, reads=("wheels", "plan"), writes=("final",)),
     Step("abi", abi_step, reads=("final", "env"), writes=("torch_requirement",)),
-    Step("verify", verify_step, reads=("final", "env", "settings", "torch_requirement")),
+    Step("verify", verify_step, reads=("final", "env", "plan", "torch_requirement")),
     Step("write", write_step, reads=("final", "out_dir"), writes=("written",)),
-    Step("upload", upload_step, reads=("written",), when=lambda b: bool(b.args.upload)),
+    Step("upload", upload_step, reads=("written",), when=lambda b: bool(b.plan.upload)),
 )
 
 
@@ -426,7 +419,10 @@ def build_parser() -> cli.Parser:
     p.add_argument("--test-command", help='run in the verify venv after install, e.g. "pytest {project}/tests" '
                                           "(placeholders {project} and {wheel}; default: [tool.ci] test-command)")
     p.add_argument("--test-requires", action="append", metavar="REQ", help="installed before the test command")
-    p.add_argument("--env", action="append", metavar="NAME=VALUE", help="set for the build, e.g. FORCE_CUDA=1")
+    p.add_argument("--env", action="append", metavar="NAME=VALUE", help="set for the build, e.g. FORCE_CUDA=1; "
+                   "shown as NAME=*** unless NAME is public")
+    p.add_argument("--public-env", action="append", metavar="NAME", help="a build variable whose value may be "
+                   "shown (plan, report, logs), e.g. TORCH_CUDA_ARCH_LIST (default: [tool.ci] public-env)")
     p.add_argument("--allow-no-device-code", action="store_true",
                    help="accept a --cuda wheel with no compiled device code (kernels compiled at run time)")
     p.add_argument("--exclude", action="append", metavar="PATTERN",

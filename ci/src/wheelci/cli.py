@@ -77,9 +77,28 @@ def invoked_as(prog: str) -> str:
 def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | None],
         argv: Sequence[str] | None = None) -> NoReturn:
     """Parse argv, call main, turn CiError into one stderr line and its exit code (and, with --json,
-    into the failure document on stdout)."""
-    global _held
+    into the failure document on stdout). Everything the stage prints passes through the secret
+    redaction (wheelci.util.secret): the credentials of the environment and of the arguments are
+    registered before anything is parsed or printed."""
+    from wheelci.util import secret
+
     argv = sys.argv[1:] if argv is None else list(argv)
+    secret.add_environ(os.environ)
+    for word in argv:
+        secret.add_text(word)
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = secret.RedactingStream(sys.stdout), secret.RedactingStream(sys.stderr)
+    try:
+        _run(p, main, argv)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = streams
+
+
+def _run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | None],
+         argv: list[str]) -> NoReturn:
+    global _held
     stage = _stage_name(p)
     try:
         args = p.parse_args(argv)

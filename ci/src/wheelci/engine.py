@@ -11,7 +11,9 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from wheelci.errors import CiError
 from wheelci.util import proc
@@ -105,32 +107,79 @@ def real_nvcc(nvcc: Path) -> Path:
     return Path(m.group(1).strip()) / "nvcc" if m else nvcc.resolve()
 
 
-def host_nvcc() -> Path | None:
+def host_nvcc(env: Mapping[str, str] = os.environ) -> Path | None:
     """nvcc from CUDA_HOME, PATH or /usr/local/cuda, in that order."""
-    candidates = [Path(os.environ[v]) / "bin" / "nvcc" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
-    if found := shutil.which("nvcc"):
+    candidates = [Path(env[v]) / "bin" / "nvcc" for v in ("CUDA_HOME", "CUDA_PATH") if env.get(v)]
+    if found := shutil.which("nvcc", path=env.get("PATH")):
         candidates.append(Path(found))
     candidates.append(Path("/usr/local/cuda/bin/nvcc"))
     return next((c for c in candidates if c.exists()), None)
 
 
-def host_cannot_build(row) -> str | None:
-    """Why the host engine cannot build this CUDA row (None: it can).
+# --- facts: what a plan needs to know of this machine, probed once, at the edge -------------------
+
+
+@dataclass(frozen=True)
+class Facts:
+    """This machine as a plan sees it. detect_facts probes it; ci.plan.make_plan only reads it, so a
+    plan is a function of its inputs (and a test states a machine instead of faking one)."""
+
+    engine: str | None = None  # the first container engine that responds (what --engine auto takes)
+    nvcc: str | None = None  # the CUDA version of the host's nvcc
+    gcc: int | None = None  # the major version of the host compiler nvcc would use
+    ca_bundle: str | None = None  # the CA bundle file this machine's pip trusts (mounted into containers)
+    nvcc_dirs: tuple[str, ...] = ()  # PATH entries holding an nvcc (a CPU host build hides them)
+
+
+CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+
+
+def nvcc_dirs(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The PATH entries holding an executable nvcc, as a shell finds programs."""
+    def holds_nvcc(entry: str) -> bool:
+        nvcc = os.path.join(entry, "nvcc")
+        return os.path.isfile(nvcc) and os.access(nvcc, os.X_OK)
+
+    entries = dict.fromkeys(e for e in env.get("PATH", "").split(os.pathsep) if e)
+    return tuple(e for e in entries if holds_nvcc(e))
+
+
+def detect_facts(env: Mapping[str, str], *, engine: str, cuda: str | None) -> Facts:
+    """Probe what a plan for (engine, cuda) will ask, and nothing else: a CPU plan never asks whether a
+    container engine runs, a container plan never asks for the host's nvcc."""
+    ca = next((env[v] for v in CA_VARIABLES if env.get(v) and Path(env[v]).is_file()), None)
+    found = detect() if engine == "auto" and cuda is not None else None
+    nvcc = gcc = None
+    if cuda is not None and engine in ("auto", "host") and found is None:
+        path = host_nvcc(env)
+        nvcc = nvcc_version(path) if path else None
+        cxx = env.get("CUDAHOSTCXX") or shutil.which("g++", path=env.get("PATH")) or "g++"
+        major = tool_version([cxx, "-dumpversion"], r"^(\d+)")
+        gcc = int(major) if major else None
+    return Facts(engine=found, nvcc=nvcc, gcc=gcc, ca_bundle=ca,
+                 nvcc_dirs=nvcc_dirs(env) if cuda is None and engine in ("auto", "host") else ())
+
+
+def cannot_build(row, facts: Facts) -> str | None:
+    """Why the host cannot build this CUDA row (None: it can).
 
     It needs nvcc of that version: the host's, or NVIDIA's nvcc wheel where that wheel ships the nvcc
     driver (cu13; the cu11/cu12 wheels hold only ptxas), and a host GCC that nvcc accepts."""
     if row is None:
         return None
-    nvcc = host_nvcc()
-    have = nvcc_version(nvcc) if nvcc else None
-    if have != row.version and not row.nvcc_wheel_has_nvcc:
-        host = f"host nvcc is CUDA {have}" if have else "no host nvcc"
+    if facts.nvcc != row.version and not row.nvcc_wheel_has_nvcc:
+        host = f"host nvcc is CUDA {facts.nvcc}" if facts.nvcc else "no host nvcc"
         return f"{host}, not {row.version}, and NVIDIA's nvcc wheel for {row.version} ships only ptxas"
-    cxx = os.environ.get("CUDAHOSTCXX") or shutil.which("g++") or "g++"
-    gcc = tool_version([cxx, "-dumpversion"], r"^(\d+)")
-    if gcc and int(gcc) > row.gcc_max:
-        return f"host GCC {gcc} is above what nvcc {row.version} accepts ({row.gcc_max}); set CUDAHOSTCXX"
+    if facts.gcc and facts.gcc > row.gcc_max:
+        return f"host GCC {facts.gcc} is above what nvcc {row.version} accepts ({row.gcc_max}); set CUDAHOSTCXX"
     return None
+
+
+def host_cannot_build(row, env: Mapping[str, str] = os.environ) -> str | None:
+    """cannot_build, asking this machine."""
+    if row is None:
+        return None
+    return cannot_build(row, detect_facts(env, engine="host", cuda=row.version))
 
 
 def host_cannot_build_cuda(cuda: str | None) -> str | None:

@@ -1,8 +1,9 @@
-"""One place that turns arguments + pyproject + the CUDA matrix into a build plan.
+"""One place that turns the settings, the environment and this machine's facts into a build plan.
 
-Modelled on cibuildwheel's options.py: every later stage reads the Plan, never the arguments. Nothing
-here runs a build; the only side effects are reading pyproject.toml and (for engine="auto") asking
-whether a container engine responds.
+Modelled on cibuildwheel's options.py: every later stage reads the Plan, never the arguments. make_plan
+is a function of what it is given: the settings (arguments, pyproject, the CUDA matrix), an environment
+mapping and the Facts the edge probed (wheelci.engine.detect_facts). It never reads os.environ or asks
+an engine; what a run uses is in the Plan, and the dry run shows all of it, secrets masked.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from wheelci.config import matrix as mx
-from wheelci.config.project import load_pyproject
-from wheelci.wheel.names import normalize
+from wheelci.engine import CA_VARIABLES, Facts
+from wheelci.util import secret
+from wheelci.config.project import Project
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
@@ -43,7 +45,6 @@ CONTAINER_FIND_LINKS = "/ci/find-links"
 CONTAINER_CONSTRAINTS = "/ci/build-constraints.txt"
 # Where the host's trusted CA bundle is named: TLS-intercepting networks (corporate proxies, this kind of CI)
 # re-sign outbound TLS, and pip in the container fails CERTIFICATE_VERIFY_FAILED without the same bundle.
-CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 # Podman sets rlimits by default that a host without CAP_SYS_RESOURCE (containerised CI runners) refuses.
 PODMAN_ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
 AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs docker or podman: the host "
@@ -74,16 +75,10 @@ class CpuView:
         return "CPU only: " + ("; ".join(hidden) if hidden else "no nvcc on PATH and no CUDA variable to hide")
 
 
-def cpu_view(env: Mapping[str, str], cmake: bool) -> CpuView:
-    """The CpuView of an environment: which PATH entries hold an nvcc (as a shell finds programs), which
-    CUDA variables are set; `cmake`: the project is built by CMake."""
-    def holds_nvcc(entry: str) -> bool:
-        nvcc = os.path.join(entry, "nvcc")
-        return os.path.isfile(nvcc) and os.access(nvcc, os.X_OK)
-
-    entries = dict.fromkeys(e for e in env.get("PATH", "").split(os.pathsep) if e)
-    return CpuView([e for e in entries if holds_nvcc(e)], [v for v in CUDA_VARIABLES if env.get(v)],
-                   list(CMAKE_NO_CUDA) if cmake else [])
+def cpu_view(env: Mapping[str, str], cmake: bool, nvcc_dirs: tuple[str, ...] | list[str]) -> CpuView:
+    """The CpuView of an environment: the PATH entries holding an nvcc (wheelci.engine.nvcc_dirs), the CUDA
+    variables set; `cmake`: the project is built by CMake."""
+    return CpuView(list(nvcc_dirs), [v for v in CUDA_VARIABLES if env.get(v)], list(CMAKE_NO_CUDA) if cmake else [])
 
 
 @dataclass(frozen=True)
@@ -111,51 +106,41 @@ class Plan:
     backend: str = ""
     stable: StablePlan | None = None  # a stable-ABI build: one wheel per variant for every later torch
     tool_constraints: list[str] = field(default_factory=list)  # pip -c for build environments (ours, less the project's)
+    build_requires: list[str] = field(default_factory=list)  # the project's [build-system] requires, as written
     cpu_view: CpuView | None = None  # a CPU host build: what its compile does not see of a CUDA toolkit
+    ccache_dir: str = ""  # the compiler cache, shared by every build on this machine (mounted into containers)
+    # what the run does with the wheels: set by make_plan from the settings, shown by the dry run
+    build_env: dict[str, str] = field(default_factory=dict)  # --env and [tool.ci] env, set for the compile
+    public_env: list[str] = field(default_factory=list)  # build_env names whose values may be shown
+    excludes: list[str] = field(default_factory=list)  # library patterns repair leaves out (beyond the built-in)
+    nvcc_source: str = "auto"  # host CUDA builds: "auto" | "host" | "wheel"
+    allow_no_device_code: bool = False
+    label: str | None = None  # the local version label of the wheels (None: no label)
+    variants: bool = False  # PEP 825 variant wheels (CUDA), the release's plain wheel (CPU)
+    limit: str | None = None  # the size limit each wheel is checked (and split) against
+    test_command: str | None = None
+    test_requires: list[str] = field(default_factory=list)
+    upload: str | None = None  # the repository the verified wheels go to
 
     @property
     def torch_requirement(self) -> str:
         return f"torch>={self.stable.target}" if self.stable else f"torch=={self.torch}"
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The plan as it may be shown (--dry-run --json, report.json): build variables masked by name
+        unless public, and every registered secret and URL userinfo redacted."""
+        doc = asdict(self)
+        hidden = {k: v for k, v in self.build_env.items() if k not in self.public_env}
+        doc["build_env"] = secret.masked(self.build_env, self.public_env)
+        doc["environment"] = {k: _mask_assignments(v, hidden) for k, v in self.environment.items()}
+        return secret.redact_data(doc)
 
 
-@dataclass(frozen=True)
-class Project:
-    """What the plan needs from pyproject.toml (the package name is defined there only)."""
-
-    name: str
-    requires_python: str
-    build_requires: list[str]
-    cibw_build: list[str]  # [tool.cibuildwheel] build selectors
-    py_api: str = ""  # [tool.scikit-build] wheel.py-api ("py3": one wheel serves every Python)
-    backend: str = "scikit-build-core"  # the build system: a ci.config.project.Backend
-
-    @classmethod
-    def read(cls, project_dir: Path) -> "Project":
-        from wheelci.config.project import backend
-
-        path = Path(project_dir) / "pyproject.toml"
-        kind = backend(Path(project_dir))
-        data = load_pyproject(Path(project_dir)) or {}
-        name = data.get("project", {}).get("name")
-        if not name and (Path(project_dir) / "setup.py").is_file():
-            # setup.py names the project (a PEP 518-only pyproject.toml, or none): known once built
-            requires = data.get("build-system", {}).get("requires", ["setuptools", "wheel"])
-            return cls(Path(project_dir).resolve().name, "", list(requires), [], "", kind)
-        if not name:
-            raise CiError(f"{path} has no [project] name")
-        build = data.get("tool", {}).get("cibuildwheel", {}).get("build", "")
-        selectors = build.split() if isinstance(build, str) else list(build)
-        py_api = data.get("tool", {}).get("scikit-build", {}).get("wheel", {}).get("py-api", "")
-        return cls(name, data["project"].get("requires-python", ""),
-                   list(data.get("build-system", {}).get("requires", [])), selectors, py_api, kind)
-
-    def default_python(self) -> list[str]:
-        """Pythons named by [tool.cibuildwheel] build (cp311-... -> 3.11), else the one running this."""
-        found = [f"{m[1]}.{m[2]}" for s in self.cibw_build if (m := re.match(r"cp(3)(\d+)-", s))]
-        return found or [f"{sys.version_info.major}.{sys.version_info.minor}"]  # the Python verify uses
+def _mask_assignments(text: str, hidden: Mapping[str, str]) -> str:
+    """cibuildwheel's NAME=value pairs with the hidden variables' values masked, however short."""
+    for name, value in hidden.items():
+        text = text.replace(f"{name}={_cibw_quote(value)}", f"{name}={secret.MASK}")
+    return text
 
 
 def python_notes(project: Project, pythons: list[str]) -> list[str]:
@@ -194,11 +179,11 @@ def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine
     return sorted(dict.fromkeys(wanted), key=lambda p: int(p.split(".")[1]))
 
 
-def _image_ref(matrix: mx.Matrix, image: mx.Image) -> str:
+def _image_ref(matrix: mx.Matrix, image: mx.Image, env: Mapping[str, str]) -> str:
     """Our images carry the local repo prefix, and a registry when CI_IMAGE_REGISTRY names one."""
     if image.origin != "ours":
         return image.name
-    registry = os.environ.get("CI_IMAGE_REGISTRY", "").rstrip("/")
+    registry = env.get("CI_IMAGE_REGISTRY", "").rstrip("/")
     ref = f"{matrix.our_image_repo}/{image.name}"
     return f"{registry}/{ref}" if registry else ref
 
@@ -242,19 +227,14 @@ def _choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None) -> mx.T
     return build
 
 
-# The build runs with `build --no-isolation` (torch must be the pinned one), so the build venv gets what
-# isolation would have added: cmake and ninja for scikit-build-core, and the `build` frontend itself (the
-# public images carry it, images of one's own may not). ci.repair runs `python -m auditwheel` from that
-# venv, and manylinux images keep auditwheel in a venv of its own: install it (and its ELF reader) there too.
-BUILD_VENV_TOOLS = ("build", "cmake", "ninja", "auditwheel", "pyelftools")
-
-
-def build_installs(project: Project) -> list[str]:
+def build_installs(build_requires: list[str]) -> list[str]:
     """What a build environment gets next to torch: the project's build requirements as written (torch
-    aside: the plan's torch is installed first), then our tools (pip merges a tool the project names too)."""
-    rest = [req.strip() for req in project.build_requires
-            if normalize(re.split(r"[\s<>=!~;\[(@]", req.strip(), maxsplit=1)[0]) != "torch"]
-    return rest + list(BUILD_VENV_TOOLS)
+    aside: the plan's torch is installed first), then our tools (ci.config.constraints.BUILD_TOOLS: the
+    `build --no-isolation` build and ci.repair use that environment; pip merges a tool the project names too)."""
+    from wheelci.config.constraints import BUILD_TOOLS
+    from wheelci.wheel.requirements import requirement_name
+
+    return [req.strip() for req in build_requires if requirement_name(req) != "torch"] + list(BUILD_TOOLS)
 
 
 def _before_build(project: Project, torch_req: str, index_url: str | None, cudnn: str | None) -> str:
@@ -263,43 +243,40 @@ def _before_build(project: Project, torch_req: str, index_url: str | None, cudnn
 
     index_url None: pip's own sources in the container (PyPI, and the mounted find-links directory)."""
     torch_cmd = ["pip", "install", torch_req] + (["--index-url", index_url] if index_url else [])
-    rest = build_installs(project) + ([cudnn] if cudnn else [])
+    rest = build_installs(project.build_requires) + ([cudnn] if cudnn else [])
     cmds = [torch_cmd, ["pip", "install", "-c", CONTAINER_CONSTRAINTS, *rest]]
     return " && ".join(shlex.join(c) for c in cmds)
 
 
-def _cibw_environment(values: dict[str, str]) -> str:
-    """cibuildwheel's `environment` syntax: NAME=value pairs, evaluated in the container.
-
-    Values naming $VARS are double-quoted so they expand there; the rest are single-quoted, always:
+def _cibw_quote(v: str) -> str:
+    """Values naming $VARS are double-quoted so they expand there; the rest are single-quoted, always:
     cibuildwheel's parser refuses a bare `=` in a value (SKBUILD_CMAKE_DEFINE=BUILD_RUNNER=ON)."""
-    def quote(v: str) -> str:
-        if "$" in v or "'" in v:  # its parser joins no quoted pieces: one double-quoted word
-            v = v.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
-            return '"' + v + '"'
-        return "'" + v + "'"
-    return " ".join(f"{k}={quote(v)}" for k, v in values.items())
+    if "$" in v or "'" in v:  # its parser joins no quoted pieces: one double-quoted word
+        v = v.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+        return '"' + v + '"'
+    return "'" + v + "'"
 
 
-def ccache_dir() -> Path:
-    return Path(os.environ.get("CCACHE_DIR") or cache_dir("ccache"))
+def _cibw_environment(values: dict[str, str]) -> str:
+    """cibuildwheel's `environment` syntax: NAME=value pairs, evaluated in the container."""
+    return " ".join(f"{k}={_cibw_quote(v)}" for k, v in values.items())
 
 
-def host_ca_bundle() -> Path | None:
-    """The CA bundle this machine's pip trusts (the first of CA_VARIABLES naming a file), if any."""
-    return next((Path(os.environ[v]) for v in CA_VARIABLES
-                 if os.environ.get(v) and Path(os.environ[v]).is_file()), None)
+def ccache_dir(env: Mapping[str, str]) -> Path:
+    """The compiler cache: CCACHE_DIR, else the tool's cache."""
+    return Path(env.get("CCACHE_DIR") or cache_dir("ccache", env=env))
 
 
-def container_options(engine: str, find_links: Path | None, tools: Path) -> tuple[list[str], dict[str, str]]:
+def container_options(engine: str, find_links: Path | None, tools: Path, ccache: Path,
+                      ca: str | None) -> tuple[list[str], dict[str, str]]:
     """The engine's create arguments and the variables set inside: host network, the ccache volume, the
     tool constraints, the host's CA bundle and the find-links directory (all read-only), Podman's rlimits."""
-    create = ["--network=host", f"--volume={ccache_dir()}:{CONTAINER_CCACHE}",
+    create = ["--network=host", f"--volume={ccache}:{CONTAINER_CCACHE}",
               f"--volume={Path(__file__).resolve().parent}:{CONTAINER_TOOL}/wheelci:ro",
               f"--volume={tools}:{CONTAINER_CONSTRAINTS}:ro"]
     inner: dict[str, str] = {}
-    if (ca := host_ca_bundle()) is not None:
-        create.append(f"--volume={ca.resolve()}:{CONTAINER_CA}:ro")
+    if ca is not None:
+        create.append(f"--volume={Path(ca).resolve()}:{CONTAINER_CA}:ro")
         inner.update({v: CONTAINER_CA for v in CA_VARIABLES})
     if find_links is not None:
         create.append(f"--volume={find_links}:{CONTAINER_FIND_LINKS}:ro")
@@ -310,10 +287,10 @@ def container_options(engine: str, find_links: Path | None, tools: Path) -> tupl
 
 
 def environment(*, engine: str, image: str, identifiers: list[str], before_build: str, cuda: str | None,
-                arch_list: str, nvcc_flags: list[str], tools: Path, gcc_max: int | None = None,
-                find_links: Path | None = None) -> dict[str, str]:
+                arch_list: str, nvcc_flags: list[str], tools: Path, ccache: Path, ca: str | None,
+                gcc_max: int | None = None, find_links: Path | None = None) -> dict[str, str]:
     """The CIBW_* variables a container build sets (a host build shows what a container one would)."""
-    create, extra = container_options(engine, find_links, tools)
+    create, extra = container_options(engine, find_links, tools, ccache, ca)
     inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CMAKE_C_COMPILER_LAUNCHER": "ccache",
              "CMAKE_CXX_COMPILER_LAUNCHER": "ccache", **extra}
     before_all = [f"sh {CONTAINER_SCRIPTS}/ensure_ccache.sh"]
@@ -339,7 +316,7 @@ def environment(*, engine: str, image: str, identifiers: list[str], before_build
     return env
 
 
-def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None) -> tuple[str, list[str]]:
+def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None, facts: Facts) -> tuple[str, list[str]]:
     """auto -> the running container engine, else the host when it can build this, else a clear error."""
     if engine not in ENGINES:
         raise CiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
@@ -349,27 +326,51 @@ def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None) -> tup
         return "host", ["engine auto: CPU builds run on the host"]
     from wheelci import engine as eng
 
-    found = eng.detect()
-    if found:
-        return found, [f"engine auto: {found} responds"]
-    why_not = eng.host_cannot_build(row)
+    if facts.engine:
+        return facts.engine, [f"engine auto: {facts.engine} responds"]
+    why_not = eng.cannot_build(row, facts)
     if why_not:
         # Still a plan (a dry run must show it); running it fails with this reason in ci.compile.container.
         return "docker", [f"engine auto: {AUTO_NEEDS_CONTAINER.format(cuda=cuda, why=why_not)}"]
     return "host", [f"engine auto: no container engine responds; building CUDA {cuda} on the host"]
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """What a build does with its wheels, as the settings ([tool.ci] merged with the options) say."""
+
+    build_env: dict[str, str] = field(default_factory=dict)
+    public_env: list[str] = field(default_factory=list)
+    excludes: list[str] = field(default_factory=list)
+    nvcc_source: str = "auto"
+    allow_no_device_code: bool = False
+    local_version: str = "auto"  # "auto" | "none" | a label
+    variants: bool = False
+    limit: str | None = None
+    test_command: str | None = None
+    test_requires: list[str] = field(default_factory=list)
+    upload: str | None = None
+
+
 def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] | None = None,
               arch_list: str | None = None, engine: str = "auto", project_dir: Path = Path("."),
               image: str | None = None, find_links: Path | None = None,
               torch_index_url: str | None = None, build_env: dict[str, str] | None = None,
-              excludes: list[str] = (), stable_abi: str | None = None) -> Plan:
+              excludes: list[str] = (), stable_abi: str | None = None, run: RunSettings | None = None,
+              env: Mapping[str, str] | None = None, facts: Facts | None = None,
+              project: Project | None = None) -> Plan:
     """The plan; `image` replaces the matrix's image, `find_links` is a wheel directory the container's pip
     uses (torch then comes from pip's sources, unless `torch_index_url` names an index). `stable_abi`
     (a torch minor, e.g. "2.10") builds one wheel for every torch from it on: `cuda` may then name a
-    major ("13"), built with its lowest CUDA against its newest torch."""
+    major ("13"), built with its lowest CUDA against its newest torch. `env` is the environment the run
+    sees and `facts` what the edge probed of the machine (wheelci.engine.detect_facts); left out, they are
+    an empty environment and a machine with nothing detected. `project`: the pyproject.toml as the build
+    read it (ci.config.project.read_project); left out, read from project_dir."""
+    env, facts = ({} if env is None else env), (Facts() if facts is None else facts)
+    run = RunSettings(build_env=dict(build_env or {}), excludes=list(excludes)) if run is None else run
+    build_env, excludes = run.build_env, run.excludes
     matrix = mx.load()
-    project = Project.read(project_dir)
+    project = Project.read(project_dir) if project is None else project
     if engine not in ENGINES:
         raise CiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
     if stable_abi is not None and cuda is not None:
@@ -383,12 +384,15 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
 
     tools = constraints.for_project(project.build_requires)
     tools_file = constraints.file_for(tools.pins)
-    plan = (_cpu_plan(matrix, project, torch, python, arch_list, engine, find_links, torch_index_url, tools_file)
+    machine = Machine(env, facts, ccache_dir(env))
+    plan = (_cpu_plan(matrix, project, torch, python, arch_list, engine, find_links, torch_index_url, tools_file,
+                      machine)
             if cuda is None else _cuda_plan(matrix, project, cuda, torch, python, arch_list, engine, find_links,
-                                            torch_index_url, tools_file))
+                                            torch_index_url, tools_file, machine))
     plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
                    backend=project.backend, tool_constraints=list(tools.pins),
-                   notes=[*plan.notes, *tools.set_aside])
+                   build_requires=list(project.build_requires),
+                   notes=[*plan.notes, *tools.set_aside], ccache_dir=str(machine.ccache))
     if stable_abi is not None:
         plan = _with_stable(plan, plan_stable(matrix, stable_abi, plan.cuda, plan.torch))
     if excludes or plan.stable:  # --exclude and [tool.ci] exclude reach the container's repair too
@@ -399,13 +403,57 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
         env = dict(plan.environment)
         env["CIBW_ENVIRONMENT_LINUX"] += " " + _cibw_environment(build_env)
         plan = replace(plan, environment=env)
+    plan = _with_run(plan, run)
     if image is None:
         return plan
     if not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]*", image):
         raise CiError(f"--image {image!r}: not an image reference (e.g. localhost/my-cuda-image:1)")
-    env = {**plan.environment, "CIBW_MANYLINUX_X86_64_IMAGE": image}
-    return replace(plan, image=image, image_origin="given", environment=env,
+    cibw = {**plan.environment, "CIBW_MANYLINUX_X86_64_IMAGE": image}
+    return replace(plan, image=image, image_origin="given", environment=cibw,
                    notes=[n for n in plan.notes if "built from docker/" not in n])
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The environment and the probed facts a plan is made for, with what make_plan derives from them."""
+
+    env: Mapping[str, str]
+    facts: Facts
+    ccache: Path
+
+
+def variant_label(plan: Plan) -> str:
+    """The local version label naming what a wheel was built against: `pt2.13.0.cu130`, `pt2.13.0.cpu`.
+
+    Every CUDA variant of the example has the same file name otherwise, so the matrix's wheels would
+    overwrite each other in one artifact, index or upload; torch's exact version is in it because the
+    wheel pins it (libtorch's C++ ABI is not stable across releases). A stable-ABI wheel serves every
+    later torch: the variant alone (`cpu`, `cu13`) names it."""
+    if plan.stable:
+        return plan.stable.variant
+    return f"pt{plan.torch}." + ("cpu" if plan.cuda is None else "cu" + plan.cuda.replace(".", ""))
+
+
+def _with_run(plan: Plan, run: RunSettings) -> Plan:
+    """The plan with what the run does with its wheels; `auto` resolved to the label (a release with
+    variants: its CPU build is the plain wheel, with none)."""
+    from wheelci.wheel.names import local_version
+
+    if run.nvcc_source not in ("auto", "host", "wheel"):
+        raise CiError(f"--nvcc {run.nvcc_source!r}: choose from auto, host, wheel")
+    if run.local_version == "auto":
+        label = None if run.variants and plan.cuda is None else variant_label(plan)
+    elif run.local_version == "none":
+        label = None
+    else:
+        local_version("0", run.local_version)  # a bad label is refused here, before the dry run shows it
+        label = run.local_version
+    secret.add_variables(run.build_env, run.public_env)
+    return replace(plan, build_env=dict(run.build_env), public_env=sorted(run.public_env),
+                   excludes=list(run.excludes), nvcc_source=run.nvcc_source,
+                   allow_no_device_code=run.allow_no_device_code, label=label, variants=run.variants,
+                   limit=run.limit, test_command=run.test_command, test_requires=list(run.test_requires),
+                   upload=run.upload)
 
 
 def stable_flags(stable: StablePlan, cuda: bool) -> dict[str, str]:
@@ -443,27 +491,27 @@ def _torch_source(find_links: Path | None, torch_index_url: str | None, default:
 
 def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None, python: list[str] | None,
                arch_list: str | None, engine: str, find_links: Path | None,
-               torch_index_url: str | None, tools: Path) -> Plan:
+               torch_index_url: str | None, tools: Path, machine: Machine) -> Plan:
     row = matrix.row(cuda)
     build = _choose_torch(matrix, row, torch)
     line = matrix.torch_line(build.version)
     pythons = _parse_python(python, project, line, build.version)
     archs = mx.check_arch_list(cuda, arch_list if arch_list is not None else row.arch_list)
     image, notes = pick_image(matrix, row, line, build.version)
-    ref = _image_ref(matrix, image)
+    ref = _image_ref(matrix, image, machine.env)
     if image.origin == "ours":
         notes.append(f"{ref} is built from docker/ (`wheelci image build --cuda {cuda}`): "
                      f"no public {image.manylinux} image has CUDA {cuda}")
     if line.cxx11_abi and any(not i.cxx11_abi for i in row.images):
         notes.append(f"cu{cuda.replace('.', '')} ABI trap: torch {build.version} is cxx11-ABI {line.manylinux}, "
                      f"so the manylinux2014 image cannot build it")
-    resolved, engine_notes = resolve_engine(engine, cuda, row)
+    resolved, engine_notes = resolve_engine(engine, cuda, row, machine.facts)
     identifiers = [identifier(p) for p in pythons]
     index = _torch_source(find_links, torch_index_url, row.torch_index_url)
     env = environment(engine=resolved, image=ref, identifiers=identifiers,
                       before_build=_before_build(project, f"torch=={build.version}", index, build.cudnn),
                       cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
-                      find_links=find_links, tools=tools)
+                      find_links=find_links, tools=tools, ccache=machine.ccache, ca=machine.facts.ca_bundle)
     # the host's environments (the build's, verify's) install this torch from its index even where the
     # container's pip takes it from find-links: the plan names where the release lives
     return Plan(cuda=cuda, torch=build.version, torch_index_url=torch_index_url or row.torch_index_url,
@@ -482,7 +530,7 @@ def _version_key(v: str) -> tuple[int, ...]:
 
 def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: list[str] | None,
               arch_list: str | None, engine: str, find_links: Path | None, torch_index_url: str | None,
-              tools: Path) -> Plan:
+              tools: Path, machine: Machine) -> Plan:
     if arch_list:
         raise CiError("--arch-list needs --cuda (a CPU build has no device code)")
     version = torch or matrix.default_torch
@@ -495,24 +543,25 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
         raise CiError(f"torch {version} is not a release the matrix knows (torch {line.minor}: "
                       f"{', '.join(same_line) or 'none'})")
     pythons = _parse_python(python, project, line, version)
-    resolved, notes = resolve_engine(engine, None, None)
+    resolved, notes = resolve_engine(engine, None, None, machine.facts)
     identifiers = [identifier(p) for p in pythons]
     index = _torch_source(find_links, torch_index_url, matrix.cpu_index_url)
     env = environment(engine=resolved, image=line.manylinux, identifiers=identifiers,
                       before_build=_before_build(project, f"torch=={version}", index, None),
                       cuda=None, arch_list="", nvcc_flags=[], find_links=find_links,
-                      tools=tools)
+                      tools=tools, ccache=machine.ccache, ca=machine.facts.ca_bundle)
     return Plan(cuda=None, torch=version, torch_index_url=torch_index_url or matrix.cpu_index_url, torch_on_pypi=False,
                 cudnn_requirement=None, image=None, manylinux=line.manylinux, arch_list="", python=pythons,
                 identifiers=identifiers, environment=env, engine=resolved,
                 notes=python_notes(project, pythons) + notes, engine_requested=engine,
                 find_links=str(find_links) if find_links else None,
-                cpu_view=cpu_view(os.environ, project.backend == "scikit-build-core") if resolved == "host"
-                else None)  # an image has no toolkit to hide
+                cpu_view=cpu_view(machine.env, project.backend == "scikit-build-core", machine.facts.nvcc_dirs)
+                if resolved == "host" else None)  # an image has no toolkit to hide
 
 
 def format_plan(plan: Plan) -> str:
-    """The human-readable --dry-run summary."""
+    """The human-readable --dry-run summary: everything the run uses, secrets masked."""
+    shown = plan.to_json()
     rows = [
         ("project", f"{plan.project} ({plan.project_dir}), built with {plan.backend}"),
         ("cuda", plan.cuda or "none (CPU build)"),
@@ -530,14 +579,35 @@ def format_plan(plan: Plan) -> str:
                        f"the wheel pins {plan.torch_requirement}"),
         ("identifiers", " ".join(plan.identifiers)),
         ("tool pins", " ".join(plan.tool_constraints) or "-"),
+        ("build requires", " ".join(plan.build_requires) or "-"),
     ]
     if plan.cpu_view is not None:
         rows.insert(2, ("toolchain", plan.cpu_view.describe()))
+    rows += _run_rows(plan)
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
-    lines += ["environment:"] + [f"  {k}={v}" for k, v in plan.environment.items()]
+    lines += ["environment:"] + [f"  {k}={v}" for k, v in shown["environment"].items()]
     lines += [f"note: {n}" for n in plan.notes]
-    return "\n".join(lines)
+    return secret.redact("\n".join(lines))
+
+
+def _run_rows(plan: Plan) -> list[tuple[str, str]]:
+    """What the run does with its wheels, as the dry run shows it (build variables masked unless public)."""
+    env = secret.masked(plan.build_env, plan.public_env)
+    return [
+        ("build env", " ".join(f"{k}={v}" for k, v in env.items()) or "-"),
+        ("ccache", plan.ccache_dir or "-"),
+        ("nvcc", f"{plan.nvcc_source} (host builds: the host nvcc if its version matches, else NVIDIA's wheels)"
+                 if plan.cuda and plan.engine == "host" else "-"),
+        ("excludes", " ".join(plan.excludes) or "-"),
+        ("device code", "not required (--allow-no-device-code)" if plan.allow_no_device_code
+                        else "required" if plan.cuda else "-"),
+        ("label", (f"+{plan.label}" if plan.label else "none") + (" (PEP 825 variants)" if plan.variants else "")),
+        ("limit", plan.limit or "none"),
+        ("test command", plan.test_command or "(import check only)"),
+        ("test requires", " ".join(plan.test_requires) or "-"),
+        ("upload", plan.upload or "-"),
+    ]
 
 
 def split_csv(text: str | None) -> list[str] | None:
@@ -596,15 +666,25 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None,
 def main(args) -> int:
     from wheelci.cli import emit_json
 
-    from wheelci.config.project import read_settings
+    from wheelci.config.project import read_project, read_settings
 
-    settings = read_settings(args.project_dir)
-    stable = args.stable_abi or settings.stable_abi
-    if args.workflow_matrix:
+    if args.workflow_matrix:  # on a bare Python: [tool.ci] only (checking the rest takes packaging)
+        settings = read_settings(args.project_dir)
+        stable = args.stable_abi or settings.stable_abi
         print(json.dumps(workflow_matrix(stable, split_csv(args.cuda), args.variant or settings.variants)))
         return 0
+    project = read_project(args.project_dir)  # the one read of pyproject.toml
+    settings = project.settings
+    stable = args.stable_abi or settings.stable_abi
+    from wheelci.engine import detect_facts
+
+    run = RunSettings(build_env=settings.env, public_env=settings.public_env, excludes=settings.exclude,
+                      variants=settings.variants, limit=settings.limit, test_command=settings.test_command,
+                      test_requires=settings.test_requires)
     plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
-                     engine=args.engine, project_dir=args.project_dir, stable_abi=stable)
+                     engine=args.engine, project_dir=args.project_dir, stable_abi=stable, run=run,
+                     env=os.environ, facts=detect_facts(os.environ, engine=args.engine, cuda=args.cuda),
+                     project=project)
     if args.json:
         emit_json(plan.to_json())
     else:

@@ -11,6 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from wheelci.util import secret
 from wheelci.util.atomic import write_text
 from wheelci.util.sizes import format_size
 
@@ -87,10 +88,10 @@ def to_markdown(r: BuildReport) -> str:
 
 def write(r: BuildReport, out_dir: Path) -> tuple[Path, Path]:
     """Write report.json and report.md into out_dir (atomically), and the CI job summary if any."""
-    data = asdict(r)
+    data = secret.redact_data(asdict(r))  # the workflow uploads these as artifacts: no log masking there
     json_path, md_path = out_dir / "report.json", out_dir / "report.md"
     write_text(json_path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    md = to_markdown(r)
+    md = secret.redact(to_markdown(r))
     write_text(md_path, md)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:

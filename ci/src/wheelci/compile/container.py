@@ -21,7 +21,7 @@ from wheelci.compile import hints
 from wheelci.errors import CiError, Finding
 from wheelci.config import constraints
 from wheelci.util import log, proc
-from wheelci.plan import AUTO_NEEDS_CONTAINER, CONTAINER_ENGINES, Plan, ccache_dir
+from wheelci.plan import AUTO_NEEDS_CONTAINER, CONTAINER_ENGINES, Plan
 
 
 def require_engine(plan: Plan) -> None:
@@ -124,7 +124,7 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
     require_engine(plan)
     ensure_image(plan)
     constraints.ensure_file(plan.tool_constraints)  # mounted at CONTAINER_CONSTRAINTS by the plan
-    ccache_dir().mkdir(parents=True, exist_ok=True)
+    Path(plan.ccache_dir).mkdir(parents=True, exist_ok=True)
     wheel_dir = Path(wheel_dir)
     wheel_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **plan.environment, "PYTHONUNBUFFERED": "1"}  # cibuildwheel's lines reach the log when said

@@ -43,14 +43,14 @@ def toolkit_wheels(cuda: str) -> tuple[str, ...]:
     return (*row.nvcc_wheels, *row.toolkit_wheels) if row.nvcc_wheel_has_nvcc else ()
 
 
-def install_build_requires(env: BuildEnv, plan, project_dir: Path) -> None:
-    """The project's [build-system] requires as written, torch aside (the env's torch is the plan's),
-    and our build tools, into the build env (`build --no-isolation` uses it as it is), under our tool
+def install_build_requires(env: BuildEnv, plan) -> None:
+    """The project's [build-system] requires as the plan holds them, torch aside (the env's torch is the
+    plan's), and our build tools, into the build env (`build --no-isolation` uses it as it is), under our tool
     constraints less the ones the project excludes. pip leaves what is satisfied alone."""
     from wheelci.config import constraints
-    from wheelci.plan import Project, build_installs
+    from wheelci.plan import build_installs
 
-    reqs = build_installs(Project.read(project_dir))
+    reqs = build_installs(plan.build_requires)
     try:
         proc.run([env.python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                   "-c", constraints.ensure_file(plan.tool_constraints), *reqs],
@@ -67,11 +67,9 @@ def ccache_environ(plan, work_dir: Path, cmake: bool, config: list[str]) -> dict
     so a rebuild in a new temporary directory still hits."""
     import shutil
 
-    from wheelci.plan import ccache_dir
-
     if not shutil.which("ccache"):
         return {}
-    out = {"CCACHE_DIR": str(ccache_dir()), "CCACHE_BASEDIR": str(work_dir.resolve()), "CCACHE_NOHASHDIR": "true"}
+    out = {"CCACHE_DIR": plan.ccache_dir, "CCACHE_BASEDIR": str(work_dir.resolve()), "CCACHE_NOHASHDIR": "true"}
     langs = ["C", "CXX"] + (["CUDA"] if plan.cuda is not None else [])
     if cmake:
         config += [arg for lang in langs for arg in ("-C", f"cmake.define.CMAKE_{lang}_COMPILER_LAUNCHER=ccache")]
@@ -97,7 +95,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
     what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
     NVCC_APPEND_FLAGS. `build_env` (the project's [tool.ci] env and --env) goes last."""
     env = ensure_env(torch_spec(plan))
-    install_build_requires(env, plan, project_dir)
+    install_build_requires(env, plan)
     from wheelci.config.project import Backend
 
     backend = Backend(plan.backend)  # a closed set: each member's treatment below, nothing by default
@@ -137,9 +135,10 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
             environ["NVCC_APPEND_FLAGS"] = " ".join([*plan.nvcc_flags, *cuda_flags])
     environ.update(ccache_environ(plan, work_dir, cmake, config))
     if plan.cuda is None:  # a CPU build sees no CUDA toolkit (ci.plan.CpuView)
+        from wheelci.engine import nvcc_dirs
         from wheelci.plan import cpu_view
 
-        view = cpu_view(environ, cmake)
+        view = cpu_view(environ, cmake, nvcc_dirs(environ))
         environ = cpu_environ(environ, view.nvcc_dirs, work_dir / "cpu-path")
         config += [arg for define in view.cmake_defines for arg in ("-C", f"cmake.define.{define}")]
         log.info(f"toolchain: {view.describe()}")

@@ -17,6 +17,7 @@ from collections import deque
 from typing import IO, Callable, Sequence
 
 from wheelci.errors import CiError
+from wheelci.util import secret
 from wheelci.util.log import passthrough
 
 VERBOSE = os.environ.get("CI_VERBOSE", "") not in ("", "0")
@@ -67,7 +68,7 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
         with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw) as p:
             for line in p.stdout:
                 if log is not None:
-                    log.write(line)
+                    log.write(secret.redact_bytes(line))
                     log.flush()
                 if show:
                     passthrough(line)

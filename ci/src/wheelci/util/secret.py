@@ -1,0 +1,142 @@
+"""Secrets: one registry of values a run must never show, and one redaction every channel applies.
+
+A credential reaches a run in a URL's userinfo (--torch-index-url, --upload, PIP_*_URL and any other
+URL given), in an --env or [tool.ci] env value, or through twine (TWINE_*, .pypirc, keyring). Each is
+registered where it enters (`add`, `add_url`, `add_environ`); every writer passes its text through
+`redact`: the CLI's stdout and stderr (every progress line, `+ cmd` echo, error line and --json
+document), report.json and report.md, the job summary and the tool logs in the work directory. A
+channel added later inherits this by writing through one of them.
+
+Values shorter than MIN_LENGTH are not hunted in free text (redacting every `1` would destroy the
+log); where such a value is shown as a variable it is masked by name (`masked`).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any, Iterable, Mapping
+from urllib.parse import quote, unquote, urlsplit
+
+MASK = "***"
+MIN_LENGTH = 6
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s'\"]*@")
+_URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"]+")
+# names whose values are credentials wherever they appear (a CI's tokens, twine's password)
+_CREDENTIAL_NAME = re.compile(r"(?i)(TOKEN|PASSWORD|PASSWD|SECRET|API_?KEY|AUTH|CREDENTIAL|PRIVATE_?KEY)")
+
+_values: set[str] = set()
+_users: set[str] = set()
+_needles: list[str] = []  # every form of every value, longest first (rebuilt on add)
+
+
+def add(*values: str | None, user: str | None = None) -> None:
+    """Register secret values (as given, URL-quoted, and inside a Basic auth header with `user`)."""
+    new = {v for v in values if v and len(v) >= MIN_LENGTH} - _values
+    if user:
+        _users.update({user, unquote(user)})
+    if not new and not user:
+        return
+    _values.update(new)
+    forms = {f for v in _values for f in (v, quote(v, safe=""), unquote(v))}
+    forms |= {base64.b64encode(f"{u}:{v}".encode()).decode() for u in _users for v in _values}
+    _needles[:] = sorted((f for f in forms if len(f) >= MIN_LENGTH), key=len, reverse=True)
+
+
+def add_url(url: str | None) -> None:
+    """A URL's password (its user name stays readable: devpi puts user names in index paths)."""
+    if not url:
+        return
+    try:
+        parts = urlsplit(url)
+        password, user = parts.password, parts.username
+    except ValueError:  # a malformed URL: its userinfo is still stripped wherever it is shown
+        return
+    if password:
+        add(password, unquote(password), user=user)
+
+
+def add_text(text: str | None) -> None:
+    """The passwords of every URL inside a text (an option's value, an environment value)."""
+    for url in _URL.findall(text or ""):
+        add_url(url)
+
+
+def add_environ(env: Mapping[str, str]) -> None:
+    """What an environment carries: URL passwords in any value, and every value of a variable whose
+    name says it is a credential (GITHUB_TOKEN, TWINE_PASSWORD, PRIVATE_INDEX_PASSWORD)."""
+    for name, value in env.items():
+        add_text(value)
+        if _CREDENTIAL_NAME.search(name):
+            add(value)
+
+
+def add_variables(env: Mapping[str, str], public: Iterable[str] = ()) -> None:
+    """Build variables (--env, [tool.ci] env): every value is secret unless its name is declared public."""
+    shown = set(public)
+    for name, value in env.items():
+        add_text(value)
+        if name not in shown:
+            add(value)
+
+
+def masked(env: Mapping[str, str], public: Iterable[str] = ()) -> dict[str, str]:
+    """Variables as they are shown: NAME=*** unless NAME is declared public."""
+    shown = set(public)
+    return {k: redact(v) if k in shown else MASK for k, v in env.items()}
+
+
+def redact(text: str) -> str:
+    """The text with every URL's userinfo and every registered value replaced."""
+    if "@" in text:
+        text = _USERINFO.sub(r"\1", text)
+    for needle in _needles:
+        if needle in text:
+            text = text.replace(needle, MASK)
+    return text
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """redact for a tool's output, whatever its encoding (undecodable bytes pass through)."""
+    if not _needles and b"@" not in data:
+        return data
+    return redact(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+
+
+def redact_data(obj: Any) -> Any:
+    """redact over a JSON-like document: every string in it, keys included."""
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        return {redact_data(k): redact_data(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_data(v) for v in obj]
+    return obj
+
+
+class RedactingStream:
+    """A text stream (sys.stdout, sys.stderr) whose writes are redacted; its `.buffer` redacts bytes."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        raw = getattr(stream, "buffer", None)
+        self.buffer = _RedactingBuffer(raw) if raw is not None else None
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding: the stream's own
+        return getattr(self._stream, name)
+
+
+class _RedactingBuffer:
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+
+    def write(self, data: bytes) -> int:
+        self._raw.write(redact_bytes(bytes(data)))
+        return len(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)

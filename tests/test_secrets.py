@@ -1,0 +1,211 @@
+"""The canary sweep: a distinct canary in every input that can carry a credential, every stage run on its
+success and failure paths, with and without --verbose; no canary may appear on stdout, stderr, in any file
+under -w or --work-dir, or in $GITHUB_STEP_SUMMARY.
+
+The inputs: URL userinfo in --torch-index-url, --upload and the PIP_* index URLs; --env and [tool.ci] env
+values; TWINE_PASSWORD, a .pypirc password, and a CI token in the environment. The build's own compile
+prints every variable it was given (a chatty build backend), so the compile log must be redacted too.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests._servers import PypiServer, StaticServer
+from tests._wheels import run_stage
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
+
+CANARIES = {name: f"cnry{name.replace('_', '')}{i}Q7z" for i, name in enumerate(
+    ["torch_url", "upload_url", "pip_extra", "cli_env", "toolci_env", "twine_password",
+     "pypirc_password", "ci_token", "upload_password"])}
+USER = "ci-user"
+
+
+def leaks(text: str) -> list[str]:
+    """The canaries found in text, raw or in a Basic auth header."""
+    found = [name for name, value in CANARIES.items() if value in text]
+    found += [f"{name} (basic)" for name, value in CANARIES.items()
+              if base64.b64encode(f"{USER}:{value}".encode()).decode() in text]
+    return found
+
+
+def files_leaks(*roots: Path) -> dict[str, list[str]]:
+    """Canaries in the files under roots, less the work directory's copy of the project's own sources
+    (a [tool.ci] env value is in the project's pyproject.toml: the user wrote it there)."""
+    out = {}
+    for root in roots:
+        for path in (p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+            if path.suffix in (".whl", ".so", ".o", ".pyc") or path.relative_to(root).parts[0] == "src":
+                continue  # built artefacts: their bytes are checked through the logs that describe them
+            if found := leaks(path.read_text(errors="replace")):
+                out[str(path.relative_to(root))] = found
+    return out
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """An empty loopback index (pip asks it and finds nothing), the canary environment, a .pypirc, and a
+    copy of tiny_ext whose [tool.ci] env and setup.py carry canaries."""
+    tmp = tmp_path_factory.mktemp("secrets")
+    (tmp / "empty").mkdir()
+    project = tmp / "tiny_ext"
+    shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    text = (project / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(text.replace(
+        "[tool.ci]\n", f'[tool.ci]\nenv = {{ SERVICE_KEY = "{CANARIES["toolci_env"]}" }}\n'))
+    with StaticServer(tmp / "empty", tmp / "static.log") as index:
+        host = index.url.split("//", 1)[1].rstrip("/")
+        env = {
+            "PIP_EXTRA_INDEX_URL": f"http://{USER}:{CANARIES['pip_extra']}@{host}/",
+            "TWINE_PASSWORD": CANARIES["twine_password"],
+            "CI_JOB_TOKEN": CANARIES["ci_token"],
+            "GITHUB_STEP_SUMMARY": str(tmp / "summary.md"),
+            "TWINE_CONFIG_FILE": str(tmp / "pypirc"),
+        }
+        # pip keeps the indexes it is configured with: the canary one is asked on top, and has nothing
+        (tmp / "pypirc").write_text(
+            f"[distutils]\nindex-servers = private\n\n[private]\nrepository = http://127.0.0.1:{closed_port()}/\n"
+            f"username = {USER}\npassword = {CANARIES['pypirc_password']}\n")
+        yield tmp, project, env, index
+
+
+def assert_clean(r, *roots: Path, summary: Path | None = None) -> None:
+    assert not leaks(r.stdout), (leaks(r.stdout), r.stdout[-3000:])
+    assert not leaks(r.stderr), (leaks(r.stderr), r.stderr[-3000:])
+    assert not files_leaks(*[p for p in roots if p.exists()]), files_leaks(*roots)
+    if summary is not None and summary.exists():
+        assert not leaks(summary.read_text()), summary.read_text()[-3000:]
+
+
+def torch_url(index) -> str:
+    return f"http://{USER}:{CANARIES['torch_url']}@{index.url.split('//', 1)[1]}"
+
+
+@pytest.mark.parametrize("verbose", [[], ["--verbose"]], ids=["quiet", "verbose"])
+@pytest.mark.parametrize("json_out", [[], ["--json"]], ids=["text", "json"])
+def test_the_dry_run_and_the_plan_show_no_secret(world, verbose, json_out):
+    tmp, project, env, index = world
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run", *json_out, *verbose,
+                  "--torch-index-url", torch_url(index), "--env", f"API_KEY={CANARIES['cli_env']}",
+                  "--env", "FORCE_CUDA=1", "--upload", f"http://{USER}:{CANARIES['upload_url']}@example.org/",
+                  env=env)
+    assert r.returncode == 0, r.stderr
+    assert_clean(r)
+    shown = json.loads(r.stdout)["build_env"] if json_out else r.stdout
+    assert "API_KEY" in str(shown) and "SERVICE_KEY" in str(shown) and "***" in str(shown)
+    r = run_stage("ci.plan", "--project-dir", project, *json_out, *verbose, env=env)
+    assert r.returncode == 0, r.stderr
+    assert_clean(r)
+
+
+def test_public_variables_are_shown_and_the_rest_masked(world):
+    tmp, project, env, index = world
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run", "--json",
+                  "--env", "TORCH_CUDA_ARCH_LIST=8.0;9.0", "--env", "OTHER=plain-value",
+                  "--public-env", "TORCH_CUDA_ARCH_LIST", env=env)
+    plan = json.loads(r.stdout)
+    assert plan["build_env"]["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0"
+    assert plan["build_env"]["OTHER"] == "***" and "plain-value" not in r.stdout
+    assert plan["public_env"] == ["TORCH_CUDA_ARCH_LIST"]
+
+
+def test_every_channel_of_a_stage_redacts_what_was_registered(monkeypatch, capsys, tmp_path):
+    """In one process, as a stage runs: a progress line, a `+ cmd` echo, a tool's passed-through output,
+    the --json document and the error line all pass through the one redaction."""
+    from wheelci import cli
+    from wheelci.errors import CiError
+    from wheelci.util import log, proc
+
+    url = f"https://{USER}:{CANARIES['torch_url']}@idx.example/simple"
+    monkeypatch.setenv("CI_JOB_TOKEN", CANARIES["ci_token"])
+    monkeypatch.setattr(proc, "VERBOSE", True)
+
+    def main(args):
+        log.info(f"creating the build environment from {args.url} ({CANARIES['ci_token']})")
+        proc.run(["true", args.url], what="echo")
+        log.passthrough(f"pip: {CANARIES['ci_token']}\n".encode())
+        cli.emit_json({"index": args.url, "token": CANARIES["ci_token"]})
+        raise CiError(f"pip failed on {args.url}: {CANARIES['ci_token']} refused")
+
+    p = cli.parser("ci.fake", "a stage")
+    p.add_argument("url")
+    p.add_argument("--json", action="store_true")
+    with pytest.raises(SystemExit) as e:
+        cli.run(p, main, [url, "--json"])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and "pip failed on https://idx.example/simple: *** refused" in err
+    assert json.loads(out)["result"] == {"index": "https://idx.example/simple", "token": "***"}
+    assert "+ true https://idx.example/simple" in err and "pip: ***" in err
+    assert not leaks(out + err), out + err
+
+
+@pytest.mark.parametrize("verbose", [[], ["--verbose"]], ids=["quiet", "verbose"])
+def test_a_compile_that_prints_its_variables_and_fails_leaks_nothing(world, tmp_path, verbose):
+    """A build backend that echoes every variable it was given, then fails: the compile log under
+    --work-dir, the error line (the compiler's last line) and report.json hold no canary."""
+    tmp, project, env, index = world
+    chatty = tmp_path / "chatty"
+    shutil.copytree(project, chatty)
+    setup = chatty / "setup.py"
+    setup.write_text("import os, sys\nfor k, v in sorted(os.environ.items()):\n    print(k, '=', v)\n"
+                     "print('last words', os.environ.get('API_KEY'), os.environ.get('SERVICE_KEY'))\n"
+                     "sys.exit(1)\n")
+    out, work = tmp_path / "out", tmp_path / "work"
+    r = run_stage("ci.build", chatty, "--cpu", "--engine", "host", "-w", out, "--work-dir", work, *verbose,
+                  "--env", f"API_KEY={CANARIES['cli_env']}", "--torch-index-url",
+                  f"http://{USER}:{CANARIES['torch_url']}@127.0.0.1:{closed_port()}/", env={**env, "GITHUB_ACTIONS": "true"})
+    assert r.returncode == 1, r.stderr[-2000:]  # a finding: the project's compile failed
+    assert "last words *** ***" in r.stderr
+    logs = list(work.rglob("*.log"))
+    assert logs and any("last words" in p.read_text(errors="replace") for p in logs)  # the log was written
+    assert_clean(r, out, work, summary=Path(env["GITHUB_STEP_SUMMARY"]))
+    report = json.loads((out / "report.json").read_text())
+    assert report["failed_step"] == "compile"
+
+
+@pytest.mark.slow
+def test_a_whole_build_and_upload_with_canaries_everywhere(world, tmp_path):
+    """Success: a real CPU build of the project, verified and uploaded to a loopback index whose
+    password is a canary, under --verbose and with a job summary; then every other stage over its wheel."""
+    tmp, project, env, index = world
+    out, work = tmp_path / "out", tmp_path / "work"
+    with PypiServer(tmp_path / "pypiserver", USER, CANARIES["upload_password"]) as server:
+        url = f"http://{USER}:{CANARIES['upload_password']}@127.0.0.1:{server.port}/"
+        r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", out, "--work-dir", work, "--verbose",
+                      "--env", f"API_KEY={CANARIES['cli_env']}", "--upload", url, "--json",
+                      env={**{k: v for k, v in env.items() if k != "TWINE_PASSWORD"},  # it would win over the URL's
+                           "GITHUB_ACTIONS": "true"})
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert json.loads(r.stdout)["passed"] is True
+        assert_clean(r, out, work, summary=Path(env["GITHUB_STEP_SUMMARY"]))
+        (wheel,) = out.glob("*.whl")
+        assert (server.packages / wheel.name).is_file()  # it did upload, with the canary password
+    stage_runs = [
+        ("ci.check", [wheel, "--limit", "pypi"]), ("ci.check", [tmp_path / "missing.whl"]),
+        ("ci.abi", [wheel]), ("ci.abi", [tmp_path / "missing.whl"]),
+        ("ci.preload", [wheel, "--print-order"]), ("ci.preload", [tmp_path / "missing.whl", "--print-order"]),
+        ("ci.split", [wheel, "--limit", "10KB", "-w", tmp_path / "split"]),
+        ("ci.index", [out, "-o", tmp_path / "index"]), ("ci.index", [tmp_path / "nothing", "-o", tmp_path / "i2"]),
+        ("ci.upload", ["--repository", "private", "--retries", "0", wheel]),
+        ("ci.upload", ["--repository-url", f"http://{USER}:{CANARIES['upload_url']}@127.0.0.1:{closed_port()}/",
+                       "--retries", "0", wheel]),
+    ]
+    for stage, args in stage_runs:
+        for verbose in ([], ["--verbose"]):
+            r = run_stage(stage, *args, *verbose, env=env)
+            assert r.returncode in (0, 1, 2), (stage, r.stderr)
+            assert_clean(r, tmp_path / "split", tmp_path / "index")
