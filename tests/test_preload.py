@@ -160,6 +160,52 @@ def test_sonames_are_escaped_where_printed(tmp_path):
     assert r.stdout.splitlines() == ["libevil.so.1\\n::error::forged\\x1b[2J\tevil\tevil/libevil.so.1"], r.stdout
 
 
+@pytest.fixture(scope="module")
+def loadable_cycle(tmp_path_factory) -> Path:
+    """libP and libQ need each other, in one directory of one wheel; only libQ has RPATH $ORIGIN. So
+    loading libQ by path brings libP in, and loading libP first fails: the order matters. (Not in a
+    `*/lib` directory, where the runtime's own fallback search would find libQ and hide the order.)"""
+    d = tmp_path_factory.mktemp("loadable-cycle")
+    stub = build_lib(d / "stub" / "libQ.so.1", "libQ.so.1")
+    p = build_lib(d / "libP.so.1", "libP.so.1", [stub], call_deps=False)
+    q = build_lib(d / "libQ.so.1", "libQ.so.1", [p], call_deps=False, runpath="$ORIGIN")
+    return make_wheel(d / "wheels", "cyc-pair", {"cyc_pair/__init__.py": b"", "cyc_pair/native/libP.so.1": p,
+                                                 "cyc_pair/native/libQ.so.1": q})
+
+
+def test_a_cycle_the_loader_resolves_is_loaded_as_one_group(loadable_cycle, tmp_path):
+    """Before: "dependency cycle", exit 2, though the dynamic linker loads the pair (as it loads
+    pillow's libfreetype and libharfbuzz). Now the pair is one group, the library that finds the other
+    first, and the generated preload loads it in a fresh interpreter, one directory per wheel."""
+    r = cli(loadable_cycle, "--print-order")
+    assert r.returncode == 0, r.stderr
+    assert [line.split("\t")[0] for line in r.stdout.splitlines()] == ["libQ.so.1", "libP.so.1"]
+    site = install_alone(loadable_cycle, tmp_path / "site")
+    naive = run_python(f"import ctypes; ctypes.CDLL({str(site / 'cyc_pair/native/libP.so.1')!r})", [site])
+    assert naive.returncode != 0 and "libQ.so.1: cannot open shared object file" in naive.stderr
+    gen = emit(tmp_path, loadable_cycle)
+    ok = run_python("import ctypes, os, gen_preload as g\nloaded = g.preload()\n"
+                    "print([p.rsplit('/', 1)[1] for p in loaded], ctypes.CDLL('libP.so.1', os.RTLD_NOLOAD).f_P())",
+                    [gen, site])
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.split() == ["['libQ.so.1']", "1"]  # libQ brought libP in with it
+
+
+def test_dependency_order_of_groups_is_dependencies_first():
+    """A cycle is one group in the order: what it needs before it, what needs it after."""
+    from wheelci.native.elf import SharedLib
+
+    def lib(name: str, needed: tuple[str, ...], runpath: tuple[str, ...] = ()) -> SharedLib:
+        return SharedLib(name, f"w/{name}", "w.whl", "w", needed, (), runpath)
+
+    libs = [lib("libtop.so", ("libb.so",)), lib("liba.so", ("libb.so", "libbase.so")),
+            lib("libb.so", ("liba.so",), ("$ORIGIN",)), lib("libbase.so", ())]
+    assert [l.name for l in dependency_order(["libtop.so"], libs)] == ["libbase.so", "libb.so", "liba.so", "libtop.so"]
+    libs[2] = lib("libb.so", ("liba.so",), ("$ORIGIN/elsewhere",))  # finds nothing: no order works
+    with pytest.raises(CiError, match=r"dependency cycle: liba.so -> libb.so -> liba.so \(no library"):
+        dependency_order(["libtop.so"], libs)
+
+
 def test_missing_provider_is_bad_input(chain, tmp_path):
     out = tmp_path / "gen.py"
     r = cli(chain["appa"], chain["depb"], "--emit", out)
@@ -423,6 +469,34 @@ def test_top_package_choice():
     assert top_package(["only/__init__.py", "x-1.dist-info/METADATA"], "other") == "only"
     with pytest.raises(CiError, match="cannot tell which package"):
         top_package(names, "other")
+
+
+# --- a real wheel nobody here made: pillow, whose bundled libfreetype and libharfbuzz need each other -------
+
+@pytest.mark.network
+def test_real_pillow_cycle_preloads_and_pillow_imports_with_it(tmp_path):
+    """Before: exit 2, "dependency cycle: libfreetype-... -> libharfbuzz-... -> libfreetype-...", though
+    both sit in pillow.libs with RPATH $ORIGIN and pillow imports normally. The preload loads the pair
+    as one group, in a fresh interpreter, and pillow's FreeType code works after it."""
+    from tests._elfbuild import cached_install, cached_wheel
+
+    wheel = cached_wheel("pillow", "13.0.0")
+    r = cli(wheel, "--print-order")
+    assert r.returncode == 0, r.stderr
+    order = [line.split("\t")[0].split("-")[0] for line in r.stdout.splitlines()]
+    assert order.index("libpng16") < order.index("libfreetype") < order.index("libharfbuzz"), order
+    assert order.index("libfreetype") + 1 == order.index("libharfbuzz")  # one group, adjacent
+    site = cached_install(wheel)
+    gen = emit(tmp_path, wheel)
+    harfbuzz = next(line.split("\t")[0] for line in r.stdout.splitlines() if line.startswith("libharfbuzz"))
+    ok = run_python("import ctypes, json, os, gen_preload as g\n"
+                    "loaded = [p.rsplit('/', 1)[1].split('-')[0] for p in g.preload()]\n"
+                    f"ctypes.CDLL({harfbuzz!r}, os.RTLD_NOLOAD)  # loaded, whether by the preload or with libfreetype\n"
+                    "from PIL import ImageFont, features\nImageFont.load_default(size=12).getbbox('x')\n"
+                    "print(json.dumps([loaded, features.check('freetype2')]))", [gen, site])
+    assert ok.returncode == 0, ok.stderr
+    loaded, freetype = json.loads(ok.stdout)
+    assert "libfreetype" in loaded and "libpng16" in loaded and freetype is True, ok.stdout
 
 
 # --- the real nvidia cu13 wheels and the CUDA torch 2.13.0 wheel, each in its own directory -------------

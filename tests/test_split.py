@@ -167,6 +167,26 @@ def test_a_library_loaded_by_path_from_python_stays(native_wheel: Path, tmp_path
         assert r.returncode == 0 and r.stdout.strip() == "63", r.stderr
 
 
+def test_a_split_that_no_longer_imports_is_a_finding_and_leaves_nothing(native_wheel: Path, tmp_path: Path) -> None:
+    """__init__.py opens the big libraries by paths it computes ("libbig%d.so" % i): no string literal
+    names them, so they move, and the package no longer imports. The split imports what it wrote in
+    both layouts before it reports success: a finding (exit 1), and no output left behind."""
+    with zipfile.ZipFile(native_wheel) as zf:
+        files = {n: zf.read(n) for n in zf.namelist() if not n.startswith("demo-")}
+    files["demo/__init__.py"] = INIT.replace(
+        "_lib = ctypes", "for _i in (1, 2, 3):\n    ctypes.CDLL(os.path.join(os.path.dirname(__file__), "
+        '"lib", "libbig%d.so" % _i))\n_lib = ctypes').encode()
+    wheel = build_wheel(tmp_path / "dist", version="1.0+cpu", files=files, tag="py3-none-linux_x86_64",
+                        modes={n: 0o755 for n in files if n.endswith(".so")})
+    out = tmp_path / "out"
+    r = run_stage("ci.split", wheel, "--limit", "300KB", "-w", out)
+    assert r.returncode == 1, r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    assert f"the split wheels do not import where {wheel.name} does: demo (one site directory): OSError: " in line
+    assert "demo (one directory per wheel): OSError: " in line and "cannot open shared object file" in line
+    assert not out.exists() or not list(out.iterdir())
+
+
 def test_a_libraries_only_wheel_gets_rpaths_but_no_preload(native_wheel: Path, tmp_path: Path) -> None:
     files = {n: d for n, d, _ in wheel_entries(native_wheel) if n.startswith("demo/lib/")}
     libs_only = build_wheel(tmp_path / "in", version="1.0+cpu", files=files, tag="py3-none-linux_x86_64",
@@ -510,3 +530,50 @@ def test_torch_cpu_split_at_120mb_imports_in_both_layouts(torch_cpu_wheel: Path,
     pip_target(cpu_build.wheel, tmp_path / "bazel" / example)
     r = run_py(EXAMPLE_OP.format(pkg=example), [tmp_path / "bazel" / example, *dirs, deps])
     assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr[-2000:]
+
+
+# --- a real wheel nobody here made: pillow, with its bundled libraries ------------------------------------
+
+PILLOW = "13.0.0"  # cp311 manylinux_2_27/2_28: 7.1 MB, eight extension modules, 18 libraries in pillow.libs
+
+
+@pytest.fixture(scope="module")
+def pillow() -> Path:
+    from tests._elfbuild import cached_wheel
+
+    return cached_wheel("pillow", PILLOW)
+
+
+PIL_CHECK = ("from PIL import Image, ImageFont, features; im = Image.new('RGB', (8, 8), 'red');"
+             "ImageFont.load_default(size=12).getbbox('x');"
+             "print(Image.__file__.split('/')[-3], im.getpixel((0, 0)), features.check('freetype2'))")
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("limit", ["4MB", "3MB"])
+def test_pillow_split_keeps_its_extension_modules_and_imports_in_both_layouts(pillow: Path, tmp_path: Path,
+                                                                             limit: str) -> None:
+    """Before: `--limit 4MB` moved PIL/_imaging.cpython-311-...so into pillow_libs, exited 0, and
+    `from PIL import Image` failed. An extension module stays; libfreetype and libharfbuzz, which need
+    each other, move together; and the outputs import in one site directory and one directory per wheel."""
+    out = tmp_path / "out"
+    r = run_stage("ci.split", pillow, "--limit", limit, "-w", out)
+    assert r.returncode == 0, r.stderr
+    paths = sorted(out.glob("*.whl"))
+    assert len(paths) >= 2 and all(p.stat().st_size <= int(float(limit[:-2]) * 10**6) for p in paths)
+    members = [read_members(p) for p in paths]
+    assert sum(n.startswith("PIL/_") and n.endswith(".so") for n in members[0]) == 8
+    assert not any(n.startswith("PIL/") or "/PIL/" in n for m in members[1:] for n in m if n.endswith(".so"))
+    if limit == "3MB":  # _imaging would have been next in size: kept, and said so
+        assert "kept PIL/_imaging.cpython-311-x86_64-linux-gnu.so in pillow: a Python extension module" in r.stderr
+    pair = [i for i, m in enumerate(members) if any("libfreetype" in n or "libharfbuzz" in n for n in m)]
+    assert len(pair) == 1, pair  # both in one wheel, wherever that is
+    site = tmp_path / "site"
+    dirs = [tmp_path / "per-wheel" / p.name.split("-")[0] for p in paths]
+    for p, d in zip(paths, dirs):
+        pip_target(p, site)
+        pip_target(p, d)
+    for where, top in (([site], "site"), (dirs, "pillow")):
+        r = run_py(PIL_CHECK, where)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == [top, "(255,", "0,", "0)", "True"], r.stdout

@@ -23,7 +23,10 @@ Decisions:
   neither ordered nor required.
 - When two inputs ship the same SONAME, the first input wins (like sys.path order).
 - Ties in the topological order are broken by SONAME, so the same inputs give the same module.
-- A cycle or a missing provider is bad input (exit 2), naming the libraries involved.
+- Libraries that need each other (a DT_NEEDED cycle: pillow's libfreetype and libharfbuzz) are one
+  group, loaded from the one whose own `$ORIGIN` RPATH finds the others (the dynamic linker then
+  loads them with it). A cycle no library resolves that way, and a missing provider, are bad input
+  (exit 2), naming the libraries involved.
 - `--inject` writes the module as `<package>/_wheel_deps_preload.py` and calls it from the
   package's `__init__.py` after the docstring and `from __future__` imports, before anything else,
   so it runs before the package's own native imports. The wheel keeps its file name; its other

@@ -24,6 +24,16 @@ Decisions:
 - Text the split reads whole (.py files, WHEEL) is size-capped first: a deflate bomb is refused
   from the size the zip directory gives, never inflated.
 - Any single member larger than the limit is refused (exit 2): no split can fix it.
+- A Python extension module (an ELF file exporting `PyInit_*`, ci.native.extension) never moves, with
+  a note where it would have: Python finds it by its package path, which neither a preload nor an
+  RPATH can bring back from another wheel. Only libraries loaded as libraries move.
+- Libraries that need each other (a DT_NEEDED cycle: pillow's libfreetype and libharfbuzz) move
+  together into one companion, or stay together: the dynamic linker loads such a group only from
+  one directory, where each finds the others through `$ORIGIN`.
+- Before it reports success, the split imports what it wrote (its top-level packages and extension
+  modules) in both layouts, where this interpreter is one the wheel is tagged for
+  (ci.wheel.importcheck). What fails there but imports from the unsplit wheel is a finding (exit 1),
+  and the outputs are removed.
 - A library that the package's Python code opens by file path (a string literal naming it in a .py
   file, e.g. `ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libx.so"))`) stays in the
   main wheel, with a note: moved, that path would point nowhere in every layout.
@@ -89,35 +99,35 @@ class SplitPlan:
 
 
 def plan_split(file_size: int, members: dict[str, int], libs: Sequence[Lib], limit: int,
-               dist: str) -> SplitPlan:
-    """Which libraries go to which companion (pure). CiError when no split can meet the limit."""
+               dist: str, stay: Sequence[Lib] = ()) -> SplitPlan:
+    """Which libraries go to which companion (pure). CiError when no split can meet the limit.
+
+    `libs` may move, `stay` may not; libraries that need each other move together (cycle_groups)."""
     refuse_oversized(members, limit)
     capacity = limit - BASE_OVERHEAD
     main_size = file_size + BASE_OVERHEAD
-    chosen: list[Lib] = []
-    for lib in sorted(libs, key=lambda l: (-l.csize, l.path)):
+    chosen: list[list[Lib]] = []
+    for unit in sorted(cycle_groups(libs, stay), key=lambda u: (-sum(l.csize for l in u), u[0].path)):
         if main_size <= limit:
             break
-        chosen.append(lib)
-        main_size -= lib.csize + member_overhead(lib.path)
+        chosen.append(unit)
+        main_size -= sum(lib.csize + member_overhead(lib.path) for lib in unit)
     if main_size > limit:
-        raise CiError(f"cannot split under {format_size(limit)}: after moving every shared library the "
-                      f"main wheel is still about {format_size(main_size)}")
+        raise CiError(f"cannot split under {format_size(limit)}: after moving every shared library that may "
+                      f"move the main wheel is still about {format_size(main_size)}")
     bins: list[int] = []  # bytes used per companion
     assignment: dict[str, int] = {}
-    for lib in chosen:  # first-fit decreasing
-        need = lib.csize + member_overhead(lib.path) + patch_slack(lib.csize)
+    for unit in chosen:  # first-fit decreasing
+        need = sum(lib.csize + member_overhead(lib.path) + patch_slack(lib.csize) for lib in unit)
         if need > capacity:
-            raise CiError(f"{lib.path} is {format_size(lib.csize)} compressed, too close to the limit "
+            what = unit[0].path if len(unit) == 1 else f"{', '.join(l.path for l in unit)} (they need each other)"
+            raise CiError(f"{what}: {format_size(sum(l.csize for l in unit))} compressed, too close to the limit "
                           f"{format_size(limit)} to move into a companion wheel")
-        for i, used in enumerate(bins):
-            if used + need <= capacity:
-                bins[i] += need
-                assignment[lib.path] = i
-                break
-        else:
-            bins.append(need)
-            assignment[lib.path] = len(bins) - 1
+        i = next((i for i, used in enumerate(bins) if used + need <= capacity), len(bins))
+        if i == len(bins):
+            bins.append(0)
+        bins[i] += need
+        assignment.update((lib.path, i) for lib in unit)
     names = [f"{dist}_libs" if i == 0 else f"{dist}_libs{i + 1}" for i in range(len(bins))]
     tops = {p.split("/", 1)[0] for p in members}
     single_top = len({p.split("/", 1)[0] for p in assignment}) == 1
@@ -128,6 +138,25 @@ def plan_split(file_size: int, members: dict[str, int], libs: Sequence[Lib], lim
             raise CiError(f"the wheel already has a top-level {names[i]}/: cannot name a companion after it")
         moves[path] = (i, f"{names[i]}/{rest}")
     return SplitPlan(names, moves)
+
+
+def cycle_groups(libs: Sequence[Lib], stay: Sequence[Lib] = ()) -> list[list[Lib]]:
+    """The movable libraries in the units that move (pure): one each, except libraries that need each
+    other (a DT_NEEDED cycle, like pillow's libfreetype and libharfbuzz), which the dynamic linker
+    loads only when each finds the others: they share a companion, or stay together when one of them
+    must stay (is in `stay`)."""
+    from wheelci.native.loadorder import components
+
+    every = [*libs, *stay]
+    provider: dict[str, str] = {}
+    for lib in every:
+        provider.setdefault(lib.soname, lib.path)
+    for lib in every:
+        provider.setdefault(lib.path.rsplit("/", 1)[-1], lib.path)
+    deps = {lib.path: [provider[n] for n in lib.needed if n in provider] for lib in every}
+    by_path = {lib.path: lib for lib in every}
+    movable = {lib.path for lib in libs}
+    return [[by_path[p] for p in comp] for comp in components(deps) if all(p in movable for p in comp)]
 
 
 def loaded_by_path(sources: dict[str, str], lib_paths: Sequence[str]) -> dict[str, str]:
@@ -276,9 +305,50 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
     choice = _choose(wa, size, limit, verify)
     preload = _make_preload(wa, choice, preload_deps)
     written = _write_outputs(wa, choice, preload, out_dir)
+    try:
+        _import_check(wa, written, preload_deps)
+    except BaseException:
+        for p in written:
+            p.unlink(missing_ok=True)
+        raise
     for lib, py in sorted(choice.pinned.items()):  # once it worked: bad input stays one line
         log.info(f"note: kept {cli.shown(lib)} in {wa.name.project}: {cli.shown(py)} loads it by path")
+    for ext in sorted(choice.extensions):
+        log.info(f"note: kept {cli.shown(ext)} in {wa.name.project}: a Python extension module (it exports "
+                 "PyInit_*), which Python finds by its package path")
     return written
+
+
+def _import_check(wa, written: list[Path], preload_deps: Sequence[Path | str]) -> None:
+    """Finding when what was written does not import, in either layout, where the unsplit wheel does
+    (ci.wheel.importcheck); skipped where this interpreter is not one the wheel is tagged for. The
+    --preload-deps wheels and directories are installed beside them in both layouts."""
+    from wheelci.wheel import importcheck
+
+    if not importcheck.interpreter_matches([p.name for p in written]):
+        log.info(f"not importing the split wheels: this Python ({sys.implementation.cache_tag}) is not one "
+                 f"{wa.name.tag} installs on")
+        return
+    dep_wheels = [Path(d) for d in preload_deps if Path(d).is_file()]
+    dep_dirs = [Path(d) for d in preload_deps if Path(d).is_dir()]
+    with tempfile.TemporaryDirectory(prefix="ci-split-import-") as tmp:
+        split, names = importcheck.lay_out([*written, *dep_wheels], Path(tmp) / "split")
+        wanted = sorted({n for ns in names[:len(written)] for n in ns})
+        broken = {
+            "one site directory": importcheck.failures([split.site, *dep_dirs], wanted, Path(tmp) / "site"),
+            "one directory per wheel": importcheck.failures([*split.per_wheel, *dep_dirs], wanted,
+                                                            Path(tmp) / "per-wheel")}
+        if not any(broken.values()):
+            return
+        unsplit, _ = importcheck.lay_out([wa.path, *dep_wheels], Path(tmp) / "unsplit")
+        before = importcheck.failures([unsplit.site, *dep_dirs], wanted, Path(tmp) / "before")
+    for name, why in sorted(before.items()):
+        log.info(f"note: {cli.shown(name)} does not import from the unsplit wheel either ({cli.shown(why)})")
+    problems = [f"{name} ({layout}): {why}" for layout, failed in broken.items()
+                for name, why in sorted(failed.items()) if name not in before]
+    if problems:
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise Finding(f"the split wheels do not import where {wa.path.name} does: {'; '.join(problems[:3])}{more}")
 
 
 @dataclass(frozen=True)
@@ -294,6 +364,7 @@ class _Choice:
     pinned: dict[str, str]  # library -> the .py file that loads it by path: it stays
     wheel_file: bytes  # the WHEEL file, which the companions share
     limit: int
+    extensions: set[str]  # Python extension modules a plan would have moved: they stay
 
 
 def _choose(wa, size: int, limit: int, verify: bool) -> _Choice:
@@ -312,15 +383,35 @@ def _choose(wa, size: int, limit: int, verify: bool) -> _Choice:
                if m.name.endswith(".py")}
     wheel_file = wa.read(f"{wa.dist_info}/WHEEL", METADATA_CAP)
     pinned = loaded_by_path(sources, [lib.path for lib in libs])
-    movable = [lib for lib in libs if "/" in lib.path and lib.path not in pinned]
-    plan = plan_split(size, members, movable, limit, wa.name.distribution)
+    plan, extensions = _plan_without_extensions(wa, size, members, libs, pinned, limit)
     if verify:
         wa.verify()
     moves = {old: new for old, (_, new) in plan.moves.items()}
     rpaths = new_rpaths(libs, moves, programs)
     companions = [wa.name.with_(distribution=n) for n in plan.companions]
     return _Choice(plan, moves, rpaths, companions, [c.project for c in companions], shared, pinned,
-                   wheel_file, limit)
+                   wheel_file, limit, extensions)
+
+
+def _plan_without_extensions(wa, size: int, members: dict[str, int], libs: list[Lib], pinned: dict[str, str],
+                             limit: int) -> tuple[SplitPlan, set[str]]:
+    """The plan, with no Python extension module (ci.native.extension) among what moves: only the
+    libraries a plan would move are read for PyInit_*, and the plan is made again without any found.
+    Returns it and the extension modules it would otherwise have moved."""
+    from wheelci.native.extension import extension_modules
+
+    checked: set[str] = set()
+    extensions: set[str] = set()
+    while True:
+        may = {lib.path for lib in libs if "/" in lib.path and lib.path not in pinned and lib.path not in extensions}
+        movable, stay = [lib for lib in libs if lib.path in may], [lib for lib in libs if lib.path not in may]
+        plan = plan_split(size, members, movable, limit, wa.name.distribution, stay)
+        unchecked = sorted(set(plan.moves) - checked)
+        checked.update(unchecked)
+        found = extension_modules(wa, unchecked)
+        if not found:
+            return plan, extensions
+        extensions |= found
 
 
 @dataclass(frozen=True)
@@ -339,8 +430,7 @@ def _make_preload(wa, c: _Choice, preload_deps: Sequence[Path | str]) -> _Preloa
     from wheelci.native.loadorder import as_preload, dependency_order, runtime_source, top_package
 
     by_path = {s.path: s for s in c.shared}
-    relocated = [dataclasses.replace(s, path=c.moves[s.path], distribution=c.projects[c.plan.moves[s.path][0]])
-                 if s.path in c.moves else s for s in c.shared]
+    relocated = [_as_written(s, c) for s in c.shared]
     provided = {s.name for s in c.shared}
     deps = [d for d in scan(preload_deps) if d.name not in provided]
     provided |= {d.name for d in deps}
@@ -363,6 +453,19 @@ def _make_preload(wa, c: _Choice, preload_deps: Sequence[Path | str]) -> _Preloa
         raise CiError(f"{wa.path.name} already has {module_name} (split twice?)")
     init = _insert_after_existing_preload(wa.read_text(f"{pkg}/__init__.py", PY_SOURCE_CAP), PRELOAD_MODULE)
     return _Preload({f"{pkg}/__init__.py": init.encode()}, {module_name: preload_src.encode()}, module_name)
+
+
+def _as_written(lib, c: _Choice):
+    """A library as the split writes it: where it goes (a companion is its own source: the loader
+    finds a library through RPATH only within one wheel in every layout) and the RPATH it gets."""
+    changes: dict[str, object] = {}
+    if lib.path in c.moves:
+        i = c.plan.moves[lib.path][0]
+        changes = {"path": c.moves[lib.path], "distribution": c.projects[i], "source": c.companions[i].filename}
+    if lib.path in c.rpaths:
+        entries, force = c.rpaths[lib.path]
+        changes.update(rpath=tuple(entries), runpath=()) if force else changes.update(rpath=(), runpath=tuple(entries))
+    return dataclasses.replace(lib, **changes) if changes else lib
 
 
 def _write_outputs(wa, c: _Choice, preload: _Preload, out_dir: Path) -> list[Path]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import heapq
 import io
+import posixpath
 import re
 import tokenize
 from dataclasses import dataclass
@@ -86,6 +87,9 @@ def providers(libs: Iterable[SharedLib]) -> dict[str, SharedLib]:
     return out
 
 
+MAX_NAMED = 10  # missing libraries an error names: a crafted library may NEED thousands
+
+
 def dependency_order(roots: Iterable[str], libs: Sequence[SharedLib], *,
                      system: Sequence[str] = SYSTEM_LIBS, skip: Iterable[str] = ()) -> list[SharedLib]:
     """The libraries `roots` need (roots included), dependencies first.
@@ -110,31 +114,137 @@ def dependency_order(roots: Iterable[str], libs: Sequence[SharedLib], *,
                       and not is_system_lib(n, system)]
         stack.extend((n, f"{name} ({Path(lib.source).name})") for n in reversed(deps[name]))
     if missing:
-        raise CiError("no input provides " + "; ".join(
-            f"{n} (needed by {', '.join(sorted(set(by)))})" for n, by in sorted(missing.items())))
-    return [by_name[n] for n in _toposort(deps)]
+        named = [f"{n} (needed by {', '.join(sorted(set(by))[:3])}{' and others' if len(set(by)) > 3 else ''})"
+                 for n, by in sorted(missing.items())[:MAX_NAMED]]
+        more = f"; and {len(missing) - MAX_NAMED} more" if len(missing) > MAX_NAMED else ""
+        raise CiError("no input provides " + "; ".join(named) + more)
+    return [by_name[n] for n in _toposort(deps, by_name)]
 
 
-def _toposort(deps: dict[str, list[str]]) -> list[str]:
-    """Kahn's algorithm, ties broken by name; a cycle raises CiError naming it."""
-    waiting = {n: len(set(d)) for n, d in deps.items()}
-    users: dict[str, list[str]] = {n: [] for n in deps}
-    for n, ds in deps.items():
-        for d in set(ds):
-            users[d].append(n)
-    ready = [n for n, k in waiting.items() if k == 0]
+def _toposort(deps: dict[str, list[str]], by_name: dict[str, SharedLib] | None = None) -> list[str]:
+    """Dependencies first, ties broken by name (Kahn's algorithm over the strongly connected
+    components). Libraries that need each other (a cycle: pillow's libfreetype and libharfbuzz) are
+    one group, loaded in an order that works (see _group_order); a cycle no order resolves raises
+    CiError naming it."""
+    groups = components(deps)
+    group_of = {n: i for i, g in enumerate(groups) for n in g}
+    waiting = {i: len({group_of[d] for n in g for d in deps[n]} - {i}) for i, g in enumerate(groups)}
+    users: dict[int, set[int]] = {i: set() for i in range(len(groups))}
+    for i, g in enumerate(groups):
+        for d in {group_of[d] for n in g for d in deps[n]} - {i}:
+            users[d].add(i)
+    ready = [(min(g), i) for i, g in enumerate(groups) if waiting[i] == 0]
     heapq.heapify(ready)
     order: list[str] = []
     while ready:
-        n = heapq.heappop(ready)
-        order.append(n)
-        for u in users[n]:
+        _, i = heapq.heappop(ready)
+        order += _group_order(groups[i], deps, by_name or {})
+        for u in users[i]:
             waiting[u] -= 1
             if waiting[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) < len(deps):
-        raise CiError(f"dependency cycle: {' -> '.join(_find_cycle(deps, set(deps) - set(order)))}")
+                heapq.heappush(ready, (min(groups[u]), u))
     return order
+
+
+def components(deps: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected components of the graph (Tarjan's algorithm, iterative), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for start in sorted(deps):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(set(deps[start]))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next((d for d in edges if d not in index or d in on_stack), None)
+            if nxt is not None and nxt not in index:
+                index[nxt] = low[nxt] = len(index)
+                stack.append(nxt)
+                on_stack.add(nxt)
+                work.append((nxt, iter(sorted(set(deps[nxt])))))
+                continue
+            if nxt is not None:  # on the stack: part of the current component
+                low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    n = stack.pop()
+                    on_stack.discard(n)
+                    comp.append(n)
+                    if n == node:
+                        break
+                out.append(sorted(comp))
+    return out
+
+
+def _group_order(group: list[str], deps: dict[str, list[str]], by_name: dict[str, SharedLib]) -> list[str]:
+    """A load order for libraries that need each other, each loaded by path as the runtime does.
+
+    Loading one by path makes the dynamic linker load its DT_NEEDED entries too, found by SONAME among
+    what is loaded, else through that library's own RPATH/RUNPATH. So a cycle loads when its first
+    library finds the others (directly or through them) by RPATH: pillow's libfreetype and libharfbuzz
+    sit in one directory with RPATH $ORIGIN. Only `$ORIGIN` entries within the same wheel or directory
+    count, since those hold in every install layout. The first library (by name) that works comes first."""
+    if len(group) == 1 and group[0] not in deps[group[0]]:
+        return group
+    members = set(group)
+    loaded: set[str] = set()
+    order: list[str] = []
+    while len(loaded) < len(members):
+        for first in sorted(members - loaded):
+            pulled = _loads(first, members, loaded, deps, by_name)
+            if pulled is not None:
+                order.append(first)
+                order += sorted(pulled - {first})
+                loaded |= pulled
+                break
+        else:
+            cycle = " -> ".join(_find_cycle(deps, members - loaded))
+            raise CiError(f"dependency cycle: {cycle} (no library of it finds the others through its own "
+                          "RPATH, so no load order works)")
+    return order
+
+
+def _loads(first: str, members: set[str], loaded: set[str], deps: dict[str, list[str]],
+           by_name: dict[str, SharedLib]) -> set[str] | None:
+    """What loading `first` by path brings in of the group (itself included), or None when one of
+    the group's libraries it needs, directly or not, is neither loaded nor on the needer's RPATH."""
+    pulled = {first}
+    todo = [first]
+    while todo:
+        name = todo.pop()
+        for d in deps[name]:
+            if d not in members or d in loaded or d in pulled:
+                continue
+            if name not in by_name or d not in by_name or not _finds(by_name[name], by_name[d]):
+                return None
+            pulled.add(d)
+            todo.append(d)
+    return pulled
+
+
+def _finds(lib: SharedLib, dep: SharedLib) -> bool:
+    """lib's `$ORIGIN` RPATH/RUNPATH entries lead to dep's directory, both in one wheel or directory."""
+    if lib.source != dep.source:
+        return False
+    here = posixpath.dirname(_installed_path(lib.path))
+    there = posixpath.dirname(_installed_path(dep.path))
+    for entry in lib.runpath or lib.rpath:
+        for token in ("$ORIGIN", "${ORIGIN}"):
+            if entry == token or entry.startswith(token + "/"):
+                if posixpath.normpath(posixpath.join(here, entry[len(token):].lstrip("/")) or ".") == (there or "."):
+                    return True
+    return False
 
 
 def _find_cycle(deps: dict[str, list[str]], left: set[str]) -> list[str]:
