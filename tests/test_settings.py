@@ -177,3 +177,56 @@ def test_an_sdist_made_with_tar_dot_has_a_root_member(tmp_path):
     with tarfile.open(full, "w:gz") as tar:
         tar.add(tmp_path / "src", arcname=".")
     assert extract_sdist(full, tmp_path / "y").name == "p-1.0"
+
+
+def project_file(tmp_path: Path, old: str, new: str) -> Path:
+    """The setuptools fixture with one line of its pyproject.toml (outside [tool.ci]) replaced."""
+    dest = project_with(tmp_path, 'test-requires = ["pytest"]')
+    text = (dest / "pyproject.toml").read_text()
+    assert old in text
+    (dest / "pyproject.toml").write_text(text.replace(old, new, 1))
+    return dest
+
+
+@pytest.mark.parametrize("old, new, words", [
+    # a string is a sequence too: it installed the one-letter packages s, e, t, u, p, ...
+    ('requires = ["setuptools>=64", "torch"]', 'requires = "setuptools"',
+     "[build-system] requires must be a list of requirements, e.g. ['setuptools'], not the string 'setuptools'"),
+    ('requires = ["setuptools>=64", "torch"]', 'requires = ["setuptools>=64", 3]',
+     "[build-system] requires must be a list of strings, not ['setuptools>=64', 3]"),
+    ('requires = ["setuptools>=64", "torch"]', 'requires = ["setuptools>=64", "torch >= two"]',
+     "[build-system] requires: invalid requirement 'torch >= two'"),
+    # "unexpected InvalidSpecifier" once, deep in the plan
+    ('requires-python = ">=3.10"', 'requires-python = "=>3.10"',
+     "[project] requires-python '=>3.10' is not a version specifier (PEP 440"),
+    ('requires-python = ">=3.10"', 'requires-python = 3.10', "[project] requires-python must be a string, not 3.1"),
+    ('[build-system]\n', 'tool.cibuildwheel = "cp311-*"\n[build-system]\n',
+     "[tool.cibuildwheel] must be a table, not 'cp311-*'"),
+])
+def test_bad_pyproject_values_outside_tool_ci_are_one_line(tmp_path: Path, old: str, new: str, words: str) -> None:
+    project = project_file(tmp_path, old, new)
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run")
+    (line,) = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and line.startswith("python -m ci.build: error: ") and words in line, r.stderr
+    assert str(project / "pyproject.toml") in line and "unexpected" not in line
+
+
+def test_a_build_reads_pyproject_once(tmp_path: Path) -> None:
+    """The project's settings, backend, name, Python range and build requirements come from one read,
+    passed along: an audit hook counts every open of the file during a dry run."""
+    import subprocess
+    import sys
+
+    project = project_with(tmp_path, 'test-requires = ["pytest"]')
+    probe = ("import sys\nopened = []\n"
+             "sys.addaudithook(lambda event, args: event == 'open' and str(args[0]).endswith('pyproject.toml')"
+             " and opened.append(str(args[0])))\n"
+             "from wheelci.__main__ import main\n"
+             "try:\n    main(sys.argv[1:])\nfinally:\n    print('OPENED', len(opened), file=sys.stderr)\n")
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-c", probe, "build", str(project), "--cpu", "--engine", "host", "--dry-run"],
+                       capture_output=True, text=True, cwd=root, env={**__import__("os").environ,
+                                                                     "PYTHONPATH": str(root / "ci" / "src")})
+    assert r.returncode == 0, r.stderr
+    assert "build requires  setuptools>=64 torch" in r.stdout  # the dry run shows what it read
+    assert r.stderr.strip().splitlines()[-1] == "OPENED 1", r.stderr

@@ -27,7 +27,7 @@ from wheelci.util.sizes import parse_limit
 
 if TYPE_CHECKING:
     from wheelci.compile.hostenv import BuildEnv
-    from wheelci.config.project import Settings
+    from wheelci.config.project import Project, Settings
     from wheelci.plan import Plan
     from wheelci.report import BuildReport
 
@@ -100,26 +100,26 @@ def verify_torches(plan, env, torch_requirement: str | None) -> list[tuple[str, 
     return out
 
 
-def resolve_project(args, work_root: Path) -> tuple[Path, "object"]:
-    """The project directory (an sdist extracted under work_root) and its merged settings."""
+def resolve_project(args, work_root: Path) -> tuple["Project", "Settings"]:
+    """The project (an sdist extracted under work_root), its pyproject.toml read once, and its merged settings."""
     from wheelci.config import project
 
     given = Path(args.project) if args.project else args.project_dir
-    project_dir = project.resolve(given, work_root)
-    settings = project.merge(project.read_settings(project_dir), test_command=args.test_command,
+    found = project.resolve(given, work_root)
+    settings = project.merge(found.settings, test_command=args.test_command,
                              test_requires=args.test_requires or [], env=args.env or [],
                              exclude=args.exclude or [], limit=args.limit, stable_abi=args.stable_abi,
                              variants=args.variant, public_env=args.public_env or [])
-    return project_dir, settings
+    return found, settings
 
 
 def run_build(args) -> int:
     with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
-        project_dir, settings = resolve_project(args, Path(tmp))
-        return build_project(args, project_dir, settings)
+        project, settings = resolve_project(args, Path(tmp))
+        return build_project(args, project, settings)
 
 
-def make_build_plan(args, project_dir: Path, settings) -> "Plan":
+def make_build_plan(args, project: "Project", settings) -> "Plan":
     """The edge: this process's environment and the machine's facts, probed once, into make_plan."""
     from wheelci.engine import detect_facts
     from wheelci.plan import RunSettings, make_plan, split_csv
@@ -131,15 +131,16 @@ def make_build_plan(args, project_dir: Path, settings) -> "Plan":
                       test_command=settings.test_command, test_requires=settings.test_requires, upload=args.upload)
     facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda)
     return make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
-                     engine=args.engine, project_dir=project_dir, image=args.image, find_links=args.find_links,
+                     engine=args.engine, project_dir=project.root, image=args.image, find_links=args.find_links,
                      torch_index_url=args.torch_index_url, stable_abi=settings.stable_abi, run=run,
-                     env=os.environ, facts=facts)
+                     env=os.environ, facts=facts, project=project)
 
 
-def build_project(args, project_dir: Path, settings) -> int:
+def build_project(args, project: "Project", settings) -> int:
     from wheelci.plan import format_plan
 
-    plan = make_build_plan(args, project_dir, settings)
+    project_dir = project.root
+    plan = make_build_plan(args, project, settings)
     if args.dry_run:
         if args.json:
             cli.emit_json(plan.to_json())

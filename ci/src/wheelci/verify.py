@@ -347,8 +347,7 @@ def main(args) -> int:
     if args.project is not None:
         if not args.project.is_dir():
             raise CiError(f"{args.project}: not a project directory")
-        project.backend(args.project)
-        settings = project.read_settings(args.project)
+        settings = project.read_project(args.project).settings  # refuses a directory that is no project
     result = verify_generic(args.wheel, args.torch_site, project_dir=(args.project or Path.cwd()).resolve(),
                             test_command=args.test_command or settings.test_command,
                             test_requires=settings.test_requires + (args.test_requires or []),

@@ -31,8 +31,6 @@ from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
 
 PYPI = "https://pypi.org/simple"
-# Build tools installed next to torch, at the versions of wheelci/resources/build-constraints.txt.
-BUILD_TOOLS = ("scikit-build-core", "cmake", "ninja", "build", "wheel", "pyelftools", "packaging")
 
 
 @dataclass(frozen=True)
@@ -185,8 +183,8 @@ def _create_env(root: Path, spec: TorchSpec) -> dict:
     pip = [root / "bin" / "python", "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
     with log.Ticker("creating the build environment", live=False):  # a quiet pip: minutes of silence in CI
         proc.run([*pip, *args], what=f"{what} (torch {spec.version} from {source})", **to_stderr)
-        proc.run([*pip, "-c", constraints.CONSTRAINTS, *BUILD_TOOLS], what=f"{what} (the build tools)",
-                 **to_stderr)
+        proc.run([*pip, "-c", constraints.CONSTRAINTS, *constraints.BUILD_TOOLS],
+                 what=f"{what} (the build tools)", **to_stderr)
     info = _torch_info(root / "bin" / "python")
     got_cuda = info["cuda"]
     want = spec.cuda

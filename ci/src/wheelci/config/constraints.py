@@ -22,6 +22,11 @@ from wheelci.util.atomic import write_text
 from wheelci.util.cache import cache_dir
 
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "resources" / "build-constraints.txt"
+# The tools every build environment gets next to torch, host venvs and containers alike, each pinned in
+# CONSTRAINTS: what `build --no-isolation` would otherwise miss (the `build` frontend, scikit-build-core
+# with cmake and ninja, setuptools' wheel, packaging), and what ci.repair runs in that environment
+# (auditwheel and its ELF reader; manylinux images keep their own auditwheel in a venv apart).
+BUILD_TOOLS = ("build", "scikit-build-core", "cmake", "ninja", "wheel", "packaging", "auditwheel", "pyelftools")
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ class Settings:
     limit: str | None = None
     stable_abi: str | None = None  # "2.10": build stable-ABI wheels serving every torch from it on
     variants: bool = False  # PEP 825 variant wheels for CUDA builds, the plain wheel for CPU ones
+    public_env: list[str] = field(default_factory=list)  # env names whose values may be shown (the rest: ***)
 
 
 def _words(key: str, value: object) -> list[str]:
@@ -122,6 +123,7 @@ SETTINGS = {
     "limit": ("limit", _limit),
     "stable-abi": ("stable_abi", _stable_abi),
     "variants": ("variants", _flag),
+    "public-env": ("public_env", _words),
 }
 
 
@@ -136,12 +138,19 @@ def load_pyproject(project_dir: Path) -> dict | None:
         raise CiError(f"bad {path}: {e}") from None
 
 
-def backend(project_dir: Path) -> Backend:
-    """The project's build system, one of Backend; a pure-Python backend is refused (no extension to build)."""
-    data = load_pyproject(project_dir)
+def _table(data: dict, key: str, where: Path, parent: str = "") -> dict:
+    """data[key], a table ({} when absent); `parent`: where data sits (`tool.`), for the message."""
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise CiError(f"{where}: [{parent}{key}] must be a table, not {_toml(value)}")
+    return value
+
+
+def _backend_of(data: dict | None, project_dir: Path) -> Backend:
+    """The build system `data` (the pyproject.toml, None without one) names, one of Backend; a pure-Python
+    backend is refused (no extension to build)."""
     if data is not None:
-        system = data.get("build-system", {})
-        name = system.get("build-backend") if isinstance(system, dict) else None
+        name = _table(data, "build-system", project_dir / "pyproject.toml").get("build-backend")
         if name is not None and not isinstance(name, str):
             raise CiError(f"{project_dir / 'pyproject.toml'}: [build-system] build-backend must be a string")
         if name in PURE_PYTHON_BACKENDS:
@@ -155,16 +164,21 @@ def backend(project_dir: Path) -> Backend:
     raise CiError(f"{project_dir}: neither pyproject.toml nor setup.py: not a Python project")
 
 
-def read_settings(project_dir: Path) -> Settings:
+def backend(project_dir: Path) -> Backend:
+    """The project's build system, one of Backend (reads pyproject.toml: a build takes Project.backend)."""
+    return _backend_of(load_pyproject(project_dir), project_dir)
+
+
+def _settings_of(data: dict | None, path: Path) -> Settings:
     """[tool.ci] checked against SETTINGS: an unknown key (a typo) is refused with the closest known
     one, and each value is read by its own reader, so no value is silently misread."""
     from wheelci.config.strict import check_keys
 
-    table = ((load_pyproject(project_dir) or {}).get("tool") or {}).get("ci", {})
+    table = _table(_table(data or {}, "tool", path), "ci", path, "tool.")
     try:
         check_keys(table, SETTINGS, "[tool.ci]")
     except CiError as e:
-        raise CiError(f"{project_dir / 'pyproject.toml'}: {e}") from None
+        raise CiError(f"{path}: {e}") from None
     values = {}
     for key, value in table.items():
         name, reader = SETTINGS[key]
@@ -172,8 +186,110 @@ def read_settings(project_dir: Path) -> Settings:
     return Settings(**values)
 
 
+def read_settings(project_dir: Path) -> Settings:
+    """[tool.ci] of the project (reads pyproject.toml: a build takes Project.settings)."""
+    return _settings_of(load_pyproject(project_dir), project_dir / "pyproject.toml")
+
+
+@dataclass(frozen=True)
+class Project:
+    """The project as its pyproject.toml says (setup.py's name where it has none): read and checked once
+    per build by read_project, then passed along (the plan, the compile and the settings take this, never
+    the file again). Values outside [tool.ci] are checked too: a string `requires` would install one
+    package per letter, and a malformed `requires-python` would fail deep in the plan."""
+
+    name: str
+    requires_python: str  # a PEP 440 specifier set, "" for none
+    build_requires: list[str]  # [build-system] requires, PEP 508 requirements as written
+    cibw_build: list[str]  # [tool.cibuildwheel] build selectors
+    py_api: str = ""  # [tool.scikit-build] wheel.py-api ("py3": one wheel serves every Python)
+    backend: Backend = Backend.SCIKIT_BUILD_CORE
+    settings: Settings = field(default_factory=Settings)  # [tool.ci], before command-line options
+    root: Path = Path(".")  # the directory built
+
+    @classmethod
+    def read(cls, project_dir: Path) -> "Project":
+        return read_project(project_dir)
+
+    def default_python(self) -> list[str]:
+        """Pythons named by [tool.cibuildwheel] build (cp311-... -> 3.11), else the one running this."""
+        import re
+        import sys
+
+        found = [f"{m[1]}.{m[2]}" for s in self.cibw_build if (m := re.match(r"cp(3)(\d+)-", s))]
+        return found or [f"{sys.version_info.major}.{sys.version_info.minor}"]  # the Python verify uses
+
+
+def _strings(value: object, what: str, path: Path) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CiError(f"{path}: {what} must be a list of strings, not {_toml(value)}")
+    return list(value)
+
+
+def _build_requires(system: dict, default: list[str], path: Path) -> list[str]:
+    """[build-system] requires: a list of PEP 508 requirements (a string would be one per letter)."""
+    from wheelci.wheel.requirements import parse_requirement
+
+    if "requires" not in system:
+        return list(default)
+    value = system["requires"]
+    if isinstance(value, str):
+        raise CiError(f"{path}: [build-system] requires must be a list of requirements, e.g. "
+                      f"[{value.strip()!r}], not the string {value!r}")
+    requires = _strings(value, "[build-system] requires", path)
+    for line in requires:
+        try:
+            parse_requirement(line)
+        except CiError as e:
+            raise CiError(f"{path}: [build-system] requires: {e}") from None
+    return requires
+
+
+def _requires_python(project: dict, path: Path) -> str:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    value = project.get("requires-python", "")
+    if not isinstance(value, str):
+        raise CiError(f"{path}: [project] requires-python must be a string, not {_toml(value)}")
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier as e:
+        raise CiError(f"{path}: [project] requires-python {value!r} is not a version specifier "
+                      f"(PEP 440, e.g. \">=3.10\"): {e}") from None
+    return value
+
+
+def read_project(project_dir: Path) -> Project:
+    """The one read of pyproject.toml in a build, every value the build uses checked here."""
+    project_dir = Path(project_dir)
+    path = project_dir / "pyproject.toml"
+    data = load_pyproject(project_dir)
+    kind = _backend_of(data, project_dir)
+    data = data or {}
+    settings = _settings_of(data, path)
+    system, meta, tool = (_table(data, key, path) for key in ("build-system", "project", "tool"))
+    name = meta.get("name")
+    if not name and (project_dir / "setup.py").is_file():
+        # setup.py names the project (a PEP 518-only pyproject.toml, or none): known once built
+        return Project(project_dir.resolve().name, "", _build_requires(system, ["setuptools", "wheel"], path), [],
+                       "", kind, settings, project_dir)
+    if not name:
+        raise CiError(f"{path} has no [project] name")
+    if not isinstance(name, str):
+        raise CiError(f"{path}: [project] name must be a string, not {_toml(name)}")
+    build = _table(tool, "cibuildwheel", path, "tool.").get("build", "")
+    selectors = build.split() if isinstance(build, str) else _strings(build, "[tool.cibuildwheel] build", path)
+    skbuild = _table(tool, "scikit-build", path, "tool.")
+    py_api = _table(skbuild, "wheel", path, "tool.scikit-build.").get("py-api", "")
+    if not isinstance(py_api, str):
+        raise CiError(f"{path}: [tool.scikit-build] wheel.py-api must be a string, not {_toml(py_api)}")
+    return Project(name, _requires_python(meta, path), _build_requires(system, [], path), selectors, py_api, kind,
+                   settings, project_dir)
+
+
 def merge(settings: Settings, *, test_command: str | None, test_requires: list[str], env: list[str],
-          exclude: list[str], limit: str | None, stable_abi: str | None = None, variants: bool = False) -> Settings:
+          exclude: list[str], limit: str | None, stable_abi: str | None = None, variants: bool = False,
+          public_env: list[str] = ()) -> Settings:
     """Command-line options over [tool.ci]; `--env NAME=VALUE` checked here."""
     merged_env = dict(settings.env)
     for item in env:
@@ -184,7 +300,7 @@ def merge(settings: Settings, *, test_command: str | None, test_requires: list[s
     return Settings(test_command or settings.test_command, settings.test_requires + list(test_requires),
                     merged_env, settings.exclude + list(exclude), limit or settings.limit,
                     _stable_abi("--stable-abi", stable_abi) if stable_abi else settings.stable_abi,
-                    variants or settings.variants)
+                    variants or settings.variants, sorted({*settings.public_env, *public_env}))
 
 
 def is_sdist(path: Path) -> bool:
@@ -286,15 +402,12 @@ def extract_sdist(sdist: Path, dest: Path) -> Path:
     return dest / tops.pop()
 
 
-def resolve(project: Path, work: Path) -> Path:
-    """The directory to build: the project directory itself, or the sdist extracted into work."""
+def resolve(project: Path, work: Path) -> Project:
+    """The project to build, read once: the project directory itself, or the sdist extracted into work."""
     if project.is_dir():
-        backend(project)  # refuses a directory that is no project
-        return project.resolve()
+        return read_project(project.resolve())  # refuses a directory that is no project
     if project.is_file() and is_sdist(project):
-        root = extract_sdist(project, work / "sdist")
-        backend(root)
-        return root
+        return read_project(extract_sdist(project, work / "sdist"))
     if not project.exists():
         raise CiError(f"{project}: no such file or directory")
     raise CiError(f"{project}: neither a project directory nor an sdist (.tar.gz)")
