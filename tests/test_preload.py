@@ -407,7 +407,7 @@ def test_inject_bad_usage(chain, tmp_path):
     assert first.returncode == 0, first.stderr
     again = tmp_path / "again"
     one_line_error(cli(chain["depb"], chain["depc"], "--inject", out / chain["appa"].name, "-w", again),
-                   "already has appa/_wheel_deps_preload.py")
+                   "already has appa/_preload.py")
     assert not again.exists() or not any(again.iterdir())
 
 

@@ -27,7 +27,7 @@ Decisions:
   group, loaded from the one whose own `$ORIGIN` RPATH finds the others (the dynamic linker then
   loads them with it). A cycle no library resolves that way, and a missing provider, are bad input
   (exit 2), naming the libraries involved.
-- `--inject` writes the module as `<package>/_wheel_deps_preload.py` and calls it from the
+- `--inject` writes the module as `<package>/_preload.py` (the name ci.build uses) and calls it from the
   package's `__init__.py` after the docstring and `from __future__` imports, before anything else,
   so it runs before the package's own native imports. The wheel keeps its file name; its other
   members are copied as compressed bytes (ci.wheel.zipwrite).

@@ -61,11 +61,12 @@ from typing import Sequence
 
 from wheelci import cli
 from wheelci.errors import CiError, Finding
+from wheelci.native.loadorder import SPLIT_MODULE_NAME
 from wheelci.util import log
 from wheelci.util import proc
 from wheelci.util.sizes import format_size
 
-PRELOAD_MODULE = "_split_libs_preload"
+PRELOAD_MODULE = SPLIT_MODULE_NAME  # beside the package's ci.native.loadorder.MODULE_NAME, if it has one
 PY_SOURCE_CAP = 32 << 20  # per .py file read whole; torch's largest is 1.4 MB
 BASE_OVERHEAD = 16 * 1024  # dist-info files, the preload module, central directory slack
 

@@ -21,7 +21,12 @@ from typing import Iterable, Sequence
 from wheelci.native.elf import SYSTEM_LIBS, SharedLib, is_system_lib, scan
 from wheelci.errors import CiError
 
-MODULE_NAME = "_wheel_deps_preload"
+# The one name of the module that preloads a wheel's native dependencies, whichever stage writes it:
+# ci.build (the example's __init__ imports it by this name), ci.preload --inject and ci.patch --preload-from.
+MODULE_NAME = "_preload"
+# ci.split's module loads the libraries it moved into companions; it sits beside the one above, in the
+# same package, and runs after it (the moved libraries may need what that loads).
+SPLIT_MODULE_NAME = "_split_libs_preload"
 _RUNTIME = Path(__file__).resolve().parent.parent / "resources" / "preload_runtime.py"
 _DATA_DIR = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
 
