@@ -65,7 +65,7 @@ def test_a_module_in_no_layer_fails_the_completeness_check(tmp_path, monkeypatch
     copy = tmp_path / "ci"
     shutil.copytree(ROOT / "src", copy / "src", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
-    (copy / "src" / "wheelci" / "sbom.py").write_text('"""a new step nobody placed"""\n')
+    (copy / "src" / "wheelci" / "signature.py").write_text('"""a new step nobody placed"""\n')
     monkeypatch.setattr(sys.modules[__name__], "ROOT", copy)
-    with pytest.raises(AssertionError, match="wheelci.sbom"):
+    with pytest.raises(AssertionError, match="wheelci.signature"):
         test_every_module_is_in_a_layer()

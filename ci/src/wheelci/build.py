@@ -301,6 +301,15 @@ def finish_step(b: Build) -> None:
     log.info(f"built {', '.join(w.name for w in wheels)}")
 
 
+def sbom_step(b: Build) -> None:
+    """Provenance (wheelci.sbom): a CycloneDX SBOM in each wheel's .dist-info/sboms/, before the size
+    check, so the split and verify see the wheel as it ships."""
+    from wheelci.sbom import add_sbom
+
+    b.wheels = [add_sbom(w, b.work / "sbom", plan=b.plan, env=b.env, excluded=b.excluded,
+                         project_dir=b.project_dir, environ=os.environ) for w in b.wheels]
+
+
 def check_step(b: Build) -> None:
     """Each wheel against the size limit; one over it is split into companions."""
     from wheelci.check import check_wheel
@@ -381,6 +390,7 @@ STEPS: tuple[Step[Build], ...] = (
          title=lambda b: f"compile ({b.plan.engine})"),
     Step("repair", repair_step, reads=("compiled", "env", "plan"), writes=("repaired", "excluded")),
     Step("finish", finish_step, reads=("repaired", "env", "plan"), writes=("wheels",)),
+    Step("sbom", sbom_step, reads=("wheels", "plan", "env", "excluded", "project_dir"), writes=("wheels",)),
     Step("check", check_step, reads=("wheels", "plan"), writes=("final",)),
     Step("abi", abi_step, reads=("final", "env"), writes=("torch_requirement",)),
     Step("verify", verify_step, reads=("final", "env", "plan", "torch_requirement")),

@@ -1,0 +1,366 @@
+"""Provenance: a CycloneDX 1.6 SBOM in each wheel's `.dist-info/sboms/` (PEP 770), listed in RECORD.
+
+It says what the wheel was built from and against: the project and its git revision; torch at the
+version built against; the CUDA and cuDNN versions and the image or wheels the toolkit came from; the
+compiler, as the extension's own binaries record it (their ELF `.comment`); the libraries repair grafted
+and those it left to torch and NVIDIA's wheels. An SBOM auditwheel wrote into the wheel stays beside ours.
+
+`sbom_document` is pure and deterministic, so that two builds of one commit give the same bytes: the
+serial number is a UUID5 of the wheel's content digest, the timestamp SOURCE_DATE_EPOCH or the commit's
+time (none otherwise), never the clock. `add_sbom` gathers its inputs from the build and the wheel.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import io
+import re
+import tempfile
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO, Iterator, Mapping
+
+from wheelci.errors import CiError
+from wheelci.util import proc
+from wheelci.util.secret import redact
+from wheelci.wheel.zipread import WheelArchive
+
+if TYPE_CHECKING:
+    from cyclonedx.model.component import Component
+
+    from wheelci.compile.hostenv import BuildEnv
+    from wheelci.plan import Plan
+    from wheelci.wheel.zipformat import Member
+
+SBOM_NAME = "wheelci.cdx.json"  # ours, in .dist-info/sboms/ (auditwheel's is auditwheel.cdx.json)
+SERIAL_NAMESPACE = uuid.UUID("6f1b7c1e-4b1a-5d0e-9a57-7768656c6369")  # UUID5 namespace of our serial numbers
+COMMENT_CAP = 64 << 10  # a .comment section read no further than this
+IN_MEMORY_CAP = 64 << 20  # a larger library is inflated into a temporary file to read its sections
+PROP = "wheelci:"  # our property names' namespace
+
+
+@dataclass(frozen=True)
+class Grafted:
+    """A library auditwheel copied into the wheel (`<dist>.libs/libfoo-1a2b3c4d.so.1`)."""
+
+    member: str
+    soname: str  # the name it had before auditwheel hashed it (libfoo.so.1)
+    sha256: str | None  # hex, from RECORD
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Everything the SBOM says, gathered by add_sbom (or written by hand in a test)."""
+
+    project: str
+    version: str
+    wheel: str  # the file name the SBOM is written for (before it is added)
+    content_digest: str  # sha256 hex over the wheel's RECORD entries: every member's hash
+    revision: str | None  # the git commit; None with revision_note saying why
+    revision_note: str | None = None
+    dirty: bool = False  # tracked files differ from the commit
+    epoch: int | None = None  # SOURCE_DATE_EPOCH, else the commit's time
+    torch: str = ""  # the torch the wheel was built against, as installed (2.13.0+cpu)
+    torch_requirement: str | None = None  # what the wheel's METADATA requires of torch
+    torch_index: str | None = None  # where that torch came from (redacted)
+    cuda: str | None = None
+    arch_list: str | None = None
+    cudnn_requirement: str | None = None  # the cuDNN wheel torch pins (nvidia-cudnn-cu13==9.13.0.50)
+    image: str | None = None  # a container build's image
+    nvcc: str | None = None  # a host CUDA build's nvcc: "host nvcc 13.0" or NVIDIA's wheel
+    cuda_wheels: tuple[tuple[str, str], ...] = ()  # (name, version) of the nvidia-* wheels compiled against
+    compilers: tuple[str, ...] = ()  # version strings from the binaries' .comment
+    grafted: tuple[Grafted, ...] = ()
+    excluded: tuple[str, ...] = ()  # sonames left to torch and NVIDIA's wheels
+    other_sboms: tuple[str, ...] = ()  # SBOMs already in .dist-info/sboms/ (auditwheel's), kept
+    tool_version: str = ""
+
+
+def _props(**values: str | None) -> list:
+    from cyclonedx.model import Property
+
+    return [Property(name=PROP + k.replace("_", "-"), value=v) for k, v in values.items() if v]
+
+
+def _purl(name: str, version: str | None, **qualifiers: str):
+    from packageurl import PackageURL
+
+    return PackageURL(type="pypi", name=name.lower().replace("_", "-"), version=version, qualifiers=qualifiers or None)
+
+
+def _component(kind: str, ref: str, name: str, version: str | None = None, *, runtime: bool, purl: bool = False,
+               sha256: str | None = None, refs: list | None = None, **props: str | None) -> "Component":
+    """A component: `runtime` ones the installed wheel needs (scope required), the others what it was
+    built with (scope excluded: not part of what runs)."""
+    from cyclonedx.model import HashAlgorithm, HashType
+    from cyclonedx.model.component import Component, ComponentScope, ComponentType
+
+    return Component(type=ComponentType(kind), bom_ref=ref, name=name, version=version,
+                     scope=ComponentScope.REQUIRED if runtime else ComponentScope.EXCLUDED,
+                     purl=_purl(name, version) if purl else None,
+                     hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)] if sha256 else None,
+                     external_references=refs, properties=_props(**props))
+
+
+def _requirement(text: str | None) -> tuple[str, str | None] | None:
+    """(name, pinned version or None) of a requirement, None when there is none or it does not parse."""
+    if not text:
+        return None
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return None
+    pins = [s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
+    return req.name, pins[0] if len(pins) == 1 else None
+
+
+def _compiler(text: str) -> tuple[str, str | None]:
+    """(name, version) of a .comment line: `GCC: (Debian 12.2.0-14) 12.2.0` -> (gcc, 12.2.0)."""
+    if m := re.match(r"GCC:.*?(\d+(?:\.\d+)+)\s*$", text):
+        return "gcc", m[1]
+    if m := re.search(r"\bclang version (\d+(?:\.\d+)+)", text):
+        return "clang", m[1]
+    name, _, rest = text.partition(":")
+    found = re.search(r"\d+(?:\.\d+)+", rest)
+    return name.strip().lower() or text, found[0] if found else None
+
+
+def _build_components(p: Provenance) -> list:
+    """What the wheel was compiled with: the CUDA toolkit, its image or wheels, the compilers."""
+    out = []
+    if p.cuda:
+        out.append(_component("framework", "cuda", "cuda", p.cuda, runtime=False, arch_list=p.arch_list,
+                              toolkit=p.image and f"the image {redact(p.image)}" or p.nvcc))
+    if p.image:
+        out.append(_component("container", "image", redact(p.image), runtime=False, role="the build's image"))
+    out += [_component("library", f"build:{name}", name, version, runtime=False, purl=True,
+                       role="compiled against (the CUDA toolkit's headers and libraries)")
+            for name, version in sorted(set(p.cuda_wheels))]
+    for text in sorted(set(p.compilers)):
+        name, version = _compiler(text)
+        out.append(_component("application", f"compiler:{text}", name, version, runtime=False,
+                              role="compiler", comment=text))
+    return out
+
+
+def _runtime_components(p: Provenance) -> list:
+    """What the installed wheel needs: torch, cuDNN, the grafted libraries and those left to other wheels."""
+    from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
+
+    index = [ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(redact(p.torch_index)))] \
+        if p.torch_index else None
+    out = [_component("library", "torch", "torch", p.torch, runtime=True, purl=True, refs=index,
+                      role="built against", requirement=p.torch_requirement)]
+    if cudnn := _requirement(p.cudnn_requirement):
+        out.append(_component("library", "cudnn", cudnn[0], cudnn[1], runtime=True, purl=True,
+                              role="cuDNN, as the torch built against pins it", requirement=p.cudnn_requirement))
+    out += [_component("library", f"grafted:{g.member}", g.soname, runtime=True, sha256=g.sha256,
+                       repair="grafted into the wheel", file=g.member) for g in sorted(set(p.grafted), key=str)]
+    out += [_component("library", f"excluded:{soname}", soname, runtime=True,
+                       repair="excluded: a runtime dependency", provided_by=_provider(soname))
+            for soname in sorted(set(p.excluded))]
+    return out
+
+
+def _provider(soname: str) -> str:
+    from wheelci.native.libs import TORCH_LIBRARIES
+
+    torch_own = re.match(rf"lib({'|'.join(map(re.escape, TORCH_LIBRARIES))})[-_.]", soname)
+    return "torch" if torch_own else "NVIDIA's CUDA wheels, which torch requires"
+
+
+def _project(p: Provenance) -> "Component":
+    from cyclonedx.model.component import Commit, Component, ComponentType, Pedigree
+
+    if p.revision:
+        git = {"git_revision": p.revision, "git_dirty": "true" if p.dirty else None}
+    else:
+        git = {"git_revision": f"absent: {p.revision_note or 'unknown'}"}
+    return Component(type=ComponentType.LIBRARY, bom_ref="project", name=p.project, version=p.version,
+                     purl=_purl(p.project, p.version, file_name=p.wheel),
+                     pedigree=Pedigree(commits=[Commit(uid=p.revision)]) if p.revision else None,
+                     properties=_props(**git))
+
+
+def sbom_document(p: Provenance) -> str:
+    """The CycloneDX 1.6 JSON text of one wheel's provenance: the same inputs, the same bytes."""
+    from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.model.tool import ToolRepository
+    from cyclonedx.output.json import JsonV1Dot6
+
+    project = _project(p)
+    runtime, build = _runtime_components(p), _build_components(p)
+    bom = Bom(serial_number=uuid.uuid5(SERIAL_NAMESPACE, p.content_digest),
+              components=runtime + build,
+              external_references=[ExternalReference(type=ExternalReferenceType.BOM, url=XsUri(name),
+                                                     comment="an SBOM of the same wheel, kept as written")
+                                   for name in sorted(p.other_sboms)])
+    bom.metadata.timestamp = datetime.fromtimestamp(p.epoch, tz=timezone.utc) if p.epoch is not None else None
+    bom.metadata.component = project
+    bom.metadata.tools = ToolRepository(components=[Component(type=ComponentType.APPLICATION, name="wheelci",
+                                                              version=p.tool_version or None)])
+    bom.metadata.properties = _props(cuda=None if p.cuda else "none: a CPU build")
+    bom.register_dependency(project, runtime)
+    return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
+
+
+# --- the edge: what add_sbom reads of the project, the build env and the wheel --------------------------
+
+
+def git_revision(project_dir: Path) -> tuple[str | None, str | None, bool, int | None]:
+    """(commit, why there is none, dirty, commit time) of the project directory: a commit only where the
+    directory's own files are tracked (an sdist unpacked inside someone's checkout is not that checkout)."""
+    def git(*args: str):
+        return proc.run(["git", "-C", project_dir, *args], what="reading the project's git revision", check=False,
+                        capture_output=True, text=True)
+
+    try:
+        head = git("rev-parse", "--verify", "HEAD")
+    except CiError:
+        return None, "git is not installed", False, None
+    if head.returncode != 0 or not head.stdout.strip() or not git("ls-files", "--", ".").stdout.strip():
+        return None, "the project directory is not a git checkout", False, None
+    commit = head.stdout.split()[0]
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".").stdout.strip())
+    when = git("log", "-1", "--format=%ct", "--", ".").stdout.strip()  # the project's last commit, as the plan's
+    return commit, None, dirty, int(when) if when.isdigit() else None
+
+
+def source_epoch(environ: Mapping[str, str]) -> int | None:
+    value = environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if not value:
+        return None
+    if not value.isdigit():
+        raise CiError(f"SOURCE_DATE_EPOCH={value!r} is not a number of seconds since 1970")
+    return int(value)
+
+
+@contextlib.contextmanager
+def _seekable(wa: WheelArchive, m: "Member") -> Iterator[BinaryIO]:
+    """A member to read sections of: in memory when small, else inflated once into a temporary file."""
+    if m.usize <= IN_MEMORY_CAP:
+        yield io.BytesIO(wa.read(m))
+        return
+    with tempfile.TemporaryDirectory(prefix="ci-sbom-") as tmp, open(wa.extract(m, Path(tmp) / "m"), "rb") as f:
+        yield f
+
+
+def comment_strings(stream: BinaryIO) -> list[str]:
+    """The strings of an ELF file's .comment section (compilers and linkers record themselves there)."""
+    from wheelci.native import elfread
+
+    header = elfread.read_header(stream)
+    if header is None:
+        return []
+    secs = elfread.sections(stream, header)
+    index = header.shstrndx if header.shstrndx != elfread.SHN_XINDEX else (secs[0].link if secs else 0)
+    if not 0 < index < len(secs):
+        return []  # no section names
+    names = elfread.StringTable(stream, secs[index].offset, secs[index].size, header.size, "section name table")
+    found = [s for s in secs if names.is_one_of(s.name, [b".comment"])]
+    out = []
+    for s in found:
+        data = elfread.read_at(stream, s.offset, min(s.size, COMMENT_CAP), header.size, ".comment")
+        out += [t for raw in data.split(b"\0") if (t := raw.decode("utf-8", "replace").strip())]
+    return out
+
+
+def wheel_compilers(wa: WheelArchive, libs_dir: str) -> list[str]:
+    """The compilers of the extension's own libraries (not the grafted ones)."""
+    from wheelci.native.elf import looks_like_shared_lib
+
+    found: set[str] = set()
+    for m in wa.files:
+        if looks_like_shared_lib(m.name) and not m.name.startswith(libs_dir) and m.usize >= 64:
+            with _seekable(wa, m) as stream, contextlib.suppress(CiError):  # not ELF: nothing a compiler made
+                found.update(comment_strings(stream))
+    return sorted(found)
+
+
+def _hex(record_hash: str) -> str | None:
+    algo, _, value = record_hash.partition("=")
+    if algo != "sha256" or not value:
+        return None
+    return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+
+
+def content_digest(wa: WheelArchive, skip: str) -> str:
+    """sha256 over the wheel's RECORD entries (name and hash of every member, our own SBOM aside)."""
+    lines = sorted(f"{name},{e.hash}" for name, e in wa.record.items() if name not in (wa.record_name, skip))
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def nvidia_wheels(site: Path) -> list[tuple[str, str]]:
+    """(name, version) of the nvidia-* distributions in a build env's site-packages."""
+    import importlib.metadata as md
+
+    found = {(d.metadata["Name"], d.version) for d in md.distributions(path=[str(site)])
+             if (d.metadata["Name"] or "").lower().startswith("nvidia-")}
+    return sorted(found)
+
+
+def host_nvcc_used(plan: "Plan") -> str | None:
+    """Which nvcc a host CUDA build compiled with, by the rule compile.hostenv.find_nvcc applies: the
+    host's when --nvcc allows it and its version is the plan's, else NVIDIA's wheel (listed with the
+    build env's wheels)."""
+    if plan.cuda is None or plan.engine != "host":
+        return None
+    from wheelci.engine import host_nvcc, nvcc_version
+
+    host = host_nvcc()
+    if plan.nvcc_source in ("auto", "host") and host is not None and nvcc_version(host) == plan.cuda:
+        return f"the host's nvcc {plan.cuda} (--nvcc {plan.nvcc_source})"
+    return f"NVIDIA's nvcc {plan.cuda} wheel (--nvcc {plan.nvcc_source})"
+
+
+def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: list[str], project_dir: Path,
+               environ: Mapping[str, str], member: str) -> Provenance:
+    """The Provenance of one wheel of a build: the plan, the build env, the project's checkout, the wheel."""
+    from wheelci import __version__
+    from wheelci.wheel.metadata import get_headers
+    from wheelci.wheel.requirements import requirement_name
+
+    revision, note, dirty, commit_time = git_revision(project_dir)
+    epoch = source_epoch(environ)
+    libs_dir = f"{wa.name.distribution}.libs/"
+    record = wa.record
+    grafted = tuple(Grafted(m.name, re.sub(r"-[0-9a-f]{8}(?=\.so)", "", m.name.rsplit("/", 1)[-1]),
+                            _hex(record[m.name].hash) if m.name in record else None)
+                    for m in wa.files if m.name.startswith(libs_dir))
+    torch_reqs = [r for r in get_headers(wa.metadata, "Requires-Dist") if requirement_name(r) == "torch"]
+    sboms = f"{wa.dist_info}/sboms/"
+    host = plan.engine == "host"
+    return Provenance(
+        project=(get_headers(wa.metadata, "Name") or [wa.name.distribution])[0], version=wa.name.version, wheel=wa.path.name,
+        content_digest=content_digest(wa, member), revision=revision, revision_note=note, dirty=dirty,
+        epoch=epoch if epoch is not None else commit_time, torch=env.torch_version,
+        torch_requirement=torch_reqs[0] if torch_reqs else None, torch_index=plan.torch_index_url,
+        cuda=plan.cuda, arch_list=plan.arch_list if plan.cuda else None,
+        cudnn_requirement=plan.cudnn_requirement if plan.cuda else None,
+        image=None if host else (plan.image or f"cibuildwheel's pinned {plan.manylinux} image"),
+        nvcc=host_nvcc_used(plan), cuda_wheels=tuple(nvidia_wheels(env.site)) if host and plan.cuda else (),
+        compilers=tuple(wheel_compilers(wa, libs_dir)), grafted=grafted, excluded=tuple(excluded),
+        other_sboms=tuple(m.name[len(sboms):] for m in wa.files if m.name.startswith(sboms) and m.name != member),
+        tool_version=__version__)
+
+
+def add_sbom(wheel: Path, dest_dir: Path, *, plan: "Plan", env: "BuildEnv", excluded: list[str], project_dir: Path,
+             environ: Mapping[str, str]) -> Path:
+    """The wheel again in dest_dir, with our SBOM in .dist-info/sboms/ and RECORD regenerated (one
+    rewrite; an SBOM of ours already there is replaced, any other kept)."""
+    from wheelci.wheel.rewrite import rewrite
+
+    with WheelArchive.open(wheel) as wa:
+        member = f"{wa.dist_info}/sboms/{SBOM_NAME}"
+        text = sbom_document(provenance(wa, plan=plan, env=env, excluded=excluded, project_dir=project_dir,
+                                        environ=environ, member=member))
+        edit = {"replace": {member: text.encode()}} if member in wa else {"add": {member: text.encode()}}
+        return rewrite(wa, dest_dir, **edit)

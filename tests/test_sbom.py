@@ -1,0 +1,229 @@
+"""Provenance (wheelci.sbom): every built wheel carries a CycloneDX 1.6 SBOM in .dist-info/sboms/ (PEP 770),
+listed in RECORD, valid against the schema (cyclonedx-python-lib's own validator), deterministic, and
+naming the project, torch, CUDA and cuDNN, the compiler and what repair grafted and excluded."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import re
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from tests._elfbuild import build_lib, make_wheel
+from wheelci import sbom
+from wheelci.compile.hostenv import BuildEnv
+from wheelci.errors import CiError
+
+ROOT = Path(__file__).resolve().parent.parent
+SBOMS = re.compile(r"^[^/]+\.dist-info/sboms/[^/]+\.cdx\.json$")
+
+CUDA_INPUTS = sbom.Provenance(
+    project="demo-ext", version="1.0+pt2.13.0.cu130", wheel="demo_ext-1.0+pt2.13.0.cu130-cp311-cp311-linux_x86_64.whl",
+    content_digest="ab" * 32, revision="0123456789abcdef0123456789abcdef01234567", dirty=True, epoch=1_700_000_000,
+    torch="2.13.0+cu130", torch_requirement="torch==2.13.0",
+    torch_index="https://builder:tok3n-not-shown@packages.example.invalid/whl/cu130",
+    cuda="13.0", arch_list="8.0;9.0", cudnn_requirement="nvidia-cudnn-cu13==9.13.0.50",
+    nvcc="NVIDIA's nvcc 13.0 wheel (--nvcc wheel)",
+    cuda_wheels=(("nvidia-cuda-nvcc", "13.0.88"), ("nvidia-cuda-runtime", "13.0.96")),
+    compilers=("GCC: (GNU) 13.2.1 20231205 (Red Hat 13.2.1-6)",),
+    grafted=(sbom.Grafted("demo_ext.libs/libgfortran-1a2b3c4d.so.5.0.0", "libgfortran.so.5.0.0", "cd" * 32),),
+    excluded=("libc10.so", "libcudart.so.13", "libtorch_cuda.so"), other_sboms=("auditwheel.cdx.json",),
+    tool_version="0.5.0")
+
+
+def valid(text: str) -> dict:
+    """The document, after the CycloneDX 1.6 schema's strict validator found nothing wrong with it."""
+    error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
+    assert error is None, error
+    return json.loads(text)
+
+
+def components(doc: dict) -> dict[str, dict]:
+    return {c["bom-ref"]: c for c in doc.get("components", [])}
+
+
+def props(item: dict) -> dict[str, str]:
+    return {p["name"]: p["value"] for p in item.get("properties", [])}
+
+
+def hex_of(record_hash: str) -> str:
+    value = record_hash.partition("=")[2]
+    return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+
+
+def test_the_document_names_cuda_cudnn_the_toolkit_and_what_repair_did():
+    doc = valid(sbom.sbom_document(CUDA_INPUTS))
+    assert doc["specVersion"] == "1.6" and doc["bomFormat"] == "CycloneDX"
+    parts = components(doc)
+    assert parts["cuda"]["version"] == "13.0" and parts["cuda"]["scope"] == "excluded"
+    assert props(parts["cuda"]) == {"wheelci:arch-list": "8.0;9.0", "wheelci:toolkit": CUDA_INPUTS.nvcc}
+    assert (parts["cudnn"]["name"], parts["cudnn"]["version"]) == ("nvidia-cudnn-cu13", "9.13.0.50")
+    assert parts["cudnn"]["purl"] == "pkg:pypi/nvidia-cudnn-cu13@9.13.0.50"
+    assert {parts[f"build:{n}"]["version"] for n, _ in CUDA_INPUTS.cuda_wheels} == {"13.0.88", "13.0.96"}
+    gcc = parts["compiler:" + CUDA_INPUTS.compilers[0]]
+    assert (gcc["name"], gcc["version"]) == ("gcc", "13.2.1")
+    grafted = parts["grafted:demo_ext.libs/libgfortran-1a2b3c4d.so.5.0.0"]
+    assert grafted["name"] == "libgfortran.so.5.0.0" and grafted["hashes"] == [{"alg": "SHA-256", "content": "cd" * 32}]
+    providers = {c["name"]: props(c)["wheelci:provided-by"] for ref, c in parts.items() if ref.startswith("excluded:")}
+    assert providers == {"libc10.so": "torch", "libtorch_cuda.so": "torch",
+                         "libcudart.so.13": "NVIDIA's CUDA wheels, which torch requires"}
+    torch = parts["torch"]
+    assert torch["version"] == "2.13.0+cu130" and props(torch)["wheelci:requirement"] == "torch==2.13.0"
+    project = doc["metadata"]["component"]
+    assert project["name"] == "demo-ext" and project["version"] == "1.0+pt2.13.0.cu130"
+    assert project["pedigree"]["commits"] == [{"uid": CUDA_INPUTS.revision}]
+    assert props(project)["wheelci:git-dirty"] == "true"
+    assert doc["externalReferences"] == [{"type": "bom", "url": "auditwheel.cdx.json",
+                                          "comment": "an SBOM of the same wheel, kept as written"}]
+    # what the installed wheel needs hangs off the project; what built it does not
+    (root,) = [d for d in doc["dependencies"] if d["ref"] == "project"]
+    assert set(root["dependsOn"]) == {r for r, c in parts.items() if c["scope"] == "required"}
+    assert {"torch", "cudnn"} <= set(root["dependsOn"]) and "cuda" not in root["dependsOn"]
+
+
+def test_the_document_holds_no_credentials():
+    text = sbom.sbom_document(CUDA_INPUTS)
+    assert "tok3n-not-shown" not in text and "builder" not in text and not re.search(r"://[^/\s\"]*@", text)
+    assert components(json.loads(text))["torch"]["externalReferences"] == [
+        {"type": "distribution", "url": "https://packages.example.invalid/whl/cu130"}]
+
+
+def test_the_document_is_deterministic():
+    """Same inputs, same bytes; the serial follows the wheel's content, the timestamp SOURCE_DATE_EPOCH."""
+    first = sbom.sbom_document(CUDA_INPUTS)
+    assert sbom.sbom_document(dataclasses.replace(CUDA_INPUTS)) == first
+    doc = json.loads(first)
+    assert doc["metadata"]["timestamp"] == "2023-11-14T22:13:20+00:00"
+    other = json.loads(sbom.sbom_document(dataclasses.replace(CUDA_INPUTS, content_digest="cd" * 32)))
+    assert other["serialNumber"] != doc["serialNumber"] and other["serialNumber"].startswith("urn:uuid:")
+    undated = valid(sbom.sbom_document(dataclasses.replace(CUDA_INPUTS, epoch=None)))
+    assert "timestamp" not in undated["metadata"]  # never the clock
+
+
+def test_a_cpu_build_without_a_checkout_says_so():
+    plain = dataclasses.replace(CUDA_INPUTS, revision=None, revision_note="the project directory is not a git checkout",
+                                cuda=None, arch_list=None, cudnn_requirement=None, nvcc=None, cuda_wheels=(),
+                                grafted=(), other_sboms=(), torch_index=None)
+    doc = valid(sbom.sbom_document(plain))
+    assert props(doc["metadata"]) == {"wheelci:cuda": "none: a CPU build"}
+    assert props(doc["metadata"]["component"]) == {
+        "wheelci:git-revision": "absent: the project directory is not a git checkout"}
+    assert "pedigree" not in doc["metadata"]["component"]
+    assert not {"cuda", "cudnn"} & set(components(doc))
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("GCC: (Debian 12.2.0-14+deb12u1) 12.2.0", ("gcc", "12.2.0")),
+    ("GCC: (GNU) 11.2.1 20220127 (Red Hat 11.2.1-9)", ("gcc", "11.2.1")),
+    ("Ubuntu clang version 18.1.3 (1ubuntu1)", ("clang", "18.1.3")),
+    ("Linker: LLD 18.1.3", ("linker", "18.1.3")),
+])
+def test_compiler_lines(text, expected):
+    assert sbom._compiler(text) == expected
+
+
+def test_a_bad_source_date_epoch_is_one_error():
+    assert sbom.source_epoch({"SOURCE_DATE_EPOCH": " 1700000000 "}) == 1_700_000_000
+    assert sbom.source_epoch({}) is None
+    with pytest.raises(CiError, match="SOURCE_DATE_EPOCH='yesterday' is not a number of seconds"):
+        sbom.source_epoch({"SOURCE_DATE_EPOCH": "yesterday"})
+
+
+def _record(zf: zipfile.ZipFile) -> dict[str, str]:
+    (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/RECORD")]
+    return {row.split(",")[0]: row.split(",")[1] for row in zf.read(name).decode().splitlines() if row}
+
+
+def _listed_sboms(wheel: Path) -> dict[str, dict]:
+    """Every SBOM of the wheel, each checked against its RECORD hash and the 1.6 schema."""
+    with zipfile.ZipFile(wheel) as zf:
+        record = _record(zf)
+        out = {}
+        for name in filter(SBOMS.match, zf.namelist()):
+            data = zf.read(name)
+            assert name in record and hex_of(record[name]) == hashlib.sha256(data).hexdigest(), name
+            out[name.rsplit("/", 1)[-1]] = json.loads(data) if name.endswith("auditwheel.cdx.json") else valid(data.decode())
+        return out
+
+
+def test_add_sbom_keeps_auditwheels_and_names_what_the_wheel_holds(tmp_path):
+    """A wheel as a container CUDA build leaves it: gcc-built extension and grafted library, auditwheel's
+    own SBOM. Ours lands beside it, listed in RECORD; a second pass gives the same bytes."""
+    from wheelci.plan import make_plan
+
+    ext = build_lib(tmp_path / "lib" / "_ext.so", "_ext.so")
+    foo = build_lib(tmp_path / "lib" / "libfoo.so.1", "libfoo.so.1")
+    theirs = json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.4", "version": 1}).encode()
+    wheel = make_wheel(tmp_path / "in", "demo-ext", {
+        "demo_ext/_ext.so": ext, "demo_ext.libs/libfoo-1a2b3c4d.so.1": foo,
+        "demo_ext-1.0.dist-info/sboms/auditwheel.cdx.json": theirs}, requires=("torch==2.13.0",))
+    plan = make_plan(cuda="13.0", torch=None, project_dir=ROOT, engine="docker")
+    env = BuildEnv(tmp_path, tmp_path / "python", tmp_path / "site", "2.13.0+cu130", "13.0", [])
+    kw = dict(plan=plan, env=env, excluded=["libc10.so", "libcudart.so.13"], project_dir=tmp_path,
+              environ={"SOURCE_DATE_EPOCH": "1700000000"})
+    out = sbom.add_sbom(wheel, tmp_path / "out", **kw)
+    found = _listed_sboms(out)
+    assert set(found) == {"auditwheel.cdx.json", sbom.SBOM_NAME}
+    with zipfile.ZipFile(out) as zf:
+        assert zf.read("demo_ext-1.0.dist-info/sboms/auditwheel.cdx.json") == theirs
+    doc = found[sbom.SBOM_NAME]
+    parts = components(doc)
+    assert parts["cuda"]["version"] == plan.cuda == "13.0"
+    assert parts["image"]["name"] == (plan.image or f"cibuildwheel's pinned {plan.manylinux} image")
+    assert props(parts["cuda"])["wheelci:toolkit"] == f"the image {parts['image']['name']}"
+    assert Requirement(props(parts["cudnn"])["wheelci:requirement"]) == Requirement(plan.cudnn_requirement)
+    grafted = parts["grafted:demo_ext.libs/libfoo-1a2b3c4d.so.1"]
+    assert grafted["name"] == "libfoo.so.1"
+    assert grafted["hashes"][0]["content"] == hashlib.sha256(foo.read_bytes()).hexdigest()
+    gcc = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True, check=True).stdout.strip()
+    assert [(c["name"], c["version"]) for r, c in parts.items() if r.startswith("compiler:")] == [("gcc", gcc)]
+    assert {c["name"] for r, c in parts.items() if r.startswith("excluded:")} == {"libc10.so", "libcudart.so.13"}
+    assert props(doc["metadata"]["component"])["wheelci:git-revision"].startswith("absent: ")
+    assert doc["externalReferences"][0]["url"] == "auditwheel.cdx.json"
+    again = sbom.add_sbom(out, tmp_path / "again", **kw)
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_a_built_wheel_carries_a_valid_sbom(tiny_cpu_build):
+    """The host CPU build of tests/fixtures/tiny_ext: our SBOM listed in RECORD, valid, naming the project
+    and its revision, torch at the version the wheel requires and the libraries left to torch."""
+    found = _listed_sboms(tiny_cpu_build.wheel)
+    doc = found[sbom.SBOM_NAME]
+    with zipfile.ZipFile(tiny_cpu_build.wheel) as zf:
+        (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        headers = zf.read(meta).decode().splitlines()
+    version = next(h.split(": ", 1)[1] for h in headers if h.startswith("Version: "))
+    (torch_req,) = [Requirement(h.split(": ", 1)[1]) for h in headers
+                    if h.startswith("Requires-Dist: ") and Requirement(h.split(": ", 1)[1]).name == "torch"]
+    project = doc["metadata"]["component"]
+    assert (project["name"], project["version"]) == ("tiny-ext", version)
+    torch = components(doc)["torch"]
+    assert torch_req.specifier.contains(Version(torch["version"]).public)
+    assert Requirement(props(torch)["wheelci:requirement"]) == torch_req
+    assert Version(torch["version"]).public == tiny_cpu_build.report["plan"]["torch"]
+    (report_wheel,) = tiny_cpu_build.report["wheels"]
+    excluded = {c["name"] for r, c in components(doc).items() if r.startswith("excluded:")}
+    assert excluded == set(report_wheel["excluded"]) and excluded  # torch's libraries, at least libc10
+    assert any(r.startswith("compiler:") for r in components(doc))
+    assert props(doc["metadata"]) == {"wheelci:cuda": "none: a CPU build"}
+    revision = props(project)["wheelci:git-revision"]
+    inside = subprocess.run(["git", "-C", ROOT, "rev-parse", "--verify", "HEAD"], capture_output=True, text=True)
+    if inside.returncode == 0:  # the fixture is tracked in this checkout: the commit it was built from
+        assert subprocess.run(["git", "-C", ROOT, "merge-base", "--is-ancestor", revision, "HEAD"]).returncode == 0
+        assert project["pedigree"]["commits"] == [{"uid": revision}]
+    else:
+        assert revision.startswith("absent: ")
+    names = [s["name"] for s in tiny_cpu_build.report["steps"]]
+    sbom_step = tiny_cpu_build.report["steps"][names.index("sbom")]
+    assert sbom_step["status"] == "ok" and sbom_step["outputs"] == [tiny_cpu_build.wheel.name]
+    assert names.index("finish") < names.index("sbom") < names.index("check")
