@@ -83,4 +83,3 @@ def canonical_name(name: str) -> str:
         return name  # nearly every name: no empty or `.` part, so it is its own canonical form
     parts = [p for p in name.split("/") if p not in ("", ".")]
     return "/".join(parts) + ("/" if name.endswith("/") else "")
-

@@ -25,7 +25,7 @@ import os
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable
+from typing import BinaryIO, Iterable
 
 from wheelci.errors import CiError
 from wheelci.wheel.metadata import METADATA_CAP
@@ -362,77 +362,88 @@ class WheelArchive:
 
 def read_central_directory(path: Path) -> tuple[list[Member], int]:
     """Parse and validate the central directory; returns (members, central directory offset)."""
-    size = path.stat().st_size
     with open(path, "rb") as f:
-        head = f.read(4)
-        tail_len = min(size, EOCD.size + U16)
-        f.seek(size - tail_len)
-        tail = f.read(tail_len)
-        # As zipfile does: a record at the very end with no comment first, else the last signature.
-        # A bare search from the end can find the signature inside the record's own fields (a central
-        # directory at offset 0x06054b50) and refuse a valid zip as truncated.
-        if tail[-EOCD.size:-EOCD.size + 4] == b"PK\x05\x06" and tail[-2:] == b"\0\0":
-            pos = len(tail) - EOCD.size
-        else:
-            pos = tail.rfind(b"PK\x05\x06")
-        if pos < 0 or pos + EOCD.size > len(tail):
-            if head == b"PK\x03\x04":
-                raise CiError(f"truncated zip (no end of central directory): {path.name}")
-            raise CiError(f"not a zip file: {path.name}")
-        eocd_at = size - tail_len + pos
-        _, disk, cd_disk, _n_disk, count, cd_size, cd_offset, _clen = EOCD.unpack_from(tail, pos)
-        if disk or cd_disk:
-            raise CiError(f"multi-disk zip not supported: {path.name}")
-        # Where zipfile (pip) looks: a ZIP64 locator right before the end record, whatever the end
-        # record says, and the ZIP64 end record right before the locator, not where the locator points.
-        loc_at = eocd_at - LOCATOR64.size
-        f.seek(max(loc_at, 0))  # a crafted end record near the start: no seek before the file
-        loc = f.read(LOCATOR64.size)
-        if loc_at >= 0 and len(loc) == LOCATOR64.size and LOCATOR64.unpack(loc)[0] == SIG_LOCATOR64:
-            eocd64_at = loc_at - EOCD64.size
-            f.seek(max(eocd64_at, 0))
-            rec = f.read(EOCD64.size)
-            if eocd64_at < 0 or len(rec) < EOCD64.size or EOCD64.unpack(rec)[0] != SIG_EOCD64:
-                raise CiError(f"corrupt zip (ZIP64 end record missing): {path.name}")
-            if LOCATOR64.unpack(loc)[2] != eocd64_at:
-                raise CiError(f"corrupt zip (the ZIP64 locator points away from the ZIP64 end record): {path.name}")
-            _, _, _, _, disk, cd_disk, _, count, cd_size, cd_offset = EOCD64.unpack(rec)
-            if disk or cd_disk:
-                raise CiError(f"multi-disk zip not supported: {path.name}")
-            cd_end = eocd64_at
-        elif cd_size == U32 or cd_offset == U32:
-            raise CiError(f"corrupt zip (ZIP64 locator missing): {path.name}")
-        else:
-            if count == U16:
-                count = -1  # exactly 65535 entries without ZIP64 records (zipfile does this): read to the end
-            cd_end = eocd_at
-        # zipfile reads the directory that ends at the end record (taking any gap for a prepended
-        # stub); we read where the offset points. Only when the two agree is it one wheel.
-        if cd_offset + cd_size != cd_end:
-            raise CiError(f"corrupt zip (the central directory does not end where its end record starts: "
-                          f"a second directory or a prepended stub): {path.name}")
+        cd_offset, cd_size, count = _directory_extent(f, os.fstat(f.fileno()).st_size, path.name)
         f.seek(cd_offset)
         cd = f.read(cd_size)
+    return _entries(cd, count, cd_offset, path.name), cd_offset
+
+
+def _directory_extent(f: BinaryIO, size: int, where: str) -> tuple[int, int, int]:
+    """(offset, size, entry count) of the central directory, from the end records where zipfile (what pip
+    installs with) finds them; a count of -1: read entries to the directory's end."""
+    head = f.read(4)
+    tail_len = min(size, EOCD.size + U16)
+    f.seek(size - tail_len)
+    tail = f.read(tail_len)
+    # As zipfile does: a record at the very end with no comment first, else the last signature.
+    # A bare search from the end can find the signature inside the record's own fields (a central
+    # directory at offset 0x06054b50) and refuse a valid zip as truncated.
+    if tail[-EOCD.size:-EOCD.size + 4] == b"PK\x05\x06" and tail[-2:] == b"\0\0":
+        pos = len(tail) - EOCD.size
+    else:
+        pos = tail.rfind(b"PK\x05\x06")
+    if pos < 0 or pos + EOCD.size > len(tail):
+        if head == b"PK\x03\x04":
+            raise CiError(f"truncated zip (no end of central directory): {where}")
+        raise CiError(f"not a zip file: {where}")
+    eocd_at = size - tail_len + pos
+    _, disk, cd_disk, _n_disk, count, cd_size, cd_offset, _clen = EOCD.unpack_from(tail, pos)
+    if disk or cd_disk:
+        raise CiError(f"multi-disk zip not supported: {where}")
+    # Where zipfile (pip) looks: a ZIP64 locator right before the end record, whatever the end
+    # record says, and the ZIP64 end record right before the locator, not where the locator points.
+    loc_at = eocd_at - LOCATOR64.size
+    f.seek(max(loc_at, 0))  # a crafted end record near the start: no seek before the file
+    loc = f.read(LOCATOR64.size)
+    if loc_at >= 0 and len(loc) == LOCATOR64.size and LOCATOR64.unpack(loc)[0] == SIG_LOCATOR64:
+        eocd64_at = loc_at - EOCD64.size
+        f.seek(max(eocd64_at, 0))
+        rec = f.read(EOCD64.size)
+        if eocd64_at < 0 or len(rec) < EOCD64.size or EOCD64.unpack(rec)[0] != SIG_EOCD64:
+            raise CiError(f"corrupt zip (ZIP64 end record missing): {where}")
+        if LOCATOR64.unpack(loc)[2] != eocd64_at:
+            raise CiError(f"corrupt zip (the ZIP64 locator points away from the ZIP64 end record): {where}")
+        _, _, _, _, disk, cd_disk, _, count, cd_size, cd_offset = EOCD64.unpack(rec)
+        if disk or cd_disk:
+            raise CiError(f"multi-disk zip not supported: {where}")
+        cd_end = eocd64_at
+    elif cd_size == U32 or cd_offset == U32:
+        raise CiError(f"corrupt zip (ZIP64 locator missing): {where}")
+    else:
+        if count == U16:
+            count = -1  # exactly 65535 entries without ZIP64 records (zipfile does this): read to the end
+        cd_end = eocd_at
+    # zipfile reads the directory that ends at the end record (taking any gap for a prepended
+    # stub); we read where the offset points. Only when the two agree is it one wheel.
+    if cd_offset + cd_size != cd_end:
+        raise CiError(f"corrupt zip (the central directory does not end where its end record starts: "
+                      f"a second directory or a prepended stub): {where}")
+    return cd_offset, cd_size, count
+
+
+def _entries(cd: bytes, count: int, cd_offset: int, where: str) -> list[Member]:
+    """The central directory's entries, each name safe and installed to a path no other entry takes."""
     members: list[Member] = []
     seen: dict[str, str] = {}  # canonical name -> the name as written
     pos = 0
     while len(members) < count or (count < 0 and pos < len(cd)):
         if pos + CENTRAL.size > len(cd):
-            raise CiError(f"corrupt zip (central directory too short): {path.name}")
+            raise CiError(f"corrupt zip (central directory too short): {where}")
         (sig, made_by, need, flags, method, dtime, ddate, crc, csize, usize, nlen, xlen, clen, _disk,
          _iattr, eattr, offset) = CENTRAL.unpack_from(cd, pos)
         if sig != SIG_CENTRAL:
-            raise CiError(f"corrupt zip (bad central directory entry): {path.name}")
+            raise CiError(f"corrupt zip (bad central directory entry): {where}")
         raw_name = cd[pos + CENTRAL.size: pos + CENTRAL.size + nlen]
         extra = cd[pos + CENTRAL.size + nlen: pos + CENTRAL.size + nlen + xlen]
         pos += CENTRAL.size + nlen + xlen + clen
         if need & 0xFF > 63:  # zipfile refuses versions it cannot extract
-            raise CiError(f"unsupported zip version {need & 0xFF} for a member of {path.name}")
+            raise CiError(f"unsupported zip version {need & 0xFF} for a member of {where}")
         try:
             name = raw_name.decode("utf-8" if flags & FLAG_UTF8 else "cp437")
         except UnicodeDecodeError:
             raise CiError(f"member name is not valid UTF-8 though the zip says it is: {raw_name!r} in "
-                          f"{path.name}") from None
+                          f"{where}") from None
         usize, csize, offset = _zip64_extra(extra, usize, csize, offset)
         check_name(name)
         key = canonical_name(name)
@@ -440,18 +451,15 @@ def read_central_directory(path: Path) -> tuple[list[Member], int]:
             other = seen[key]
             raise CiError(f"duplicate member in wheel: {name}" if other == name else
                           f"member {name!r} is the same file as {other!r} once installed (aliased "
-                          f"through './' or '//'): {path.name}")
+                          f"through './' or '//'): {where}")
         seen[key] = name
         m = Member(name, method, flags, crc, csize, usize, dtime, ddate, eattr, made_by, offset)
         if m.mode & S_IFMT == S_IFLNK:
             raise CiError(f"symlink member in wheel (wheels cannot carry symlinks): {name}")
         if offset + LOCAL.size > cd_offset:
-            raise CiError(f"truncated or corrupt zip (member {name} outside the archive): {path.name}")
+            raise CiError(f"truncated or corrupt zip (member {name} outside the archive): {where}")
         members.append(m)
     if pos != len(cd):  # zipfile reads entries until the directory's size, ignoring the count
         raise CiError(f"corrupt zip (the central directory holds more than the {count} entries its end record "
-                      f"counts): {path.name}")
-    return members, cd_offset
-
-
-# sha256 or stronger, as PEP 376/427 require (`wheel unpack` refuses md5 and sha1, so an output
+                      f"counts): {where}")
+    return members

@@ -351,5 +351,3 @@ def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int) -> None:
             n = os.write(dst_fd, view)
             view = view[n:]
         done += len(chunk)
-
-
