@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from wheelci.report import BuildReport
 
 PROJECT_DIR = Path(".")  # the directory the command runs in: a checkout of the project
-PRELOAD_MODULE = "_preload"  # what the example package's __init__ imports before loading its library
 
 
 def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None, cuda_major: int | None = None) -> Path:
@@ -40,9 +39,10 @@ def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None, cuda
 
     The preload lists the libraries the extension links but the wheel does not bundle (torch's, cuDNN,
     cudart), with their dependencies, in the order to load them. A package that imports `_preload`
-    itself (the example) gets `<pkg>/_preload.py`; any other gets the call injected at the top of its
+    (ci.native.loadorder.MODULE_NAME) itself, as the example does, gets `<pkg>/_preload.py`; any other gets
+    that module and the call injected at the top of its
     `__init__.py`, as `ci.patch --preload-from` does. A wheel with no package gets none, with a note."""
-    from wheelci.native.loadorder import order_for_wheel, preload_members, runtime_source
+    from wheelci.native.loadorder import MODULE_NAME, order_for_wheel, preload_members, runtime_source
     from wheelci.wheel.rewrite import rewrite
     from wheelci.wheel.zipread import WheelArchive
 
@@ -55,8 +55,8 @@ def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None, cuda
         variant = (package, version, local or f"cu{cuda_major}", cuda_major) if cuda_major else None
         source = runtime_source(order, header=header, variant=variant)
         init = wa.get(f"{package}/__init__.py")
-        if init is not None and f"from . import {PRELOAD_MODULE}" in wa.read_text(f"{package}/__init__.py", 1 << 20):
-            return rewrite(wa, out_dir, add={f"{package}/{PRELOAD_MODULE}.py": source.encode()}, version=version)
+        if init is not None and f"from . import {MODULE_NAME}" in wa.read_text(f"{package}/__init__.py", 1 << 20):
+            return rewrite(wa, out_dir, add={f"{package}/{MODULE_NAME}.py": source.encode()}, version=version)
         try:
             (init_name, init_bytes), (module, module_bytes) = preload_members(wa, source).items()
         except CiError as e:
