@@ -55,7 +55,7 @@ def assert_tested(out: Path, variant: str) -> Path:
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         init = z.read("tiny_ext/__init__.py").decode()
-    assert "tiny_ext/_wheel_deps_preload.py" in names and "_p.preload()" in init
+    assert "tiny_ext/_preload.py" in names and "_p.preload()" in init
     assert not [n for n in names if ".libs/" in n]  # nothing grafted
     return wheel
 
