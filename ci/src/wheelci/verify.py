@@ -284,10 +284,10 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
         names = [m.name for m in wa.files]
     # torch== for a classic wheel, a range for a stable-ABI one (ci.abi checks which the libraries need);
     # that the torch verified under is inside it, pip's install says
-    from wheelci.wheel.requirements import plain_install_requirement
+    from wheelci.wheel.requirements import plain_install_requirement, requirement_name
 
     torch_reqs = [r for line in requires if (r := plain_install_requirement(line)) is not None
-                  and r.name.lower() == "torch" and r.specifier]
+                  and requirement_name(line) == "torch" and r.specifier]
     checks["requires_torch"] = "ok" if torch_reqs else "FAILED: Requires-Dist does not name the torch it needs"
     grafted = grafted_runtime(names)
     checks["nothing_grafted"] = f"FAILED: {', '.join(grafted)}" if grafted else "ok"
