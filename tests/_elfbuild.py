@@ -194,6 +194,7 @@ def cached_install(wheel: Path) -> Path:
 
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
 SHT_STRTAB, SHT_DYNAMIC, SHT_DYNSYM, SHT_VERNEED, SHT_VERSYM = 3, 6, 11, 0x6FFFFFFE, 0x6FFFFFFF
+DYNSTR_ADDRESS = 64 + 2 * 56  # the dynamic string table follows the ELF header and two program headers
 
 
 def elf_sym(name: int, shndx: int = 0, info: int = 0x12) -> bytes:
@@ -219,7 +220,7 @@ def crafted_elf(strtab: bytes, dynamic: Sequence[tuple[int, int]], *, strtab_tag
     section headers name .dynsym, .gnu.version and .gnu.version_r (sh_info `verneed_count`) as a
     linker writes them; `sections` adds named PROGBITS sections (.nv_fatbin, ...)."""
     ehdr, phdr = 64, 56
-    dynstr_off = ehdr + 2 * phdr
+    dynstr_off = DYNSTR_ADDRESS
     entries = ([(DT_STRTAB, dynstr_off), (DT_STRSZ, len(strtab))] if strtab_tags else []) + list(dynamic)
     dyn = b"".join(struct.pack("<qQ", t, v) for t, v in [*entries, (DT_NULL, 0)])
     blobs = [(".dynstr", SHT_STRTAB, strtab, 0, 0, 1), (".dynamic", SHT_DYNAMIC, dyn, 1, 0, 16)]

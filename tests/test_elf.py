@@ -170,10 +170,11 @@ def _patch_dynamic(src: Path, dest: Path, tag_name: str, value: int) -> None:
 
 def test_dynamic_strings_out_of_bounds_are_bad_input(libs, tmp_path):
     _patch_dynamic(libs["B"], tmp_path / "libstrtab.so", "DT_STRTAB", 0x7FFF_FFFF_0000)
-    with pytest.raises(CiError, match="libstrtab.so: dynamic string table outside the file"):
+    with pytest.raises(CiError, match="libstrtab.so: unreadable ELF file: dynamic string table outside the file"):
         read_dynamic_path(tmp_path / "libstrtab.so")
     _patch_dynamic(libs["B"], tmp_path / "libneeded.so", "DT_NEEDED", 10 * libs["B"].stat().st_size)
-    with pytest.raises(CiError, match="libneeded.so: truncated dynamic string table"):
+    with pytest.raises(CiError, match=r"libneeded.so: unreadable ELF file: dynamic string table: string offset \d+ "
+                                      r"outside the table"):
         read_dynamic_path(tmp_path / "libneeded.so")
 
 

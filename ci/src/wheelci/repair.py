@@ -235,6 +235,9 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
         raise CiError(f"{wheel}: no such file")
     with WheelArchive.open(wheel):  # validates the name, the zip and the layout before auditwheel runs
         pass
+    from wheelci.native.elf import check_readable
+
+    check_readable(wheel)  # and its libraries: auditwheel's pyelftools loops on crafted version counts
     if torch_version is None or torch_requires is None:
         found, found_requires = _installed_torch()
         torch_version = torch_version or found

@@ -20,6 +20,7 @@ Which distribution provides a library: in a wheel, the wheel's project; in a dir
 from __future__ import annotations
 
 import contextlib
+import functools
 import fnmatch
 import re
 import io
@@ -27,16 +28,15 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
-
-from elftools.common.exceptions import ELFError
-from elftools.common.utils import parse_cstring_from_stream, struct_parse
-from elftools.elf.elffile import ELFFile
+from typing import BinaryIO, Callable, Iterable, Iterator, TypeVar
 
 from wheelci.errors import CiError
+from wheelci.native import elfread
 from wheelci.wheel.zipformat import Member
 from wheelci.wheel.zipread import WheelArchive
 from wheelci.wheel.names import normalize
+
+T = TypeVar("T")
 
 # Libraries a wheel may expect from the system rather than from another wheel (fnmatch patterns):
 # auditwheel's manylinux_2_28 whitelist, the dynamic loader itself, and the NVIDIA driver (which no
@@ -49,9 +49,6 @@ SYSTEM_LIBS: tuple[str, ...] = (
     "libglib-2.0.so.0", "libgobject-2.0.so.0", "libgthread-2.0.so.0",
     "libcuda.so.1", "libnvidia-ml.so.1",
 )
-
-_ELF_MAGIC = b"\x7fELF"
-
 
 @dataclass(frozen=True)
 class DynamicInfo:
@@ -97,58 +94,76 @@ def looks_like_shared_lib(name: str) -> bool:
     return base.endswith(".so") or ".so." in base
 
 
+DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 5, 10, 14, 15, 29
+_STRING_TAGS = (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)
+
+
+def _unreadable(read: Callable[[BinaryIO], T]) -> Callable[[BinaryIO], T]:
+    """A CiError from a reader says the file is unreadable as ELF, and why."""
+    @functools.wraps(read)
+    def reader(stream: BinaryIO) -> T:
+        try:
+            return read(stream)
+        except CiError as e:
+            raise CiError(f"unreadable ELF file: {e}") from None
+    return reader
+
+
+@_unreadable
 def read_dynamic(stream: BinaryIO) -> DynamicInfo | None:
     """The dynamic section of an ELF stream; None if it is not ELF or has no dynamic segment.
 
     Reads, in file order: the ELF header, the program headers, the dynamic segment, the strings it
-    names. (pyelftools' DynamicSegment would also read the section headers at the end of the file,
-    forcing a second inflation of a zip member.) A truncated or corrupt file is bad input (CiError).
+    names (each from the file once, in ascending order; ci.native.elfread.StringTable bounds what the
+    entries may name together, repeats included). The section headers at the end of the
+    file are never read: a zip member is inflated once, up to its dynamic string table. Every read
+    is bounded by the file (ci.native.elfread): a truncated or crafted file is bad input (CiError).
     """
-    if stream.read(4) != _ELF_MAGIC:
+    header = elfread.read_header(stream)
+    if header is None:
         return None
-    stream.seek(0)
-    try:
-        return _read_dynamic(ELFFile(stream), stream)
-    except (ELFError, ValueError, KeyError, AssertionError, EOFError) as e:
-        raise CiError(f"unreadable ELF file: {e}") from None
-    except Exception as e:  # pyelftools' vendored construct raises its own errors on a truncated file
-        if type(e).__module__.startswith("elftools."):
-            raise CiError(f"unreadable ELF file: {e}") from None
-        raise
-
-
-def _read_dynamic(elf: ELFFile, stream: BinaryIO) -> DynamicInfo | None:
-    phdrs = [struct_parse(elf.structs.Elf_Phdr, stream, elf["e_phoff"] + i * elf["e_phentsize"])
-             for i in range(elf["e_phnum"])]
-    dynamic = next((p for p in phdrs if p["p_type"] == "PT_DYNAMIC"), None)
+    segs = elfread.segments(stream, header)
+    dynamic = next((p for p in segs if p.type == elfread.PT_DYNAMIC), None)
     if dynamic is None:
         return None
-    size = elf.structs.Elf_Dyn.sizeof()
-    tags: list[tuple[str, int]] = []
-    for i in range(dynamic["p_filesz"] // size):
-        tag = struct_parse(elf.structs.Elf_Dyn, stream, dynamic["p_offset"] + i * size)
-        if tag["d_tag"] == "DT_NULL":
-            break
-        tags.append((tag["d_tag"], tag["d_val"]))
-    strtab = next((v for t, v in tags if t == "DT_STRTAB"), None)
-    base = next((p["p_offset"] + strtab - p["p_vaddr"] for p in phdrs if p["p_type"] == "PT_LOAD"
-                 and p["p_vaddr"] <= (strtab or 0) < p["p_vaddr"] + p["p_filesz"]), None)
-    strings: dict[str, list[str]] = {}
-    for t, v in tags:
-        if t in ("DT_NEEDED", "DT_SONAME", "DT_RPATH", "DT_RUNPATH"):
-            if base is None:
-                raise CiError("dynamic string table outside the file")
-            raw = parse_cstring_from_stream(stream, base + v)
-            if raw is None:
-                raise CiError("truncated dynamic string table")
-            strings.setdefault(t, []).append(raw.decode("utf-8", "surrogateescape"))
+    tags = elfread.dynamic_entries(stream, header, dynamic)
+    strings = _dynamic_strings(stream, header, segs, tags)
+    entries = [(t, v) for t, v in tags if t in _STRING_TAGS]
+    text: dict[int, str] = {}
+    for i in sorted(range(len(entries)), key=lambda i: entries[i][1]):  # file order: a zip member reads forwards
+        tag, offset = entries[i]
+        limit = elfread.NAME_MAX if tag in (DT_NEEDED, DT_SONAME) else None
+        text[i] = strings.get(offset, limit).decode("utf-8", "surrogateescape")  # type: ignore[union-attr]
+
+    def named(tag: int) -> list[str]:
+        return [text[i] for i, (t, _) in enumerate(entries) if t == tag]
+
     return DynamicInfo(
-        soname=(strings.get("DT_SONAME") or [None])[0],
-        needed=tuple(strings.get("DT_NEEDED", ())),
-        rpath=tuple(p for s in strings.get("DT_RPATH", ()) for p in s.split(":") if p),
-        runpath=tuple(p for s in strings.get("DT_RUNPATH", ()) for p in s.split(":") if p),
-        executable=elf["e_type"] == "ET_EXEC" or any(p["p_type"] == "PT_INTERP" for p in phdrs),
+        soname=next(iter(named(DT_SONAME)), None),
+        needed=tuple(dict.fromkeys(named(DT_NEEDED))),  # the loader loads each once
+        rpath=tuple(p for s in named(DT_RPATH) for p in s.split(":") if p),
+        runpath=tuple(p for s in named(DT_RUNPATH) for p in s.split(":") if p),
+        executable=header.type == elfread.ET_EXEC or any(p.type == elfread.PT_INTERP for p in segs),
     )
+
+
+def _dynamic_strings(stream: BinaryIO, header: elfread.Header, segs: list[elfread.Segment],
+                     tags: list[tuple[int, int]]) -> elfread.StringTable | None:
+    """The dynamic string table (DT_STRTAB, DT_STRSZ, mapped through the loaded segments); None when
+    no entry names a string."""
+    if not any(t in _STRING_TAGS for t, _ in tags):
+        return None
+    address = next((v for t, v in tags if t == DT_STRTAB), None)
+    if address is None:
+        raise CiError("dynamic entries name strings but there is no dynamic string table (DT_STRTAB)")
+    where = elfread.file_offset(segs, address)
+    if where is None:
+        raise CiError("dynamic string table outside the file")
+    offset, room = where
+    size = next((v for t, v in tags if t == DT_STRSZ), room)
+    if size > room:
+        raise CiError(f"dynamic string table of {size} bytes (DT_STRSZ) runs past its segment's {room}")
+    return elfread.StringTable(stream, offset, size, header.size, "dynamic string table")
 
 
 def read_dynamic_path(path: Path | str) -> DynamicInfo | None:
@@ -257,6 +272,15 @@ def _lib(info: DynamicInfo, path: str, source: str, dist: str | None, program: b
     return SharedLib(info.soname, path, source, dist, info.needed, info.rpath, info.runpath, program)
 
 
+@contextlib.contextmanager
+def _naming(wa: WheelArchive, m: Member) -> Iterator[None]:
+    """A CiError about a member's bytes names the wheel and the member."""
+    try:
+        yield
+    except CiError as e:
+        raise CiError(f"{wa.path.name}: {m.name}: {e}") from None
+
+
 def scan_wheel(wheel: Path, *, executables: bool = False) -> list[SharedLib]:
     """Every shared library in a wheel, with its dynamic section (see scan_archive)."""
     with WheelArchive.open(wheel) as wa:
@@ -274,9 +298,8 @@ def scan_archive(wa: WheelArchive, *, executables: bool = False) -> list[SharedL
             continue
         reader = _BlockReader(lambda m=m: _ChunkReader(wa.iter_chunks(m)), m.usize)
         try:
-            dyn = read_dynamic(reader)  # type: ignore[arg-type]
-        except CiError as e:
-            raise CiError(f"{wa.path.name}: {m.name}: {e}") from None
+            with _naming(wa, m):
+                dyn = read_dynamic(reader)  # type: ignore[arg-type]
         finally:
             reader.close()
         if dyn is not None and (is_lib or dyn.executable):
@@ -345,28 +368,58 @@ def glibc_references(stream: BinaryIO) -> list[tuple[str, tuple[int, ...]]]:
             if re.fullmatch(r"GLIBC_\d+(\.\d+)+", ver)]
 
 
+@_unreadable
 def versioned_references(stream: BinaryIO) -> list[tuple[str, str]]:
     """(symbol, version name) for each undefined dynamic symbol bound to a version (GLIBC_2.29,
-    GLIBCXX_3.4.26, CXXABI_1.3.13, ...)."""
-    try:
-        elf = ELFFile(stream)
-        dynsym, versym = elf.get_section_by_name(".dynsym"), elf.get_section_by_name(".gnu.version")
-        verneed = elf.get_section_by_name(".gnu.version_r")
-        if dynsym is None or versym is None or verneed is None:
-            return []
-        versions = {aux["vna_other"]: aux.name for _, auxes in verneed.iter_versions() for aux in auxes}
-        out = []
-        for i, sym in enumerate(dynsym.iter_symbols()):
-            if sym["st_shndx"] != "SHN_UNDEF":
+    GLIBCXX_3.4.26, CXXABI_1.3.13, ...): .dynsym, .gnu.version and .gnu.version_r, found by their
+    section types, every read bounded (ci.native.elfread). Empty for a file that is not ELF."""
+    header = elfread.read_header(stream)
+    if header is None:
+        return []
+    secs = elfread.sections(stream, header)
+    dynsym, versym, verneed = (elfread.first_of_type(secs, kind) for kind in
+                               (elfread.SHT_DYNSYM, elfread.SHT_GNU_VERSYM, elfread.SHT_GNU_VERNEED))
+    if dynsym is None or versym is None or verneed is None:
+        return []
+    versions = elfread.version_needs(stream, header, secs, verneed)
+    indexes = elfread.symbol_versions(stream, header, versym)
+    names = elfread.linked_strings(stream, header, secs, dynsym, "dynamic symbol table")
+    out = []
+    for i, (name, shndx) in enumerate(elfread.symbols(stream, header, dynsym)):
+        version = versions.get(indexes[i]) if 0 < i < len(indexes) and shndx == elfread.SHN_UNDEF else None
+        if version:
+            out.append((names.get(name).decode("utf-8", "surrogateescape"), version))
+    return out
+
+
+def check_readable(wheel: Path) -> None:
+    """Read every shared library of a wheel through the bounded readers, all of what auditwheel reads
+    (dynamic entries, every dynamic symbol's name, section names, version needs), so that a crafted
+    one is one CiError before auditwheel's pyelftools, which trusts each count and materialises each
+    name, reads it (a version count that disagrees with its chain loops there for hours)."""
+    with WheelArchive.open(wheel) as wa:
+        for member in wa.files:
+            if not looks_like_shared_lib(member.name) or member.usize < 64:
                 continue
-            name = versions.get(versym.get_symbol(i)["ndx"]) if i else None
-            if name:
-                out.append((sym.name, name))
-        return out
-    except Exception as e:
-        if type(e).__module__.startswith("elftools.") or isinstance(e, ELFError):
-            raise CiError(f"not a readable ELF file: {e}") from None
-        raise
+            with _seekable(wa, member) as stream, _naming(wa, member):
+                if read_dynamic(stream) is not None:
+                    _read_all_names(stream)
+
+
+@_unreadable
+def _read_all_names(stream: BinaryIO) -> None:
+    header = elfread.read_header(stream)
+    assert header is not None  # read_dynamic read it
+    secs = elfread.sections(stream, header)
+    if (shstr := elfread.section_name_table(stream, header, secs)) is not None:
+        for s in secs:
+            shstr.get(s.name)
+    if (dynsym := elfread.first_of_type(secs, elfread.SHT_DYNSYM)) is not None:
+        names = elfread.linked_strings(stream, header, secs, dynsym, "dynamic symbol table")
+        for name, _ in elfread.symbols(stream, header, dynsym):
+            names.get(name)
+    if (verneed := elfread.first_of_type(secs, elfread.SHT_GNU_VERNEED)) is not None:
+        elfread.version_needs(stream, header, secs, verneed)
 
 
 def libstdcxx_versions(policy: str) -> dict[str, set[str]]:
@@ -399,7 +452,7 @@ def too_recent_for(wheel: Path, policy: str) -> list[str]:
         for member in wa.files:
             if not looks_like_shared_lib(member.name):
                 continue
-            with _seekable(wa, member) as stream:
+            with _seekable(wa, member) as stream, _naming(wa, member):
                 refs = versioned_references(stream)
             for sym, ver in refs:
                 family, _, number = ver.partition("_")
@@ -426,13 +479,22 @@ def device_code(wheel: Path) -> list[str]:
             if not looks_like_shared_lib(member.name) or member.usize < 64:
                 continue
             with _seekable(wa, member) as stream:
-                try:
-                    names = {s.name for s in ELFFile(stream).iter_sections()}
-                except (ELFError, ValueError, KeyError, AssertionError, EOFError):
-                    continue  # not an ELF file: nothing nvcc made
-            if names & set(DEVICE_CODE_SECTIONS):
-                found.append(member.name)
+                if _has_sections(stream, DEVICE_CODE_SECTIONS):
+                    found.append(member.name)
     return found
+
+
+def _has_sections(stream: BinaryIO, names: Iterable[str]) -> bool:
+    """Whether an ELF file has a section of one of these names (False for what is not ELF, or not
+    readable as ELF: nothing nvcc made)."""
+    try:
+        header = elfread.read_header(stream)
+        if header is None:
+            return False
+        return bool(elfread.section_names(stream, header, elfread.sections(stream, header),
+                                          [n.encode() for n in names]))
+    except CiError:
+        return False
 
 
 IN_MEMORY_CAP = 64 << 20  # larger members are read from a temporary file
@@ -450,17 +512,20 @@ def _seekable(wa: WheelArchive, m: Member) -> Iterator[BinaryIO]:
         yield f
 
 
+@_unreadable
 def undefined_symbols(stream: BinaryIO) -> list[str]:
     """The dynamic symbols a library imports (undefined in it): what it needs from the libraries it links."""
-    try:
-        dynsym = ELFFile(stream).get_section_by_name(".dynsym")
-        if dynsym is None:
-            return []
-        return sorted({s.name for s in dynsym.iter_symbols() if s.name and s["st_shndx"] == "SHN_UNDEF"})
-    except Exception as e:
-        if type(e).__module__.startswith("elftools.") or isinstance(e, ELFError):
-            raise CiError(f"not a readable ELF file: {e}") from None
-        raise
+    header = elfread.read_header(stream)
+    if header is None:
+        return []
+    secs = elfread.sections(stream, header)
+    dynsym = elfread.first_of_type(secs, elfread.SHT_DYNSYM)
+    if dynsym is None:
+        return []
+    names = elfread.linked_strings(stream, header, secs, dynsym, "dynamic symbol table")
+    found = {names.get(name) for name, shndx in elfread.symbols(stream, header, dynsym)[1:]
+             if shndx == elfread.SHN_UNDEF and name}
+    return sorted(n.decode("utf-8", "surrogateescape") for n in found if n)
 
 
 def imports(wheel: Path) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
@@ -470,13 +535,8 @@ def imports(wheel: Path) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
         for member in wa.files:
             if not looks_like_shared_lib(member.name) or member.usize < 64:
                 continue
-            with _seekable(wa, member) as stream:
+            with _seekable(wa, member) as stream, _naming(wa, member):
                 dyn = read_dynamic(stream)
-                if dyn is None:
-                    continue
-                stream.seek(0)
-                try:
+                if dyn is not None:
                     out[member.name] = (tuple(undefined_symbols(stream)), dyn.needed)
-                except CiError as e:
-                    raise CiError(f"{wa.path.name}: {member.name}: {e}") from None
     return out

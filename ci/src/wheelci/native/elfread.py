@@ -3,9 +3,8 @@ segment, string tables, dynamic symbols and the versions they need.
 
 A shared library in a wheel is untrusted input. Every offset, size and count is checked against the
 file before it is used, and every loop is bounded by the file's size: program headers, dynamic entries,
-section headers, symbols and version entries are each at most the bytes they occupy, and a string table
-yields at most twice its own size in strings (plus a small allowance), however many entries point into
-it. Anything out of bounds is one CiError naming what is wrong, never another exception and never a
+section headers, symbols and version entries are each at most the bytes they occupy, and the entries
+pointing into a string table may name at most twice its size in strings (plus a small allowance). Anything out of bounds is one CiError naming what is wrong, never another exception and never a
 loop. Readers seek and read the stream only where asked (a zip member read forwards inflates once).
 
 Both classes (32/64-bit) and both byte orders are read; only what the dynamic linker and auditwheel
@@ -145,12 +144,13 @@ def file_offset(segs: Iterable[Segment], address: int) -> tuple[int, int] | None
 
 
 class StringTable:
-    """NUL-terminated strings at offsets into one table of the file, each read once, bounded.
+    """NUL-terminated strings at offsets into one table of the file, bounded.
 
-    A string must end inside its table. Repeated offsets cost nothing; distinct ones may together
-    yield at most twice the table's size plus STRING_ALLOWANCE (a linker shares string tails, so
-    strings may overlap, but never by much): N entries pointing into one long string cost at most
-    the table, not N times it.
+    A string must end inside its table, and each is read from the file once. Every reference is
+    charged its string's length, repeats included, against twice the table's size plus
+    STRING_ALLOWANCE: a linker shares string tails, and an entry may repeat, but never by much. N
+    entries pointing into one long string (which a reader that materialises each entry, such as
+    pyelftools under auditwheel, pays N times) are refused, not read N times.
     """
 
     def __init__(self, stream: BinaryIO, offset: int, size: int, file_size: int, what: str):
@@ -166,7 +166,7 @@ class StringTable:
         if found is not None:
             if limit is not None and len(found) > limit:
                 raise CiError(f"{self.what}: a name longer than {limit} bytes at offset {index}")
-            return found
+            return self._charge(found)
         if not 0 <= index < self.size:
             raise CiError(f"{self.what}: string offset {index} outside the table ({self.size} bytes)")
         end = min(self.size, index + limit + 1) if limit is not None else self.size
@@ -185,12 +185,14 @@ class StringTable:
             if limit is not None and end < self.size:
                 raise CiError(f"{self.what}: a name longer than {limit} bytes at offset {index}")
             raise CiError(f"{self.what}: the string at offset {index} runs past the end of the table")
-        value = b"".join(parts)
+        value = self._cache[index] = b"".join(parts)
+        return self._charge(value)
+
+    def _charge(self, value: bytes) -> bytes:
         self.budget -= len(value) + 1
         if self.budget < 0:
-            raise CiError(f"{self.what}: its entries name more string bytes than a table of {self.size} "
-                          "bytes holds (strings overlapping over and over)")
-        self._cache[index] = value
+            raise CiError(f"{self.what}: its entries name more than {2 * self.size + STRING_ALLOWANCE} bytes of "
+                          f"strings from a table of {self.size} (the same or overlapping strings, over and over)")
         return value
 
     def is_one_of(self, index: int, names: Iterable[bytes]) -> bytes | None:
@@ -231,13 +233,20 @@ def linked_strings(stream: BinaryIO, h: Header, secs: list[Section], section: Se
     return StringTable(stream, table.offset, table.size, h.size, f"{what} string table")
 
 
-def section_names(stream: BinaryIO, h: Header, secs: list[Section], wanted: Iterable[bytes]) -> set[str]:
-    """Which of the `wanted` section names the file has (each name read no further than the longest)."""
+def section_name_table(stream: BinaryIO, h: Header, secs: list[Section]) -> StringTable | None:
+    """The section-name string table (e_shstrndx), None when the file names no sections."""
     index = h.shstrndx if h.shstrndx != SHN_XINDEX else (secs[0].link if secs else 0)
     if not secs or not 0 < index < len(secs):
-        return set()
+        return None
     names = secs[index]
-    table = StringTable(stream, names.offset, names.size, h.size, "section name table")
+    return StringTable(stream, names.offset, names.size, h.size, "section name table")
+
+
+def section_names(stream: BinaryIO, h: Header, secs: list[Section], wanted: Iterable[bytes]) -> set[str]:
+    """Which of the `wanted` section names the file has (each name read no further than the longest)."""
+    table = section_name_table(stream, h, secs)
+    if table is None:
+        return set()
     wanted = list(wanted)
     return {found.decode() for s in secs if (found := table.is_one_of(s.name, wanted)) is not None}
 
