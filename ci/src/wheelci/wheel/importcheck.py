@@ -55,12 +55,14 @@ class Layouts:
 
 
 def interpreter_matches(filenames: Sequence[str]) -> bool:
-    """This interpreter is one every wheel is tagged for (pip would install them here)."""
-    from packaging.tags import sys_tags
-    from packaging.utils import parse_wheel_filename
+    """This interpreter is one every wheel is tagged for (pip would install them here). The names are read
+    by ci.wheel.names, which knows PEP 825 variant labels (packaging reads `-cu130` as a bad build tag)."""
+    from packaging.tags import parse_tag, sys_tags
+
+    from wheelci.wheel.names import WheelName
 
     ours = set(sys_tags())
-    return all(set(parse_wheel_filename(n)[3]) & ours for n in filenames)
+    return all(parse_tag(WheelName.parse(n).tag) & ours for n in filenames)
 
 
 def _installed(name: str) -> str | None:
