@@ -119,6 +119,24 @@ def run_build(args) -> int:
         return build_project(args, project, settings)
 
 
+def source_date_epoch(env, project_dir: Path) -> int | None:
+    """SOURCE_DATE_EPOCH when set, else the time of the project's last commit (a git checkout), else None:
+    two builds of one commit then write the same timestamps."""
+    import subprocess
+
+    if env.get("SOURCE_DATE_EPOCH"):
+        try:
+            return int(env["SOURCE_DATE_EPOCH"])
+        except ValueError:
+            raise CiError(f"SOURCE_DATE_EPOCH is not an integer: {env['SOURCE_DATE_EPOCH']!r}") from None
+    try:
+        r = subprocess.run(["git", "-C", str(project_dir), "log", "-1", "--format=%ct", "--", "."],
+                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return int(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip().isdigit() else None
+
+
 def make_build_plan(args, project: "Project", settings) -> "Plan":
     """The edge: this process's environment and the machine's facts, probed once, into make_plan."""
     from wheelci.engine import detect_facts
@@ -128,7 +146,8 @@ def make_build_plan(args, project: "Project", settings) -> "Plan":
     run = RunSettings(build_env=settings.env, public_env=settings.public_env, excludes=settings.exclude,
                       nvcc_source=args.nvcc, allow_no_device_code=args.allow_no_device_code,
                       local_version=args.local_version, variants=settings.variants, limit=settings.limit,
-                      test_command=settings.test_command, test_requires=settings.test_requires, upload=args.upload)
+                      test_command=settings.test_command, test_requires=settings.test_requires, upload=args.upload,
+                      source_date_epoch=source_date_epoch(os.environ, project.root))
     facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda)
     return make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
                      engine=args.engine, project_dir=project.root, image=args.image, find_links=args.find_links,
@@ -190,6 +209,8 @@ def run(b: "Build") -> int:
     from wheelci import report
     from wheelci.steps import run_steps
 
+    if b.plan.source_date_epoch is not None:  # the wheel writers read it (wheelci.wheel.zipwrite)
+        os.environ["SOURCE_DATE_EPOCH"] = str(b.plan.source_date_epoch)
     b.out_dir.mkdir(parents=True, exist_ok=True)
     b.work = Path(tempfile.mkdtemp(prefix="ci-build-")) if b.args.work_dir is None else b.args.work_dir
     b.report = report.BuildReport(plan=b.plan.to_json())

@@ -121,6 +121,7 @@ class Plan:
     test_command: str | None = None
     test_requires: list[str] = field(default_factory=list)
     upload: str | None = None  # the repository the verified wheels go to
+    source_date_epoch: int | None = None  # every timestamp written (SOURCE_DATE_EPOCH, else the commit's time)
 
     @property
     def torch_requirement(self) -> str:
@@ -350,6 +351,7 @@ class RunSettings:
     test_command: str | None = None
     test_requires: list[str] = field(default_factory=list)
     upload: str | None = None
+    source_date_epoch: int | None = None
 
 
 def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] | None = None,
@@ -453,7 +455,7 @@ def _with_run(plan: Plan, run: RunSettings) -> Plan:
                    excludes=list(run.excludes), nvcc_source=run.nvcc_source,
                    allow_no_device_code=run.allow_no_device_code, label=label, variants=run.variants,
                    limit=run.limit, test_command=run.test_command, test_requires=list(run.test_requires),
-                   upload=run.upload)
+                   upload=run.upload, source_date_epoch=run.source_date_epoch)
 
 
 def stable_flags(stable: StablePlan, cuda: bool) -> dict[str, str]:
@@ -607,6 +609,8 @@ def _run_rows(plan: Plan) -> list[tuple[str, str]]:
         ("test command", plan.test_command or "(import check only)"),
         ("test requires", " ".join(plan.test_requires) or "-"),
         ("upload", plan.upload or "-"),
+        ("timestamps", f"{plan.source_date_epoch} (SOURCE_DATE_EPOCH)" if plan.source_date_epoch is not None
+                       else "now (no SOURCE_DATE_EPOCH and no git commit)"),
     ]
 
 

@@ -87,6 +87,20 @@ def max_jobs() -> int:
     return max(1, min(cores, mem // (2 << 30)))
 
 
+def prefix_maps(project_dir: Path, work_dir: Path, python: Path, compat: Path) -> list[str]:
+    """-ffile-prefix-map flags that take this machine's paths out of the objects: the checkout, the work
+    directory, the build environment (torch's headers, named by its assert macros), the interpreter's
+    headers and our compat header all get fixed names, so two checkouts of one commit compile the same bytes (__FILE__, debug info).
+    GCC and Clang both take the flag; nvcc passes it to its host compiler."""
+    env_root = Path(python).parent.parent
+    base_python = Path(python).resolve().parent.parent  # the interpreter the venv was made from: Python.h
+    pairs = {Path(work_dir).resolve(): "/wheelci/work", Path(project_dir).resolve(): "/wheelci/src",
+             env_root.resolve(): "/wheelci/env", Path(compat).resolve(): "/wheelci/compat",
+             base_python: "/wheelci/python"}
+    # the most specific first is not enough: GCC applies the last matching option, so longer paths go last
+    return [f"-ffile-prefix-map={old}={new}" for old, new in sorted(pairs.items(), key=lambda p: len(str(p[0])))]
+
+
 def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = "auto",
                  build_env: dict[str, str] | None = None) -> CompileResult:
     """Build the project's wheel for `plan` on this machine; raises Finding if the build fails.
@@ -106,9 +120,13 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
 
         project_dir = stage_project(project_dir, work_dir / "src")
     environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
+    if plan.source_date_epoch is not None:
+        environ["SOURCE_DATE_EPOCH"] = str(plan.source_date_epoch)
     compat = GLIBC_COMPAT
-    host_flags = f"-isystem {compat} -include {compat / 'glibc_compat.h'}"
-    cuda_flags = ["-isystem", str(compat), f"-Xcompiler=-include,{compat / 'glibc_compat.h'}"]
+    maps = prefix_maps(project_dir, work_dir, env.python, compat)
+    host_flags = f"-isystem {compat} -include {compat / 'glibc_compat.h'} " + " ".join(maps)
+    cuda_flags = ["-isystem", str(compat), f"-Xcompiler=-include,{compat / 'glibc_compat.h'}",
+                  *(f"-Xcompiler={m}" for m in maps)]
     environ["CI_STABLE_ABI"] = ""  # the mode is the plan's, never the caller's shell's
     if plan.stable is not None:  # TORCH_TARGET_VERSION: torch's headers declare only what the target has
         from wheelci.plan import stable_flags
