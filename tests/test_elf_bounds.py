@@ -12,23 +12,20 @@ here instead of swapping.
 from __future__ import annotations
 
 import io
-import re
 import os
-import resource
+import re
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from wheelci.errors import CiError
 from wheelci.native.elf import read_dynamic, undefined_symbols, versioned_references
+from tests._bounded import bounded_stage
 from tests._elfbuild import (DT_NEEDED, DT_RUNPATH, DT_SONAME, DT_STRSZ, DT_STRTAB, DYNSTR_ADDRESS, crafted_elf,
                              elf_sym, elf_vernaux, elf_verneed, make_wheel)
 
-ROOT = Path(__file__).resolve().parent.parent
-MEMORY = 1 << 30  # address space a stage may use: a few times what it needs
 
 
 def _patched(data: bytes, offset: int, fmt: str, value: int) -> bytes:
@@ -110,18 +107,6 @@ VERSIONS = {
         _versioned(elf_verneed(2, 1, 16, 0) + elf_vernaux(2, 13, 1 << 20) + bytes(32), 1),
         "a version entry lies outside the section"),
 }
-
-
-def bounded_stage(module: str, *args: str | Path) -> subprocess.CompletedProcess:
-    """`python -m <module> ARGS` as tests._wheels.run_stage runs it, under an address-space limit and a
-    time limit that only a runaway reaches (these take a second)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")]))
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=ROOT, preexec_fn=limit, timeout=300)
 
 
 def assert_one_error(r: subprocess.CompletedProcess, module: str, member: str, message: str) -> None:

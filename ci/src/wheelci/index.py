@@ -149,6 +149,7 @@ def sdist_metadata(path: Path) -> bytes | None:
     METADATA cap: a gzip or deflate bomb never gets more memory than that."""
     import tarfile
     import zipfile
+    from wheelci.config.sdist import open_tar
     from wheelci.wheel.metadata import METADATA_CAP
     try:
         if path.name.endswith(".zip"):
@@ -158,7 +159,7 @@ def sdist_metadata(path: Path) -> bytes | None:
                         with zf.open(i) as f:
                             return _capped(f, i.file_size, METADATA_CAP, f"{path.name}: {i.filename}")
             return None
-        with tarfile.open(path, "r:gz") as tf:
+        with open_tar(path) as tf:  # headers read bounded: a 90-byte sdist can declare a 1 TB name
             for m in tf:
                 if m.isfile() and m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"):
                     f = tf.extractfile(m)

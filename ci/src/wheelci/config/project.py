@@ -1,23 +1,20 @@
 """What the user asked to build: a project directory or an sdist, its build backend and its settings.
 
-An sdist is checked before anything is extracted (no absolute paths, no `..`, no devices, one top
-directory, every link resolved through the archive's other links to a place inside the top directory,
-nothing written through a link), then extracted with tarfile's `data` filter as a second guard.
+An sdist is checked, bounded and extracted by ci.config.sdist.
 Per-project settings come from `[tool.ci]` in the project's pyproject.toml; command-line options win.
 """
 
 from __future__ import annotations
 
-import tarfile
 from enum import Enum
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
+from wheelci.config.sdist import extract_sdist, is_sdist
 from wheelci.errors import CiError
 
 from wheelci.util import toml as tomllib
 
-SDIST_SUFFIXES = (".tar.gz", ".tgz")
 # build-backend -> the name the plan shows; anything else builds through its backend all the same
 class Backend(str, Enum):
     """The build systems a build knows how to drive, a closed set: each gets its own treatment in the
@@ -301,105 +298,6 @@ def merge(settings: Settings, *, test_command: str | None, test_requires: list[s
                     merged_env, settings.exclude + list(exclude), limit or settings.limit,
                     _stable_abi("--stable-abi", stable_abi) if stable_abi else settings.stable_abi,
                     variants or settings.variants, sorted({*settings.public_env, *public_env}))
-
-
-def is_sdist(path: Path) -> bool:
-    return path.name.endswith(SDIST_SUFFIXES)
-
-
-def _check_member(member: tarfile.TarInfo, sdist: Path) -> str | None:
-    """The member's top directory (None for the archive's root, `.` or `./`), or CiError."""
-    name = PurePosixPath(member.name)
-    if not name.parts and member.isdir():
-        return None  # `tar -C dir .` writes the root itself first
-    if name.is_absolute() or ".." in name.parts:
-        raise CiError(f"{sdist.name}: member {member.name!r} points outside the sdist; refused before extraction")
-    if not (member.issym() or member.islnk() or member.isfile() or member.isdir()):
-        raise CiError(f"{sdist.name}: member {member.name!r} is not a file or directory; refused")
-    return name.parts[0]
-
-
-MAX_LINK_HOPS = 40  # the kernel's limit (ELOOP)
-
-
-class _LinkLoop(Exception):
-    pass
-
-
-def resolve_in_archive(start: tuple[str, ...], target: str,
-                       links: dict[tuple[str, ...], str]) -> tuple[str, ...] | None:
-    """Where `target`, read from directory `start`, lands once extracted: the path from the extraction
-    root, each symlink member on the way followed as the kernel will; None above the root or absolute.
-    A link read on its own proves nothing: `a -> .` then `b -> a/..` leaves through a, and
-    `x/a -> ..` then `y -> x/a/..` climbs two levels that read as none. Raises _LinkLoop."""
-    here = list(start)
-    todo = list(reversed(PurePosixPath(target).parts))
-    hops = 0
-    while todo:
-        part = todo.pop()
-        if part == "/":
-            return None
-        if part == "..":
-            if not here:
-                return None
-            here.pop()
-            continue
-        here.append(part)
-        link = links.get(tuple(here))
-        if link is not None:
-            hops += 1
-            if hops > MAX_LINK_HOPS:
-                raise _LinkLoop
-            here.pop()
-            todo.extend(reversed(PurePosixPath(link).parts))
-    return tuple(here)
-
-
-def _check_links(members: list[tarfile.TarInfo], top: str, sdist: Path) -> None:
-    """Every link, resolved through the others, stays inside the top directory, and no member is
-    written through a link: what lands on disk is what was checked, whatever the members' order
-    (tarfile's filter checks a link against the disk of that moment, before the links it walks exist)."""
-    links = {PurePosixPath(m.name).parts: m.linkname for m in members if m.issym()}
-    linked = {PurePosixPath(m.name).parts for m in members if m.issym() or m.islnk()}
-    seen: set[tuple[str, ...]] = set()
-    for m in members:
-        parts = PurePosixPath(m.name).parts
-        under = next((parts[:i] for i in range(1, len(parts)) if parts[:i] in linked), None)
-        if under is not None:
-            raise CiError(f"{sdist.name}: member {m.name!r} is written through the link {'/'.join(under)!r}; "
-                          "refused before extraction")
-        if parts in linked and parts in seen:
-            raise CiError(f"{sdist.name}: link {m.name!r} appears twice with another member of that name; "
-                          "refused before extraction")
-        seen.add(parts)
-    for m in members:
-        if not (m.issym() or m.islnk()):
-            continue
-        start = PurePosixPath(m.name).parts[:-1] if m.issym() else ()
-        try:
-            lands = resolve_in_archive(start, m.linkname, links)
-        except _LinkLoop:
-            raise CiError(f"{sdist.name}: link {m.name!r} -> {m.linkname!r} goes round a loop of links; "
-                          "refused before extraction") from None
-        if lands is None or lands[:1] != (top,):
-            raise CiError(f"{sdist.name}: link {m.name!r} -> {m.linkname!r} leads outside the sdist; "
-                          "refused before extraction")
-
-
-def extract_sdist(sdist: Path, dest: Path) -> Path:
-    """The sdist's project directory, extracted under dest after every member was checked."""
-    try:
-        with tarfile.open(sdist, "r:gz") as tar:
-            members = tar.getmembers()
-            tops = {_check_member(m, sdist) for m in members} - {None}
-            if len(tops) != 1:
-                raise CiError(f"{sdist.name}: an sdist has one top directory, this has {len(tops)}")
-            _check_links(members, next(iter(tops)), sdist)
-            dest.mkdir(parents=True, exist_ok=True)
-            tar.extractall(dest, members=members, filter="data")
-    except (tarfile.TarError, EOFError, OSError) as e:
-        raise CiError(f"{sdist.name}: not a readable sdist ({e})") from None
-    return dest / tops.pop()
 
 
 def resolve(project: Path, work: Path) -> Project:
