@@ -169,3 +169,19 @@ def test_names_too_long_or_too_deep(tmp_path):
     one_error(dry_run(tmp_path, sdist), "python -m ci.build", f"more than {MAX_DEPTH} directories deep")
     long = tar_of(tmp_path / "long", [member("pyproject.toml", PYPROJECT), member("n" * 5000, b"x")])
     one_error(dry_run(tmp_path, long), "python -m ci.build", "a member name longer than 4096 bytes")
+
+
+@pytest.mark.parametrize("kind", [tarfile.REGTYPE, tarfile.SYMTYPE], ids=["file", "symlink"])
+def test_a_root_member_that_is_no_directory(tmp_path, kind):
+    """`tar -C dir .` writes `./` as a directory, which reads like any other sdist; a `.` that is a file
+    or a link was an unexpected IndexError."""
+    root = tarfile.TarInfo(".")
+    root.type, root.linkname = kind, TOP if kind == tarfile.SYMTYPE else ""
+    sdist = tar_of(tmp_path / "dist", [member("pyproject.toml", PYPROJECT), (root, b"")])
+    one_error(dry_run(tmp_path, sdist), "python -m ci.build", "member '.' names the archive's root but is not a directory")
+    gnu = tmp_path / "gnu" / f"{TOP}.tar.gz"  # the directory form, as GNU tar writes it
+    (tmp_path / "tree" / TOP).mkdir(parents=True)
+    (tmp_path / "tree" / TOP / "pyproject.toml").write_bytes(PYPROJECT)
+    gnu.parent.mkdir()
+    subprocess.run(["tar", "-czf", str(gnu), "-C", str(tmp_path / "tree"), "."], check=True)
+    assert dry_run(tmp_path, gnu).returncode == 0

@@ -74,8 +74,11 @@ def _check_member(member: tarfile.TarInfo, sdist: Path) -> str | None:
     if len(name.parts) > MAX_DEPTH or len(PurePosixPath(member.linkname).parts) > MAX_DEPTH:
         raise CiError(f"{sdist.name}: member {member.name[:200]!r} is more than {MAX_DEPTH} directories deep; "
                       "refused before extraction")
-    if not name.parts and member.isdir():
-        return None  # `tar -C dir .` writes the root itself first
+    if not name.parts:
+        if member.isdir():
+            return None  # `tar -C dir .` writes the root itself first
+        raise CiError(f"{sdist.name}: member {member.name!r} names the archive's root but is not a directory; "
+                      "refused before extraction")
     if name.is_absolute() or ".." in name.parts:
         raise CiError(f"{sdist.name}: member {member.name!r} points outside the sdist; refused before extraction")
     if member.issparse():
