@@ -364,3 +364,72 @@ def test_threads_bind_to_libpthreads_versions(tmp_path):
     assert too_recent_for(wheels["compat"], "manylinux_2_28") == []
     lib = ctypes.CDLL(str(tmp_path / "libcompat.so"))
     assert lib.in_thread() == 1 and lib.once() == 1
+
+
+def _pyelftools_reading(data: bytes):
+    """What pyelftools (auditwheel's ELF reader, which these readers replaced) reads from a library:
+    the oracle for the bounded readers of ci.native.elfread."""
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(io.BytesIO(data))
+    tags = list(next(elf.iter_segments("PT_DYNAMIC")).iter_tags())
+
+    def strings(tag: str, attr: str) -> list[str]:
+        return [getattr(t, attr) for t in tags if t.entry.d_tag == tag]
+
+    dynamic = (next(iter(strings("DT_SONAME", "soname")), None), tuple(dict.fromkeys(strings("DT_NEEDED", "needed"))),
+               tuple(p for s in strings("DT_RPATH", "rpath") for p in s.split(":") if p),
+               tuple(p for s in strings("DT_RUNPATH", "runpath") for p in s.split(":") if p))
+    dynsym, versym = elf.get_section_by_name(".dynsym"), elf.get_section_by_name(".gnu.version")
+    verneed = elf.get_section_by_name(".gnu.version_r")
+    undefined = sorted({s.name for s in dynsym.iter_symbols() if s.name and s["st_shndx"] == "SHN_UNDEF"})
+    versions = {aux["vna_other"]: aux.name for _, auxes in verneed.iter_versions() for aux in auxes} if verneed else {}
+    versioned = [(s.name, versions[versym.get_symbol(i)["ndx"]]) for i, s in enumerate(dynsym.iter_symbols())
+                 if i and s["st_shndx"] == "SHN_UNDEF" and versym is not None and versym.get_symbol(i)["ndx"] in versions]
+    return dynamic, undefined, versioned
+
+
+def _bounded_reading(data: bytes):
+    from wheelci.native.elf import undefined_symbols, versioned_references
+
+    info = read_dynamic(io.BytesIO(data))
+    return ((info.soname, info.needed, info.rpath, info.runpath), undefined_symbols(io.BytesIO(data)),
+            versioned_references(io.BytesIO(data)))
+
+
+def test_the_bounded_readers_read_what_pyelftools_reads(libs):
+    """On the libraries this interpreter has loaded (libc, libm, its extension modules, ...) and the
+    gcc-built ones: the same SONAME, NEEDED, RPATH, RUNPATH, undefined and versioned symbols."""
+    import ssl  # noqa: F401  maps libssl and libcrypto: more real libraries
+    mapped = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+              if ".so" in line.rsplit("/", 1)[-1] and line.split()[-1].startswith("/")}
+    paths = sorted(mapped) + [libs[k] for k in "ABC"]
+    assert len(paths) >= 8, paths
+    for path in paths:
+        data = Path(path).read_bytes()
+        assert _bounded_reading(data) == _pyelftools_reading(data), path
+
+
+# Wheels for other ELF classes and byte orders: 32-bit little-endian, 64-bit big-endian, and aarch64.
+OTHER_PLATFORMS = [("markupsafe", "3.0.2", "manylinux2014_i686"), ("markupsafe", "3.0.2", "manylinux2014_aarch64"),
+                   ("pyyaml", "6.0.3", "manylinux2014_s390x")]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("dist, version, platform", OTHER_PLATFORMS)
+def test_other_classes_and_byte_orders_read_as_pyelftools_reads_them(dist, version, platform):
+    import sys
+
+    from tests._elfbuild import CACHE
+
+    house = CACHE / "wheelhouse-platforms" / f"{dist}-{version}-{platform}"
+    if not list(house.glob("*.whl")):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--quiet", "--only-binary",
+                        ":all:", "--platform", platform, "--python-version", "3.11", f"{dist}=={version}", "-d",
+                        str(house)], check=True, timeout=600)
+    found = sorted(house.glob("*.whl"))
+    with zipfile.ZipFile(found[0]) as zf:
+        sos = [zf.read(n) for n in zf.namelist() if n.endswith(".so")]
+    assert sos
+    for data in sos:
+        assert _bounded_reading(data) == _pyelftools_reading(data)
