@@ -147,7 +147,7 @@ def _file(name: str) -> tarfile.TarInfo:
     ("sdist-symlink-out", "leads outside the sdist; refused before extraction"),
     ("sdist-hardlink-out", "leads outside the sdist; refused before extraction"),
     ("sdist-corrupt", "not a readable sdist"),
-    ("bad-env", "bad --env 'NOEQUALS': want NAME=VALUE"),
+    ("bad-env", "bad --env: an item has no '=' (want NAME=VALUE; the item is not shown, it may be a secret)"),
 ])
 def test_bad_projects_are_one_line_exit_2(tmp_path, case, words):
     args = ["--cpu", "--engine", "host"]
@@ -302,3 +302,16 @@ def test_the_project_itself_as_the_output_directory_is_refused(tmp_path):
 def test_a_bad_limit_is_refused_before_the_compile(tmp_path):
     r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", "host", "--limit", "3XB", "--dry-run")
     assert r.returncode == 2 and "not a size: '3XB'" in error_line(r)
+
+
+@pytest.mark.parametrize("where", ["project", "inside", "above"])
+def test_a_work_dir_that_is_the_project_or_holds_it_is_refused(tmp_path, where):
+    """A project may commit a .wheelci-work file: the mark alone must not let a build clear its sources."""
+    project = tmp_path / "proj"
+    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    (project / ".wheelci-work").write_text("forged\n")
+    work = {"project": project, "inside": project / "work", "above": tmp_path}[where]
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", tmp_path / "out", "--work-dir", work)
+    assert r.returncode == 2 and "is the project, inside it or above it" in r.stderr, r.stderr
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

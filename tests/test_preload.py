@@ -617,3 +617,20 @@ def test_real_torch_per_package_with_injected_preload(torch_sites, tmp_path):
     ours = [p.rsplit("/", 1)[-1] for p in opened[:global_deps[0]] if "/nvidia/" in p]
     assert ours == order  # every library was loaded by the injected preload, in its order
     assert len(out["cudart"]) == 1 and "/nvidia/cu13/lib/" in out["cudart"][0]
+
+
+def test_emit_replaces_only_a_module_it_wrote(chain, tmp_path):
+    """--emit never replaces its input, nor a file of the user's; an earlier run's module it may."""
+    wheel = tmp_path / "in.whl"
+    wheel.write_bytes(chain["appa"].read_bytes()) if chain["appa"].is_file() else None
+    user = tmp_path / "notes.py"
+    user.write_text("mine = True\n")
+    one_line_error(cli(chain["depc"], "--emit", user), "exists and is not a preload module ci.preload wrote")
+    assert user.read_text() == "mine = True\n"
+    target = chain["depc"] if chain["depc"].is_file() else next(p for p in chain["depc"].rglob("*") if p.is_file())
+    before = target.read_bytes()
+    one_line_error(cli(chain["depc"], "--emit", target), "--emit")
+    assert target.read_bytes() == before
+    ours = tmp_path / "gen.py"
+    assert cli(chain["depc"], "--emit", ours).returncode == 0
+    assert cli(chain["depc"], "--emit", ours).returncode == 0  # a rerun replaces its own module

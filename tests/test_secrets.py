@@ -210,3 +210,46 @@ def test_a_whole_build_and_upload_with_canaries_everywhere(world, tmp_path):
             r = run_stage(stage, *args, *verbose, env=env)
             assert r.returncode in (0, 1, 2), (stage, r.stderr)
             assert_clean(r, tmp_path / "split", tmp_path / "index")
+
+
+@pytest.mark.parametrize("url, secret_part", [
+    ("http://tuser:abc@defATpw01@127.0.0.1:9/simple/", "defATpw01"),  # pip reads the password as abc@def...
+    ("https://u:slashPW1/abc@h.example/legacy/", "slashPW1/abc"),  # a base64 token holds `/`
+    ("https://u:spacePW1 abc@h.example/legacy/", "spacePW1 abc"),
+    ("https://tokenOnlyUserinfo1@github.example/x.git", "tokenOnlyUserinfo1"),
+])
+def test_odd_passwords_are_redacted_whole(url, secret_part):
+    """Passwords with `@`, `/` or a space, and a token as the whole userinfo: the part a lenient client
+    reads as the password never shows, alone or inside the URL."""
+    from wheelci.util import secret
+
+    secret.add_text(url)
+    for text in (url, f"pip failed on {url!r}: {url}"):
+        assert secret_part.split()[0] not in secret.redact(text), secret.redact(text)
+    assert "h.example" in secret.redact(url) or "127.0.0.1" in secret.redact(url) or "github" in secret.redact(url)
+
+
+def test_a_value_of_several_lines_is_redacted_line_by_line():
+    from wheelci.util import secret
+
+    secret.add("-----BEGIN KEY-----\nmultiLineKeyA1\nmultiLineKeyB2\n-----END KEY-----")
+    assert secret.redact("failed: -----BEGIN KEY----- | multiLineKeyA1 | multiLineKeyB2") == "failed: *** | *** | ***"
+
+
+@pytest.mark.parametrize("item", ["1BAD=envbadvalue1", "BAD-NAME=envbadvalue1", "envbadvalue1"])
+def test_a_malformed_env_item_is_refused_without_its_value(world, item):
+    tmp, project, env, index = world
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run", "--json", "--env", item, env=env)
+    assert r.returncode == 2 and "bad --env" in r.stderr
+    assert "envbadvalue1" not in r.stdout + r.stderr, r.stderr
+
+
+def test_the_dry_run_names_what_a_host_build_takes_from_the_shell(world):
+    tmp, project, env, index = world
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run", "--json",
+                  env={**env, "CFLAGS": "-O2 -march=x86-64-v2", "MAX_JOBS": "1"})
+    inherited = json.loads(r.stdout)["inherited"]
+    assert "CFLAGS" in inherited, (inherited, r.stderr)
+    assert inherited["CFLAGS"] == "-O2 -march=x86-64-v2" and inherited["MAX_JOBS"] == "1"
+    assert inherited["PIP_EXTRA_INDEX_URL"].startswith("http://127.0.0.1:")  # shown, without its password
+    assert_clean(r)

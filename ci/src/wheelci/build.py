@@ -172,6 +172,10 @@ def build_project(args, project: "Project", settings) -> int:
         raise CiError(f"-w {args.wheel_dir} is the project itself: its report.json and report.md would replace "
                       "the project's files; write the wheels to a directory of their own (e.g. -w wheelhouse)")
     if args.work_dir is not None:
+        work, src = args.work_dir.resolve(), project_dir.resolve()
+        if work == src or work.is_relative_to(src) or src.is_relative_to(work):
+            raise CiError(f"--work-dir {args.work_dir}: is the project, inside it or above it; a build replaces parts "
+                          "of its work directory (and copies the project): give a directory of its own")
         own_work_dir(args.work_dir)
     if plan.engine != "host":
         from wheelci.compile.container import require_engine

@@ -54,6 +54,11 @@ _PY = re.compile(r"3\.\d{1,2}")  # fullmatch: `$` passes a trailing newline
 CUDA_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDACXX", "CUDA_ROOT", "CUDAToolkit_ROOT")
 # CMake's FindCUDAToolkit looks in /usr/local/cuda whatever PATH holds: a CPU build turns it off
 CMAKE_NO_CUDA = ("CMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON",)
+# What a host build takes from the shell that changes its result: compilers and their flags, parallelism,
+# and where pip finds the build environment's packages. The plan names those set.
+INHERITED = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "MAX_JOBS", "CUDAHOSTCXX", "NVCC_APPEND_FLAGS",
+             "NVCC_PREPEND_FLAGS", "CMAKE_ARGS", "CMAKE_GENERATOR", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
+             "PIP_FIND_LINKS", "PIP_CONSTRAINT", "PIP_CONFIG_FILE")
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,7 @@ class Plan:
     test_requires: list[str] = field(default_factory=list)
     upload: str | None = None  # the repository the verified wheels go to
     source_date_epoch: int | None = None  # every timestamp written (SOURCE_DATE_EPOCH, else the commit's time)
+    inherited: dict[str, str] = field(default_factory=dict)  # host builds: INHERITED variables the shell sets
 
     @property
     def torch_requirement(self) -> str:
@@ -402,10 +408,12 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
         plan = replace(plan, environment={**plan.environment, "CIBW_REPAIR_WHEEL_COMMAND_LINUX":
                                           repair_command(list(excludes), target)})
     if build_env:  # the project's [tool.ci] env and --env reach the container's build too
-        env = dict(plan.environment)
-        env["CIBW_ENVIRONMENT_LINUX"] += " " + _cibw_environment(build_env)
-        plan = replace(plan, environment=env)
+        cibw = dict(plan.environment)
+        cibw["CIBW_ENVIRONMENT_LINUX"] += " " + _cibw_environment(build_env)
+        plan = replace(plan, environment=cibw)
     plan = _with_run(plan, run)
+    if plan.engine == "host":
+        plan = replace(plan, inherited={k: env[k] for k in INHERITED if env.get(k)})
     if image is None:
         return plan
     if not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]*", image):
@@ -568,7 +576,8 @@ def format_plan(plan: Plan) -> str:
         ("project", f"{plan.project} ({plan.project_dir}), built with {plan.backend}"),
         ("cuda", plan.cuda or "none (CPU build)"),
         ("torch", f"{plan.torch} from {plan.torch_index_url or 'pip sources'}"
-                  + (" (also PyPI's default build)" if plan.torch_on_pypi else "")),
+                  + (" (also PyPI's default build)" if plan.torch_on_pypi else "")
+                  + ("; a cached build environment with this torch is reused" if plan.engine == "host" else "")),
         ("cudnn", plan.cudnn_requirement or "-"),
         ("engine", plan.engine),
         ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]"),
@@ -609,6 +618,7 @@ def _run_rows(plan: Plan) -> list[tuple[str, str]]:
         ("test command", plan.test_command or "(import check only)"),
         ("test requires", " ".join(plan.test_requires) or "-"),
         ("upload", plan.upload or "-"),
+        ("from shell", " ".join(f"{k}={v}" for k, v in plan.inherited.items()) or "-"),
         ("timestamps", f"{plan.source_date_epoch} (SOURCE_DATE_EPOCH)" if plan.source_date_epoch is not None
                        else "now (no SOURCE_DATE_EPOCH and no git commit)"),
     ]

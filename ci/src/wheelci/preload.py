@@ -43,6 +43,28 @@ from wheelci.errors import CiError
 from wheelci.native.elf import SYSTEM_LIBS, scan
 from wheelci.native.loadorder import as_preload, dependency_order, inject_preload, order_for_wheel, runtime_source
 
+_RUNTIME_HEAD = runtime_source([]).encode()[:40]  # how every module ci.preload writes begins
+
+
+def own_emit(emit: Path, inputs: list[Path]) -> None:
+    """--emit replaces only a preload module an earlier run wrote: never an input, a directory, or a
+    file of the user's (one that does not begin as the runtime module does)."""
+    if emit.is_dir():
+        raise CiError(f"--emit: is a directory: {emit}")
+    if not emit.exists() and not emit.is_symlink():
+        return
+    if any(emit.resolve() == i.resolve() or (i.is_dir() and emit.resolve().is_relative_to(i.resolve()))
+           for i in inputs if i.exists()):
+        raise CiError(f"--emit {emit}: is one of the inputs (or inside one); write the module elsewhere")
+    head = _RUNTIME_HEAD
+    try:
+        ours = emit.is_file() and not emit.is_symlink() and emit.open("rb").read(len(head)) == head
+    except OSError:
+        ours = False
+    if not ours:
+        raise CiError(f"--emit {emit}: exists and is not a preload module ci.preload wrote; refusing to replace "
+                      "it (remove it, or pick another path)")
+
 
 def main(args: argparse.Namespace) -> int:
     from wheelci.util.atomic import write_text
@@ -54,8 +76,8 @@ def main(args: argparse.Namespace) -> int:
         raise CiError("-w/--wheel-dir is only for --inject")
     if args.wheel_dir and args.wheel_dir.exists() and not args.wheel_dir.is_dir():
         raise CiError(f"-w/--wheel-dir: not a directory: {args.wheel_dir}")
-    if args.emit and args.emit.is_dir():
-        raise CiError(f"--emit: is a directory: {args.emit}")
+    if args.emit:
+        own_emit(args.emit, [Path(i) for i in [*args.inputs, *([args.inject] if args.inject else [])]])
     system = [*SYSTEM_LIBS, *args.system]
     inputs = [Path(i) for i in args.inputs]
     if args.inject:

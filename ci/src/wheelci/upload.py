@@ -238,9 +238,6 @@ def _parse_json_listing(body: str) -> dict[str, Listed]:
     return listing
 
 
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
-
-
 def url_secrets(*urls: str | None) -> list[str]:
     """The password parts of URLs (quoted as written, and unquoted)."""
     return [v for url in urls if url and (pw := urlsplit(url).password) for v in (pw, unquote(pw))]
@@ -252,23 +249,14 @@ def url_users(*urls: str | None) -> list[str]:
 
 
 def redactor(secrets: Iterable[str | None], users: Iterable[str | None] = ()) -> Callable[[str], str]:
-    """Replace every secret in a message (as given, URL-quoted, and inside a Basic auth header with
-    any of the users), and the userinfo of any URL: every line we print or return goes through it.
+    """Register the secrets (with the users, for their Basic headers) in the one registry
+    (wheelci.util.secret) and return its redaction: every line we print or return goes through it.
     User names alone are not secrets (devpi puts them in index URLs), so they stay readable."""
-    import base64
-    from urllib.parse import quote
-    given = sorted({s for s in secrets if s and len(s) >= 3})
-    forms = {v for s in given for v in (s, quote(s, safe=""))}
-    names = {u for u in users if u} | set(given)
-    forms |= {base64.b64encode(f"{a}:{b}".encode()).decode() for a in names for b in given}
-    needles = sorted(forms, key=len, reverse=True)
-
-    def redact(text: str) -> str:
-        text = _USERINFO.sub(r"\1", text)
-        for n in needles:
-            text = text.replace(n, "***")
-        return text
-    return redact
+    given = [s_ for s_ in secrets if s_]
+    named = [u for u in users if u]
+    for u in named or [None]:
+        secret.add(*given, user=u)
+    return secret.redact
 
 
 def env_secrets(env: Mapping[str, str] = os.environ) -> list[str]:

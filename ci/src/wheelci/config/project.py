@@ -291,8 +291,10 @@ def merge(settings: Settings, *, test_command: str | None, test_requires: list[s
     merged_env = dict(settings.env)
     for item in env:
         name, sep, value = item.partition("=")
-        if not sep or not name.isidentifier():
-            raise CiError(f"bad --env {item!r}: want NAME=VALUE")
+        if not sep:  # the whole word may be the value itself: never echoed
+            raise CiError("bad --env: an item has no '=' (want NAME=VALUE; the item is not shown, it may be a secret)")
+        if not name.isidentifier():
+            raise CiError(f"bad --env {name[:64]!r}=***: {name[:64]!r} is not a variable name (want NAME=VALUE)")
         merged_env[name] = value
     return Settings(test_command or settings.test_command, settings.test_requires + list(test_requires),
                     merged_env, settings.exclude + list(exclude), limit or settings.limit,

@@ -20,7 +20,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 MASK = "***"
 MIN_LENGTH = 6
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s'\"]*@")
+# greedy up to the last `@` before the path: a password may hold `@` (pip and urllib read it so)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s'\"]*@")
 _URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"]+")
 # names whose values are credentials wherever they appear (a CI's tokens, twine's password)
 _CREDENTIAL_NAME = re.compile(r"(?i)(TOKEN|PASSWORD|PASSWD|SECRET|API_?KEY|AUTH|CREDENTIAL|PRIVATE_?KEY)")
@@ -31,8 +32,10 @@ _needles: list[str] = []  # every form of every value, longest first (rebuilt on
 
 
 def add(*values: str | None, user: str | None = None) -> None:
-    """Register secret values (as given, URL-quoted, and inside a Basic auth header with `user`)."""
-    new = {v for v in values if v and len(v) >= MIN_LENGTH} - _values
+    """Register secret values (as given, URL-quoted, and inside a Basic auth header with `user`); a value
+    of several lines also line by line, as a log shows it."""
+    lines = [ln.strip() for v in values if v and "\n" in v for ln in v.splitlines()]
+    new = {v for v in (*values, *lines) if v and len(v) >= MIN_LENGTH} - _values
     if user:
         _users.update({user, unquote(user)})
     if not new and not user:
@@ -44,21 +47,32 @@ def add(*values: str | None, user: str | None = None) -> None:
 
 
 def add_url(url: str | None) -> None:
-    """A URL's password (its user name stays readable: devpi puts user names in index paths)."""
-    if not url:
+    """A URL's password (its user name stays readable: devpi puts user names in index paths). What a
+    lenient parser could read as userinfo counts too: everything before the last `@` of the authority,
+    even across a `/` or a space (`https://u:a/b c@host/`), since some client somewhere reads it so."""
+    if not url or "://" not in url:
         return
     try:
         parts = urlsplit(url)
         password, user = parts.password, parts.username
-    except ValueError:  # a malformed URL: its userinfo is still stripped wherever it is shown
-        return
+    except ValueError:
+        password = user = None
     if password:
         add(password, unquote(password), user=user)
+    head = re.split(r"[?#]", url.split("://", 1)[1], maxsplit=1)[0]
+    if "@" in head:
+        info = head.rsplit("@", 1)[0]
+        name, sep, rest = info.partition(":")
+        if sep:
+            add(rest, unquote(rest), user=name)
+        elif "/" not in info and " " not in info:
+            add(info, unquote(info))  # a token as the whole userinfo (https://TOKEN@host/)
 
 
 def add_text(text: str | None) -> None:
-    """The passwords of every URL inside a text (an option's value, an environment value)."""
-    for url in _URL.findall(text or ""):
+    """The passwords of every URL inside a text (an option's value, an environment value), the text
+    read whole as well (a password may hold a space)."""
+    for url in {*_URL.findall(text or ""), *([text] if text and "://" in text else [])}:
         add_url(url)
 
 
@@ -87,12 +101,13 @@ def masked(env: Mapping[str, str], public: Iterable[str] = ()) -> dict[str, str]
 
 
 def redact(text: str) -> str:
-    """The text with every URL's userinfo and every registered value replaced."""
-    if "@" in text:
-        text = _USERINFO.sub(r"\1", text)
+    """The text with every registered value and every URL's userinfo replaced (the values first: a
+    password holding `@` would otherwise be cut in two by the userinfo rule, and half of it kept)."""
     for needle in _needles:
         if needle in text:
             text = text.replace(needle, MASK)
+    if "@" in text:
+        text = _USERINFO.sub(r"\1", text)
     return text
 
 
