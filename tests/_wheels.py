@@ -102,7 +102,7 @@ def run_stage(module: str, *args: str | Path, env: dict[str, str] | None = None,
 
 def signal_mid_write(module: str, *args: str | Path, out: Path, signum: int, env: dict[str, str] | None = None,
                      timeout: float = 120.0) -> subprocess.CompletedProcess:
-    """Run a stage as run_stage does and send it `signum` once a `.part` file shows in `out` (it is
+    """Run a stage as run_stage does and send it `signum` once a `.part` file shows in `out` or below (it is
     writing an output). Waits are bounded by `timeout`; nothing here times the stage itself."""
     import os
     import time
@@ -118,7 +118,7 @@ def signal_mid_write(module: str, *args: str | Path, out: Path, signum: int, env
                             preexec_fn=functools.partial(signal.signal, signum, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + timeout
-        while not (out.is_dir() and any(p.name.endswith(".part") for p in out.iterdir())):
+        while not (out.is_dir() and any(p.name.endswith(".part") for p in out.rglob("*.part"))):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"{module} wrote no .part file in {out} to interrupt: "
                                      f"{proc.communicate()[1] if proc.poll() is not None else 'timed out'}")

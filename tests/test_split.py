@@ -282,7 +282,7 @@ def test_sigterm_mid_split_leaves_no_companion_and_no_temporary_files(tmp_path: 
     assert r.returncode == 128 + signal.SIGTERM, r.stderr
     assert r.stderr.strip().endswith("ci.split: terminated by SIGTERM"), r.stderr
     r = run_stage("ci.split", wheel, "--limit", "250KB", "-w", out)  # the same split, left to finish
-    assert r.returncode == 0 and len(list(out.iterdir())) == 2, r.stderr
+    assert r.returncode == 0 and len(list(out.glob("*.whl"))) == 2, r.stderr
 
 
 def test_under_the_limit_a_tampered_wheel_is_refused_unless_no_verify(native_wheel: Path, tmp_path: Path) -> None:
@@ -577,3 +577,27 @@ def test_pillow_split_keeps_its_extension_modules_and_imports_in_both_layouts(pi
         r = run_py(PIL_CHECK, where)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == [top, "(255,", "0,", "0)", "True"], r.stdout
+
+
+def test_split_replaces_only_its_own_outputs_and_a_rerun_leaves_no_stale_companion(native_wheel: Path,
+                                                                                  tmp_path: Path) -> None:
+    """-w holding a file of the same name that ci.split did not write: refused, untouched. A rerun with a
+    higher limit writes the unsplit wheel and removes the companions of the earlier run (twine upload
+    out/* would publish them); a rerun that fails leaves the earlier outputs as they were."""
+    out = tmp_path / "out"
+    out.mkdir()
+    foreign = out / "demo_libs-1.0+cpu-py3-none-linux_x86_64.whl"
+    foreign.write_text("a user's file")
+    r = run_stage("ci.split", native_wheel, "--limit", "300KB", "-w", out)
+    assert r.returncode == 2 and "which ci.split did not write" in r.stderr, r.stderr
+    assert foreign.read_text() == "a user's file" and sorted(p.name for p in out.iterdir()) == [foreign.name]
+    foreign.unlink()
+    assert run_stage("ci.split", native_wheel, "--limit", "300KB", "-w", out).returncode == 0
+    first = {p.name: p.read_bytes() for p in out.glob("*.whl")}
+    assert len(first) == 3
+    r = run_stage("ci.split", native_wheel, "--limit", "1KB", "-w", out)  # cannot fit: refused
+    assert r.returncode != 0
+    assert {p.name: p.read_bytes() for p in out.glob("*.whl")} == first
+    r = run_stage("ci.split", native_wheel, "--limit", "100MB", "-w", out)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.glob("*.whl")) == [native_wheel.name]

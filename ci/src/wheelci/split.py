@@ -50,9 +50,11 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import os
 import posixpath
 import shutil
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -282,20 +284,64 @@ def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, veri
         if size <= limit_b:
             if verify:  # a copy is still an output: ci.patch would refuse the same tampered wheel
                 wa.verify()
-            return [_copy_unchanged(path, out_dir)]
+            dest = out_dir / path.name
+            if dest.exists() and dest.resolve() == path.resolve():
+                return [dest]
+            return _staged(out_dir, path.name, lambda stage: [_copy_into(path, stage)])
         return _split(wa, size, limit_b, out_dir, verify, preload_deps)
 
 
-def _copy_unchanged(path: Path, out_dir: Path) -> Path:
-    from wheelci.util.atomic import atomic_path
-
-    dest = out_dir / path.name
-    if dest.exists() and dest.resolve() == path.resolve():
-        return dest
-    with atomic_path(dest) as tmp:
-        shutil.copyfile(path, tmp)
-        os.chmod(tmp, 0o644)
+def _copy_into(path: Path, stage: Path) -> Path:
+    dest = stage / path.name
+    shutil.copyfile(path, dest)
+    os.chmod(dest, 0o644)
     return dest
+
+
+MANIFEST = ".wheelci-split.json"  # in -w: each input wheel's outputs, as the last run of ci.split wrote them
+
+
+def _staged(out_dir: Path, key: str, make) -> list[Path]:
+    """Outputs made in a staging directory inside out_dir, then moved in together under its lock: a run
+    that fails or is refused leaves -w as it was. A name already in -w is replaced only when an earlier
+    ci.split wrote it (the manifest says so), and the earlier outputs of the same input that this run
+    does not write again (a companion that is no longer needed) are removed with it."""
+    from wheelci.util.atomic import write_text
+    from wheelci.util.lock import locked_dir
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with locked_dir(out_dir, "the output directory"):
+        manifest_path = out_dir / MANIFEST
+        try:
+            manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+        except (OSError, ValueError):
+            manifest = {}
+        if not isinstance(manifest, dict):
+            manifest = {}
+        ours = {n for names in manifest.values() if isinstance(names, list) for n in names if isinstance(n, str)}
+        stage = Path(tempfile.mkdtemp(prefix=".ci-split-", dir=out_dir))
+        try:
+            staged = make(stage)
+            foreign = [p.name for p in staged if (out_dir / p.name).exists() and p.name not in ours]
+            if foreign:
+                raise CiError(f"{out_dir} already holds {', '.join(foreign)}, which ci.split did not write; "
+                              "refusing to replace it (write to an empty directory)")
+            names = [p.name for p in staged]
+            earlier = [n for n in manifest.get(key, []) if isinstance(manifest.get(key), list)
+                       and isinstance(n, str) and Path(n).name == n and n not in names]
+            # the moves are one step: Ctrl-C or SIGTERM waits for them (a main wheel never without its companions)
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+            try:
+                write_text(manifest_path, json.dumps({**manifest, key: names}, indent=1, sort_keys=True) + "\n")
+                for old in earlier:
+                    (out_dir / old).unlink(missing_ok=True)
+                for p in staged:
+                    os.replace(p, out_dir / p.name)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    return [out_dir / n for n in names]
 
 
 def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str]) -> list[Path]:
@@ -305,13 +351,12 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
         raise CiError(f"output directory {out_dir} holds the input wheel: it would be overwritten")
     choice = _choose(wa, size, limit, verify)
     preload = _make_preload(wa, choice, preload_deps)
-    written = _write_outputs(wa, choice, preload, out_dir)
-    try:
-        _import_check(wa, written, preload_deps)
-    except BaseException:
-        for p in written:
-            p.unlink(missing_ok=True)
-        raise
+
+    def make(stage: Path) -> list[Path]:
+        made = _write_outputs(wa, choice, preload, stage)
+        _import_check(wa, made, preload_deps)
+        return made
+    written = _staged(out_dir, wa.path.name, make)
     for lib, py in sorted(choice.pinned.items()):  # once it worked: bad input stays one line
         log.info(f"note: kept {cli.shown(lib)} in {wa.name.project}: {cli.shown(py)} loads it by path")
     for ext in sorted(choice.extensions):
