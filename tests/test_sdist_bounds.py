@@ -20,6 +20,7 @@ import pytest
 
 from wheelci.config.sdist import MAX_DEPTH, extract_sdist
 from wheelci.errors import CiError
+from tests._wheels import run_stage
 from tests._bounded import bounded_stage
 
 TOP = "pkg-1.0"
@@ -185,3 +186,43 @@ def test_a_root_member_that_is_no_directory(tmp_path, kind):
     gnu.parent.mkdir()
     subprocess.run(["tar", "-czf", str(gnu), "-C", str(tmp_path / "tree"), "."], check=True)
     assert dry_run(tmp_path, gnu).returncode == 0
+
+
+def _zeros_sdist(tmp_path, name: str, members: list[tuple[str, int]]) -> Path:
+    """An sdist of tiny_ext's pyproject.toml plus members of zeros (name, size): gzip makes them small."""
+    import gzip
+    import io
+    import tarfile as tf
+
+    path = tmp_path / f"{name}-0.1.0.tar.gz"
+    with gzip.open(path, "wb", compresslevel=9) as gz, tf.open(fileobj=gz, mode="w") as tar:
+        info = tf.TarInfo(f"{name}-0.1.0/pyproject.toml")
+        data = b'[project]\nname = "zeros"\nversion = "0.1.0"\n'
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for member, size in members:
+            info = tf.TarInfo(f"{name}-0.1.0/{member}")
+            info.size = size
+            tar.addfile(info, _Zeros(size))
+    return path
+
+
+class _Zeros:
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        self.left -= n
+        return bytes(n)
+
+
+@pytest.mark.parametrize("members, words", [
+    ([("zeros.bin", 1100 << 20)], "would unpack"),  # ~1 MB of gzip that unpacks to 1.1 GiB
+    ([(f"d{i // 1000}/f{i}", 0) for i in range(25_000)], "members in"),
+    ([("same.bin", 64 << 20)] * 18, "would unpack"),  # one name written 18 times
+])
+def test_an_sdist_unpacks_to_no_more_than_its_size_allows(tmp_path, members, words):
+    sdist = _zeros_sdist(tmp_path, "zeros", members)
+    r = run_stage("ci.build", sdist, "--cpu", "--engine", "host", "--dry-run")
+    assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr

@@ -30,6 +30,10 @@ SDIST_SUFFIXES = (".tar.gz", ".tgz")
 MAX_LINK_HOPS = 40  # the kernel's limit (ELOOP)
 MAX_NAME = 4096  # PATH_MAX: a longer member name is no path the build could open
 MAX_DEPTH = 256  # directory levels in a member name; link checks walk them, so their cost stays linear
+# What an sdist may unpack to, in proportion to its own size: source compresses about 4-10x, so 100x (and
+# at least 1 GiB) serves any real project, while a 3 MB sdist of zeros can no longer fill 3 GiB of disk.
+UNPACK_RATIO, UNPACK_FLOOR = 100, 1 << 30
+MEMBERS_PER_BYTE, MEMBERS_FLOOR = 1 / 50, 20_000  # a 1 MB sdist of 200,000 empty files took a dry run 72 s
 _CHUNK = 1 << 20
 
 
@@ -90,10 +94,14 @@ def _check_member(member: tarfile.TarInfo, sdist: Path) -> str | None:
 
 
 def _check_sizes(members: list[tarfile.TarInfo], sdist: Path) -> None:
-    """Each hard link names a regular file that comes before it (what tarfile extracts it from), and
-    the links together add at most as many bytes as the regular files hold."""
+    """Each hard link names a regular file that comes before it (what tarfile extracts it from), the
+    links together add at most as many bytes as the regular files hold, and the whole unpacks to no more
+    than UNPACK_RATIO times the sdist (nor more members than its size can hold)."""
+    packed = sdist.stat().st_size
+    if len(members) > max(MEMBERS_FLOOR, packed * MEMBERS_PER_BYTE):
+        raise CiError(f"{sdist.name}: {len(members)} members in {format_size(packed)}; refused before extraction")
     files: dict[tuple[str, ...], int] = {}
-    held = linked = 0
+    linked = 0
     for m in members:
         parts = PurePosixPath(m.name).parts
         if m.islnk():
@@ -103,13 +111,17 @@ def _check_sizes(members: list[tarfile.TarInfo], sdist: Path) -> None:
                               "before it; refused before extraction")
             linked += size
         elif m.isreg():
-            files[parts] = m.size
-            held += m.size
+            files[parts] = m.size  # a later member of the same name replaces it: counted once
         else:
             files.pop(parts, None)
+    held = sum(files.values())
     if linked > held:
         raise CiError(f"{sdist.name}: its hard links would unpack {format_size(linked)} of copies from "
                       f"{format_size(held)} of files; refused before extraction")
+    written = sum(m.size for m in members if m.isreg()) + linked  # a repeated name is written each time
+    if written > max(UNPACK_FLOOR, UNPACK_RATIO * packed):
+        raise CiError(f"{sdist.name}: would unpack {format_size(written)} from {format_size(packed)}; "
+                      "refused before extraction")
 
 
 class _LinkLoop(Exception):
