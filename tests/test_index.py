@@ -687,3 +687,18 @@ def test_a_run_interrupted_while_writing_owns_what_it_wrote(tmp_path, wheels, mo
         assert (repo / f"{whl.name}.metadata").read_bytes() == wheel_metadata_bytes(whl)
     again = build_index(repo)  # and the index is complete: nothing left to write
     assert (again.written, again.removed) == ([], [])
+
+
+def test_a_file_where_a_project_directory_goes_is_refused_before_any_write(tmp_path):
+    """OUT holding a file named like a project's directory: refused before the first page is written
+    (it once wrote index.html and index.json, then failed)."""
+    from tests._servers import build_wheel
+
+    root = tmp_path / "dir"
+    build_wheel(root, name="proj1", module="proj1")
+    out = root / "out"
+    out.mkdir()
+    (out / "proj1").write_text("keep\n")
+    r = cli(str(root), "--out", str(out))
+    assert r.returncode == 2 and "is a file where a directory is needed" in r.stderr, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["proj1"] and (out / "proj1").read_text() == "keep\n"

@@ -703,6 +703,12 @@ def _refuse_unsafe(root: Path, out: Path, cache: Cache, pages: dict[str, str],
         path, base = escapes[0]
         more = f" and {len(escapes) - 1} more" if len(escapes) > 1 else ""
         raise CiError(f"refusing to write {path.as_posix()!r}{more}: a symlinked directory leads it out of {base}")
+    blocked = sorted({parent.as_posix() for base, rels in ((out, pages), (root, [r for r, raw in sidecars.items() if raw]))
+                      for rel in rels for parent in (base / rel).parents
+                      if parent != base and base in parent.parents and parent.exists() and not parent.is_dir()})
+    if blocked:  # found now, not after half the pages are written
+        raise CiError(f"refusing to write the index: {blocked[0]} is a file where a directory is needed "
+                      "(move it away, or choose another --out)")
     clashes = [(root / rel).as_posix() for rel, raw in sidecars.items()
                if raw and foreign(root / rel, raw, rel in cache.metadata)]
     clashes += [(out / rel).as_posix() for rel, text in pages.items()
