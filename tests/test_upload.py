@@ -7,6 +7,7 @@ import hashlib
 import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -706,3 +707,16 @@ def test_a_password_in_a_pypirc_repository_url_is_never_printed(tmp_path, server
     assert "bad request from" in r.stderr
     no_secret(r)
     assert base64.b64encode(f"{USER}:{TOKEN}".encode()).decode() not in r.stdout + r.stderr
+
+
+def test_an_anonymous_upload_prints_no_keyring_traceback(tmp_path, wheels):
+    """No user name and a keyring that cannot answer: twine logs the keyring's traceback, which never
+    reaches stderr; the upload's own error is the one line."""
+    environ = {k: v for k, v in env(password=None).items() if k != "TWINE_USERNAME"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = cli("--repository-url", f"http://127.0.0.1:{port}/", "--retries", "0", str(wheels["pkg"]), environ=environ)
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr and "keyring" not in r.stderr.lower(), r.stderr
+    assert len([ln for ln in r.stderr.splitlines() if "error:" in ln]) == 1, r.stderr

@@ -354,8 +354,11 @@ def _settings(repository_url: str | None, repository: str | None, config_file: s
 
 
 def _credentials(s) -> tuple[str | None, str | None]:
-    """Username and password from twine's resolver; none found means an anonymous upload."""
+    """Username and password from twine's resolver; none found means an anonymous upload. twine logs a
+    keyring it cannot ask with its traceback: a handler on its logger keeps that off stderr."""
     from twine import exceptions
+
+    logging.getLogger("twine").addHandler(logging.NullHandler())
     try:
         username = s.username
     except exceptions.TwineException:
