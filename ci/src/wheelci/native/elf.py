@@ -201,6 +201,12 @@ class _ChunkReader:
             close()
 
 
+def member_view(chunks: Callable[[], Iterable[bytes]], size: int) -> io.RawIOBase:
+    """The one seekable view of an inflating zip member (its bytes as chunks, `size` long) that every
+    ELF reader of a wheel member reads through."""
+    return _BlockReader(lambda: _ChunkReader(chunks()), size)
+
+
 class _BlockReader(io.RawIOBase):
     """A seekable view of a forward-only stream (a zip member) that remembers the blocks it read.
 
@@ -296,7 +302,7 @@ def scan_archive(wa: WheelArchive, *, executables: bool = False) -> list[SharedL
         is_lib = looks_like_shared_lib(m.name)
         if m.usize < 64 or not (is_lib or (executables and m.mode & 0o111)):
             continue
-        reader = _BlockReader(lambda m=m: _ChunkReader(wa.iter_chunks(m)), m.usize)
+        reader = member_view(lambda m=m: wa.iter_chunks(m), m.usize)
         try:
             with _naming(wa, m):
                 dyn = read_dynamic(reader)  # type: ignore[arg-type]

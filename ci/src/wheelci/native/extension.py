@@ -15,9 +15,8 @@ comes after the code). Every offset, size and count is bounded by the file (ci.n
 
 from __future__ import annotations
 
-import io
 import struct
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 from wheelci.errors import CiError
 from wheelci.native import elfread
@@ -26,73 +25,6 @@ DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_SYMENT, DT_GNU_HASH = 4, 5, 6, 10, 1
 PREFIX = b"PyInit_"
 MAX_TABLES = 256 << 20  # dynamic symbols and their names, read whole; libtorch_cuda.so's take a few MB
 _EXPORTED = (1, 2, 10)  # STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE
-
-
-class _ForwardStream(io.RawIOBase):
-    """A seekable view of a stream that only goes forwards (an inflating zip member): reading ahead
-    skips forwards, reading behind starts the stream again. The reads here go mostly forwards."""
-
-    def __init__(self, opener: Callable[[], Iterable[bytes]], size: int) -> None:
-        super().__init__()
-        self._open, self._size = opener, size
-        self._chunks: Iterator[bytes] | None = None
-        self._at, self._rest, self._pos = 0, b"", 0  # stream position, unread bytes there, our position
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def _restart(self) -> None:
-        self._stop()
-        self._chunks, self._at, self._rest = iter(self._open()), 0, b""
-
-    def _more(self) -> bool:
-        chunk = next(self._chunks, b"") if self._chunks is not None else b""
-        self._at += len(self._rest)
-        self._rest = bytes(chunk)
-        return bool(chunk)
-
-    def read(self, n: int = -1) -> bytes:
-        n = self._size - self._pos if n is None or n < 0 else min(n, max(0, self._size - self._pos))
-        if self._chunks is None or self._pos < self._at:
-            self._restart()
-        while self._at + len(self._rest) <= self._pos:  # whole chunks before our position
-            if not self._more():
-                return b""
-        parts, start = [], self._pos - self._at
-        while n > 0:
-            take = self._rest[start:start + n]
-            parts.append(take)
-            n -= len(take)
-            self._pos += len(take)
-            start = 0
-            if n > 0 and not self._more():
-                break
-        return b"".join(parts)
-
-    def readinto(self, buf) -> int:  # io.RawIOBase's contract
-        data = self.read(len(buf))
-        buf[:len(data)] = data
-        return len(data)
-
-    def _stop(self) -> None:
-        close = getattr(self._chunks, "close", None)  # a generator: stop inflating
-        if close is not None:
-            close()
-
-    def close(self) -> None:
-        self._stop()
-        super().close()
 
 
 def _offset(segs: list[elfread.Segment], address: int, what: str) -> int:
@@ -167,7 +99,9 @@ def _exports_pyinit(stream) -> bool:
 def exports_pyinit(chunks: Callable[[], Iterable[bytes]], size: int) -> bool:
     """Whether the ELF file (its bytes as chunks, `size` long) exports a PyInit_* function: a Python
     extension module. CiError for a file whose fields point outside it."""
-    stream = _ForwardStream(chunks, size)
+    from wheelci.native.elf import member_view
+
+    stream = member_view(chunks, size)
     try:
         return _exports_pyinit(stream)
     finally:
