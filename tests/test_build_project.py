@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -16,6 +21,7 @@ import pytest
 
 from tests._wheels import run_stage
 
+ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_ext"
 
 
@@ -316,3 +322,39 @@ def test_a_work_dir_that_is_the_project_or_holds_it_is_refused(tmp_path, where):
     r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", tmp_path / "out", "--work-dir", work)
     assert r.returncode == 2 and "is the project, inside it or above it" in r.stderr, r.stderr
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_build_leaves_no_wheel_dir_it_made(tmp_path, signum):
+    """Ctrl-C or a cancelled job mid-compile: the -w this run created is gone (it once stayed, empty),
+    and so is the temporary work directory."""
+    project = tmp_path / "slow"
+    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    (project / "setup.py").write_text("import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")])}
+    proc = subprocess.Popen([sys.executable, "-m", "ci.build", str(project), "--cpu", "--engine", "host",
+                             "-w", str(out), "--work-dir", str(work)], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "compiling slowly" not in ((work / "compile.log").read_text() if (work / "compile.log").exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+            time.sleep(0.2)
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signum, stderr[-2000:]
+    assert not out.exists(), list(out.iterdir())
+    left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).find(str(project)) >= 0]
+    assert not left, left  # the build backend's own processes were stopped with it
+
+
+def _cmdline(proc_dir: Path) -> str:
+    try:
+        return (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # it ended meanwhile
+        return ""

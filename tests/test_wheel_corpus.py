@@ -32,7 +32,7 @@ from tests._corpus import BY_PROJECT, WHEELS, CorpusWheel
 from tests._elfbuild import install_alone
 from tests._wheels import run_stage
 
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 LABEL = "corpus"
 ADDED = "packaging>=20"  # the Requires-Dist ci.patch adds (never installed: every install is --no-deps)

@@ -215,6 +215,7 @@ def run(b: "Build") -> int:
 
     if b.plan.source_date_epoch is not None:  # the wheel writers read it (wheelci.wheel.zipwrite)
         os.environ["SOURCE_DATE_EPOCH"] = str(b.plan.source_date_epoch)
+    made_out = not b.out_dir.exists()
     b.out_dir.mkdir(parents=True, exist_ok=True)
     b.work = Path(tempfile.mkdtemp(prefix="ci-build-")) if b.args.work_dir is None else b.args.work_dir
     b.report = report.BuildReport(plan=b.plan.to_json())
@@ -225,19 +226,36 @@ def run(b: "Build") -> int:
         keep = True  # the logs the error names live there
         if b.args.work_dir is None:
             log.warning(f"build files kept for inspection: {b.work}")
+        write_report(b)
         raise
+    except (CiError, KeyboardInterrupt):
+        # a refusal (an image or engine that is not there, bad input found late) or Ctrl-C/SIGTERM: -w keeps
+        # nothing of this run unless verified wheels already reached it (then the report says what failed)
+        if b.written:
+            write_report(b)
+        elif made_out:
+            shutil.rmtree(b.out_dir, ignore_errors=True)
+        raise
+    else:
+        write_report(b)
     finally:
-        failed = [s["name"] for s in b.report.steps if s["status"] in ("failed", "interrupted")]
-        b.report.failed_step = failed[0] if failed else None
-        b.report.passed = b.report.passed and not failed
-        json_path, md_path = report.write(b.report, b.out_dir)
-        # a failure stays one error line: the report's path is shown with --verbose
-        (log.debug if failed else log.info)(f"report: {md_path}" + (f" (stopped at {failed[0]})" if failed else ""))
         if b.args.work_dir is None and not keep:
             shutil.rmtree(b.work, ignore_errors=True)
     if b.args.json:
         cli.emit_json(asdict(b.report))
     return 0
+
+
+def write_report(b: "Build") -> None:
+    """report.json and report.md into -w, with where the steps stopped."""
+    from wheelci import report
+
+    failed = [s["name"] for s in b.report.steps if s["status"] in ("failed", "interrupted")]
+    b.report.failed_step = failed[0] if failed else None
+    b.report.passed = b.report.passed and not failed
+    json_path, md_path = report.write(b.report, b.out_dir)
+    # a failure stays one error line: the report's path is shown with --verbose
+    (log.debug if failed else log.info)(f"report: {md_path}" + (f" (stopped at {failed[0]})" if failed else ""))
 
 
 @dataclass

@@ -8,13 +8,15 @@ found for torch==9`), instead of a CalledProcessError each caller words differen
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from collections import deque
-from typing import IO, Callable, Sequence
+from typing import IO, Callable, Iterator, Sequence
 
 from wheelci.errors import CiError
 from wheelci.util import secret
@@ -65,7 +67,8 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
         print(f"+ {shlex.join(argv)}", file=sys.stderr, flush=True)
     tail: deque[bytes] = deque(maxlen=keep)
     try:
-        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw) as p:
+        kw.setdefault("start_new_session", True)  # a group of its own, stopped whole (_stopped_with)
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw) as p, _stopped_with(p):
             for line in p.stdout:
                 if log is not None:
                     log.write(secret.redact_bytes(line))
@@ -82,6 +85,26 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
     if check and p.returncode != 0:
         raise CiError(f"{what}: {failure(argv, done)}")
     return done
+
+
+@contextlib.contextmanager
+def _stopped_with(p: subprocess.Popen) -> Iterator[None]:
+    """Ctrl-C or SIGTERM while a tool streams: the tool is stopped too (TERM, then KILL), rather than
+    waited for; a cancelled job must not sit out a compile."""
+    try:
+        yield
+    except BaseException:
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # the tool's whole group: a build backend's own children too
+            try:
+                os.killpg(p.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            try:
+                p.wait(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        raise
 
 
 def failure(cmd: Sequence[object] | str, proc: subprocess.CompletedProcess | subprocess.CalledProcessError) -> str:
