@@ -57,9 +57,12 @@ def wheel_metadata(wheel: Path) -> str:
         return z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("variant", ["cpu", "cu130"])
+# Each engine builds for real, each variant is built, and each project: three container builds, not six
+# (a build is minutes here; the engines run the same cibuildwheel, the variants the same image).
+@pytest.mark.parametrize("engine, variant", [("docker", "cu130"), ("podman", "cpu")])
 def test_build_in_container(engines, standin, torch_cpu_wheel, cuda_find_links, tmp_path, engine, variant):
+    """The example through cibuildwheel in the stand-in image, repaired inside by this package's
+    ci.repair, verified on the host."""
     need(engines, engine)
     args = ["--cpu"] if variant == "cpu" else ["--cuda", "13.0", "--arch-list", "9.0"]
     links = torch_cpu_wheel.parent if variant == "cpu" else cuda_find_links
@@ -133,7 +136,7 @@ def test_engine_and_image_problems_are_one_line_exit_2(engines, standin, tmp_pat
     assert not out.exists() or not any(out.iterdir())
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ["docker"])  # the example's CPU build is podman's (above)
 def test_another_project_in_container(engines, standin, torch_cpu_wheel, tmp_path, engine):
     """The setuptools fixture through the same container path: this package's ci.repair mounted in,
     no build isolation, then installed and its own tests run on the host."""
