@@ -365,14 +365,7 @@ def test_patched_wheel_installs_and_works(runs, installs, project, tmp_path):
         assert got.returncode == 0, f"{layout}: {got.stderr[-3000:]}"
 
 
-PATH_LOADED = pytest.mark.xfail(strict=True, reason=(
-    "ci.split moves pycryptodome's ctypes/cffi libraries (no SONAME, no PyInit_, loaded by path from their "
-    "package directory) into companions and exits 0: `from Crypto.PublicKey import ECC` then fails with "
-    "\"Cannot load native module 'Crypto.PublicKey._ec_nat'\"; its import check imports only `Crypto`"))
-
-
-@pytest.mark.parametrize("project", [pytest.param(p, marks=PATH_LOADED) if p == "pycryptodome" else p
-                                     for p in PROJECTS])
+@pytest.mark.parametrize("project", PROJECTS)
 def test_split_outputs_install_and_work(runs, installs, project, tmp_path):
     """ci.split's outputs (main wheel and companions) work in one site directory (pip) and with each
     wheel in a directory of its own."""

@@ -358,7 +358,8 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
         return made
     written = _staged(out_dir, wa.path.name, make)
     for lib, py in sorted(choice.pinned.items()):  # once it worked: bad input stays one line
-        log.info(f"note: kept {cli.shown(lib)} in {wa.name.project}: {cli.shown(py)} loads it by path")
+        why = f"{cli.shown(py)} loads it by path" if py else "it has no SONAME and nothing in the wheel needs it"
+        log.info(f"note: kept {cli.shown(lib)} in {wa.name.project}: {why}")
     for ext in sorted(choice.extensions):
         log.info(f"note: kept {cli.shown(ext)} in {wa.name.project}: a Python extension module (it exports "
                  "PyInit_*), which Python finds by its package path")
@@ -429,6 +430,12 @@ def _choose(wa, size: int, limit: int, verify: bool) -> _Choice:
                if m.name.endswith(".py")}
     wheel_file = wa.read(f"{wa.dist_info}/WHEEL", METADATA_CAP)
     pinned = loaded_by_path(sources, [lib.path for lib in libs])
+    # a library with no SONAME that nothing in the wheel needs can only be opened by its path (dlopen,
+    # ctypes; pycryptodome builds such paths from dotted names): it stays where that path points
+    needed = {n for s in found for n in s.needed}
+    for s in shared:
+        if not s.soname and s.name not in needed:
+            pinned.setdefault(s.path, "")
     plan, extensions = _plan_without_extensions(wa, size, members, libs, pinned, limit)
     if verify:
         wa.verify()
