@@ -182,9 +182,11 @@ def refuse_oversized(members: dict[str, int], limit: int) -> None:
     """CiError naming the largest member when it alone cannot fit in any wheel under the limit."""
     if members:
         name, csize = max(members.items(), key=lambda kv: (kv[1], kv[0]))
-        if csize + member_overhead(name) + BASE_OVERHEAD > limit:
-            raise CiError(f"{name} is {format_size(csize)} compressed, larger than the limit "
-                          f"{format_size(limit)}: no split can bring it under")
+        need = csize + member_overhead(name) + BASE_OVERHEAD
+        if need > limit:
+            raise CiError(f"{name} is {format_size(csize)} compressed, so a wheel holding it is at least "
+                          f"{format_size(need)}: larger than the limit {format_size(limit)}; no split can bring "
+                          "it under")
 
 
 def new_rpaths(libs: Sequence[Lib], moves: dict[str, str],
