@@ -85,10 +85,12 @@ def build(tmp: Path, source: Path, *args: str) -> tuple[subprocess.CompletedProc
 
 
 def test_root_level_cuda_only_module_with_a_pep518_only_pyproject(tmp_path):
-    r, report, wheels = build(tmp_path, sdist("spatial-correlation-sampler"), "--cuda", "13.0", "--arch-list", "9.0",
-                              "--test-command", f"python {CHECKS / 'check_spatial_correlation.py'}")
-    assert r.returncode == 0, r.stderr[-3000:]
-    (wheel,) = wheels
+    """Built and verified once per key (the sdist, the plan, the compiler, the tool's files that go into
+    the wheel: test_real_projects_cpu.py's cache), then its report read back."""
+    from tests.test_real_projects_cpu import verified_build
+
+    wheel, report, _ = verified_build("spatial-correlation-sampler", tmp_path, CHECKS / "check_spatial_correlation.py",
+                                      ("--cuda", "13.0", "--arch-list", "9.0"))
     assert wheel.name.startswith("spatial_correlation_sampler-0.5.0+pt2.13.0.cu130-cp311-cp311-manylinux_"), wheel.name
     checks = report["verify"]
     assert checks["import spatial_correlation_sampler_backend"] == "ok", checks  # the root-level module
@@ -108,11 +110,10 @@ def test_cuda_only_when_forced_is_a_finding_without_the_switch_and_a_cuda_wheel_
     last = r.stderr.strip().splitlines()[-1]
     assert "no device code" in last and "--env FORCE_CUDA=1" in last, last
 
-    r, report, wheels = build(tmp_path / "forced", source, "--cuda", "13.0", "--arch-list", "9.0",
-                              "--env", "FORCE_CUDA=1",
-                              "--test-command", f"python {CHECKS / 'check_linear_assignment.py'}")
-    assert r.returncode == 0, r.stderr[-3000:]
-    (wheel,) = wheels
+    from tests.test_real_projects_cpu import verified_build  # the CUDA build: once per key, as above
+
+    wheel, report, _ = verified_build("torch-linear-assignment", tmp_path / "forced", CHECKS / "check_linear_assignment.py",
+                                      ("--cuda", "13.0", "--arch-list", "9.0", "--env", "FORCE_CUDA=1"))
     assert "+pt2.13.0.cu130-" in wheel.name
     checks = report["verify"]
     assert checks["import torch_linear_assignment"] == "ok" and checks["test_command"].startswith("ok"), checks

@@ -73,14 +73,14 @@ def compiler_version() -> str:
     return r.stdout.splitlines()[0].strip()
 
 
-def build_key(source: Path) -> dict:
+def build_key(source: Path, args: tuple[str, ...] = BUILD_ARGS) -> dict:
     """Everything the built wheel depends on; the tool's dry-run plan names torch, the manylinux policy,
     the build tools' pins and what a CPU build hides of the CUDA toolkit."""
-    r = run_stage("ci.build", source, *BUILD_ARGS, "--engine", "host", "--dry-run", "--json")
+    r = run_stage("ci.build", source, *args, "--engine", "host", "--dry-run", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     plan = json.loads(r.stdout)
     plan = {k: plan.get(k) for k in PLAN_FIELDS}
-    return {"sdist_sha256": sha256_file(source), "args": " ".join(BUILD_ARGS), "plan": plan,
+    return {"sdist_sha256": sha256_file(source), "args": " ".join(args), "plan": plan,
             "compiler": compiler_version(), "python": f"{platform.python_implementation()} {platform.python_version()}",
             "libc": " ".join(platform.libc_ver()), "tool": tool_digest()}
 
@@ -96,12 +96,18 @@ def cached_wheel(entry: Path, key: dict) -> Path | None:
     return wheel if ok else None
 
 
-def store(entry: Path, wheel: Path, key: dict) -> None:
-    """Put a verified wheel in the cache: written in a directory beside `entry`, renamed into place."""
+def cached_report(entry: Path) -> dict:
+    """The build's report.json, as stored with the entry's wheel."""
+    return json.loads((entry / ENTRY).read_text()).get("report") or {}
+
+
+def store(entry: Path, wheel: Path, key: dict, report: dict | None = None) -> None:
+    """Put a verified wheel (and its build's report) in the cache: written in a directory beside `entry`,
+    renamed into place."""
     entry.parent.mkdir(parents=True, exist_ok=True)
     part = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".part", dir=entry.parent))
     shutil.copyfile(wheel, part / wheel.name)
-    meta = {"key": key, "wheel": wheel.name, "sha256": sha256_file(part / wheel.name)}
+    meta = {"key": key, "wheel": wheel.name, "sha256": sha256_file(part / wheel.name), "report": report}
     (part / ENTRY).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     shutil.rmtree(entry, ignore_errors=True)  # an entry that failed validation, or another run's for this key
     try:
@@ -110,23 +116,30 @@ def store(entry: Path, wheel: Path, key: dict) -> None:
         shutil.rmtree(part, ignore_errors=True)
 
 
-def verified_wheel(project: str, tmp: Path, check: Path) -> tuple[Path, bool]:
-    """The project's verified CPU wheel, from the cache or built now (then cached); and whether built."""
+def verified_build(project: str, tmp: Path, check: Path, args: tuple[str, ...] = BUILD_ARGS) -> tuple[Path, dict, bool]:
+    """The project's verified wheel and its build's report, from the cache or built now (then cached);
+    and whether it was built now. The CUDA builds of test_real_projects.py use it too."""
     source = sdist(project)
-    key = build_key(source)
+    key = build_key(source, args)
     entry = cache_dir("real-project-wheels", f"{project}-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}")
     wheel = cached_wheel(entry, key)
     if wheel is not None:
-        return wheel, False
-    r, report, wheels = build(tmp, source, *BUILD_ARGS, "--test-command", f"python {check}")
+        return wheel, cached_report(entry), False
+    r, report, wheels = build(tmp, source, *args, "--test-command", f"python {check}")
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(wheels) == 1, wheels
     assert report["passed"] and report["verify"]["test_command"].startswith("ok"), report["verify"]
     assert all(v == "ok" for k, v in report["verify"].items() if k.startswith("import ")), report["verify"]
-    store(entry, wheels[0], key)
+    store(entry, wheels[0], key, report)
     wheel = cached_wheel(entry, key)
     assert wheel is not None, f"the cache entry {entry} did not read back"
-    return wheel, True
+    return wheel, cached_report(entry), True
+
+
+def verified_wheel(project: str, tmp: Path, check: Path) -> tuple[Path, bool]:
+    """The project's verified CPU wheel, from the cache or built now (then cached); and whether built."""
+    wheel, _, built = verified_build(project, tmp, check)
+    return wheel, built
 
 
 def install_and_check(wheel: Path, tmp: Path, check: Path) -> str:
