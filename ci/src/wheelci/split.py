@@ -434,11 +434,15 @@ def _choose(wa, size: int, limit: int, verify: bool) -> _Choice:
     pinned = loaded_by_path(sources, [lib.path for lib in libs])
     # a library with no SONAME that nothing in the wheel needs can only be opened by its path (dlopen,
     # ctypes; pycryptodome builds such paths from dotted names): it stays where that path points
+    from wheelci.native.extension import extension_modules
+
     needed = {n for s in found for n in s.needed}
-    for s in shared:
-        if not s.soname and s.name not in needed:
-            pinned.setdefault(s.path, "")
-    plan, extensions = _plan_without_extensions(wa, size, members, libs, pinned, limit)
+    unnamed = [s.path for s in shared if not s.soname and s.name not in needed and s.path not in pinned]
+    known = extension_modules(wa, unnamed)  # an extension module stays as one, and is said to be one
+    for path in unnamed:
+        if path not in known:
+            pinned[path] = ""
+    plan, extensions = _plan_without_extensions(wa, size, members, libs, pinned, limit, known)
     if verify:
         wa.verify()
     moves = {old: new for old, (_, new) in plan.moves.items()}
@@ -449,14 +453,14 @@ def _choose(wa, size: int, limit: int, verify: bool) -> _Choice:
 
 
 def _plan_without_extensions(wa, size: int, members: dict[str, int], libs: list[Lib], pinned: dict[str, str],
-                             limit: int) -> tuple[SplitPlan, set[str]]:
+                             limit: int, known: set[str] = frozenset()) -> tuple[SplitPlan, set[str]]:
     """The plan, with no Python extension module (ci.native.extension) among what moves: only the
     libraries a plan would move are read for PyInit_*, and the plan is made again without any found.
     Returns it and the extension modules it would otherwise have moved."""
     from wheelci.native.extension import extension_modules
 
-    checked: set[str] = set()
-    extensions: set[str] = set()
+    checked: set[str] = set(known)
+    extensions: set[str] = set(known)
     while True:
         may = {lib.path for lib in libs if "/" in lib.path and lib.path not in pinned and lib.path not in extensions}
         movable, stay = [lib for lib in libs if lib.path in may], [lib for lib in libs if lib.path not in may]
