@@ -138,6 +138,7 @@ def test_scripts_build_builds_the_users_project_into_their_directory(user_repo):
     assert report["passed"] is True and report["plan"]["project_dir"] == str(user_repo)
     assert [w["name"] for w in report["wheels"]] == [wheel.name]
     assert (user_repo / "work").is_dir() and any((user_repo / "work").iterdir())
+    assert not (user_repo / "work" / "src" / "work").exists()  # the work directory is not source
     assert {p.name for p in ROOT.iterdir()} == before
     assert "own ci package" not in r.stderr
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from wheelci import engine, image
-from wheelci.compile import container
+from wheelci.compile import container, workdir
 from wheelci.config import matrix as mx
 from wheelci import plan as pl
 from wheelci.errors import CiError
@@ -169,7 +169,7 @@ def test_end_to_end_container_build(tmp_path, cuda):
 
 
 def test_container_gets_the_project_without_venv_or_build_trees():
-    files = {str(p) for p in container.project_files(ROOT)}
+    files = {str(p) for p in workdir.project_files(ROOT)}
     assert {"pyproject.toml", "ci/src/wheelci/repair.py", "csrc/ops.cpp"} <= files
     assert not any(f.startswith((".venv/", ".git/", "build/")) or "__pycache__" in f for f in files)
 
@@ -177,7 +177,7 @@ def test_container_gets_the_project_without_venv_or_build_trees():
 def test_a_machine_without_git_stages_the_project_too(tmp_path, monkeypatch):
     """Slim images and chroots have no git: the project is listed without it (was a FileNotFoundError)."""
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no git on PATH
-    files = {str(p) for p in container.project_files(ROOT)}
+    files = {str(p) for p in workdir.project_files(ROOT)}
     assert {"pyproject.toml", "ci/src/wheelci/repair.py", "csrc/ops.cpp"} <= files
     assert not any(f.startswith((".venv/", ".git/", "build/")) or "__pycache__" in f for f in files)
 
@@ -187,7 +187,7 @@ def test_project_outside_git_is_staged_without_venv(tmp_path):
     for rel in ("pyproject.toml", "ci/x.py", ".venv/bin/python", "build/cp311/a.o"):
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_text(rel)
-    dest = container.stage_project(src, tmp_path / "dest")
+    dest = workdir.stage_project(src, tmp_path / "dest")
     assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == ["ci/x.py", "pyproject.toml"]
 
 

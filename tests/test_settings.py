@@ -95,7 +95,7 @@ def _git(*args: str, cwd: Path) -> None:
 def test_staging_takes_submodules_and_forgets_deleted_sources(tmp_path: Path) -> None:
     """A cutlass-style submodule was left out of the staged sources (git lists it as one entry), and a
     reused --work-dir kept files the project had deleted."""
-    from wheelci.compile.container import stage_project
+    from wheelci.compile.workdir import stage_project
     sub = tmp_path / "cutlass"
     (sub / "include").mkdir(parents=True)
     (sub / "include" / "gemm.h").write_text("#define GEMM 1\n")

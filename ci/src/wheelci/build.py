@@ -173,9 +173,11 @@ def build_project(args, project: "Project", settings) -> int:
                       "the project's files; write the wheels to a directory of their own (e.g. -w wheelhouse)")
     if args.work_dir is not None:
         work, src = args.work_dir.resolve(), project_dir.resolve()
-        if work == src or work.is_relative_to(src) or src.is_relative_to(work):
-            raise CiError(f"--work-dir {args.work_dir}: is the project, inside it or above it; a build replaces parts "
-                          "of its work directory (and copies the project): give a directory of its own")
+        if src.is_relative_to(work):  # inside the project is fine: a marked work directory is never copied
+            raise CiError(f"--work-dir {args.work_dir}: is the project or above it; a build replaces parts of its "
+                          "work directory (and copies the project): give a directory of its own")
+        from wheelci.compile.workdir import own_work_dir
+
         own_work_dir(args.work_dir)
     if plan.engine != "host":
         from wheelci.compile.container import require_engine
@@ -189,23 +191,6 @@ def build_project(args, project: "Project", settings) -> int:
         log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} "
                  "(wheelci/resources/glibc_compat/glibc_compat.h)")
     return run(Build(args=args, plan=plan, project_dir=project_dir, out_dir=args.wheel_dir))
-
-
-WORK_MARK = ".wheelci-work"  # in a --work-dir this tool made: the next build may replace what is in it
-
-
-def own_work_dir(path: Path) -> None:
-    """A --work-dir the build may clear parts of (its src/, build/, dist/): a new or empty directory, which
-    gets the mark, or one an earlier build marked. Anything else is the user's and is refused untouched."""
-    if path.exists() and not path.is_dir():
-        raise CiError(f"--work-dir {path}: not a directory")
-    entries = sorted(p.name for p in path.iterdir()) if path.exists() else []
-    if entries and WORK_MARK not in entries:
-        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
-        raise CiError(f"--work-dir {path} holds files wheelci did not make ({shown}): a build replaces parts of "
-                      "its work directory, so give a new or empty one")
-    path.mkdir(parents=True, exist_ok=True)
-    (path / WORK_MARK).write_text("made by `wheelci build --work-dir`: the next build replaces what is here\n")
 
 
 def run(b: "Build") -> int:

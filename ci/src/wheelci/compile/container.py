@@ -18,6 +18,7 @@ from pathlib import Path
 
 from wheelci import engine as eng
 from wheelci.compile import hints
+from wheelci.compile.workdir import stage_project
 from wheelci.errors import CiError, Finding
 from wheelci.config import constraints
 from wheelci.util import log, proc
@@ -71,41 +72,6 @@ def ensure_image(plan: Plan) -> None:
     if not image.exists(plan.image, plan.engine):
         log.info(f"{plan.image} is not built yet; building it from docker/")
         image.build(plan.cuda, manylinux=plan.manylinux, engine=plan.engine)
-
-
-def project_files(project_dir: Path) -> list[Path]:
-    """What goes into the build: git's tracked and unignored files (not .venv, build trees, wheels),
-    and those of its checked-out submodules (a vendored cutlass is source too).
-
-    cibuildwheel copies its whole working directory into the container, so it runs from a copy of these."""
-    try:
-        r = proc.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                     what="listing the project's files", check=False, cwd=project_dir, capture_output=True)
-    except CiError:  # no git on this machine (slim images): the fallback below
-        r = None
-    if r is not None and r.returncode == 0:
-        files = []
-        for f in (Path(f) for f in r.stdout.decode().split("\0") if f):
-            path = project_dir / f
-            if path.is_file():
-                files.append(f)
-            elif path.is_dir() and (path / ".git").exists():  # a submodule (git lists it as one entry)
-                files += [f / sub for sub in project_files(path)]
-        return files
-    skip = {".git", ".venv", "build", "dist", "wheelhouse", "__pycache__"}
-    return [p.relative_to(project_dir) for p in project_dir.rglob("*")
-            if p.is_file() and not skip & set(p.relative_to(project_dir).parts)]
-
-
-def stage_project(project_dir: Path, dest: Path) -> Path:
-    """Copy the project's files into dest, cleared first: a reused --work-dir must not keep sources
-    the project has since deleted (they would still be compiled)."""
-    if dest.exists():
-        shutil.rmtree(dest)
-    for rel in project_files(project_dir):
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(project_dir / rel, dest / rel)
-    return dest
 
 
 def cibuildwheel_command(project_dir: Path, output_dir: Path) -> list[str]:

@@ -116,7 +116,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
     if backend in (Backend.SETUPTOOLS, Backend.PEP517):
         # setuptools builds in the source tree (build/, *.egg-info), and so may any other backend: build a
         # copy, so the project is never written to and no object file of an earlier build is reused
-        from wheelci.compile.container import stage_project
+        from wheelci.compile.workdir import stage_project
 
         project_dir = stage_project(project_dir, work_dir / "src")
     environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
