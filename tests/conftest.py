@@ -41,7 +41,7 @@ class Built:
 
 def _build(tmp_path_factory, name: str, *args: str) -> Built:
     out = tmp_path_factory.mktemp(name)
-    proc = run_stage("ci.build", "--engine", "host", *args, "-w", out)
+    proc = run_stage("ci.build", "--engine", "host", "--fresh", *args, "-w", out)  # every step runs
     assert proc.returncode == 0, proc.stderr[-3000:]
     wheels = sorted(out.glob("*.whl"))
     assert len(wheels) == 1, wheels

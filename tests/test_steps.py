@@ -70,3 +70,88 @@ def test_an_interrupt_is_recorded_then_passes_through():
     with pytest.raises(KeyboardInterrupt):
         run_steps((Step("compile", interrupted),), State(), seen.append)
     assert [(o.name, o.status) for o in seen] == [("compile", "interrupted")]
+
+
+# ---------------------------------------------------------------- reuse: wheelci.reuse.Records
+
+
+@dataclass
+class Files:
+    """A two-step pipeline over real files: copy the source, then append a suffix read from `suffix`."""
+
+    work: Path
+    source: Path
+    suffix: str = "!"
+    copied: Path | None = None
+    out: Path | None = None
+    ran: list[str] = field(default_factory=list)
+    notes: dict = field(default_factory=dict)
+
+
+def _copy(s: Files) -> None:
+    s.ran.append("copy")
+    s.copied = s.work / "copied.txt"
+    s.copied.write_text(s.source.read_text())
+
+
+def _append(s: Files) -> None:
+    s.ran.append("append")
+    s.out = s.work / "out.txt"
+    s.out.write_text(s.copied.read_text() + s.suffix)
+    s.notes["append"] = "done"
+
+
+FILE_STEPS = (Step("copy", _copy, reads=("source",), writes=("copied",), reuse=True),
+              Step("append", _append, reads=("copied", "suffix"), writes=("out",), reuse=True))
+
+
+def _rerun(work: Path, source: Path, suffix: str = "!") -> tuple[Files, list]:
+    from wheelci.reuse import Records
+
+    state, seen = Files(work, source, suffix), []
+    memory = Records(work, snapshot=lambda s: {"notes": dict(s.notes)},
+                     restore=lambda s, parts: s.notes.update(parts.get("notes", {})))
+    run_steps(FILE_STEPS, state, seen.append, memory)
+    return state, [(o.name, o.status) for o in seen]
+
+
+def test_a_step_is_reused_only_while_its_inputs_and_recorded_outputs_are_unchanged(tmp_path):
+    source = tmp_path / "source.txt"
+    source.write_text("a")
+    work = tmp_path / "work"
+    work.mkdir()
+    state, seen = _rerun(work, source)
+    assert seen == [("copy", "ok"), ("append", "ok")] and state.out.read_text() == "a!"
+
+    state, seen = _rerun(work, source)  # nothing changed: nothing runs, the outputs and report parts come back
+    assert seen == [("copy", "reused"), ("append", "reused")] and state.ran == []
+    assert state.out == work / "out.txt" and state.notes == {"append": "done"}
+
+    state, seen = _rerun(work, source, suffix="?")  # a changed value: only the step that reads it
+    assert seen == [("copy", "reused"), ("append", "ok")] and state.out.read_text() == "a?"
+
+    source.write_text("b")  # a changed file: both
+    state, seen = _rerun(work, source, suffix="?")
+    assert seen == [("copy", "ok"), ("append", "ok")] and state.out.read_text() == "b?"
+
+    (work / "out.txt").write_text("tampered")  # a recorded output that changed since: its step runs again
+    state, seen = _rerun(work, source, suffix="?")
+    assert seen == [("copy", "reused"), ("append", "ok")] and state.out.read_text() == "b?"
+
+    (work / "copied.txt").unlink()  # one that is gone: its step runs, and so does what reads it
+    state, seen = _rerun(work, source, suffix="?")
+    assert seen == [("copy", "ok"), ("append", "reused")]  # the same bytes again: what reads them is reused
+    assert state.out.read_text() == "b?"
+
+
+@pytest.mark.parametrize("record", ["", "{", "[]", '{"copy": 3}', '{"copy": {"inputs": 1, "writes": []}}',
+                                    '{"copy": {"inputs": "x", "writes": {"copied": {"file": 3}}}}'])
+def test_a_corrupt_record_runs_the_steps(tmp_path, record):
+    from wheelci.reuse import RECORD
+
+    source = tmp_path / "source.txt"
+    source.write_text("a")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / RECORD).write_text(record)
+    state, seen = _rerun(tmp_path / "work", source)
+    assert seen == [("copy", "ok"), ("append", "ok")] and state.out.read_text() == "a!"

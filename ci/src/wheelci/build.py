@@ -190,27 +190,58 @@ def build_project(args, project: "Project", settings) -> int:
     if plan.engine == "host":
         log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} "
                  "(wheelci/resources/glibc_compat/glibc_compat.h)")
-    return run(Build(args=args, plan=plan, project_dir=project_dir, out_dir=args.wheel_dir))
+    from_sdist = args.project is not None and Path(args.project).is_file()
+    return run(Build(args=args, plan=plan, project_dir=project_dir, out_dir=args.wheel_dir, from_sdist=from_sdist))
 
 
 def run(b: "Build") -> int:
-    """Run STEPS over one build; the report (with each step's outcome) is written whether they pass or not."""
-    from wheelci import report
-    from wheelci.steps import run_steps
-
+    """Run STEPS over one build in its work directory; the report (with each step's outcome) is written
+    whether they pass or not."""
     if b.plan.source_date_epoch is not None:  # the wheel writers read it (wheelci.wheel.zipwrite)
         os.environ["SOURCE_DATE_EPOCH"] = str(b.plan.source_date_epoch)
     made_out = not b.out_dir.exists()
     b.out_dir.mkdir(parents=True, exist_ok=True)
-    b.work = Path(tempfile.mkdtemp(prefix="ci-build-")) if b.args.work_dir is None else b.args.work_dir
-    b.report = report.BuildReport(plan=b.plan.to_json())
-    keep = b.args.keep_work
+    temporary = b.args.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
+    if temporary:
+        b.work = Path(tempfile.mkdtemp(prefix="ci-build-"))
+    elif b.args.work_dir is None:
+        from wheelci.compile.workdir import kept_tree
+        from wheelci.util.cache import cache_dir
+
+        b.work = kept_tree(cache_dir("builds"), b.project_dir, b.plan)
+    else:
+        b.work = b.args.work_dir
+    keep = b.args.keep_work or not temporary
     try:
-        run_steps(STEPS, b, lambda outcome: b.report.steps.append(asdict(outcome)))
+        from wheelci.util.lock import locked_dir
+
+        with locked_dir(b.work, f"the build tree {b.work.name}"):
+            keep = run_in(b, made_out) or keep
+    finally:
+        if not keep:
+            shutil.rmtree(b.work, ignore_errors=True)
+    if b.args.json:
+        cli.emit_json(asdict(b.report))
+    return 0
+
+
+def run_in(b: "Build", made_out: bool) -> bool:
+    """The steps, under the work directory's lock, remembered in it (wheelci.reuse). True: keep the
+    work directory (a finding's logs live there)."""
+    from wheelci import report
+    from wheelci.reuse import Records
+    from wheelci.steps import run_steps
+
+    if b.args.fresh:
+        from wheelci.compile.workdir import clear_work_dir
+
+        clear_work_dir(b.work)
+    b.report = report.BuildReport(plan=b.plan.to_json(), work_dir=str(b.work))
+    memory = Records(b.work, snapshot=report_parts, restore=restore_report_parts)
+    try:
+        run_steps(STEPS, b, lambda outcome: b.report.steps.append(asdict(outcome)), memory)
     except Finding:
-        keep = True  # the logs the error names live there
-        if b.args.work_dir is None:
-            log.warning(f"build files kept for inspection: {b.work}")
+        log.warning(f"build files kept for inspection: {b.work}")
         write_report(b)
         raise
     except (CiError, KeyboardInterrupt):
@@ -221,14 +252,28 @@ def run(b: "Build") -> int:
         elif made_out:
             shutil.rmtree(b.out_dir, ignore_errors=True)
         raise
-    else:
-        write_report(b)
-    finally:
-        if b.args.work_dir is None and not keep:
-            shutil.rmtree(b.work, ignore_errors=True)
-    if b.args.json:
-        cli.emit_json(asdict(b.report))
-    return 0
+    write_report(b)
+    return False
+
+
+REPORT_PARTS = ("build_seconds", "verify_seconds", "verify", "passed", "wheels")  # what steps add to the report
+
+
+def report_parts(b: "Build") -> dict:
+    return {k: v for k, v in asdict(b.report).items() if k in REPORT_PARTS}
+
+
+def restore_report_parts(b: "Build", parts: dict) -> None:
+    """A reused step's additions to the report, as it recorded them (asdict's form)."""
+    from wheelci.report import WheelReport
+
+    for key, value in parts.items():
+        if key == "wheels":
+            value = [WheelReport(**w) for w in value]
+        if key == "verify":
+            value = {**b.report.verify, **value}
+        if key in REPORT_PARTS:
+            setattr(b.report, key, value)
 
 
 def write_report(b: "Build") -> None:
@@ -251,8 +296,10 @@ class Build:
     plan: "Plan"
     project_dir: Path
     out_dir: Path
+    from_sdist: bool = False  # the project is an sdist unpacked for this run
     work: Path = Path()
     report: "BuildReport" = None  # type: ignore[assignment]
+    sources: str = ""  # one digest of the project's files and revision (wheelci.compile.workdir)
     env: "BuildEnv" = None  # type: ignore[assignment]  # the build environment: torch and its site-packages
     build_dir: Path | None = None
     compiled: list[Path] = field(default_factory=list)  # the build backend's wheels
@@ -268,21 +315,35 @@ class Build:
         return [w for w, role in self.final if role == "main"]
 
 
+def sources_step(b: Build) -> None:
+    """What the compile and the tests read of the project, as one digest (a file's size and mtime spare
+    reading it again)."""
+    from wheelci.compile.workdir import snapshot_sources
+
+    _, b.sources = snapshot_sources(b.project_dir, b.work)
+
+
+def env_step(b: Build) -> None:
+    """The cached build environment of the plan's torch (made on first use)."""
+    from wheelci.compile.host import torch_spec
+    from wheelci.compile.hostenv import ensure_env
+
+    b.env = ensure_env(torch_spec(b.plan))
+
+
 def compile_step(b: Build) -> None:
     start = time.monotonic()
     if b.plan.engine == "host":
         from wheelci.compile.host import compile_host
 
-        comp = compile_host(b.plan, b.project_dir, b.work, nvcc_source=b.plan.nvcc_source, build_env=b.plan.build_env)
-        b.env, b.build_dir, b.compiled = comp.env, comp.build_dir, [comp.wheel]
+        comp = compile_host(b.plan, b.project_dir, b.work, nvcc_source=b.plan.nvcc_source, build_env=b.plan.build_env,
+                            env=b.env)
+        b.build_dir, b.compiled = comp.build_dir, [comp.wheel]
     else:
         from wheelci.compile import container
-        from wheelci.compile.host import torch_spec
-        from wheelci.compile.hostenv import ensure_env
 
         # cibuildwheel runs the repair too, inside the container (wheelci.repair, mounted read-only)
         b.compiled = container.compile(b.plan, b.work / "repaired", b.project_dir, logfile=b.work / "cibuildwheel.log")
-        b.env = ensure_env(torch_spec(b.plan))
     b.report.build_seconds = round(time.monotonic() - start, 1)
 
 
@@ -414,14 +475,17 @@ def upload_step(b: Build) -> None:
 # The build, as data. Each step names what it reads and writes of Build; the report lists each step's
 # outcome (status, seconds, outputs) under `steps`.
 STEPS: tuple[Step[Build], ...] = (
-    Step("compile", compile_step, reads=("plan", "project_dir"), writes=("compiled",),
-         title=lambda b: f"compile ({b.plan.engine})"),
-    Step("repair", repair_step, reads=("compiled", "env", "plan"), writes=("repaired", "excluded")),
-    Step("finish", finish_step, reads=("repaired", "env", "plan"), writes=("wheels",)),
-    Step("sbom", sbom_step, reads=("wheels", "plan", "env", "excluded", "project_dir"), writes=("wheels",)),
-    Step("check", check_step, reads=("wheels", "plan"), writes=("final",)),
-    Step("abi", abi_step, reads=("final", "env"), writes=("torch_requirement",)),
-    Step("verify", verify_step, reads=("final", "env", "plan", "torch_requirement")),
+    Step("sources", sources_step, reads=("project_dir",), writes=("sources",)),
+    Step("env", env_step, reads=("plan",), writes=("env",)),
+    Step("compile", compile_step, reads=("plan", "sources", "env"), writes=("compiled", "build_dir"),
+         title=lambda b: f"compile ({b.plan.engine})", reuse=True),
+    Step("repair", repair_step, reads=("compiled", "env", "plan"), writes=("repaired", "excluded"), reuse=True),
+    Step("finish", finish_step, reads=("repaired", "env", "plan"), writes=("wheels",), reuse=True),
+    Step("sbom", sbom_step, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("wheels",), reuse=True),
+    Step("check", check_step, reads=("wheels", "plan", "env"), writes=("final",), reuse=True),
+    Step("abi", abi_step, reads=("final", "env"), writes=("torch_requirement",), reuse=True),
+    Step("verify", verify_step, reads=("final", "env", "plan", "torch_requirement", "sources", "build_dir"),
+         reuse=True),
     Step("write", write_step, reads=("final", "out_dir"), writes=("written",)),
     Step("upload", upload_step, reads=("written",), when=lambda b: bool(b.plan.upload)),
 )
@@ -471,7 +535,10 @@ def build_parser() -> cli.Parser:
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.add_argument("--upload", metavar="URL", help="upload the verified wheels to this repository URL")
     p.add_argument("--work-dir", type=Path, help="keep build files here (default: a temporary directory)")
-    p.add_argument("--keep-work", action="store_true", help="do not delete the temporary work directory")
+    p.add_argument("--keep-work", action="store_true", help="keep the temporary work directory of an sdist's build "
+                   "(a project directory's build tree is kept anyway, in the cache)")
+    p.add_argument("--fresh", action="store_true", help="start from an empty build tree and run every step "
+                   "(default: steps whose inputs are unchanged since the last build are reused)")
     p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)
     return p
 

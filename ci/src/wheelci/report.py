@@ -40,6 +40,7 @@ class BuildReport:
     notes: list[str] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)  # each step's outcome: name, status, seconds, outputs, error
     failed_step: str | None = None  # where the build stopped, if it did
+    work_dir: str = ""  # the build tree: its logs, and what the next build reuses
 
 
 def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "main") -> WheelReport:
@@ -58,11 +59,17 @@ def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "
 
 def to_markdown(r: BuildReport) -> str:
     plan = r.plan
-    status = "passed" if r.passed else "FAILED"
+    verify = next((s["status"] for s in r.steps if s["name"] == "verify"), None)
+    # the verify step's own outcome: an upload that failed after it does not make verify FAILED
+    status = ({"ok": "passed", "reused": "passed", "failed": "FAILED"}.get(verify, "not run") if verify
+              else ("passed" if r.passed else "FAILED"))
+    reused = [s["name"] for s in r.steps if s["status"] == "reused"]
     lines = [
         f"## Wheels: CUDA {plan.get('cuda') or 'none (CPU)'}, torch {plan.get('torch')}, engine {plan.get('engine')}",
         "",
         f"Build {r.build_seconds:.0f} s; verify {r.verify_seconds:.0f} s ({status}).",
+        *([f"Reused from the last build, its inputs unchanged: {', '.join(reused)} (`--fresh` runs them)."]
+          if reused else []),
         "",
         "| wheel | role | size | excluded (declared instead) | requires |",
         "|---|---|---:|---|---|",

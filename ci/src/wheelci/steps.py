@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, Protocol, Sequence, TypeVar
 
 from wheelci.util import log
 
 S = TypeVar("S")
 
-STATUSES = ("ok", "skipped", "failed", "interrupted")
+STATUSES = ("ok", "reused", "skipped", "failed", "interrupted")
 
 
 def _always(state: Any) -> bool:
@@ -32,6 +32,16 @@ class Step(Generic[S]):
     writes: tuple[str, ...] = ()  # fields it fills in: its outputs, as the report lists them
     when: Callable[[S], bool] = _always  # a step that does not apply to this build is recorded as skipped
     title: Callable[[S], str] | None = None  # the log group's title (default: the name)
+    reuse: bool = False  # unchanged reads give back the recorded writes (wheelci.reuse); reads must be complete
+
+
+class Memory(Protocol):
+    """Where step outcomes are remembered between runs (wheelci.reuse.Records)."""
+
+    def inputs(self, step: Step, state: Any) -> str: ...
+    def recall(self, step: Step, state: Any, inputs: str) -> str | None: ...
+    def snapshot(self, state: Any) -> dict: ...
+    def keep(self, step: Step, state: Any, inputs: str, before: dict) -> None: ...
 
 
 @dataclass
@@ -62,13 +72,23 @@ def outputs(step: Step, state: Any) -> list[str]:
     return shown
 
 
-def run_steps(steps: Sequence[Step[S]], state: S, record: Callable[[Outcome], None]) -> None:
-    """Run each step in order; record its outcome; re-raise the first failure after recording it."""
+def run_steps(steps: Sequence[Step[S]], state: S, record: Callable[[Outcome], None],
+              memory: Memory | None = None) -> None:
+    """Run each step in order; record its outcome; re-raise the first failure after recording it.
+
+    With a memory, a reusable step whose inputs are unchanged is not run: its recorded outputs are
+    taken, said on a line and marked "reused"."""
     for step in steps:
         if not step.when(state):
             record(Outcome(step.name, "skipped"))
             continue
         start = time.monotonic()
+        inputs = memory.inputs(step, state) if memory is not None and step.reuse else None
+        if inputs is not None and (made := memory.recall(step, state, inputs)):
+            log.info(f"{step.name}: reused (its inputs are unchanged since {made}; --fresh runs it)")
+            record(Outcome(step.name, "reused", round(time.monotonic() - start, 1), outputs(step, state)))
+            continue
+        before = memory.snapshot(state) if inputs is not None else {}
         try:
             with log.step(step.title(state) if step.title else step.name):
                 step.run(state)
@@ -80,4 +100,6 @@ def run_steps(steps: Sequence[Step[S]], state: S, record: Callable[[Outcome], No
 
             record(Outcome(step.name, "failed", round(time.monotonic() - start, 1), error=shown(e)))
             raise
+        if inputs is not None:
+            memory.keep(step, state, inputs, before)
         record(Outcome(step.name, "ok", round(time.monotonic() - start, 1), outputs(step, state)))

@@ -102,23 +102,25 @@ def prefix_maps(project_dir: Path, work_dir: Path, python: Path, compat: Path) -
 
 
 def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = "auto",
-                 build_env: dict[str, str] | None = None) -> CompileResult:
+                 build_env: dict[str, str] | None = None, env: BuildEnv | None = None) -> CompileResult:
     """Build the project's wheel for `plan` on this machine; raises Finding if the build fails.
 
     scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
     what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
     NVCC_APPEND_FLAGS. `build_env` (the project's [tool.ci] env and --env) goes last."""
-    env = ensure_env(torch_spec(plan))
+    env = env or ensure_env(torch_spec(plan))
     install_build_requires(env, plan)
     from wheelci.config.project import Backend
 
     backend = Backend(plan.backend)  # a closed set: each member's treatment below, nothing by default
     if backend in (Backend.SETUPTOOLS, Backend.PEP517):
         # setuptools builds in the source tree (build/, *.egg-info), and so may any other backend: build a
-        # copy, so the project is never written to and no object file of an earlier build is reused
-        from wheelci.compile.workdir import stage_project
+        # copy, so the project is never written to; the copy keeps its build tree, and only what changed in
+        # the project is copied again (and so rebuilt)
+        from wheelci.compile.workdir import snapshot_sources, sync_project
 
-        project_dir = stage_project(project_dir, work_dir / "src")
+        files, _ = snapshot_sources(project_dir, work_dir)
+        project_dir = sync_project(project_dir, work_dir / "src", files)
     environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
     if plan.source_date_epoch is not None:
         environ["SOURCE_DATE_EPOCH"] = str(plan.source_date_epoch)

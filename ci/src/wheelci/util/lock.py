@@ -114,3 +114,23 @@ def locked_dirs(paths: list[Path], what: str) -> Iterator[None]:
         for key in sorted(unique):
             stack.enter_context(locked_dir(unique[key], what))
         yield
+
+
+@contextlib.contextmanager
+def unless_locked(path: Path | str) -> Iterator[bool]:
+    """Hold the directory `path` if no run holds it now (yields True), without waiting; False otherwise
+    (held, gone, or not lockable here): for clean-ups that must never take what a running build uses."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
