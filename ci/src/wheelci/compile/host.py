@@ -50,13 +50,26 @@ def install_build_requires(env: BuildEnv, plan) -> None:
     from wheelci.config import constraints
     from wheelci.plan import build_installs
 
+    import hashlib
+
+    from wheelci.util.lock import locked_file
+
     reqs = build_installs(plan.build_requires)
-    try:
-        proc.run([env.python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                  "-c", constraints.ensure_file(plan.tool_constraints), *reqs],
-                 what=f"installing the build requirements {', '.join(reqs)}", capture_output=True, text=True)
-    except CiError as e:
-        raise Finding(str(e)) from None
+    pins = constraints.ensure_file(plan.tool_constraints)
+    # the last set installed into this env, by any build: the same set again is already there (the warm
+    # path skips pip's second of resolving); another project's set in between makes it run
+    key = hashlib.sha256("\0".join([*reqs, Path(pins).read_text()]).encode()).hexdigest()
+    marker = env.root / ".build-requires"
+    with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}"):
+        if marker.is_file() and marker.read_text() == key:
+            return
+        marker.unlink(missing_ok=True)
+        try:
+            proc.run([env.python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", pins, *reqs],
+                     what=f"installing the build requirements {', '.join(reqs)}", capture_output=True, text=True)
+        except CiError as e:
+            raise Finding(str(e)) from None
+        marker.write_text(key)
 
 
 def ccache_environ(plan, work_dir: Path, cmake: bool, config: list[str]) -> dict[str, str]:
