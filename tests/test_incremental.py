@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,7 @@ def test_reruns_reuse_what_did_not_change_and_rebuild_what_did(tmp_path):
     (project / "csrc" / "extra.cpp").write_text("int tiny_extra() { return 1; }\n")
     setup = project / "setup.py"
     setup.write_text(setup.read_text().replace('["csrc/tiny.cpp"]', '["csrc/tiny.cpp", "csrc/extra.cpp"]'))
+    (project / "tiny_ext" / "dropped.py").write_text("DROPPED = True\n")  # shipped now, deleted below
     # a tree whose project is gone is removed by the next build; one that is not ours is left alone
     builds = cache_dir("builds")
     gone, foreign = builds / "0-gone-project", builds / "0-not-ours"
@@ -64,7 +66,9 @@ def test_reruns_reuse_what_did_not_change_and_rebuild_what_did(tmp_path):
     (gone / WORK_MARK).write_text("")
 
     # the first build, twice at once: one waits for the build tree the other holds, then reuses every step
-    env = {**os.environ, **EPOCH, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")])}
+    # the environment run_stage gives the later builds: the variables are inputs of the compile too
+    env = {**os.environ, **EPOCH, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src"),
+                                                                os.environ.get("PYTHONPATH", "")])}
     start = time.monotonic()
     runs = [subprocess.Popen([sys.executable, "-m", "ci.build", str(project), "--cpu", "--engine", "host",
                               "-w", str(tmp_path / name)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
@@ -96,6 +100,7 @@ def test_reruns_reuse_what_did_not_change_and_rebuild_what_did(tmp_path):
     # a changed test file: the compile runs but compiles nothing (ninja's tree is kept), and verify runs
     # the new test, which fails: verification is never skipped when what it reads changed
     test_file = project / "tests" / "test_tiny.py"
+    (project / "tiny_ext" / "dropped.py").unlink()  # and a module deleted: it must not ship again
     test_file.write_text(test_file.read_text() + "\n\ndef test_added():\n    assert False, 'the added test ran'\n")
     failing, report4, _ = build(project, tmp_path / "o4")
     assert failing.returncode == 1 and report4["failed_step"] == "verify", failing.stderr[-3000:]
@@ -109,6 +114,9 @@ def test_reruns_reuse_what_did_not_change_and_rebuild_what_did(tmp_path):
     changed, report5, changed_seconds = build(project, tmp_path / "o5")
     assert changed.returncode == 0, changed.stderr[-3000:]
     assert all(statuses(report5)[s] == "ok" for s in REUSABLE), report5["steps"]
+    (wheel,) = (tmp_path / "o5").glob("*.whl")
+    assert "tiny_ext/dropped.py" not in zipfile.ZipFile(wheel).namelist()
+    assert "tiny_ext/dropped.py" in zipfile.ZipFile(next((tmp_path / "o1").glob("*.whl"))).namelist()
     log = (tree / "compile.log").read_text()
     assert "[1/1]" in log and "extra.cpp" in log and "tiny.cpp" not in log.split("[1/1]")[1].split("\n")[0], log
 

@@ -4,6 +4,7 @@ declares it writes."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,3 +156,19 @@ def test_a_corrupt_record_runs_the_steps(tmp_path, record):
     (tmp_path / "work" / RECORD).write_text(record)
     state, seen = _rerun(tmp_path / "work", source)
     assert seen == [("copy", "ok"), ("append", "ok")] and state.out.read_text() == "a!"
+
+
+def test_a_record_whose_report_parts_do_not_read_back_runs_the_step(tmp_path):
+    """A record edited (or cut off) where the step's report parts are: the step runs, no traceback."""
+    from wheelci.reuse import RECORD
+
+    source = tmp_path / "source.txt"
+    source.write_text("a")
+    work = tmp_path / "work"
+    work.mkdir()
+    _rerun(work, source)
+    record = json.loads((work / RECORD).read_text())
+    record["append"]["adds"] = {"notes": 3}
+    (work / RECORD).write_text(json.dumps(record))
+    state, seen = _rerun(work, source)
+    assert seen == [("copy", "reused"), ("append", "ok")] and state.out.read_text() == "a!"

@@ -215,7 +215,7 @@ def run(b: "Build") -> int:
     try:
         from wheelci.util.lock import locked_dir
 
-        with locked_dir(b.work, f"the build tree {b.work.name}"):
+        with locked_dir(b.work, f"the build tree {b.work.name}") as b.lock_fd:
             keep = run_in(b, made_out) or keep
     finally:
         if not keep:
@@ -256,6 +256,22 @@ def run_in(b: "Build", made_out: bool) -> bool:
     return False
 
 
+# Variables of a shell session that no compile or test reads: a new terminal must not rerun the compile.
+ENV_NOISE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLORTERM", "COLUMNS", "LINES", "PS1", "PS2", "MAIL",
+                       "HISTFILE", "HISTSIZE", "HISTCONTROL", "LS_COLORS", "DISPLAY", "WINDOWID", "SSH_CLIENT",
+                       "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS",
+                       "XDG_SESSION_ID", "XDG_RUNTIME_DIR", "TMUX", "TMUX_PANE", "STY", "INVOCATION_ID",
+                       "JOURNAL_STREAM", "OLDPWD", "PYTEST_CURRENT_TEST", "CI_VERBOSE"})
+ENV_NOISE_PREFIXES = ("GITHUB_", "RUNNER_", "ACTIONS_", "TERM_", "VSCODE_", "ITERM_", "KITTY_", "WT_")
+
+
+def inherited_environ(environ) -> dict[str, str]:
+    """The environment the compile and the tests inherit, as their inputs: every variable but a shell
+    session's and a CI runner's own bookkeeping (a value is only ever hashed, never written)."""
+    return {k: v for k, v in sorted(environ.items())
+            if k not in ENV_NOISE and not k.startswith(ENV_NOISE_PREFIXES)}
+
+
 REPORT_PARTS = ("build_seconds", "verify_seconds", "verify", "passed", "wheels")  # what steps add to the report
 
 
@@ -264,16 +280,25 @@ def report_parts(b: "Build") -> dict:
 
 
 def restore_report_parts(b: "Build", parts: dict) -> None:
-    """A reused step's additions to the report, as it recorded them (asdict's form)."""
+    """A reused step's additions to the report, as it recorded them (asdict's form); a record that does not
+    read back raises (the step then runs) before anything is set."""
     from wheelci.report import WheelReport
 
-    for key, value in parts.items():
+    values = {}
+    for key, value in dict(parts).items():
         if key == "wheels":
             value = [WheelReport(**w) for w in value]
-        if key == "verify":
-            value = {**b.report.verify, **value}
-        if key in REPORT_PARTS:
-            setattr(b.report, key, value)
+        elif key == "verify":
+            value = {**b.report.verify, **dict(value)}
+        elif key in ("build_seconds", "verify_seconds"):
+            value = float(value)
+        elif key == "passed":
+            value = bool(value)
+        else:
+            raise ValueError(key)
+        values[key] = value
+    for key, value in values.items():
+        setattr(b.report, key, value)
 
 
 def write_report(b: "Build") -> None:
@@ -300,6 +325,10 @@ class Build:
     work: Path = Path()
     report: "BuildReport" = None  # type: ignore[assignment]
     sources: str = ""  # one digest of the project's files and revision (wheelci.compile.workdir)
+    source_files: dict[str, str] = field(default_factory=dict)  # each file's sha256, as that digest saw it
+    environ: dict[str, str] = field(default_factory=dict)  # what the compile and the tests inherit (less noise)
+    deps: list[Path] = field(default_factory=list)  # files outside the project the compile read (headers, compilers)
+    lock_fd: int | None = None  # the work directory's lock
     env: "BuildEnv" = None  # type: ignore[assignment]  # the build environment: torch and its site-packages
     build_dir: Path | None = None
     compiled: list[Path] = field(default_factory=list)  # the build backend's wheels
@@ -311,6 +340,12 @@ class Build:
     written: list[Path] = field(default_factory=list)
 
     @property
+    def compile_plan(self) -> dict:
+        from wheelci.compile.workdir import compile_view
+
+        return compile_view(self.plan)
+
+    @property
     def mains(self) -> list[Path]:
         return [w for w, role in self.final if role == "main"]
 
@@ -320,7 +355,8 @@ def sources_step(b: Build) -> None:
     reading it again)."""
     from wheelci.compile.workdir import snapshot_sources
 
-    _, b.sources = snapshot_sources(b.project_dir, b.work)
+    b.source_files, b.sources = snapshot_sources(b.project_dir, b.work, leave_out=(b.out_dir, b.work))
+    b.environ = inherited_environ(os.environ)
 
 
 def env_step(b: Build) -> None:
@@ -336,9 +372,12 @@ def compile_step(b: Build) -> None:
     if b.plan.engine == "host":
         from wheelci.compile.host import compile_host
 
+        from wheelci.compile.host import dependencies
+
         comp = compile_host(b.plan, b.project_dir, b.work, nvcc_source=b.plan.nvcc_source, build_env=b.plan.build_env,
-                            env=b.env)
+                            env=b.env, files=b.source_files, hold_fds=(b.lock_fd,) if b.lock_fd is not None else ())
         b.build_dir, b.compiled = comp.build_dir, [comp.wheel]
+        b.deps = dependencies(b.env, b.work)
     else:
         from wheelci.compile import container
 
@@ -477,14 +516,15 @@ def upload_step(b: Build) -> None:
 STEPS: tuple[Step[Build], ...] = (
     Step("sources", sources_step, reads=("project_dir",), writes=("sources",)),
     Step("env", env_step, reads=("plan",), writes=("env",)),
-    Step("compile", compile_step, reads=("plan", "sources", "env"), writes=("compiled", "build_dir"),
+    Step("compile", compile_step, reads=("compile_plan", "sources", "env", "environ"),
+         writes=("compiled", "build_dir", "deps"),
          title=lambda b: f"compile ({b.plan.engine})", reuse=True),
     Step("repair", repair_step, reads=("compiled", "env", "plan"), writes=("repaired", "excluded"), reuse=True),
     Step("finish", finish_step, reads=("repaired", "env", "plan"), writes=("wheels",), reuse=True),
     Step("sbom", sbom_step, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("wheels",), reuse=True),
     Step("check", check_step, reads=("wheels", "plan", "env"), writes=("final",), reuse=True),
     Step("abi", abi_step, reads=("final", "env"), writes=("torch_requirement",), reuse=True),
-    Step("verify", verify_step, reads=("final", "env", "plan", "torch_requirement", "sources", "build_dir"),
+    Step("verify", verify_step, reads=("final", "env", "plan", "torch_requirement", "sources", "build_dir", "environ"),
          reuse=True),
     Step("write", write_step, reads=("final", "out_dir"), writes=("written",)),
     Step("upload", upload_step, reads=("written",), when=lambda b: bool(b.plan.upload)),

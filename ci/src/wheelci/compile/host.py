@@ -8,8 +8,11 @@ stays in the work directory, where its tests find what it built besides the whee
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import time
+from typing import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,22 +46,27 @@ def toolkit_wheels(cuda: str) -> tuple[str, ...]:
     return (*row.nvcc_wheels, *row.toolkit_wheels) if row.nvcc_wheel_has_nvcc else ()
 
 
-def install_build_requires(env: BuildEnv, plan) -> None:
-    """The project's [build-system] requires as the plan holds them, torch aside (the env's torch is the
-    plan's), and our build tools, into the build env (`build --no-isolation` uses it as it is), under our tool
-    constraints less the ones the project excludes. pip leaves what is satisfied alone."""
+def _requirements_key(plan) -> tuple[list[str], Path, str]:
+    import hashlib
+
     from wheelci.config import constraints
     from wheelci.plan import build_installs
 
-    import hashlib
-
-    from wheelci.util.lock import locked_file
-
     reqs = build_installs(plan.build_requires)
     pins = constraints.ensure_file(plan.tool_constraints)
-    # the last set installed into this env, by any build: the same set again is already there (the warm
-    # path skips pip's second of resolving); another project's set in between makes it run
-    key = hashlib.sha256("\0".join([*reqs, Path(pins).read_text()]).encode()).hexdigest()
+    return reqs, pins, hashlib.sha256("\0".join([*reqs, Path(pins).read_text()]).encode()).hexdigest()
+
+
+def install_build_requires(env: BuildEnv, plan) -> None:
+    """The project's [build-system] requires as the plan holds them, torch aside (the env's torch is the
+    plan's), and our build tools, into the build env (`build --no-isolation` uses it as it is), under our tool
+    constraints less the ones the project excludes. pip leaves what is satisfied alone.
+
+    The env records the last set installed into it, by any build: the same set again is already there
+    (a warm build skips pip's second of resolving)."""
+    from wheelci.util.lock import locked_file
+
+    reqs, pins, key = _requirements_key(plan)
     marker = env.root / ".build-requires"
     with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}"):
         if marker.is_file() and marker.read_text() == key:
@@ -70,6 +78,24 @@ def install_build_requires(env: BuildEnv, plan) -> None:
         except CiError as e:
             raise Finding(str(e)) from None
         marker.write_text(key)
+
+
+@contextlib.contextmanager
+def requirements_held(env: BuildEnv, plan) -> Iterator[None]:
+    """The env holding this plan's build requirements for as long as the compile runs: a shared hold, so
+    builds needing the same set compile side by side while one needing another set (a project's own
+    `ninja<1.12`) waits to install it, rather than swapping the tools under a running compile."""
+    from wheelci.util.lock import locked_file
+
+    _, _, key = _requirements_key(plan)
+    marker = env.root / ".build-requires"
+    while True:
+        install_build_requires(env, plan)
+        with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}",
+                         shared=True):
+            if marker.is_file() and marker.read_text() == key:
+                yield
+                return
 
 
 def ccache_environ(plan, work_dir: Path, cmake: bool, config: list[str]) -> dict[str, str]:
@@ -115,14 +141,17 @@ def prefix_maps(project_dir: Path, work_dir: Path, python: Path, compat: Path) -
 
 
 def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = "auto",
-                 build_env: dict[str, str] | None = None, env: BuildEnv | None = None) -> CompileResult:
+                 build_env: dict[str, str] | None = None, env: BuildEnv | None = None,
+                 files: dict[str, str] | None = None, hold_fds: tuple[int, ...] = ()) -> CompileResult:
     """Build the project's wheel for `plan` on this machine; raises Finding if the build fails.
 
     scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
     what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
-    NVCC_APPEND_FLAGS. `build_env` (the project's [tool.ci] env and --env) goes last."""
+    NVCC_APPEND_FLAGS. `build_env` (the project's [tool.ci] env and --env) goes last. `files`: the
+    project's files as the build's snapshot saw them (the copy must be what the step records); `hold_fds`:
+    the work directory's lock, held by the backend too, so a build killed with -9 keeps its tree locked
+    while its compile still runs."""
     env = env or ensure_env(torch_spec(plan))
-    install_build_requires(env, plan)
     from wheelci.config.project import Backend
 
     backend = Backend(plan.backend)  # a closed set: each member's treatment below, nothing by default
@@ -130,10 +159,12 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
         # setuptools builds in the source tree (build/, *.egg-info), and so may any other backend: build a
         # copy, so the project is never written to; the copy keeps its build tree, and only what changed in
         # the project is copied again (and so rebuilt)
-        from wheelci.compile.workdir import snapshot_sources, sync_project
+        from wheelci.compile.workdir import clear_outputs, snapshot_sources, sync_project
 
-        files, _ = snapshot_sources(project_dir, work_dir)
+        if files is None:
+            files, _ = snapshot_sources(project_dir, work_dir)
         project_dir = sync_project(project_dir, work_dir / "src", files)
+        clear_outputs(project_dir)
     environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
     if plan.source_date_epoch is not None:
         environ["SOURCE_DATE_EPOCH"] = str(plan.source_date_epoch)
@@ -181,14 +212,15 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
     environ["PYTHONUNBUFFERED"] = "1"  # the backend's own lines reach the log when said, among the compiler's
     environ.update(build_env or {})
     dist = work_dir / "dist"
+    shutil.rmtree(dist, ignore_errors=True)  # the wheel is the one this compile makes
     dist.mkdir(parents=True, exist_ok=True)
     logfile = work_dir / "compile.log"
     log.info(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
              f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
     start = time.monotonic()
     cmd = [env.python, "-m", "build", "--no-isolation", "--wheel", "-o", dist, *config, project_dir]
-    with logfile.open("wb") as out, log.Ticker("compiling") as ticker:  # the log as it comes; a count on stderr
-        done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ,
+    with requirements_held(env, plan), logfile.open("wb") as out, log.Ticker("compiling") as ticker:
+        done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ, pass_fds=hold_fds,
                            on_line=lambda line: ticker.update(hints.progress(line)))
     seconds = time.monotonic() - start
     if done.returncode != 0:
@@ -199,3 +231,24 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
     return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env)
+
+
+def dependencies(env: BuildEnv, work_dir: Path) -> list[Path]:
+    """The files outside the project a compile read, for the next build to check: every header and source
+    ninja recorded (`ninja -t deps`, in setuptools' and CMake's build trees) that is not in the work
+    directory's own copy, and the compilers on PATH. Without ninja (make), only the compilers."""
+    import shutil as sh
+
+    ninja = env.python.parent / "ninja"
+    found: set[Path] = set()
+    work = work_dir.resolve()
+    for build_ninja in sorted([*work.glob("src/build/temp*/build.ninja"), *work.glob("build/build.ninja")]):
+        r = proc.run([ninja if ninja.exists() else "ninja", "-C", build_ninja.parent, "-t", "deps"],
+                     what="reading the compile's dependencies", check=False, capture_output=True, text=True)
+        for line in r.stdout.splitlines() if r.returncode == 0 else []:
+            if line.startswith("    "):
+                dep = (build_ninja.parent / line.strip()).resolve()
+                if not dep.is_relative_to(work):
+                    found.add(dep)
+    found.update(Path(p).resolve() for tool in ("cc", "c++", "gcc", "g++", "nvcc") if (p := sh.which(tool)))
+    return sorted(p for p in found if p.is_file())

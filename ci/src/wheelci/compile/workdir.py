@@ -17,8 +17,9 @@ WORK_MARK = ".wheelci-work"  # in a --work-dir this tool made: the next build ma
 
 
 def own_work_dir(path: Path) -> None:
-    """A --work-dir the build may clear parts of (its src/, build/, dist/): a new or empty directory, which
-    gets the mark, or one an earlier build marked. Anything else is the user's and is refused untouched."""
+    """A --work-dir the build may replace what it writes in (WORK_ENTRIES: src/, build/, dist/, ...): a new or
+    empty directory, which gets the mark, or one an earlier build marked. Anything else is the user's and
+    is refused untouched."""
     if path.exists() and not path.is_dir():
         raise CiError(f"--work-dir {path}: not a directory")
     entries = sorted(p.name for p in path.iterdir()) if path.exists() else []
@@ -26,8 +27,12 @@ def own_work_dir(path: Path) -> None:
         shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
         raise CiError(f"--work-dir {path} holds files wheelci did not make ({shown}): a build replaces parts of "
                       "its work directory, so give a new or empty one")
+    mark = path / WORK_MARK
+    if mark.is_symlink() or (mark.exists() and not mark.is_file()):
+        raise CiError(f"--work-dir {path}: its {WORK_MARK} is not a file this tool wrote (a link or a directory)")
     path.mkdir(parents=True, exist_ok=True)
-    (path / WORK_MARK).write_text("made by `wheelci build --work-dir`: the next build replaces what is here\n")
+    if not mark.is_file():
+        mark.write_text("made by `wheelci build --work-dir`: the next build replaces what is here\n")
 
 
 def project_files(project_dir: Path) -> list[Path]:
@@ -83,19 +88,33 @@ def stage_project(project_dir: Path, dest: Path) -> Path:
 
 SOURCES = ".wheelci-sources.json"  # in a work directory: the project's files as last seen, with their digests
 COPIED = ".wheelci-copied.json"  # beside a synced copy: the files the copy holds from the project
+TREE = ".wheelci-tree.json"  # in a kept build tree: the project it builds
+# What a build writes in its work directory: all that --fresh removes (anything else there is left alone).
+WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compile.log", "cibuildwheel.log", "repaired", "finished",
+                "plain", "variant", "sbom", "split", SOURCES, COPIED, ".wheelci-steps.json")
 
-# Plan fields that do not reach the compile: a build differing only in these keeps the same build tree.
-AFTER_COMPILE = ("notes", "label", "variants", "limit", "test_command", "test_requires", "upload",
-                 "source_date_epoch", "excludes", "allow_no_device_code")
+# Plan fields that do not reach the compile: a build differing only in these reuses its compile.
+AFTER_COMPILE = ("notes", "label", "variants", "limit", "test_command", "test_requires", "upload", "excludes",
+                 "allow_no_device_code")
+# ... and those a build tree does not depend on either: the tree (its object files) is the same, the
+# backend rebuilds what they change; and never a variable's value (a job token would name a new tree per job)
+NOT_IN_TREE_KEY = (*AFTER_COMPILE, "source_date_epoch", "inherited", "build_env", "environment", "public_env")
+
+
+def compile_view(plan) -> dict:
+    """What of a Plan the compile reads."""
+    import dataclasses
+
+    return {k: v for k, v in dataclasses.asdict(plan).items() if k not in AFTER_COMPILE}
 
 
 def tree_key(project_dir: Path, plan) -> str:
-    """The kept build tree of a project and a Plan: its directory, and what of the plan the compile sees."""
+    """The kept build tree of a project and a Plan: its directory, and what of the plan shapes the tree."""
     import dataclasses
     import hashlib
     import json
 
-    fields = {k: v for k, v in dataclasses.asdict(plan).items() if k not in AFTER_COMPILE}
+    fields = {k: v for k, v in dataclasses.asdict(plan).items() if k not in NOT_IN_TREE_KEY}
     doc = json.dumps({"project": str(project_dir.resolve()), "plan": fields}, sort_keys=True, default=str)
     return hashlib.sha256(doc.encode()).hexdigest()[:20]
 
@@ -109,79 +128,127 @@ def _read_json(path: Path) -> dict:
     import json
 
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text()) if not path.is_symlink() else None
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def snapshot_sources(project_dir: Path, work: Path) -> tuple[dict[str, str], str]:
-    """The project's files (as project_files lists them) with their sha256, and one digest of them all and
-    the git revision. A file whose size and mtime match the last snapshot keeps its digest, as git's index
-    does, so an unchanged tree is read by stat alone."""
+def snapshot_sources(project_dir: Path, work: Path, leave_out: tuple[Path, ...] = ()) -> tuple[dict[str, str], str]:
+    """The project's files (as project_files lists them, less work directories and leave_out) with their
+    sha256, and one digest of them all and the git revision.
+
+    A file keeps its last digest only while its size, mtime, ctime and inode are those seen then, and it
+    was not modified within a second of being seen (git's racy-clean rule): a copy that keeps mtimes
+    (rsync -a, tar x) still changes the ctime, and an edit right after a snapshot is read again."""
     import hashlib
     import json
+    import time
 
     from wheelci.util.atomic import write_text
     from wheelci.util.digest import sha256_file
 
     last = _read_json(work / SOURCES)
-    seen, files = {}, {}
-    memo: dict[Path, bool] = {}
+    taken = last.get("taken_ns") if isinstance(last.get("taken_ns"), int) else 0
+    known = last.get("files") if isinstance(last.get("files"), dict) else {}
+    skip = [p.resolve() for p in leave_out]
+    seen, files, memo = {}, {}, {}
+    now = time.time_ns()
     for rel in project_files(project_dir):
-        if in_work_dir(project_dir, rel, memo):
+        if in_work_dir(project_dir, rel, memo) or any((project_dir / rel).resolve().is_relative_to(s) for s in skip):
             continue
         st = (project_dir / rel).stat()
-        key = [st.st_size, st.st_mtime_ns]
-        old = last.get(str(rel))
-        sha = old[2] if isinstance(old, list) and len(old) == 3 and old[:2] == key else sha256_file(project_dir / rel)
+        key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        old = known.get(str(rel))
+        fresh = isinstance(old, list) and len(old) == 5 and old[:4] == key and max(key[1:3]) < taken - 10**9
+        sha = old[4] if fresh else sha256_file(project_dir / rel)
         seen[str(rel)], files[str(rel)] = [*key, sha], sha
     r = proc.run(["git", "rev-parse", "HEAD"], what="reading the project's revision", check=False, cwd=project_dir,
                  capture_output=True, text=True) if (project_dir / ".git").exists() else None
     revision = r.stdout.strip() if r is not None and r.returncode == 0 else None
-    write_text(work / SOURCES, json.dumps(seen, sort_keys=True))
+    write_text(work / SOURCES, json.dumps({"taken_ns": now, "files": seen}, sort_keys=True))
     digest = hashlib.sha256(json.dumps([files, revision], sort_keys=True).encode()).hexdigest()
     return files, digest
 
 
+def _ours(dest: Path, rel: str, checked: set[Path]) -> Path:
+    """dest/rel with no link on the way: a link this tool did not make (a planted one) is removed, so
+    nothing is ever written or deleted through it outside dest."""
+    target = dest
+    for part in Path(rel).parts[:-1]:
+        target = target / part
+        if target not in checked:
+            if target.is_symlink() or (target.exists() and not target.is_dir()):
+                target.unlink()
+            checked.add(target)
+    return target / Path(rel).name
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def sync_project(project_dir: Path, dest: Path, files: dict[str, str]) -> Path:
-    """Make dest hold the project's files, keeping what the build wrote there (setuptools' build/ tree):
-    a file the project deleted is removed, a changed one is copied with a new mtime (so ninja and make
-    rebuild it and what includes it), an unchanged one is left as it is (and is not rebuilt)."""
+    """Make dest hold the project's files as the snapshot `files` saw them, keeping what the build wrote
+    there (setuptools' build/ tree): a file the project deleted is removed (and the directories it
+    leaves empty), a changed one is copied with a new mtime (so ninja and make rebuild it and what
+    includes it), an unchanged one is left as it is. A file whose bytes differ from the snapshot changed
+    during the build: one error line, build again."""
+    import hashlib
     import json
 
     from wheelci.util.atomic import write_text
 
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        dest.unlink()
     record = dest.parent / COPIED
     copied = _read_json(record) if dest.is_dir() else {}
-    for rel in copied.keys() - files.keys():
+    checked: set[Path] = set()
+    for rel in sorted(copied.keys() - files.keys()):
         if _safe_rel(rel):
-            (dest / rel).unlink(missing_ok=True)
+            gone = _ours(dest, rel, checked)
+            if gone.is_symlink() or gone.is_file():
+                gone.unlink()
+            for parent in gone.parents:  # directories it leaves empty
+                if parent == dest or not parent.is_dir() or any(parent.iterdir()):
+                    break
+                parent.rmdir()
+    dest.mkdir(parents=True, exist_ok=True)
     for rel, sha in files.items():
-        target = dest / rel
-        if copied.get(rel) != sha or not target.is_file() or target.is_symlink():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.unlink(missing_ok=True)
-            shutil.copyfile(project_dir / rel, target)
-            shutil.copymode(project_dir / rel, target)
+        target = _ours(dest, rel, checked)
+        if copied.get(rel) == sha and target.is_file() and not target.is_symlink():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists() or target.is_symlink():
+            _remove(target)
+        data = (project_dir / rel).read_bytes()
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise CiError(f"{project_dir / rel} changed while the build was reading the project: build again")
+        target.write_bytes(data)
+        shutil.copymode(project_dir / rel, target)
     write_text(record, json.dumps(files, sort_keys=True))
     return dest
 
 
+def clear_outputs(src: Path) -> None:
+    """What setuptools packs into a wheel from an earlier build (build/lib*, build/bdist*, *.egg-info):
+    cleared before each compile, so a module the project deleted, or another project's package built in
+    the same work directory, never ships. build/temp* (the object files, ninja's tree) is kept."""
+    build = src / "build"
+    for entry in [*(build.iterdir() if build.is_dir() else []), *src.glob("*.egg-info")]:
+        if not entry.name.startswith("temp"):
+            _remove(entry)
+
+
 def clear_work_dir(work: Path) -> None:
-    """--fresh: everything in an owned work directory but its mark and its lock file."""
-    from wheelci.util.lock import DIR_LOCK_FALLBACK
-
-    for entry in work.iterdir():
-        if entry.name in (WORK_MARK, DIR_LOCK_FALLBACK):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-
-
-TREE = ".wheelci-tree.json"  # in a kept build tree: the project it builds
+    """--fresh: what a build writes in its work directory (WORK_ENTRIES); anything else there stays."""
+    for name in WORK_ENTRIES:
+        entry = work / name
+        if entry.exists() or entry.is_symlink():
+            _remove(entry)
 
 
 def kept_tree(root: Path, project_dir: Path, plan) -> Path:

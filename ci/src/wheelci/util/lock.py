@@ -29,20 +29,21 @@ from wheelci.util import log
 DIR_LOCK_FALLBACK = ".ci-lock"
 
 
-def _flock(fd: int, path: Path, what: str) -> None:
+def _flock(fd: int, path: Path, what: str, mode: int = fcntl.LOCK_EX) -> None:
     """Take the lock, waiting (with a progress line) while another run holds it."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
         return
     except BlockingIOError:
         pass
     log.info(f"waiting for another run that is using {what} ({path})")
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    fcntl.flock(fd, mode)
 
 
 @contextlib.contextmanager
-def locked_file(path: Path | str, what: str) -> Iterator[None]:
-    """Hold the lock file `path` (created where missing, never removed) exclusively."""
+def locked_file(path: Path | str, what: str, *, shared: bool = False) -> Iterator[int]:
+    """Hold the lock file `path` (created where missing, never removed) exclusively, or shared with other
+    readers (a writer waits for all of them, and they for it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -50,14 +51,14 @@ def locked_file(path: Path | str, what: str) -> Iterator[None]:
     except OSError as e:
         raise CiError(f"cannot lock {what}: {path}: {e.strerror}") from None
     try:
-        _flock(fd, path, what)
-        yield
+        _flock(fd, path, what, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield fd
     finally:
         os.close(fd)  # closing drops the lock
 
 
 @contextlib.contextmanager
-def locked_dir(path: Path | str, what: str) -> Iterator[None]:
+def locked_dir(path: Path | str, what: str) -> Iterator[int]:
     """Hold the existing directory `path` exclusively, through the directory itself.
 
     Checked after the wait: a directory removed (and perhaps made again) by the run it waited for is
@@ -72,12 +73,12 @@ def locked_dir(path: Path | str, what: str) -> Iterator[None]:
             if not _flock_dir(fd, path, what):
                 break  # this filesystem cannot lock a directory: the fallback below
             if _still(fd, path):
-                yield
+                yield fd  # a child given it (pass_fds) holds the lock as long as it runs
                 return
         finally:
             os.close(fd)
-    with locked_file(path / DIR_LOCK_FALLBACK, what):
-        yield
+    with locked_file(path / DIR_LOCK_FALLBACK, what) as fd:
+        yield fd
 
 
 def _flock_dir(fd: int, path: Path, what: str) -> bool:

@@ -1,0 +1,155 @@
+"""The kept build tree (wheelci.compile.workdir): what a rerun reads of the project, how the copy follows
+it, and what the tree may delete. Each case is one a review reproduced against a real build."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from wheelci.compile import workdir
+from wheelci.errors import CiError
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests" / "fixtures" / "tiny_ext"
+
+
+def project(tmp_path: Path) -> Path:
+    p = tmp_path / "proj"
+    (p / "pkg").mkdir(parents=True)
+    (p / "pkg" / "a.cpp").write_text("int a() { return 1; }\n")
+    (p / "pkg" / "b.py").write_text("B = 1\n")
+    return p
+
+
+def test_an_edit_that_keeps_size_and_mtime_is_read_again(tmp_path):
+    """rsync -a or tar x of a same-length edit: the mtime is the old one, the ctime is not."""
+    p, work = project(tmp_path), tmp_path / "work"
+    work.mkdir()
+    old = os.stat(p / "pkg" / "a.cpp")
+    os.utime(p / "pkg" / "a.cpp", ns=(old.st_atime_ns, old.st_mtime_ns - 5 * 10**9))  # seen long after its edit
+    files1, digest1 = workdir.snapshot_sources(p, work)
+    before = os.stat(p / "pkg" / "a.cpp")
+    (p / "pkg" / "a.cpp").write_text("int a() { return 2; }\n")  # same length
+    os.utime(p / "pkg" / "a.cpp", ns=(before.st_atime_ns, before.st_mtime_ns))
+    files2, digest2 = workdir.snapshot_sources(p, work)
+    assert files2["pkg/a.cpp"] != files1["pkg/a.cpp"] and digest2 != digest1
+
+
+def test_leave_out_and_marked_work_dirs_are_not_sources(tmp_path):
+    p, work = project(tmp_path), tmp_path / "work"
+    work.mkdir()
+    (p / "wheelhouse").mkdir()
+    (p / "wheelhouse" / "report.json").write_text("{}")
+    (p / "wd").mkdir()
+    (p / "wd" / workdir.WORK_MARK).write_text("")
+    (p / "wd" / "log.txt").write_text("x")
+    files, _ = workdir.snapshot_sources(p, work, leave_out=(p / "wheelhouse",))
+    assert sorted(files) == ["pkg/a.cpp", "pkg/b.py"]
+
+
+def test_the_copy_follows_deletions_and_a_directory_replaced_by_a_file(tmp_path):
+    p, work = project(tmp_path), tmp_path / "work"
+    work.mkdir()
+    files, _ = workdir.snapshot_sources(p, work)
+    dest = workdir.sync_project(p, work / "src", files)
+    (dest / "build" / "temp.x").mkdir(parents=True)
+    (dest / "build" / "temp.x" / "a.o").write_text("object")
+    shutil.rmtree(p / "pkg")
+    (p / "pkg").write_text("now a file\n")
+    files, _ = workdir.snapshot_sources(p, work)
+    workdir.sync_project(p, dest, files)
+    assert (dest / "pkg").read_text() == "now a file\n"
+    assert (dest / "build" / "temp.x" / "a.o").read_text() == "object"  # the backend's tree is kept
+
+
+def test_a_file_changed_since_the_snapshot_is_refused_not_copied(tmp_path):
+    p, work = project(tmp_path), tmp_path / "work"
+    work.mkdir()
+    files, _ = workdir.snapshot_sources(p, work)
+    (p / "pkg" / "a.cpp").write_text("int a() { return 3; }\n")
+    with pytest.raises(CiError, match="changed while the build was reading the project"):
+        workdir.sync_project(p, work / "src", files)
+
+
+def test_nothing_is_written_or_deleted_through_a_planted_link(tmp_path):
+    p, work = project(tmp_path), tmp_path / "work"
+    work.mkdir()
+    victim = tmp_path / "victim"
+    (victim / "pkg").mkdir(parents=True)
+    (victim / "important.txt").write_text("keep")
+    (victim / "pkg" / "b.py").write_text("keep")
+    (work / "src").symlink_to(victim)
+    (work / workdir.COPIED).write_text(json.dumps({"important.txt": "0", "../victim/important.txt": "0"}))
+    files, _ = workdir.snapshot_sources(p, work)
+    dest = workdir.sync_project(p, work / "src", files)
+    assert not dest.is_symlink() and (dest / "pkg" / "a.cpp").is_file()
+    assert (victim / "important.txt").read_text() == "keep" and (victim / "pkg" / "b.py").read_text() == "keep"
+    # a link below the copy's root too
+    shutil.rmtree(dest / "pkg")
+    (dest / "pkg").symlink_to(victim / "pkg")
+    (work / workdir.COPIED).write_text(json.dumps({"pkg/b.py": "0", "pkg/a.cpp": "0"}))
+    workdir.sync_project(p, dest, files)
+    assert not (dest / "pkg").is_symlink() and (victim / "pkg" / "b.py").read_text() == "keep"
+
+
+def test_a_linked_mark_is_refused(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    work = tmp_path / "wd"
+    work.mkdir()
+    (work / workdir.WORK_MARK).symlink_to(victim)
+    with pytest.raises(CiError, match="not a file this tool wrote"):
+        workdir.own_work_dir(work)
+    assert victim.read_text() == "keep"
+
+
+def test_fresh_removes_what_builds_write_and_nothing_else(tmp_path):
+    work = tmp_path / "wd"
+    workdir.own_work_dir(work)
+    for name in ("src", "build", "dist", "sbom"):
+        (work / name).mkdir()
+        (work / name / "f").write_text("x")
+    (work / "compile.log").write_text("log")
+    (work / workdir.TREE).write_text("{}")
+    (work / "notes.txt").write_text("mine")
+    (work / "mydata").mkdir()
+    workdir.clear_work_dir(work)
+    assert sorted(p.name for p in work.iterdir()) == sorted([workdir.WORK_MARK, workdir.TREE, "notes.txt", "mydata"])
+
+
+def test_setuptools_outputs_of_an_earlier_build_are_cleared_and_its_objects_kept(tmp_path):
+    src = tmp_path / "src"
+    for d in ("build/lib.linux-x86_64-cpython-311/pkg", "build/bdist.linux-x86_64", "build/temp.linux-x86_64-cpython-311",
+              "pkg.egg-info"):
+        (src / d).mkdir(parents=True)
+    (src / "build" / "lib.linux-x86_64-cpython-311" / "pkg" / "deleted.py").write_text("")
+    (src / "build" / "temp.linux-x86_64-cpython-311" / "a.o").write_text("")
+    workdir.clear_outputs(src)
+    assert sorted(p.name for p in (src / "build").iterdir()) == ["temp.linux-x86_64-cpython-311"]
+    assert not (src / "pkg.egg-info").exists()
+
+
+def test_the_tree_key_ignores_variables_and_after_compile_settings(tmp_path):
+    """A CI job token in PIP_INDEX_URL, MAX_JOBS or a test command must not make a new tree per job."""
+    from wheelci import plan as pl
+
+    def key(**env: str) -> str:
+        plan = pl.make_plan(cuda=None, engine="host", project_dir=FIXTURE, env={"PATH": os.environ["PATH"], **env})
+        return workdir.tree_key(FIXTURE, plan)
+
+    base = key()
+    assert key(MAX_JOBS="1") == base and key(PIP_INDEX_URL="https://u:tok1@idx/simple") == key(
+        PIP_INDEX_URL="https://u:tok2@idx/simple") == base
+    plan = pl.make_plan(cuda=None, engine="host", project_dir=FIXTURE)
+    assert "test_command" not in workdir.compile_view(plan) and "source_date_epoch" in workdir.compile_view(plan)
+
+
+def test_session_noise_is_not_an_input_and_the_rest_is():
+    from wheelci.build import inherited_environ
+
+    env = inherited_environ({"PWD": "/x", "SHLVL": "2", "GITHUB_RUN_ID": "7", "FORCE_CUDA": "1", "CPATH": "/inc"})
+    assert env == {"CPATH": "/inc", "FORCE_CUDA": "1"}
