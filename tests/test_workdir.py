@@ -128,9 +128,60 @@ def test_setuptools_outputs_of_an_earlier_build_are_cleared_and_its_objects_kept
         (src / d).mkdir(parents=True)
     (src / "build" / "lib.linux-x86_64-cpython-311" / "pkg" / "deleted.py").write_text("")
     (src / "build" / "temp.linux-x86_64-cpython-311" / "a.o").write_text("")
-    workdir.clear_outputs(src)
-    assert sorted(p.name for p in (src / "build").iterdir()) == ["temp.linux-x86_64-cpython-311"]
-    assert not (src / "pkg.egg-info").exists()
+    (src / "build" / "helpers.py").write_text("the project's own")  # tracked: kept
+    (src / "src" / "pkg.egg-info").mkdir(parents=True)  # a src layout's
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("keep")
+    workdir.clear_outputs(src, {"build/helpers.py": "x", "pkg/__init__.py": "y"})
+    assert sorted(p.name for p in (src / "build").iterdir()) == ["helpers.py", "temp.linux-x86_64-cpython-311"]
+    assert not (src / "pkg.egg-info").exists() and not (src / "src" / "pkg.egg-info").exists()
+    shutil.rmtree(src / "build")
+    (src / "build").symlink_to(outside)  # planted: removed, never followed
+    workdir.clear_outputs(src, {})
+    assert not (src / "build").exists() and (outside / "keep").read_text() == "keep"
+
+
+def test_a_wheelhouse_above_the_project_does_not_hide_it(tmp_path):
+    p, work = project(tmp_path), tmp_path / "work"
+    work.mkdir()
+    files, _ = workdir.snapshot_sources(p, work, leave_out=(tmp_path, p))
+    assert sorted(files) == ["pkg/a.cpp", "pkg/b.py"]
+
+
+def test_an_interrupted_sync_is_finished_by_the_next_and_a_changed_copy_is_restored(tmp_path):
+    p, work = project(tmp_path), tmp_path / "work"
+    work.mkdir()
+    files, _ = workdir.snapshot_sources(p, work)
+    dest = workdir.sync_project(p, work / "src", files)
+    (p / "pkg" / "new.py").write_text("NEW = 1\n")
+    (p / "pkg" / "z_changed.py").write_text("Z = 1\n")
+    files, _ = workdir.snapshot_sources(p, work)
+    (p / "pkg" / "z_changed.py").write_text("Z = 2\n")  # the sync stops at it, after copying new.py
+    with pytest.raises(CiError):
+        workdir.sync_project(p, dest, files)
+    (p / "pkg" / "new.py").unlink()  # deleted before the next build: it must leave the copy too
+    files, _ = workdir.snapshot_sources(p, work)
+    workdir.sync_project(p, dest, files)
+    assert not (dest / "pkg" / "new.py").exists() and (dest / "pkg" / "z_changed.py").read_text() == "Z = 2\n"
+    (dest / "pkg" / "b.py").write_text("B = 'changed by the build'\n")
+    workdir.sync_project(p, dest, files)
+    assert (dest / "pkg" / "b.py").read_text() == "B = 1\n"
+
+
+def test_a_copy_with_no_record_is_made_anew_and_a_mode_change_is_a_change(tmp_path):
+    p, work = project(tmp_path), tmp_path / "work"
+    work.mkdir()
+    (work / "src" / "pkg").mkdir(parents=True)
+    (work / "src" / "pkg" / "deleted_long_ago.py").write_text("")  # an earlier release's copy
+    files, digest = workdir.snapshot_sources(p, work)
+    dest = workdir.sync_project(p, work / "src", files)
+    assert not (dest / "pkg" / "deleted_long_ago.py").exists()
+    (p / "pkg" / "b.py").chmod(0o755)
+    files2, digest2 = workdir.snapshot_sources(p, work)
+    assert digest2 != digest
+    workdir.sync_project(p, dest, files2)
+    assert os.access(dest / "pkg" / "b.py", os.X_OK)
 
 
 def test_the_tree_key_ignores_variables_and_after_compile_settings(tmp_path):
@@ -142,6 +193,7 @@ def test_the_tree_key_ignores_variables_and_after_compile_settings(tmp_path):
         return workdir.tree_key(FIXTURE, plan)
 
     base = key()
+    assert key(CC="clang") != base  # CMake and meson read the compiler at the first configure only
     assert key(MAX_JOBS="1") == base and key(PIP_INDEX_URL="https://u:tok1@idx/simple") == key(
         PIP_INDEX_URL="https://u:tok2@idx/simple") == base
     plan = pl.make_plan(cuda=None, engine="host", project_dir=FIXTURE)

@@ -261,8 +261,15 @@ ENV_NOISE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLORTERM", "COLU
                        "HISTFILE", "HISTSIZE", "HISTCONTROL", "LS_COLORS", "DISPLAY", "WINDOWID", "SSH_CLIENT",
                        "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS",
                        "XDG_SESSION_ID", "XDG_RUNTIME_DIR", "TMUX", "TMUX_PANE", "STY", "INVOCATION_ID",
-                       "JOURNAL_STREAM", "OLDPWD", "PYTEST_CURRENT_TEST", "CI_VERBOSE"})
-ENV_NOISE_PREFIXES = ("GITHUB_", "RUNNER_", "ACTIONS_", "TERM_", "VSCODE_", "ITERM_", "KITTY_", "WT_")
+                       "JOURNAL_STREAM", "PYTEST_CURRENT_TEST", "CI_VERBOSE"})
+# A CI system's per-run and per-job bookkeeping (GitHub, GitLab, Jenkins, Buildkite): a rerun of one commit on a
+# self-hosted runner reuses; what a build may read (GITHUB_REF_NAME, CI_COMMIT_TAG) stays an input.
+ENV_NOISE |= {"GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_RUN_ATTEMPT", "GITHUB_JOB", "GITHUB_ACTION",
+              "GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STATE", "GITHUB_STEP_SUMMARY", "GITHUB_TOKEN",
+              "BUILD_NUMBER", "BUILD_ID", "BUILD_URL", "BUILD_TAG", "EXECUTOR_NUMBER", "NODE_NAME"}
+ENV_NOISE_PREFIXES = ("GITHUB_ACTION_", "RUNNER_", "ACTIONS_", "CI_JOB_", "CI_PIPELINE_", "CI_RUNNER_",
+                      "BUILDKITE_BUILD_", "BUILDKITE_JOB_", "BUILDKITE_AGENT_", "TERM_", "VSCODE_", "ITERM_", "KITTY_",
+                      "WT_")
 
 
 def inherited_environ(environ) -> dict[str, str]:
@@ -368,6 +375,17 @@ def env_step(b: Build) -> None:
 
 
 def compile_step(b: Build) -> None:
+    try:
+        compile_sources(b)
+    except CiError as e:
+        if "changed while the build was reading" in str(e):  # the next build reads every file again
+            from wheelci.compile.workdir import SOURCES
+
+            (b.work / SOURCES).unlink(missing_ok=True)
+        raise
+
+
+def compile_sources(b: Build) -> None:
     start = time.monotonic()
     if b.plan.engine == "host":
         from wheelci.compile.host import compile_host
@@ -382,7 +400,8 @@ def compile_step(b: Build) -> None:
         from wheelci.compile import container
 
         # cibuildwheel runs the repair too, inside the container (wheelci.repair, mounted read-only)
-        b.compiled = container.compile(b.plan, b.work / "repaired", b.project_dir, logfile=b.work / "cibuildwheel.log")
+        b.compiled = container.compile(b.plan, b.work / "repaired", b.project_dir, logfile=b.work / "cibuildwheel.log",
+                                       files=b.source_files)
     b.report.build_seconds = round(time.monotonic() - start, 1)
 
 

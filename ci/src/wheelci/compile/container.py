@@ -79,7 +79,8 @@ def cibuildwheel_command(project_dir: Path, output_dir: Path) -> list[str]:
             str(project_dir)]
 
 
-def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None = None) -> list[Path]:
+def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None = None,
+            files: dict[str, str] | None = None) -> list[Path]:
     """Build and repair the plan's wheels in containers; return the repaired wheels in wheel_dir.
 
     cibuildwheel's output goes to stderr and to logfile (default: next to wheel_dir); on failure the
@@ -98,7 +99,7 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
     staging = Path(tempfile.mkdtemp(prefix=".cibuildwheel-", dir=wheel_dir))
     try:
         with tempfile.TemporaryDirectory(prefix="cibw-project-") as tmp:
-            source = stage_project(project_dir, Path(tmp))
+            source = stage_project(project_dir, Path(tmp), files)  # the build's snapshot, when it has one
             # its output streams to stderr; logs and CI also get a line a minute through a silent compile
             with logfile.open("wb") as logged, log.Ticker("building in a container", live=False) as ticker:
                 done = proc.stream(cibuildwheel_command(source, staging), what="building in a container", log=logged,

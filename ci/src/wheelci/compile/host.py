@@ -81,21 +81,22 @@ def install_build_requires(env: BuildEnv, plan) -> None:
 
 
 @contextlib.contextmanager
-def requirements_held(env: BuildEnv, plan) -> Iterator[None]:
+def requirements_held(env: BuildEnv, plan) -> Iterator[int]:
     """The env holding this plan's build requirements for as long as the compile runs: a shared hold, so
     builds needing the same set compile side by side while one needing another set (a project's own
-    `ninja<1.12`) waits to install it, rather than swapping the tools under a running compile."""
+    `ninja<1.12`) waits to install it, rather than swapping the tools under a running compile. Yields
+    the lock's descriptor, for the compile to hold too (a build killed with -9 leaves it held)."""
     from wheelci.util.lock import locked_file
 
     _, _, key = _requirements_key(plan)
     marker = env.root / ".build-requires"
     while True:
-        install_build_requires(env, plan)
         with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}",
-                         shared=True):
+                         shared=True) as fd:
             if marker.is_file() and marker.read_text() == key:
-                yield
+                yield fd
                 return
+        install_build_requires(env, plan)  # exclusive, then held shared again above
 
 
 def ccache_environ(plan, work_dir: Path, cmake: bool, config: list[str]) -> dict[str, str]:
@@ -164,7 +165,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
         if files is None:
             files, _ = snapshot_sources(project_dir, work_dir)
         project_dir = sync_project(project_dir, work_dir / "src", files)
-        clear_outputs(project_dir)
+        clear_outputs(project_dir, files)
     environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
     if plan.source_date_epoch is not None:
         environ["SOURCE_DATE_EPOCH"] = str(plan.source_date_epoch)
@@ -219,8 +220,8 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
              f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
     start = time.monotonic()
     cmd = [env.python, "-m", "build", "--no-isolation", "--wheel", "-o", dist, *config, project_dir]
-    with requirements_held(env, plan), logfile.open("wb") as out, log.Ticker("compiling") as ticker:
-        done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ, pass_fds=hold_fds,
+    with requirements_held(env, plan) as env_fd, logfile.open("wb") as out, log.Ticker("compiling") as ticker:
+        done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ, pass_fds=(*hold_fds, env_fd),
                            on_line=lambda line: ticker.update(hints.progress(line)))
     seconds = time.monotonic() - start
     if done.returncode != 0:

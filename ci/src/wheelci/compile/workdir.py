@@ -6,6 +6,7 @@ of the project's source files (git's view of them), never the project itself.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -72,16 +73,38 @@ def in_work_dir(project_dir: Path, rel: Path, seen: dict[Path, bool]) -> bool:
     return False
 
 
-def stage_project(project_dir: Path, dest: Path) -> Path:
+def stage_project(project_dir: Path, dest: Path, files: dict[str, str] | None = None) -> Path:
     """Copy the project's files into dest, cleared first: a reused --work-dir must not keep sources
-    the project has since deleted (they would still be compiled)."""
+    the project has since deleted (they would still be compiled). With `files` (a snapshot), exactly
+    those, each checked against it: what is built is what the build's record says."""
     if dest.exists():
         shutil.rmtree(dest)
+    if files is not None:
+        for rel, digest in files.items():
+            _copy_checked(project_dir, rel, dest / rel, digest)
+        return dest
     seen: dict[Path, bool] = {}
     for rel in (f for f in project_files(project_dir) if not in_work_dir(project_dir, f, seen)):
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(project_dir / rel, dest / rel)
     return dest
+
+
+def _digest(data: bytes, mode: int) -> str:
+    """A source file as the snapshot records it: its bytes, and whether it is executable."""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest() + ("+x" if mode & 0o111 else "")
+
+
+def _copy_checked(project_dir: Path, rel: str, target: Path, digest: str) -> None:
+    data = (project_dir / rel).read_bytes()
+    mode = (project_dir / rel).stat().st_mode
+    if _digest(data, mode) != digest:
+        raise CiError(f"{project_dir / rel} changed while the build was reading the project: build again")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    shutil.copymode(project_dir / rel, target)
 
 
 # --- the kept build tree -------------------------------------------------------------------------
@@ -101,6 +124,10 @@ AFTER_COMPILE = ("notes", "label", "variants", "limit", "test_command", "test_re
 NOT_IN_TREE_KEY = (*AFTER_COMPILE, "source_date_epoch", "inherited", "build_env", "environment", "public_env")
 
 
+TOOLCHAIN_VARIABLES = ("CC", "CXX", "CUDAHOSTCXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CUDAFLAGS", "CMAKE_ARGS",
+                       "CMAKE_GENERATOR", "CMAKE_TOOLCHAIN_FILE", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+
+
 def compile_view(plan) -> dict:
     """What of a Plan the compile reads."""
     import dataclasses
@@ -114,7 +141,13 @@ def tree_key(project_dir: Path, plan) -> str:
     import hashlib
     import json
 
+    from wheelci.util.secret import redact
+
     fields = {k: v for k, v in dataclasses.asdict(plan).items() if k not in NOT_IN_TREE_KEY}
+    fields = {k: redact(v) if isinstance(v, str) else v for k, v in fields.items()}  # an index URL's job token
+    # CMake and meson read the compiler and its flags at the first configure only: another one, another tree
+    given = {**plan.inherited, **plan.build_env}
+    fields["toolchain"] = {k: given[k] for k in sorted(given) if k in TOOLCHAIN_VARIABLES}
     doc = json.dumps({"project": str(project_dir.resolve()), "plan": fields}, sort_keys=True, default=str)
     return hashlib.sha256(doc.encode()).hexdigest()[:20]
 
@@ -151,17 +184,20 @@ def snapshot_sources(project_dir: Path, work: Path, leave_out: tuple[Path, ...] 
     last = _read_json(work / SOURCES)
     taken = last.get("taken_ns") if isinstance(last.get("taken_ns"), int) else 0
     known = last.get("files") if isinstance(last.get("files"), dict) else {}
-    skip = [p.resolve() for p in leave_out]
+    root = project_dir.resolve()
+    # only what lies inside the project: a -w above it (the workspace) must not leave the project out
+    skip = [q for q in (p.resolve() for p in leave_out) if q != root and q.is_relative_to(root)]
     seen, files, memo = {}, {}, {}
     now = time.time_ns()
     for rel in project_files(project_dir):
         if in_work_dir(project_dir, rel, memo) or any((project_dir / rel).resolve().is_relative_to(s) for s in skip):
             continue
         st = (project_dir / rel).stat()
-        key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
         old = known.get(str(rel))
-        fresh = isinstance(old, list) and len(old) == 5 and old[:4] == key and max(key[1:3]) < taken - 10**9
-        sha = old[4] if fresh else sha256_file(project_dir / rel)
+        fresh = (isinstance(old, list) and len(old) == 6 and old[:5] == key and max(key[1:3]) < taken - 10**9
+                 and isinstance(old[5], str) and re.fullmatch(r"[0-9a-f]{64}(\+x)?", old[5]))
+        sha = old[5] if fresh else sha256_file(project_dir / rel) + ("+x" if st.st_mode & 0o111 else "")
         seen[str(rel)], files[str(rel)] = [*key, sha], sha
     r = proc.run(["git", "rev-parse", "HEAD"], what="reading the project's revision", check=False, cwd=project_dir,
                  capture_output=True, text=True) if (project_dir / ".git").exists() else None
@@ -196,8 +232,12 @@ def sync_project(project_dir: Path, dest: Path, files: dict[str, str]) -> Path:
     there (setuptools' build/ tree): a file the project deleted is removed (and the directories it
     leaves empty), a changed one is copied with a new mtime (so ninja and make rebuild it and what
     includes it), an unchanged one is left as it is. A file whose bytes differ from the snapshot changed
-    during the build: one error line, build again."""
-    import hashlib
+    during the build: one error line, build again.
+
+    The record of what the copy holds (COPIED: each file's digest and the copy's size and mtime) is
+    written before anything is copied, with what is about to change marked unknown, so an interrupted
+    sync is finished by the next; a copy the build or a user changed is copied again; a copy with no
+    readable record is made anew."""
     import json
 
     from wheelci.util.atomic import write_text
@@ -206,6 +246,8 @@ def sync_project(project_dir: Path, dest: Path, files: dict[str, str]) -> Path:
         dest.unlink()
     record = dest.parent / COPIED
     copied = _read_json(record) if dest.is_dir() else {}
+    if dest.is_dir() and not copied:
+        shutil.rmtree(dest)  # made by an earlier release, or its record lost: nothing in it is known
     checked: set[Path] = set()
     for rel in sorted(copied.keys() - files.keys()):
         if _safe_rel(rel):
@@ -217,29 +259,42 @@ def sync_project(project_dir: Path, dest: Path, files: dict[str, str]) -> Path:
                     break
                 parent.rmdir()
     dest.mkdir(parents=True, exist_ok=True)
-    for rel, sha in files.items():
+
+    def same(rel: str, digest: str) -> bool:
+        target, was = _ours(dest, rel, checked), copied.get(rel)
+        if not (isinstance(was, list) and len(was) == 3 and was[0] == digest and target.is_file()
+                and not target.is_symlink()):
+            return False
+        st = target.stat()
+        return [st.st_size, st.st_mtime_ns] == was[1:]
+
+    stale = {rel for rel, digest in files.items() if not same(rel, digest)}
+    write_text(record, json.dumps({rel: copied.get(rel) if rel not in stale else None
+                                   for rel in copied.keys() | files.keys()}, sort_keys=True))
+    for rel in sorted(stale):
         target = _ours(dest, rel, checked)
-        if copied.get(rel) == sha and target.is_file() and not target.is_symlink():
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists() or target.is_symlink():
             _remove(target)
-        data = (project_dir / rel).read_bytes()
-        if hashlib.sha256(data).hexdigest() != sha:
-            raise CiError(f"{project_dir / rel} changed while the build was reading the project: build again")
-        target.write_bytes(data)
-        shutil.copymode(project_dir / rel, target)
-    write_text(record, json.dumps(files, sort_keys=True))
+        _copy_checked(project_dir, rel, target, files[rel])
+        st = target.stat()
+        copied[rel] = [files[rel], st.st_size, st.st_mtime_ns]
+    write_text(record, json.dumps({rel: copied[rel] for rel in files}, sort_keys=True))
     return dest
 
 
-def clear_outputs(src: Path) -> None:
-    """What setuptools packs into a wheel from an earlier build (build/lib*, build/bdist*, *.egg-info):
-    cleared before each compile, so a module the project deleted, or another project's package built in
-    the same work directory, never ships. build/temp* (the object files, ninja's tree) is kept."""
+def clear_outputs(src: Path, files: dict[str, str]) -> None:
+    """What setuptools packs into a wheel from an earlier build (build/lib*, build/bdist*, *.egg-info at the
+    top or under src/): cleared before each compile, so a module the project deleted, or another
+    project's package built in the same work directory, never ships. build/temp* (the object files,
+    ninja's tree) is kept, and so is anything holding one of the project's own files."""
+    own = {Path(rel).parts[:2] for rel in files} | {Path(rel).parts[:1] for rel in files}
     build = src / "build"
-    for entry in [*(build.iterdir() if build.is_dir() else []), *src.glob("*.egg-info")]:
-        if not entry.name.startswith("temp"):
+    if build.is_symlink():
+        build.unlink()  # planted: never followed
+    entries = [*(build.iterdir() if build.is_dir() else []), *src.glob("*.egg-info"), *src.glob("src/*.egg-info")]
+    for entry in entries:
+        rel = entry.relative_to(src).parts
+        if not entry.name.startswith("temp") and rel not in own:
             _remove(entry)
 
 
