@@ -256,17 +256,17 @@ def run_in(b: "Build", made_out: bool) -> bool:
     return False
 
 
-# Variables of a shell session that no compile or test reads: a new terminal must not rerun the compile.
-ENV_NOISE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLORTERM", "COLUMNS", "LINES", "PS1", "PS2", "MAIL",
-                       "HISTFILE", "HISTSIZE", "HISTCONTROL", "LS_COLORS", "DISPLAY", "WINDOWID", "SSH_CLIENT",
-                       "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS",
-                       "XDG_SESSION_ID", "XDG_RUNTIME_DIR", "TMUX", "TMUX_PANE", "STY", "INVOCATION_ID",
-                       "JOURNAL_STREAM", "PYTEST_CURRENT_TEST", "CI_VERBOSE"})
-# A CI system's per-run and per-job bookkeeping (GitHub, GitLab, Jenkins, Buildkite): a rerun of one commit on a
-# self-hosted runner reuses; what a build may read (GITHUB_REF_NAME, CI_COMMIT_TAG) stays an input.
-ENV_NOISE |= {"GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_RUN_ATTEMPT", "GITHUB_JOB", "GITHUB_ACTION",
-              "GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STATE", "GITHUB_STEP_SUMMARY", "GITHUB_TOKEN",
-              "BUILD_NUMBER", "BUILD_ID", "BUILD_URL", "BUILD_TAG", "EXECUTOR_NUMBER", "NODE_NAME"}
+# Variables no compile or test reads: a shell session's, and a CI system's per-run and per-job bookkeeping
+# (GitHub, GitLab, Jenkins, Buildkite), so a new terminal or a rerun of one commit on a self-hosted runner
+# reuses; what a build may read (GITHUB_REF_NAME, CI_COMMIT_TAG) stays an input.
+ENV_NOISE = frozenset({
+    "PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLORTERM", "COLUMNS", "LINES", "PS1", "PS2", "MAIL", "HISTFILE",
+    "HISTSIZE", "HISTCONTROL", "LS_COLORS", "DISPLAY", "WINDOWID", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
+    "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS", "XDG_SESSION_ID", "XDG_RUNTIME_DIR", "TMUX",
+    "TMUX_PANE", "STY", "INVOCATION_ID", "JOURNAL_STREAM", "PYTEST_CURRENT_TEST", "CI_VERBOSE",
+    "GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_RUN_ATTEMPT", "GITHUB_JOB", "GITHUB_ACTION", "GITHUB_OUTPUT",
+    "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STATE", "GITHUB_STEP_SUMMARY", "GITHUB_TOKEN",
+    "BUILD_NUMBER", "BUILD_ID", "BUILD_URL", "BUILD_TAG", "EXECUTOR_NUMBER", "NODE_NAME"})
 ENV_NOISE_PREFIXES = ("GITHUB_ACTION_", "RUNNER_", "ACTIONS_", "CI_JOB_", "CI_PIPELINE_", "CI_RUNNER_",
                       "BUILDKITE_BUILD_", "BUILDKITE_JOB_", "BUILDKITE_AGENT_", "TERM_", "VSCODE_", "ITERM_", "KITTY_",
                       "WT_")
@@ -375,13 +375,12 @@ def env_step(b: Build) -> None:
 
 
 def compile_step(b: Build) -> None:
+    from wheelci.compile.workdir import SOURCES, SourcesChanged
+
     try:
         compile_sources(b)
-    except CiError as e:
-        if "changed while the build was reading" in str(e):  # the next build reads every file again
-            from wheelci.compile.workdir import SOURCES
-
-            (b.work / SOURCES).unlink(missing_ok=True)
+    except SourcesChanged:
+        (b.work / SOURCES).unlink(missing_ok=True)  # the next build reads every file again
         raise
 
 

@@ -90,6 +90,10 @@ def stage_project(project_dir: Path, dest: Path, files: dict[str, str] | None = 
     return dest
 
 
+class SourcesChanged(CiError):
+    """A project file differs from the build's snapshot of it: it changed during the build."""
+
+
 def _digest(data: bytes, mode: int) -> str:
     """A source file as the snapshot records it: its bytes, and whether it is executable."""
     import hashlib
@@ -101,7 +105,7 @@ def _copy_checked(project_dir: Path, rel: str, target: Path, digest: str) -> Non
     data = (project_dir / rel).read_bytes()
     mode = (project_dir / rel).stat().st_mode
     if _digest(data, mode) != digest:
-        raise CiError(f"{project_dir / rel} changed while the build was reading the project: build again")
+        raise SourcesChanged(f"{project_dir / rel} changed while the build was reading the project: build again")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
     shutil.copymode(project_dir / rel, target)
@@ -179,7 +183,6 @@ def snapshot_sources(project_dir: Path, work: Path, leave_out: tuple[Path, ...] 
     import time
 
     from wheelci.util.atomic import write_text
-    from wheelci.util.digest import sha256_file
 
     last = _read_json(work / SOURCES)
     taken = last.get("taken_ns") if isinstance(last.get("taken_ns"), int) else 0
@@ -197,7 +200,7 @@ def snapshot_sources(project_dir: Path, work: Path, leave_out: tuple[Path, ...] 
         old = known.get(str(rel))
         fresh = (isinstance(old, list) and len(old) == 6 and old[:5] == key and max(key[1:3]) < taken - 10**9
                  and isinstance(old[5], str) and re.fullmatch(r"[0-9a-f]{64}(\+x)?", old[5]))
-        sha = old[5] if fresh else sha256_file(project_dir / rel) + ("+x" if st.st_mode & 0o111 else "")
+        sha = old[5] if fresh else _digest((project_dir / rel).read_bytes(), st.st_mode)
         seen[str(rel)], files[str(rel)] = [*key, sha], sha
     r = proc.run(["git", "rev-parse", "HEAD"], what="reading the project's revision", check=False, cwd=project_dir,
                  capture_output=True, text=True) if (project_dir / ".git").exists() else None
