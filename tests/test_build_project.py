@@ -4,6 +4,7 @@ built on the host, installed into a fresh venv and tested there; and the bad inp
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -334,9 +335,12 @@ def test_an_interrupted_build_leaves_no_wheel_dir_it_made(tmp_path, signum):
     (project / "setup.py").write_text("import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
     out, work = tmp_path / "out", tmp_path / "work"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")])}
+    # the default disposition, whatever the suite's caller set: a job started in the background by a
+    # non-interactive shell ignores SIGINT, and Python keeps an inherited ignore (no KeyboardInterrupt)
     proc = subprocess.Popen([sys.executable, "-m", "ci.build", str(project), "--cpu", "--engine", "host",
                              "-w", str(out), "--work-dir", str(work)], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=functools.partial(signal.signal, signum, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300
         while "compiling slowly" not in ((work / "compile.log").read_text() if (work / "compile.log").exists() else ""):
