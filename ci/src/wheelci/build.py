@@ -532,8 +532,8 @@ def upload_step(b: Build) -> None:
 # The build, as data. Each step names what it reads and writes of Build; the report lists each step's
 # outcome (status, seconds, outputs) under `steps`.
 STEPS: tuple[Step[Build], ...] = (
-    Step("sources", sources_step, reads=("project_dir",), writes=("sources",)),
-    Step("env", env_step, reads=("plan",), writes=("env",)),
+    Step("sources", sources_step, reads=("project_dir",), writes=("sources",), quiet=True),
+    Step("env", env_step, reads=("plan",), writes=("env",), quiet=True),
     Step("compile", compile_step, reads=("compile_plan", "sources", "env", "environ"),
          writes=("compiled", "build_dir", "deps"),
          title=lambda b: f"compile ({b.plan.engine})", reuse=True),

@@ -8,6 +8,7 @@ with the step named. Adding a step (an SBOM, a signature) is one entry in a list
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ class Step(Generic[S]):
     when: Callable[[S], bool] = _always  # a step that does not apply to this build is recorded as skipped
     title: Callable[[S], str] | None = None  # the log group's title (default: the name)
     reuse: bool = False  # unchanged reads give back the recorded writes (wheelci.reuse); reads must be complete
+    quiet: bool = False  # bookkeeping: no log group and no timing line (a refusal after it stays one line)
 
 
 class Memory(Protocol):
@@ -90,7 +92,7 @@ def run_steps(steps: Sequence[Step[S]], state: S, record: Callable[[Outcome], No
             continue
         before = memory.snapshot(state) if inputs is not None else {}
         try:
-            with log.step(step.title(state) if step.title else step.name):
+            with contextlib.nullcontext() if step.quiet else log.step(step.title(state) if step.title else step.name):
                 step.run(state)
         except KeyboardInterrupt:
             record(Outcome(step.name, "interrupted", round(time.monotonic() - start, 1)))
