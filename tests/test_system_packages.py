@@ -74,7 +74,7 @@ def test_the_scan_finds_what_it_must():
     """The scan itself can fail: it sees the commands these files are known to run."""
     assert "debootstrap" in commands_in(ROOT / "tests" / "_standin.py")
     assert "bazel" in commands_in(ROOT / "tests" / "_bazel.py")
-    assert "git" in commands_in(ROOT / "ci" / "src" / "wheelci" / "compile" / "container.py")
+    assert "git" in commands_in(ROOT / "ci" / "src" / "wheelci" / "compile" / "workdir.py")
 
 
 def test_every_command_run_is_installed_by_the_project():
