@@ -18,7 +18,7 @@ import pytest
 
 from wheelci.index import RACY_NS, build_index
 from wheelci.wheel.names import classify, sdist_name
-from wheelci.verify import fresh_venv
+from wheelci.verifyenv import fresh_venv
 from tests._servers import NegotiatingServer, StaticServer, build_wheel, pip_install
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from wheelci.index import build_index
-from wheelci.verify import fresh_venv
+from wheelci.verifyenv import fresh_venv
 from tests._servers import Nginx, build_wheel, pip_install
 from tests.test_publish_example import RUN_OP, cpu_torch_site  # noqa: F401 (a fixture)
 

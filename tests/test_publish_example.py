@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from wheelci.compile.hostenv import TorchSpec, ensure_env
-from wheelci.verify import fresh_venv
+from wheelci.verifyenv import fresh_venv
 from tests._servers import PypiServer
 
 USER, TOKEN = "ci-bot", "s3cret-token-for-the-example"

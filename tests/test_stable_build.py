@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from wheelci.compile.hostenv import TorchSpec, ensure_env
-from wheelci.verify import fresh_venv, pip_install
+from wheelci.verifyenv import fresh_venv, pip_install
 from wheelci.wheel.metadata import get_headers
 from wheelci.wheel.zipread import WheelArchive
 from tests._wheels import run_stage

@@ -19,7 +19,7 @@ import pytest
 
 from wheelci.upload import (Conflict, is_loopback, parse_listing, redactor, simple_url_for, strip_userinfo,
                        upload)
-from wheelci.verify import fresh_venv
+from wheelci.verifyenv import fresh_venv
 from tests._servers import KillingProxy, PypiServer, build_wheel, pip_install
 
 ROOT = Path(__file__).resolve().parents[1]

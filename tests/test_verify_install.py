@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelci.verify import install_fresh
+from wheelci.verifyenv import install_fresh
 from tests._wheels import build_wheel
 
 pytestmark = pytest.mark.network

@@ -169,3 +169,49 @@ def test_pips_progress_never_reaches_stdout_on_a_terminal(tmp_path):
     assert proc.returncode != 0  # no torch 0.0.0 anywhere: pip fails after printing its progress
     assert proc.stdout == b"", proc.stdout
     assert b"torch==0.0.0" in seen
+
+
+def test_the_checks_run_in_the_tests_pytest_and_test_requirements_install_once(cpu_build, tmp_path):
+    """Verify imported torch twice (the probe, then the tests' pytest) and pip-installed pytest into every
+    venv. The probe is now the venv's pytest plugin, and the test requirements a layer kept in the cache:
+    the second run installs nothing, and the checks it reports are the same."""
+    env = {"CUDA_WHEEL_CI_CACHE": str(tmp_path / "cache")}  # a layer of this test's own
+    runs = [run_stage("ci.verify", cpu_build.wheel, "--torch-site", cpu_torch_site(), "--project", ROOT, "--json",
+                      env=env) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    first, second = (json.loads(r.stdout)["checks"] for r in runs)
+    assert first["probe"] == "in the test command's pytest" and first["torch_ops"] == ["softmax_ext"]
+    assert first["load softmax_ext/lib/libsoftmax_ext.so"] == "ok" and first[OPS] == "ok"
+    assert {k: v for k, v in first.items() if k != "test_command"} == {k: v for k, v in second.items()
+                                                                        if k != "test_command"}
+    assert "installing the test requirements once" in runs[0].stderr
+    assert "installing the test requirements" not in runs[1].stderr
+    (layer,) = (tmp_path / "cache" / "test-layers").glob("*/.complete.json")
+
+
+SHADOW = {"shadowed by the source tree": "cd {project} && python -m pytest -q -p no:cacheprovider tests",
+          "imported by a conftest first": "python -m pytest -q -p no:cacheprovider {project}/tests",
+          "no pytest at all": "python -c 'import softmax_ext, sys; sys.exit(0)'"}
+
+
+@pytest.mark.parametrize("case", SHADOW)
+def test_the_probe_runs_on_its_own_where_the_tests_pytest_would_not_see_the_installed_wheel(cpu_build, tmp_path,
+                                                                                           case):
+    """A pytest whose sys.path puts a source tree of the package first, or whose conftest imports the
+    package before the session starts, would check something else than the installed wheel: the probe's
+    in-pytest result is dropped and the probe runs as a script, as it does without any pytest."""
+    project = tmp_path / "project"
+    (project / "softmax_ext").mkdir(parents=True)
+    (project / "softmax_ext" / "__init__.py").write_text("raise ImportError('the source tree, not the wheel')\n")
+    (project / "tests").mkdir()
+    (project / "tests" / "test_it.py").write_text("def test_nothing():\n    pass\n")
+    if case == "imported by a conftest first":
+        (project / "softmax_ext" / "__init__.py").unlink()
+        (project / "tests" / "conftest.py").write_text("import softmax_ext  # noqa\n")
+    (project / "pyproject.toml").write_text(f'[project]\nname = "p"\nversion = "1"\n[tool.ci]\n'
+                                            f'test-command = "{SHADOW[case]}"\ntest-requires = ["pytest"]\n')
+    r = run_stage("ci.verify", cpu_build.wheel, "--torch-site", cpu_torch_site(), "--project", project, "--json")
+    checks = json.loads(r.stdout).get("checks") or json.loads(r.stdout)["result"]["checks"]
+    assert checks["probe"] == "on its own", checks
+    assert checks["import softmax_ext"] == "ok" and checks["torch_ops"] == ["softmax_ext"], checks

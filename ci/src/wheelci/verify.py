@@ -1,10 +1,7 @@
 """Verify: install a built wheel into a fresh venv with its torch, check it, and run the project's tests.
 
-The fresh venv sees the cached torch install through a .pth file instead of reinstalling ~3 GB of
-torch and CUDA wheels per run: pip still resolves the wheel's Requires-Dist against it (offline, so a
-requirement on torch, triton or an nvidia-* wheel that install does not meet fails rather than
-downloading something; other dependencies, numpy or scipy, come from the index), and the
-package imports from the venv's own site-packages. The checks are the same for any extension (each
+The venv (ci.verifyenv) sees the cached torch install instead of reinstalling it, and the package
+imports from the venv's own site-packages. The checks are the same for any extension (each
 package imports, each library loads, the torch.ops namespaces it registers, nothing grafted, torch
 pinned); what the extension computes is its own tests' job: the project's test command runs there
 next, and a pytest run is reported test by test.
@@ -18,8 +15,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
-import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -29,6 +24,8 @@ from pathlib import Path
 from wheelci import cli
 from wheelci.errors import CiError, Finding
 from wheelci.util import log, proc
+from wheelci.verifyenv import (PROBE, add_probe_plugin, cacheable, install_fresh, lay_over, pip_install,
+                                purelib, test_layer)
 from wheelci.wheel.names import WheelName
 
 
@@ -47,131 +44,8 @@ class VerifyResult:
         return not self.failures
 
 
-def purelib(python: Path) -> str:
-    """That interpreter's site-packages."""
-    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    return proc.run([python, "-c", code], what=f"asking {python} for its site-packages", capture_output=True,
-                    text=True).stdout.strip()
-
-
-def fresh_venv(path: Path, base_site: Path | None = None) -> Path:
-    """A new venv at path, optionally layered over another environment's site-packages; returns its python."""
-    # pip runs from our own environment against the new interpreter (--python), so the venv needs none.
-    proc.run([sys.executable, "-m", "venv", "--without-pip", path], what="creating the verify venv")
-    python = path / "bin" / "python"
-    if base_site is not None:
-        site = purelib(python)
-        (Path(site) / "_base_environment.pth").write_text(f"{base_site.resolve()}\n")  # a .pth line is read
-        # relative to the site-packages holding it, never to where we were run
-    return python
-
-
-def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
-    return proc.run([sys.executable, "-m", "pip", "--python", python, "install", "--disable-pip-version-check",
-                     "--no-input", *args], what="installing into the verify venv", check=False,
-                    capture_output=True, text=True)
-
-
-# torch and what it loads: the torch install verify runs over has these, and pip must never put another
-# copy into the verify venv (a classic wheel pinning another torch must fail, not fetch that torch).
-_ALWAYS_STACK = {"torch", "triton", "pytorch-triton"}
-_STACK_PREFIXES = ("nvidia-", "cuda-")
-
-
-def torch_stack(site: Path) -> dict[str, str]:
-    """Canonical name -> version of the torch install's stack: torch, triton and the nvidia-*/cuda-*
-    wheels it holds (pure-Python namesakes it does not hold, nvidia-ml-py, stay ordinary dependencies)."""
-    from importlib.metadata import distributions
-
-    from packaging.utils import canonicalize_name
-
-    stack: dict[str, str] = {}
-    for dist in sorted(distributions(path=[str(site)]), key=lambda d: (d.metadata["Name"] or "", d.version or "")):
-        name = canonicalize_name(dist.metadata["Name"] or "")
-        if name and dist.version and (name in _ALWAYS_STACK or name.startswith(_STACK_PREFIXES)):
-            stack.setdefault(name, dist.version)
-    return stack
-
-
-def _installable(wheel: Path, tmp: Path) -> Path:
-    """A PEP 825 variant wheel as pip installs it: the same bytes under the name without the label
-    (pip refuses the label's sixth part; the variant.json inside is metadata pip ignores)."""
-    name = WheelName.parse(wheel.name)
-    if not name.variant:
-        return wheel
-    from wheelci.wheel.variant import plain_name
-
-    (tmp / "plain").mkdir(exist_ok=True)
-    plain = tmp / "plain" / plain_name(name)
-    try:
-        os.link(wheel, plain)
-    except OSError:  # another filesystem
-        import shutil
-        shutil.copyfile(wheel, plain)
-    return plain
-
-
-def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Path]) -> tuple[Path, str | None]:
-    """A fresh venv in tmp over torch_site with the wheel installed: its python, and why the install
-    failed (None when it did not). Offline first; a wheel that also needs other packages (numpy,
-    scipy) gets those from the package index, with the torch install's stack pinned exactly as it is.
-    Either way the venv must end up holding nothing of that stack itself: its torch, triton and CUDA
-    wheels are the install's, whatever find-links or an index offered."""
-    python = fresh_venv(tmp / "venv", torch_site)
-    wheel = _installable(wheel, tmp)
-    links = [arg for d in find_links for arg in ("--find-links", str(d))]
-    stack = torch_stack(torch_site)
-    unmet = _stack_requirements_unmet(wheel, stack)
-    if unmet:
-        return python, (f"FAILED: requires {', '.join(unmet)}, which the torch install does not meet "
-                        "(torch, triton and that install's CUDA wheels are never downloaded here)")
-    r = pip_install(python, "--no-index", *links, str(wheel))
-    if r.returncode != 0 and _no_distribution_found(r.stderr):
-        constraints = tmp / "torch-install-constraints.txt"
-        constraints.write_text("".join(f"{name}==={version}\n" for name, version in sorted(stack.items())))
-        r = pip_install(python, "--constraint", str(constraints), *links, str(wheel))
-    if r.returncode != 0:
-        reason = [ln for ln in r.stderr.splitlines() if "ERROR" in ln or "error:" in ln] or r.stderr.splitlines()[-1:]
-        return python, f"FAILED: {reason[0].strip() if reason else ''}"
-    shadowing = [name for name in sorted(torch_stack(Path(purelib(python)))) if name in stack or name in _ALWAYS_STACK]
-    if shadowing:
-        return python, (f"FAILED: pip put {', '.join(shadowing)} into the verify venv over the torch install's "
-                        "(from find-links or an index): the wheel would be tested against another torch stack")
-    return python, None
-
-
-def _stack_requirements_unmet(wheel: Path, stack: dict[str, str]) -> list[str]:
-    """The wheel's requirements (for a plain install) on the torch stack that the torch install does not
-    meet: torch or triton it lacks, or a version of one of its packages it does not have."""
-    from packaging.utils import canonicalize_name
-
-    from wheelci.wheel.metadata import get_headers
-    from wheelci.wheel.requirements import plain_install_requirement
-    from wheelci.wheel.zipread import WheelArchive
-
-    with WheelArchive.open(wheel) as wa:
-        requires = get_headers(wa.metadata, "Requires-Dist")
-    unmet = []
-    for line in requires:
-        req = plain_install_requirement(line)
-        if req is None:
-            continue  # for an extra, or unreadable: pip's own error says it
-        name = canonicalize_name(req.name)
-        if name in stack:
-            if not req.specifier.contains(stack[name], prereleases=True):
-                unmet.append(line)
-        elif name in _ALWAYS_STACK:
-            unmet.append(line)
-    return unmet
-
-
-def _no_distribution_found(stderr: str) -> bool:
-    """pip failed offline for want of a distribution (not a conflict or a broken wheel)."""
-    return "No matching distribution found for " in stderr
-
-
-GENERIC = Path(__file__).resolve().parent / "resources" / "verify_probe.py"
 TEST_TAIL = 10
+PROBE_OUT = ".wheelci-probe.json"  # where the plugin writes, in the test command's directory
 
 
 # An extension module as an installer lays it out: `name.cpython-311-x86_64-linux-gnu.so`,
@@ -297,29 +171,58 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
         if failed:
             return VerifyResult(wheel.name, {"install": failed, **checks})
         checks["install"] = "ok"
-        site = purelib(python)
-        # -I: the probe's own directory (ci/) is not on sys.path, or ci's `cache` or `errors` module
-        # would be imported in place of the wheel's package of that name
-        probe = json.dumps({"imports": importables(names), "libraries": libraries(names)})
-        r = proc.run([python, "-I", GENERIC, site, probe], what="probing the installed wheel", check=False,
-                     capture_output=True, text=True, cwd=tmp)
-        try:
-            checks.update(json.loads(r.stdout.strip().splitlines()[-1]))
-        except (IndexError, json.JSONDecodeError):
-            tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-            checks["import"] = f"FAILED: {tail}"
-        if test_command:
-            if test_requires:
-                r = pip_install(python, *test_requires)
-                if r.returncode != 0:
-                    last = (r.stderr.strip().splitlines() or ["no output"])[-1]
-                    checks["test_requires"] = f"FAILED: {last}"
-                    return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
-            log.info(f"running the test command: {test_command}")
-            checks.update(run_test_command(test_command, python, project_dir, wheel, tmp, build_dir))
+        site = Path(purelib(python))
+        request = {"imports": importables(names), "libraries": libraries(names)}
+        tests: dict[str, str] = {}
+        if not test_command:
+            tests["test_command"] = "skipped: none given ([tool.ci] test-command or --test-command)"
+        elif (failed := _add_test_requires(python, site, list(test_requires), torch_site)) is not None:
+            tests["test_requires"] = failed
         else:
-            checks["test_command"] = "skipped: none given ([tool.ci] test-command or --test-command)"
+            out = tmp / PROBE_OUT
+            add_probe_plugin(site, {**request, "site": str(site), "out": str(out)})
+            log.info(f"running the test command: {test_command}")
+            tests = run_test_command(test_command, python, project_dir, wheel, tmp, build_dir)
+        probed = _read_probe(tmp / PROBE_OUT)
+        checks["probe"] = "in the test command's pytest" if probed is not None else "on its own"
+        checks.update(probed if probed is not None else _probe(python, site, request, tmp))
+        checks.update(tests)
     return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
+
+
+def _add_test_requires(python: Path, site: Path, requires: list[str], torch_site: Path) -> str | None:
+    """The test requirements in the venv: the cached layer for requirements by name, else installed
+    there; why that failed, or None."""
+    if not requires:
+        return None
+    if cacheable(requires):
+        layer, failed = test_layer(requires, torch_site)
+        if layer is not None:
+            lay_over(python, site, layer)
+        return failed
+    r = pip_install(python, *requires)
+    return None if r.returncode == 0 else f"FAILED: {(r.stderr.strip().splitlines() or ['no output'])[-1]}"
+
+
+def _read_probe(path: Path) -> dict | None:
+    """What the probe wrote as the tests' pytest plugin, None where it did not run there."""
+    try:
+        checks = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return checks if isinstance(checks, dict) else None
+
+
+def _probe(python: Path, site: Path, request: dict, cwd: Path) -> dict[str, object]:
+    """The probe as a script of its own."""
+    # -I: the probe's own directory (ci/) is not on sys.path, or ci's `cache` or `errors` module
+    # would be imported in place of the wheel's package of that name
+    r = proc.run([python, "-I", PROBE, site, json.dumps(request)], what="probing the installed wheel", check=False,
+                 capture_output=True, text=True, cwd=cwd)
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"import": f"FAILED: {(r.stderr.strip().splitlines() or ['no output'])[-1]}"}
 
 
 def build_parser() -> cli.Parser:

@@ -1,0 +1,260 @@
+"""The verify venv: a fresh venv over a torch install, what pip may put into it, and what is laid over it.
+
+The fresh venv sees the cached torch install through a .pth file instead of reinstalling ~3 GB of
+torch and CUDA wheels per run: pip still resolves the wheel's Requires-Dist against it (offline, so a
+requirement on torch, triton or an nvidia-* wheel that install does not meet fails rather than
+downloading something; other dependencies, numpy or scipy, come from the index).
+
+After the wheel is installed, two things are laid over the venv, so that the wheel's own install never
+resolves against them:
+- the test requirements (pytest, ...), installed once into a layer kept in the cache, one per set of
+  requirements, torch install and interpreter: pip asking the index for pytest cost about 4 s a run;
+- the probe as a pytest plugin, so the generic checks run inside the test command's pytest and torch is
+  imported once, not once for the probe and again for the tests (ci.verify runs the probe on its own
+  where no pytest of the venv ran it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from wheelci.errors import CiError
+from wheelci.util import log, proc
+from wheelci.wheel.names import WheelName
+
+
+def purelib(python: Path) -> str:
+    """That interpreter's site-packages."""
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return proc.run([python, "-c", code], what=f"asking {python} for its site-packages", capture_output=True,
+                    text=True).stdout.strip()
+
+
+def fresh_venv(path: Path, base_site: Path | None = None) -> Path:
+    """A new venv at path, optionally layered over another environment's site-packages; returns its python."""
+    # pip runs from our own environment against the new interpreter (--python), so the venv needs none.
+    proc.run([sys.executable, "-m", "venv", "--without-pip", path], what="creating the verify venv")
+    python = path / "bin" / "python"
+    if base_site is not None:
+        site = purelib(python)
+        (Path(site) / "_base_environment.pth").write_text(f"{base_site.resolve()}\n")  # a .pth line is read
+        # relative to the site-packages holding it, never to where we were run
+    return python
+
+
+def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
+    return proc.run([sys.executable, "-m", "pip", "--python", python, "install", "--disable-pip-version-check",
+                     "--no-input", *args], what="installing into the verify venv", check=False,
+                    capture_output=True, text=True)
+
+
+# torch and what it loads: the torch install verify runs over has these, and pip must never put another
+# copy into the verify venv (a classic wheel pinning another torch must fail, not fetch that torch).
+_ALWAYS_STACK = {"torch", "triton", "pytorch-triton"}
+_STACK_PREFIXES = ("nvidia-", "cuda-")
+
+
+def torch_stack(site: Path) -> dict[str, str]:
+    """Canonical name -> version of the torch install's stack: torch, triton and the nvidia-*/cuda-*
+    wheels it holds (pure-Python namesakes it does not hold, nvidia-ml-py, stay ordinary dependencies)."""
+    from importlib.metadata import distributions
+
+    from packaging.utils import canonicalize_name
+
+    stack: dict[str, str] = {}
+    for dist in sorted(distributions(path=[str(site)]), key=lambda d: (d.metadata["Name"] or "", d.version or "")):
+        name = canonicalize_name(dist.metadata["Name"] or "")
+        if name and dist.version and (name in _ALWAYS_STACK or name.startswith(_STACK_PREFIXES)):
+            stack.setdefault(name, dist.version)
+    return stack
+
+
+def _installable(wheel: Path, tmp: Path) -> Path:
+    """A PEP 825 variant wheel as pip installs it: the same bytes under the name without the label
+    (pip refuses the label's sixth part; the variant.json inside is metadata pip ignores)."""
+    name = WheelName.parse(wheel.name)
+    if not name.variant:
+        return wheel
+    from wheelci.wheel.variant import plain_name
+
+    (tmp / "plain").mkdir(exist_ok=True)
+    plain = tmp / "plain" / plain_name(name)
+    try:
+        os.link(wheel, plain)
+    except OSError:  # another filesystem
+        import shutil
+        shutil.copyfile(wheel, plain)
+    return plain
+
+
+def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Path]) -> tuple[Path, str | None]:
+    """A fresh venv in tmp over torch_site with the wheel installed: its python, and why the install
+    failed (None when it did not). Offline first; a wheel that also needs other packages (numpy,
+    scipy) gets those from the package index, with the torch install's stack pinned exactly as it is.
+    Either way the venv must end up holding nothing of that stack itself: its torch, triton and CUDA
+    wheels are the install's, whatever find-links or an index offered."""
+    python = fresh_venv(tmp / "venv", torch_site)
+    wheel = _installable(wheel, tmp)
+    links = [arg for d in find_links for arg in ("--find-links", str(d))]
+    stack = torch_stack(torch_site)
+    unmet = _stack_requirements_unmet(wheel, stack)
+    if unmet:
+        return python, (f"FAILED: requires {', '.join(unmet)}, which the torch install does not meet "
+                        "(torch, triton and that install's CUDA wheels are never downloaded here)")
+    r = pip_install(python, "--no-index", *links, str(wheel))
+    if r.returncode != 0 and _no_distribution_found(r.stderr):
+        constraints = tmp / "torch-install-constraints.txt"
+        constraints.write_text("".join(f"{name}==={version}\n" for name, version in sorted(stack.items())))
+        r = pip_install(python, "--constraint", str(constraints), *links, str(wheel))
+    if r.returncode != 0:
+        reason = [ln for ln in r.stderr.splitlines() if "ERROR" in ln or "error:" in ln] or r.stderr.splitlines()[-1:]
+        return python, f"FAILED: {reason[0].strip() if reason else ''}"
+    shadowing = [name for name in sorted(torch_stack(Path(purelib(python)))) if name in stack or name in _ALWAYS_STACK]
+    if shadowing:
+        return python, (f"FAILED: pip put {', '.join(shadowing)} into the verify venv over the torch install's "
+                        "(from find-links or an index): the wheel would be tested against another torch stack")
+    return python, None
+
+
+def _stack_requirements_unmet(wheel: Path, stack: dict[str, str]) -> list[str]:
+    """The wheel's requirements (for a plain install) on the torch stack that the torch install does not
+    meet: torch or triton it lacks, or a version of one of its packages it does not have."""
+    from packaging.utils import canonicalize_name
+
+    from wheelci.wheel.metadata import get_headers
+    from wheelci.wheel.requirements import plain_install_requirement
+    from wheelci.wheel.zipread import WheelArchive
+
+    with WheelArchive.open(wheel) as wa:
+        requires = get_headers(wa.metadata, "Requires-Dist")
+    unmet = []
+    for line in requires:
+        req = plain_install_requirement(line)
+        if req is None:
+            continue  # for an extra, or unreadable: pip's own error says it
+        name = canonicalize_name(req.name)
+        if name in stack:
+            if not req.specifier.contains(stack[name], prereleases=True):
+                unmet.append(line)
+        elif name in _ALWAYS_STACK:
+            unmet.append(line)
+    return unmet
+
+
+def _no_distribution_found(stderr: str) -> bool:
+    """pip failed offline for want of a distribution (not a conflict or a broken wheel)."""
+    return "No matching distribution found for " in stderr
+
+
+
+
+# --- the test requirements, installed once ------------------------------------------------------
+
+LAYER_STAMP = ".complete.json"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A cached install of test requirements over one torch install: its site-packages."""
+
+    site: Path
+
+
+def cacheable(requires: list[str]) -> bool:
+    """Requirements by name (`pytest`, `numpy>=1.26`) only: a path or URL names content that can change
+    under the same text, so such a set is installed into each verify venv instead, every time."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        return all(Requirement(r).url is None for r in requires)
+    except InvalidRequirement:
+        return False
+
+
+def test_layer(requires: list[str], torch_site: Path) -> tuple[Layer | None, str | None]:
+    """The cached layer holding these requirements over this torch install (made where missing, under
+    its lock), or (None, why it cannot be made): pip failed, or would put a torch stack package of its
+    own there."""
+    from wheelci.util.atomic import write_text
+    from wheelci.util.cache import cache_dir
+    from wheelci.util.lock import locked_file
+
+    stack = torch_stack(torch_site)
+    key = hashlib.sha256(json.dumps({"requires": sorted(requires), "torch": str(torch_site.resolve()), "stack": stack,
+                                     "python": [sys.executable, sys.version]}).encode()).hexdigest()[:24]
+    root = cache_dir("test-layers", key)
+    layer = _load_layer(root)
+    if layer is not None:
+        return layer, None
+    with locked_file(root.with_name(root.name + ".lock"), "the test requirements' layer"):
+        layer = _load_layer(root)  # made by the run this one waited for
+        if layer is not None:
+            return layer, None
+        shutil.rmtree(root, ignore_errors=True)
+        log.info(f"installing the test requirements once, for every later verify: {' '.join(requires)}")
+        python = fresh_venv(root, torch_site)
+        r = pip_install(python, *requires)
+        if r.returncode != 0:
+            shutil.rmtree(root, ignore_errors=True)
+            return None, f"FAILED: {(r.stderr.strip().splitlines() or ['no output'])[-1]}"
+        site = Path(purelib(python))
+        shadowing = sorted(n for n in torch_stack(site) if n in stack or n in _ALWAYS_STACK)
+        if shadowing:
+            shutil.rmtree(root, ignore_errors=True)
+            return None, (f"FAILED: installing them would put {', '.join(shadowing)} over the torch install's "
+                          "(the tests would run against another torch stack)")
+        write_text(root / LAYER_STAMP, json.dumps({"site": str(site), "requires": sorted(requires)}))
+        return Layer(site), None
+
+
+def _load_layer(root: Path) -> Layer | None:
+    """The layer its stamp describes, or None where it is missing, cut off or lost its site-packages."""
+    try:
+        site = Path(json.loads((root / LAYER_STAMP).read_text())["site"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Layer(site) if site.is_dir() and site.resolve().is_relative_to(root.resolve()) else None
+
+
+def lay_over(python: Path, site: Path, layer: Layer) -> None:
+    """The layer importable in the venv (before the torch install, as if installed there), and its
+    console scripts in the venv's bin, run by the venv's interpreter: `pytest` on PATH sees the wheel."""
+    from importlib.metadata import distributions
+
+    # sorted before _base_environment.pth; addsitedir also reads the layer's own .pth files
+    (site / "_0_test_requirements.pth").write_text(f"import site; site.addsitedir({str(layer.site)!r})\n")
+    bin_dir = python.parent
+    for dist in distributions(path=[str(layer.site)]):
+        for ep in dist.entry_points:
+            script = bin_dir / ep.name
+            attr = ep.attr.split(".") if ep.attr else []
+            if (ep.group != "console_scripts" or "/" in ep.name or ep.name.startswith(".") or script.exists()
+                    or not attr or not all(p.isidentifier() for p in [*ep.module.split("."), *attr])):
+                continue
+            script.write_text(f"#!{python}\nimport sys\nfrom {ep.module} import {attr[0]}\n"
+                              f"sys.exit({'.'.join(attr)}())\n")
+            script.chmod(0o755)
+
+
+# --- the probe, inside the tests' pytest ------------------------------------------------------
+
+PROBE = Path(__file__).resolve().parent / "resources" / "verify_probe.py"
+PLUGIN = "_wheelci_verify_probe"
+
+
+def add_probe_plugin(site: Path, request: dict) -> None:
+    """The probe as a pytest plugin of the venv, loaded by any pytest the venv's interpreter runs (an
+    entry point, as an installed plugin is), with what it checks beside it."""
+    shutil.copyfile(PROBE, site / f"{PLUGIN}.py")
+    (site / f"{PLUGIN}.json").write_text(json.dumps(request))
+    info = site / "wheelci_verify_probe-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: wheelci-verify-probe\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(f"[pytest11]\nwheelci-verify-probe = {PLUGIN}\n")
