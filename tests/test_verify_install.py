@@ -83,3 +83,17 @@ def test_the_wheel_must_name_a_torch_range(torch_site, tmp_path, requires, ok):
     result = verify_generic(wheel, torch_site, project_dir=tmp_path)
     expected = "ok" if ok else "FAILED: Requires-Dist does not name the torch it needs"
     assert result.checks["requires_torch"] == expected
+
+
+@pytest.mark.parametrize("requires, ok", [
+    (["pytest", "numpy>=1.26", "hypothesis[numpy]"], True),
+    (["names-torch[test]"], False),          # the wheel's own extra resolves against the wheel installed
+    (["Names_Torch"], False),
+    (["pkg @ https://example.invalid/pkg-1.0-py3-none-any.whl"], False),  # a URL's content can change
+    (["./tests/helpers"], False),            # so can a path's (packaging cannot read it as a name)
+    (["pytest", "-r requirements.txt"], False),
+])
+def test_only_requirements_by_name_are_installed_once(requires, ok):
+    from wheelci.verifyenv import cacheable
+
+    assert cacheable(requires, "names-torch") is ok

@@ -187,31 +187,82 @@ def test_the_checks_run_in_the_tests_pytest_and_test_requirements_install_once(c
                                                                         if k != "test_command"}
     assert "installing the test requirements once" in runs[0].stderr
     assert "installing the test requirements" not in runs[1].stderr
-    (layer,) = (tmp_path / "cache" / "test-layers").glob("*/.complete.json")
+    # a layer that lost a file is made again, not used
+    (stamp,) = (tmp_path / "cache" / "test-layers").glob("*/.complete.json")
+    (Path(json.loads(stamp.read_text())["site"]) / "_pytest" / "__init__.py").unlink()
+    third = run_stage("ci.verify", cpu_build.wheel, "--torch-site", cpu_torch_site(), "--project", ROOT, "--json",
+                      env=env)
+    assert third.returncode == 0 and "installing the test requirements once" in third.stderr, third.stderr[-2000:]
 
 
-SHADOW = {"shadowed by the source tree": "cd {project} && python -m pytest -q -p no:cacheprovider tests",
-          "imported by a conftest first": "python -m pytest -q -p no:cacheprovider {project}/tests",
-          "no pytest at all": "python -c 'import softmax_ext, sys; sys.exit(0)'"}
+PYTEST = "python -m pytest -q -p no:cacheprovider"
+WRITE_OK_COPY = ("python -c \"import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], "
+                 "'checked', '__init__.py').write_text('')\"")
+FORGE = ("""echo '{"import checked": "ok", "requires_torch": "ok", "torch": "x", "torch_ops": []}' """
+         "> .wheelci-probe.json")
+# case -> (the package's __init__.py in the wheel, the test command, the project's extra files)
+NOT_IN_PYTEST = {
+    "a source tree first on sys.path": ("raise ImportError('the wheel is broken')\n",
+                                        f"cd {{project}} && {PYTEST} tests",
+                                        {"checked/__init__.py": ""}),
+    "a conftest imported it first": ("raise ImportError('the wheel is broken')\n", f"{PYTEST} {{project}}/tests",
+                                     {"tests/conftest.py": "import pathlib, sys\n"
+                                      "sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / 'src'))\n"
+                                      "import checked\n", "src/checked/__init__.py": ""}),
+    "no pytest at all": ("raise ImportError('the wheel is broken')\n", "true", {}),
+    "a test requirement it does not declare": ("import iniconfig\n", f"{PYTEST} {{project}}/tests", {}),
+    "a PYTHONPATH of the test command": ("import vendored\n",
+                                         f"PYTHONPATH={{project}}/vendor {PYTEST} {{project}}/tests",
+                                         {"vendor/vendored.py": ""}),
+    "a library path of the test command": ("raise ImportError('the wheel is broken')\n",
+                                           f"LD_LIBRARY_PATH={{project}} {PYTEST} {{project}}/tests", {}),
+    "a test requirement by path, beside the wheel": ("import iniconfig\n", f"{PYTEST} {{project}}/tests",
+                                                     {"req/pyproject.toml": '[project]\nname = "req"\nversion = "1"\n'
+                                                      'dependencies = ["iniconfig"]\n', "req/req.py": ""}),
+    "tests that repair the venv": ("raise ImportError('the wheel is broken')\n", WRITE_OK_COPY, {}),
+    "a forged result": ("raise ImportError('the wheel is broken')\n", FORGE, {}),
+}
 
 
-@pytest.mark.parametrize("case", SHADOW)
-def test_the_probe_runs_on_its_own_where_the_tests_pytest_would_not_see_the_installed_wheel(cpu_build, tmp_path,
-                                                                                           case):
-    """A pytest whose sys.path puts a source tree of the package first, or whose conftest imports the
-    package before the session starts, would check something else than the installed wheel: the probe's
-    in-pytest result is dropped and the probe runs as a script, as it does without any pytest."""
+@pytest.mark.parametrize("case", NOT_IN_PYTEST)
+def test_a_wheel_that_imports_only_in_the_tests_environment_fails(tmp_path, case):
+    """The checks run in the tests' pytest only where they see what a process of their own would: a
+    source tree, a conftest's import, a test requirement or PYTHONPATH the wheel does not declare, a
+    library path the tests set, or tests that change the venv never let a broken wheel pass, and a
+    test command cannot write the checks' result. Each wheel here is broken and must fail its import."""
+    from tests._wheels import build_wheel
+
+    init, command, files = NOT_IN_PYTEST[case]
+    wheel = build_wheel(tmp_path / "w", name="checked", files={"checked/__init__.py": init},
+                        requires=("torch==2.13.0",))
     project = tmp_path / "project"
-    (project / "softmax_ext").mkdir(parents=True)
-    (project / "softmax_ext" / "__init__.py").write_text("raise ImportError('the source tree, not the wheel')\n")
-    (project / "tests").mkdir()
-    (project / "tests" / "test_it.py").write_text("def test_nothing():\n    pass\n")
-    if case == "imported by a conftest first":
-        (project / "softmax_ext" / "__init__.py").unlink()
-        (project / "tests" / "conftest.py").write_text("import softmax_ext  # noqa\n")
-    (project / "pyproject.toml").write_text(f'[project]\nname = "p"\nversion = "1"\n[tool.ci]\n'
-                                            f'test-command = "{SHADOW[case]}"\ntest-requires = ["pytest"]\n')
-    r = run_stage("ci.verify", cpu_build.wheel, "--torch-site", cpu_torch_site(), "--project", project, "--json")
-    checks = json.loads(r.stdout).get("checks") or json.loads(r.stdout)["result"]["checks"]
-    assert checks["probe"] == "on its own", checks
-    assert checks["import softmax_ext"] == "ok" and checks["torch_ops"] == ["softmax_ext"], checks
+    for name, text in {"tests/test_it.py": "def test_nothing():\n    pass\n", **files}.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    (project / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "1"\n[tool.ci]\n'
+                                            f'test-command = {json.dumps(command)}\ntest-requires = ["pytest"'
+                                            f'{", " + json.dumps(str(project / "req")) if "req/req.py" in files else ""}]\n')
+    r = run_stage("ci.verify", wheel, "--torch-site", cpu_torch_site(), "--project", project, "--json")
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    checks = json.loads(r.stdout)["result"]["checks"]
+    assert checks["probe"] == "on its own" and checks["requires_torch"] == "ok", checks
+    assert checks["import checked"].startswith("FAILED"), checks
+    assert "test_requires" not in checks, checks  # they installed: the wheel failed for what it is
+
+
+def test_an_import_warning_still_meets_the_tests_warning_filters(tmp_path):
+    """The checks import the package inside pytest's warning filters, as a test module would: a
+    DeprecationWarning at import under `filterwarnings = error` fails, as it did before they ran there."""
+    from tests._wheels import build_wheel
+
+    wheel = build_wheel(tmp_path / "w", name="warns", requires=("torch==2.13.0",), files={
+        "warns/__init__.py": "import warnings\nwarnings.warn('old', DeprecationWarning)\n"})
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_it.py").write_text("import warns\n\ndef test_nothing():\n    pass\n")
+    (tests / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
+    r = run_stage("ci.verify", wheel, "--torch-site", cpu_torch_site(), "--test-command",
+                  f"{PYTEST} -c {tests}/pytest.ini {tests}", "--test-requires", "pytest", "--json")
+    assert r.returncode == 1, r.stdout[-2000:]
+    checks = json.loads(r.stdout)["result"]["checks"]
+    assert checks["test_command"].startswith("FAILED"), checks

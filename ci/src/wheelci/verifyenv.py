@@ -49,6 +49,12 @@ def fresh_venv(path: Path, base_site: Path | None = None) -> Path:
     return python
 
 
+def pip_failure(r: subprocess.CompletedProcess) -> str:
+    """A failed pip install as one check: its first error line (what conflicts, what is missing)."""
+    reason = [ln for ln in r.stderr.splitlines() if "ERROR" in ln or "error:" in ln] or r.stderr.strip().splitlines()[-1:]
+    return f"FAILED: {reason[0].strip() if reason else 'no output'}"
+
+
 def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
     return proc.run([sys.executable, "-m", "pip", "--python", python, "install", "--disable-pip-version-check",
                      "--no-input", *args], what="installing into the verify venv", check=False,
@@ -114,8 +120,7 @@ def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Pat
         constraints.write_text("".join(f"{name}==={version}\n" for name, version in sorted(stack.items())))
         r = pip_install(python, "--constraint", str(constraints), *links, str(wheel))
     if r.returncode != 0:
-        reason = [ln for ln in r.stderr.splitlines() if "ERROR" in ln or "error:" in ln] or r.stderr.splitlines()[-1:]
-        return python, f"FAILED: {reason[0].strip() if reason else ''}"
+        return python, pip_failure(r)
     shadowing = [name for name in sorted(torch_stack(Path(purelib(python)))) if name in stack or name in _ALWAYS_STACK]
     if shadowing:
         return python, (f"FAILED: pip put {', '.join(shadowing)} into the verify venv over the torch install's "
@@ -167,15 +172,18 @@ class Layer:
     site: Path
 
 
-def cacheable(requires: list[str]) -> bool:
-    """Requirements by name (`pytest`, `numpy>=1.26`) only: a path or URL names content that can change
-    under the same text, so such a set is installed into each verify venv instead, every time."""
+def cacheable(requires: list[str], own: str) -> bool:
+    """Requirements by name (`pytest`, `numpy>=1.26`) only, none of them the wheel's own distribution:
+    a path or URL names content that can change under the same text, and `pkg[test]` resolves against
+    the wheel installed, so such a set is installed into each verify venv instead, every time."""
     from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
 
     try:
-        return all(Requirement(r).url is None for r in requires)
+        parsed = [Requirement(r) for r in requires]
     except InvalidRequirement:
         return False
+    return all(r.url is None and canonicalize_name(r.name) != canonicalize_name(own) for r in parsed)
 
 
 def test_layer(requires: list[str], torch_site: Path) -> tuple[Layer | None, str | None]:
@@ -203,7 +211,7 @@ def test_layer(requires: list[str], torch_site: Path) -> tuple[Layer | None, str
         r = pip_install(python, *requires)
         if r.returncode != 0:
             shutil.rmtree(root, ignore_errors=True)
-            return None, f"FAILED: {(r.stderr.strip().splitlines() or ['no output'])[-1]}"
+            return None, pip_failure(r)
         site = Path(purelib(python))
         shadowing = sorted(n for n in torch_stack(site) if n in stack or n in _ALWAYS_STACK)
         if shadowing:
@@ -215,12 +223,22 @@ def test_layer(requires: list[str], torch_site: Path) -> tuple[Layer | None, str
 
 
 def _load_layer(root: Path) -> Layer | None:
-    """The layer its stamp describes, or None where it is missing, cut off or lost its site-packages."""
+    """The layer its stamp describes, or None where it is missing, cut off, or lost a file of what it
+    installed (each RECORD's files are still there, at their sizes: a damaged layer is made again)."""
+    from wheelci.wheel.record import read_record_file
+
     try:
         site = Path(json.loads((root / LAYER_STAMP).read_text())["site"])
-    except (OSError, ValueError, KeyError, TypeError):
+        if not site.resolve().is_relative_to(root.resolve()):
+            return None
+        for record in site.glob("*.dist-info/RECORD"):
+            for path, entry in read_record_file(record).items():
+                size = (site / path).stat().st_size  # OSError: the file is gone
+                if entry.size is not None and size != entry.size:
+                    return None
+    except (OSError, ValueError, KeyError, TypeError, CiError):
         return None
-    return Layer(site) if site.is_dir() and site.resolve().is_relative_to(root.resolve()) else None
+    return Layer(site)
 
 
 def lay_over(python: Path, site: Path, layer: Layer) -> None:
@@ -247,6 +265,8 @@ def lay_over(python: Path, site: Path, layer: Layer) -> None:
 
 PROBE = Path(__file__).resolve().parent / "resources" / "verify_probe.py"
 PLUGIN = "_wheelci_verify_probe"
+# what decides which libraries load: the probe in the tests' pytest must run with verify's own values
+LOADER_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
 
 
 def add_probe_plugin(site: Path, request: dict) -> None:
