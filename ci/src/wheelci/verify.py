@@ -24,8 +24,7 @@ from pathlib import Path
 from wheelci import cli
 from wheelci.errors import CiError, Finding
 from wheelci.util import log, proc
-from wheelci.verifyenv import (LOADER_VARIABLES, PROBE, add_probe_plugin, cacheable, install_fresh, lay_over,
-                                pip_failure, pip_install, purelib, test_layer)
+from wheelci.verifyenv import install_fresh, purelib, requirements_for_tests
 from wheelci.wheel.names import WheelName
 
 
@@ -45,7 +44,7 @@ class VerifyResult:
 
 
 TEST_TAIL = 10
-PROBE_OUT = ".wheelci-probe.json"  # where the plugin writes, in the test command's directory
+PROBE = Path(__file__).resolve().parent / "resources" / "verify_probe.py"
 
 
 # An extension module as an installer lays it out: `name.cpython-311-x86_64-linux-gnu.so`,
@@ -172,59 +171,24 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
             return VerifyResult(wheel.name, {"install": failed, **checks})
         checks["install"] = "ok"
         site = Path(purelib(python))
-        request = {"imports": importables(names), "libraries": libraries(names)}
+        # first, in the venv as the wheel's install left it: nothing of the tests' can hide what it lacks
+        checks.update(_probe(python, site, {"imports": importables(names), "libraries": libraries(names)}, tmp))
         if not test_command:
-            checks.update(_probe(python, site, request, tmp))
             checks["test_command"] = "skipped: none given ([tool.ci] test-command or --test-command)"
             return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
-        out = tmp / PROBE_OUT
-        # by name, the test requirements are a layer the probe tells apart from the venv; otherwise pip
-        # installs them beside the wheel, where they would meet what the wheel does not declare
-        layered = cacheable(list(test_requires), WheelName.parse(wheel.name).distribution)
-        failed = _add_test_requires(python, site, list(test_requires), torch_site, layered)
-        if failed is None:
-            if layered:
-                add_probe_plugin(site, {**request, "site": str(site), "torch_site": str(torch_site.resolve()),
-                                        "out": str(out), "environ": {v: os.environ.get(v) for v in LOADER_VARIABLES}})
-            log.info(f"running the test command: {test_command}")
-            tests = run_test_command(test_command, python, project_dir, wheel, tmp, build_dir)
-        else:
-            tests = {"test_requires": failed}
-        probed = _own_checks(_read_json(out), request)
-        checks["probe"] = "in the test command's pytest" if probed is not None else "on its own"
-        if probed is None:  # in a venv that neither the tests nor their requirements touched
-            (tmp / "probe").mkdir()
-            clean, failed = install_fresh(wheel, torch_site, tmp / "probe", find_links)
-            probed = {"install": failed} if failed else _probe(clean, Path(purelib(clean)), request, tmp)
-        checks.update(probed)
-        checks.update(tests)
+        with requirements_for_tests(python, site, list(test_requires), torch_site,
+                                    WheelName.parse(wheel.name).distribution) as failed:
+            if failed is not None:
+                checks["test_requires"] = failed
+            else:
+                log.info(f"running the test command: {test_command}")
+                checks.update(run_test_command(test_command, python, project_dir, wheel, tmp, build_dir))
     return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
 
 
-def _add_test_requires(python: Path, site: Path, requires: list[str], torch_site: Path, layered: bool) -> str | None:
-    """The test requirements in the venv: the cached layer for requirements by name, else (a path, a
-    URL, the wheel's own name: `pkg[test]`) installed there; why that failed, or None."""
-    if not requires:
-        return None
-    if layered:
-        layer, failed = test_layer(requires, torch_site)
-        if layer is not None:
-            lay_over(python, site, layer)
-        return failed
-    r = pip_install(python, *requires)
-    return None if r.returncode == 0 else pip_failure(r)
-
-
-def _read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _own_checks(got: object, request: dict) -> dict | None:
-    """The probe's result when it is exactly the checks the request asks for (what a test, or a module
-    the probe imported, printed or wrote never adds or overrides another check)."""
+    """The probe's result when it is exactly the checks the request asks for: what a module it imported
+    printed never adds or overrides another check (`requires_torch`, `install`)."""
     keys = {"torch", "torch_ops", *(f"import {n}" for n in request["imports"]),
             *(f"load {rel}" for rel in request["libraries"])}
     return got if isinstance(got, dict) and set(got) == keys else None
@@ -238,7 +202,8 @@ def _probe(python: Path, site: Path, request: dict, cwd: Path) -> dict[str, obje
                  capture_output=True, text=True, cwd=cwd)
     lines = r.stdout.strip().splitlines()
     checks = _own_checks(_json_line(lines[-1]) if lines else None, request)
-    return checks if checks is not None else {"import": f"FAILED: {(r.stderr.strip().splitlines() or ['no output'])[-1]}"}
+    why = (r.stderr.strip().splitlines() or ["it printed no result of its own"])[-1]
+    return checks if checks is not None else {"import": f"FAILED: {why}"}
 
 
 def _json_line(line: str) -> object:

@@ -5,17 +5,15 @@ torch and CUDA wheels per run: pip still resolves the wheel's Requires-Dist agai
 requirement on torch, triton or an nvidia-* wheel that install does not meet fails rather than
 downloading something; other dependencies, numpy or scipy, come from the index).
 
-After the wheel is installed, two things are laid over the venv, so that the wheel's own install never
-resolves against them:
-- the test requirements (pytest, ...), installed once into a layer kept in the cache, one per set of
-  requirements, torch install and interpreter: pip asking the index for pytest cost about 4 s a run;
-- the probe as a pytest plugin, so the generic checks run inside the test command's pytest and torch is
-  imported once, not once for the probe and again for the tests (ci.verify runs the probe on its own
-  where no pytest of the venv ran it).
+After the wheel is installed and checked, the test requirements (pytest, ...) are laid over it, so the
+wheel's install and its import checks never meet them: installed once into a layer kept in the cache,
+one per set of requirements, torch install and interpreter (pip asking the index for pytest cost about
+4 s a run), held shared while the tests run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,6 +22,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from wheelci.errors import CiError
 from wheelci.util import log, proc
@@ -186,11 +185,29 @@ def cacheable(requires: list[str], own: str) -> bool:
     return all(r.url is None and canonicalize_name(r.name) != canonicalize_name(own) for r in parsed)
 
 
-def test_layer(requires: list[str], torch_site: Path) -> tuple[Layer | None, str | None]:
-    """The cached layer holding these requirements over this torch install (made where missing, under
-    its lock), or (None, why it cannot be made): pip failed, or would put a torch stack package of its
-    own there."""
-    from wheelci.util.atomic import write_text
+@contextlib.contextmanager
+def requirements_for_tests(python: Path, site: Path, requires: list[str], torch_site: Path,
+                      own: str) -> Iterator[str | None]:
+    """The test requirements in the venv for the body's duration: the cached layer (held shared, so no
+    run remakes it under these tests) for requirements by name, else installed into the venv. Yields
+    why they could not be had (a FAILED check), or None."""
+    if not requires:
+        yield None
+    elif not cacheable(requires, own):
+        r = pip_install(python, *requires)
+        yield None if r.returncode == 0 else pip_failure(r)
+    else:
+        with held_layer(requires, torch_site) as (layer, failed):
+            if layer is not None:
+                lay_over(python, site, layer)
+            yield failed
+
+
+@contextlib.contextmanager
+def held_layer(requires: list[str], torch_site: Path) -> Iterator[tuple[Layer | None, str | None]]:
+    """The layer holding these requirements over this torch install, made where missing or damaged, and
+    held shared for the body; or (None, why it cannot be made: pip failed, or would put a torch stack
+    package of its own there)."""
     from wheelci.util.cache import cache_dir
     from wheelci.util.lock import locked_file
 
@@ -198,41 +215,55 @@ def test_layer(requires: list[str], torch_site: Path) -> tuple[Layer | None, str
     key = hashlib.sha256(json.dumps({"requires": sorted(requires), "torch": str(torch_site.resolve()), "stack": stack,
                                      "python": [sys.executable, sys.version]}).encode()).hexdigest()[:24]
     root = cache_dir("test-layers", key)
-    layer = _load_layer(root)
-    if layer is not None:
-        return layer, None
-    with locked_file(root.with_name(root.name + ".lock"), "the test requirements' layer"):
-        layer = _load_layer(root)  # made by the run this one waited for
-        if layer is not None:
-            return layer, None
+    lock, what = root.with_name(root.name + ".lock"), "the test requirements' layer"
+    for _ in range(3):
+        with locked_file(lock, what, shared=True):
+            layer = _load_layer(root)
+            if layer is not None:
+                yield layer, None
+                return
+        with locked_file(lock, what):
+            failed = _make_layer(root, requires, torch_site, stack) if _load_layer(root) is None else None
+        if failed is not None:
+            yield None, failed
+            return
+    raise CiError(f"{what} {root} was remade by other runs three times while this one waited for it")
+
+
+def _make_layer(root: Path, requires: list[str], torch_site: Path, stack: dict[str, str]) -> str | None:
+    """The layer at root, stamped last; why not (a FAILED check), with nothing left behind."""
+    from wheelci.util.atomic import write_text
+
+    shutil.rmtree(root, ignore_errors=True)
+    log.info(f"installing the test requirements once, for every later verify: {' '.join(requires)}")
+    python = fresh_venv(root, torch_site)
+    r = pip_install(python, *requires)
+    site = Path(purelib(python))
+    shadowing = sorted(n for n in torch_stack(site) if n in stack or n in _ALWAYS_STACK) if r.returncode == 0 else []
+    if r.returncode != 0 or shadowing:
         shutil.rmtree(root, ignore_errors=True)
-        log.info(f"installing the test requirements once, for every later verify: {' '.join(requires)}")
-        python = fresh_venv(root, torch_site)
-        r = pip_install(python, *requires)
-        if r.returncode != 0:
-            shutil.rmtree(root, ignore_errors=True)
-            return None, pip_failure(r)
-        site = Path(purelib(python))
-        shadowing = sorted(n for n in torch_stack(site) if n in stack or n in _ALWAYS_STACK)
-        if shadowing:
-            shutil.rmtree(root, ignore_errors=True)
-            return None, (f"FAILED: installing them would put {', '.join(shadowing)} over the torch install's "
-                          "(the tests would run against another torch stack)")
-        write_text(root / LAYER_STAMP, json.dumps({"site": str(site), "requires": sorted(requires)}))
-        return Layer(site), None
+        return pip_failure(r) if r.returncode != 0 else (
+            f"FAILED: installing them would put {', '.join(shadowing)} over the torch install's "
+            "(the tests would run against another torch stack)")
+    dists = sorted(p.name for p in site.glob("*.dist-info"))
+    write_text(root / LAYER_STAMP, json.dumps({"site": str(site), "requires": sorted(requires), "dists": dists}))
+    return None
 
 
 def _load_layer(root: Path) -> Layer | None:
-    """The layer its stamp describes, or None where it is missing, cut off, or lost a file of what it
-    installed (each RECORD's files are still there, at their sizes: a damaged layer is made again)."""
+    """The layer its stamp describes, or None where it is missing, cut off, or damaged: a distribution
+    it installed is gone, or a file one lists in RECORD is gone or another size."""
     from wheelci.wheel.record import read_record_file
 
     try:
-        site = Path(json.loads((root / LAYER_STAMP).read_text())["site"])
+        stamp = json.loads((root / LAYER_STAMP).read_text())
+        site = Path(stamp["site"])
         if not site.resolve().is_relative_to(root.resolve()):
             return None
-        for record in site.glob("*.dist-info/RECORD"):
-            for path, entry in read_record_file(record).items():
+        if sorted(p.name for p in site.glob("*.dist-info")) != stamp["dists"]:
+            return None
+        for name in stamp["dists"]:
+            for path, entry in read_record_file(site / name / "RECORD").items():
                 size = (site / path).stat().st_size  # OSError: the file is gone
                 if entry.size is not None and size != entry.size:
                     return None
@@ -259,22 +290,3 @@ def lay_over(python: Path, site: Path, layer: Layer) -> None:
             script.write_text(f"#!{python}\nimport sys\nfrom {ep.module} import {attr[0]}\n"
                               f"sys.exit({'.'.join(attr)}())\n")
             script.chmod(0o755)
-
-
-# --- the probe, inside the tests' pytest ------------------------------------------------------
-
-PROBE = Path(__file__).resolve().parent / "resources" / "verify_probe.py"
-PLUGIN = "_wheelci_verify_probe"
-# what decides which libraries load: the probe in the tests' pytest must run with verify's own values
-LOADER_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
-
-
-def add_probe_plugin(site: Path, request: dict) -> None:
-    """The probe as a pytest plugin of the venv, loaded by any pytest the venv's interpreter runs (an
-    entry point, as an installed plugin is), with what it checks beside it."""
-    shutil.copyfile(PROBE, site / f"{PLUGIN}.py")
-    (site / f"{PLUGIN}.json").write_text(json.dumps(request))
-    info = site / "wheelci_verify_probe-0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: wheelci-verify-probe\nVersion: 0\n")
-    (info / "entry_points.txt").write_text(f"[pytest11]\nwheelci-verify-probe = {PLUGIN}\n")
