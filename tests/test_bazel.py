@@ -3,11 +3,12 @@
 
 rules_python puts every wheel in its own directory on sys.path (external/pypi_<name>), the layout
 the preload exists for. Shown here:
-1. torch 2.1.2 from the public index fails under Bazel (pytorch#117350); `ci.patch --preload-from`
-   with `--local-version bazel1` passes; with rules_python 0.9.0 and 0.18.1. The lock pins the
-   unpatched `torch==2.1.2` by hash while `2.1.2+bazel1` sits in the same index: the hash is what keeps
-   pip from taking the local build (docs/bazel.md's pinning caveat).
-2. the split torch (no wheel over 500 MB): torch and its companion each in their own repository.
+1. torch 2.1.2 from the public index fails under Bazel (pytorch#117350), with rules_python 0.9.0 and
+   0.18.1. The lock pins the unpatched `torch==2.1.2` by hash while `2.1.2+bazel1` sits in the same
+   index: the hash is what keeps pip from taking the local build (docs/bazel.md's pinning caveat).
+2. `ci.patch --preload-from` with `--local-version bazel1` passes: as one wheel with 0.9.0, and with
+   0.18.1 (docs/bazel.md's) split (no wheel over 500 MB), torch and its companion each in their own
+   repository. One workspace per version: the second `bazel test` refetches only what the lock changed.
 3. our own wheels, the example (CMake) and the setuptools fixture, imported and computed next to torch.
 4. the lock of case 3 made the way rules_python users make it: `compile_pip_requirements` (pip-tools,
    `--generate-hashes`) against our index, over http.
@@ -124,44 +125,37 @@ def torch212(tmp_path_factory):
     return release, patched
 
 
-@pytest.mark.parametrize("rules_python", sorted(_bazel.RULES_PYTHON))
-def test_torch_unpatched_fails_patched_passes(bazel_ready, torch212, tmp_path, rules_python):
-    release, patched = torch212
-    dist = link_all(tmp_path / "dist", [release.torch, *release.others, patched])
-    url = f"file://{dist}/simple"
-    wheels = [release.torch, *release.others]
-    ws = _bazel.Workspace(tmp_path / "ws", rules_python, _bazel.overrides(tmp_path / "rules", rules_python))
-    try:
-        ws.write(url, lock_for(dist, wheels), {"torch_test": (TORCH_TEST.format(version="2.1.2"), ["torch"])})
-        r, out = timed_test(ws, "torch 2.1.2 unpatched")
-        assert r.returncode != 0, out[-3000:]
-        assert "libnvJitLink.so.12" in out or "libcufft.so.11" in out, out[-3000:]
-
-        ws.write(url, lock_for(dist, [patched, *release.others]),
-                 {"torch_test": (TORCH_TEST.format(version="2.1.2+bazel1"), ["torch"])})
-        r, out = timed_test(ws, "torch 2.1.2+bazel1 patched")
-        assert r.returncode == 0, out[-4000:]
-        assert "PASSED" in out
-    finally:
-        ws.close()
-
-
-def test_split_torch_each_wheel_in_its_own_repository(bazel_ready, torch212, tmp_path):
-    release, patched = torch212
-    out = tmp_path / "split"
+def split_parts(patched: Path, release, out: Path) -> list[Path]:
     r = run_stage("ci.split", patched, "--limit", "500MB", "--preload-deps", *release.nvidia, "-w", out, "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     parts = [Path(w["path"]) for w in json.loads(r.stdout)["wheels"]]
     assert len(parts) >= 2 and all(p.stat().st_size <= 500 * 10**6 for p in parts), parts
-    dist = link_all(tmp_path / "dist", [*release.others, *parts])
-    ws = _bazel.Workspace(tmp_path / "ws", "0.18.1", _bazel.overrides(tmp_path / "rules", "0.18.1"))
+    return parts
+
+
+@pytest.mark.parametrize("rules_python", sorted(_bazel.RULES_PYTHON))
+def test_torch_unpatched_fails_patched_passes(bazel_ready, torch212, tmp_path, rules_python):
     from packaging.utils import parse_wheel_filename
-    names = [str(parse_wheel_filename(p.name)[0]) for p in parts]
+
+    release, patched = torch212
+    split = rules_python == _bazel.DOC_RULES_PYTHON
+    fixed = split_parts(patched, release, tmp_path / "split") if split else [patched]
+    dist = link_all(tmp_path / "dist", [release.torch, *release.others, *fixed])
+    url = f"file://{dist}/simple"
+    ws = _bazel.Workspace(tmp_path / "ws", rules_python, _bazel.overrides(tmp_path / "rules", rules_python))
     try:
-        ws.write(f"file://{dist}/simple", lock_for(dist, [*release.others, *parts]),
-                 {"split_test": (SPLIT_TEST.format(version="2.1.2+bazel1"), names)})
-        r, out = timed_test(ws, "torch 2.1.2 split")
+        ws.write(url, lock_for(dist, [release.torch, *release.others]),
+                 {"torch_test": (TORCH_TEST.format(version="2.1.2"), ["torch"])})
+        r, out = timed_test(ws, "torch 2.1.2 unpatched")
+        assert r.returncode != 0, out[-3000:]
+        assert "libnvJitLink.so.12" in out or "libcufft.so.11" in out, out[-3000:]
+
+        names = [str(parse_wheel_filename(p.name)[0]) for p in fixed]
+        test = (SPLIT_TEST if split else TORCH_TEST).format(version="2.1.2+bazel1")
+        ws.write(url, lock_for(dist, [*fixed, *release.others]), {"torch_test": (test, names)})
+        r, out = timed_test(ws, "torch 2.1.2+bazel1 " + ("split" if split else "patched"))
         assert r.returncode == 0, out[-4000:]
+        assert "PASSED" in out
     finally:
         ws.close()
 
