@@ -187,7 +187,7 @@ def cacheable(requires: list[str], own: str) -> bool:
 
 @contextlib.contextmanager
 def requirements_for_tests(python: Path, site: Path, requires: list[str], torch_site: Path,
-                      own: str) -> Iterator[str | None]:
+                           own: str) -> Iterator[str | None]:
     """The test requirements in the venv for the body's duration: the cached layer (held shared, so no
     run remakes it under these tests) for requirements by name, else installed into the venv. Yields
     why they could not be had (a FAILED check), or None."""
