@@ -81,6 +81,11 @@ def torch_stack(site: Path) -> dict[str, str]:
     return stack
 
 
+def shadowing_stack(site: Path, stack: dict[str, str]) -> list[str]:
+    """Packages of the torch stack that pip put into site, over the torch install's own."""
+    return [name for name in sorted(torch_stack(site)) if name in stack or name in _ALWAYS_STACK]
+
+
 def _installable(wheel: Path, tmp: Path) -> Path:
     """A PEP 825 variant wheel as pip installs it: the same bytes under the name without the label
     (pip refuses the label's sixth part; the variant.json inside is metadata pip ignores)."""
@@ -120,7 +125,7 @@ def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Pat
         r = pip_install(python, "--constraint", str(constraints), *links, str(wheel))
     if r.returncode != 0:
         return python, pip_failure(r)
-    shadowing = [name for name in sorted(torch_stack(Path(purelib(python)))) if name in stack or name in _ALWAYS_STACK]
+    shadowing = shadowing_stack(Path(purelib(python)), stack)
     if shadowing:
         return python, (f"FAILED: pip put {', '.join(shadowing)} into the verify venv over the torch install's "
                         "(from find-links or an index): the wheel would be tested against another torch stack")
@@ -239,7 +244,7 @@ def _make_layer(root: Path, requires: list[str], torch_site: Path, stack: dict[s
     python = fresh_venv(root, torch_site)
     r = pip_install(python, *requires)
     site = Path(purelib(python))
-    shadowing = sorted(n for n in torch_stack(site) if n in stack or n in _ALWAYS_STACK) if r.returncode == 0 else []
+    shadowing = shadowing_stack(site, stack) if r.returncode == 0 else []
     if r.returncode != 0 or shadowing:
         shutil.rmtree(root, ignore_errors=True)
         return pip_failure(r) if r.returncode != 0 else (
