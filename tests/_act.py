@@ -18,6 +18,7 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -43,8 +44,8 @@ def actions_used() -> set[str]:
 def copy_checkout(dest: Path) -> Path:
     """The checkout as it is on disk (tracked and new files, not ignored ones), committed into a new
     repository on branch main: act reads the ref and sha there and copies it into its workspaces."""
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = _proc.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                       capture_output=True, check=True).stdout.decode().split("\0")
     for name in filter(None, listed):
         src = ROOT / name
         if src.is_file():  # a tracked file deleted in the working tree is left out
@@ -52,9 +53,9 @@ def copy_checkout(dest: Path) -> Path:
             shutil.copy2(src, dest / name, follow_symlinks=False)
     git = ["git", "-C", str(dest), "-c", "user.name=act test", "-c", "user.email=act@example.invalid",
            "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"]
-    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "checkout under test"], check=True)
+    _proc.run([*git, "init", "-q", "-b", "main"], check=True)
+    _proc.run([*git, "add", "-A"], check=True)
+    _proc.run([*git, "commit", "-q", "-m", "checkout under test"], check=True)
     return dest
 
 
@@ -338,7 +339,7 @@ def run_act(repo: Path, work: Path, standins: Standins, event: str, *, inputs: d
     for k, v in (secrets or {}).items():
         cmd += ["-s", f"{k}={v}"]
     with open(work / "act.log", "w+") as log:
-        proc = subprocess.run(cmd, cwd=repo, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                              timeout=timeout, env=dict(os.environ, ACT_DISABLE_VERSION_CHECK="1"))
+        proc = _proc.run(cmd, cwd=repo, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                         timeout=timeout, env=dict(os.environ, ACT_DISABLE_VERSION_CHECK="1"))
         log.seek(0)
         return ActRun.parse(proc.returncode, log.read())

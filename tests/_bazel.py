@@ -26,6 +26,7 @@ from pathlib import Path
 
 from wheelci.util.cache import cache_dir
 from tests._servers import doc_blocks
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES_DIR = Path(os.environ.get("CI_BAZEL_RULES") or ROOT.parent / "shared" / "bazel")
@@ -158,7 +159,7 @@ class Workspace:
         cmd = ["bazel", f"--output_user_root={self.user_root}", "--max_idle_secs=60", *args]
         if args and args[0] in ("build", "test", "run", "fetch", "query"):
             cmd += [*self.flags, f"--repository_cache={cache_dir('bazel-repository-cache')}"]
-        return subprocess.run(cmd, cwd=self.root, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        return _proc.run(cmd, cwd=self.root, env=env, capture_output=True, text=True, timeout=TIMEOUT)
 
     def test(self) -> subprocess.CompletedProcess:
         """`bazel test` of the py_tests written (not the lock's own check, which re-resolves)."""
@@ -167,13 +168,13 @@ class Workspace:
 
     def output_size(self) -> int:
         """Bytes under the output root (what one workspace costs on disk)."""
-        r = subprocess.run(["du", "-sb", str(self.user_root)], capture_output=True, text=True)
+        r = _proc.run(["du", "-sb", str(self.user_root)], capture_output=True, text=True)
         return int(r.stdout.split()[0]) if r.returncode == 0 else 0
 
     def close(self) -> None:
         if self.root.is_dir():
             self.run("shutdown")
         # Bazel makes its output tree read-only; make it writable again to delete it.
-        subprocess.run(["chmod", "-R", "u+w", str(self.user_root)], capture_output=True)
+        _proc.run(["chmod", "-R", "u+w", str(self.user_root)], capture_output=True)
         shutil.rmtree(self.user_root, ignore_errors=True)
         shutil.rmtree(self.root, ignore_errors=True)

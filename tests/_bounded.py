@@ -9,6 +9,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMORY = 1 << 30  # address space a stage may use: a few times what one needs
@@ -23,5 +24,5 @@ def bounded_stage(module: str, *args: str | Path, env: dict[str, str] | None = N
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
-                          env=full_env, cwd=ROOT, preexec_fn=limit, timeout=timeout)
+    return _proc.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                     env=full_env, cwd=ROOT, preexec_fn=limit, timeout=timeout)

@@ -18,7 +18,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -28,6 +27,7 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from wheelci.util.cache import cache_dir
+from tests import _proc
 
 CACHE = cache_dir("wheel-corpus")
 
@@ -236,10 +236,10 @@ def fetch(wheel: CorpusWheel) -> Path:
     try:
         req = tmp / "requirements.txt"
         req.write_text(f"{wheel.project}=={wheel.version} --hash=sha256:{wheel.sha256}\n")
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-cache-dir", "--no-deps",
-                            "--quiet", "--disable-pip-version-check", "--only-binary", ":all:", "--require-hashes",
-                            *_target_options(wheel.filename), "-r", str(req), "-d", str(tmp / "out")],
-                           capture_output=True, text=True, timeout=900)
+        r = _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-cache-dir", "--no-deps",
+                       "--quiet", "--disable-pip-version-check", "--only-binary", ":all:", "--require-hashes",
+                       *_target_options(wheel.filename), "-r", str(req), "-d", str(tmp / "out")],
+                      capture_output=True, text=True, timeout=900)
         got = tmp / "out" / wheel.filename
         if r.returncode != 0 or not got.is_file():
             found = sorted(p.name for p in (tmp / "out").glob("*")) if (tmp / "out").is_dir() else []

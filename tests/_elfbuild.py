@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from wheelci.util.cache import cache_dir
+from tests import _proc
 
 CACHE = cache_dir()
 
@@ -48,7 +49,7 @@ def build_lib(out: Path, soname: str, needs: Sequence[Path] = (), *, value: int 
         cmd += ["-Wl,--disable-new-dtags", f"-Wl,-rpath,{rpath}"]
     if runpath is not None:
         cmd += ["-Wl,--enable-new-dtags", f"-Wl,-rpath,{runpath}"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    _proc.run(cmd, check=True, capture_output=True, text=True)
     src.unlink()
     return out
 
@@ -110,8 +111,8 @@ def run_python(code: str, path: Sequence[Path | str] = (), cwd: Path | None = No
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD")}
     env["PYTHONPATH"] = os.pathsep.join(map(str, path))
     env["PYTHONNOUSERSITE"] = "1"
-    return subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+    return _proc.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True,
+                     text=True, timeout=timeout)
 
 
 # --- the real wheels ----------------------------------------------------------------------------
@@ -161,9 +162,9 @@ def cached_wheel(dist: str, version: str) -> Path:
     if found:
         return found[0]
     house.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--quiet",
-                    "--only-binary", ":all:", f"{dist}=={version}", "-d", str(house)],
-                   check=True, timeout=1800)
+    _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--quiet",
+               "--only-binary", ":all:", f"{dist}=={version}", "-d", str(house)],
+              check=True, timeout=1800)
     found = sorted(house.glob(f"{stem}*.whl"))
     if not found:
         raise FileNotFoundError(f"pip download {dist}=={version} gave no {stem}*.whl in {house}")

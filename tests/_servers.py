@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable
+from tests import _proc
 
 PY = sys.executable
 
@@ -233,21 +234,21 @@ def build_wheel(tmp: Path, name: str = "tiny_pkg", version: str = "1.0", module:
         packages = ["{module}"]
         """))
     dist = tmp / f"dist-{name}-{version}-{value}"
-    subprocess.run([PY, "-m", "build", "--wheel", "--no-isolation", "-o", str(dist), str(proj)],
-                   check=True, capture_output=True)
+    _proc.run([PY, "-m", "build", "--wheel", "--no-isolation", "-o", str(dist), str(proj)],
+              check=True, capture_output=True)
     (wheel,) = dist.glob("*.whl")
     if build_tag:
-        subprocess.run([PY, "-m", "wheel", "tags", "--remove", "--build", build_tag, str(wheel)],
-                       check=True, capture_output=True)
+        _proc.run([PY, "-m", "wheel", "tags", "--remove", "--build", build_tag, str(wheel)],
+                  check=True, capture_output=True)
         (wheel,) = dist.glob("*.whl")
     return wheel
 
 
 def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    return subprocess.run([PY, "-m", "pip", "--python", str(python), "install", "--isolated",
-                           "--no-cache-dir", "--disable-pip-version-check", "-v", *args],
-                          capture_output=True, text=True, env=env)
+    return _proc.run([PY, "-m", "pip", "--python", str(python), "install", "--isolated",
+                      "--no-cache-dir", "--disable-pip-version-check", "-v", *args],
+                     capture_output=True, text=True, env=env)
 
 
 class NegotiatingServer:
@@ -313,7 +314,7 @@ def ensure_debian_package(command: str, package: str) -> str:
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         pytest.skip(f"{command} is not installed and this user cannot apt-get install {package}")
     bootstrap = Path(__file__).resolve().parents[1] / "scripts" / "bootstrap"
-    r = subprocess.run([str(bootstrap), "--system"], capture_output=True, text=True)
+    r = _proc.run([str(bootstrap), "--system"], capture_output=True, text=True)
     found = shutil.which(command, path=path)
     assert found, f"scripts/bootstrap --system did not install {command} ({package}): {r.stderr.strip()[-500:]}"
     return found
@@ -374,7 +375,7 @@ class Nginx:
         self.work.mkdir(parents=True, exist_ok=True)
         conf = self.work / "nginx.conf"
         conf.write_text(self.config())
-        test = subprocess.run([self.binary, "-t", "-c", str(conf)], capture_output=True, text=True)
+        test = _proc.run([self.binary, "-t", "-c", str(conf)], capture_output=True, text=True)
         assert test.returncode == 0, test.stderr
         self.proc = subprocess.Popen([self.binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE)
@@ -398,9 +399,9 @@ def devpi_tools() -> Path:
     venv = cache_dir() / f"devpi-{hashlib.sha256(' '.join(DEVPI).encode()).hexdigest()[:12]}"
     if not (venv / ".ok").exists():
         shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([PY, "-m", "venv", str(venv)], check=True, capture_output=True)
-        r = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                            "--disable-pip-version-check", *DEVPI], capture_output=True, text=True)
+        _proc.run([PY, "-m", "venv", str(venv)], check=True, capture_output=True)
+        r = _proc.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                       "--disable-pip-version-check", *DEVPI], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-2000:]
         (venv / ".ok").touch()
     return venv / "bin"
@@ -430,14 +431,14 @@ class DevpiServer:
 
     def _devpi(self, *args: str) -> None:
         env = {**os.environ, "DEVPI_CLIENTDIR": str(self.root / "client")}
-        r = subprocess.run([str(self.bin / "devpi"), *args], capture_output=True, text=True, env=env)
+        r = _proc.run([str(self.bin / "devpi"), *args], capture_output=True, text=True, env=env)
         assert r.returncode == 0, f"devpi {args[0]}: {r.stdout[-1000:]}{r.stderr[-1000:]}"
 
     def __enter__(self) -> "DevpiServer":
         srv = self.root / "server"
         root_pw = "root-" + self.password[::-1]
-        subprocess.run([str(self.bin / "devpi-init"), "--serverdir", str(srv), "--root-passwd", root_pw],
-                       check=True, capture_output=True)
+        _proc.run([str(self.bin / "devpi-init"), "--serverdir", str(srv), "--root-passwd", root_pw],
+                  check=True, capture_output=True)
         self.log = open(self.root / "devpi.log", "wb")
         self.proc = subprocess.Popen([str(self.bin / "devpi-server"), "--serverdir", str(srv), "--host",
                                       "127.0.0.1", "--port", str(self.port)], stdout=self.log,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -26,6 +25,7 @@ from pathlib import Path
 from wheelci.config import matrix as mx
 from wheelci.util.cache import cache_dir
 from tests._servers import ensure_debian_package
+from tests import _proc
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -70,7 +70,7 @@ def tag() -> str:
 
 
 def _run(*cmd: str | Path, **kw) -> None:
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    r = _proc.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd[:4]))}... failed: {(r.stderr or r.stdout).strip()[-800:]}")
 
@@ -124,7 +124,7 @@ def build_rootfs_tar(dest: Path) -> Path:
 
 def has_image(engine: str, ref: str) -> bool:
     cmd = [engine, "image", "inspect", ref]
-    return subprocess.run(cmd, capture_output=True).returncode == 0
+    return _proc.run(cmd, capture_output=True).returncode == 0
 
 
 def ensure_image(engine: str) -> str:

@@ -11,10 +11,24 @@ import hashlib
 import io
 import subprocess
 import sys
+import time
 import warnings
 import zipfile
 from pathlib import Path
 from typing import Mapping
+from tests import _proc
+
+def age_past_racy(*paths: Path) -> None:
+    """Wait until every file under `paths` was last changed more than ci.index's racy window ago, so an
+    index run trusts the hashes it records and the next run reads nothing: a test sets up the file ages
+    it relies on instead of hoping the machine was slow enough."""
+    from wheelci.index import RACY_NS
+
+    newest = max((f.lstat().st_ctime_ns for root in paths for f in (root, *root.rglob("*"))), default=0)
+    delay_ns = newest + RACY_NS + 10_000_000 - time.time_ns()  # 10 ms: the file clock's coarse tick
+    if delay_ns > 0:
+        time.sleep(delay_ns / 1e9)
+
 
 DEFAULT_FILES = {"demo/__init__.py": "VERSION = '1.0'\n\n\ndef hello():\n    return 'hello'\n"}
 
@@ -84,9 +98,9 @@ def wheel_entries(wheel: Path) -> list[tuple[str, bytes, int]]:
 
 def pip_check_install(wheel: Path, target: Path) -> subprocess.CompletedProcess:
     """pip install --no-deps --target (pip reads RECORD but does not re-hash: see assert_valid_record)."""
-    return subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
-                           "--disable-pip-version-check", "--target", str(target), str(wheel)],
-                          capture_output=True, text=True)
+    return _proc.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+                      "--disable-pip-version-check", "--target", str(target), str(wheel)],
+                     capture_output=True, text=True)
 
 
 def run_stage(module: str, *args: str | Path, env: dict[str, str] | None = None,
@@ -96,8 +110,8 @@ def run_stage(module: str, *args: str | Path, env: dict[str, str] | None = None,
     root = Path(__file__).resolve().parent.parent
     full_env = dict(os.environ, **(env or {}))
     full_env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "ci" / "src"), full_env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
-                          env=full_env, cwd=cwd or root)
+    return _proc.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                     env=full_env, cwd=cwd or root)
 
 
 def signal_mid_write(module: str, *args: str | Path, out: Path, signum: int, env: dict[str, str] | None = None,

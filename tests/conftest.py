@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests._wheels import run_stage
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 collect_ignore = ["fixtures"]  # projects the tests build; their own tests run inside verify
@@ -73,8 +73,8 @@ def torch_cpu_wheel() -> Path:
     found = sorted(cache.glob("torch-2.13.0*.whl"))
     if not found:
         cache.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "torch==2.13.0",
-                            "-d", str(cache)], capture_output=True, text=True)
+        r = _proc.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "torch==2.13.0",
+                       "-d", str(cache)], capture_output=True, text=True)
         found = sorted(cache.glob("torch-2.13.0*.whl"))
         assert found, f"pip could not download the torch 2.13.0 wheel: {r.stderr.strip()[-300:]}"
     return found[0]
@@ -97,6 +97,12 @@ def engines():
 HEAVY_MARKERS = ("real_torch", "container", "bazel")
 BUILT_FIXTURES = ("cpu_build", "cuda_build", "tiny_cpu_build", "engines", "torch_cpu_wheel")
 
+# Seconds a test may run, its fixtures' setup included (the first user of a session build pays for it,
+# on a cold machine a GB download too), by what it needs; pyproject's `timeout` is the hermetic default.
+# A test that names its own `@pytest.mark.timeout` keeps it. Past its limit a test fails with its name
+# and where it stood, instead of spending the whole CI run.
+TIMEOUTS = {"bazel": 2400, "act": 1800, "container": 1800, "real_torch": 1800, "slow": 1200, "network": 900}
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -104,6 +110,9 @@ def pytest_collection_modifyitems(config, items):
         if heavy or set(getattr(item, "fixturenames", ())) & set(BUILT_FIXTURES):
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.network)
+        limits = [t for marker, t in TIMEOUTS.items() if item.get_closest_marker(marker)]
+        if limits and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(max(limits)))
         if item.get_closest_marker("gpu") and not _has_cuda_device():
             item.add_marker(pytest.mark.skip(reason="no CUDA device on this machine (the gpu marker)"))
 

@@ -16,6 +16,7 @@ import pytest
 from wheelci.compile.hostenv import TorchSpec, ensure_env
 from wheelci.native.stable_abi import classify, declared_versions, is_torch_cxx, problems, shim_versions
 from tests._wheels import build_wheel, run_stage
+from tests import _proc
 
 # PyPI's default Linux builds (CUDA builds import without a GPU); the newest dates the functions.
 RELEASES = {"2.10.0": "12.8", "2.11.0": "13.0", "2.13.0": "13.0", "2.14.1": "13.0"}
@@ -35,8 +36,8 @@ def table() -> dict:
 def exported(site: Path) -> set[str]:
     names: set[str] = set()
     for lib in ("libtorch_cpu.so", "libtorch_cuda.so"):
-        out = subprocess.run(["nm", "-D", "--defined-only", str(site / "torch" / "lib" / lib)],
-                             capture_output=True, text=True, check=True).stdout
+        out = _proc.run(["nm", "-D", "--defined-only", str(site / "torch" / "lib" / lib)],
+                        capture_output=True, text=True, check=True).stdout
         names |= {line.split()[-1] for line in out.splitlines() if line.strip()}
     return names
 
@@ -127,11 +128,11 @@ def compiled(tmp: Path, calls: list[str], needed: list[str] = ()) -> bytes:
     stubs = []
     for soname in needed:
         stub = tmp / soname
-        subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(stub), "-x", "c", "/dev/null"],
-                       check=True)
+        _proc.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(stub), "-x", "c", "/dev/null"],
+                  check=True)
         stubs.append(str(stub))
     out = tmp / "libop.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src), "-Wl,--no-as-needed", *stubs], check=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src), "-Wl,--no-as-needed", *stubs], check=True)
     return out.read_bytes()
 
 
@@ -175,7 +176,7 @@ def test_classic_library_declared_stable_is_refused(tmp_path, site):
     src.write_text("namespace c10 { struct TensorImpl { long size() const; }; }\n"
                    "long entry(const c10::TensorImpl& t) { return t.size(); }\n")
     out = tmp_path / "libclassic.so"
-    subprocess.run(["g++", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
+    _proc.run(["g++", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
     stable_claim = wheel_with(tmp_path / "a", out.read_bytes(), ("torch>=2.10",))
     r = run_abi(stable_claim, site)
     assert r.returncode == 1 and "classic LibTorch" in r.stderr and "_ZNK3c1010TensorImpl4sizeEv" in r.stderr, r.stderr
@@ -211,14 +212,14 @@ def test_abi3_tagged_wheel_using_the_full_api_is_refused(tmp_path, site):
     src.write_text("extern void* PyUnicode_AsUTF8(void*);\nextern void* PyModule_Create2(void*, int);\n"
                    "void* PyInit__m(void) { PyUnicode_AsUTF8(0); return PyModule_Create2(0, 3); }\n")
     out = tmp_path / "_m.abi3.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
     wheel = build_wheel(tmp_path / "dist", "op-pkg", "1.0", {"op_pkg/__init__.py": "", "op_pkg/_m.abi3.so":
                         out.read_bytes()}, tag="cp39-abi3-linux_x86_64", requires=("torch>=2.10",))
     r = run_abi(wheel, site)
     assert r.returncode == 1 and "PyUnicode_AsUTF8" in r.stderr and "tagged abi3" in r.stderr, r.stderr
     clean = tmp_path / "clean.c"
     clean.write_text("extern void* PyModule_Create2(void*, int);\nvoid* PyInit__m(void) { return PyModule_Create2(0, 3); }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(clean)], check=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(clean)], check=True)
     wheel = build_wheel(tmp_path / "dist2", "op-pkg", "1.0", {"op_pkg/__init__.py": "", "op_pkg/_m.abi3.so":
                         out.read_bytes()}, tag="cp39-abi3-linux_x86_64", requires=("torch>=2.10",))
     assert run_abi(wheel, site).returncode == 0
@@ -229,7 +230,7 @@ def test_member_names_are_escaped_where_printed(tmp_path):
     and colours (or worse) on the reader's terminal. Printed escaped, as ci.check prints names."""
     src = tmp_path / "a.c"
     src.write_text("int f(void) { return 1; }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "a.so"), str(src)], check=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "a.so"), str(src)], check=True)
     name = "op_pkg/lib/lib\x1b[31mred\n::error::forged.so"
     wheel = build_wheel(tmp_path / "dist", "op-pkg", "1.0", {"op_pkg/__init__.py": "", name: (tmp_path / "a.so").read_bytes()},
                         tag="py3-none-linux_x86_64")

@@ -23,6 +23,7 @@ from tests._servers import PypiServer
 from wheelci.config.project import read_settings
 from wheelci.errors import CiError
 from wheelci.plan import workflow_matrix
+from tests import _proc
 
 pytestmark = [pytest.mark.act, pytest.mark.slow, pytest.mark.network]
 
@@ -59,7 +60,7 @@ def machine_state() -> set[str]:
     (when an engine answers). Others may add to it meanwhile; nothing of it may go."""
     state = {p for p in guarded_paths() if os.path.exists(p)}
     try:
-        images = subprocess.run(["docker", "images", "-q", "--no-trunc"], capture_output=True, text=True, timeout=60)
+        images = _proc.run(["docker", "images", "-q", "--no-trunc"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return state
     return state | ({f"docker image {i}" for i in images.stdout.split()} if images.returncode == 0 else set())
@@ -112,15 +113,15 @@ def test_dispatch_builds_on_this_host_and_publishes(checkout, standins, tmp_path
 
         # and pip installs it from there into a fresh venv
         venv = tmp_path / "venv"
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        _proc.run([sys.executable, "-m", "venv", str(venv)], check=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-        pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--isolated", "--no-cache-dir",
-                              "--no-deps", "--index-url", index.url + "simple/", "softmax-ext"],
-                             capture_output=True, text=True, env=env)
+        pip = _proc.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--isolated", "--no-cache-dir",
+                         "--no-deps", "--index-url", index.url + "simple/", "softmax-ext"],
+                        capture_output=True, text=True, env=env)
         assert pip.returncode == 0, pip.stdout + pip.stderr
-        version = subprocess.run([str(venv / "bin" / "python"), "-c",
-                                  "import importlib.metadata as m; print(m.version('softmax-ext'))"],
-                                 capture_output=True, text=True, check=True).stdout.strip()
+        version = _proc.run([str(venv / "bin" / "python"), "-c",
+                             "import importlib.metadata as m; print(m.version('softmax-ext'))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
         assert wheel.name.startswith(f"softmax_ext-{version}-")
 
     # no secret value in any stored artifact file (wheel members read uncompressed) nor in act's output

@@ -31,6 +31,7 @@ from tests import _bazel
 from tests._servers import StaticServer, ensure_debian_package
 from tests._wheels import run_stage
 from tests.test_index import cli as index_cli
+from tests import _proc
 
 pytestmark = [pytest.mark.bazel, pytest.mark.real_torch]
 
@@ -167,8 +168,8 @@ def torch_cpu_house(torch_cpu_wheel) -> list[Path]:
     from wheelci.util.cache import cache_dir
     house = cache_dir("bazel-torch-cpu-deps")
     if not (house / ".complete").exists():
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--only-binary=:all:",
-                            "-d", str(house), str(torch_cpu_wheel)], capture_output=True, text=True)
+        r = _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--only-binary=:all:",
+                       "-d", str(house), str(torch_cpu_wheel)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-1500:]
         (house / ".complete").touch()
     return [torch_cpu_wheel, *(w for w in sorted(house.glob("*.whl")) if not w.name.startswith("torch-"))]

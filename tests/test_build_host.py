@@ -21,6 +21,7 @@ from wheelci.wheel.zipread import WheelArchive
 from wheelci.wheel.names import WheelName
 from conftest import ROOT
 from tests._wheels import run_stage
+from tests import _proc
 
 # the generic checks, then the example's own tests (example_tests/, its [tool.ci] test-command)
 VERIFY_OK = ("requires_torch", "nothing_grafted", "install", "import softmax_ext",
@@ -166,7 +167,7 @@ def test_no_nvcc_obtainable(tmp_path):
     from wheelci.errors import CiError
     from wheelci.compile.hostenv import BuildEnv, find_nvcc
 
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "v"], check=True)
+    _proc.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "v"], check=True)
     site = tmp_path / "v" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     env = BuildEnv(tmp_path / "v", tmp_path / "v" / "bin" / "python", site, "2.13.0", "14.0", [])
     with pytest.raises(CiError, match=r"no nvcc obtainable for CUDA 14\.0: .* no nvcc wheel"):

@@ -11,6 +11,7 @@ import pytest
 from wheelci.check import check_wheel
 from wheelci.util.sizes import PROFILES, parse_limit
 from tests._wheels import build_wheel, raw_zip, run_stage, wheel_entries
+from tests import _proc
 
 
 @pytest.fixture
@@ -119,11 +120,11 @@ def test_an_unanticipated_exception_is_one_line_exit_2_and_debug_shows_it() -> N
     code = ("from wheelci.cli import parser, run\n"
             "def main(args):\n    return dict()['missing key']\n"
             "run(parser('demo', 'a stage with a bug'), main, {argv})")
-    r = subprocess.run([sys.executable, "-c", code.format(argv="[]")], capture_output=True, text=True)
+    r = _proc.run([sys.executable, "-c", code.format(argv="[]")], capture_output=True, text=True)
     assert r.returncode == 2
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("demo: error: unexpected KeyError") and "--debug" in line
-    r = subprocess.run([sys.executable, "-c", code.format(argv="['--debug']")], capture_output=True, text=True)
+    r = _proc.run([sys.executable, "-c", code.format(argv="['--debug']")], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" in r.stderr  # --debug shows it; the exit code stays
     assert r.stderr.strip().splitlines()[-1] == line
 
@@ -155,7 +156,7 @@ def test_machine_and_tool_errors_say_what_failed_not_unexpected(body: str, words
     import subprocess
     import sys
     code = f"from wheelci.cli import parser, run\ndef main(args):\n    {body}\nrun(parser('demo', 'x'), main, [])"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    r = _proc.run([sys.executable, "-c", code], capture_output=True, text=True)
     (line,) = r.stderr.strip().splitlines()
     assert r.returncode == 2 and "unexpected" not in line and words in line, line
 

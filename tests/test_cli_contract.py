@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests._wheels import build_wheel
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "ci" / "src"  # the tool's package alone: no `ci` shim on this path
@@ -72,8 +73,8 @@ def run(entry: str, stage: str, *args: str | Path, repo: Path, env: dict[str, st
     base["PYTHONPATH"] = os.pathsep.join(map(str, path))
     argv = [str(a).replace("@/", prefix) if str(a).startswith("@/") else str(a) for a in args]
     argv = [a if a != "@" else (prefix.rstrip("/") or ".") for a in argv]
-    return subprocess.run([*command(entry, stage), *argv], cwd=cwd, capture_output=True, text=True,
-                          env={**base, **(env or {})}, timeout=timeout)
+    return _proc.run([*command(entry, stage), *argv], cwd=cwd, capture_output=True, text=True,
+                     env={**base, **(env or {})}, timeout=timeout)
 
 
 def error_text(r: subprocess.CompletedProcess) -> str:
@@ -146,11 +147,11 @@ def test_scripts_build_builds_the_users_project_into_their_directory(user_repo):
 def test_the_scripts_work_from_another_directory(tmp_path):
     """scripts/bootstrap and scripts/test find the checkout from their own location, not the caller's."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    r = subprocess.run([str(ROOT / "scripts" / "bootstrap"), "--venv"], cwd=tmp_path, capture_output=True,
-                       text=True, env=env)
+    r = _proc.run([str(ROOT / "scripts" / "bootstrap"), "--venv"], cwd=tmp_path, capture_output=True,
+                  text=True, env=env)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([str(ROOT / "scripts" / "test"), "-p", "no:cacheprovider", "--collect-only", "-q",
-                        "tests/test_cli_contract.py"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    r = _proc.run([str(ROOT / "scripts" / "test"), "-p", "no:cacheprovider", "--collect-only", "-q",
+                   "tests/test_cli_contract.py"], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "test_cli_contract.py::test_the_scripts_work_from_another_directory" in r.stdout
     assert list(tmp_path.iterdir()) == []

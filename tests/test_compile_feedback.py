@@ -25,6 +25,7 @@ from tests._wheels import run_stage
 from wheelci.compile import hints
 from wheelci.errors import CiError, Finding
 from wheelci.util import log
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 300  # seconds a test waits for something it needs before it fails (a bound, never a timing)
@@ -40,8 +41,8 @@ def _gcc_missing_header(tmp_path: Path, header: str, compiler: str = "gcc", suff
     """What a real compiler says of an #include it cannot open."""
     src = tmp_path / f"op{suffix}"
     src.write_text(f'#include "{header}"\nint f(void) {{ return 0; }}\n')
-    r = subprocess.run([compiler, "-c", str(src), "-o", str(tmp_path / "op.o")], capture_output=True, text=True,
-                       cwd=tmp_path)
+    r = _proc.run([compiler, "-c", str(src), "-o", str(tmp_path / "op.o")], capture_output=True, text=True,
+                  cwd=tmp_path)
     assert r.returncode != 0
     return r.stdout + r.stderr
 
@@ -247,8 +248,8 @@ def test_the_probe_project_fails_where_it_sees_a_toolkit(cuda_on_path, tmp_path,
     """What the CPU view is for: the same project, built as it stands, fails on this machine as torchsort
     does, and the log's cause is named."""
     project = nvcc_probe_project(tmp_path / "p")
-    r = subprocess.run([cpu_env.python, "-m", "build", "--no-isolation", "--wheel", "-o", tmp_path / "dist", project],
-                       capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    r = _proc.run([cpu_env.python, "-m", "build", "--no-isolation", "--wheel", "-o", tmp_path / "dist", project],
+                  capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert r.returncode != 0 and "CUDA_HOME environment variable is not set" in r.stdout + r.stderr
     assert "a CUDA extension in a CPU build" in hints.hint(r.stdout + r.stderr, cuda=None)
 

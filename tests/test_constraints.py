@@ -14,6 +14,7 @@ from hypothesis import given, strategies as st
 
 from wheelci.config import constraints
 from wheelci.errors import CiError
+from tests import _proc
 
 PINS = constraints.read()
 
@@ -80,9 +81,9 @@ def test_the_file_is_named_by_its_content(tmp_path, monkeypatch):
 
 def _would_install(tmp_path: Path, *args: str, config: str | None = None, **env: str) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PIP_CONFIG_FILE": config or "/dev/null", **env}
-    return subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
-                           "--quiet", "--report", "-", "--disable-pip-version-check", *args],
-                          capture_output=True, text=True, env=env)
+    return _proc.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
+                      "--quiet", "--report", "-", "--disable-pip-version-check", *args],
+                     capture_output=True, text=True, env=env)
 
 
 @pytest.mark.network

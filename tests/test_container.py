@@ -18,6 +18,7 @@ from wheelci.compile import container, workdir
 from wheelci.config import matrix as mx
 from wheelci import plan as pl
 from wheelci.errors import CiError
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = sorted(p for p in (ROOT / "docker").iterdir() if "Dockerfile" in p.name)
@@ -81,8 +82,8 @@ def closed_docker(monkeypatch):
 
 
 def run_image(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ci.image", *args], cwd=ROOT, capture_output=True, text=True,
-                          env=env)
+    return _proc.run([sys.executable, "-m", "ci.image", *args], cwd=ROOT, capture_output=True, text=True,
+                     env=env)
 
 
 def test_image_dry_run_json():

@@ -19,6 +19,7 @@ import pytest
 from wheelci.util.cache import cache_dir
 from tests import _standin
 from tests._wheels import run_stage
+from tests import _proc
 
 pytestmark = pytest.mark.container
 
@@ -42,8 +43,8 @@ def cuda_find_links() -> Path:
     """torch 2.13.0 (PyPI's cu130 build) and its nvidia-* wheels, downloaded once into the cache."""
     house = cache_dir("wheelhouse")
     house.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--only-binary", ":all:",
-                    "--python-version", "3.11", "torch==2.13.0", "-d", str(house)], check=True, timeout=3600)
+    _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--only-binary", ":all:",
+               "--python-version", "3.11", "torch==2.13.0", "-d", str(house)], check=True, timeout=3600)
     return house
 
 
@@ -179,8 +180,8 @@ def test_image_builds_through_each_engine_cli(engines, standin, tmp_path, engine
         from wheelci.plan import PODMAN_ULIMITS
 
         limits = [f"--ulimit={u}" for u in PODMAN_ULIMITS] if engine == "podman" else []
-        r = subprocess.run([engine, "run", "--rm", "--network=host", *limits, tag, "cat", "/built-with"],
-                           capture_output=True, text=True)
+        r = _proc.run([engine, "run", "--rm", "--network=host", *limits, tag, "cat", "/built-with"],
+                      capture_output=True, text=True)
         assert r.stdout.strip() == "cuda=13.0.2", r.stderr
         with Registry(tmp_path / "registry") as registry:  # --push: tagged under the registry, then pushed
             if engine == "podman":  # plain http on loopback: Podman must be told, as a user's registries.conf would
@@ -189,14 +190,14 @@ def test_image_builds_through_each_engine_cli(engines, standin, tmp_path, engine
             assert pushed.tag == f"{registry.host}/{tag}"
             repository, _, version = tag.partition("/")[2].rpartition(":")
             assert registry.tags(f"{tag.partition('/')[0]}/{repository}") == [version]
-            subprocess.run([engine, "rmi", "-f", pushed.tag], capture_output=True)
+            _proc.run([engine, "rmi", "-f", pushed.tag], capture_output=True)
         with pytest.raises(CiError) as e:  # nothing listens there
             image.push_spec(engine, spec, "127.0.0.1:9")
         assert str(e.value).startswith(f"pushing 127.0.0.1:9/{tag}: {engine} failed with exit status")
         assert "\n" not in str(e.value)
-        subprocess.run([engine, "rmi", "-f", f"127.0.0.1:9/{tag}"], capture_output=True)
+        _proc.run([engine, "rmi", "-f", f"127.0.0.1:9/{tag}"], capture_output=True)
     finally:
-        subprocess.run([engine, "rmi", "-f", tag], capture_output=True)
+        _proc.run([engine, "rmi", "-f", tag], capture_output=True)
     assert not image.exists(tag, engine)
 
     (tmp_path / "img.Dockerfile").write_text("ARG BASE\nFROM ${BASE}\nRUN echo no-such-step >&2 && exit 3\n")
@@ -222,9 +223,9 @@ def test_before_all_scripts_in_the_image(engines, standin, engine):
               f"&& ccache g++ --version "
               f"&& sh {pl.CONTAINER_SCRIPTS}/check_image.sh {_standin.CUDA} 99 && echo image-ok "
               f"&& ! sh {pl.CONTAINER_SCRIPTS}/check_image.sh 11.8 99")
-    r = subprocess.run([engine, "run", "--rm", "--network=host", *limits,
-                        f"--volume={root / 'ci' / 'src' / 'wheelci'}:{pl.CONTAINER_TOOL}/wheelci:ro", "--env=CUDA_HOME=/usr/local/cuda",
-                        standin[engine], "sh", "-c", script], capture_output=True, text=True)
+    r = _proc.run([engine, "run", "--rm", "--network=host", *limits,
+                   f"--volume={root / 'ci' / 'src' / 'wheelci'}:{pl.CONTAINER_TOOL}/wheelci:ro", "--env=CUDA_HOME=/usr/local/cuda",
+                   standin[engine], "sh", "-c", script], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "/usr/local/bin/ccache" and lines[1].startswith("g++")  # the shim, running the compiler

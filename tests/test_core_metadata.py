@@ -16,6 +16,7 @@ from wheelci.wheel.metadata import (check_identity, edit_headers, get_headers, h
                                     set_header)
 from wheelci.wheel.requirements import parse_requirement, requirement_name
 from tests._wheels import build_wheel, read_members, run_stage
+from tests import _proc
 
 LICENSE = ("License: Copyright (c) the demo authors.\n"
            "        Permission is granted to use this.\n"
@@ -98,8 +99,8 @@ def _gcc(out: Path, source: str, *args: str) -> None:
 
     src = out.with_suffix(".c")
     src.write_text(source)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(src), f"-Wl,-soname,{out.name}", *args],
-                   check=True, capture_output=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(src), f"-Wl,-soname,{out.name}", *args],
+              check=True, capture_output=True)
 
 
 def test_split_copies_a_folded_license_whole(tmp_path: Path):

@@ -6,7 +6,6 @@ import ctypes
 import io
 import os
 import random
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from wheelci.native.elf import (SharedLib, _BlockReader, _ChunkReader, is_system
                     read_dynamic_path, record_owners, scan, scan_dir, scan_wheel)
 from wheelci.errors import CiError
 from tests._elfbuild import build_lib, install_alone, make_wheel
+from tests import _proc
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_not_elf_and_no_dynamic_segment(tmp_path):
     assert read_dynamic(io.BytesIO(b"#!/bin/sh\necho hi\n")) is None
     # a relocatable object has no program headers, hence no dynamic segment
     (tmp_path / "x.c").write_text("int x(void) { return 1; }\n")
-    subprocess.run(["gcc", "-c", "-fPIC", "-o", str(tmp_path / "x.o"), str(tmp_path / "x.c")], check=True)
+    _proc.run(["gcc", "-c", "-fPIC", "-o", str(tmp_path / "x.o"), str(tmp_path / "x.c")], check=True)
     assert read_dynamic_path(tmp_path / "x.o") is None
 
 
@@ -98,7 +98,7 @@ def test_library_without_record_has_no_distribution(libs, tmp_path):
 def test_python_extension_has_no_soname(tmp_path):
     (tmp_path / "m.c").write_text("int m(void) { return 0; }\n")
     ext = tmp_path / "_m.cpython-311-x86_64-linux-gnu.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(ext), str(tmp_path / "m.c")], check=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-o", str(ext), str(tmp_path / "m.c")], check=True)
     (tmp_path / "m.c").unlink()
     [lib] = scan([tmp_path])
     assert lib.soname is None and lib.name == ext.name
@@ -195,7 +195,7 @@ def _compat_lib(tmp_path: Path, compat: bool) -> Path:
     
     inc = host.GLIBC_COMPAT
     flags = ["-isystem", str(inc), "-include", str(inc / "glibc_compat.h")] if compat else []
-    subprocess.run(["g++", "-O2", "-fPIC", "-shared", *flags, str(src), "-o", str(out)], check=True)
+    _proc.run(["g++", "-O2", "-fPIC", "-shared", *flags, str(src), "-o", str(out)], check=True)
     return out
 
 
@@ -254,7 +254,7 @@ def test_libstdcxx_symbols_are_named_and_the_compat_header_removes_them(tmp_path
     libs = {}
     for name, flags in (("plain", []), ("compat", ["-isystem", str(inc), "-include", str(inc / "glibc_compat.h")])):
         out = tmp_path / f"lib{name}.so"
-        subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, str(src), "-o", str(out)], check=True)
+        _proc.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, str(src), "-o", str(out)], check=True)
         libs[name] = make_wheel(tmp_path / name, name, {f"{name}/lib{name}.so": out})
     named = too_recent_for(libs["plain"], "manylinux_2_28")
     assert any("@GLIBCXX_3.4.2" in n and "(libplain.so)" in n for n in named), named
@@ -264,9 +264,9 @@ def test_libstdcxx_symbols_are_named_and_the_compat_header_removes_them(tmp_path
     # the library's own __throw_bad_array_new_length throws what libstdc++'s does
     (tmp_path / "main.cpp").write_text(CATCHER)
     exe = tmp_path / "catcher"
-    subprocess.run(["g++", "-std=c++20", str(tmp_path / "main.cpp"), str(tmp_path / "libcompat.so"),
-                    f"-Wl,-rpath,{tmp_path}", "-o", str(exe)], check=True)
-    assert subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout == "caught\n"
+    _proc.run(["g++", "-std=c++20", str(tmp_path / "main.cpp"), str(tmp_path / "libcompat.so"),
+               f"-Wl,-rpath,{tmp_path}", "-o", str(exe)], check=True)
+    assert _proc.run([str(exe)], capture_output=True, text=True, check=True).stdout == "caught\n"
 
 
 def test_repair_to_an_older_policy_names_the_symbols(tmp_path):
@@ -310,8 +310,8 @@ def test_scan_wheel_finds_executables_by_their_mode(libs, tmp_path):
     files = {"pkg/lib/libA.so.3": libs["A"].read_bytes(), "pkg/bin/run.sh": b"#!/bin/sh\n",
              "pkg/data/libdata": libs["C"].read_bytes()}  # an ELF library, no .so name, no execute bit
     for exe, flag in (("pie", "-pie"), ("exec", "-no-pie")):
-        subprocess.run(["gcc", flag, "-o", str(tmp_path / exe), str(tmp_path / "main.c"), str(libs["A"]),
-                        "-Wl,-rpath,$ORIGIN/../lib"], check=True)
+        _proc.run(["gcc", flag, "-o", str(tmp_path / exe), str(tmp_path / "main.c"), str(libs["A"]),
+                   "-Wl,-rpath,$ORIGIN/../lib"], check=True)
         files[f"pkg/bin/{exe}"] = (tmp_path / exe).read_bytes()
     wheel = build_wheel(tmp_path / "w", "pkg", files=files, tag="py3-none-linux_x86_64",
                         modes={"pkg/bin/pie": 0o755, "pkg/bin/exec": 0o755, "pkg/bin/run.sh": 0o755})
@@ -332,8 +332,8 @@ def test_the_compat_header_compiles_wherever_it_is_forced_in(tmp_path, flags):
     src.write_text("#include <memory>\ndouble *make(unsigned long n) { return std::allocator<double>().allocate(n); }\n"
                    if "c" not in flags else "int one(void) { return 1; }\n")
     inc = host.GLIBC_COMPAT
-    subprocess.run(["g++", *flags, "-O2", "-fPIC", "-shared", "-isystem", str(inc), "-include",
-                    str(inc / "glibc_compat.h"), str(src), "-o", str(tmp_path / "libu.so")], check=True)
+    _proc.run(["g++", *flags, "-O2", "-fPIC", "-shared", "-isystem", str(inc), "-include",
+               str(inc / "glibc_compat.h"), str(src), "-o", str(tmp_path / "libu.so")], check=True)
 
 
 THREADS_SOURCE = """
@@ -357,8 +357,8 @@ def test_threads_bind_to_libpthreads_versions(tmp_path):
     wheels = {}
     for name, flags in (("plain", []), ("compat", ["-isystem", str(inc), "-include", str(inc / "glibc_compat.h")])):
         out = tmp_path / f"lib{name}.so"
-        subprocess.run(["g++", "-std=c++17", "-O2", "-fPIC", "-shared", *flags, str(tmp_path / "t.cpp"), "-o", str(out)],
-                       check=True)
+        _proc.run(["g++", "-std=c++17", "-O2", "-fPIC", "-shared", *flags, str(tmp_path / "t.cpp"), "-o", str(out)],
+                  check=True)
         wheels[name] = make_wheel(tmp_path / name, name, {f"{name}/lib{name}.so": out})
     assert "pthread_once@GLIBC_2.34 (libplain.so)" in too_recent_for(wheels["plain"], "manylinux_2_28")
     assert too_recent_for(wheels["compat"], "manylinux_2_28") == []
@@ -424,9 +424,9 @@ def test_other_classes_and_byte_orders_read_as_pyelftools_reads_them(dist, versi
 
     house = CACHE / "wheelhouse-platforms" / f"{dist}-{version}-{platform}"
     if not list(house.glob("*.whl")):
-        subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--quiet", "--only-binary",
-                        ":all:", "--platform", platform, "--python-version", "3.11", f"{dist}=={version}", "-d",
-                        str(house)], check=True, timeout=600)
+        _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--quiet", "--only-binary",
+                   ":all:", "--platform", platform, "--python-version", "3.11", f"{dist}=={version}", "-d",
+                   str(house)], check=True, timeout=600)
     found = sorted(house.glob("*.whl"))
     with zipfile.ZipFile(found[0]) as zf:
         sos = [zf.read(n) for n in zf.namelist() if n.endswith(".so")]

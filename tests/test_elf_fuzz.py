@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from tests._elfbuild import (DT_NEEDED, DT_RUNPATH, DT_SONAME, build_lib, crafted_elf, elf_sym, elf_vernaux,
                              elf_verneed)
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = 2500  # about 25 s on two idle cores
@@ -39,7 +39,7 @@ def seeds(tmp_path_factory) -> Path:
     build_lib(d / "libA.so.3", "libA.so.3", [b, c], runpath="$ORIGIN")
     src = tmp_path_factory.mktemp("src") / "v.cpp"
     src.write_text(VERSIONED_SOURCE)
-    subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-o", str(d / "libv.so"), str(src)], check=True)
+    _proc.run(["g++", "-O1", "-shared", "-fPIC", "-o", str(d / "libv.so"), str(src)], check=True)
     (d / "crafted.so").write_bytes(crafted_elf(
         b"\0libfoo.so.1\0GLIBC_2.99\0sym\0libbar.so\0$ORIGIN\0",
         [(DT_NEEDED, 1), (DT_NEEDED, 28), (DT_SONAME, 28), (DT_RUNPATH, 38)],
@@ -50,8 +50,8 @@ def seeds(tmp_path_factory) -> Path:
 
 def fuzz(seed_dir: Path, first: int, count: int, *extra: str) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")]))
-    done = subprocess.run([sys.executable, "-m", "tests._elffuzz", str(seed_dir), str(first), str(count), *extra],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+    done = _proc.run([sys.executable, "-m", "tests._elffuzz", str(seed_dir), str(first), str(count), *extra],
+                     capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 

@@ -7,7 +7,6 @@ import http.server
 import os
 import json
 import socket
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -19,6 +18,7 @@ from wheelci.compile import container
 from wheelci.config import matrix as mx
 from wheelci import plan as pl
 from wheelci.errors import CiError
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -190,10 +190,10 @@ def test_engine_podman_fails_with_one_clear_line(no_engine, tmp_path):
 def test_build_cli_engine_docker_one_line(no_engine, tmp_path):
     """Through the pipeline's entry point: exit 2, one stderr line, nothing written."""
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "ci.build", "--cuda", "11.8", "--torch", "2.5.1", "--engine", "docker",
-                        "-w", str(out)], cwd=ROOT, capture_output=True, text=True,
-                       env={"PATH": str(tmp_path), "DOCKER_HOST": __import__("os").environ["DOCKER_HOST"],
-                            "HOME": str(Path.home())})
+    r = _proc.run([sys.executable, "-m", "ci.build", "--cuda", "11.8", "--torch", "2.5.1", "--engine", "docker",
+                   "-w", str(out)], cwd=ROOT, capture_output=True, text=True,
+                  env={"PATH": str(tmp_path), "DOCKER_HOST": __import__("os").environ["DOCKER_HOST"],
+                       "HOME": str(Path.home())})
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Docker does not respond" in r.stderr
     assert not out.exists() or not any(out.iterdir())
@@ -215,8 +215,8 @@ def test_host_build_needs_that_nvcc_or_an_nvcc_wheel_with_nvcc():
 
 
 def test_engine_cli_reports_none_here(no_engine):
-    r = subprocess.run([sys.executable, "-m", "ci.engine", "--json"], cwd=ROOT, capture_output=True, text=True,
-                       env={**__import__("os").environ})
+    r = _proc.run([sys.executable, "-m", "ci.engine", "--json"], cwd=ROOT, capture_output=True, text=True,
+                  env={**__import__("os").environ})
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["engine"] is None and data["probes"]["podman"] == "podman is not installed"

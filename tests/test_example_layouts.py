@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests._elfbuild import NVIDIA_WHEELS, TORCH, TORCH_PURE_DEPS, cached_install, cached_wheel
+from tests import _proc
 
 OP_CHECK = """
 import json, sys, torch
@@ -28,13 +29,13 @@ def run_isolated(code: str, paths: list[Path]) -> subprocess.CompletedProcess:
     """Python with only `paths` (plus the stdlib) importable: no site-packages, no user site."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
     env["PYTHONPATH"] = os.pathsep.join(map(str, paths))
-    return subprocess.run([sys.executable, "-S", "-s", "-c", code], capture_output=True, text=True,
-                          env=env, cwd="/")
+    return _proc.run([sys.executable, "-S", "-s", "-c", code], capture_output=True, text=True,
+                     env=env, cwd="/")
 
 
 def install_alone(wheel: Path, dest: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
-                    "--disable-pip-version-check", "--target", str(dest), str(wheel)], check=True)
+    _proc.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+               "--disable-pip-version-check", "--target", str(dest), str(wheel)], check=True)
     return dest
 
 

@@ -4,7 +4,6 @@ the dynamic segment only, on gcc-built files of every hash-table style, and on b
 from __future__ import annotations
 
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,12 +12,13 @@ from wheelci.errors import CiError
 from wheelci.native.extension import exports_pyinit, extension_modules
 from wheelci.wheel.zipread import WheelArchive
 from tests._wheels import build_wheel
+from tests import _proc
 
 
 def gcc(out: Path, source: str, *args: str) -> bytes:
     src = out.with_suffix(".c")
     src.write_text(source)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src), *args], check=True, capture_output=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src), *args], check=True, capture_output=True)
     return out.read_bytes()
 
 

@@ -12,11 +12,12 @@ import pytest
 
 from wheelci.util.cache import cache_dir
 from tests.conftest import ROOT
+from tests import _proc
 
 
 def gpu_check(python: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(ROOT / "scripts" / "gpu-check")], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHON": python})
+    return _proc.run([str(ROOT / "scripts" / "gpu-check")], capture_output=True, text=True, cwd=ROOT,
+                     env={**os.environ, "PYTHON": python})
 
 
 @pytest.mark.parametrize("variant, words", [
@@ -28,7 +29,7 @@ def gpu_check(python: str) -> subprocess.CompletedProcess:
 @pytest.mark.network
 def test_refuses_in_one_line_without_a_gpu(request, tmp_path, variant, words):
     if variant == "none":
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+        _proc.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
         python = str(tmp_path / "venv" / "bin" / "python")
     else:
         request.getfixturevalue("cpu_build" if variant == "cpu" else "cuda_build")  # makes the cached env
@@ -49,8 +50,8 @@ def test_the_built_package_imports_and_computes(cpu_build, tmp_path):
             "import softmax_ext\nx = torch.randn(8, 33, dtype=torch.float64)\n"
             "torch.testing.assert_close(softmax_ext.scaled_softmax(x, 0.7), torch.softmax(x * 0.7, dim=-1))\n"
             "print(softmax_ext.LIBRARY)\n")
-    r = subprocess.run([str(python), "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = _proc.run([str(python), "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                  env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == str(tmp_path / "softmax_ext" / "lib" / "libsoftmax_ext.so")
 
@@ -60,7 +61,7 @@ def _cuda_torch_python() -> str | None:
     if os.environ.get("CI_GPU_PYTHON"):
         return os.environ["CI_GPU_PYTHON"]
     for python in (sys.executable, "python3"):
-        probe = subprocess.run([python, "-c", "import torch; assert torch.version.cuda"], capture_output=True)
+        probe = _proc.run([python, "-c", "import torch; assert torch.version.cuda"], capture_output=True)
         if probe.returncode == 0:
             return python
     return None

@@ -10,16 +10,17 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from wheelci.index import RACY_NS, build_index
+from wheelci.index import build_index
 from wheelci.wheel.names import classify, sdist_name
 from wheelci.verifyenv import fresh_venv
 from tests._servers import NegotiatingServer, StaticServer, build_wheel, pip_install
+from tests import _proc
+from tests._wheels import age_past_racy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,8 +39,8 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ci.index", *args], cwd=ROOT,
-                          capture_output=True, text=True)
+    return _proc.run([sys.executable, "-m", "ci.index", *args], cwd=ROOT,
+                     capture_output=True, text=True)
 
 
 def populate(d: Path, *files: Path) -> Path:
@@ -201,8 +202,8 @@ def test_pip_installs_over_file_url_using_metadata_files(tmp_path, wheels):
     # pip announces where it takes dependency information from: the PEP 658 files.
     assert re.search(r"Obtaining dependency information for tiny-pkg from \S+\.whl\.metadata", r.stdout)
     assert re.search(r"Obtaining dependency information for tagged-pkg from \S+\.whl\.metadata", r.stdout)
-    out = subprocess.run([str(py), "-c", "import tinypkg, taggedpkg; print(tinypkg.VALUE, taggedpkg.VALUE)"],
-                         capture_output=True, text=True, check=True).stdout
+    out = _proc.run([str(py), "-c", "import tinypkg, taggedpkg; print(tinypkg.VALUE, taggedpkg.VALUE)"],
+                    capture_output=True, text=True, check=True).stdout
     assert out.split() == ["1", "7"]
 
 
@@ -218,8 +219,8 @@ def test_pip_installs_over_http_and_fetches_metadata(tmp_path, wheels):
     assert "/simple/tagged-pkg/" in served
     assert f"/{tagged}.metadata" in served  # the server saw pip read the PEP 658 file
     assert f"/{tagged}" in served
-    out = subprocess.run([str(py), "-c", "import taggedpkg; print(taggedpkg.VALUE)"],
-                         capture_output=True, text=True, check=True).stdout
+    out = _proc.run([str(py), "-c", "import taggedpkg; print(taggedpkg.VALUE)"],
+                    capture_output=True, text=True, check=True).stdout
     assert out.strip() == "7"
 
 
@@ -248,13 +249,13 @@ def test_uv_installs_from_the_static_index(tmp_path, wheels):
     build_index(repo)
     py = fresh_venv(tmp_path / "venv")
     with NegotiatingServer(repo) as srv:
-        r = subprocess.run([_uv(), "pip", "install", "--python", str(py), "--no-cache", "--no-config",
-                            "--index-url", srv.url + "simple/", "tagged-pkg"],
-                           capture_output=True, text=True)
+        r = _proc.run([_uv(), "pip", "install", "--python", str(py), "--no-cache", "--no-config",
+                       "--index-url", srv.url + "simple/", "tagged-pkg"],
+                      capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert ("/simple/tagged-pkg/", "index.json") in srv.served
-    out = subprocess.run([str(py), "-c", "import taggedpkg; print(taggedpkg.VALUE)"],
-                         capture_output=True, text=True, check=True).stdout
+    out = _proc.run([str(py), "-c", "import taggedpkg; print(taggedpkg.VALUE)"],
+                    capture_output=True, text=True, check=True).stdout
     assert out.strip() == "7"
 
 
@@ -263,7 +264,7 @@ def test_uv_installs_from_the_static_index(tmp_path, wheels):
 
 def test_unchanged_rerun_reads_and_writes_nothing(tmp_path, wheels):
     repo = populate(tmp_path / "repo", *wheels.values())
-    time.sleep(RACY_NS / 1e9)  # files written just before hashing are (rightly) hashed again next time
+    age_past_racy(repo)  # files written just before hashing are (rightly) hashed again next time
     first = build_index(repo)
     assert (first.hashed, first.cached) == (3, 0)
     before = {p: p.stat().st_mtime_ns for p in repo.rglob("*") if p.is_file()}
@@ -458,7 +459,7 @@ def test_a_symlinked_project_directory_in_out_is_not_written_through(tmp_path, w
 def test_a_cached_record_for_another_path_is_not_trusted(tmp_path, wheels):
     """A cache entry whose record names another path would put the .metadata file there."""
     repo = populate(tmp_path / "repo", wheels["other"])
-    time.sleep(RACY_NS / 1e9)
+    age_past_racy(repo)
     build_index(repo)
     (repo / f"{wheels['other'].name}.metadata").unlink()
     cache_file = repo / "simple" / ".ci-index-cache.json"
@@ -486,7 +487,7 @@ def _same_size_other_bytes(src: Path, dst: Path) -> None:
 
 def test_same_size_replacement_with_mtime_kept_is_rehashed(tmp_path, wheels):
     repo = populate(tmp_path / "repo", wheels["other"])
-    time.sleep(RACY_NS / 1e9)
+    age_past_racy(repo)
     build_index(repo)
     whl = repo / wheels["other"].name
     size = whl.stat().st_size
@@ -500,7 +501,7 @@ def test_same_size_replacement_with_mtime_kept_is_rehashed(tmp_path, wheels):
 def test_replaced_by_rename_with_mtime_kept_is_rehashed(tmp_path, wheels):
     """rsync -a / unpacking an artifact: a new inode with the old size and mtime."""
     repo = populate(tmp_path / "repo", wheels["other"])
-    time.sleep(RACY_NS / 1e9)
+    age_past_racy(repo)
     build_index(repo)
     whl = repo / wheels["other"].name
     tmp = tmp_path / "new.whl"
@@ -550,8 +551,8 @@ def test_check_and_index_agree_on_a_wheel_whose_name_disagrees_with_its_dist_inf
                 data = data.replace(b"Name: other_pkg", b"Name: renamed_pkg")
             zout.writestr(item, data)
     r_index = cli(str(bad.parent))
-    r_check = subprocess.run([sys.executable, "-m", "ci.check", str(bad)], cwd=ROOT, capture_output=True,
-                             text=True)
+    r_check = _proc.run([sys.executable, "-m", "ci.check", str(bad)], cwd=ROOT, capture_output=True,
+                        text=True)
     assert r_index.returncode == r_check.returncode == 2, (r_index.stderr, r_check.stderr)
     for r in (r_index, r_check):
         assert "expected one .dist-info named like renamed_pkg-0.3.dist-info" in r.stderr
@@ -575,8 +576,8 @@ runpy.run_module("ci.index", run_name="__main__", alter_sys=True)
 
 def _run_measured(peak: Path, *args: str) -> tuple[subprocess.CompletedProcess, int]:
     """The CLI's result and its peak resident memory in bytes."""
-    r = subprocess.run([sys.executable, "-c", PEAK_RSS, str(peak), *args], cwd=ROOT, capture_output=True,
-                       text=True)
+    r = _proc.run([sys.executable, "-c", PEAK_RSS, str(peak), *args], cwd=ROOT, capture_output=True,
+                  text=True)
     return r, int(peak.read_text()) * 1024
 
 
@@ -625,8 +626,8 @@ def test_a_wheel_zipfile_reads_differently_is_refused_as_ci_check_refuses_it(tmp
     with zipfile.ZipFile(bad) as zf:
         assert zf.testzip() is None  # zipfile is content with it
     before = snapshot(repo)
-    r_check = subprocess.run([sys.executable, "-m", "ci.check", str(bad)], cwd=ROOT, capture_output=True,
-                             text=True)
+    r_check = _proc.run([sys.executable, "-m", "ci.check", str(bad)], cwd=ROOT, capture_output=True,
+                        text=True)
     assert r_check.returncode == 2, r_check.stderr
     reason = r_check.stderr.strip().split("error: ", 1)[1]
     _assert_rejected(cli(str(repo)), reason)

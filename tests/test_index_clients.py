@@ -19,6 +19,7 @@ import pytest
 from wheelci.util.cache import cache_dir
 from tests._servers import StaticServer
 from tests.test_index import _uv, cli
+from tests import _proc
 
 pytestmark = pytest.mark.network  # real wheels and old pips from the package index
 
@@ -32,8 +33,8 @@ OLD_PIPS = ("22.3.1", "23.0.1")
 def real_wheels() -> list[Path]:
     house = cache_dir("index-clients")
     if len(list(house.glob("*.whl"))) < len(REAL):
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--no-deps",
-                            "--only-binary=:all:", "-d", str(house), *REAL], capture_output=True, text=True)
+        r = _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--no-deps",
+                       "--only-binary=:all:", "-d", str(house), *REAL], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-1000:]
     return sorted(house.glob("*.whl"))
 
@@ -43,9 +44,9 @@ def pip_of(version: str) -> Path:
     venv = cache_dir("pips") / version
     python = venv / "bin" / "python"
     if not (venv / ".complete").exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
-        r = subprocess.run([str(python), "-m", "pip", "install", "--isolated", "--quiet",
-                            "--disable-pip-version-check", f"pip=={version}"], capture_output=True, text=True)
+        _proc.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
+        r = _proc.run([str(python), "-m", "pip", "install", "--isolated", "--quiet",
+                       "--disable-pip-version-check", f"pip=={version}"], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-1000:]
         (venv / ".complete").touch()
     return python
@@ -62,9 +63,9 @@ def index(tmp: Path, wheels: list[Path], *args: str) -> Path:
 
 
 def pip_install(python: Path | str, url: str, target: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(python), "-m", "pip", "install", "--isolated", "--disable-pip-version-check",
-                           "--no-cache-dir", "--index-url", url, "--target", str(target), *WANT],
-                          capture_output=True, text=True)
+    return _proc.run([str(python), "-m", "pip", "install", "--isolated", "--disable-pip-version-check",
+                      "--no-cache-dir", "--index-url", url, "--target", str(target), *WANT],
+                     capture_output=True, text=True)
 
 
 def installed(target: Path) -> set[str]:
@@ -102,9 +103,9 @@ def test_current_pip_reads_pep714_metadata(tmp_path, real_wheels):
 def test_uv_reads_pep714_metadata(tmp_path, real_wheels):
     dist = index(tmp_path, real_wheels)
     with StaticServer(dist, tmp_path / "access.log") as srv:
-        r = subprocess.run([_uv(), "pip", "install", "--no-cache", "--no-config", "--index-url",
-                            srv.url + "simple/", "--target", str(tmp_path / "site"), *WANT],
-                           capture_output=True, text=True)
+        r = _proc.run([_uv(), "pip", "install", "--no-cache", "--no-config", "--index-url",
+                       srv.url + "simple/", "--target", str(tmp_path / "site"), *WANT],
+                      capture_output=True, text=True)
         served = srv.requests()
     assert r.returncode == 0, r.stderr[-1500:]
     assert installed(tmp_path / "site") == {"jinja2", "markupsafe", "typing_extensions"}

@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from tests import _proc
 
 pytestmark = pytest.mark.network  # the tool's dependencies come from the package index
 
@@ -40,8 +41,8 @@ def dists(tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("dists")
     src = tmp / "ci"
     shutil.copytree(TOOL, src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
-    r = subprocess.run([sys.executable, "-m", "build", "--outdir", str(tmp / "dist"), str(src)],
-                       capture_output=True, text=True, env=_clean_env())
+    r = _proc.run([sys.executable, "-m", "build", "--outdir", str(tmp / "dist"), str(src)],
+                  capture_output=True, text=True, env=_clean_env())
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     (wheel,) = (tmp / "dist").glob("wheelci-*-py3-none-any.whl")
     (sdist,) = (tmp / "dist").glob("wheelci-*.tar.gz")
@@ -53,8 +54,8 @@ def installed(dists, tmp_path_factory) -> Path:
     """A fresh venv with the tool installed from its wheel by pip: the venv's bin directory."""
     where = tmp_path_factory.mktemp("venv") / "v"
     venv.create(where, with_pip=True)
-    r = subprocess.run([str(where / "bin" / "python"), "-m", "pip", "install", "--quiet", str(dists["wheel"])],
-                       capture_output=True, text=True, env=_clean_env())
+    r = _proc.run([str(where / "bin" / "python"), "-m", "pip", "install", "--quiet", str(dists["wheel"])],
+                  capture_output=True, text=True, env=_clean_env())
     assert r.returncode == 0, r.stderr[-3000:]
     return where / "bin"
 
@@ -69,22 +70,22 @@ def user_repo(tmp_path) -> Path:
     (repo / "ci" / "build.py").write_text(USER_CI)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "init"]):
-        subprocess.run([*git, *cmd], cwd=repo, check=True, capture_output=True)
+        _proc.run([*git, *cmd], cwd=repo, check=True, capture_output=True)
     return repo
 
 
 def wheelci(bin_dir: Path, *args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     """The installed console script, run from the user's repository with its `ci/` on PYTHONPATH."""
     path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
-    return subprocess.run([str(bin_dir / "wheelci"), *args], cwd=cwd, capture_output=True, text=True,
-                          env=_clean_env(PATH=path, PYTHONPATH=str(cwd), **env))
+    return _proc.run([str(bin_dir / "wheelci"), *args], cwd=cwd, capture_output=True, text=True,
+                     env=_clean_env(PATH=path, PYTHONPATH=str(cwd), **env))
 
 
 def test_the_wheel_carries_every_file_of_the_package(dists):
     """Everything tracked under ci/src/wheelci (modules and resources alike) is in the wheel, and the
     sdist builds from itself: nothing the installed tool reads is left behind in this checkout."""
-    tracked = subprocess.run(["git", "ls-files", "-z", "src/wheelci"], cwd=TOOL, capture_output=True,
-                             text=True, check=True).stdout.split("\0")
+    tracked = _proc.run(["git", "ls-files", "-z", "src/wheelci"], cwd=TOOL, capture_output=True,
+                        text=True, check=True).stdout.split("\0")
     want = {str(Path(p).relative_to("src")) for p in tracked if p}
     with zipfile.ZipFile(dists["wheel"]) as z:
         names = set(z.namelist())
@@ -123,17 +124,17 @@ def test_pipx_and_uvx_run_the_wheel(dists, user_repo, tmp_path):
     """pipx installs the command into its own venv; uvx runs it from the wheel without installing."""
     pipx_env = _clean_env(PIPX_HOME=str(tmp_path / "pipx"), PIPX_BIN_DIR=str(tmp_path / "bin"),
                           PIPX_MAN_DIR=str(tmp_path / "man"))
-    r = subprocess.run([sys.executable, "-m", "pipx", "install", str(dists["wheel"])], capture_output=True,
-                       text=True, env=pipx_env)
+    r = _proc.run([sys.executable, "-m", "pipx", "install", str(dists["wheel"])], capture_output=True,
+                  text=True, env=pipx_env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     r = wheelci(tmp_path / "bin", "build", ".", "--cpu", "--dry-run", "--json", cwd=user_repo)
     assert r.returncode == 0, r.stderr[-2000:]
     assert Path(json.loads(r.stdout)["project_dir"]) == user_repo.resolve()
 
     uv = Path(sys.executable).with_name("uv")
-    r = subprocess.run([str(uv), "tool", "run", "--from", str(dists["wheel"]), "wheelci", "build", ".", "--cpu",
-                        "--dry-run", "--json"], cwd=user_repo, capture_output=True, text=True,
-                       env=_clean_env(PYTHONPATH=str(user_repo), UV_TOOL_DIR=str(tmp_path / "uvtools")))
+    r = _proc.run([str(uv), "tool", "run", "--from", str(dists["wheel"]), "wheelci", "build", ".", "--cpu",
+                   "--dry-run", "--json"], cwd=user_repo, capture_output=True, text=True,
+                  env=_clean_env(PYTHONPATH=str(user_repo), UV_TOOL_DIR=str(tmp_path / "uvtools")))
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["project"] == "tiny-ext"
 
@@ -141,8 +142,8 @@ def test_pipx_and_uvx_run_the_wheel(dists, user_repo, tmp_path):
 def test_pip_installs_the_sdist(dists, user_repo, tmp_path):
     where = tmp_path / "v"
     venv.create(where, with_pip=True)
-    r = subprocess.run([str(where / "bin" / "python"), "-m", "pip", "install", "--quiet", str(dists["sdist"])],
-                       capture_output=True, text=True, env=_clean_env())
+    r = _proc.run([str(where / "bin" / "python"), "-m", "pip", "install", "--quiet", str(dists["sdist"])],
+                  capture_output=True, text=True, env=_clean_env())
     assert r.returncode == 0, r.stderr[-3000:]
     r = wheelci(where / "bin", "plan", "--cuda", "13.0", "--engine", "docker", "--json", cwd=user_repo)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -10,14 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent / "ci"  # the tool's distribution: its pyproject holds the contract
 LINT = Path(sys.executable).with_name("lint-imports")
 
 
 def lint(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(LINT), "--no-cache", "--config", str(root / "pyproject.toml")], cwd=root,
-                          capture_output=True, text=True, env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"})
+    return _proc.run([str(LINT), "--no-cache", "--config", str(root / "pyproject.toml")], cwd=root,
+                     capture_output=True, text=True, env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"})
 
 
 def test_the_layers_hold():

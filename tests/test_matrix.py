@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from wheelci.config import matrix as mx
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
+from tests import _proc
 
 CACHE = cache_dir("torch-metadata")
 NVCC_CACHE = cache_dir("nvcc-wheels")
@@ -152,7 +152,7 @@ def test_accepted_archs_match_nvcc(nvcc):
     """The table row for that nvcc lists exactly what `nvcc --list-gpu-arch` prints."""
     from wheelci.engine import nvcc_version
 
-    out = subprocess.run([str(nvcc), "--list-gpu-arch"], capture_output=True, text=True, check=True).stdout
+    out = _proc.run([str(nvcc), "--list-gpu-arch"], capture_output=True, text=True, check=True).stdout
     listed = {a.removeprefix("compute_") for a in out.split()}
     plain = {a for a in mx.accepted_archs(nvcc_version(nvcc)) if a.isdigit()}
     assert listed == plain
@@ -173,9 +173,9 @@ def _pypi_report(version: str) -> dict:
     path = CACHE / f"torch-{version}.json"
     if not path.exists():
         tmp = path.with_suffix(f".{os.getpid()}.part")  # two runs at once must not share it
-        r = subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--no-deps",
-                            "--ignore-installed", "--quiet", "--report", str(tmp), f"torch=={version}"],
-                           capture_output=True, text=True, timeout=300)
+        r = _proc.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--no-deps",
+                       "--ignore-installed", "--quiet", "--report", str(tmp), f"torch=={version}"],
+                      capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         tmp.rename(path)
     return json.loads(path.read_text())
@@ -219,8 +219,8 @@ def _nvcc_wheel(requirement: str) -> Path:
     NVCC_CACHE.mkdir(parents=True, exist_ok=True)
     found = sorted(NVCC_CACHE.glob(stem + "*.whl"))
     if not found:
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--quiet",
-                            requirement, "-d", str(NVCC_CACHE)], capture_output=True, text=True, timeout=600)
+        r = _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--quiet",
+                       requirement, "-d", str(NVCC_CACHE)], capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         found = sorted(NVCC_CACHE.glob(stem + "*.whl"))
     return found[0]
@@ -244,8 +244,8 @@ def test_toolkit_facts_match_nvidias_wheels(row: mx.CudaRow, tmp_path):
                     header = z.read(member).decode()
     assert ptxas and header, f"{row.nvcc_wheels} hold no ptxas or host_config.h"
     assert has_nvcc == row.nvcc_wheel_has_nvcc  # whether a host build can take nvcc from the wheel
-    assert f"release {row.version}," in subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout
-    help_text = subprocess.run([ptxas, "--help"], capture_output=True, text=True).stdout
+    assert f"release {row.version}," in _proc.run([ptxas, "--version"], capture_output=True, text=True).stdout
+    help_text = _proc.run([ptxas, "--help"], capture_output=True, text=True).stdout
     section = help_text[help_text.index("--gpu-name"):]
     section = section[:section.index("Default value")]
     allowed = set(re.findall(r"'compute_(\w+)'", section))
@@ -262,9 +262,9 @@ def _versions_with_wheels_for(python: str) -> set[str]:
     path = CACHE / f"index-py{python}.txt"
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "torch", "--isolated",
-                            "--python-version", python, "--only-binary=:all:", *PLATFORMS],
-                           capture_output=True, text=True, timeout=300)
+        r = _proc.run([sys.executable, "-m", "pip", "index", "versions", "torch", "--isolated",
+                       "--python-version", python, "--only-binary=:all:", *PLATFORMS],
+                      capture_output=True, text=True, timeout=300)
         if r.returncode == 0:
             listed = re.search(r"^Available versions: (.*)$", r.stdout, re.M)[1]
         elif "No matching distribution" in r.stderr:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -17,6 +16,7 @@ from wheelci.index import build_index
 from wheelci.verifyenv import fresh_venv
 from tests._servers import Nginx, build_wheel, pip_install
 from tests.test_publish_example import RUN_OP, cpu_torch_site  # noqa: F401 (a fixture)
+from tests import _proc
 
 JSON = "application/vnd.pypi.simple.v1+json"
 
@@ -72,12 +72,12 @@ def test_pip_and_uv_install_over_http(served, tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "tiny_pkg-1.0-py3-none-any.whl.metadata" in r.stdout  # PEP 658 through nginx
     py2 = fresh_venv(tmp_path / "uv")
-    r = subprocess.run([_uv(), "pip", "install", "--python", str(py2), "--no-cache", "--no-config",
-                        "--index-url", srv.url + "simple/", "other-pkg"], capture_output=True, text=True)
+    r = _proc.run([_uv(), "pip", "install", "--python", str(py2), "--no-cache", "--no-config",
+                   "--index-url", srv.url + "simple/", "other-pkg"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     for python, module, value in ((py, "tinypkg", "5"), (py2, "otherpkg", "9")):
-        out = subprocess.run([str(python), "-c", f"import {module}; print({module}.VALUE)"],
-                             capture_output=True, text=True, check=True).stdout
+        out = _proc.run([str(python), "-c", f"import {module}; print({module}.VALUE)"],
+                        capture_output=True, text=True, check=True).stdout
         assert out.strip() == value
 
 
@@ -95,12 +95,12 @@ def test_the_example_wheel_installs_from_nginx_with_pip_and_uv(cpu_build, cpu_to
         r = pip_install(py, "--index-url", srv.url + "simple/", pkg.replace("_", "-"))
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         py2 = fresh_venv(tmp_path / "uv", cpu_torch_site)
-        r2 = subprocess.run([_uv(), "pip", "install", "--python", str(py2), "--no-cache", "--no-config",
-                             "--no-deps", "--index-url", srv.url + "simple/", pkg.replace("_", "-")],
-                            capture_output=True, text=True)
+        r2 = _proc.run([_uv(), "pip", "install", "--python", str(py2), "--no-cache", "--no-config",
+                        "--no-deps", "--index-url", srv.url + "simple/", pkg.replace("_", "-")],
+                       capture_output=True, text=True)
         assert r2.returncode == 0, r2.stderr
     for python in (py, py2):
-        run = subprocess.run([str(python), "-c", RUN_OP.format(pkg=pkg)], capture_output=True, text=True,
-                             cwd=tmp_path)
+        run = _proc.run([str(python), "-c", RUN_OP.format(pkg=pkg)], capture_output=True, text=True,
+                        cwd=tmp_path)
         assert run.returncode == 0, run.stderr[-2000:]
         assert float(run.stdout.strip().splitlines()[-1]) < 1e-12

@@ -12,6 +12,7 @@ import pytest
 
 from tests._wheels import (BAD_WHEELS, bad_wheel, build_wheel, pip_check_install, raw_zip, read_members,
                            record_hash, run_stage, signal_mid_write, wheel_entries, zeros_wheel)
+from tests import _proc
 
 CORE = "".join(f"line {i}\n" for i in range(1, 41))
 FILES = {"demo/__init__.py": "from demo.core import *\n", "demo/core.py": CORE, "demo/bin/tool": "#!/bin/sh\n"}
@@ -73,8 +74,8 @@ def test_patch_local_version_and_requires_then_pip_installs(wheel: Path, tmp_pat
     meta = (site / "demo-2.0+cpu.abc1.dist-info/METADATA").read_text()
     assert "Version: 2.0+cpu.abc1" in meta and "triton" not in meta
     assert "Requires-Dist: filelock" in meta and "Requires-Dist: numpy>=2; python_version>='3.10'" in meta
-    show = subprocess.run([sys.executable, "-m", "pip", "show", "demo"], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    show = _proc.run([sys.executable, "-m", "pip", "show", "demo"], capture_output=True, text=True,
+                     env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     assert "Version: 2.0+cpu.abc1" in show.stdout, show.stderr
 
 
@@ -308,8 +309,8 @@ def test_record_hashes_stronger_than_sha256_are_verified(tmp_path: Path) -> None
     w = _rebuilt(build_wheel(tmp_path / "good"), tmp_path / "in", algo="sha512")
     r = run_stage("ci.patch", w, "--local-version", "x", "-w", tmp_path / "out")
     assert r.returncode == 0, r.stderr
-    unpack = subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(tmp_path / "unpacked"),
-                             str(tmp_path / "out" / "demo-1.0+x-py3-none-any.whl")], capture_output=True, text=True)
+    unpack = _proc.run([sys.executable, "-m", "wheel", "unpack", "-d", str(tmp_path / "unpacked"),
+                        str(tmp_path / "out" / "demo-1.0+x-py3-none-any.whl")], capture_output=True, text=True)
     assert unpack.returncode == 0, unpack.stderr  # it re-checks every hash RECORD gives
     bad = _rebuilt(build_wheel(tmp_path / "good2", files={"demo/__init__.py": "x = 2\n"}), tmp_path / "bad",
                    algo="sha512")
@@ -364,8 +365,8 @@ def test_patched_torch_installs_with_new_version_and_metadata(torch_cpu_wheel: P
     site = tmp_path / "site"
     inst = pip_check_install(produced, site)
     assert inst.returncode == 0, inst.stderr
-    show = subprocess.run([sys.executable, "-m", "pip", "show", "torch"], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    show = _proc.run([sys.executable, "-m", "pip", "show", "torch"], capture_output=True, text=True,
+                     env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     assert "Version: 2.13.0+cpu.site1" in show.stdout, show.stdout + show.stderr
     meta = (site / "torch-2.13.0+cpu.site1.dist-info/METADATA").read_text()
     assert "Requires-Dist: numpy>=1.26" in meta and "Requires-Dist: setuptools" not in meta
@@ -398,15 +399,15 @@ def test_diffs_apply_as_git_apply_does(tmp_path: Path, content: str, change: tup
     target = repo / "demo" / "data.py"
     target.write_bytes(content.encode())
     git = ["git", "-C", str(repo), "-c", "core.autocrlf=false", "-c", "user.email=t@e", "-c", "user.name=t"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "."], check=True)
-    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    _proc.run([*git, "init", "-q"], check=True)
+    _proc.run([*git, "add", "."], check=True)
+    _proc.run([*git, "commit", "-qm", "base"], check=True)
     target.write_bytes(content.replace(*change).encode())
     patch = tmp_path / "patches" / "change.diff"
     patch.parent.mkdir()
-    patch.write_bytes(subprocess.run([*git, "diff"], check=True, capture_output=True).stdout)
-    subprocess.run([*git, "checkout", "-q", "--", "."], check=True)
-    subprocess.run([*git, "apply", str(patch)], check=True)
+    patch.write_bytes(_proc.run([*git, "diff"], check=True, capture_output=True).stdout)
+    _proc.run([*git, "checkout", "-q", "--", "."], check=True)
+    _proc.run([*git, "apply", str(patch)], check=True)
     expected = target.read_bytes()
     assert expected == content.replace(*change).encode()
 

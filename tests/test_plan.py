@@ -17,6 +17,7 @@ from wheelci.config import matrix as mx
 from wheelci import plan as pl
 from wheelci.config import constraints
 from wheelci.errors import CiError
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 COMBOS = [(r, t) for r in mx.rows() for t in r.torch]
@@ -76,17 +77,17 @@ def test_every_row_and_torch_gives_a_consistent_plan(row: mx.CudaRow, build: mx.
 @pytest.mark.parametrize("cuda", mx.load().versions)
 def test_cibuildwheel_prints_the_plans_identifiers(cuda):
     plan = plan_for(cuda, python=["3.10", "3.12"])
-    r = subprocess.run([sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform", "linux"],
-                       cwd=ROOT, env={**os.environ, **plan.environment}, capture_output=True, text=True)
+    r = _proc.run([sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform", "linux"],
+                  cwd=ROOT, env={**os.environ, **plan.environment}, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == plan.identifiers == ["cp310-manylinux_x86_64", "cp312-manylinux_x86_64"]
 
 
 def test_default_python_comes_from_pyproject():
     plan = plan_for("13.0")
-    r = subprocess.run([sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform", "linux"],
-                       cwd=ROOT, env={k: v for k, v in os.environ.items() if not k.startswith("CIBW_")},
-                       capture_output=True, text=True, check=True)
+    r = _proc.run([sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform", "linux"],
+                  cwd=ROOT, env={k: v for k, v in os.environ.items() if not k.startswith("CIBW_")},
+                  capture_output=True, text=True, check=True)
     assert plan.identifiers == r.stdout.split()
 
 
@@ -188,7 +189,7 @@ def test_missing_pyproject(tmp_path):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ci.plan", *args], cwd=ROOT, capture_output=True, text=True)
+    return _proc.run([sys.executable, "-m", "ci.plan", *args], cwd=ROOT, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("cuda", mx.load().versions)
@@ -258,7 +259,7 @@ def _run_before_all_script(command: str) -> subprocess.CompletedProcess:
     """Run a before-all step here as sh runs it in the container, from this checkout's ci/resources."""
     script = command.replace(pl.CONTAINER_SCRIPTS, str(ROOT / "ci/src/wheelci/resources/container"))
     env = {k: v for k, v in os.environ.items() if k not in ("CUDAHOSTCXX", "CUDA_HOME")}  # as the image's defaults
-    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
+    return _proc.run(["sh", "-c", script], capture_output=True, text=True, env=env)
 
 
 def test_before_all_checks_run_in_a_real_shell():
@@ -268,7 +269,7 @@ def test_before_all_checks_run_in_a_real_shell():
 
     toolkit = Path("/usr/local/cuda/bin/nvcc")
     have = nvcc_version(toolkit) if toolkit.exists() else None
-    gcc = int(subprocess.run(["g++", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0])
+    gcc = int(_proc.run(["g++", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0])
     for row in mx.rows():
         steps = plan_for(row.version).environment["CIBW_BEFORE_ALL_LINUX"].split(" && ")
         assert steps == [f"sh {pl.CONTAINER_SCRIPTS}/check_image.sh {row.version} {row.gcc_max}",
@@ -295,7 +296,7 @@ def test_the_image_check_names_a_too_new_gcc(tmp_path):
     nvcc.chmod(0o755)
     check = f"CUDA_HOME={tmp_path / 'cuda'} sh {pl.CONTAINER_SCRIPTS}/check_image.sh 13.0"
     assert _run_before_all_script(f"{check} 99").returncode == 0
-    gcc = int(subprocess.run(["g++", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0])
+    gcc = int(_proc.run(["g++", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0])
     r = _run_before_all_script(f"{check} {gcc - 1}")
     assert r.returncode == 1
     assert r.stdout.strip() == f"build image GCC {gcc} is above what nvcc 13.0 accepts ({gcc - 1})"

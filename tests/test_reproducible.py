@@ -7,13 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests._wheels import run_stage
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
@@ -27,7 +27,7 @@ def checkout(where: Path) -> Path:
     shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     env = {"GIT_AUTHOR_DATE": COMMIT_TIME, "GIT_COMMITTER_DATE": COMMIT_TIME, "PATH": "/usr/bin:/bin"}
     for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "x"]):
-        subprocess.run(["git", *cmd], cwd=project, env=env, check=True)
+        _proc.run(["git", *cmd], cwd=project, env=env, check=True)
     return project
 
 

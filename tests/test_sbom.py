@@ -9,7 +9,6 @@ import dataclasses
 import hashlib
 import json
 import re
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from tests._elfbuild import build_lib, make_wheel
 from wheelci import sbom
 from wheelci.compile.hostenv import BuildEnv
 from wheelci.errors import CiError
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 SBOMS = re.compile(r"^[^/]+\.dist-info/sboms/[^/]+\.cdx\.json$")
@@ -185,7 +185,7 @@ def test_add_sbom_keeps_auditwheels_and_names_what_the_wheel_holds(tmp_path):
     grafted = parts["grafted:demo_ext.libs/libfoo-1a2b3c4d.so.1"]
     assert grafted["name"] == "libfoo.so.1"
     assert grafted["hashes"][0]["content"] == hashlib.sha256(foo.read_bytes()).hexdigest()
-    gcc = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True, check=True).stdout.strip()
+    gcc = _proc.run(["gcc", "-dumpfullversion"], capture_output=True, text=True, check=True).stdout.strip()
     assert [(c["name"], c["version"]) for r, c in parts.items() if r.startswith("compiler:")] == [("gcc", gcc)]
     assert {c["name"] for r, c in parts.items() if r.startswith("excluded:")} == {"libc10.so", "libcudart.so.13"}
     assert props(doc["metadata"]["component"])["wheelci:git-revision"].startswith("absent: ")
@@ -217,9 +217,9 @@ def test_a_built_wheel_carries_a_valid_sbom(tiny_cpu_build):
     assert any(r.startswith("compiler:") for r in components(doc))
     assert props(doc["metadata"]) == {"wheelci:cuda": "none: a CPU build"}
     revision = props(project)["wheelci:git-revision"]
-    inside = subprocess.run(["git", "-C", ROOT, "rev-parse", "--verify", "HEAD"], capture_output=True, text=True)
+    inside = _proc.run(["git", "-C", ROOT, "rev-parse", "--verify", "HEAD"], capture_output=True, text=True)
     if inside.returncode == 0:  # the fixture is tracked in this checkout: the commit it was built from
-        assert subprocess.run(["git", "-C", ROOT, "merge-base", "--is-ancestor", revision, "HEAD"]).returncode == 0
+        assert _proc.run(["git", "-C", ROOT, "merge-base", "--is-ancestor", revision, "HEAD"]).returncode == 0
         assert project["pedigree"]["commits"] == [{"uid": revision}]
     else:
         assert revision.startswith("absent: ")

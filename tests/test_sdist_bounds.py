@@ -22,6 +22,7 @@ from wheelci.config.sdist import MAX_DEPTH, extract_sdist
 from wheelci.errors import CiError
 from tests._wheels import run_stage
 from tests._bounded import bounded_stage
+from tests import _proc
 
 TOP = "pkg-1.0"
 PYPROJECT = (b'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
@@ -35,7 +36,7 @@ def gnu_tar_sparse(dest: Path, options: list[str]) -> Path:
     with open(tree / TOP / "pyproject.toml", "wb") as f:
         f.truncate(1 << 30)
     out = dest / f"{TOP}.tar.gz"
-    subprocess.run(["tar", "--sparse", *options, "-czf", str(out), "-C", str(tree), TOP], check=True)
+    _proc.run(["tar", "--sparse", *options, "-czf", str(out), "-C", str(tree), TOP], check=True)
     return out
 
 
@@ -184,7 +185,7 @@ def test_a_root_member_that_is_no_directory(tmp_path, kind):
     (tmp_path / "tree" / TOP).mkdir(parents=True)
     (tmp_path / "tree" / TOP / "pyproject.toml").write_bytes(PYPROJECT)
     gnu.parent.mkdir()
-    subprocess.run(["tar", "-czf", str(gnu), "-C", str(tmp_path / "tree"), "."], check=True)
+    _proc.run(["tar", "-czf", str(gnu), "-C", str(tmp_path / "tree"), "."], check=True)
     assert dry_run(tmp_path, gnu).returncode == 0
 
 

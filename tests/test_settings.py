@@ -12,6 +12,7 @@ import pytest
 from wheelci.errors import CiError
 from wheelci.config.project import merge, read_settings
 from tests._wheels import run_stage
+from tests import _proc
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_ext"
 
@@ -88,8 +89,8 @@ def test_a_setup_py_project_with_a_pep518_only_pyproject_builds(tmp_path: Path) 
 
 def _git(*args: str, cwd: Path) -> None:
     import subprocess
-    subprocess.run(["git", "-c", "protocol.file.allow=always", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                   cwd=cwd, check=True, capture_output=True)
+    _proc.run(["git", "-c", "protocol.file.allow=always", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+              cwd=cwd, check=True, capture_output=True)
 
 
 def test_staging_takes_submodules_and_forgets_deleted_sources(tmp_path: Path) -> None:
@@ -224,9 +225,9 @@ def test_a_build_reads_pyproject_once(tmp_path: Path) -> None:
              "from wheelci.__main__ import main\n"
              "try:\n    main(sys.argv[1:])\nfinally:\n    print('OPENED', len(opened), file=sys.stderr)\n")
     root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, "-c", probe, "build", str(project), "--cpu", "--engine", "host", "--dry-run"],
-                       capture_output=True, text=True, cwd=root, env={**__import__("os").environ,
-                                                                     "PYTHONPATH": str(root / "ci" / "src")})
+    r = _proc.run([sys.executable, "-c", probe, "build", str(project), "--cpu", "--engine", "host", "--dry-run"],
+                  capture_output=True, text=True, cwd=root, env={**__import__("os").environ,
+                                                                "PYTHONPATH": str(root / "ci" / "src")})
     assert r.returncode == 0, r.stderr
     assert "build requires  setuptools>=64 torch" in r.stdout  # the dry run shows what it read
     assert r.stderr.strip().splitlines()[-1] == "OPENED 1", r.stderr

@@ -20,6 +20,7 @@ import pytest
 
 from wheelci.util.lock import locked_dir, locked_file
 from tests._wheels import build_wheel
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 6
@@ -66,8 +67,8 @@ def test_concurrent_index_runs_each_adding_a_wheel_keep_every_project(tmp_path, 
         assert f'href="proj{i}/"' in root_page, root_page
         assert f"proj{i}/index.html" in cache["pages"]
         assert (repo / "simple" / f"proj{i}" / "index.html").is_file()
-    again = subprocess.run([sys.executable, "-m", "ci.index", str(repo), "--json"], cwd=ROOT, env=_env(),
-                           capture_output=True, text=True)
+    again = _proc.run([sys.executable, "-m", "ci.index", str(repo), "--json"], cwd=ROOT, env=_env(),
+                      capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["written"] == []
 

@@ -15,6 +15,7 @@ import pytest
 from wheelci.errors import CiError
 from wheelci.split import Lib, new_rpaths, plan_split
 from tests._wheels import build_wheel, raw_zip, read_members, run_stage, signal_mid_write, wheel_entries
+from tests import _proc
 
 INIT = '''"""Demo package: loads its native front library, as an extension module would."""
 import ctypes
@@ -32,8 +33,8 @@ BIG = 200_000  # bytes of random data per big library (incompressible)
 def gcc(out: Path, source: str, *args: str) -> None:
     src = out.with_suffix(".c")
     src.write_text(source)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(src), f"-Wl,-soname,{out.name}",
-                    "-Wl,--enable-new-dtags", *args], check=True, capture_output=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(src), f"-Wl,-soname,{out.name}",
+               "-Wl,--enable-new-dtags", *args], check=True, capture_output=True)
     src.unlink()
 
 
@@ -64,13 +65,13 @@ def native_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def pip_target(wheel: Path, target: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
-                    "--disable-pip-version-check", "--target", str(target), str(wheel)], check=True)
+    _proc.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+               "--disable-pip-version-check", "--target", str(target), str(wheel)], check=True)
 
 
 def run_py(code: str, pythonpath: list[Path]) -> subprocess.CompletedProcess:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(map(str, pythonpath))}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
+    return _proc.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
 
 
 
@@ -451,9 +452,9 @@ def test_executables_needing_a_moved_library_still_run(native_wheel: Path, tmp_p
     (tmp_path / "tool.c").write_text(TOOL)
     for exe, flags in (("tool_pie", ["-pie", "-fPIE", "-Wl,--enable-new-dtags"]),
                        ("tool_exec", ["-no-pie", "-Wl,--disable-new-dtags"])):
-        subprocess.run(["gcc", *flags, "-o", str(tmp_path / exe), str(tmp_path / "tool.c"), f"-L{lib}",
-                        "-Wl,--no-as-needed", "-lbig1", "-lbig2", "-lbig3", "-lfront", "-Wl,-rpath,$ORIGIN/../lib"],
-                       check=True, capture_output=True)
+        _proc.run(["gcc", *flags, "-o", str(tmp_path / exe), str(tmp_path / "tool.c"), f"-L{lib}",
+                   "-Wl,--no-as-needed", "-lbig1", "-lbig2", "-lbig3", "-lfront", "-Wl,-rpath,$ORIGIN/../lib"],
+                  check=True, capture_output=True)
         files[f"demo/bin/{exe}"] = (tmp_path / exe).read_bytes()
     files["demo/bin/tool.sh"] = b"#!/bin/sh\necho 63\n"
     wheel = build_wheel(tmp_path / "dist", version="1.0+cpu", files=files, tag="py3-none-linux_x86_64",
@@ -468,8 +469,8 @@ def test_executables_needing_a_moved_library_still_run(native_wheel: Path, tmp_p
     for p in paths:
         pip_target(p, site)
     for tool in ("tool_pie", "tool_exec"):
-        r = subprocess.run([str(site / "demo/bin" / tool)], capture_output=True, text=True,
-                           env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        r = _proc.run([str(site / "demo/bin" / tool)], capture_output=True, text=True,
+                      env={"PATH": "/usr/bin:/bin"}, cwd="/")
         assert r.returncode == 0 and r.stdout.strip() == "63", (tool, r.stderr)
     pie, exe = read_dynamic_path(site / "demo/bin/tool_pie"), read_dynamic_path(site / "demo/bin/tool_exec")
     assert pie.runpath[0] == exe.rpath[0] == "$ORIGIN/../lib" and not pie.rpath and not exe.runpath
@@ -502,8 +503,8 @@ def test_torch_cpu_split_at_120mb_imports_in_both_layouts(torch_cpu_wheel: Path,
         assert z.testzip() is None
 
     deps = tmp_path / "deps"  # torch's pure-Python dependencies, shared by both layouts
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    "--target", str(deps), *TORCH_DEPS], check=True, capture_output=True)
+    _proc.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+               "--target", str(deps), *TORCH_DEPS], check=True, capture_output=True)
 
     # (a) all into one site-packages (a fresh venv; pip resolves the companion from the output dir)
     env_dir = tmp_path / "venv"
@@ -512,11 +513,11 @@ def test_torch_cpu_split_at_120mb_imports_in_both_layouts(torch_cpu_wheel: Path,
     site = next((env_dir / "lib").glob("python*/site-packages"))
     for p in [*paths, cpu_build.wheel]:
         pip_target(p, site)
-    r = subprocess.run([str(vpy), "-c", CHECK], capture_output=True, text=True, cwd="/",
-                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(deps)})
+    r = _proc.run([str(vpy), "-c", CHECK], capture_output=True, text=True, cwd="/",
+                  env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(deps)})
     assert r.returncode == 0 and r.stdout.strip() == "2.13.0+cpu", r.stderr[-2000:]
-    r = subprocess.run([str(vpy), "-c", EXAMPLE_OP.format(pkg=example)], capture_output=True, text=True, cwd="/",
-                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(deps)})
+    r = _proc.run([str(vpy), "-c", EXAMPLE_OP.format(pkg=example)], capture_output=True, text=True, cwd="/",
+                  env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(deps)})
     assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr[-2000:]
 
     # (b) each wheel in its own directory on PYTHONPATH (the Bazel layout)

@@ -7,7 +7,6 @@ the CUDA variant refuses, at import, a torch of another CUDA major with the vari
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from wheelci.verifyenv import fresh_venv, pip_install
 from wheelci.wheel.metadata import get_headers
 from wheelci.wheel.zipread import WheelArchive
 from tests._wheels import run_stage
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "stable_ext"
@@ -122,7 +122,7 @@ def test_cu13_wheel_names_the_right_variant_under_another_torch(fixture_cu13, tm
     site = ensure_env(TorchSpec("2.10.0", "12.8", None, True)).site
     python = fresh_venv(tmp_path / "venv", site)
     assert pip_install(python, "--no-deps", "--no-index", str(wheel)).returncode == 0
-    r = subprocess.run([str(python), "-c", "import stable_ext"], capture_output=True, text=True)
+    r = _proc.run([str(python), "-c", "import stable_ext"], capture_output=True, text=True)
     assert r.returncode != 0 and "VariantError" in r.stderr, r.stderr[-2000:]
     assert "is the cu13 build (CUDA 13), but torch 2.10.0+cu128 has CUDA 12.8: install the cu12 build" in r.stderr
 

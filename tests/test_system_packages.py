@@ -13,11 +13,11 @@ import ast
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS = {"run", "Popen", "check_output", "check_call", "call", "_run", "which", "ensure_debian_package",
@@ -92,7 +92,7 @@ def test_every_listed_command_is_here_after_bootstrap():
     """What bootstrap promises to install is installed (CI and the developers' machines are root)."""
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         pytest.skip("not root with apt-get: scripts/bootstrap only names what is missing")
-    r = subprocess.run([str(ROOT / "scripts" / "bootstrap"), "--system"], capture_output=True, text=True)
+    r = _proc.run([str(ROOT / "scripts" / "bootstrap"), "--system"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
     absent = [c for c, pkg in listed().items() if pkg != "-" and not shutil.which(c, path=path)]
@@ -100,5 +100,5 @@ def test_every_listed_command_is_here_after_bootstrap():
 
 
 def test_bootstrap_refuses_an_unknown_option():
-    r = subprocess.run([str(ROOT / "scripts" / "bootstrap"), "--sytem"], capture_output=True, text=True)
+    r = _proc.run([str(ROOT / "scripts" / "bootstrap"), "--sytem"], capture_output=True, text=True)
     assert r.returncode == 2 and "unknown option --sytem" in r.stderr

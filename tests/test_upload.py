@@ -21,6 +21,7 @@ from wheelci.upload import (Conflict, is_loopback, parse_listing, redactor, simp
                        upload)
 from wheelci.verifyenv import fresh_venv
 from tests._servers import KillingProxy, PypiServer, build_wheel, pip_install
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = "ci-bot"
@@ -56,8 +57,8 @@ def env(password: str | None = TOKEN, **extra: str) -> dict[str, str]:
 
 
 def cli(*args: str, environ: dict[str, str] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ci.upload", *args], cwd=ROOT, capture_output=True,
-                          text=True, env=environ if environ is not None else env(), timeout=timeout)
+    return _proc.run([sys.executable, "-m", "ci.upload", *args], cwd=ROOT, capture_output=True,
+                     text=True, env=environ if environ is not None else env(), timeout=timeout)
 
 
 def sha256(p: Path) -> str:
@@ -89,8 +90,8 @@ def test_upload_then_pip_install_from_the_private_index(tmp_path, server, wheels
     py = fresh_venv(tmp_path / "venv")
     p = pip_install(py, "--index-url", server.url + "simple/", "pub-pkg")
     assert p.returncode == 0, p.stdout + p.stderr
-    out = subprocess.run([str(py), "-c", "import pubpkg; print(pubpkg.VALUE)"], capture_output=True,
-                         text=True, check=True).stdout
+    out = _proc.run([str(py), "-c", "import pubpkg; print(pubpkg.VALUE)"], capture_output=True,
+                    text=True, check=True).stdout
     assert out.strip() == "42"
 
 
@@ -452,8 +453,8 @@ def tls_server(tmp_path):
     """An HTTPS server with a self-signed certificate the client does not trust."""
     import ssl
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    _proc.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+               "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Always503)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
@@ -679,8 +680,8 @@ def test_devpi_upload_skip_existing_verify_and_install(tmp_path, wheels):
         py = fresh_venv(tmp_path / "venv")
         p = pip_install(py, "--index-url", devpi.simple_url, "pub-pkg")
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    out = subprocess.run([str(py), "-c", "import pubpkg; print(pubpkg.VALUE)"], capture_output=True,
-                         text=True, check=True).stdout
+    out = _proc.run([str(py), "-c", "import pubpkg; print(pubpkg.VALUE)"], capture_output=True,
+                    text=True, check=True).stdout
     assert out.strip() == "42"  # the first upload, not the rebuilt one
 
 

@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 
 from tests._servers import NegotiatingServer, PypiServer, StaticServer
-from tests._wheels import assert_valid_record, build_wheel, run_stage
+from tests._wheels import age_past_racy, assert_valid_record, build_wheel, run_stage
 from wheelci.errors import CiError
 from wheelci.index import build_index
 from wheelci.wheel import variant as v
 from wheelci.wheel.names import WheelName
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
@@ -145,6 +146,7 @@ def release(tmp_path) -> Path:
         v.add_variant(src, dist, v.cuda_variant(cuda, archs))
     build_wheel(dist, version="1.0+pt2.13.0.cu130", files={"demo/__init__.py": "BUILD = 'cu130 local'\n"})
     assert plain.exists()
+    age_past_racy(tmp_path)  # the second index run below must find every hash trusted
     return dist
 
 
@@ -256,7 +258,7 @@ def test_a_release_of_variants_alone_is_indexed_with_a_warning(tmp_path):
 
 
 def fresh_venv(path: Path) -> Path:
-    subprocess.run([str(UV), "venv", "-q", "--python", sys.executable, str(path)], check=True)
+    _proc.run([str(UV), "venv", "-q", "--python", sys.executable, str(path)], check=True)
     return path / "bin" / "python"
 
 
@@ -265,22 +267,22 @@ def uv_install(python: Path, index: str, *args: str, **env: str) -> subprocess.C
     base = {k: val for k, val in os.environ.items() if not k.startswith(("UV_", "NV_VARIANT_", "PIP_"))}
     full = {**base, "UV_PREVIEW_FEATURES": "wheel-variants", "UV_NO_CONFIG": "1",
             "UV_CACHE_DIR": str(python.parent.parent.parent / "uv-cache"), **env}
-    return subprocess.run([str(UV), "pip", "install", "--python", str(python), "--no-deps", "--index-url", index,
-                           *args], capture_output=True, text=True, env=full)
+    return _proc.run([str(UV), "pip", "install", "--python", str(python), "--no-deps", "--index-url", index,
+                      *args], capture_output=True, text=True, env=full)
 
 
 def pip_install(python: Path, index: str, *args: str) -> subprocess.CompletedProcess:
     env = {k: val for k, val in os.environ.items() if not k.startswith("PIP_")}
-    return subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--isolated",
-                           "--no-cache-dir", "--disable-pip-version-check", "--no-deps", "--index-url", index, *args],
-                          capture_output=True, text=True, env=env)
+    return _proc.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--isolated",
+                      "--no-cache-dir", "--disable-pip-version-check", "--no-deps", "--index-url", index, *args],
+                     capture_output=True, text=True, env=env)
 
 
 def installed(python: Path, project: str) -> tuple[str, str | None]:
     """(version, variant label or None) of what the installer put there, read from its dist-info."""
     code = ("import importlib.metadata as m, json, sys; d = m.distribution(sys.argv[1]); "
             "t = d.read_text('variant.json'); print(json.dumps([d.version, t and list(json.loads(t)['variants'])[0]]))")
-    r = subprocess.run([str(python), "-c", code, project], capture_output=True, text=True)
+    r = _proc.run([str(python), "-c", code, project], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     version, label = json.loads(r.stdout)
     return version, label
@@ -397,13 +399,13 @@ def test_a_split_companion_of_a_variant_is_that_variant_too(native_wheel, tmp_pa
     # uv installs the three as one variant set on a machine they suit, and the split package works
     target = tmp_path / "site"
     env = {k: val for k, val in os.environ.items() if not k.startswith(("UV_", "NV_VARIANT_"))}
-    r = subprocess.run([str(UV), "pip", "install", "--no-deps", "--target", str(target), "--python", sys.executable,
-                        *map(str, parts)], capture_output=True, text=True,
-                       env={**env, "UV_PREVIEW_FEATURES": "wheel-variants", "UV_NO_CONFIG": "1",
-                            "UV_CACHE_DIR": str(tmp_path / "uv-cache"), FORCE_DRIVER: "13.0", FORCE_SM: "9.0"})
+    r = _proc.run([str(UV), "pip", "install", "--no-deps", "--target", str(target), "--python", sys.executable,
+                   *map(str, parts)], capture_output=True, text=True,
+                  env={**env, "UV_PREVIEW_FEATURES": "wheel-variants", "UV_NO_CONFIG": "1",
+                       "UV_CACHE_DIR": str(tmp_path / "uv-cache"), FORCE_DRIVER: "13.0", FORCE_SM: "9.0"})
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, "-c", "import demo; print(demo.answer())"], capture_output=True, text=True,
-                       env={"PATH": os.environ["PATH"], "PYTHONPATH": str(target)}, cwd="/")
+    r = _proc.run([sys.executable, "-c", "import demo; print(demo.answer())"], capture_output=True, text=True,
+                  env={"PATH": os.environ["PATH"], "PYTHONPATH": str(target)}, cwd="/")
     assert r.returncode == 0 and r.stdout.strip() == "63", r.stderr
 
 
@@ -502,8 +504,8 @@ def test_pip_installs_tiny_ext_plain_and_from_the_cu130_root(tiny_release, tmp_p
 
 def _torch_cuda() -> str | None:
     """Why this interpreter cannot run the variant's CUDA tests, or None when it can."""
-    r = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__, torch.cuda.is_available())"],
-                       capture_output=True, text=True)
+    r = _proc.run([sys.executable, "-c", "import torch; print(torch.__version__, torch.cuda.is_available())"],
+                  capture_output=True, text=True)
     if r.returncode != 0:
         return "no torch in the interpreter running the tests"
     version, available = r.stdout.split()
@@ -527,18 +529,18 @@ def test_uv_reads_the_real_driver_and_the_variants_cuda_tests_pass(tiny_release,
         r = uv_install(python, server.url + "simple/", "tiny-ext")
     assert r.returncode == 0, r.stderr
     assert installed(python, "tiny-ext") == ("0.1.0", "cu130"), "uv did not pick the variant for this GPU"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = _proc.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                     capture_output=True, text=True, check=True).stdout.strip()
     report = tmp_path / "junit.xml"
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                        str(TINY / "tests")], capture_output=True, text=True, cwd=tmp_path,
-                       env={**os.environ, "PYTHONPATH": site})
+    r = _proc.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                   str(TINY / "tests")], capture_output=True, text=True, cwd=tmp_path,
+                  env={**os.environ, "PYTHONPATH": site})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     import xml.etree.ElementTree as ET
 
     cases = {c.get("name"): c for c in ET.parse(report).iter("testcase")}
     assert cases["test_add_one_cuda"].find("skipped") is None, "the CUDA test did not run"
     # and the copy those tests imported was uv's
-    r = subprocess.run([sys.executable, "-c", "import tiny_ext; print(tiny_ext.__file__)"], capture_output=True,
-                       text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": site})
+    r = _proc.run([sys.executable, "-c", "import tiny_ext; print(tiny_ext.__file__)"], capture_output=True,
+                  text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": site})
     assert r.stdout.strip().startswith(site), r.stdout + r.stderr

@@ -5,13 +5,13 @@ only its dist-info."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from wheelci.verifyenv import install_fresh
 from tests._wheels import build_wheel
+from tests import _proc
 
 pytestmark = pytest.mark.network
 
@@ -29,7 +29,7 @@ def torch_site(tmp_path: Path) -> Path:
 
 def installed(python: Path, name: str) -> bool:
     code = f"import importlib.metadata as m; m.version({name!r})"
-    return subprocess.run([str(python), "-c", code], capture_output=True).returncode == 0
+    return _proc.run([str(python), "-c", code], capture_output=True).returncode == 0
 
 
 def test_other_dependencies_come_from_the_index(torch_site, tmp_path):
@@ -39,7 +39,7 @@ def test_other_dependencies_come_from_the_index(torch_site, tmp_path):
     python, failed = install_fresh(wheel, torch_site, tmp_path / "t", [])
     assert failed is None
     assert installed(python, "six") and installed(python, "nvidia-ml-py") and installed(python, "needs-six")
-    assert not installed(python, "torch") or "torch-site" in subprocess.run(
+    assert not installed(python, "torch") or "torch-site" in _proc.run(
         [str(python), "-c", "import importlib.metadata as m; print(m.distribution('torch')._path)"],
         capture_output=True, text=True).stdout  # torch is the install's, seen through the .pth
 

@@ -15,6 +15,7 @@ from wheelci.compile.hostenv import TorchSpec, ensure_env
 from wheelci.wheel.names import WheelName
 from conftest import ROOT
 from tests._wheels import run_stage
+from tests import _proc
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]  # a real torch environment
 
@@ -152,8 +153,8 @@ def test_pips_progress_never_reaches_stdout_on_a_terminal(tmp_path):
             "ensure_env(TorchSpec('0.0.0', None, None, False))\n")
     env = dict(os.environ, CUDA_WHEEL_CI_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
     try:
-        proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=slave, env=env,
-                              cwd=tmp_path, timeout=300)
+        proc = _proc.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=slave, env=env,
+                         cwd=tmp_path, timeout=300)
     finally:
         os.close(slave)
         seen = b""

@@ -31,6 +31,7 @@ from tests import _corpus
 from tests._corpus import BY_PROJECT, WHEELS, CorpusWheel
 from tests._elfbuild import install_alone
 from tests._wheels import run_stage
+from tests import _proc
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
@@ -143,14 +144,14 @@ class Installs:
 
 
 def make_venv(path: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
+    _proc.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
     return path
 
 
 def pip_install(venv: Path, *args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-                           "--no-deps", "--quiet", "--disable-pip-version-check", "--no-cache-dir",
-                           *map(str, args)], capture_output=True, text=True, timeout=900)
+    return _proc.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                      "--no-deps", "--quiet", "--disable-pip-version-check", "--no-cache-dir",
+                      *map(str, args)], capture_output=True, text=True, timeout=900)
 
 
 def install_all(venv: Path, groups: dict[str, list[str | Path]], layout: str, *options: str) -> dict[str, str]:
@@ -198,8 +199,8 @@ def run_probe(python: Path, wheel: CorpusWheel, path: list[Path], bin_dirs: list
         env["PYTHONPATH"] = os.pathsep.join(map(str, path))
     modules = _corpus.top_level_modules(_corpus.CACHE / wheel.filename)
     code = (f"import {', '.join(modules)}\n" if modules else "") + wheel.probe
-    return subprocess.run([str(python), "-c", code], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    return _proc.run([str(python), "-c", code], env=env, cwd=cwd, capture_output=True, text=True,
+                     timeout=300)
 
 
 def probe_in_venv(venv: Path, wheel: CorpusWheel, cwd: Path) -> subprocess.CompletedProcess:

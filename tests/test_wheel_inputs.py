@@ -14,7 +14,8 @@ import pytest
 
 from wheelci.errors import CiError
 from wheelci.wheel.ondisk import read_regular
-from tests._wheels import BAD_WHEELS, bad_wheel, build_wheel, run_stage
+from tests._wheels import BAD_WHEELS, age_past_racy, bad_wheel, build_wheel, run_stage
+from tests import _proc
 
 FILES = {"demo/__init__.py": "VERSION = '1.0'\n", "demo/core.py": "x = 1\n"}
 BOUND = 60  # seconds: a stage that hangs fails the test instead of the suite (no assert is on time)
@@ -30,9 +31,9 @@ def one_error_line(r: subprocess.CompletedProcess, *words: str) -> str:
 
 
 def pip_refuses(wheel: Path, tmp_path: Path) -> str:
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
-                        "--disable-pip-version-check", "--target", str(tmp_path / "pip-target"), str(wheel)],
-                       capture_output=True, text=True)
+    r = _proc.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+                   "--disable-pip-version-check", "--target", str(tmp_path / "pip-target"), str(wheel)],
+                  capture_output=True, text=True)
     assert r.returncode != 0
     return r.stderr
 
@@ -62,8 +63,8 @@ def site(tmp_path: Path) -> Path:
     """An installed directory as pip --target makes it: the demo package and its .dist-info."""
     whl = build_wheel(tmp_path / "dist", files=FILES)
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
-                    "--disable-pip-version-check", "--target", str(target), str(whl)], check=True)
+    _proc.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+               "--disable-pip-version-check", "--target", str(target), str(whl)], check=True)
     return target
 
 
@@ -86,8 +87,8 @@ def test_a_record_that_is_no_regular_file_is_refused(site: Path, tmp_path: Path,
     args = {"ci.preload": [site, "--print-order"],
             "ci.patch": [build_wheel(tmp_path / "in", "app", files={"app/__init__.py": ""}), "--preload-from",
                          site, "-w", out]}[stage]
-    r = subprocess.run([sys.executable, "-m", stage, *map(str, args)], capture_output=True, text=True,
-                       timeout=BOUND, cwd=Path(__file__).resolve().parent.parent)
+    r = _proc.run([sys.executable, "-m", stage, *map(str, args)], capture_output=True, text=True,
+                  timeout=BOUND, cwd=Path(__file__).resolve().parent.parent)
     one_error_line(r, str(record), words, "not a regular file")
     assert not out.exists()
 
@@ -97,12 +98,13 @@ def test_an_index_metadata_file_that_is_no_regular_file_is_refused(tmp_path: Pat
     """ci.index reads back the PEP 658 METADATA files it wrote (its cache says they are its own)."""
     repo = tmp_path / "repo"
     whl = build_wheel(repo, files=FILES)
+    age_past_racy(repo)  # else the second run re-hashes the wheel (by design) and rewrites the sidecar
     assert run_stage("ci.index", repo).returncode == 0
     sidecar = whl.with_name(whl.name + ".metadata")
     pages = sorted(p.relative_to(repo) for p in repo.rglob("*") if p.is_file() and p != sidecar)
     _swap(sidecar, kind)
-    r = subprocess.run([sys.executable, "-m", "ci.index", str(repo)], capture_output=True, text=True,
-                       timeout=BOUND, cwd=Path(__file__).resolve().parent.parent)
+    r = _proc.run([sys.executable, "-m", "ci.index", str(repo)], capture_output=True, text=True,
+                  timeout=BOUND, cwd=Path(__file__).resolve().parent.parent)
     one_error_line(r, str(sidecar), words)
     assert sorted(p.relative_to(repo) for p in repo.rglob("*") if p.is_file() and p != sidecar) == pages
     assert sidecar.is_fifo() if kind == "fifo" else sidecar.is_symlink()  # left as it was

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import re
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from wheelci.wheel.zipread import WheelArchive
 from wheelci.wheel.zipwrite import WheelWriter
 from tests._wheels import (BAD_WHEELS, assert_valid_record, bad_wheel, build_wheel, pip_check_install, raw_zip,
                            wheel_entries)
+from tests import _proc
 
 FILES = {
     "demo/__init__.py": "from demo.core import hello\n",
@@ -94,7 +94,7 @@ def test_forced_zip64_is_read_by_zipfile_unzip_and_ourselves(wheel: Path, tmp_pa
     with open(out, "rb") as f:
         assert b"PK\x06\x06" in f.read()  # the ZIP64 end of central directory record is there
     assert_valid_record(out)
-    subprocess.run(["unzip", "-tq", str(out)], check=True, capture_output=True)
+    _proc.run(["unzip", "-tq", str(out)], check=True, capture_output=True)
     again = rewrite(out, tmp_path / "again")  # our reader resolves the ZIP64 extras
     assert_valid_record(again)
     with WheelArchive.open(out) as wa:

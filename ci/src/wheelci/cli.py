@@ -112,9 +112,7 @@ def _run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | 
 
     log.configure(p.prog.removeprefix("python -m "))
     if getattr(args, "verbose", False):
-        from wheelci.util import proc
-
-        proc.VERBOSE = True
+        log.VERBOSE = True
     as_json = bool(getattr(args, "json", False))
     held: list[Any] = []
     _held = held if as_json else None

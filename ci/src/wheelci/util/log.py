@@ -19,6 +19,9 @@ from typing import Iterator
 
 from wheelci.errors import CiError
 
+# --verbose or CI_VERBOSE=1: debug lines and each command run (util.proc) are shown
+VERBOSE = os.environ.get("CI_VERBOSE", "") not in ("", "0")
+
 _voice = "ci"
 _open_steps = 0
 _lock = threading.Lock()  # a Ticker's thread and the step it watches write lines to the same stderr
@@ -62,9 +65,7 @@ def info(message: str) -> None:
 
 def debug(message: str) -> None:
     """A line only --verbose (or CI_VERBOSE=1) shows: where to look, beside a failure's one error line."""
-    from wheelci.util import proc
-
-    if proc.VERBOSE:
+    if VERBOSE:
         info(message)
 
 

@@ -20,9 +20,9 @@ from typing import IO, Callable, Iterator, Sequence
 
 from wheelci.errors import CiError
 from wheelci.util import secret
+from wheelci.util import log as _log
 from wheelci.util.log import passthrough
 
-VERBOSE = os.environ.get("CI_VERBOSE", "") not in ("", "0")
 
 
 def tool_name(cmd: Sequence[object] | str) -> str:
@@ -42,7 +42,7 @@ def run(cmd: Sequence[object], *, what: str, check: bool = True, **kw) -> subpro
     """subprocess.run for `what`; with check, a non-zero exit is a CiError naming the purpose, the tool
     and its last stderr line (stderr is captured for that unless the caller sends it elsewhere)."""
     argv = [str(c) for c in cmd]
-    if VERBOSE:
+    if _log.VERBOSE:
         print(f"+ {shlex.join(argv)}", file=sys.stderr, flush=True)
     if check and "stderr" not in kw and not kw.get("capture_output"):
         kw["stderr"] = subprocess.PIPE
@@ -63,7 +63,7 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
     with show, and each line to on_line (a progress count); the result's stdout holds its last `keep`
     non-blank lines, and with check a failure is a CiError naming the last of them, as run() does."""
     argv = [str(c) for c in cmd]
-    if VERBOSE:
+    if _log.VERBOSE:
         print(f"+ {shlex.join(argv)}", file=sys.stderr, flush=True)
     tail: deque[bytes] = deque(maxlen=keep)
     try:

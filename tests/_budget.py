@@ -1,0 +1,119 @@
+"""The suite's budget, printed at the end of a CI run: `python -m tests._budget TIER.xml... [--docs]`.
+
+Each argument is one tier's JUnit report (pytest --junitxml), named after the tier. It prints each
+tier's wall time and counts, the 15 slowest tests of the run and the disk the caches hold, so the next
+change sees where its time and disk went. With --docs it also writes the tiers' table into
+docs/contributing.md, between the markers test_docs checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "contributing.md"
+BEGIN, END = "<!-- tiers: begin (python -m tests._budget --docs) -->", "<!-- tiers: end -->"
+SLOWEST = 15
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    seconds: float
+    tests: int
+    failed: int
+    skipped: int
+    cases: list[tuple[float, str]]  # (seconds, node id): setup, call and teardown together
+
+
+def read_tier(report: Path) -> Tier:
+    root = ET.parse(report).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    cases = []
+    for case in (c for s in suites for c in s.iter("testcase")):
+        node = f"{case.get('classname')}::{case.get('name')}"
+        cases.append((float(case.get("time") or 0), node))
+    count = lambda key: sum(int(s.get(key) or 0) for s in suites)  # noqa: E731
+    return Tier(report.stem, sum(float(s.get("time") or 0) for s in suites), count("tests"),
+                count("failures") + count("errors"), count("skipped"), cases)
+
+
+def caches() -> dict[str, Path]:
+    """Where the suite leaves what it keeps between runs."""
+    from wheelci.util.cache import cache_dir
+
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return {"the tool's cache": cache_dir(), "pip": home / "pip", "uv": home / "uv", "bazel": home / "bazel",
+            "docker": Path("/var/lib/docker"), "podman": Path("/var/lib/containers")}
+
+
+def disk_use(paths: dict[str, Path]) -> dict[str, int]:
+    """Bytes on disk under each path, a file hard-linked in several places counted once (the first)."""
+    seen: set[tuple[int, int]] = set()
+    used = {}
+    for name, top in paths.items():
+        total = 0
+        for where, dirs, files in os.walk(top):
+            for entry in (*dirs, *files):
+                try:
+                    st = os.lstat(os.path.join(where, entry))
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+        used[name] = total
+    return used
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+
+
+def tier_table(tiers: list[Tier]) -> str:
+    rows = ["| tier | tests | wall time |", "|---|---:|---:|"]
+    rows += [f"| `{t.name}` | {t.tests} | {minutes(t.seconds)} |" for t in tiers]
+    return "\n".join(rows)
+
+
+def report(tiers: list[Tier], used: dict[str, int]) -> str:
+    lines = ["", "== the suite's budget =="]
+    for t in tiers:
+        lines.append(f"{t.name:>10}: {minutes(t.seconds)}, {t.tests} tests ({t.failed} failed, {t.skipped} skipped)")
+    lines.append(f"{'all':>10}: {minutes(sum(t.seconds for t in tiers))}")
+    lines.append(f"the {SLOWEST} slowest tests (setup included):")
+    for seconds, node in sorted((c for t in tiers for c in t.cases), reverse=True)[:SLOWEST]:
+        lines.append(f"  {seconds:7.1f} s  {node}")
+    lines.append("disk the caches hold (a hard-linked file once):")
+    for name, size in used.items():
+        lines.append(f"  {size / 2**30:6.1f} GB  {name}")
+    lines.append(f"  {sum(used.values()) / 2**30:6.1f} GB  in all")
+    return "\n".join(lines)
+
+
+def write_docs(tiers: list[Tier], doc: Path = DOC) -> None:
+    text = doc.read_text()
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    doc.write_text(f"{head}{BEGIN}\n{tier_table(tiers)}\n{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests._budget", description=__doc__.splitlines()[0])
+    ap.add_argument("reports", nargs="+", type=Path, help="one JUnit XML report per tier, named after it")
+    ap.add_argument("--docs", action="store_true", help="write the tiers' table into docs/contributing.md")
+    args = ap.parse_args(argv)
+    tiers = [read_tier(r) for r in args.reports if r.is_file()]
+    print(report(tiers, disk_use(caches())))
+    if args.docs:
+        write_docs(tiers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
