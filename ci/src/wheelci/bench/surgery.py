@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
              "-w", str(work / "patched")])
         times["ci.check"] = timed([py, "-m", "wheelci.check", str(wheel), "--limit", "pypi"])
         times["floor: inflate + sha256 of every member, all cores"] = timed(
-            [py, "-c", f"from wheelci.bench_surgery import floor; floor({str(wheel)!r})"])
+            [py, "-c", f"from wheelci.bench.surgery import floor; floor({str(wheel)!r})"])
         if not args.skip_split:
             times[f"ci.split --limit {args.split_limit}"] = timed(
                 [py, "-m", "wheelci.split", str(wheel), "--limit", args.split_limit, "-w", str(work / "split")])

@@ -1,6 +1,6 @@
 """Benchmarks against what a user would otherwise run: `python -m ci.bench {surgery,index,build,stable,pipeline} [ARGS]`.
 
-Each benchmark lives in `ci/bench_<name>.py` with a `main(argv) -> int`; this module only dispatches.
+Each benchmark lives in `bench/<name>.py` with a `main(argv) -> int`; this module only dispatches.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in BENCHMARKS:
         print(usage, file=sys.stderr)
         return 2
-    return importlib.import_module(f"wheelci.bench_{argv[0]}").main(argv[1:])
+    return importlib.import_module(f"wheelci.bench.{argv[0]}").main(argv[1:])
 
 
 if __name__ == "__main__":
