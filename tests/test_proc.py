@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from wheelci.errors import CiError
-from wheelci.util import proc
+from wheelci.util import log, proc
 
 
 def test_a_failure_says_what_it_was_for_which_tool_and_its_last_line():
@@ -25,7 +25,7 @@ def test_python_dash_m_is_named_by_its_module_and_a_missing_tool_is_said_so(tmp_
 
 
 def test_unchecked_runs_return_and_verbose_echoes(monkeypatch, capsys):
-    monkeypatch.setattr(proc, "VERBOSE", True)
+    monkeypatch.setattr(log, "VERBOSE", True)
     r = proc.run([sys.executable, "-c", "raise SystemExit(1)"], what="x", check=False)
     assert r.returncode == 1
     assert capsys.readouterr().err.startswith(f"+ {sys.executable} -c 'raise SystemExit(1)'")

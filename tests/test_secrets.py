@@ -133,7 +133,7 @@ def test_every_channel_of_a_stage_redacts_what_was_registered(monkeypatch, capsy
 
     url = f"https://{USER}:{CANARIES['torch_url']}@idx.example/simple"
     monkeypatch.setenv("CI_JOB_TOKEN", CANARIES["ci_token"])
-    monkeypatch.setattr(proc, "VERBOSE", True)
+    monkeypatch.setattr(log, "VERBOSE", True)
 
     def main(args):
         log.info(f"creating the build environment from {args.url} ({CANARIES['ci_token']})")
