@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from wheelci.util.cache import cache_dir
-from tests import _proc
+from tests import _proc, _shared
 
 CACHE = cache_dir()
 
@@ -158,14 +158,15 @@ def cached_wheel(dist: str, version: str) -> Path:
     """
     house = CACHE / "wheelhouse"
     stem = f"{re.sub(r'[-_.]+', '_', dist)}-{version}-"
-    found = sorted(p for p in house.glob(f"{stem}*.whl")) if house.is_dir() else []
-    if found:
-        return found[0]
-    house.mkdir(parents=True, exist_ok=True)
-    _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--quiet",
-               "--only-binary", ":all:", f"{dist}=={version}", "-d", str(house)],
-              check=True, timeout=1800)
-    found = sorted(house.glob(f"{stem}*.whl"))
+    with _shared.held(f"wheelhouse-{stem}"):
+        found = sorted(p for p in house.glob(f"{stem}*.whl")) if house.is_dir() else []
+        if found:
+            return found[0]
+        house.mkdir(parents=True, exist_ok=True)
+        _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--quiet",
+                   "--only-binary", ":all:", f"{dist}=={version}", "-d", str(house)],
+                  check=True, timeout=1800)
+        found = sorted(house.glob(f"{stem}*.whl"))
     if not found:
         raise FileNotFoundError(f"pip download {dist}=={version} gave no {stem}*.whl in {house}")
     return found[0]

@@ -26,7 +26,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable
-from tests import _proc
+from tests import _proc, _shared
 
 PY = sys.executable
 
@@ -397,13 +397,14 @@ def devpi_tools() -> Path:
     from wheelci.util.cache import cache_dir
     import hashlib
     venv = cache_dir() / f"devpi-{hashlib.sha256(' '.join(DEVPI).encode()).hexdigest()[:12]}"
-    if not (venv / ".ok").exists():
-        shutil.rmtree(venv, ignore_errors=True)
-        _proc.run([PY, "-m", "venv", str(venv)], check=True, capture_output=True)
-        r = _proc.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                       "--disable-pip-version-check", *DEVPI], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr[-2000:]
-        (venv / ".ok").touch()
+    with _shared.held(venv.name):
+        if not (venv / ".ok").exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            _proc.run([PY, "-m", "venv", str(venv)], check=True, capture_output=True)
+            r = _proc.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                           "--disable-pip-version-check", *DEVPI], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr[-2000:]
+            (venv / ".ok").touch()
     return venv / "bin"
 
 

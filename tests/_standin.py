@@ -24,6 +24,7 @@ from pathlib import Path
 
 from wheelci.config import matrix as mx
 from wheelci.util.cache import cache_dir
+from tests import _shared
 from tests._servers import ensure_debian_package
 from tests import _proc
 
@@ -78,8 +79,9 @@ def _run(*cmd: str | Path, **kw) -> None:
 def _install_cuda(root: Path, work: Path) -> None:
     """NVIDIA's cu13 wheels all unpack into nvidia/cu13/: that tree is a CUDA_HOME once lib64 exists."""
     house = cache_dir("wheelhouse")  # shared with the tests that install torch's CUDA wheels
-    _run(sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--no-deps", "--only-binary=:all:",
-         "-d", house, *cuda_wheels(), *HEADER_WHEELS)
+    with _shared.held("wheelhouse-standin"):
+        _run(sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--no-deps", "--only-binary=:all:",
+             "-d", house, *cuda_wheels(), *HEADER_WHEELS)
     unpacked = work / "unpacked"
     for req in (*cuda_wheels(), *HEADER_WHEELS):
         whole = req in cuda_wheels()
@@ -133,7 +135,11 @@ def ensure_image(engine: str) -> str:
     if has_image(engine, ref):
         return ref
     tar = cache_dir("standin") / f"{recipe_key()}.tar"
-    if not tar.exists():
-        build_rootfs_tar(tar)
-    _run(engine, "import", tar, ref)
+    with _shared.held(f"standin-{engine}"):
+        if has_image(engine, ref):
+            return ref
+        with _shared.held("standin-tar"):
+            if not tar.exists():
+                build_rootfs_tar(tar)
+        _run(engine, "import", tar, ref)
     return ref

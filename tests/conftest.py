@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests._wheels import run_stage
-from tests import _proc
+from tests import _proc, _shared
 
 ROOT = Path(__file__).resolve().parent.parent
 collect_ignore = ["fixtures"]  # projects the tests build; their own tests run inside verify
@@ -40,12 +41,17 @@ class Built:
 
 
 def _build(tmp_path_factory, name: str, *args: str) -> Built:
-    out = tmp_path_factory.mktemp(name)
-    proc = run_stage("ci.build", "--engine", "host", "--fresh", *args, "-w", out)  # every step runs
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    """One `ci.build` per run, shared by the run's workers (tests._shared.once_per_run)."""
+
+    def make(out: Path) -> dict:
+        proc = run_stage("ci.build", "--engine", "host", "--fresh", *args, "-w", out)  # every step runs
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return {"stderr": proc.stderr}
+
+    out, result = _shared.once_per_run(tmp_path_factory, name, make)
     wheels = sorted(out.glob("*.whl"))
     assert len(wheels) == 1, wheels
-    return Built(out, wheels[0], json.loads((out / "report.json").read_text()), proc.stderr)
+    return Built(out, wheels[0], json.loads((out / "report.json").read_text()), result["stderr"])
 
 
 @pytest.fixture(scope="session")
@@ -70,8 +76,10 @@ def torch_cpu_wheel() -> Path:
     from wheelci.util.cache import cache_dir
 
     cache = cache_dir() / "torch-cpu"
-    found = sorted(cache.glob("torch-2.13.0*.whl"))
-    if not found:
+    with _shared.held("torch-cpu"):
+        found = sorted(cache.glob("torch-2.13.0*.whl"))
+        if found:
+            return found[0]
         cache.mkdir(parents=True, exist_ok=True)
         r = _proc.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "torch==2.13.0",
                        "-d", str(cache)], capture_output=True, text=True)
@@ -97,10 +105,12 @@ def engines():
 HEAVY_MARKERS = ("real_torch", "container", "bazel")
 BUILT_FIXTURES = ("cpu_build", "cuda_build", "tiny_cpu_build", "engines", "torch_cpu_wheel")
 
-# Seconds a test may run, its fixtures' setup included (the first user of a session build pays for it,
-# on a cold machine a GB download too), by what it needs; pyproject's `timeout` is the hermetic default.
-# A test that names its own `@pytest.mark.timeout` keeps it. Past its limit a test fails with its name
-# and where it stood, instead of spending the whole CI run.
+# Seconds a test may run (pytest-timeout), its fixtures' setup included (the first user of a session build
+# pays for it, on a cold machine a GB download too): the default for a hermetic test, longer by what a
+# test needs. A test that names its own `@pytest.mark.timeout` keeps it. Past its limit a test fails with
+# its name and where it stood, instead of spending the whole CI run. (Set here, not in pyproject.toml: the
+# example's own tests read that file's pytest settings in a verify venv without pytest-timeout.)
+DEFAULT_TIMEOUT = 300
 TIMEOUTS = {"bazel": 2400, "act": 1800, "container": 1800, "real_torch": 1800, "slow": 1200, "network": 900}
 
 
@@ -110,11 +120,33 @@ def pytest_collection_modifyitems(config, items):
         if heavy or set(getattr(item, "fixturenames", ())) & set(BUILT_FIXTURES):
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.network)
+        if item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
         limits = [t for marker, t in TIMEOUTS.items() if item.get_closest_marker(marker)]
-        if limits and not item.get_closest_marker("timeout"):
-            item.add_marker(pytest.mark.timeout(max(limits)))
+        if not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(max(limits, default=DEFAULT_TIMEOUT)))
         if item.get_closest_marker("gpu") and not _has_cuda_device():
             item.add_marker(pytest.mark.skip(reason="no CUDA device on this machine (the gpu marker)"))
+
+
+def _group(item) -> str:
+    """The heavy tier runs on xdist workers by group (`--dist loadgroup`): a module's tests stay together,
+    so its module fixtures are made once, and everything using the container engines shares the one
+    worker that starts them."""
+    if "engines" in getattr(item, "fixturenames", ()) or item.get_closest_marker("container"):
+        return "engines"
+    return item.module.__name__
+
+
+def pytest_sessionfinish(session):
+    """Temporary trees go whether the tests passed or failed (the heavy tier unpacks GBs: torch releases,
+    Bazel output roots); a --basetemp given by hand stays. The controller removes the run's root, which
+    holds every worker's."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or session.config.option.basetemp:
+        return
+    base = session.config._tmp_path_factory._basetemp  # set only where this process made it
+    if base is not None:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _has_cuda_device() -> bool:

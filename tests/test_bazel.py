@@ -31,7 +31,7 @@ from tests import _bazel
 from tests._servers import StaticServer, ensure_debian_package
 from tests._wheels import run_stage
 from tests.test_index import cli as index_cli
-from tests import _proc
+from tests import _proc, _shared
 
 pytestmark = [pytest.mark.bazel, pytest.mark.real_torch]
 
@@ -164,14 +164,14 @@ def test_torch_unpatched_fails_patched_passes(bazel_ready, torch212, tmp_path, r
 @pytest.fixture(scope="module")
 def torch_cpu_house(torch_cpu_wheel) -> list[Path]:
     """torch 2.13.0 (the CPU build) and its dependencies, as wheels (cached)."""
-    import subprocess
     from wheelci.util.cache import cache_dir
     house = cache_dir("bazel-torch-cpu-deps")
-    if not (house / ".complete").exists():
-        r = _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--only-binary=:all:",
-                       "-d", str(house), str(torch_cpu_wheel)], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr[-1500:]
-        (house / ".complete").touch()
+    with _shared.held("bazel-torch-cpu-deps"):
+        if not (house / ".complete").exists():
+            r = _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--only-binary=:all:",
+                           "-d", str(house), str(torch_cpu_wheel)], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr[-1500:]
+            (house / ".complete").touch()
     return [torch_cpu_wheel, *(w for w in sorted(house.glob("*.whl")) if not w.name.startswith("torch-"))]
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from wheelci.util.cache import cache_dir
 from tests._wheels import run_stage
-from tests import _proc
+from tests import _proc, _shared
 
 pytestmark = pytest.mark.real_torch
 
@@ -78,20 +78,22 @@ def unpack(wheel: Path, dest: Path) -> Path:
 
 
 def fetch(version: str) -> Release:
+    """The release's wheels, and each unpacked into its own directory, cached (one process makes them)."""
     root = cache_dir() / "real-torch" / version
     wheels = root / "wheels"
-    if not (wheels / ".complete").exists():
-        wheels.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--only-binary=:all:",
-               "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-               *(a for p in PLATFORMS for a in ("--platform", p)), f"torch=={version}", "-d", str(wheels)]
-        r = _proc.run(cmd, capture_output=True, text=True)
-        assert r.returncode == 0, f"pip download torch=={version}: {r.stderr[-2000:]}"
-        (wheels / ".complete").touch()
-    all_wheels = sorted(wheels.glob("*.whl"))
-    (torch,) = [w for w in all_wheels if w.name.startswith(f"torch-{version}-")]
-    others = [w for w in all_wheels if w != torch]
-    dirs = {w.name: unpack(w, root / "per-package" / w.name[:-4]) for w in all_wheels}
+    with _shared.held(f"real-torch-{version}"):
+        if not (wheels / ".complete").exists():
+            wheels.mkdir(parents=True, exist_ok=True)
+            cmd = [sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--only-binary=:all:",
+                   "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+                   *(a for p in PLATFORMS for a in ("--platform", p)), f"torch=={version}", "-d", str(wheels)]
+            r = _proc.run(cmd, capture_output=True, text=True, timeout=1800)
+            assert r.returncode == 0, f"pip download torch=={version}: {r.stderr[-2000:]}"
+            (wheels / ".complete").touch()
+        all_wheels = sorted(wheels.glob("*.whl"))
+        (torch,) = [w for w in all_wheels if w.name.startswith(f"torch-{version}-")]
+        others = [w for w in all_wheels if w != torch]
+        dirs = {w.name: unpack(w, root / "per-package" / w.name[:-4]) for w in all_wheels}
     return Release(version, torch, others, dirs)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import _budget, _proc
-from tests.conftest import TIMEOUTS
+from tests.conftest import DEFAULT_TIMEOUT, TIMEOUTS
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -55,17 +55,12 @@ def test_a_process_past_its_timeout_fails_the_test_naming_it_and_the_command():
 
 def test_every_test_has_a_time_limit_and_heavy_ones_a_longer_one(request):
     """The default covers a hermetic test; a test needing a heavy input gets its need's limit."""
-    default = float(request.config.getini("timeout"))
-    assert 0 < default < min(TIMEOUTS.values())
-    items = request.session.items
-    for item in items:
+    assert 0 < DEFAULT_TIMEOUT < min(TIMEOUTS.values())
+    for item in request.session.items:
         marker = item.get_closest_marker("timeout")
         needs = [t for m, t in TIMEOUTS.items() if item.get_closest_marker(m)]
-        if needs:
-            assert marker and marker.args[0] >= max(needs), item.nodeid
-        else:
-            assert marker is None or marker.args[0] > 0, item.nodeid
-    assert request.node.get_closest_marker("timeout") is None  # this one is hermetic: the default
+        assert marker and marker.args[0] >= max(needs, default=DEFAULT_TIMEOUT) > 0, item.nodeid
+    assert request.node.get_closest_marker("timeout").args == (DEFAULT_TIMEOUT,)  # hermetic: the default
 
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" failures="{failed}"
