@@ -19,6 +19,7 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -77,8 +78,10 @@ def unpack(wheel: Path, dest: Path) -> Path:
     return dest
 
 
-def fetch(version: str) -> Release:
-    """The release's wheels, and each unpacked into its own directory, cached (one process makes them)."""
+def fetch(version: str, unpack_to: Path | None = None) -> Release:
+    """The release's wheels, cached between runs (one process downloads them); with unpack_to, each also
+    unpacked into its own directory there. The unpacked trees are twice the wheels' size, so they live
+    in the run's temporary tree, not the cache."""
     root = cache_dir() / "real-torch" / version
     wheels = root / "wheels"
     with _shared.held(f"real-torch-{version}"):
@@ -90,16 +93,18 @@ def fetch(version: str) -> Release:
             r = _proc.run(cmd, capture_output=True, text=True, timeout=1800)
             assert r.returncode == 0, f"pip download torch=={version}: {r.stderr[-2000:]}"
             (wheels / ".complete").touch()
-        all_wheels = sorted(wheels.glob("*.whl"))
-        (torch,) = [w for w in all_wheels if w.name.startswith(f"torch-{version}-")]
-        others = [w for w in all_wheels if w != torch]
-        dirs = {w.name: unpack(w, root / "per-package" / w.name[:-4]) for w in all_wheels}
+    all_wheels = sorted(wheels.glob("*.whl"))
+    (torch,) = [w for w in all_wheels if w.name.startswith(f"torch-{version}-")]
+    others = [w for w in all_wheels if w != torch]
+    dirs = {w.name: unpack(w, unpack_to / w.name[:-4]) for w in all_wheels} if unpack_to else {}
     return Release(version, torch, others, dirs)
 
 
 @pytest.fixture(scope="module", params=sorted(RELEASES, key=lambda v: tuple(map(int, v.split(".")))))
-def release(request) -> Release:
-    return fetch(request.param)
+def release(request, tmp_path_factory) -> Iterator[Release]:
+    where = tmp_path_factory.mktemp(f"per-package-{request.param}")
+    yield fetch(request.param, where)
+    shutil.rmtree(where)  # GBs: gone before the next release unpacks
 
 
 def run_torch(paths: list[Path], code: str = COMPUTE) -> subprocess.CompletedProcess:
