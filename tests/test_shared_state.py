@@ -191,3 +191,32 @@ def test_a_broken_environment_is_rebuilt(tmp_path, damage, why):
     again = _env_run(root, log)
     out, err = again.communicate(timeout=600)
     assert again.returncode == 0 and "rebuilding" not in err and _creations(log) == 2
+
+
+def test_sibling_environments_store_identical_large_files_once(tmp_path):
+    """A new environment's files identical to a sibling's (path, size, mode, bytes) become hard links;
+    anything else stays its own copy, and every file reads as before."""
+    from wheelci.util.share import SMALLEST, link_identical
+
+    big = os.urandom(SMALLEST + 5)
+    files = {"nvidia/lib/libsame.so": (big, 0o755), "nvidia/lib/libother.so": (big[:-1] + b"x", 0o755),
+             "nvidia/lib/libmode.so": (big, 0o644), "small.py": (b"x = 1\n", 0o644),
+             "only-new.so": (big, 0o755)}
+    old, new = tmp_path / "envs" / "old", tmp_path / "envs" / "new"
+    for root in (old, new):
+        for rel, (data, mode) in files.items():
+            if root is old and rel == "only-new.so":
+                continue
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data if root is new or rel != "nvidia/lib/libother.so" else big)
+            path.chmod(mode if root is new or rel != "nvidia/lib/libmode.so" else 0o755)
+    saved = link_identical(new, [old])
+    assert saved == len(big)
+    linked = {rel for rel in files if (new / rel).stat().st_nlink > 1}
+    assert linked == {"nvidia/lib/libsame.so"}
+    assert (new / "nvidia/lib/libsame.so").stat().st_ino == (old / "nvidia/lib/libsame.so").stat().st_ino
+    for rel, (data, mode) in files.items():
+        assert (new / rel).read_bytes() == data and (new / rel).stat().st_mode & 0o777 == mode, rel
+    assert link_identical(new, [old]) == 0  # already one file: nothing more
+    assert not [p for p in new.rglob(".*link-*")]

@@ -26,7 +26,7 @@ from typing import Callable
 
 from wheelci.config import constraints
 from wheelci.engine import host_nvcc, nvcc_version, real_nvcc
-from wheelci.util import log, proc
+from wheelci.util import log, proc, share
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
 
@@ -194,7 +194,11 @@ def _create_env(root: Path, spec: TorchSpec) -> dict:
             f"{source} gave torch {info['version']} (CUDA {got_cuda or 'none'}), not the "
             f"{spec.variant} build; pass --torch-index-url for the {spec.variant} index or a mirror"
         )
-    log.info(f"build environment ready in {time.monotonic() - start:.0f} s")
+    # CUDA builds of torch of one line install many of the same nvidia-* libraries: store them once
+    siblings = sorted(p for p in root.parent.iterdir() if p != root and (p / STAMP).is_file())
+    saved = share.link_identical(root, siblings)
+    shared = f", {saved / 2**30:.1f} GB of it shared with other environments" if saved >= 2**27 else ""
+    log.info(f"build environment ready in {time.monotonic() - start:.0f} s{shared}")
     return info
 
 
