@@ -24,25 +24,16 @@ def describe(cmd: Sequence[str | Path] | str) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def timed_out(cmd: Sequence[str | Path] | str, timeout: float | None) -> None:
+def timed_out(cmd: Sequence[str | Path] | str, timeout: float) -> None:
     pytest.fail(f"{current_test()}: command ran past its {timeout:g} s timeout: {describe(cmd)}", pytrace=False)
 
 
-def run(cmd: Sequence[str | Path] | str, *, timeout: float = TIMEOUT, **kwargs: Any) -> subprocess.CompletedProcess:
-    """subprocess.run with a timeout that is never absent."""
+def run(cmd: Sequence[str | Path] | str, *, timeout: float | None = None, **kwargs: Any) -> subprocess.CompletedProcess:
+    """subprocess.run with a timeout that is never absent (None: the default)."""
+    limit = TIMEOUT if timeout is None else timeout
     try:
-        return subprocess.run(cmd, timeout=timeout, **kwargs)
+        return subprocess.run(cmd, timeout=limit, **kwargs)
     except subprocess.TimeoutExpired:
-        timed_out(cmd, timeout)
+        timed_out(cmd, limit)
         raise  # unreachable: pytest.fail raises
 
-
-def wait(proc: subprocess.Popen, *, timeout: float = TIMEOUT) -> int:
-    """Popen.wait with the same rule: a process past its time is killed and the test names it."""
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        timed_out(proc.args, timeout)
-        raise

@@ -618,7 +618,9 @@ def _stream(chunk: bytes, pause: float, total: int | None = None) -> Callable[[P
     return body_for
 
 
-SLOW_PAGES = {  # kind -> (body, content type, --timeout, words in the error line, seconds it may take)
+# kind -> (body, content type, --timeout, words in the error line, seconds the run may take: past them the
+# run is stopped and the test fails naming it, a bound ten times the page's own, so a loaded machine passes)
+SLOW_PAGES = {
     # One byte every 50 ms: every socket read succeeds, so a per-read timeout never fires.
     "trickle-json": (_stream(b" ", 0.05), "application/vnd.pypi.simple.v1+json", "2",
                      "did not arrive within 2 s", 20),
@@ -635,19 +637,16 @@ def test_a_slow_or_huge_simple_page_is_one_line_exit_2_within_the_timeout(wheels
     body_for, content_type, timeout, words, limit = SLOW_PAGES[kind]
     srv = _serve_listing(body_for, wheels["second"], content_type)
     url = f"http://{USER}:{TOKEN}@127.0.0.1:{srv.server_address[1]}/"  # the password must never show
-    start = time.monotonic()
     try:
         r = cli("--repository-url", url, "--timeout", timeout, "--retries", "0", "--skip-existing",
-                str(wheels["second"]), environ=env(None), timeout=limit + 30)
+                str(wheels["second"]), environ=env(None), timeout=limit)
     finally:
         srv.shutdown()
-    took = time.monotonic() - start
     assert r.returncode == 2, r.stderr[-2000:]
     no_secret(r)
     (line,) = error_lines(r)
     assert r.stderr.strip().splitlines()[-1] == line and "unexpected" not in line, r.stderr[-2000:]
     assert words in line and f"127.0.0.1:{srv.server_address[1]}/simple/second-pkg/" in line, line
-    assert took < limit, took
     assert "uploaded" not in r.stdout
 
 
