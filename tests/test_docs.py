@@ -91,3 +91,40 @@ def test_the_readme_shows_the_fresh_clone_commands_first():
     first_screen = "\n".join((ROOT / "README.md").read_text().splitlines()[:40])
     for command in ("./scripts/build ", "./scripts/test"):
         assert command in first_screen, f"README.md's first 40 lines do not show {command.strip()}"
+
+
+PACKAGE = ROOT / "ci" / "src" / "wheelci"
+
+
+def documented_modules(text: str) -> set[str]:
+    """Module paths (`compile/host.py`) the package table of docs/internals.md names, row by row: a row
+    starts with its directory and runs on its indented lines."""
+    block = text.split("## The package", 1)[1].split("```", 2)[1]
+    found, directory = set(), None
+    for line in block.splitlines():
+        if m := re.match(r"^wheelci/(\S*)\s", line):
+            directory = m.group(1)
+        if directory is not None:
+            found |= {directory + name for name in re.findall(r"(?<![\w/.*])([\w]+\.py)\b", line)}
+    return found
+
+
+def test_internals_names_every_module_of_the_package():
+    modules = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+    named = documented_modules((ROOT / "docs" / "internals.md").read_text())
+    assert not modules - named, f"docs/internals.md does not name {sorted(modules - named)}"
+    assert not named - modules, f"docs/internals.md names modules that are gone: {sorted(named - modules)}"
+    # the check can fail
+    sample = "## The package\n```\nwheelci/util/  log.py gone.py\n                x.py\n```\n"
+    assert documented_modules(sample) == {"util/log.py", "util/gone.py", "util/x.py"}
+
+
+def test_the_flow_in_the_docs_is_the_build_step_list():
+    """README.md and docs/stages.md draw `wheelci build`'s flow: the plan, then build.STEPS in order (the
+    bookkeeping steps, which print nothing of their own, left out)."""
+    from wheelci.build import STEPS
+
+    flow = " ──► ".join(["plan", *(step.name for step in STEPS if not step.quiet)])
+    for page in (ROOT / "README.md", ROOT / "docs" / "stages.md"):
+        drawn = [line for line in page.read_text().splitlines() if "──►" in line]
+        assert drawn == [flow], (page.name, drawn, flow)
