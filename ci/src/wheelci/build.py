@@ -463,8 +463,7 @@ def check_step(b: Build) -> None:
 
     limit = b.plan.limit
     for wheel in b.wheels:
-        result = check_wheel(wheel, limit) if limit else None
-        if result is not None and not result.ok:
+        if limit and not check_wheel(wheel, limit).ok:
             from wheelci.split import split_wheel
 
             log.info(f"{wheel.name} is over the {limit} limit: splitting")

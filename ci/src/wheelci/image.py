@@ -25,7 +25,8 @@ def declared_args(dockerfile: bytes) -> dict[str, str | None]:
     """ARG name -> default (None when the build must pass it), over every stage."""
     from dockerfile_parse import DockerfileParser
 
-    parsed = DockerfileParser(fileobj=io.BytesIO(dockerfile), env_replace=False)
+    # the parser reads its file object in binary mode and decodes it; its stubs say IO[str]
+    parsed = DockerfileParser(fileobj=io.BytesIO(dockerfile), env_replace=False)  # type: ignore[arg-type]
     args: dict[str, str | None] = {}
     for instr in parsed.structure:
         if instr["instruction"] != "ARG":
@@ -96,9 +97,9 @@ def pick_engine(requested: str = "auto") -> str:
         return found
     if requested not in eng.PROBES:
         raise CiError(f"not a container engine: {requested!r} (choose docker or podman)")
-    why = eng.PROBES[requested]()
-    if why:
-        raise CiError(f"building images with {requested}: {why}")
+    problem = eng.PROBES[requested]()
+    if problem:
+        raise CiError(f"building images with {requested}: {problem}")
     return requested
 
 

@@ -62,7 +62,7 @@ import posixpath
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Iterable
+from typing import IO, Iterable, TypeGuard
 from urllib.parse import quote
 
 from wheelci.util import log
@@ -162,8 +162,8 @@ def sdist_metadata(path: Path) -> bytes | None:
         with open_tar(path) as tf:  # headers read bounded: a 90-byte sdist can declare a 1 TB name
             for m in tf:
                 if m.isfile() and m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"):
-                    f = tf.extractfile(m)
-                    return _capped(f, m.size, METADATA_CAP, f"{path.name}: {m.name}") if f else None
+                    member = tf.extractfile(m)
+                    return _capped(member, m.size, METADATA_CAP, f"{path.name}: {m.name}") if member else None
     except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as e:
         raise CiError(f"{path.name}: not a readable sdist ({e})") from None
     return None
@@ -312,7 +312,7 @@ def cache_key(st: os.stat_result) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns]
 
 
-def trusted(hit: dict | None, st: os.stat_result) -> bool:
+def trusted(hit: dict | None, st: os.stat_result) -> TypeGuard[dict]:
     """Reuse a cached hash only for the same key, and only when the file was not changed so close to
     the moment it was hashed that a second change could share its timestamp."""
     return (isinstance(hit, dict) and hit.get("key") == cache_key(st)
@@ -612,8 +612,7 @@ def _read_dists(root: Path, found: dict[str, tuple[str, str, str, os.stat_result
     todo: list[str] = []
     for rel, (kind, project, version, st) in found.items():
         hit = cache.files.get(rel)
-        cached = _cached_dist(hit, rel) if trusted(hit, st) else None
-        if cached is not None:
+        if trusted(hit, st) and (cached := _cached_dist(hit, rel)) is not None:
             read.dists[rel] = cached
             read.seen[rel] = hit["seen"]
         else:

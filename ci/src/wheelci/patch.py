@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from wheelci import cli
 from wheelci.errors import CiError
@@ -169,8 +170,8 @@ class PatchResult:
 
 
 def patch_wheel(wheel: Path, out_dir: Path, patches: list[Path], *, label: str | None = None,
-                remove_requires: list[str] = (), add_requires: list[str] = (),
-                preload_from: list[Path] = (), package: str | None = None,
+                remove_requires: Sequence[str] = (), add_requires: Sequence[str] = (),
+                preload_from: Sequence[Path] = (), package: str | None = None,
                 verify: bool = True) -> PatchResult:
     """One pass over the wheel: diffs, Requires-Dist edits, a local version and, with `preload_from`
     (the wheels or installed dirs providing its native dependencies), a dependency-order preload
@@ -191,9 +192,10 @@ def patch_wheel(wheel: Path, out_dir: Path, patches: list[Path], *, label: str |
                     raise CiError(f"{fp.source}: {fp.path} already exists in the wheel")
                 current = ""
             elif fp.old in contents:
-                current = contents[fp.old]
-                if current is None:
+                earlier = contents[fp.old]
+                if earlier is None:
                     raise CiError(f"{fp.source}: {fp.old} was deleted by an earlier patch")
+                current = earlier
             elif fp.old in wa:
                 try:
                     current = wa.read(fp.old).decode("utf-8")
@@ -232,7 +234,7 @@ def _read_patch(path: Path) -> str:
         raise CiError(f"cannot read patch {path}: {e}") from None
 
 
-def _requires_edit(remove: list[str], add: list[str], metadata: str, edit_headers):
+def _requires_edit(remove: Sequence[str], add: Sequence[str], metadata: str, edit_headers):
     """A METADATA edit dropping Requires-Dist for the given names and appending new ones (validated)."""
     if not remove and not add:
         return None

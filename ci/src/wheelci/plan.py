@@ -15,7 +15,7 @@ import shlex
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from wheelci.config import matrix as mx
 from wheelci.engine import CA_VARIABLES, Facts
@@ -364,7 +364,7 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
               arch_list: str | None = None, engine: str = "auto", project_dir: Path = Path("."),
               image: str | None = None, find_links: Path | None = None,
               torch_index_url: str | None = None, build_env: dict[str, str] | None = None,
-              excludes: list[str] = (), stable_abi: str | None = None, run: RunSettings | None = None,
+              excludes: Sequence[str] = (), stable_abi: str | None = None, run: RunSettings | None = None,
               env: Mapping[str, str] | None = None, facts: Facts | None = None,
               project: Project | None = None) -> Plan:
     """The plan; `image` replaces the matrix's image, `find_links` is a wheel directory the container's pip
@@ -486,10 +486,11 @@ def _with_stable(plan: Plan, stable: StablePlan) -> Plan:
     note = (f"stable ABI {stable.target}: one {stable.variant} wheel for {stable.serves}; verified under torch "
             + ", ".join(v for v, _ in stable.verify))
     # compiled against the oldest cuDNN of the range, which every later one runs (cuDNN 9.y runs 9.z code, z <= y)
-    cudnn = f"{plan.cudnn_requirement.split('==')[0]}=={stable.cudnn_floor}" if plan.cudnn_requirement and \
-        stable.cudnn_floor else plan.cudnn_requirement
-    if cudnn != plan.cudnn_requirement:
-        env["CIBW_BEFORE_BUILD_LINUX"] = env["CIBW_BEFORE_BUILD_LINUX"].replace(plan.cudnn_requirement, cudnn)
+    cudnn = plan.cudnn_requirement
+    if plan.cudnn_requirement and stable.cudnn_floor:
+        cudnn = f"{plan.cudnn_requirement.split('==')[0]}=={stable.cudnn_floor}"
+        if cudnn != plan.cudnn_requirement:
+            env["CIBW_BEFORE_BUILD_LINUX"] = env["CIBW_BEFORE_BUILD_LINUX"].replace(plan.cudnn_requirement, cudnn)
     return replace(plan, stable=stable, environment=env, notes=[*plan.notes, note], cudnn_requirement=cudnn)
 
 

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from wheelci import cli
 from wheelci.util import proc
@@ -125,10 +126,10 @@ def _merge_requirements(declared: list[str], wanted: list[str], torch_version: s
                    and (req := plain_install_requirement(line)) is not None]
         ours["torch"] = _narrowed(ours["torch"], project)
     plain = {line: plain_install_requirement(line) for line in declared}
-    replaced = [line for line, req in plain.items() if req is not None and requirement_name(line) in ours]
-    extras: dict[str, set[str]] = {}
-    for line in replaced:
-        req = plain[line]
+    kept = {line: req for line, req in plain.items() if req is not None and requirement_name(line) in ours}
+    replaced = list(kept)
+    extras: dict[str | None, set[str]] = {}  # keyed as `ours` is
+    for line, req in kept.items():
         torch_line = requirement_name(line) == "torch"
         if torch_line and not req.specifier.contains(torch_version.split("+")[0], prereleases=True):
             raise CiError(f"the project requires {line}, but it was built against torch {torch_version}")
@@ -136,7 +137,9 @@ def _merge_requirements(declared: list[str], wanted: list[str], torch_version: s
     added = []
     for name, line in ours.items():
         if extras.get(name):
-            head = re.match(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*", line)[0]
+            named = re.match(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*", line)
+            assert named is not None, f"{line!r} has a name: packaging read it"
+            head = named[0]
             line = f"{head}[{','.join(sorted(extras[name]))}]{line[len(head):]}"
         if line in replaced:  # the project already says exactly this: keep its line
             replaced.remove(line)
@@ -176,7 +179,7 @@ def _same_file(dest: Path, src: Path) -> bool:
         return False
 
 
-def _auditwheel(wheel: Path, out: Path, plat: str | None, excludes: list[str] = ()) -> None:
+def _auditwheel(wheel: Path, out: Path, plat: str | None, excludes: Sequence[str] = ()) -> None:
     cmd = [sys.executable, "-m", "auditwheel", "repair", "-w", str(out)]
     if plat:
         cmd += ["--plat", plat]
@@ -224,7 +227,7 @@ def _check_torch_inputs(version: str, requires: list[str]) -> None:
 
 def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
            torch_requires: list[str] | None = None, plat: str | None = None,
-           excludes: list[str] = (), stable_abi: str | None = None) -> RepairResult:
+           excludes: Sequence[str] = (), stable_abi: str | None = None) -> RepairResult:
     """Repair `wheel` into `wheel_dir`; the input is untouched and nothing partial is left behind."""
     from wheelci.native.elf import scan_wheel
     from wheelci.wheel.metadata import edit_headers, get_headers
@@ -246,8 +249,8 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
         raise CiError("no torch in this environment to pin against: pass --torch VERSION")
     _check_torch_inputs(torch_version, torch_requires)
 
-    with tempfile.TemporaryDirectory(prefix="ci-repair-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="ci-repair-") as tmp_name:
+        tmp = Path(tmp_name)
         _auditwheel(wheel, tmp, plat, list(excludes))
         (repaired,) = tmp.glob("*.whl")
         if _same_file(wheel_dir / repaired.name, wheel):

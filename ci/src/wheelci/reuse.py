@@ -101,7 +101,7 @@ class Records:
 
     def __init__(self, work: Path, snapshot: Callable[[Any], dict], restore: Callable[[Any, dict], None]):
         self.path = work / RECORD
-        self.snapshot, self.restore = snapshot, restore  # type: ignore[method-assign]
+        self.snapshot, self.restore = snapshot, restore
         try:
             data = json.loads(self.path.read_text())
             self.steps: dict[str, dict] = data if isinstance(data, dict) else {}

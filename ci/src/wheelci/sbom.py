@@ -203,7 +203,9 @@ def sbom_document(p: Provenance) -> str:
               external_references=[ExternalReference(type=ExternalReferenceType.BOM, url=XsUri(name),
                                                      comment="an SBOM of the same wheel, kept as written")
                                    for name in sorted(p.other_sboms)])
-    bom.metadata.timestamp = datetime.fromtimestamp(p.epoch, tz=timezone.utc) if p.epoch is not None else None
+    # None leaves the timestamp out of the document (never the clock); the setter's annotation says datetime only
+    bom.metadata.timestamp = (datetime.fromtimestamp(p.epoch, tz=timezone.utc)  # type: ignore[assignment]
+                              if p.epoch is not None else None)
     bom.metadata.component = project
     bom.metadata.tools = ToolRepository(components=[Component(type=ComponentType.APPLICATION, name="wheelci",
                                                               version=p.tool_version or None)])
@@ -362,5 +364,5 @@ def add_sbom(wheel: Path, dest_dir: Path, *, plan: "Plan", env: "BuildEnv", excl
         member = f"{wa.dist_info}/sboms/{SBOM_NAME}"
         text = sbom_document(provenance(wa, plan=plan, env=env, excluded=excluded, project_dir=project_dir,
                                         environ=environ, member=member))
-        edit = {"replace": {member: text.encode()}} if member in wa else {"add": {member: text.encode()}}
-        return rewrite(wa, dest_dir, **edit)
+        content = {member: text.encode()}
+        return rewrite(wa, dest_dir, replace=content) if member in wa else rewrite(wa, dest_dir, add=content)

@@ -59,7 +59,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import AbstractSet, Sequence
 
 from wheelci import cli
 from wheelci.errors import CiError, Finding
@@ -199,7 +199,7 @@ def new_rpaths(libs: Sequence[Lib], moves: dict[str, str],
     and so does a program (an executable: it needs libraries, provides none, never moves).
     """
     where = {lib.path: moves.get(lib.path, lib.path) for lib in [*libs, *programs]}
-    provider = {}
+    provider: dict[str, str] = {}
     for lib in libs:
         provider.setdefault(lib.soname, lib.path)
     out = {}
@@ -453,7 +453,7 @@ def _choose(wa, size: int, limit: int, verify: bool) -> _Choice:
 
 
 def _plan_without_extensions(wa, size: int, members: dict[str, int], libs: list[Lib], pinned: dict[str, str],
-                             limit: int, known: set[str] = frozenset()) -> tuple[SplitPlan, set[str]]:
+                             limit: int, known: AbstractSet[str] = frozenset()) -> tuple[SplitPlan, set[str]]:
     """The plan, with no Python extension module (ci.native.extension) among what moves: only the
     libraries a plan would move are read for PyInit_*, and the plan is made again without any found.
     Returns it and the extension modules it would otherwise have moved."""

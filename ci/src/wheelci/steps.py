@@ -86,11 +86,11 @@ def run_steps(steps: Sequence[Step[S]], state: S, record: Callable[[Outcome], No
             continue
         start = time.monotonic()
         inputs = memory.inputs(step, state) if memory is not None and step.reuse else None
-        if inputs is not None and (made := memory.recall(step, state, inputs)):
+        if memory is not None and inputs is not None and (made := memory.recall(step, state, inputs)):
             log.info(f"{step.name}: reused (its inputs are unchanged since {made}; --fresh runs it)")
             record(Outcome(step.name, "reused", round(time.monotonic() - start, 1), outputs(step, state)))
             continue
-        before = memory.snapshot(state) if inputs is not None else {}
+        before = memory.snapshot(state) if memory is not None and inputs is not None else {}
         try:
             with contextlib.nullcontext() if step.quiet else log.step(step.title(state) if step.title else step.name):
                 step.run(state)
@@ -102,6 +102,6 @@ def run_steps(steps: Sequence[Step[S]], state: S, record: Callable[[Outcome], No
 
             record(Outcome(step.name, "failed", round(time.monotonic() - start, 1), error=shown(e)))
             raise
-        if inputs is not None:
+        if memory is not None and inputs is not None:
             memory.keep(step, state, inputs, before)
         record(Outcome(step.name, "ok", round(time.monotonic() - start, 1), outputs(step, state)))

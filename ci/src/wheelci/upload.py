@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import ipaddress
 import json
@@ -253,7 +254,7 @@ def redactor(secrets: Iterable[str | None], users: Iterable[str | None] = ()) ->
     (wheelci.util.secret) and return its redaction: every line we print or return goes through it.
     User names alone are not secrets (devpi puts them in index URLs), so they stay readable."""
     given = [s_ for s_ in secrets if s_]
-    named = [u for u in users if u]
+    named: list[str | None] = [u for u in users if u]
     for u in named or [None]:
         secret.add(*given, user=u)
     return secret.redact
@@ -298,13 +299,13 @@ def _targets(files: Iterable[str | os.PathLike]) -> list[_Target]:
         if not path.is_file():
             raise CiError(f"no such file: {path}")
         c = classify(path.name)
-        v = None if c else parse_variants_filename(path.name)
-        if c is None and v is None:
+        named = (c[1], c[2]) if c else parse_variants_filename(path.name)
+        if named is None:
             raise CiError(f"not a wheel, sdist or variants file: {path}")
         if path.name in seen:
             raise CiError(f"{path.name} given twice: {seen[path.name]} and {path}")
         seen[path.name] = path
-        project, version = (c[1], c[2]) if c else v
+        project, version = named
         out.append(_Target(path, project, sha256_file(path), version, variants_file=c is None))
     if not out:
         raise CiError("no files to upload")
@@ -341,14 +342,16 @@ def check_variants(targets: list[_Target], warn: Callable[[str], None]) -> None:
 
 def _settings(repository_url: str | None, repository: str | None, config_file: str | None):
     from twine import exceptions, settings, utils
-    kw = dict(username=os.environ.get("TWINE_USERNAME"), password=os.environ.get("TWINE_PASSWORD"),
-              non_interactive=True, disable_progress_bar=True,
-              config_file=config_file or os.environ.get("TWINE_CONFIG_FILE") or utils.DEFAULT_CONFIG_FILE,
-              cacert=os.environ.get("TWINE_CERT"))
+    make = functools.partial(
+        settings.Settings, username=os.environ.get("TWINE_USERNAME"), password=os.environ.get("TWINE_PASSWORD"),
+        non_interactive=True, disable_progress_bar=True,
+        config_file=config_file or os.environ.get("TWINE_CONFIG_FILE") or utils.DEFAULT_CONFIG_FILE,
+        cacert=os.environ.get("TWINE_CERT"))
     try:
         if repository_url:
-            return settings.Settings(repository_url=repository_url, **kw)
-        return settings.Settings(repository_name=repository, **kw)
+            return make(repository_url=repository_url)
+        assert repository is not None, "upload() asks for a repository URL or name before this"
+        return make(repository_name=repository)
     except exceptions.TwineException as e:
         raise CiError(str(e).splitlines()[0]) from None
 
@@ -377,7 +380,7 @@ def _twine_check(targets: list[_Target], warn: Callable[[str], None]) -> None:
 
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
+    handler.emit = records.append  # type: ignore[assignment]  # this one handler's emit: keep each record
     log = logging.getLogger("twine")
     log.addHandler(handler)
     try:

@@ -20,6 +20,7 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from wheelci import cli
 from wheelci.errors import CiError, Finding
@@ -142,7 +143,7 @@ def grafted_runtime(names: list[str]) -> list[str]:
 
 
 def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_command: str | None = None,
-                   test_requires: list[str] = (), find_links: list[Path] = (),
+                   test_requires: Sequence[str] = (), find_links: Sequence[Path] = (),
                    build_dir: Path | None = None) -> VerifyResult:
     """Any extension: install it over its torch, import every top-level package, load every shared
     library, list the torch.ops namespaces it registers, check it pins torch and grafts none of the
@@ -164,8 +165,8 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
     checks["requires_torch"] = "ok" if torch_reqs else "FAILED: Requires-Dist does not name the torch it needs"
     grafted = grafted_runtime(names)
     checks["nothing_grafted"] = f"FAILED: {', '.join(grafted)}" if grafted else "ok"
-    with tempfile.TemporaryDirectory(prefix="ci-verify-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="ci-verify-") as tmp_name:
+        tmp = Path(tmp_name)
         python, failed = install_fresh(wheel, torch_site, tmp, find_links)
         if failed:
             return VerifyResult(wheel.name, {"install": failed, **checks})

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from wheelci.errors import CiError
 from wheelci.util import log, proc
@@ -104,7 +104,7 @@ def _installable(wheel: Path, tmp: Path) -> Path:
     return plain
 
 
-def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: list[Path]) -> tuple[Path, str | None]:
+def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: Sequence[Path]) -> tuple[Path, str | None]:
     """A fresh venv in tmp over torch_site with the wheel installed: its python, and why the install
     failed (None when it did not). Offline first; a wheel that also needs other packages (numpy,
     scipy) gets those from the package index, with the torch install's stack pinned exactly as it is.

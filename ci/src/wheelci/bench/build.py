@@ -59,8 +59,8 @@ def measure(name: str, variant: str) -> list[tuple[str, float, float]]:
     import json
 
     source, changed = PROJECTS[name]
-    with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp_name:
+        tmp = Path(tmp_name)
         project, ccache, args = copy_project(source, tmp / name), tmp / "ccache", VARIANTS[variant]
         rows = [("cold", *build(project, args, ccache, tmp / "a", "--fresh"))]
         if shutil.which("ccache"):

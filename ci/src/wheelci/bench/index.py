@@ -142,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
             # The same work without interpreter start-up: what the cache saves, per run.
             d = stage(files, Path(tmp) / f"inproc-{rnd}")
             for key in ("first", "rerun"):
-                t = time.perf_counter()
+                start = time.perf_counter()
                 build_index(d)
-                inproc[key].append(time.perf_counter() - t)
+                inproc[key].append(time.perf_counter() - start)
             shutil.rmtree(d)
 
     med = {t: {k: statistics.median(v) for k, v in times[t].items() if v} for t in TOOLS if t not in broken}

@@ -96,8 +96,8 @@ def main(argv: list[str]) -> int:
     best: dict[str, tuple[dict[str, float], float, float]] = {}
     for _ in range(max(1, args.repeat)):
         for side in ("wheelci", "by hand"):
-            with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
-                tmp = Path(tmp)
+            with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp_name:
+                tmp = Path(tmp_name)
                 project = Path(shutil.copytree(TINY, tmp / "tiny_ext",
                                                ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")))
                 got = ours(project, tmp / "out") if side == "wheelci" else by_hand(project, tmp, env)

@@ -92,7 +92,12 @@ def floor(wheel: str) -> None:
             h.update(d.decompress(raw) + d.flush() if d else raw)
             return h.digest()
         chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
-        hasher = threading.Thread(target=lambda: [h.update(c) for c in iter(chunks.get, None)])
+
+        def hash_chunks() -> None:
+            for c in iter(chunks.get, None):
+                h.update(c)
+
+        hasher = threading.Thread(target=hash_chunks)
         hasher.start()
         while pos < end:
             raw = os.pread(fd, min(4 << 20, end - pos), pos)

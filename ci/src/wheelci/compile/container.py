@@ -45,6 +45,7 @@ def ensure_given_image(plan: Plan) -> None:
     """An --image must be in the engine's store or pullable: say so before cibuildwheel starts."""
     from wheelci import image
 
+    assert plan.image is not None, "a plan whose image origin is 'given' names its image"
     if image.exists(plan.image, plan.engine):
         return
     try:

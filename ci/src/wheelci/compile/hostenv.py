@@ -177,14 +177,14 @@ def _create_env(root: Path, spec: TorchSpec) -> dict:
     # GBs of downloads: pip's own progress bars on a terminal, one line when done in logs and CI.
     # Its output goes to stderr: stdout belongs to the stage (`--json` must stay parseable).
     quiet = [] if sys.stderr.isatty() else ["--quiet"]
-    to_stderr = {"stdout": sys.stderr.fileno(), "stderr": None}  # progress and pip's errors, live
+    out = sys.stderr.fileno()  # progress and pip's errors, live (stderr=None: not captured)
     what = f"creating the build environment {root}"
-    proc.run([sys.executable, "-m", "venv", root], what=what, **to_stderr)
+    proc.run([sys.executable, "-m", "venv", root], what=what, stdout=out, stderr=None)
     pip = [root / "bin" / "python", "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
     with log.Ticker("creating the build environment", live=False):  # a quiet pip: minutes of silence in CI
-        proc.run([*pip, *args], what=f"{what} (torch {spec.version} from {source})", **to_stderr)
+        proc.run([*pip, *args], what=f"{what} (torch {spec.version} from {source})", stdout=out, stderr=None)
         proc.run([*pip, "-c", constraints.CONSTRAINTS, *constraints.BUILD_TOOLS],
-                 what=f"{what} (the build tools)", **to_stderr)
+                 what=f"{what} (the build tools)", stdout=out, stderr=None)
     info = _torch_info(root / "bin" / "python")
     got_cuda = info["cuda"]
     want = spec.cuda
@@ -212,7 +212,7 @@ def find_nvcc(env: BuildEnv, cuda: str, wheels: tuple[str, ...] = (), *, source:
     where NVIDIA ships no nvcc wheel for that version)."""
     host = host_nvcc()
     host_version = nvcc_version(host) if host else None
-    if source in ("auto", "host") and host_version == cuda:
+    if host is not None and source in ("auto", "host") and host_version == cuda:
         return real_nvcc(host)
     have = f"host nvcc is {host_version}" if host else "no host nvcc"
     if source == "host":
@@ -280,10 +280,10 @@ def assemble_cuda_root(env: BuildEnv, nvcc: Path) -> Path:
         for lib in ("lib64", "lib"):
             _link_entries(src / lib, tmp / "lib64")
     # CMake and the linker look for unversioned names; wheels ship only libfoo.so.N.
-    for lib in sorted((tmp / "lib64").glob("lib*.so.*")):
-        plain = lib.parent / (lib.name.split(".so.")[0] + ".so")
+    for versioned in sorted((tmp / "lib64").glob("lib*.so.*")):
+        plain = versioned.parent / (versioned.name.split(".so.")[0] + ".so")
         if not plain.exists():
-            plain.symlink_to(lib.resolve())
+            plain.symlink_to(versioned.resolve())
     (tmp / "lib").symlink_to("lib64")
     try:
         tmp.rename(root)

@@ -80,8 +80,8 @@ def stage_project(project_dir: Path, dest: Path, files: dict[str, str] | None = 
     if dest.exists():
         shutil.rmtree(dest)
     if files is not None:
-        for rel, digest in files.items():
-            _copy_checked(project_dir, rel, dest / rel, digest)
+        for name, digest in files.items():
+            _copy_checked(project_dir, name, dest / name, digest)
         return dest
     seen: dict[Path, bool] = {}
     for rel in (f for f in project_files(project_dir) if not in_work_dir(project_dir, f, seen)):
@@ -171,6 +171,15 @@ def _read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _kept_digest(old: object, key: list[int], taken: int) -> str | None:
+    """The digest the last snapshot recorded (`old`: its stat `key` and digest) while it still holds: the
+    same stat, and not modified within a second of being seen."""
+    if (isinstance(old, list) and len(old) == 6 and old[:5] == key and max(key[1:3]) < taken - 10**9
+            and isinstance(old[5], str) and re.fullmatch(r"[0-9a-f]{64}(\+x)?", old[5])):
+        return old[5]
+    return None
+
+
 def snapshot_sources(project_dir: Path, work: Path, leave_out: tuple[Path, ...] = ()) -> tuple[dict[str, str], str]:
     """The project's files (as project_files lists them, less work directories and leave_out) with their
     sha256, and one digest of them all and the git revision.
@@ -185,22 +194,22 @@ def snapshot_sources(project_dir: Path, work: Path, leave_out: tuple[Path, ...] 
     from wheelci.util.atomic import write_text
 
     last = _read_json(work / SOURCES)
-    taken = last.get("taken_ns") if isinstance(last.get("taken_ns"), int) else 0
-    known = last.get("files") if isinstance(last.get("files"), dict) else {}
+    taken_ns, known_files = last.get("taken_ns"), last.get("files")
+    taken = taken_ns if isinstance(taken_ns, int) else 0
+    known = known_files if isinstance(known_files, dict) else {}
     root = project_dir.resolve()
     # only what lies inside the project: a -w above it (the workspace) must not leave the project out
     skip = [q for q in (p.resolve() for p in leave_out) if q != root and q.is_relative_to(root)]
-    seen, files, memo = {}, {}, {}
+    seen: dict[str, list[int | str]] = {}
+    files: dict[str, str] = {}
+    memo: dict[Path, bool] = {}
     now = time.time_ns()
     for rel in project_files(project_dir):
         if in_work_dir(project_dir, rel, memo) or any((project_dir / rel).resolve().is_relative_to(s) for s in skip):
             continue
         st = (project_dir / rel).stat()
         key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
-        old = known.get(str(rel))
-        fresh = (isinstance(old, list) and len(old) == 6 and old[:5] == key and max(key[1:3]) < taken - 10**9
-                 and isinstance(old[5], str) and re.fullmatch(r"[0-9a-f]{64}(\+x)?", old[5]))
-        sha = old[5] if fresh else _digest((project_dir / rel).read_bytes(), st.st_mode)
+        sha = _kept_digest(known.get(str(rel)), key, taken) or _digest((project_dir / rel).read_bytes(), st.st_mode)
         seen[str(rel)], files[str(rel)] = [*key, sha], sha
     r = proc.run(["git", "rev-parse", "HEAD"], what="reading the project's revision", check=False, cwd=project_dir,
                  capture_output=True, text=True) if (project_dir / ".git").exists() else None

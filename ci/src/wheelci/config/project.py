@@ -9,6 +9,7 @@ from __future__ import annotations
 from enum import Enum
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from wheelci.config.sdist import extract_sdist, is_sdist
 from wheelci.errors import CiError
@@ -180,7 +181,8 @@ def _settings_of(data: dict | None, path: Path) -> Settings:
     for key, value in table.items():
         name, reader = SETTINGS[key]
         values[name] = reader(key, value)
-    return Settings(**values)
+    # each value is its field's reader's result (SETTINGS pairs them), which a dict cannot say
+    return Settings(**values)  # type: ignore[arg-type]
 
 
 def read_settings(project_dir: Path) -> Settings:
@@ -286,7 +288,7 @@ def read_project(project_dir: Path) -> Project:
 
 def merge(settings: Settings, *, test_command: str | None, test_requires: list[str], env: list[str],
           exclude: list[str], limit: str | None, stable_abi: str | None = None, variants: bool = False,
-          public_env: list[str] = ()) -> Settings:
+          public_env: Sequence[str] = ()) -> Settings:
     """Command-line options over [tool.ci]; `--env NAME=VALUE` checked here."""
     merged_env = dict(settings.env)
     for item in env:

@@ -194,7 +194,7 @@ def extract_sdist(sdist: Path, dest: Path) -> Path:
     """The sdist's project directory, extracted under dest after every member was checked."""
     with open_tar(sdist) as tar:
         members = tar.getmembers()
-        tops = {_check_member(m, sdist) for m in members} - {None}
+        tops = {top for m in members if (top := _check_member(m, sdist)) is not None}
         if len(tops) != 1:
             raise CiError(f"{sdist.name}: an sdist has one top directory, this has {len(tops)}")
         _check_links(members, next(iter(tops)), sdist)

@@ -302,7 +302,7 @@ def scan_archive(wa: WheelArchive, *, executables: bool = False) -> list[SharedL
         is_lib = looks_like_shared_lib(m.name)
         if m.usize < 64 or not (is_lib or (executables and m.mode & 0o111)):
             continue
-        reader = member_view(lambda m=m: wa.iter_chunks(m), m.usize)
+        reader = member_view(functools.partial(wa.iter_chunks, m), m.usize)
         try:
             with _naming(wa, m):
                 dyn = read_dynamic(reader)  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ comes after the code). Every offset, size and count is bounded by the file (ci.n
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Callable, Iterable
 
@@ -115,7 +116,7 @@ def extension_modules(wa, names: Iterable[str]) -> set[str]:
     for name in names:
         m = wa.get(name)
         try:
-            if m is not None and exports_pyinit(lambda m=m: wa.iter_chunks(m, check_crc=False), m.usize):
+            if m is not None and exports_pyinit(functools.partial(wa.iter_chunks, m, check_crc=False), m.usize):
                 found.add(name)
         except CiError as e:
             raise CiError(f"{wa.path.name}: {name}: {e}") from None

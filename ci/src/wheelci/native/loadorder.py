@@ -106,7 +106,7 @@ def dependency_order(roots: Iterable[str], libs: Sequence[SharedLib], *,
     skipped = set(skip)
     deps: dict[str, list[str]] = {}
     missing: dict[str, list[str]] = {}
-    stack = [(r, None) for r in sorted(set(roots), reverse=True)]
+    stack: list[tuple[str, str | None]] = [(r, None) for r in sorted(set(roots), reverse=True)]
     while stack:
         name, wanted_by = stack.pop()
         if name in deps or name in skipped or is_system_lib(name, system):

@@ -28,7 +28,8 @@ import sys
 import threading
 
 # (SONAME, file name, distribution or None, directories to try under each sys.path entry),
-# dependencies before the libraries that need them.
+# dependencies before the libraries that need them. (A string annotation: never evaluated, any Python.)
+LIBRARIES: "tuple[tuple[str, str, str | None, tuple[str, ...]], ...]"
 LIBRARIES = ()
 STRICT = True
 # A stable-ABI wheel built for one CUDA major: (distribution, version, variant, CUDA major); else None.
@@ -41,7 +42,7 @@ _MISSING = re.compile(r"(\S+?): cannot open shared object file")
 
 _lock = threading.Lock()
 _done = False
-_handles = []  # keeps the loaded libraries referenced for the life of the process
+_handles = []  # type: list[ctypes.CDLL]  # keeps the loaded libraries referenced for the life of the process
 
 
 class PreloadError(ImportError):

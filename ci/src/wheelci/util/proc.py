@@ -27,10 +27,13 @@ from wheelci.util.log import passthrough
 
 def tool_name(cmd: Sequence[object] | str) -> str:
     """The program a command runs, by name: `sh` for ['sh', '-c', ...]; `pip` for [python, -m, pip, ...]."""
-    try:
-        parts = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
-    except ValueError:  # an unbalanced quote: the first word is still the program
-        parts = cmd.split()
+    if isinstance(cmd, str):
+        try:
+            parts = shlex.split(cmd)
+        except ValueError:  # an unbalanced quote: the first word is still the program
+            parts = cmd.split()
+    else:
+        parts = [str(c) for c in cmd]
     if not parts:
         return "?"
     if len(parts) >= 3 and parts[1] == "-m":
@@ -69,6 +72,7 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
     try:
         kw.setdefault("start_new_session", True)  # a group of its own, stopped whole (_stopped_with)
         with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw) as p, _stopped_with(p):
+            assert p.stdout is not None, "stdout=PIPE gives the process a pipe"
             for line in p.stdout:
                 if log is not None:
                     log.write(secret.redact_bytes(line))

@@ -3,9 +3,11 @@ same parser as pip vendors it."""
 
 from __future__ import annotations
 
-try:
+import sys
+
+if sys.version_info >= (3, 11):
     from tomllib import TOMLDecodeError, loads
-except ModuleNotFoundError:
-    from pip._vendor.tomli import TOMLDecodeError, loads  # type: ignore[no-redef]
+else:
+    from pip._vendor.tomli import TOMLDecodeError, loads
 
 __all__ = ["TOMLDecodeError", "loads"]

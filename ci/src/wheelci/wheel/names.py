@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypedDict
 
 from wheelci.errors import CiError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
 
 # Patterns are used with fullmatch: `$` would also match before a trailing newline.
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?")
@@ -128,6 +132,18 @@ def escape(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name)
 
 
+class _NameChanges(TypedDict, total=False):
+    """What WheelName.with_ may change: any of its fields, each with its own type."""
+
+    distribution: str
+    version: str
+    build: str | None
+    python: str
+    abi: str
+    platform: str
+    variant: str | None
+
+
 @dataclass(frozen=True)
 class WheelName:
     distribution: str  # as escaped in the file name
@@ -188,7 +204,7 @@ class WheelName:
         variant = f"-{self.variant}" if self.variant else ""
         return f"{self.distribution}-{self.version}{build}-{self.tag}{variant}.whl"
 
-    def with_(self, **changes: str | None) -> "WheelName":
+    def with_(self, **changes: Unpack[_NameChanges]) -> "WheelName":
         return replace(self, **changes)
 
 

@@ -56,7 +56,7 @@ def rewrite(src: WheelArchive | Path | str, dest_dir: Path | str, *,
     caller adds its .dist-info/variant.json); otherwise the source's label, if any, is kept.
     """
     own = not isinstance(src, WheelArchive)
-    wa = WheelArchive.open(src) if own else src
+    wa = src if isinstance(src, WheelArchive) else WheelArchive.open(src)
     try:
         return _rewrite(wa, Path(dest_dir), dict(replace or {}), dict(add or {}), set(remove), version,
                         distribution, metadata_edit, verify, force_zip64, variant)

@@ -122,7 +122,8 @@ def parse(data: bytes | str, where: str) -> VariantDoc:
         raise CiError(f"{where}: unknown key {unknown[0]!r}")
     prio, providers, variants = doc.get("default-priorities"), doc.get("providers", {}), doc.get("variants", {})
     order = prio.get("namespace") if isinstance(prio, dict) else None
-    if not (isinstance(order, list) and order and all(isinstance(n, str) and _IDENT.fullmatch(n) for n in order)):
+    if not (isinstance(prio, dict) and isinstance(order, list) and order
+            and all(isinstance(n, str) and _IDENT.fullmatch(n) for n in order)):
         raise CiError(f"{where}: default-priorities.namespace must be a list of namespaces")
     if not (isinstance(providers, dict) and all(isinstance(p, dict) for p in providers.values())):
         raise CiError(f"{where}: providers must map namespaces to tables")
@@ -154,7 +155,7 @@ def _check_properties(props: object, providers: dict, where: str) -> None:
                 raise CiError(f"{where}: {ns} :: {feature} must be a non-empty list of values (0-9, a-z, _ and .)")
 
 
-def parse_wheel_doc(data: bytes, label: str, where: str) -> VariantDoc:
+def parse_wheel_doc(data: bytes | str, label: str, where: str) -> VariantDoc:
     """A wheel's variant.json: exactly one variant, the label its file name carries."""
     doc = parse(data, where)
     if list(doc.variants) != [label]:

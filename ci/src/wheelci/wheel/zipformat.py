@@ -33,10 +33,11 @@ BLOCK = 8 << 20  # deflate block for parallel compression; fixed, so output is r
 
 try:  # ISA-L's inflate is about twice zlib's speed (measured on libtorch_cpu.so: 0.66 s vs 1.42 s)
     from isal import isal_zlib as inflate_lib
-    INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, inflate_lib.error)
+    # isal's stubs declare `error` an Exception instance; it is the exception class (IsalError)
+    INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, inflate_lib.error)  # type: ignore[assignment]
     crc32 = inflate_lib.crc32  # same CRC-32, about six times faster than zlib's here
 except ImportError:  # the stdlib is enough, only slower
-    inflate_lib = zlib
+    inflate_lib = zlib  # type: ignore[misc]  # isal_zlib is a drop-in for zlib: the same calls
     crc32 = zlib.crc32
     INFLATE_ERRORS = (zlib.error,)
 PIPELINE_MIN = 32 << 20  # members this large are inflated and hashed by two threads

@@ -230,7 +230,7 @@ class _ZipOut:
         name = name_s.encode("utf-8")
         flags = FLAG_UTF8 if not name_s.isascii() else 0
         if isinstance(content, Path):
-            blocks: Iterable[bytes] = _file_chunks(content)
+            blocks: Iterable[bytes | memoryview] = _file_chunks(content)
         else:
             data = memoryview(bytes(content or b""))
             blocks = (data[i: i + BLOCK] for i in range(0, len(data), BLOCK))
@@ -288,7 +288,7 @@ def _deflate_block(data: bytes | memoryview, last: bool) -> bytes:
     return c.compress(data) + c.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
 
 
-def _with_last(blocks: Iterable[bytes]) -> Iterable[tuple[bytes, bool]]:
+def _with_last(blocks: Iterable[bytes | memoryview]) -> Iterable[tuple[bytes | memoryview, bool]]:
     it = iter(blocks)
     prev = next(it, None)
     if prev is None:
@@ -300,7 +300,7 @@ def _with_last(blocks: Iterable[bytes]) -> Iterable[tuple[bytes, bool]]:
     yield prev, True
 
 
-def _deflate(blocks: Iterable[bytes]) -> tuple[list[bytes], int, int, bytes]:
+def _deflate(blocks: Iterable[bytes | memoryview]) -> tuple[list[bytes], int, int, bytes]:
     """Raw deflate of fixed-size blocks on every core, pigz-style: each block is compressed on its
     own and ends on a byte boundary (sync flush), so the concatenation is one valid stream. Output
     depends only on the content (fixed block size), never on the number of threads. Returns

@@ -1,0 +1,34 @@
+"""The wheelci package type-checks: mypy over it, as ci/pyproject.toml's [tool.mypy] configures it, finds
+nothing. Annotations nobody checks drift from the code (a tuple default for a list, a str rebound to a
+Path, a None not ruled out); run here, a change that breaks them fails the suite. Shown able to fail:
+the same configuration on a generated module with a type error and a stale ignore reports both."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests import _proc
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "ci" / "pyproject.toml"
+
+
+def test_the_package_type_checks():
+    r = _proc.run([sys.executable, "-m", "mypy"], cwd=ROOT / "ci", capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
+    assert "Success: no issues found" in r.stdout, r.stdout[-2000:]
+
+
+def test_the_check_reports_a_type_error(tmp_path):
+    module = tmp_path / "generated.py"
+    module.write_text('def first(names: list[str]) -> str:\n    return names[0]\n\n\n'
+                      'count: int = first(["a"])\n'
+                      'fine = 1  # type: ignore[assignment]\n')
+    r = _proc.run([sys.executable, "-m", "mypy", "--config-file", str(CONFIG), str(module)], cwd=tmp_path,
+                  capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert ('generated.py:5: error: Incompatible types in assignment (expression has type "str", variable has '
+            'type "int")  [assignment]') in r.stdout, r.stdout
+    # warn_unused_ignores: the configuration, not mypy's defaults, is what ran
+    assert 'generated.py:6: error: Unused "type: ignore" comment  [unused-ignore]' in r.stdout, r.stdout
