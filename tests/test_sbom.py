@@ -133,10 +133,16 @@ def test_compiler_lines(text, expected):
 
 
 def test_a_bad_source_date_epoch_is_one_error():
-    assert sbom.source_epoch({"SOURCE_DATE_EPOCH": " 1700000000 "}) == 1_700_000_000
-    assert sbom.source_epoch({}) is None
-    with pytest.raises(CiError, match="SOURCE_DATE_EPOCH='yesterday' is not a number of seconds"):
-        sbom.source_epoch({"SOURCE_DATE_EPOCH": "yesterday"})
+    """One reader (wheelci.util.epoch) for the plan, the SBOM and the wheel writers."""
+    from wheelci.util import epoch
+
+    assert epoch.from_environ({"SOURCE_DATE_EPOCH": " 1700000000 "}) == 1_700_000_000
+    assert epoch.from_environ({}) is None and epoch.from_environ({"SOURCE_DATE_EPOCH": ""}) is None
+    with pytest.raises(CiError, match="SOURCE_DATE_EPOCH is not an integer: 'yesterday'"):
+        epoch.from_environ({"SOURCE_DATE_EPOCH": "yesterday"})
+    with epoch.fixed(1_600_000_000):
+        assert epoch.current() == 1_600_000_000
+    assert epoch.current() == epoch.from_environ(__import__("os").environ)
 
 
 def _record(zf: zipfile.ZipFile) -> dict[str, str]:
@@ -169,8 +175,8 @@ def test_add_sbom_keeps_auditwheels_and_names_what_the_wheel_holds(tmp_path):
         "demo_ext-1.0.dist-info/sboms/auditwheel.cdx.json": theirs}, requires=("torch==2.13.0",))
     plan = make_plan(cuda="13.0", torch=None, project_dir=ROOT, engine="docker")
     env = BuildEnv(tmp_path, tmp_path / "python", tmp_path / "site", "2.13.0+cu130", "13.0", [])
-    kw = dict(plan=plan, env=env, excluded=["libc10.so", "libcudart.so.13"], project_dir=tmp_path,
-              environ={"SOURCE_DATE_EPOCH": "1700000000"})
+    plan = dataclasses.replace(plan, source_date_epoch=1_700_000_000)
+    kw = dict(plan=plan, env=env, excluded=["libc10.so", "libcudart.so.13"], project_dir=tmp_path)
     out = sbom.add_sbom(wheel, tmp_path / "out", **kw)
     found = _listed_sboms(out)
     assert set(found) == {"auditwheel.cdx.json", sbom.SBOM_NAME}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from wheelci import cli
 from wheelci.errors import CiError, Finding
 from wheelci.steps import Step
-from wheelci.util import log
+from wheelci.util import epoch, log
 from wheelci.util.sizes import parse_limit
 
 if TYPE_CHECKING:
@@ -119,24 +119,6 @@ def run_build(args) -> int:
         return build_project(args, project, settings)
 
 
-def source_date_epoch(env, project_dir: Path) -> int | None:
-    """SOURCE_DATE_EPOCH when set, else the time of the project's last commit (a git checkout), else None:
-    two builds of one commit then write the same timestamps."""
-    import subprocess
-
-    if env.get("SOURCE_DATE_EPOCH"):
-        try:
-            return int(env["SOURCE_DATE_EPOCH"])
-        except ValueError:
-            raise CiError(f"SOURCE_DATE_EPOCH is not an integer: {env['SOURCE_DATE_EPOCH']!r}") from None
-    try:
-        r = subprocess.run(["git", "-C", str(project_dir), "log", "-1", "--format=%ct", "--", "."],
-                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return int(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip().isdigit() else None
-
-
 def make_build_plan(args, project: "Project", settings) -> "Plan":
     """The edge: this process's environment and the machine's facts, probed once, into make_plan."""
     from wheelci.engine import detect_facts
@@ -147,7 +129,7 @@ def make_build_plan(args, project: "Project", settings) -> "Plan":
                       nvcc_source=args.nvcc, allow_no_device_code=args.allow_no_device_code,
                       local_version=args.local_version, variants=settings.variants, limit=settings.limit,
                       test_command=settings.test_command, test_requires=settings.test_requires, upload=args.upload,
-                      source_date_epoch=source_date_epoch(os.environ, project.root))
+                      source_date_epoch=epoch.for_build(os.environ, project.root))
     facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda)
     return make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
                      engine=args.engine, project_dir=project.root, image=args.image, find_links=args.find_links,
@@ -196,9 +178,12 @@ def build_project(args, project: "Project", settings) -> int:
 
 def run(b: "Build") -> int:
     """Run STEPS over one build in its work directory; the report (with each step's outcome) is written
-    whether they pass or not."""
-    if b.plan.source_date_epoch is not None:  # the wheel writers read it (wheelci.wheel.zipwrite)
-        os.environ["SOURCE_DATE_EPOCH"] = str(b.plan.source_date_epoch)
+    whether they pass or not. The wheel writers stamp the Plan's time (wheelci.util.epoch)."""
+    with epoch.fixed(b.plan.source_date_epoch):
+        return _run(b)
+
+
+def _run(b: "Build") -> int:
     made_out = not b.out_dir.exists()
     b.out_dir.mkdir(parents=True, exist_ok=True)
     temporary = b.args.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
@@ -453,7 +438,7 @@ def sbom_step(b: Build) -> None:
     from wheelci.sbom import add_sbom
 
     b.wheels = [add_sbom(w, b.work / "sbom", plan=b.plan, env=b.env, excluded=b.excluded,
-                         project_dir=b.project_dir, environ=os.environ) for w in b.wheels]
+                         project_dir=b.project_dir) for w in b.wheels]
 
 
 def check_step(b: Build) -> None:

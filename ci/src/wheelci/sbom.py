@@ -15,14 +15,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import io
 import re
-import tempfile
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Iterator, Mapping
+from typing import TYPE_CHECKING, BinaryIO
 
 from wheelci.errors import CiError
 from wheelci.util import proc
@@ -39,7 +37,6 @@ if TYPE_CHECKING:
 SBOM_NAME = "wheelci.cdx.json"  # ours, in .dist-info/sboms/ (auditwheel's is auditwheel.cdx.json)
 SERIAL_NAMESPACE = uuid.UUID("6f1b7c1e-4b1a-5d0e-9a57-7768656c6369")  # UUID5 namespace of our serial numbers
 COMMENT_CAP = 64 << 10  # a .comment section read no further than this
-IN_MEMORY_CAP = 64 << 20  # a larger library is inflated into a temporary file to read its sections
 PROP = "wheelci:"  # our property names' namespace
 
 
@@ -217,8 +214,8 @@ def sbom_document(p: Provenance) -> str:
 # --- the edge: what add_sbom reads of the project, the build env and the wheel --------------------------
 
 
-def git_revision(project_dir: Path) -> tuple[str | None, str | None, bool, int | None]:
-    """(commit, why there is none, dirty, commit time) of the project directory: a commit only where the
+def git_revision(project_dir: Path) -> tuple[str | None, str | None, bool]:
+    """(commit, why there is none, dirty) of the project directory: a commit only where the
     directory's own files are tracked (an sdist unpacked inside someone's checkout is not that checkout)."""
     def git(*args: str):
         return proc.run(["git", "-C", project_dir, *args], what="reading the project's git revision", check=False,
@@ -227,32 +224,12 @@ def git_revision(project_dir: Path) -> tuple[str | None, str | None, bool, int |
     try:
         head = git("rev-parse", "--verify", "HEAD")
     except CiError:
-        return None, "git is not installed", False, None
+        return None, "git is not installed", False
     if head.returncode != 0 or not head.stdout.strip() or not git("ls-files", "--", ".").stdout.strip():
-        return None, "the project directory is not a git checkout", False, None
+        return None, "the project directory is not a git checkout", False
     commit = head.stdout.split()[0]
     dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".").stdout.strip())
-    when = git("log", "-1", "--format=%ct", "--", ".").stdout.strip()  # the project's last commit, as the plan's
-    return commit, None, dirty, int(when) if when.isdigit() else None
-
-
-def source_epoch(environ: Mapping[str, str]) -> int | None:
-    value = environ.get("SOURCE_DATE_EPOCH", "").strip()
-    if not value:
-        return None
-    if not value.isdigit():
-        raise CiError(f"SOURCE_DATE_EPOCH={value!r} is not a number of seconds since 1970")
-    return int(value)
-
-
-@contextlib.contextmanager
-def _seekable(wa: WheelArchive, m: "Member") -> Iterator[BinaryIO]:
-    """A member to read sections of: in memory when small, else inflated once into a temporary file."""
-    if m.usize <= IN_MEMORY_CAP:
-        yield io.BytesIO(wa.read(m))
-        return
-    with tempfile.TemporaryDirectory(prefix="ci-sbom-") as tmp, open(wa.extract(m, Path(tmp) / "m"), "rb") as f:
-        yield f
+    return commit, None, dirty
 
 
 def comment_strings(stream: BinaryIO) -> list[str]:
@@ -282,7 +259,7 @@ def wheel_compilers(wa: WheelArchive, libs_dir: str) -> list[str]:
     found: set[str] = set()
     for m in wa.files:
         if looks_like_shared_lib(m.name) and not m.name.startswith(libs_dir) and m.usize >= 64:
-            with _seekable(wa, m) as stream, contextlib.suppress(CiError):  # not ELF: nothing a compiler made
+            with wa.seekable(m) as stream, contextlib.suppress(CiError):  # not ELF: nothing a compiler made
                 found.update(comment_strings(stream))
     return sorted(found)
 
@@ -324,14 +301,13 @@ def host_nvcc_used(plan: "Plan") -> str | None:
 
 
 def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: list[str], project_dir: Path,
-               environ: Mapping[str, str], member: str) -> Provenance:
+               member: str) -> Provenance:
     """The Provenance of one wheel of a build: the plan, the build env, the project's checkout, the wheel."""
     from wheelci import __version__
     from wheelci.wheel.metadata import get_headers
     from wheelci.wheel.requirements import requirement_name
 
-    revision, note, dirty, commit_time = git_revision(project_dir)
-    epoch = source_epoch(environ)
+    revision, note, dirty = git_revision(project_dir)
     libs_dir = f"{wa.name.distribution}.libs/"
     record = wa.record
     grafted = tuple(Grafted(m.name, re.sub(r"-[0-9a-f]{8}(?=\.so)", "", m.name.rsplit("/", 1)[-1]),
@@ -343,7 +319,7 @@ def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: lis
     return Provenance(
         project=(get_headers(wa.metadata, "Name") or [wa.name.distribution])[0], version=wa.name.version, wheel=wa.path.name,
         content_digest=content_digest(wa, member), revision=revision, revision_note=note, dirty=dirty,
-        epoch=epoch if epoch is not None else commit_time, torch=env.torch_version,
+        epoch=plan.source_date_epoch, torch=env.torch_version,
         torch_requirement=torch_reqs[0] if torch_reqs else None, torch_index=plan.torch_index_url,
         cuda=plan.cuda, arch_list=plan.arch_list if plan.cuda else None,
         cudnn_requirement=plan.cudnn_requirement if plan.cuda else None,
@@ -355,7 +331,7 @@ def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: lis
 
 
 def add_sbom(wheel: Path, dest_dir: Path, *, plan: "Plan", env: "BuildEnv", excluded: list[str], project_dir: Path,
-             environ: Mapping[str, str]) -> Path:
+) -> Path:
     """The wheel again in dest_dir, with our SBOM in .dist-info/sboms/ and RECORD regenerated (one
     rewrite; an SBOM of ours already there is replaced, any other kept)."""
     from wheelci.wheel.rewrite import rewrite
@@ -363,6 +339,6 @@ def add_sbom(wheel: Path, dest_dir: Path, *, plan: "Plan", env: "BuildEnv", excl
     with WheelArchive.open(wheel) as wa:
         member = f"{wa.dist_info}/sboms/{SBOM_NAME}"
         text = sbom_document(provenance(wa, plan=plan, env=env, excluded=excluded, project_dir=project_dir,
-                                        environ=environ, member=member))
+                                        member=member))
         content = {member: text.encode()}
         return rewrite(wa, dest_dir, replace=content) if member in wa else rewrite(wa, dest_dir, add=content)

@@ -25,7 +25,6 @@ import fnmatch
 import re
 import io
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, TypeVar
@@ -407,7 +406,7 @@ def check_readable(wheel: Path) -> None:
         for member in wa.files:
             if not looks_like_shared_lib(member.name) or member.usize < 64:
                 continue
-            with _seekable(wa, member) as stream, _naming(wa, member):
+            with wa.seekable(member) as stream, _naming(wa, member):
                 if read_dynamic(stream) is not None:
                     _read_all_names(stream)
 
@@ -458,7 +457,7 @@ def too_recent_for(wheel: Path, policy: str) -> list[str]:
         for member in wa.files:
             if not looks_like_shared_lib(member.name):
                 continue
-            with _seekable(wa, member) as stream, _naming(wa, member):
+            with wa.seekable(member) as stream, _naming(wa, member):
                 refs = versioned_references(stream)
             for sym, ver in refs:
                 family, _, number = ver.partition("_")
@@ -484,7 +483,7 @@ def device_code(wheel: Path) -> list[str]:
         for member in wa.files:
             if not looks_like_shared_lib(member.name) or member.usize < 64:
                 continue
-            with _seekable(wa, member) as stream:
+            with wa.seekable(member) as stream:
                 if _has_sections(stream, DEVICE_CODE_SECTIONS):
                     found.append(member.name)
     return found
@@ -501,21 +500,6 @@ def _has_sections(stream: BinaryIO, names: Iterable[str]) -> bool:
                                           [n.encode() for n in names]))
     except CiError:
         return False
-
-
-IN_MEMORY_CAP = 64 << 20  # larger members are read from a temporary file
-
-
-@contextlib.contextmanager
-def _seekable(wa: WheelArchive, m: Member) -> Iterator[BinaryIO]:
-    """A member for readers that seek all over it (symbol tables, section headers): in memory when
-    small, else inflated once into a temporary file, so a 1 GB library never sits in memory."""
-    if m.usize <= IN_MEMORY_CAP:
-        yield io.BytesIO(wa.read(m))
-        return
-    with tempfile.TemporaryDirectory(prefix="ci-elf-") as tmp, \
-            open(wa.extract(m, Path(tmp) / "member"), "rb") as f:
-        yield f
 
 
 @_unreadable
@@ -541,7 +525,7 @@ def imports(wheel: Path) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
         for member in wa.files:
             if not looks_like_shared_lib(member.name) or member.usize < 64:
                 continue
-            with _seekable(wa, member) as stream, _naming(wa, member):
+            with wa.seekable(member) as stream, _naming(wa, member):
                 dyn = read_dynamic(stream)
                 if dyn is not None:
                     out[member.name] = (tuple(undefined_symbols(stream)), dyn.needed)

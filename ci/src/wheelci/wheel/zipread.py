@@ -20,16 +20,21 @@ Every problem is a one-line `CiError`, exit 2::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import os
 import struct
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO, Iterable
+from typing import BinaryIO, Iterable, Iterator
 
 from wheelci.errors import CiError
 from wheelci.wheel.metadata import METADATA_CAP
 from wheelci.wheel.names import WheelName, find_dist_info
+
+IN_MEMORY_CAP = 64 << 20  # a larger member is read for seeking from a temporary file (WheelArchive.seekable)
 from wheelci.wheel.record import RECORD_CAP, RecordEntry, b64, parse_record
 from wheelci.wheel.zipformat import (BATCH, CENTRAL, CHUNK, DEFLATED, EOCD, EOCD64, FLAG_DESCRIPTOR,
                                      FLAG_ENCRYPTED, FLAG_UTF8, INFLATE_ERRORS, LOCAL, LOCATOR64, PIPELINE_MIN,
@@ -249,6 +254,17 @@ class WheelArchive:
             return self.read(name, limit).decode("utf-8")
         except UnicodeDecodeError as e:
             raise CiError(f"{self.path.name}: {name} is not valid UTF-8 (byte {e.start})") from None
+
+    @contextlib.contextmanager
+    def seekable(self, m: Member) -> Iterator[BinaryIO]:
+        """The member for readers that seek all over it (ELF section and symbol tables): in memory when
+        small, else inflated once into a temporary file, so a 1 GB library never sits in memory."""
+        if m.usize <= IN_MEMORY_CAP:
+            yield io.BytesIO(self.read(m))
+            return
+        with tempfile.TemporaryDirectory(prefix="wheelci-member-") as tmp, \
+                open(self.extract(m, Path(tmp) / "member"), "rb") as f:
+            yield f
 
     def extract(self, m: Member, dest: Path) -> Path:
         """Write one member to dest (used when a tool such as patchelf must edit it on disk)."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Union
 
 from wheelci.errors import CiError
+from wheelci.util import epoch
 from wheelci.util.atomic import atomic_path
 from wheelci.wheel.names import WheelName
 from wheelci.wheel.record import b64, format_record
@@ -47,13 +48,8 @@ def _dos_time(epoch: float) -> tuple[int, int]:
 
 
 def _source_date_epoch() -> tuple[int, int] | None:
-    sde = os.environ.get("SOURCE_DATE_EPOCH")
-    if not sde:
-        return None
-    try:
-        return _dos_time(int(sde))
-    except ValueError:
-        raise CiError(f"SOURCE_DATE_EPOCH is not an integer: {sde!r}") from None
+    fixed = epoch.current()
+    return None if fixed is None else _dos_time(fixed)
 
 
 @dataclass
