@@ -24,6 +24,7 @@ from wheelci.config.project import Project
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
+from wheelci.wheel.names import cuda_tag
 
 ENGINES = ("auto", "host", "docker", "podman")
 CONTAINER_ENGINES = ("docker", "podman")
@@ -441,7 +442,7 @@ def variant_label(plan: Plan) -> str:
     later torch: the variant alone (`cpu`, `cu13`) names it."""
     if plan.stable:
         return plan.stable.variant
-    return f"pt{plan.torch}." + ("cpu" if plan.cuda is None else "cu" + plan.cuda.replace(".", ""))
+    return f"pt{plan.torch}.{cuda_tag(plan.cuda)}"
 
 
 def _with_run(plan: Plan, run: RunSettings) -> Plan:
@@ -514,7 +515,7 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None
         notes.append(f"{ref} is built from docker/ (`wheelci image build --cuda {cuda}`): "
                      f"no public {image.manylinux} image has CUDA {cuda}")
     if line.cxx11_abi and any(not i.cxx11_abi for i in row.images):
-        notes.append(f"cu{cuda.replace('.', '')} ABI trap: torch {build.version} is cxx11-ABI {line.manylinux}, "
+        notes.append(f"{cuda_tag(cuda)} ABI trap: torch {build.version} is cxx11-ABI {line.manylinux}, "
                      f"so the manylinux2014 image cannot build it")
     resolved, engine_notes = resolve_engine(engine, cuda, row, machine.facts)
     identifiers = [identifier(p) for p in pythons]

@@ -29,6 +29,7 @@ from wheelci.engine import host_nvcc, nvcc_version, real_nvcc
 from wheelci.util import log, proc, share
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
+from wheelci.wheel.names import cuda_tag
 
 PYPI = "https://pypi.org/simple"
 
@@ -44,7 +45,7 @@ class TorchSpec:
 
     @property
     def variant(self) -> str:
-        return "cpu" if self.cuda is None else "cu" + self.cuda.replace(".", "")
+        return cuda_tag(self.cuda)
 
 
 @dataclass(frozen=True)

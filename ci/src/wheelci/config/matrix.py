@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from wheelci.util import toml as tomllib
+from wheelci.wheel.names import cuda_tag
 
 from wheelci.config.strict import check_keys
 from wheelci.errors import CiError
@@ -76,7 +77,7 @@ class CudaRow:
     @property
     def tag(self) -> str:
         """The PyTorch index suffix: 11.8 -> cu118."""
-        return "cu" + self.version.replace(".", "")
+        return cuda_tag(self.version)
 
     def torch_build(self, version: str) -> TorchBuild | None:
         return next((t for t in self.torch if t.version == version), None)

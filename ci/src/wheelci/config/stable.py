@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from wheelci.config import matrix as mx
 from wheelci.errors import CiError
 from wheelci.native.stable_abi import FLOOR as FIRST, target_define
+from wheelci.wheel.names import cuda_tag
 
 def _key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0]))
@@ -42,7 +43,7 @@ def cuda_major(cuda: str | None) -> int | None:
 
 
 def variant_of(cuda: str | None) -> str:
-    return "cpu" if cuda is None else f"cu{cuda_major(cuda)}"
+    return cuda_tag(cuda, major=True)
 
 
 def pick_row(matrix: mx.Matrix, cuda: str, target: tuple[int, int]) -> mx.CudaRow:

@@ -34,6 +34,14 @@ VARIANT_LABEL = re.compile(r"[0-9a-z_.]{1,16}")  # PEP 825; fullmatch
 SDIST_SUFFIXES = (".tar.gz", ".zip")
 
 
+def cuda_tag(cuda: str | None, *, major: bool = False) -> str:
+    """A build's CUDA as PyTorch spells it in index names and local versions: cpu, cu130 (13.0), or with
+    major cu13 (a stable-ABI wheel serves its whole CUDA major)."""
+    if cuda is None:
+        return "cpu"
+    return "cu" + (cuda.split(".")[0] if major else cuda.replace(".", ""))
+
+
 def normalize(name: str) -> str:
     """The normalized project name (PEP 503), as packaging (pip's own) spells it: every name in ci/
     is compared through this one function."""

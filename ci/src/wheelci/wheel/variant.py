@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Iterable
 
 from wheelci.errors import CiError
-from wheelci.wheel.names import VARIANT_LABEL, WheelName, escape, is_version, normalize
+from wheelci.wheel.names import VARIANT_LABEL, WheelName, cuda_tag, escape, is_version, normalize
 
 SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"  # variantlib 0.2.2's; uv 0.13.9 reads it
 NVIDIA = "nvidia"
@@ -84,7 +84,7 @@ def sm_arch(arch_list: str) -> list[str] | None:
 
 def cuda_label(cuda: str, stable_major: int | None = None) -> str:
     """cu130 for a CUDA 13.0 build; cu13 for a stable-ABI wheel, which serves its whole CUDA major."""
-    return f"cu{stable_major}" if stable_major else "cu" + cuda.replace(".", "")
+    return cuda_tag(str(stable_major) if stable_major else cuda, major=bool(stable_major))
 
 
 def cuda_variant(cuda: str, arch_list: str, stable_major: int | None = None) -> VariantDoc:
