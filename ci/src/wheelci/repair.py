@@ -28,7 +28,7 @@ from wheelci.util.atomic import atomic_path
 from wheelci.errors import CiError, Finding
 from wheelci.native.libs import EXCLUDES, excluded_of, is_excluded
 from wheelci.wheel.names import WheelName
-from wheelci.wheel.requirements import plain_install_requirement, requirement_name
+from wheelci.wheel.requirements import plain_install_requirement, requirement_name, without_marker
 
 @dataclass
 class RepairResult:
@@ -82,7 +82,7 @@ def required_dists(needed: set[str], torch_version: str, torch_requires: list[st
     NEEDed, the cuDNN wheel torch itself pins."""
     reqs = [torch_pin(needed, torch_version)]
     if any(n.startswith("libcudnn") for n in needed):
-        pins = [r.split(";")[0].strip() for r in torch_requires
+        pins = [without_marker(r) for r in torch_requires
                 if (requirement_name(r) or "").startswith("nvidia-cudnn")]
         if not pins:
             raise CiError("the wheel needs cuDNN but torch declares no nvidia-cudnn requirement: pass --torch-requires")

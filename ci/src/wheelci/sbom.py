@@ -107,11 +107,10 @@ def _requirement(text: str | None) -> tuple[str, str | None] | None:
     """(name, pinned version or None) of a requirement, None when there is none or it does not parse."""
     if not text:
         return None
-    from packaging.requirements import InvalidRequirement, Requirement
+    from wheelci.wheel.requirements import read_requirement
 
-    try:
-        req = Requirement(text)
-    except InvalidRequirement:
+    req = read_requirement(text)
+    if req is None:
         return None
     pins = [s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
     return req.name, pins[0] if len(pins) == 1 else None

@@ -71,11 +71,11 @@ def torch_stack(site: Path) -> dict[str, str]:
     wheels it holds (pure-Python namesakes it does not hold, nvidia-ml-py, stay ordinary dependencies)."""
     from importlib.metadata import distributions
 
-    from packaging.utils import canonicalize_name
+    from wheelci.wheel.names import normalize
 
     stack: dict[str, str] = {}
     for dist in sorted(distributions(path=[str(site)]), key=lambda d: (d.metadata["Name"] or "", d.version or "")):
-        name = canonicalize_name(dist.metadata["Name"] or "")
+        name = normalize(dist.metadata["Name"] or "")
         if name and dist.version and (name in _ALWAYS_STACK or name.startswith(_STACK_PREFIXES)):
             stack.setdefault(name, dist.version)
     return stack
@@ -135,9 +135,8 @@ def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: Sequence
 def _stack_requirements_unmet(wheel: Path, stack: dict[str, str]) -> list[str]:
     """The wheel's requirements (for a plain install) on the torch stack that the torch install does not
     meet: torch or triton it lacks, or a version of one of its packages it does not have."""
-    from packaging.utils import canonicalize_name
-
     from wheelci.wheel.metadata import get_headers
+    from wheelci.wheel.names import normalize
     from wheelci.wheel.requirements import plain_install_requirement
     from wheelci.wheel.zipread import WheelArchive
 
@@ -148,7 +147,7 @@ def _stack_requirements_unmet(wheel: Path, stack: dict[str, str]) -> list[str]:
         req = plain_install_requirement(line)
         if req is None:
             continue  # for an extra, or unreadable: pip's own error says it
-        name = canonicalize_name(req.name)
+        name = normalize(req.name)
         if name in stack:
             if not req.specifier.contains(stack[name], prereleases=True):
                 unmet.append(line)
@@ -180,14 +179,11 @@ def cacheable(requires: list[str], own: str) -> bool:
     """Requirements by name (`pytest`, `numpy>=1.26`) only, none of them the wheel's own distribution:
     a path or URL names content that can change under the same text, and `pkg[test]` resolves against
     the wheel installed, so such a set is installed into each verify venv instead, every time."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
+    from wheelci.wheel.names import normalize
+    from wheelci.wheel.requirements import read_requirement
 
-    try:
-        parsed = [Requirement(r) for r in requires]
-    except InvalidRequirement:
-        return False
-    return all(r.url is None and canonicalize_name(r.name) != canonicalize_name(own) for r in parsed)
+    parsed = [read_requirement(r) for r in requires]
+    return all(r is not None and r.url is None and normalize(r.name) != normalize(own) for r in parsed)
 
 
 @contextlib.contextmanager

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
 from wheelci.errors import CiError
 from wheelci.util.atomic import write_text
 from wheelci.util.cache import cache_dir
+from wheelci.wheel.names import normalize
+from wheelci.wheel.requirements import read_requirement
 
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "resources" / "build-constraints.txt"
 # The tools every build environment gets next to torch, host venvs and containers alike, each pinned in
@@ -43,14 +42,11 @@ def read(path: Path = CONSTRAINTS) -> dict[str, str]:
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            req = None
+        req = read_requirement(line)
         spec = list(req.specifier) if req else []
         if not req or req.url or req.marker or req.extras or len(spec) != 1 or spec[0].operator != "==":
             raise CiError(f"{path.name}:{no}: not a `name==version` pin: {raw.strip()!r}")
-        pins[canonicalize_name(req.name)] = spec[0].version
+        pins[normalize(req.name)] = spec[0].version
     return pins
 
 
@@ -59,11 +55,10 @@ def for_project(build_requires: list[str], path: Path = CONSTRAINTS) -> ToolCons
     pins = read(path)
     set_aside = []
     for text in build_requires:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
+        req = read_requirement(text)
+        if req is None:
             continue  # the project's own build reports it, in its own words
-        name = canonicalize_name(req.name)
+        name = normalize(req.name)
         if name in pins and (req.url or not req.specifier.contains(pins[name], prereleases=True)):
             set_aside.append(f"the project requires {text.strip()}: the pipeline's {name}=={pins[name]} is set aside")
             del pins[name]

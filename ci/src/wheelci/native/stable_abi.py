@@ -129,12 +129,12 @@ def classify(path: str, undefined: Iterable[str], needed: Iterable[str], table: 
 def _pin_and_floor(torch_requirement: str | None) -> tuple[bool, Version | None]:
     """(an exact pin: `==X` without a wildcard, or `===`; the lowest torch a range admits, from its
     `>=`, `>`, `~=` and `==X.*` bounds). Any spelling packaging reads: `torch<3,>=2.12`, `torch~=2.12`."""
-    from packaging.requirements import InvalidRequirement, Requirement
+    from wheelci.wheel.requirements import read_requirement
 
-    try:
-        specs = list(Requirement(torch_requirement).specifier) if torch_requirement else []
-    except InvalidRequirement:
+    req = read_requirement(torch_requirement) if torch_requirement else None
+    if torch_requirement and req is None:
         return False, None
+    specs = list(req.specifier) if req else []
     if any(s.operator == "===" or (s.operator == "==" and not s.version.endswith(".*")) for s in specs):
         return True, None
     floors = []
