@@ -177,7 +177,7 @@ def test_image_builds_through_each_engine_cli(engines, standin, tmp_path, engine
     try:
         image.build_spec(engine, spec, pull=False)  # a local base: nothing to pull
         assert image.exists(tag, engine)
-        from wheelci.plan import PODMAN_ULIMITS
+        from wheelci.engine import PODMAN_ULIMITS
 
         limits = [f"--ulimit={u}" for u in PODMAN_ULIMITS] if engine == "podman" else []
         r = _proc.run([engine, "run", "--rm", "--network=host", *limits, tag, "cat", "/built-with"],
@@ -214,7 +214,7 @@ def test_before_all_scripts_in_the_image(engines, standin, engine):
     With no ccache and no yum or dnf, ensure_ccache.sh leaves a pass-through launcher that runs the compiler;
     check_image.sh accepts the image's own CUDA and refuses another."""
     from wheelci import plan as pl
-    from wheelci.plan import PODMAN_ULIMITS
+    from wheelci.engine import PODMAN_ULIMITS
 
     need(engines, engine)
     root = Path(__file__).resolve().parent.parent

@@ -222,3 +222,20 @@ def test_engine_cli_reports_none_here(no_engine):
     assert data["engine"] is None and data["probes"]["podman"] == "podman is not installed"
     assert data["probes"]["docker"].startswith("Docker does not respond")
     assert set(data["host_cannot_build"]) == set(mx.load().versions)
+
+
+def test_the_engine_is_a_type_the_plan_and_the_steps_read():
+    """What differs between engines is data on the Engine (no `engine == "host"` branches): where the
+    compile runs, what its containers need, where torch comes from; and it reads as the name typed."""
+    import json
+
+    from wheelci.engine import PODMAN_ULIMITS, Engine
+    from wheelci.plan import ENGINES
+
+    assert ENGINES == ("auto", "host", "docker", "podman")
+    assert [e.container for e in Engine] == [False, True, True]
+    assert Engine.PODMAN.create_args == tuple(f"--ulimit={u}" for u in PODMAN_ULIMITS)
+    assert Engine.DOCKER.create_args == () == Engine.HOST.create_args
+    assert "made on first use" in Engine.HOST.torch_source and "image" in Engine.DOCKER.torch_source
+    assert f"{Engine.HOST}" == str(Engine.HOST) == "host" == Engine("host")
+    assert json.dumps({"engine": Engine.PODMAN}) == '{"engine": "podman"}'

@@ -162,15 +162,15 @@ def build_project(args, project: "Project", settings) -> int:
         from wheelci.compile.workdir import own_work_dir
 
         own_work_dir(args.work_dir)
-    if plan.engine != "host":
+    if plan.engine.container:
         from wheelci.compile.container import require_engine
 
         require_engine(plan)  # an engine that is not there is one error line, before any note
     # On the host, the image notes do not apply; the engine choice (auto's fallback) always does.
     for note in plan.notes:
-        if plan.engine != "host" or note.startswith(("engine", "the project requires")):
+        if plan.engine.container or note.startswith(("engine", "the project requires")):
             log.info(f"note: {note}")
-    if plan.engine == "host":
+    if not plan.engine.container:
         log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} "
                  "(wheelci/resources/glibc_compat/glibc_compat.h)")
     from_sdist = args.project is not None and Path(args.project).is_file()
@@ -372,7 +372,7 @@ def compile_step(b: Build) -> None:
 
 def compile_sources(b: Build) -> None:
     start = time.monotonic()
-    if b.plan.engine == "host":
+    if not b.plan.engine.container:
         from wheelci.compile.host import compile_host
 
         from wheelci.compile.host import dependencies
@@ -393,7 +393,7 @@ def compile_sources(b: Build) -> None:
 def repair_step(b: Build) -> None:
     """auditwheel with torch, CUDA, cuDNN and OpenMP left out (declared instead); a --cuda wheel must hold
     device code."""
-    if b.plan.engine == "host":
+    if not b.plan.engine.container:  # in a container, cibuildwheel ran our repair already
         from wheelci.repair import repair
 
         fixed = repair(b.compiled[0], b.work / "repaired", torch_version=b.env.torch_version,

@@ -7,6 +7,7 @@ DOCKER_HOST, contexts and credentials. Each probe is bounded by a short timeout 
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 import shutil
@@ -19,6 +20,43 @@ from wheelci.errors import CiError
 from wheelci.util import proc
 
 PROBE_TIMEOUT = 5.0
+PODMAN_ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
+
+
+class Engine(str, enum.Enum):
+    """Where a build compiles, as data the Plan, the dry run and the steps read instead of comparing names.
+
+    The host's own toolchain: a cached venv with the Plan's torch, a CUDA root from NVIDIA's wheels, and
+    our repair after the compile. Or cibuildwheel in a container engine: the image's toolchain, the repair
+    run inside it. A str, so the Plan's JSON and every message say `host` as the user typed it."""
+
+    HOST = "host"
+    DOCKER = "docker"
+    PODMAN = "podman"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def container(self) -> bool:
+        """cibuildwheel in this container engine (its CLI is the command run), not the host's toolchain."""
+        return self is not Engine.HOST
+
+    @property
+    def create_args(self) -> tuple[str, ...]:
+        """What this engine's containers need beyond the mounts every container gets: Podman's rlimits."""
+        return tuple(f"--ulimit={u}" for u in PODMAN_ULIMITS) if self is Engine.PODMAN else ()
+
+    @property
+    def torch_source(self) -> str:
+        """Where the compile's torch comes from, as the dry run says it."""
+        if self.container:
+            return "the image's pip, in each build"
+        return "the cached build environment of this torch (made on first use)"
+
 
 # The question each engine's CLI answers only when its server (daemon, or podman's storage) works.
 PROBE_COMMANDS = {"docker": ("version", "--format", "{{.Server.Version}}"),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from wheelci.config import matrix as mx
-from wheelci.engine import CA_VARIABLES, Facts
+from wheelci.engine import CA_VARIABLES, Engine, Facts
 from wheelci.util import secret
 from wheelci.config.project import Project
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
@@ -26,8 +26,7 @@ from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
 from wheelci.wheel.names import cuda_tag
 
-ENGINES = ("auto", "host", "docker", "podman")
-CONTAINER_ENGINES = ("docker", "podman")
+ENGINES = ("auto", *(e.value for e in Engine))
 CONTAINER_CCACHE = "/ccache"
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
 CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount this package read-only (ci.repair runs from it)
@@ -47,7 +46,6 @@ CONTAINER_CONSTRAINTS = "/ci/build-constraints.txt"
 # Where the host's trusted CA bundle is named: TLS-intercepting networks (corporate proxies, this kind of CI)
 # re-sign outbound TLS, and pip in the container fails CERTIFICATE_VERIFY_FAILED without the same bundle.
 # Podman sets rlimits by default that a host without CAP_SYS_RESOURCE (containerised CI runners) refuses.
-PODMAN_ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
 AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs docker or podman: the host "
                         "cannot build it ({why})")
 _PY = re.compile(r"3\.\d{1,2}")  # fullmatch: `$` passes a trailing newline
@@ -100,7 +98,7 @@ class Plan:
     python: list[str]
     identifiers: list[str]
     environment: dict[str, str]
-    engine: str  # "host" | "docker" | "podman"
+    engine: Engine  # what `engine_requested` resolved to
     nvcc_flags: list[str] = field(default_factory=list)
     gcc_max: int | None = None
     notes: list[str] = field(default_factory=list)
@@ -275,7 +273,7 @@ def ccache_dir(env: Mapping[str, str]) -> Path:
     return Path(env.get("CCACHE_DIR") or cache_dir("ccache", env=env))
 
 
-def container_options(engine: str, find_links: Path | None, tools: Path, ccache: Path,
+def container_options(engine: Engine, find_links: Path | None, tools: Path, ccache: Path,
                       ca: str | None) -> tuple[list[str], dict[str, str]]:
     """The engine's create arguments and the variables set inside: host network, the ccache volume, the
     tool constraints, the host's CA bundle and the find-links directory (all read-only), Podman's rlimits."""
@@ -289,12 +287,10 @@ def container_options(engine: str, find_links: Path | None, tools: Path, ccache:
     if find_links is not None:
         create.append(f"--volume={find_links}:{CONTAINER_FIND_LINKS}:ro")
         inner["PIP_FIND_LINKS"] = CONTAINER_FIND_LINKS
-    if engine == "podman":
-        create += [f"--ulimit={u}" for u in PODMAN_ULIMITS]
-    return create, inner
+    return [*create, *engine.create_args], inner
 
 
-def environment(*, engine: str, image: str, identifiers: list[str], before_build: str, cuda: str | None,
+def environment(*, engine: Engine, image: str, identifiers: list[str], before_build: str, cuda: str | None,
                 arch_list: str, nvcc_flags: list[str], tools: Path, ccache: Path, ca: str | None,
                 gcc_max: int | None = None, find_links: Path | None = None) -> dict[str, str]:
     """The CIBW_* variables a container build sets (a host build shows what a container one would)."""
@@ -319,28 +315,28 @@ def environment(*, engine: str, image: str, identifiers: list[str], before_build
         "CIBW_REPAIR_WHEEL_COMMAND_LINUX": REPAIR_COMMAND,
         "CIBW_BUILD_VERBOSITY": "1",
     }
-    if engine in CONTAINER_ENGINES:
+    if engine.container:
         env["CIBW_CONTAINER_ENGINE"] = f"{engine}; create_args: {shlex.join(create)}"
     return env
 
 
-def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None, facts: Facts) -> tuple[str, list[str]]:
+def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None, facts: Facts) -> tuple[Engine, list[str]]:
     """auto -> the running container engine, else the host when it can build this, else a clear error."""
     if engine not in ENGINES:
         raise CiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
     if engine != "auto":
-        return engine, []
+        return Engine(engine), []
     if cuda is None:
-        return "host", ["engine auto: CPU builds run on the host"]
+        return Engine.HOST, ["engine auto: CPU builds run on the host"]
     from wheelci import engine as eng
 
     if facts.engine:
-        return facts.engine, [f"engine auto: {facts.engine} responds"]
+        return Engine(facts.engine), [f"engine auto: {facts.engine} responds"]
     why_not = eng.cannot_build(row, facts)
     if why_not:
         # Still a plan (a dry run must show it); running it fails with this reason in ci.compile.container.
-        return "docker", [f"engine auto: {AUTO_NEEDS_CONTAINER.format(cuda=cuda, why=why_not)}"]
-    return "host", [f"engine auto: no container engine responds; building CUDA {cuda} on the host"]
+        return Engine.DOCKER, [f"engine auto: {AUTO_NEEDS_CONTAINER.format(cuda=cuda, why=why_not)}"]
+    return Engine.HOST, [f"engine auto: no container engine responds; building CUDA {cuda} on the host"]
 
 
 @dataclass(frozen=True)
@@ -413,7 +409,7 @@ def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] |
         cibw["CIBW_ENVIRONMENT_LINUX"] += " " + _cibw_environment(build_env)
         plan = replace(plan, environment=cibw)
     plan = _with_run(plan, run)
-    if plan.engine == "host":
+    if not plan.engine.container:
         plan = replace(plan, inherited={k: env[k] for k in INHERITED if env.get(k)})
     if image is None:
         return plan
@@ -568,7 +564,7 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
                 notes=python_notes(project, pythons) + notes, engine_requested=engine,
                 find_links=str(find_links) if find_links else None,
                 cpu_view=cpu_view(machine.env, project.backend == "scikit-build-core", machine.facts.nvcc_dirs)
-                if resolved == "host" else None)  # an image has no toolkit to hide
+                if not resolved.container else None)  # an image has no toolkit to hide
 
 
 def format_plan(plan: Plan) -> str:
@@ -579,7 +575,7 @@ def format_plan(plan: Plan) -> str:
         ("cuda", plan.cuda or "none (CPU build)"),
         ("torch", f"{plan.torch} from {plan.torch_index_url or 'pip sources'}"
                   + (" (also PyPI's default build)" if plan.torch_on_pypi else "")
-                  + ("; a cached build environment with this torch is reused" if plan.engine == "host" else "")),
+                  + f"; {plan.engine.torch_source}"),
         ("cudnn", plan.cudnn_requirement or "-"),
         ("engine", plan.engine),
         ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]"),
@@ -611,7 +607,7 @@ def _run_rows(plan: Plan) -> list[tuple[str, str]]:
         ("build env", " ".join(f"{k}={v}" for k, v in env.items()) or "-"),
         ("ccache", plan.ccache_dir or "-"),
         ("nvcc", f"{plan.nvcc_source} (host builds: the host nvcc if its version matches, else NVIDIA's wheels)"
-                 if plan.cuda and plan.engine == "host" else "-"),
+                 if plan.cuda and not plan.engine.container else "-"),
         ("excludes", " ".join(plan.excludes) or "-"),
         ("device code", "not required (--allow-no-device-code)" if plan.allow_no_device_code
                         else "required" if plan.cuda else "-"),

@@ -289,7 +289,7 @@ def host_nvcc_used(plan: "Plan") -> str | None:
     """Which nvcc a host CUDA build compiled with, by the rule compile.hostenv.find_nvcc applies: the
     host's when --nvcc allows it and its version is the plan's, else NVIDIA's wheel (listed with the
     build env's wheels)."""
-    if plan.cuda is None or plan.engine != "host":
+    if plan.cuda is None or plan.engine.container:
         return None
     from wheelci.engine import host_nvcc, nvcc_version
 
@@ -314,7 +314,7 @@ def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: lis
                     for m in wa.files if m.name.startswith(libs_dir))
     torch_reqs = [r for r in get_headers(wa.metadata, "Requires-Dist") if requirement_name(r) == "torch"]
     sboms = f"{wa.dist_info}/sboms/"
-    host = plan.engine == "host"
+    host = not plan.engine.container
     return Provenance(
         project=(get_headers(wa.metadata, "Name") or [wa.name.distribution])[0], version=wa.name.version, wheel=wa.path.name,
         content_digest=content_digest(wa, member), revision=revision, revision_note=note, dirty=dirty,

@@ -22,12 +22,12 @@ from wheelci.compile.workdir import stage_project
 from wheelci.errors import CiError, Finding
 from wheelci.config import constraints
 from wheelci.util import log, proc
-from wheelci.plan import AUTO_NEEDS_CONTAINER, CONTAINER_ENGINES, Plan
+from wheelci.plan import AUTO_NEEDS_CONTAINER, Plan
 
 
 def require_engine(plan: Plan) -> None:
     """One clear line when the plan's container engine is not there (before anything runs)."""
-    if plan.engine not in CONTAINER_ENGINES:
+    if not plan.engine.container:
         raise CiError(f"the container engine cannot run a {plan.engine} plan")
     why = eng.PROBES[plan.engine]()
     if why is None:
