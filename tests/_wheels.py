@@ -22,7 +22,7 @@ def age_past_racy(*paths: Path) -> None:
     """Wait until every file under `paths` was last changed more than ci.index's racy window ago, so an
     index run trusts the hashes it records and the next run reads nothing: a test sets up the file ages
     it relies on instead of hoping the machine was slow enough."""
-    from wheelci.index import RACY_NS
+    from wheelci.publish.indexcache import RACY_NS
 
     newest = max((f.lstat().st_ctime_ns for root in paths for f in (root, *root.rglob("*"))), default=0)
     delay_ns = newest + RACY_NS + 10_000_000 - time.time_ns()  # 10 ms: the file clock's coarse tick

@@ -653,16 +653,17 @@ def test_an_out_that_cannot_be_created_leaves_dir_as_it_was(tmp_path, wheels):
 def test_a_run_interrupted_while_writing_owns_what_it_wrote(tmp_path, wheels, monkeypatch, where):
     """Ctrl-C, SIGTERM or a crash part-way through: the next run (with another wheel added, so its
     pages differ) takes up the pages and sidecars as its own instead of refusing them as foreign."""
-    import wheelci.index as index
+    from wheelci.publish import ownedfiles  # build_index writes through it: the patches target it
+    from wheelci.publish.distread import PAGE_NAMES
     repo = populate(tmp_path / "repo", wheels["other"])
     (repo / "simple").mkdir()
     (repo / "simple" / "notes.html").write_text("theirs")  # foreign content sharing OUT: never touched
-    real = index._write_if_changed
+    real = ownedfiles._write_if_changed
     pages: list[Path] = []
 
     def interrupted(path: Path, data: bytes) -> bool:
         changed = real(path, data)
-        if path.name in index.PAGE_NAMES:
+        if path.name in PAGE_NAMES:
             pages.append(path)
             if where == "after-first-page":
                 raise KeyboardInterrupt
@@ -671,8 +672,8 @@ def test_a_run_interrupted_while_writing_owns_what_it_wrote(tmp_path, wheels, mo
     def crashed(*args: object) -> list[str]:
         raise KeyboardInterrupt  # every page written, the cache not yet updated after them
 
-    monkeypatch.setattr(index, "_remove_stale", crashed)
-    monkeypatch.setattr(index, "_write_if_changed", interrupted)
+    monkeypatch.setattr(ownedfiles, "_remove_stale", crashed)
+    monkeypatch.setattr(ownedfiles, "_write_if_changed", interrupted)
     with pytest.raises(KeyboardInterrupt):
         build_index(repo)
     monkeypatch.undo()

@@ -17,8 +17,9 @@ from typing import Callable, Iterable
 
 import pytest
 
-from wheelci.upload import (Conflict, is_loopback, parse_listing, redactor, simple_url_for, strip_userinfo,
-                       upload)
+from wheelci.publish.endpoint import is_loopback, redactor, simple_url_for, strip_userinfo
+from wheelci.publish.listing import Conflict, parse_listing
+from wheelci.upload import upload
 from wheelci.verifyenv import fresh_venv
 from tests._servers import KillingProxy, PypiServer, build_wheel, pip_install
 from tests import _proc
