@@ -1,15 +1,20 @@
-"""The suite's budget, printed at the end of a CI run: `python -m tests._budget TIER.xml... [--docs]`.
+"""The suite's budget, printed at the end of a CI run: `python -m tests._budget TIER.xml... [--docs]
+[--keep-under GB]`.
 
 Each argument is one tier's JUnit report (pytest --junitxml), named after the tier. It prints each
 tier's wall time and counts, the 15 slowest tests of the run and the disk the caches hold, so the next
-change sees where its time and disk went. With --docs it also writes the tiers' table into
-docs/contributing.md, between the markers test_docs checks.
+change sees where its time and disk went. With --keep-under, the test inputs only the suite uses (real
+torch releases, the wheel corpus, ...) are removed, largest first, until the caches fit; the tool's own
+build environments, which every build reuses, are never removed. With --docs it also writes the tiers'
+table into docs/contributing.md, between the markers test_suite_budget checks.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import shutil
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -52,6 +57,25 @@ def caches() -> dict[str, Path]:
             "docker": Path("/var/lib/docker"), "podman": Path("/var/lib/containers")}
 
 
+# Inputs only the suite uses, under the tool's cache: each is downloaded again by the next run needing it.
+TEST_INPUTS = ("real-torch/*", "wheel-corpus", "wheelhouse", "bazel-torch-cpu-deps", "bazel-repository-cache",
+               "standin", "devpi-*", "torch-cpu")
+
+
+def evict(cache: Path, over: int) -> list[tuple[Path, int]]:
+    """Remove test inputs from `cache`, largest first, until `over` bytes are gone (or none is left)."""
+    found = [Path(p) for pattern in TEST_INPUTS for p in glob.glob(str(cache / pattern))]
+    sized = sorted(((p, sum(disk_use({"x": p}).values())) for p in found), key=lambda t: -t[1])
+    gone = []
+    for path, size in sized:
+        if over <= 0:
+            break
+        shutil.rmtree(path, ignore_errors=True)
+        gone.append((path, size))
+        over -= size
+    return gone
+
+
 def disk_use(paths: dict[str, Path]) -> dict[str, int]:
     """Bytes on disk under each path, a file hard-linked in several places counted once (the first)."""
     seen: set[tuple[int, int]] = set()
@@ -81,7 +105,7 @@ def tier_table(tiers: list[Tier]) -> str:
     return "\n".join(rows)
 
 
-def report(tiers: list[Tier], used: dict[str, int]) -> str:
+def report(tiers: list[Tier], used: dict[str, int], evicted: list[tuple[Path, int]] = ()) -> str:
     lines = ["", "== the suite's budget =="]
     for t in tiers:
         lines.append(f"{t.name:>10}: {minutes(t.seconds)}, {t.tests} tests ({t.failed} failed, {t.skipped} skipped)")
@@ -93,6 +117,8 @@ def report(tiers: list[Tier], used: dict[str, int]) -> str:
     for name, size in used.items():
         lines.append(f"  {size / 2**30:6.1f} GB  {name}")
     lines.append(f"  {sum(used.values()) / 2**30:6.1f} GB  in all")
+    for path, size in evicted:
+        lines.append(f"  removed to keep within the budget: {path} ({size / 2**30:.1f} GB; the next run downloads it)")
     return "\n".join(lines)
 
 
@@ -107,9 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests._budget", description=__doc__.splitlines()[0])
     ap.add_argument("reports", nargs="+", type=Path, help="one JUnit XML report per tier, named after it")
     ap.add_argument("--docs", action="store_true", help="write the tiers' table into docs/contributing.md")
+    ap.add_argument("--keep-under", type=float, metavar="GB", help="remove test inputs until the caches fit")
     args = ap.parse_args(argv)
     tiers = [read_tier(r) for r in args.reports if r.is_file()]
-    print(report(tiers, disk_use(caches())))
+    used, evicted = disk_use(caches()), []
+    if args.keep_under is not None and sum(used.values()) > args.keep_under * 2**30:
+        evicted = evict(caches()["the tool's cache"], sum(used.values()) - int(args.keep_under * 2**30))
+        used = disk_use(caches())
+    print(report(tiers, used, evicted))
     if args.docs:
         write_docs(tiers)
     return 0

@@ -118,3 +118,17 @@ def test_the_documented_tiers_count_what_the_suite_holds():
     """docs/contributing.md's table is written by `python -m tests._budget --docs` from a real run; a test
     added or removed since makes it stale, and this fails until it is measured again."""
     assert documented_tiers() == {"hermetic": collected("not slow"), "heavy": collected("slow")}
+
+
+def test_keeping_under_the_budget_removes_test_inputs_largest_first_never_build_environments(tmp_path):
+    cache = tmp_path / "cache"
+    sizes = {"real-torch/2.0.1": 3, "real-torch/2.13.0": 2, "wheel-corpus": 1, "envs/torch-2.13.0-cpu-py311": 5,
+             "builds/abc": 4}
+    for rel, mib in sizes.items():
+        (cache / rel).mkdir(parents=True)
+        (cache / rel / "data").write_bytes(os.urandom(mib << 20))
+    gone = _budget.evict(cache, over=4 << 20)  # 4 MiB too much: the two largest test inputs go
+    assert [p.relative_to(cache).as_posix() for p, _ in gone] == ["real-torch/2.0.1", "real-torch/2.13.0"]
+    left = sorted(p.parent.relative_to(cache).as_posix() for p in cache.rglob("data"))
+    assert left == ["builds/abc", "envs/torch-2.13.0-cpu-py311", "wheel-corpus"], left
+    assert _budget.evict(cache, over=0) == []
