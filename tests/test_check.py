@@ -123,7 +123,7 @@ def test_an_unanticipated_exception_is_one_line_exit_2_and_debug_shows_it() -> N
     r = _proc.run([sys.executable, "-c", code.format(argv="[]")], capture_output=True, text=True)
     assert r.returncode == 2
     (line,) = r.stderr.strip().splitlines()
-    assert line.startswith("demo: error: unexpected KeyError") and "--debug" in line
+    assert line.startswith("python -m ci.demo: error: unexpected KeyError") and "--debug" in line
     r = _proc.run([sys.executable, "-c", code.format(argv="['--debug']")], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" in r.stderr  # --debug shows it; the exit code stays
     assert r.stderr.strip().splitlines()[-1] == line

@@ -271,3 +271,104 @@ def test_help_lists_every_stage_and_names_each_wheelci_stage(user_repo):
         assert r.returncode == 0 and r.stdout.startswith(f"usage: wheelci {stage}"), (stage, r.stdout[:200], r.stderr)
     r = run("wheelci STAGE", "image", "build", "--help", repo=user_repo)
     assert r.returncode == 0 and r.stdout.startswith("usage: wheelci image build")
+
+
+# ---------------------------------------------------------------- other stages named as the user runs the tool
+
+
+# A Python the default torch line has wheels for and this interpreter is not (cibuildwheel would build it).
+OTHER_PYTHON = "3.13" if sys.version_info[:2] == (3, 12) else "3.12"
+# Each way of running `plan`, and how it names a stage: the console entry (`python -m wheelci STAGE` sets
+# cli.COMMAND as the `wheelci` script does), the package's module, and this repository's `ci` package.
+NAMING = {
+    "python -m wheelci STAGE": ([sys.executable, "-m", "wheelci", "plan"], "wheelci {}"),
+    "python -m wheelci.STAGE": ([sys.executable, "-m", "wheelci.plan"], "python -m wheelci.{}"),
+    "python -m ci.STAGE": ([sys.executable, "-m", "ci.plan"], "python -m ci.{}"),
+}
+
+
+@pytest.mark.parametrize("entry", NAMING)
+def test_an_error_names_another_stage_the_way_the_user_runs_the_tool(entry):
+    """`plan --python X.Y` for a cp3X project, X.Y not the pipeline's Python, refuses and sends the user to
+    the build stage under that Python: named as they ran the tool (`wheelci build` to a user of `wheelci`),
+    never as another entry point spells it."""
+    argv, spelling = NAMING[entry]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(SRC)])
+    r = _proc.run([*argv, "--python", OTHER_PYTHON, "--engine", "host", "--project-dir", str(TINY)],
+                  capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert r.returncode == 2 and r.stdout == "", r.stderr[-2000:]
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"{spelling.format('plan')}: error: --python {OTHER_PYTHON}: "), line
+    assert line.endswith(f", or run {spelling.format('build')} with Python {OTHER_PYTHON}"), line
+    for _, other in NAMING.values():
+        if other != spelling:
+            assert other.format("build") not in line, line
+
+
+PACKAGE = SRC / "wheelci"
+# The stage spellings in the package's strings that must stay as they are, each with why: (file, the string).
+FIXED_SPELLINGS = {
+    ("wheelci/plan.py", " python -m wheelci.repair -w {dest_dir} {wheel}"):
+        "cibuildwheel's repair command (REPAIR_COMMAND): it runs inside the build container, where this package "
+        "is mounted at /opt/cuda-wheel-ci and `python -m wheelci.repair` is what is there, however the user "
+        "ran the tool",
+}
+
+
+def stage_spellings(source: str, filename: str = "<source>") -> list[tuple[str, str]]:
+    """(filename, the string) for each string constant of `source`, docstrings aside (comments are not in
+    the tree), that spells a stage command the repository's way (`ci.index`, `python -m ci.index`) or
+    names an entry point (`python -m wheelci.index`): text a user sees names a stage through
+    wheelci.cli.command, as they run the tool. A module given to `-m` alone (`"wheelci.index"`) is no text."""
+    import ast
+    import re
+
+    from wheelci.__main__ import STAGES
+
+    stages = "|".join(STAGES)
+    spelled = re.compile(rf"python -m (?:wheelci|ci)\.(?:{stages})\b|(?<![\w./-])ci\.(?:{stages})\b")
+    tree = ast.parse(source, filename)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    hits = [node for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and spelled.search(node.value)]
+    return [(filename, node.value) for node in sorted(hits, key=lambda n: (n.lineno, n.col_offset))]
+
+
+def package_spellings() -> list[tuple[str, str]]:
+    return [hit for path in sorted(PACKAGE.rglob("*.py"))
+            for hit in stage_spellings(path.read_text(encoding="utf-8"), path.relative_to(SRC).as_posix())]
+
+
+def test_no_string_of_the_package_spells_a_stage_command():
+    assert len(list(PACKAGE.rglob("*.py"))) > 20  # the real package, not an empty glob
+    found = package_spellings()
+    offenders = [f"{name}: {text!r}" for name, text in found if (name, text) not in FIXED_SPELLINGS]
+    assert not offenders, ("name stages through wheelci.cli.command (or add the string to FIXED_SPELLINGS, "
+                           "with why): " + "; ".join(offenders))
+    assert set(FIXED_SPELLINGS) <= set(found)  # each exception still exists: none outlives its string
+
+
+def test_the_spelling_check_finds_them_in_generated_source():
+    source = '''"""A stage that says `python -m ci.index` in its docstring (for developers)."""
+from wheelci.cli import command
+from wheelci.errors import CiError
+
+def stage(x):
+    """Runs ci.build."""
+    # ci.split comment
+    if x:
+        raise CiError("no simple page: run ci.index first")
+    if x > 1:
+        raise CiError(f"{x}: see `python -m ci.build --help`")
+    run(["-m", "wheelci.build", "wheelci.cdx.json", "ci.config", "ci.native.elf"])
+    print(f"{command('index')} wrote it; python -m wheelci.split did not")
+'''
+    assert stage_spellings(source, "gen.py") == [
+        ("gen.py", "no simple page: run ci.index first"), ("gen.py", ": see `python -m ci.build --help`"),
+        ("gen.py", " wrote it; python -m wheelci.split did not")]
+    offenders = stage_spellings(source.replace("ci.index first", "{command('index')} first"), "gen.py")
+    assert ("gen.py", "no simple page: run ci.index first") not in offenders and len(offenders) == 2

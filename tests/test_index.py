@@ -318,7 +318,7 @@ def test_non_distributions_are_skipped_with_a_warning(tmp_path, wheels):
 def _assert_rejected(r: subprocess.CompletedProcess, *words: str) -> None:
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ci.index: error:"), r.stderr
+    assert len(lines) == 1 and lines[0].startswith("python -m ci.index: error:"), r.stderr
     for w in words:
         assert w in lines[0]
 
@@ -417,7 +417,7 @@ def test_a_foreign_cache_file_is_refused(tmp_path, wheels):
     repo = populate(tmp_path / "repo", wheels["other"])
     (repo / "simple").mkdir()
     (repo / "simple" / ".ci-index-cache.json").write_text("not ours")
-    _assert_rejected(cli(str(repo)), "not a ci.index cache")
+    _assert_rejected(cli(str(repo)), "not a python -m ci.index cache")
     assert (repo / "simple" / ".ci-index-cache.json").read_text() == "not ours"
 
 

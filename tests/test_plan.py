@@ -214,7 +214,7 @@ def test_cli_text_summary():
 def test_cli_bad_input_is_one_line_exit_2(args):
     r = run_cli(*args)
     assert r.returncode == 2 and r.stdout == ""
-    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("ci.plan: error: ")
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("python -m ci.plan: error: ")
 
 
 def test_py3_wheel_notes_that_one_build_serves_every_python():

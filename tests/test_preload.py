@@ -358,7 +358,7 @@ def test_inject_makes_the_package_import_per_package(chain, tmp_path):
         assert f"appa/{MODULE_NAME}.py" in wa
     assert init.splitlines()[:4] == [
         '"""Uses libA."""', "from __future__ import annotations",
-        f"from . import {MODULE_NAME} as _p; _p.preload(); del _p  # load native deps first (ci.preload)", ""]
+        f"from . import {MODULE_NAME} as _p; _p.preload(); del _p  # load native deps first (wheelci preload)", ""]
 
     injected = [install_alone(new, tmp_path / "inj" / "appa"),
                 *(install_alone(chain[k], tmp_path / "inj" / k) for k in ("depb", "depc"))]
@@ -449,7 +449,7 @@ def test_inject_needs_a_package(tmp_path, chain):
     ('"""No newline at end."""', '"""No newline at end."""\nCALL'),
 ])
 def test_insert_call(source, expected):
-    call = f"from . import {MODULE_NAME} as _p; _p.preload(); del _p  # load native deps first (ci.preload)\n"
+    call = f"from . import {MODULE_NAME} as _p; _p.preload(); del _p  # load native deps first (wheelci preload)\n"
     assert insert_call(source) == expected.replace("CALL ", call).replace("CALL", call)
 
 
@@ -626,7 +626,7 @@ def test_emit_replaces_only_a_module_it_wrote(chain, tmp_path):
     wheel.write_bytes(chain["appa"].read_bytes()) if chain["appa"].is_file() else None
     user = tmp_path / "notes.py"
     user.write_text("mine = True\n")
-    one_line_error(cli(chain["depc"], "--emit", user), "exists and is not a preload module ci.preload wrote")
+    one_line_error(cli(chain["depc"], "--emit", user), "exists and is not a preload module python -m ci.preload wrote")
     assert user.read_text() == "mine = True\n"
     target = chain["depc"] if chain["depc"].is_file() else next(p for p in chain["depc"].rglob("*") if p.is_file())
     before = target.read_bytes()

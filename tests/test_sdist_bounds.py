@@ -152,7 +152,7 @@ def test_headers_declaring_more_than_the_archive_holds(tmp_path, case):
     assert sdist.stat().st_size < 200
     one_error(dry_run(tmp_path, sdist), "python -m ci.build", "not a readable sdist")
     index = bounded_stage("ci.index", sdist.parent, "--out", tmp_path / "index")
-    one_error(index, "ci.index", "not a readable sdist")
+    one_error(index, "python -m ci.index", "not a readable sdist")
 
 
 def test_a_sparse_map_cut_short_is_unreadable(tmp_path):

@@ -400,7 +400,7 @@ def test_companion_init_is_a_literal_whatever_its_text() -> None:
     src = _companion_init('x"""; import os; """', "1.0\\'\n", "demo/_p.py").decode()
     (node,) = ast.parse(src).body
     assert isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-    assert node.value.value == 'Shared libraries split off x"""; import os; """ 1.0\\\'\n by ci.split; loaded by demo/_p.py.'
+    assert node.value.value == 'Shared libraries split off x"""; import os; """ 1.0\\\'\n by wheelci split; loaded by demo/_p.py.'
 
 
 def _with_member(wheel: Path, name: str, data: bytes, dest: Path) -> Path:
@@ -590,7 +590,7 @@ def test_split_replaces_only_its_own_outputs_and_a_rerun_leaves_no_stale_compani
     foreign = out / "demo_libs-1.0+cpu-py3-none-linux_x86_64.whl"
     foreign.write_text("a user's file")
     r = run_stage("ci.split", native_wheel, "--limit", "300KB", "-w", out)
-    assert r.returncode == 2 and "which ci.split did not write" in r.stderr, r.stderr
+    assert r.returncode == 2 and "which python -m ci.split did not write" in r.stderr, r.stderr
     assert foreign.read_text() == "a user's file" and sorted(p.name for p in out.iterdir()) == [foreign.name]
     foreign.unlink()
     assert run_stage("ci.split", native_wheel, "--limit", "300KB", "-w", out).returncode == 0

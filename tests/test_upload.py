@@ -71,7 +71,7 @@ def no_secret(r: subprocess.CompletedProcess, secret: str = TOKEN) -> None:
 
 
 def error_lines(r: subprocess.CompletedProcess) -> list[str]:
-    return [l for l in r.stderr.splitlines() if l.startswith("ci.upload: error:")]
+    return [l for l in r.stderr.splitlines() if l.startswith("python -m ci.upload: error:")]
 
 
 # ---------------------------------------------------------------- the happy path, end to end
@@ -331,7 +331,7 @@ def test_bad_input_is_one_line_exit_2(wheels, args, words, tmp_path):
     r = cli(*args)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ci.upload: error:") and words in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("python -m ci.upload: error:") and words in lines[0], r.stderr
     assert r.stdout == ""
 
 

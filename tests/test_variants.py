@@ -242,7 +242,7 @@ def test_a_variants_file_ci_index_did_not_write_is_never_replaced(release):
     page.parent.mkdir(parents=True)
     page.write_text("{}\n")
     r = run_stage("ci.index", release)
-    assert r.returncode == 2 and "refusing to overwrite files ci.index did not write" in r.stderr, r.stderr
+    assert r.returncode == 2 and "refusing to overwrite files python -m ci.index did not write" in r.stderr, r.stderr
     assert page.read_text() == "{}\n" and not (release / "simple" / "demo" / "index.html").exists()
 
 

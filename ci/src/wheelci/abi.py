@@ -105,8 +105,8 @@ def check_abi(wheel: Path, include: Path) -> AbiReport:
 
 
 def build_parser() -> cli.Parser:
-    p = cli.parser("python -m ci.abi", "check which LibTorch ABI (stable or classic) each library of a wheel "
-                                       "uses against what the wheel requires of torch")
+    p = cli.parser("abi", "check which LibTorch ABI (stable or classic) each library of a wheel "
+                          "uses against what the wheel requires of torch")
     p.add_argument("wheel", type=Path)
     p.add_argument("--torch-site", type=Path, help="site-packages whose torch headers date the shim functions "
                                                    "(default: the torch this Python imports)")

@@ -92,7 +92,7 @@ def main(args) -> int:
 
 
 def build_parser() -> cli.Parser:
-    p = cli.parser("python -m ci.check", "Check wheel sizes against a publishing limit, reading only "
+    p = cli.parser("check", "Check wheel sizes against a publishing limit, reading only "
                    "central directories; over a limit, list the 10 largest members and exit 1.")
     p.add_argument("wheels", metavar="WHEEL", nargs="+", type=Path)
     p.add_argument("--limit", default="pypi", metavar="pypi|github|SIZE",

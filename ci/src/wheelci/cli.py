@@ -56,22 +56,32 @@ class UsageExit(SystemExit):
 COMMAND: str | None = None  # `wheelci STAGE` when the console script runs the stage
 
 
-def parser(prog: str, description: str) -> Parser:
-    """A stage's parser. `prog` is its name in this repository (`python -m ci.check`); run through the
-    console script the stage is `wheelci check`, and through `python -m wheelci.check` it is that."""
-    p = Parser(prog=invoked_as(prog), description=description)
+def command(stage: str) -> str:
+    """Any stage (`index`, `bench`) named the way the user runs the tool now: `wheelci index` under the
+    console script, `python -m wheelci.index` when a `python -m wheelci.X` runs, else `python -m ci.index`
+    (this repository, whose `ci` package is wheelci under the design's stage names). Every message that
+    tells the user to run a stage names it through here, so the command it gives is one they can type."""
+    if COMMAND is not None:
+        return f"wheelci {stage}"
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name.startswith("wheelci."):
+        return f"python -m wheelci.{stage}"
+    return f"python -m ci.{stage}"
+
+
+def parser(stage: str, description: str) -> Parser:
+    """A stage's parser, its prog the stage as the user invoked it (invoked_as): `check` is `wheelci check`
+    through the console script, `python -m wheelci.check` through that, `python -m ci.check` here."""
+    p = Parser(prog=invoked_as(stage), description=description)
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     p.add_argument("--verbose", action="store_true", help="echo each command run, as `+ cmd` (or CI_VERBOSE=1)")
     return p
 
 
-def invoked_as(prog: str) -> str:
-    if COMMAND is not None:
-        return COMMAND
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if spec is not None and spec.name.startswith("wheelci."):
-        return f"python -m {spec.name}"
-    return prog
+def invoked_as(stage: str) -> str:
+    """The running stage as the user invoked it: command()'s rule, for the stage given by its name
+    (`check`) or by its name in this repository (`ci.check`, `python -m ci.check`)."""
+    return command(stage.split()[-1].rsplit(".", 1)[-1])
 
 
 def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | None],

@@ -257,8 +257,8 @@ def _rows():
 def build_parser():
     from wheelci.cli import parser
 
-    p = parser("ci.engine", "Detect the container engine (`docker version`, `podman info`) and what the host "
-                            "engine can build, as `--engine auto` sees them.")
+    p = parser("engine", "Detect the container engine (`docker version`, `podman info`) and what the host "
+                         "engine can build, as `--engine auto` sees them.")
     p.add_argument("--json", action="store_true", help="print the answers as JSON")
     return p
 

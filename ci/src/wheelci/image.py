@@ -168,8 +168,8 @@ def main(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from wheelci.cli import parser
 
-    p = parser("ci.image", "Build (and push) our manylinux CUDA build images from docker/, with the build "
-                           "arguments of their CUDA matrix row.")
+    p = parser("image", "Build (and push) our manylinux CUDA build images from docker/, with the build "
+                        "arguments of their CUDA matrix row.")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the image for one CUDA version")
     b.add_argument("--cuda", required=True, help=f"CUDA version ({', '.join(mx.load().versions)})")

@@ -260,8 +260,8 @@ def main(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from wheelci.cli import parser
-    p = parser("ci.index", "Write a static PEP 503/658/691 simple index for the wheels and sdists "
-                           "in DIR (incremental; pip, uv and rules_python read it).")
+    p = parser("index", "Write a static PEP 503/658/691 simple index for the wheels and sdists "
+                        "in DIR (incremental; pip, uv and rules_python read it).")
     p.add_argument("dir", metavar="DIR", type=Path, help="directory holding the distributions (searched recursively)")
     p.add_argument("--out", metavar="DIR", type=Path, help="where the pages go (default: DIR/simple)")
     p.add_argument("--base-url", metavar="URL",

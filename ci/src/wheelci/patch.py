@@ -291,7 +291,7 @@ def main(args) -> int:
 
 
 def build_parser() -> cli.Parser:
-    p = cli.parser("python -m ci.patch", "Apply unified diffs, a local version and Requires-Dist edits to a "
+    p = cli.parser("patch", "Apply unified diffs, a local version and Requires-Dist edits to a "
                    "wheel without recompressing what does not change.")
     p.add_argument("wheel", metavar="WHEEL", type=Path)
     src = p.add_mutually_exclusive_group()

@@ -179,9 +179,11 @@ def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     others = [p for p in wanted if p != here]
     if others and project.py_api != "py3":  # a py3 wheel installs anywhere; a cp3X wheel only there
+        from wheelci.cli import command
+
         raise CiError(f"--python {', '.join(others)}: verify installs each wheel with this pipeline's Python "
                       f"{here}, so a {project.name} wheel for Python {others[0]} could only fail after its "
-                      f"build; build --python {here}, or run ci.build with Python {others[0]}")
+                      f"build; build --python {here}, or run {command('build')} with Python {others[0]}")
     return sorted(dict.fromkeys(wanted), key=lambda p: int(p.split(".")[1]))
 
 
@@ -508,7 +510,9 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None
     image, notes = pick_image(matrix, row, line, build.version)
     ref = _image_ref(matrix, image, machine.env)
     if image.origin == "ours":
-        notes.append(f"{ref} is built from docker/ (`wheelci image build --cuda {cuda}`): "
+        from wheelci.cli import command
+
+        notes.append(f"{ref} is built from docker/ (`{command('image')} build --cuda {cuda}`): "
                      f"no public {image.manylinux} image has CUDA {cuda}")
     if line.cxx11_abi and any(not i.cxx11_abi for i in row.images):
         notes.append(f"{cuda_tag(cuda)} ABI trap: torch {build.version} is cxx11-ABI {line.manylinux}, "
@@ -705,10 +709,10 @@ def main(args) -> int:
 
 
 def build_parser():
-    from wheelci.cli import parser
+    from wheelci.cli import command, parser
 
-    p = parser("ci.plan", "Print the build plan (image, torch, arch list, CIBW_* environment) for a CUDA "
-                          "version without running anything; ci.build --dry-run prints the same.")
+    p = parser("plan", "Print the build plan (image, torch, arch list, CIBW_* environment) for a CUDA "
+                       f"version without running anything; {command('build')} --dry-run prints the same.")
     p.add_argument("--cuda", help=f"CUDA version ({', '.join(mx.load().versions)}); omit for a CPU build. With "
                                   "--workflow-matrix: a comma list of the jobs to keep (CUDA versions, or cpu)")
     p.add_argument("--torch", help="torch version (default: the matrix row's)")

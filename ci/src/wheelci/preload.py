@@ -62,8 +62,10 @@ def own_emit(emit: Path, inputs: list[Path]) -> None:
     except OSError:
         ours = False
     if not ours:
-        raise CiError(f"--emit {emit}: exists and is not a preload module ci.preload wrote; refusing to replace "
-                      "it (remove it, or pick another path)")
+        from wheelci.cli import command
+
+        raise CiError(f"--emit {emit}: exists and is not a preload module {command('preload')} wrote; refusing "
+                      "to replace it (remove it, or pick another path)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -115,7 +117,7 @@ def main(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from wheelci.cli import parser
 
-    p = parser("python -m ci.preload", "Order shared libraries from wheels by their ELF dependencies "
+    p = parser("preload", "Order shared libraries from wheels by their ELF dependencies "
                "and emit (or inject) a stdlib-only module that preloads them in that order.")
     p.add_argument("inputs", nargs="+", metavar="WHEEL_OR_DIR", type=Path,
                    help="wheels or installed directories that provide the libraries")

@@ -292,7 +292,7 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
 
 
 def build_parser() -> cli.Parser:
-    p = cli.parser("python -m ci.repair", "auditwheel repair with torch/CUDA excluded and declared as dependencies")
+    p = cli.parser("repair", "auditwheel repair with torch/CUDA excluded and declared as dependencies")
     p.add_argument("wheel", type=Path)
     p.add_argument("-w", "--wheel-dir", type=Path, required=True, help="output directory")
     p.add_argument("--torch", dest="torch_version", help="torch version built against (default: the installed one)")

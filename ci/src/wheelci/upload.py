@@ -141,9 +141,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from wheelci.cli import parser
-    p = parser("ci.upload", "Upload wheels/sdists to a private index with twine (check, retry, "
-                            "skip identical files, verify sha256 on the simple page).")
+    from wheelci.cli import command, parser
+    p = parser("upload", "Upload wheels/sdists to a private index with twine (check, retry, "
+                         "skip identical files, verify sha256 on the simple page).")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--repository-url", metavar="URL",
                        help="upload endpoint (default: $TWINE_REPOSITORY_URL)")
@@ -164,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true", help="skip twine check")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("files", nargs="+", metavar="FILE", type=Path,
-                   help="wheels, sdists and variants files ({name}-{version}-variants.json, as ci.index writes them)")
+                   help="wheels, sdists and variants files ({name}-{version}-variants.json, as "
+                        f"{command('index')} writes them)")
     return p
 
 

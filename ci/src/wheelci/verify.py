@@ -215,7 +215,7 @@ def _json_line(line: str) -> object:
 
 
 def build_parser() -> cli.Parser:
-    p = cli.parser("python -m ci.verify", "install a wheel into a fresh venv over a torch install and test it")
+    p = cli.parser("verify", "install a wheel into a fresh venv over a torch install and test it")
     p.add_argument("wheel", type=Path)
     p.add_argument("--torch-site", type=Path, required=True, help="site-packages holding torch (and its CUDA wheels)")
     p.add_argument("--project", type=Path, help="the wheel's project: its [tool.ci] test command runs "

@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     from wheelci.cli import invoked_as
 
     argv = sys.argv[1:] if argv is None else argv
-    usage = f"usage: {invoked_as('python -m ci.bench')} {{{','.join(BENCHMARKS)}}} [ARGS]"
+    usage = f"usage: {invoked_as('bench')} {{{','.join(BENCHMARKS)}}} [ARGS]"
     if argv and argv[0] in ("-h", "--help"):
         print(usage)
         return 0

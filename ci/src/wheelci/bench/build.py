@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from wheelci.cli import command
+
 ROOT = Path(__file__).resolve().parents[3]  # this repository (the benches measure its example)
 # each project, and the source a one-line change goes to
 PROJECTS = {"example": (ROOT, "csrc/ops.cpp"), "tiny_ext": (ROOT / "tests" / "fixtures" / "tiny_ext", "csrc/tiny.cpp")}
@@ -40,7 +42,7 @@ def build(project: Path, variant: list[str], ccache: Path, out: Path, *flags: st
                         "-w", str(out), *flags], capture_output=True, text=True, env=env, cwd=ROOT)
     total = time.monotonic() - start
     if r.returncode != 0:
-        raise SystemExit(f"ci.bench build: the build failed:\n{r.stderr[-2000:]}")
+        raise SystemExit(f"{command('bench')} build: the build failed:\n{r.stderr[-2000:]}")
     m = re.search(r"compiled in (\d+) s", r.stderr)
     return total, float(m[1]) if m else 0.0
 
@@ -75,12 +77,13 @@ def measure(name: str, variant: str) -> list[tuple[str, float, float]]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m ci.bench build", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=f"{command('bench')} build", description=__doc__.splitlines()[0])
     p.add_argument("--project", choices=sorted(PROJECTS), action="append", help="default: all")
     p.add_argument("--variant", choices=sorted(VARIANTS), action="append", help="default: all")
     args = p.parse_args(argv)
     if not shutil.which("ccache"):
-        print("ci.bench build: no ccache here (scripts/bootstrap installs it as root): no ccache row", file=sys.stderr)
+        print(f"{command('bench')} build: no ccache here (scripts/bootstrap installs it as root): no ccache row",
+              file=sys.stderr)
     print(f"{'project':<10} {'variant':<7} {'build':<9} {'seconds':>8} {'compile s':>10} {'of cold':>8}")
     for name in args.project or sorted(PROJECTS):
         for variant in args.variant or sorted(VARIANTS):

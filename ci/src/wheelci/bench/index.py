@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from wheelci.cli import command
 from wheelci.util.cache import cache_dir
 
 CACHE = cache_dir()
@@ -95,20 +96,21 @@ def timed(cmd: list[str]) -> float:
     return elapsed
 
 
+OURS = "wheelci"  # `wheelci index`, by the tool's name: the same rows however the bench was run
 TOOLS = {
-    "ci.index": lambda d: [sys.executable, "-m", "wheelci.index", str(d)],
+    OURS: lambda d: [sys.executable, "-m", "wheelci.index", str(d)],
     "simple503": lambda d: [str(BIN / "simple503"), "-S", "-e", str(d)],
     "dir2pi": lambda d: [str(BIN / "dir2pi"), str(d)],
 }
 FEATURES = {
-    "ci.index": "sha256, PEP 658 metadata, requires-python, PEP 691 JSON, incremental",
+    OURS: "sha256, PEP 658 metadata, requires-python, PEP 691 JSON, incremental",
     "simple503": "sha256, PEP 658 metadata (data-dist-info-metadata only), requires-python",
     "dir2pi": "links only (no hashes, no metadata), single-quoted hrefs",
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ci.bench index", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=f"{command('bench')} index", description=__doc__.splitlines()[0])
     p.add_argument("--wheels", metavar="DIR", help="index these wheels instead of the default set")
     p.add_argument("--repeat", type=int, default=3, help="rounds; the median is reported (default 3)")
     p.add_argument("--no-torch", action="store_true", help="leave out the 192 MB torch wheel")
@@ -155,16 +157,16 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"{t:<10} {med[t]['first']:>8.3f} {med[t]['rerun']:>9.3f}  {FEATURES[t]}")
     ip = {k: statistics.median(v) for k, v in inproc.items()}
-    print(f"{'(in-proc)':<10} {ip['first']:>8.3f} {ip['rerun']:>9.4f}  ci.index's build_index() alone, "
+    print(f"{'(in-proc)':<10} {ip['first']:>8.3f} {ip['rerun']:>9.4f}  {OURS}'s build_index() alone, "
           "no interpreter start-up")
-    ours = med["ci.index"]
-    print(f"\nci.index re-run vs its first run: {ours['first'] / ours['rerun']:.1f}x faster as a command, "
+    ours = med[OURS]
+    print(f"\n{OURS} re-run vs its first run: {ours['first'] / ours['rerun']:.1f}x faster as a command, "
           f"{ip['first'] / ip['rerun']:.0f}x in-process (target 20x)")
     for base in ("simple503", "dir2pi"):
         if base in med:
-            print(f"{base} / ci.index, first run: {med[base]['first'] / ours['first']:.2f}x   "
+            print(f"{base} / {OURS}, first run: {med[base]['first'] / ours['first']:.2f}x   "
                   f"re-run: {med[base]['rerun'] / ours['rerun']:.1f}x")
-    print(f"(median of {args.repeat}; ratio > 1 means ci.index is faster)")
+    print(f"(median of {args.repeat}; ratio > 1 means {OURS} is faster)")
     return 0
 
 

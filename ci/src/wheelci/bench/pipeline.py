@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from wheelci.cli import command
+
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
 TORCH_LIBS = ("libtorch.so", "libtorch_cpu.so", "libtorch_python.so", "libc10.so", "libgomp.so.1")
@@ -38,7 +40,7 @@ def _cpu() -> float:
 def _run(cmd: list, **kw) -> None:
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     if r.returncode != 0:
-        raise SystemExit(f"ci.bench pipeline: {' '.join(map(str, cmd[:4]))} failed:\n{r.stderr[-2000:]}")
+        raise SystemExit(f"{command('bench')} pipeline: {' '.join(map(str, cmd[:4]))} failed:\n{r.stderr[-2000:]}")
 
 
 def ours(project: Path, out: Path) -> tuple[dict[str, float], float, float]:
@@ -85,7 +87,7 @@ def by_hand(project: Path, work: Path, env) -> tuple[dict[str, float], float, fl
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m ci.bench pipeline", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=f"{command('bench')} pipeline", description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=1, help="alternated rounds; the fastest of each side is shown")
     args = p.parse_args(argv)
     from wheelci.compile.host import torch_spec

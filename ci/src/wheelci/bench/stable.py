@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from wheelci.cli import command
+
 ROOT = Path(__file__).resolve().parents[3]  # this repository (the benches measure its example)
 TORCH_SPAN = ("2.11", "2.12", "2.13", "2.14", "2.15")
 CUDA_MAJORS = ("cu12", "cu13")
@@ -33,7 +35,7 @@ def build(args: list[str], ccache: Path, out: Path) -> tuple[float, float]:
                        capture_output=True, text=True, env=env, cwd=ROOT)
     total = time.monotonic() - start
     if r.returncode != 0:
-        raise SystemExit(f"ci.bench stable: {' '.join(args)} failed:\n{r.stderr[-2000:]}")
+        raise SystemExit(f"{command('bench')} stable: {' '.join(args)} failed:\n{r.stderr[-2000:]}")
     m = re.search(r"compiled in (\d+) s", r.stderr)
     return total, float(m[1]) if m else float("nan")
 
@@ -59,7 +61,7 @@ def matrix_sizes(torch: tuple[str, ...] = TORCH_SPAN, majors: tuple[str, ...] = 
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m ci.bench stable", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=f"{command('bench')} stable", description=__doc__.splitlines()[0])
     p.add_argument("--target", default="2.10", help="the stable-ABI target (default 2.10)")
     p.add_argument("--skip-build", action="store_true", help="only the matrix sizes")
     args = p.parse_args(argv)

@@ -28,9 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from wheelci.cli import command
 from wheelci.util.cache import cache_dir
 
 TORCH = "torch==2.13.0"
+# the steps measured, by the tool's name (the same rows and --json keys however the bench was run)
+VERIFYING, NOT_VERIFYING = "wheelci patch (verify RECORD, default)", "wheelci patch --no-verify"
 CACHE = cache_dir("bench")
 PATCHED_MEMBER = "torch/version.py"
 LABEL = "bench"
@@ -57,7 +60,7 @@ def make_patch(wheel: Path, work: Path) -> Path:
         member = PATCHED_MEMBER if PATCHED_MEMBER in wa else next(
             m.name for m in wa.files if m.name.endswith("/__init__.py"))
         old = wa.read(member).decode()
-    new = old + "# patched by ci.bench surgery\n"
+    new = old + "# patched by wheelci bench surgery\n"
     patch = work / "one.patch"
     patch.write_text("".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
                                                   f"a/{member}", f"b/{member}")))
@@ -149,7 +152,7 @@ def baseline(wheel: Path, patch: Path, work: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ci.bench surgery", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=f"{command('bench')} surgery", description=__doc__.splitlines()[0])
     p.add_argument("--wheel", type=Path, help="wheel to use (default: the torch 2.13.0 CPU wheel via pip)")
     p.add_argument("--split-limit", default="120MB", help="limit for the split step (default 120MB)")
     p.add_argument("--skip-split", action="store_true", help="leave out the split step")
@@ -162,35 +165,35 @@ def main(argv: list[str] | None = None) -> int:
         patch = make_patch(wheel, work)
         times: dict[str, float] = {}
         times["baseline: wheel unpack + patch + wheel pack"] = baseline(wheel, patch, work)
-        times["ci.patch (verify RECORD, default)"] = timed(
+        times[VERIFYING] = timed(
             [py, "-m", "wheelci.patch", str(wheel), "--patch", str(patch), "--local-version", LABEL, "-w",
              str(work / "patched-verify")])
-        times["ci.patch --no-verify"] = timed(
+        times[NOT_VERIFYING] = timed(
             [py, "-m", "wheelci.patch", str(wheel), "--patch", str(patch), "--local-version", LABEL, "--no-verify",
              "-w", str(work / "patched")])
-        times["ci.check"] = timed([py, "-m", "wheelci.check", str(wheel), "--limit", "pypi"])
+        times["wheelci check"] = timed([py, "-m", "wheelci.check", str(wheel), "--limit", "pypi"])
         times["floor: inflate + sha256 of every member, all cores"] = timed(
             [py, "-c", f"from wheelci.bench.surgery import floor; floor({str(wheel)!r})"])
         if not args.skip_split:
-            times[f"ci.split --limit {args.split_limit}"] = timed(
+            times[f"wheelci split --limit {args.split_limit}"] = timed(
                 [py, "-m", "wheelci.split", str(wheel), "--limit", args.split_limit, "-w", str(work / "split")])
     base = next(iter(times.values()))
     rows = [{"step": k, "seconds": round(v, 3), "speedup": round(base / v, 1)} for k, v in times.items()]
     if args.json:
         from wheelci.cli import emit_json
         emit_json({"wheel": wheel.name, "size": wheel.stat().st_size, "results": rows,
-                   "verify_over_floor": round(times["ci.patch (verify RECORD, default)"]
+                   "verify_over_floor": round(times[VERIFYING]
                                               / times["floor: inflate + sha256 of every member, all cores"], 2),
-                   "no_verify_speedup": round(base / times["ci.patch --no-verify"], 1)})
+                   "no_verify_speedup": round(base / times[NOT_VERIFYING], 1)})
         return 0
     print(f"wheel: {wheel.name} ({wheel.stat().st_size / 2**20:.1f} MiB), {len(os.sched_getaffinity(0))} CPUs usable")
     for r in rows:
         print(f"{r['seconds']:9.2f} s  {r['speedup']:6.1f}x  {r['step']}")
     print("(speedup = baseline seconds / step seconds; the baseline recompresses every member)")
-    verify = times["ci.patch (verify RECORD, default)"] / times["floor: inflate + sha256 of every member, all cores"]
-    fast = base / times["ci.patch --no-verify"]
-    print(f"ci.patch (verify) / floor: {verify:.2f}x (target <= 1.25x: {'met' if verify <= 1.25 else 'MISSED'})")
-    print(f"baseline / ci.patch --no-verify: {fast:.1f}x (target >= 30x: {'met' if fast >= 30 else 'MISSED'})")
+    verify = times[VERIFYING] / times["floor: inflate + sha256 of every member, all cores"]
+    fast = base / times[NOT_VERIFYING]
+    print(f"wheelci patch (verify) / floor: {verify:.2f}x (target <= 1.25x: {'met' if verify <= 1.25 else 'MISSED'})")
+    print(f"baseline / wheelci patch --no-verify: {fast:.1f}x (target >= 30x: {'met' if fast >= 30 else 'MISSED'})")
     return 0
 
 

@@ -329,7 +329,7 @@ def insert_call(init_source: str, module: str = MODULE_NAME) -> str:
             after += 1
     if after and not lines[after - 1].endswith(("\n", "\r")):
         lines[after - 1] += "\n"
-    call = f"from . import {module} as _p; _p.preload(); del _p  # load native deps first (ci.preload)\n"
+    call = f"from . import {module} as _p; _p.preload(); del _p  # load native deps first (wheelci preload)\n"
     return "".join(lines[:after]) + call + "".join(lines[after:])
 
 

@@ -46,7 +46,9 @@ def load_cache(path: Path) -> Cache:
         data = json.loads(raw)
         assert isinstance(data, dict) and isinstance(data.get("version"), int)
     except (ValueError, AssertionError):
-        raise CiError(f"{path} is not a ci.index cache file; refusing to overwrite it") from None
+        from wheelci.cli import command
+
+        raise CiError(f"{path} is not a {command('index')} cache file; refusing to overwrite it") from None
     if data["version"] != CACHE_VERSION:
         return Cache()  # an older format: hash again, and own only what is byte-identical
     files, pages, meta = data.get("files"), data.get("pages"), data.get("metadata")

@@ -162,7 +162,7 @@ def fetch_page(session, url: str, seconds: float, cap: int = PAGE_MAX_BYTES):
         except BaseException as e:  # noqa: BLE001  raised again in the caller's thread
             box["error"] = e
 
-    worker = threading.Thread(target=get, name="ci.upload simple page", daemon=True)
+    worker = threading.Thread(target=get, name="upload: simple page", daemon=True)
     worker.start()
     worker.join(max(0.0, deadline - time.monotonic()))
     if worker.is_alive():

@@ -82,8 +82,10 @@ def refuse_unsafe(root: Path, out: Path, cache: Cache, pages: dict[str, str],
     clashes += [(out / rel).as_posix() for rel, text in pages.items()
                 if foreign(out / rel, text.encode(), rel in cache.pages)]
     if clashes:
+        from wheelci.cli import command
+
         more = f" and {len(clashes) - 5} more" if len(clashes) > 5 else ""
-        raise CiError(f"refusing to overwrite files ci.index did not write: {', '.join(clashes[:5])}{more} "
+        raise CiError(f"refusing to overwrite files {command('index')} did not write: {', '.join(clashes[:5])}{more} "
                       "(choose another --out, or move them away)")
 
 

@@ -72,5 +72,8 @@ def check_variants(targets: list[Target], warn: Callable[[str], None]) -> None:
     for key, docs in sorted(wheels.items()):
         v.merge(f"{key[0]} {key[1]}", docs)  # the labels agree among themselves
         if key not in given:
+            from wheelci.cli import command
+
             warn(f"warning: {key[0]} {key[1]}: variant wheels without the release's variants file: installers "
-                 "ignore them until the index serves it (give the one ci.index wrote once every variant is built)")
+                 f"ignore them until the index serves it (give the one {command('index')} wrote once every variant is "
+                 "built)")

@@ -213,7 +213,7 @@ class Uploader:
             return f"HTTP {code} {resp.reason}"
         text = answer_text(resp.text, resp.headers.get("Content-Type", ""))
         raise self.fail(Finding, f"{self.shown} refused {t.path.name}: HTTP {code} {resp.reason}"
-                                 + (f": {text}" if text else "") + (NO_VARIANTS if t.variants_file else ""))
+                                 + (f": {text}" if text else "") + (_no_variants() if t.variants_file else ""))
 
     def _exists(self, t: Target, code: int, attempt: int) -> None:
         """An "already exists" answer: a retried POST whose first try landed counts as uploaded (or
@@ -230,9 +230,13 @@ class Uploader:
                                  f"(HTTP {code}{'' if same is False else ', not listed'})")
 
 
-NO_VARIANTS = ("; this index does not take a release's variants file, so installers cannot choose among "
-               "variant wheels there: upload the plain and local-labelled wheels only, or serve the directory "
-               "with ci.index")
+def _no_variants() -> str:
+    """What a refused variants file is told: the index that would serve it is the index stage's."""
+    from wheelci.cli import command
+
+    return ("; this index does not take a release's variants file, so installers cannot choose among variant "
+            "wheels there: upload the plain and local-labelled wheels only, or serve the directory with "
+            f"{command('index')}")
 
 
 def _post_file(repo, url: str, t: Target):
