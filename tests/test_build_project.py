@@ -262,18 +262,22 @@ def test_a_projects_own_tool_bound_wins_and_the_next_build_gets_our_pin_back(tmp
     pyproject = project / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('requires = ["setuptools>=64", "torch"]',
                                                        'requires = ["setuptools>=64", "torch", "ninja<1.12"]'))
-    out = tmp_path / "out"
-    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", out)
+    setup = project / "setup.py"  # the build says which ninja it ran with (the env is shared: read it then)
+    setup.write_text("import importlib.metadata as m\nprint('ninja in the build:', m.version('ninja'), flush=True)\n"
+                     + setup.read_text())
+    out, work = tmp_path / "out", tmp_path / "work"
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", out, "--work-dir", work)
     assert r.returncode == 0, r.stderr[-3000:]
     pinned = constraints.read()["ninja"]
     assert f"note: the project requires ninja<1.12: the pipeline's ninja=={pinned} is set aside" in r.stderr
+    used = re_.search(r"^ninja in the build: (\S+)$", (work / "compile.log").read_text(), re_.M)
+    assert used and re_.match(r"1\.(1[01]|[0-9])\.", used[1]), used  # what the project asked for
+    assert_tested(out, "cpu")
     env = ensure_env(TorchSpec("2.13.0", None, None, False))
 
     def ninja() -> str:
         return next(importlib.metadata.distributions(name="ninja", path=[str(env.site)])).version
 
-    assert re_.match(r"1\.(1[01]|[0-9])\.", ninja()), ninja()  # what the project asked for, during its build
-    assert_tested(out, "cpu")
     install_build_requires(env, pl.make_plan(cuda=None, engine="host", project_dir=FIXTURE))
     assert ninja() == pinned
 
