@@ -58,14 +58,28 @@ def caches() -> dict[str, Path]:
 
 
 # Inputs only the suite uses, under the tool's cache: each is downloaded again by the next run needing it.
-TEST_INPUTS = ("real-torch/*", "wheel-corpus", "wheelhouse", "bazel-torch-cpu-deps", "bazel-repository-cache",
-               "standin", "devpi-*", "torch-cpu")
+TEST_INPUTS = ("real-torch/*", "per-package", "wheel-corpus", "wheelhouse", "bazel-torch-cpu-deps",
+               "bazel-repository-cache", "standin", "devpi-*", "torch-cpu")
+
+
+def freed_by_removing(top: Path) -> int:
+    """Bytes removing top gives back: its files stored nowhere else (a hard link elsewhere keeps one)."""
+    freed = 0
+    for where, _dirs, files in os.walk(top):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(where, name))
+            except OSError:
+                continue
+            freed += st.st_blocks * 512 if st.st_nlink == 1 else 0
+    return freed
 
 
 def evict(cache: Path, over: int) -> list[tuple[Path, int]]:
-    """Remove test inputs from `cache`, largest first, until `over` bytes are gone (or none is left)."""
+    """Remove test inputs from `cache`, the one freeing most first, until `over` bytes are gone (or none is
+    left)."""
     found = [Path(p) for pattern in TEST_INPUTS for p in glob.glob(str(cache / pattern))]
-    sized = sorted(((p, sum(disk_use({"x": p}).values())) for p in found), key=lambda t: -t[1])
+    sized = sorted(((p, freed_by_removing(p)) for p in found), key=lambda t: -t[1])
     gone = []
     for path, size in sized:
         if over <= 0:

@@ -167,6 +167,7 @@ def cached_wheel(dist: str, version: str) -> Path:
                    "--only-binary", ":all:", f"{dist}=={version}", "-d", str(house)],
                   check=True, timeout=1800)
         found = sorted(house.glob(f"{stem}*.whl"))
+        _shared.store_once(house, *sorted((CACHE / "real-torch").glob("*/wheels")))
     if not found:
         raise FileNotFoundError(f"pip download {dist}=={version} gave no {stem}*.whl in {house}")
     return found[0]
@@ -178,15 +179,15 @@ def cached_install(wheel: Path) -> Path:
     Unpacked into a temp directory and renamed, so an interrupted run never leaves half a tree.
     """
     root = CACHE / "per-package" / wheel.name[: -len(".whl")]
-    if root.is_dir():
-        return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root.parent))
-    try:
-        install_alone(wheel, tmp)
-        os.replace(tmp, root)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if not root.is_dir():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root.parent))
+        try:
+            install_alone(wheel, tmp)
+            os.replace(tmp, root)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    _shared.store_once(root, *_shared.env_sites())  # torch's own files, as its build environment has them
     return root
 
 

@@ -29,6 +29,20 @@ def held(name: str) -> Iterator[None]:
         yield
 
 
+def store_once(root: Path, *others: Path) -> None:
+    """Files under root identical to ones at the same relative path under others become hard links to
+    them (wheelci.util.share): a release's wheels and the wheelhouse, an unpacked wheel and the build
+    environments' site-packages hold many of the same GB. Cheap once linked (same inode: no compare)."""
+    from wheelci.util.share import link_identical
+
+    link_identical(root, [o for o in others if o.is_dir()])
+
+
+def env_sites() -> list[Path]:
+    """The site-packages of the cached build environments."""
+    return sorted(cache_dir("envs").glob("*/lib/python3*/site-packages"))
+
+
 def run_root(factory: pytest.TempPathFactory) -> Path:
     """The temporary root every process of this run shares: the controller's, under xdist."""
     base = factory.getbasetemp()

@@ -93,6 +93,7 @@ def fetch(version: str, unpack_to: Path | None = None) -> Release:
             r = _proc.run(cmd, capture_output=True, text=True, timeout=1800)
             assert r.returncode == 0, f"pip download torch=={version}: {r.stderr[-2000:]}"
             (wheels / ".complete").touch()
+        _shared.store_once(wheels, cache_dir("wheelhouse"))  # the same nvidia-* wheels other tests download
     all_wheels = sorted(wheels.glob("*.whl"))
     (torch,) = [w for w in all_wheels if w.name.startswith(f"torch-{version}-")]
     others = [w for w in all_wheels if w != torch]

@@ -127,6 +127,9 @@ def test_keeping_under_the_budget_removes_test_inputs_largest_first_never_build_
     for rel, mib in sizes.items():
         (cache / rel).mkdir(parents=True)
         (cache / rel / "data").write_bytes(os.urandom(mib << 20))
+    os.link(cache / "real-torch/2.13.0/data", cache / "wheel-corpus/same")  # stored twice: removing frees less
+    assert _budget.freed_by_removing(cache / "real-torch/2.13.0") == 0
+    (cache / "wheel-corpus/same").unlink()
     gone = _budget.evict(cache, over=4 << 20)  # 4 MiB too much: the two largest test inputs go
     assert [p.relative_to(cache).as_posix() for p, _ in gone] == ["real-torch/2.0.1", "real-torch/2.13.0"]
     left = sorted(p.parent.relative_to(cache).as_posix() for p in cache.rglob("data"))
