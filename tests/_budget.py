@@ -132,7 +132,8 @@ def report(tiers: list[Tier], used: dict[str, int], evicted: list[tuple[Path, in
         lines.append(f"  {size / 2**30:6.1f} GB  {name}")
     lines.append(f"  {sum(used.values()) / 2**30:6.1f} GB  in all")
     for path, size in evicted:
-        lines.append(f"  removed to keep within the budget: {path} ({size / 2**30:.1f} GB; the next run needing it makes it again)")
+        lines.append(f"  removed to keep within the budget: {path} ({size / 2**30:.1f} GB; the next run needing it "
+                     "makes it again)")
     return "\n".join(lines)
 
 
