@@ -78,15 +78,19 @@ def freed_by_removing(top: Path) -> int:
 def evict(cache: Path, over: int) -> list[tuple[Path, int]]:
     """Remove test inputs from `cache`, the one freeing most first, until `over` bytes are gone (or none is
     left)."""
-    found = [Path(p) for pattern in TEST_INPUTS for p in glob.glob(str(cache / pattern))]
+    top = cache.resolve()
+    found = [Path(p) for pattern in TEST_INPUTS for p in glob.glob(str(top / pattern))]
+    # a link (or a parent that is one) points out of the cache: not the suite's to remove
+    found = [p for p in found if not p.is_symlink() and p.resolve().parent.is_relative_to(top)]
     sized = sorted(((p, freed_by_removing(p)) for p in found), key=lambda t: -t[1])
     gone = []
     for path, size in sized:
         if over <= 0:
             break
         shutil.rmtree(path, ignore_errors=True)
-        gone.append((path, size))
-        over -= size
+        if not path.exists():
+            gone.append((path, size))
+            over -= size
     return gone
 
 

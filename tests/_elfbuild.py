@@ -179,15 +179,16 @@ def cached_install(wheel: Path) -> Path:
     Unpacked into a temp directory and renamed, so an interrupted run never leaves half a tree.
     """
     root = CACHE / "per-package" / wheel.name[: -len(".whl")]
-    if not root.is_dir():
-        root.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root.parent))
-        try:
-            install_alone(wheel, tmp)
-            os.replace(tmp, root)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    _shared.store_once(root, *_shared.env_sites())  # torch's own files, as its build environment has them
+    with _shared.held(f"per-package-{root.name}"):  # another worker may unpack the same wheel
+        if not root.is_dir():
+            root.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root.parent))
+            try:
+                install_alone(wheel, tmp)
+                os.replace(tmp, root)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        _shared.store_once(root, *_shared.env_sites())  # torch's own files, as its build environment has them
     return root
 
 

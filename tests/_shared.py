@@ -51,14 +51,21 @@ def run_root(factory: pytest.TempPathFactory) -> Path:
 
 def once_per_run(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], dict]) -> tuple[Path, dict]:
     """make(out) -> a JSON-able result, run by one process of this run; every other process waiting for
-    it gets the same directory and result. A failed make leaves no result, so the next one fails on its
-    own (each with its own error) instead of reading half a build."""
+    it gets the same directory and result. A failed make is recorded as such: every other process of the
+    run fails at once with its error, rather than making it again (and again, past its time limit)."""
     root = run_root(factory)
     out, done = root / f"once-{name}", root / f"once-{name}.json"
     with locked_file(root / f"once-{name}.lock", f"the session's {name}"):
         if not done.exists():
-            shutil.rmtree(out, ignore_errors=True)  # a failed make's leftovers
+            shutil.rmtree(out, ignore_errors=True)
             out.mkdir()
-            result = make(out)
+            try:
+                result = {"made": make(out)}
+            except BaseException as e:  # the others fail at once with it, rather than make it again
+                done.write_text(json.dumps({"error": f"{type(e).__name__}: {str(e)[-2000:]}"}))
+                raise
             done.write_text(json.dumps(result))
-    return out, json.loads(done.read_text())
+    found = json.loads(done.read_text())
+    if "error" in found:
+        pytest.fail(f"the session's {name} failed in another worker of this run: {found['error']}", pytrace=False)
+    return out, found["made"]

@@ -129,11 +129,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="no CUDA device on this machine (the gpu marker)"))
 
 
+@pytest.fixture(autouse=True)
+def _command_limit(request):
+    """A command a test runs (tests/_proc.py) ends before the test's own limit, so its timeout names it."""
+    marker = request.node.get_closest_marker("timeout")
+    _proc.LIMIT = float(marker.args[0]) if marker and marker.args else None
+    yield
+    _proc.LIMIT = None
+
+
 def _group(item) -> str:
     """The heavy tier runs on xdist workers by group (`--dist loadgroup`): a module's tests stay together,
     so its module fixtures are made once, and everything using the container engines shares the one
     worker that starts them."""
-    if "engines" in getattr(item, "fixturenames", ()) or item.get_closest_marker("container"):
+    if ("engines" in getattr(item, "fixturenames", ()) or item.get_closest_marker("container")
+            or item.get_closest_marker("act")):  # act's checks read Docker's images: not while it stops
         return "engines"
     return item.module.__name__
 

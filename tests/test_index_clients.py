@@ -19,7 +19,7 @@ import pytest
 from wheelci.util.cache import cache_dir
 from tests._servers import StaticServer
 from tests.test_index import _uv, cli
-from tests import _proc
+from tests import _proc, _shared
 
 pytestmark = pytest.mark.network  # real wheels and old pips from the package index
 
@@ -32,23 +32,25 @@ OLD_PIPS = ("22.3.1", "23.0.1")
 @pytest.fixture(scope="module")
 def real_wheels() -> list[Path]:
     house = cache_dir("index-clients")
-    if len(list(house.glob("*.whl"))) < len(REAL):
-        r = _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--no-deps",
-                       "--only-binary=:all:", "-d", str(house), *REAL], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr[-1000:]
-    return sorted(house.glob("*.whl"))
+    with _shared.held("index-clients"):  # the edit loop's workers share the cache
+        if len(list(house.glob("*.whl"))) < len(REAL):
+            r = _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--no-deps",
+                           "--only-binary=:all:", "-d", str(house), *REAL], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr[-1000:]
+        return sorted(house.glob("*.whl"))
 
 
 def pip_of(version: str) -> Path:
     """A venv whose pip is `version` (cached between runs)."""
     venv = cache_dir("pips") / version
     python = venv / "bin" / "python"
-    if not (venv / ".complete").exists():
-        _proc.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
-        r = _proc.run([str(python), "-m", "pip", "install", "--isolated", "--quiet",
-                       "--disable-pip-version-check", f"pip=={version}"], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr[-1000:]
-        (venv / ".complete").touch()
+    with _shared.held(f"pip-{version}"):
+        if not (venv / ".complete").exists():
+            _proc.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
+            r = _proc.run([str(python), "-m", "pip", "install", "--isolated", "--quiet",
+                           "--disable-pip-version-check", f"pip=={version}"], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr[-1000:]
+            (venv / ".complete").touch()
     return python
 
 

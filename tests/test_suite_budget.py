@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 import os
 import re
+import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,40 @@ def test_keeping_under_the_budget_removes_test_inputs_largest_first_never_build_
     left = sorted(p.parent.relative_to(cache).as_posix() for p in cache.rglob("data"))
     assert left == ["builds/abc", "envs/torch-2.13.0-cpu-py311", "wheel-corpus"], left
     assert _budget.evict(cache, over=0) == []
+    outside = tmp_path / "elsewhere"
+    (outside / "2.1.2").mkdir(parents=True)
+    (outside / "2.1.2" / "data").write_bytes(os.urandom(1 << 20))
+    shutil.rmtree(cache / "real-torch")
+    (cache / "real-torch").symlink_to(outside, target_is_directory=True)  # a link out of the cache
+    (cache / "wheelhouse").symlink_to(outside / "2.1.2", target_is_directory=True)
+    assert [p.name for p, _ in _budget.evict(cache, over=100 << 20)] == ["wheel-corpus"]
+    assert (outside / "2.1.2" / "data").exists()
+
+
+def test_a_timeout_stops_what_the_command_started_too(tmp_path):
+    """A build's compile, a server: the command's whole session goes, not only the command."""
+    pidfile = tmp_path / "grandchild"
+    script = f"sleep 60 & echo $! > {pidfile}; wait"
+    with pytest.raises(pytest.fail.Exception, match="ran past its 1 s timeout"):
+        _proc.run(["sh", "-c", script], timeout=1)
+    stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
+
+    def running() -> bool:  # gone, or a zombie its new parent has yet to reap: either way it runs no more
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    deadline = time.monotonic() + 10  # the signal is sent; dying takes the kernel a moment
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running()
+
+
+def test_a_command_ends_before_its_tests_own_limit(monkeypatch):
+    monkeypatch.setattr(_proc, "LIMIT", 300.0)
+    assert _proc.default_limit() == 300.0 - _proc.MARGIN
+    monkeypatch.setattr(_proc, "LIMIT", None)
+    assert _proc.default_limit() == _proc.TIMEOUT
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    assert _proc.current_test() == "(no test)"

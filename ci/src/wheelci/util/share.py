@@ -13,6 +13,7 @@ from __future__ import annotations
 import filecmp
 import os
 import stat
+import uuid
 from pathlib import Path
 
 SMALLEST = 1 << 20  # below a MiB, the links would save little and cost a compare each
@@ -39,14 +40,29 @@ def link_identical(root: Path, siblings: list[Path]) -> int:
         for rel, st in _candidates(sibling).items():
             own = mine.get(rel)
             if (own is None or own.st_ino == st.st_ino or own.st_dev != st.st_dev or own.st_size != st.st_size
-                    or own.st_mode != st.st_mode or own.st_nlink > 1):
+                    or own.st_mode != st.st_mode or (own.st_uid, own.st_gid) != (st.st_uid, st.st_gid)
+                    or own.st_nlink > 1):
                 continue
-            path, other = root / rel, sibling / rel
-            if not filecmp.cmp(path, other, shallow=False):
-                continue
-            tmp = path.with_name(f".{path.name}.link-{os.getpid()}")
-            os.link(other, tmp)
-            os.replace(tmp, path)
-            mine[rel] = os.lstat(path)
-            saved += st.st_size
+            if _link(root / rel, sibling / rel, st):
+                mine[rel] = os.lstat(root / rel)
+                saved += st.st_size
     return saved
+
+
+def _link(path: Path, other: Path, expected: os.stat_result) -> bool:
+    """path replaced by a hard link to other when their bytes are equal; False (nothing changed) when
+    they differ, other changed meanwhile, or the system refuses the link (another owner's file under
+    protected_hardlinks, a full inode table): storing a file twice is never an error."""
+    tmp = path.with_name(f".{path.name}.link-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        if not filecmp.cmp(path, other, shallow=False):
+            return False
+        os.link(other, tmp)
+        if os.lstat(tmp).st_ino != expected.st_ino:  # other was replaced after it was compared
+            return False
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
