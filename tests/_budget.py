@@ -19,6 +19,7 @@ import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "contributing.md"
@@ -62,17 +63,20 @@ TEST_INPUTS = ("real-torch/*", "per-package", "wheel-corpus", "wheelhouse", "baz
                "bazel-repository-cache", "standin", "devpi-*", "torch-cpu")
 
 
-def freed_by_removing(top: Path) -> int:
-    """Bytes removing top gives back: its files stored nowhere else (a hard link elsewhere keeps one)."""
-    freed = 0
-    for where, _dirs, files in os.walk(top):
-        for name in files:
+def entries(top: Path, *, dirs: bool = True) -> Iterator[os.stat_result]:
+    """The lstat of everything under top (its directories too, with dirs), never following a link; an
+    entry gone meanwhile is skipped."""
+    for where, subdirs, files in os.walk(top):
+        for name in (*subdirs, *files) if dirs else files:
             try:
-                st = os.lstat(os.path.join(where, name))
+                yield os.lstat(os.path.join(where, name))
             except OSError:
                 continue
-            freed += st.st_blocks * 512 if st.st_nlink == 1 else 0
-    return freed
+
+
+def freed_by_removing(top: Path) -> int:
+    """Bytes removing top gives back: its files stored nowhere else (a hard link elsewhere keeps one)."""
+    return sum(st.st_blocks * 512 for st in entries(top, dirs=False) if st.st_nlink == 1)
 
 
 def evict(cache: Path, over: int) -> list[tuple[Path, int]]:
@@ -100,15 +104,10 @@ def disk_use(paths: dict[str, Path]) -> dict[str, int]:
     used = {}
     for name, top in paths.items():
         total = 0
-        for where, dirs, files in os.walk(top):
-            for entry in (*dirs, *files):
-                try:
-                    st = os.lstat(os.path.join(where, entry))
-                except OSError:
-                    continue
-                if (st.st_dev, st.st_ino) not in seen:
-                    seen.add((st.st_dev, st.st_ino))
-                    total += st.st_blocks * 512
+        for st in entries(top):
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
         used[name] = total
     return used
 
