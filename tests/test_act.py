@@ -22,7 +22,7 @@ from tests._act import WORKFLOWS, ActRun, Standins, copy_checkout, run_act, writ
 from tests._servers import PypiServer
 from wheelci.config.project import read_settings
 from wheelci.errors import CiError
-from wheelci.plan import workflow_matrix
+from wheelci.workflowmatrix import workflow_matrix
 from tests import _proc
 
 pytestmark = [pytest.mark.act, pytest.mark.slow, pytest.mark.network]

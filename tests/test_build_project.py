@@ -278,7 +278,7 @@ def test_a_projects_own_tool_bound_wins_and_the_next_build_gets_our_pin_back(tmp
     def ninja() -> str:
         return next(importlib.metadata.distributions(name="ninja", path=[str(env.site)])).version
 
-    install_build_requires(env, pl.make_plan(cuda=None, engine="host", project_dir=FIXTURE))
+    install_build_requires(env, pl.make_plan(pl.Request(cuda=None, engine="host"), project_dir=FIXTURE))
     assert ninja() == pinned
 
 

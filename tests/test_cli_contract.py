@@ -309,7 +309,7 @@ def test_an_error_names_another_stage_the_way_the_user_runs_the_tool(entry):
 PACKAGE = SRC / "wheelci"
 # The stage spellings in the package's strings that must stay as they are, each with why: (file, the string).
 FIXED_SPELLINGS = {
-    ("wheelci/plan.py", " python -m wheelci.repair -w {dest_dir} {wheel}"):
+    ("wheelci/cibw.py", " python -m wheelci.repair -w {dest_dir} {wheel}"):
         "cibuildwheel's repair command (REPAIR_COMMAND): it runs inside the build container, where this package "
         "is mounted at /opt/cuda-wheel-ci and `python -m wheelci.repair` is what is there, however the user "
         "ran the tool",

@@ -254,10 +254,12 @@ def test_the_probe_project_fails_where_it_sees_a_toolkit(cuda_on_path, tmp_path,
     assert "a CUDA extension in a CPU build" in hints.hint(r.stdout + r.stderr, cuda=None)
 
 
-def _cpu_plan(project: Path):
-    from wheelci.plan import make_plan
+def _cpu_plan(project: Path, build_env: dict[str, str] | None = None):
+    from wheelci.engine import detect_facts
+    from wheelci.plan import Request, RunSettings, make_plan
 
-    return make_plan(cuda=None, engine="host", project_dir=project)
+    return make_plan(Request(engine="host"), project_dir=project, run=RunSettings(build_env=build_env or {}),
+                     env=os.environ, facts=detect_facts(os.environ, engine="host", cuda=None))
 
 
 @pytest.mark.slow
@@ -280,7 +282,7 @@ def test_a_cpu_build_that_insists_on_cuda_fails_with_the_cause_named(cuda_on_pat
 
     project = nvcc_probe_project(tmp_path / "p")
     with pytest.raises(Finding) as e:
-        compile_host(_cpu_plan(project), project, tmp_path / "work", build_env={"FORCE_CUDA": "1"})
+        compile_host(_cpu_plan(project, {"FORCE_CUDA": "1"}), project, tmp_path / "work")
     assert re.fullmatch(r"compile failed after \d+ s; the project builds a CUDA extension in a CPU build \(.*\): "
                         r"add the CUDA extension only under a CUDA torch \(torch\.version\.cuda\), or build with "
                         rf"--cuda X\.Y \(full log: {re.escape(str(tmp_path / 'work' / 'compile.log'))}\)", str(e.value))

@@ -29,12 +29,12 @@ def test_the_shipped_file_pins_what_the_dev_venv_has():
 def test_one_build_tool_list_every_tool_pinned():
     """Host venvs and containers install one list (there were two, and they disagreed: the container had
     no scikit-build-core, the host venv no auditwheel), and the file pins exactly what the list installs."""
-    from wheelci import plan as pl
+    from wheelci import cibw
     from wheelci.compile import hostenv
 
     assert set(constraints.BUILD_TOOLS) == set(PINS)
-    assert not hasattr(hostenv, "BUILD_TOOLS") and not hasattr(pl, "BUILD_VENV_TOOLS")
-    installs = pl.build_installs(["setuptools>=64", "Torch>=2", "torch[opt-einsum]"])
+    assert not hasattr(hostenv, "BUILD_TOOLS") and not hasattr(cibw, "BUILD_VENV_TOOLS")
+    installs = cibw.build_installs(["setuptools>=64", "Torch>=2", "torch[opt-einsum]"])
     assert installs == ["setuptools>=64", *constraints.BUILD_TOOLS]  # torch comes first, from its own index
 
 

@@ -115,7 +115,7 @@ def test_image_bad_input_is_one_line_exit_2(closed_docker, args, message):
 
 
 def test_compile_refuses_a_host_plan(tmp_path):
-    plan = pl.make_plan(cuda=None, engine="host", project_dir=ROOT)
+    plan = pl.make_plan(pl.Request(cuda=None, engine="host"), project_dir=ROOT)
     with pytest.raises(CiError, match="cannot run a host plan"):
         container.compile(plan, tmp_path, ROOT)
 
@@ -155,7 +155,7 @@ def test_end_to_end_container_build(tmp_path, cuda):
     """cibuildwheel in a real container: wheels land in the wheel dir, repaired to the image's policy."""
     found = _engine_or_skip()
     project = pl.Project.read(ROOT)
-    plan = pl.make_plan(cuda=cuda, engine=found, project_dir=ROOT)
+    plan = pl.make_plan(pl.Request(cuda=cuda, engine=found), project_dir=ROOT)
     _registry_or_skip(plan.image or "quay.io/pypa/manylinux_2_28_x86_64")
     out = tmp_path / "wheelhouse"
     wheels = container.compile(plan, out, ROOT)
@@ -199,7 +199,7 @@ def test_end_to_end_our_cu118_image_for_torch_27(tmp_path):
     Several GB of downloads and a long image build: it runs wherever an engine responds."""
     _registry_or_skip("quay.io/pypa/manylinux_2_28_x86_64")  # our Dockerfile's base
     found = _engine_or_skip()
-    plan = pl.make_plan(cuda="11.8", torch="2.7.1", engine=found, project_dir=ROOT)
+    plan = pl.make_plan(pl.Request(cuda="11.8", torch="2.7.1", engine=found), project_dir=ROOT)
     assert plan.image_origin == "ours"
     wheels = container.compile(plan, tmp_path / "w", ROOT)  # builds the image on first use
     assert image.exists(plan.image, found)

@@ -213,18 +213,18 @@ def test_before_all_scripts_in_the_image(engines, standin, engine):
     """ci/resources/container/*.sh as cibuildwheel runs them: from the read-only mount of ci/, in the image.
     With no ccache and no yum or dnf, ensure_ccache.sh leaves a pass-through launcher that runs the compiler;
     check_image.sh accepts the image's own CUDA and refuses another."""
-    from wheelci import plan as pl
+    from wheelci import cibw
     from wheelci.engine import PODMAN_ULIMITS
 
     need(engines, engine)
     root = Path(__file__).resolve().parent.parent
     limits = [f"--ulimit={u}" for u in PODMAN_ULIMITS] if engine == "podman" else []
-    script = (f"rm $(command -v ccache) && sh {pl.CONTAINER_SCRIPTS}/ensure_ccache.sh && command -v ccache "
+    script = (f"rm $(command -v ccache) && sh {cibw.CONTAINER_SCRIPTS}/ensure_ccache.sh && command -v ccache "
               f"&& ccache g++ --version "
-              f"&& sh {pl.CONTAINER_SCRIPTS}/check_image.sh {_standin.CUDA} 99 && echo image-ok "
-              f"&& ! sh {pl.CONTAINER_SCRIPTS}/check_image.sh 11.8 99")
+              f"&& sh {cibw.CONTAINER_SCRIPTS}/check_image.sh {_standin.CUDA} 99 && echo image-ok "
+              f"&& ! sh {cibw.CONTAINER_SCRIPTS}/check_image.sh 11.8 99")
     r = _proc.run([engine, "run", "--rm", "--network=host", *limits,
-                   f"--volume={root / 'ci' / 'src' / 'wheelci'}:{pl.CONTAINER_TOOL}/wheelci:ro", "--env=CUDA_HOME=/usr/local/cuda",
+                   f"--volume={root / 'ci' / 'src' / 'wheelci'}:{cibw.CONTAINER_TOOL}/wheelci:ro", "--env=CUDA_HOME=/usr/local/cuda",
                    standin[engine], "sh", "-c", script], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()

@@ -136,7 +136,7 @@ def test_detect_facts_asks_the_engine_only_for_an_auto_cuda_plan(docker_api):
 
 def test_auto_picks_the_responding_engine():
     """The plan reads the probed facts, never the machine: no engine runs here, the facts say docker does."""
-    plan = pl.make_plan(cuda="11.8", torch="2.7.1", project_dir=ROOT, facts=engine.Facts(engine="docker"))
+    plan = pl.make_plan(pl.Request(cuda="11.8", torch="2.7.1"), project_dir=ROOT, facts=engine.Facts(engine="docker"))
     assert plan.engine == "docker" and plan.engine_requested == "auto"
     assert plan.environment["CIBW_CONTAINER_ENGINE"].startswith("docker;")
     assert "engine auto: docker responds" in plan.notes
@@ -147,7 +147,7 @@ def test_auto_falls_back_to_the_host_when_it_can_build(no_engine, monkeypatch):
     cuda = next(r.version for r in mx.rows() if engine.host_cannot_build(r) is None)
     facts = engine.detect_facts(os.environ, engine="auto", cuda=cuda)
     assert facts.engine is None
-    plan = pl.make_plan(cuda=cuda, project_dir=ROOT, facts=facts)
+    plan = pl.make_plan(pl.Request(cuda=cuda), project_dir=ROOT, facts=facts)
     assert plan.engine == "host"
     assert [n for n in plan.notes if n.startswith("engine auto:")] == [
         f"engine auto: no container engine responds; building CUDA {cuda} on the host"]
@@ -155,13 +155,13 @@ def test_auto_falls_back_to_the_host_when_it_can_build(no_engine, monkeypatch):
 
 
 def test_cpu_auto_is_host(no_engine):
-    assert pl.make_plan(cuda=None, project_dir=ROOT).engine == "host"
+    assert pl.make_plan(pl.Request(cuda=None), project_dir=ROOT).engine == "host"
 
 
 def test_auto_without_engine_names_the_engine_needed(no_engine, tmp_path):
     # Some row never can: a host has at most one nvcc, and the 11.8/12.x nvcc wheels hold only ptxas.
     other = next(r.version for r in mx.rows() if engine.host_cannot_build(r))
-    plan = pl.make_plan(cuda=other, project_dir=ROOT, facts=engine.detect_facts(os.environ, engine="auto", cuda=other))
+    plan = pl.make_plan(pl.Request(cuda=other), project_dir=ROOT, facts=engine.detect_facts(os.environ, engine="auto", cuda=other))
     assert plan.engine == "docker"
     assert any(f"CUDA {other} needs docker or podman" in n for n in plan.notes)
     out = tmp_path / "wheels"
@@ -172,7 +172,7 @@ def test_auto_without_engine_names_the_engine_needed(no_engine, tmp_path):
 
 
 def test_engine_docker_fails_with_one_clear_line(no_engine, tmp_path):
-    plan = pl.make_plan(cuda="11.8", torch="2.5.1", engine="docker", project_dir=ROOT)
+    plan = pl.make_plan(pl.Request(cuda="11.8", torch="2.5.1", engine="docker"), project_dir=ROOT)
     out = tmp_path / "wheels"
     with pytest.raises(CiError) as e:
         container.compile(plan, out, ROOT)
@@ -182,7 +182,7 @@ def test_engine_docker_fails_with_one_clear_line(no_engine, tmp_path):
 
 
 def test_engine_podman_fails_with_one_clear_line(no_engine, tmp_path):
-    plan = pl.make_plan(cuda="12.9", engine="podman", project_dir=ROOT)
+    plan = pl.make_plan(pl.Request(cuda="12.9", engine="podman"), project_dir=ROOT)
     with pytest.raises(CiError, match=r"^--engine podman: podman is not installed; start it, or use"):
         container.compile(plan, tmp_path / "w", ROOT)
 

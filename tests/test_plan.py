@@ -15,6 +15,8 @@ import pytest
 
 from wheelci.config import matrix as mx
 from wheelci import plan as pl
+from wheelci import cibw
+from wheelci.workflowmatrix import workflow_matrix
 from wheelci.config import constraints
 from wheelci.errors import CiError
 from tests import _proc
@@ -27,7 +29,9 @@ REQUIRED_KEYS = {"cuda", "torch", "torch_index_url", "image", "manylinux", "arch
 
 def plan_for(cuda, torch=None, **kw) -> pl.Plan:
     kw.setdefault("engine", "docker")
-    return pl.make_plan(cuda=cuda, torch=torch, project_dir=ROOT, **kw)
+    run = pl.RunSettings(**{k: kw.pop(k) for k in ("build_env", "excludes") if k in kw})
+    given = {k: kw.pop(k) for k in ("env", "facts") if k in kw}
+    return pl.make_plan(pl.Request(cuda=cuda, torch=torch, **kw), project_dir=ROOT, run=run, **given)
 
 
 def cibw_options(plan: pl.Plan):
@@ -130,13 +134,12 @@ def test_the_plan_reads_the_environment_it_is_given_never_the_process_one(monkey
     assert plan.image.startswith("ghcr.io/acme/") and plan.ccache_dir == str(tmp_path / "cc")
     create = plan.environment["CIBW_CONTAINER_ENGINE"]
     assert f"--volume={tmp_path / 'cc'}:/ccache" in create and f"--volume={ca}:" in create
-    cpu = pl.make_plan(cuda=None, project_dir=ROOT, engine="host", env={"PATH": "/x:/y", "CUDA_HOME": "/c"},
-                       facts=pl.Facts(nvcc_dirs=("/x",)))
+    cpu = pl.make_plan(pl.Request(cuda=None, engine="host"), project_dir=ROOT, env={"PATH": "/x:/y", "CUDA_HOME": "/c"}, facts=pl.Facts(nvcc_dirs=("/x",)))
     assert (cpu.cpu_view.nvcc_dirs, cpu.cpu_view.unset) == (["/x"], ["CUDA_HOME"])
 
 
 def test_cpu_plan():
-    plan = pl.make_plan(cuda=None, project_dir=ROOT)
+    plan = pl.make_plan(pl.Request(cuda=None), project_dir=ROOT)
     assert (plan.torch, plan.torch_index_url, plan.manylinux, plan.engine) == (
         "2.13.0", "https://download.pytorch.org/whl/cpu", "manylinux_2_28", "host")
     assert plan.cudnn_requirement is None and plan.image is None and plan.arch_list == ""
@@ -159,7 +162,7 @@ def test_host_engine_sets_no_container_engine():
 def test_project_name_comes_from_pyproject(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "other-ext"\nrequires-python = ">=3.12"\n')
     with pytest.raises(CiError, match=r"other-ext requires Python >=3\.12: not 3\.11"):
-        pl.make_plan(cuda="13.0", python=["3.11"], engine="docker", project_dir=tmp_path)
+        pl.make_plan(pl.Request(cuda="13.0", python=["3.11"], engine="docker"), project_dir=tmp_path)
 
 
 @pytest.mark.parametrize("kw,message", [
@@ -180,12 +183,12 @@ def test_project_name_comes_from_pyproject(tmp_path):
 def test_refused_with_the_reason(kw, message):
     kw.setdefault("engine", "docker")
     with pytest.raises(CiError, match=message):
-        pl.make_plan(project_dir=ROOT, **kw)
+        pl.make_plan(pl.Request(**kw), project_dir=ROOT)
 
 
 def test_missing_pyproject(tmp_path):
     with pytest.raises(CiError, match="neither pyproject.toml nor setup.py: not a Python project"):
-        pl.make_plan(cuda="13.0", engine="docker", project_dir=tmp_path)
+        pl.make_plan(pl.Request(cuda="13.0", engine="docker"), project_dir=tmp_path)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -229,14 +232,14 @@ def test_before_build_installs_the_no_isolation_build_and_repair_tools():
     plan = plan_for("12.8")
     torch_step, rest = plan.environment["CIBW_BEFORE_BUILD_LINUX"].split(" && ")
     words = shlex.split(rest)
-    assert words[:4] == ["pip", "install", "-c", pl.CONTAINER_CONSTRAINTS]
+    assert words[:4] == ["pip", "install", "-c", cibw.CONTAINER_CONSTRAINTS]
     named = {re.split(r"[<>=!~\[]", w, maxsplit=1)[0] for w in words[4:]}
     assert {"cmake", "ninja", "auditwheel", "pyelftools", "scikit-build-core", "build"} <= named
     assert "scikit-build-core>=0.10" in words  # the project's own requirement, as written
     pins = constraints.read()
     assert plan.tool_constraints == [f"{n}=={v}" for n, v in pins.items()]
     assert not any(w.startswith("torch") for w in words) and "torch==" in torch_step  # torch first, from its index
-    mount = f"--volume={constraints.file_for(plan.tool_constraints)}:{pl.CONTAINER_CONSTRAINTS}:ro"
+    mount = f"--volume={constraints.file_for(plan.tool_constraints)}:{cibw.CONTAINER_CONSTRAINTS}:ro"
     assert mount in plan.environment["CIBW_CONTAINER_ENGINE"]
 
 
@@ -257,7 +260,7 @@ def test_no_fitting_image_is_refused_with_the_reason():
 
 def _run_before_all_script(command: str) -> subprocess.CompletedProcess:
     """Run a before-all step here as sh runs it in the container, from this checkout's ci/resources."""
-    script = command.replace(pl.CONTAINER_SCRIPTS, str(ROOT / "ci/src/wheelci/resources/container"))
+    script = command.replace(cibw.CONTAINER_SCRIPTS, str(ROOT / "ci/src/wheelci/resources/container"))
     env = {k: v for k, v in os.environ.items() if k not in ("CUDAHOSTCXX", "CUDA_HOME")}  # as the image's defaults
     return _proc.run(["sh", "-c", script], capture_output=True, text=True, env=env)
 
@@ -272,8 +275,8 @@ def test_before_all_checks_run_in_a_real_shell():
     gcc = int(_proc.run(["g++", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0])
     for row in mx.rows():
         steps = plan_for(row.version).environment["CIBW_BEFORE_ALL_LINUX"].split(" && ")
-        assert steps == [f"sh {pl.CONTAINER_SCRIPTS}/check_image.sh {row.version} {row.gcc_max}",
-                         f"sh {pl.CONTAINER_SCRIPTS}/ensure_ccache.sh"]
+        assert steps == [f"sh {cibw.CONTAINER_SCRIPTS}/check_image.sh {row.version} {row.gcc_max}",
+                         f"sh {cibw.CONTAINER_SCRIPTS}/ensure_ccache.sh"]
         r = _run_before_all_script(steps[0])
         if row.version != have:
             assert r.returncode == 1 and f"build image does not have CUDA {row.version}:" in r.stdout, r.stdout
@@ -282,8 +285,8 @@ def test_before_all_checks_run_in_a_real_shell():
             assert f"build image GCC {gcc} is above what nvcc {row.version} accepts ({row.gcc_max})" in r.stdout
         else:
             assert r.returncode == 0 and r.stdout == "", r.stdout
-    cpu = pl.make_plan(cuda=None, project_dir=ROOT).environment["CIBW_BEFORE_ALL_LINUX"]
-    assert cpu == f"sh {pl.CONTAINER_SCRIPTS}/ensure_ccache.sh"
+    cpu = pl.make_plan(pl.Request(cuda=None), project_dir=ROOT).environment["CIBW_BEFORE_ALL_LINUX"]
+    assert cpu == f"sh {cibw.CONTAINER_SCRIPTS}/ensure_ccache.sh"
     assert _run_before_all_script(cpu).returncode == 0
 
 
@@ -294,7 +297,7 @@ def test_the_image_check_names_a_too_new_gcc(tmp_path):
     nvcc.parent.mkdir(parents=True)
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
     nvcc.chmod(0o755)
-    check = f"CUDA_HOME={tmp_path / 'cuda'} sh {pl.CONTAINER_SCRIPTS}/check_image.sh 13.0"
+    check = f"CUDA_HOME={tmp_path / 'cuda'} sh {cibw.CONTAINER_SCRIPTS}/check_image.sh 13.0"
     assert _run_before_all_script(f"{check} 99").returncode == 0
     gcc = int(_proc.run(["g++", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0])
     r = _run_before_all_script(f"{check} {gcc - 1}")
@@ -310,7 +313,7 @@ def test_project_env_survives_cibuildwheels_parser(value):
     """[tool.ci] env / --env reach the container as cibuildwheel itself reads them (its own parser)."""
     from cibuildwheel.environment import parse_environment
 
-    plan = pl.make_plan(cuda=None, engine="docker", build_env={"MY_VALUE": value, "OTHER": "1"})
+    plan = pl.make_plan(pl.Request(cuda=None, engine="docker"), run=pl.RunSettings(build_env={"MY_VALUE": value, "OTHER": "1"}))
     env = parse_environment(plan.environment["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"HOME": "/root"})
     assert env["MY_VALUE"] == value.replace("$HOME", "/root") and env["OTHER"] == "1"
 
@@ -322,7 +325,7 @@ def test_excludes_reach_the_containers_repair_as_cibuildwheel_runs_it(patterns):
     import shlex
     from cibuildwheel.util.helpers import prepare_command
 
-    plan = pl.make_plan(cuda=None, engine="docker", excludes=patterns)
+    plan = pl.make_plan(pl.Request(cuda=None, engine="docker"), run=pl.RunSettings(excludes=patterns))
     cmd = prepare_command(plan.environment["CIBW_REPAIR_WHEEL_COMMAND_LINUX"], wheel="/tmp/w.whl", dest_dir="/out")
     argv = shlex.split(cmd)
     assert argv[argv.index("wheelci.repair"):argv.index("wheelci.repair") + 4] == ["wheelci.repair", "-w", "/out", "/tmp/w.whl"]
@@ -345,25 +348,41 @@ def test_find_links_keeps_the_index_the_host_installs_torch_from(tmp_path):
     from wheelci.compile.host import torch_spec
 
     row = mx.load().row("11.8")
-    plan = pl.make_plan(cuda="11.8", torch="2.7.1", engine="docker", find_links=tmp_path, project_dir=ROOT)
+    plan = pl.make_plan(pl.Request(cuda="11.8", torch="2.7.1", engine="docker", find_links=tmp_path), project_dir=ROOT)
     assert plan.torch_index_url == row.torch_index_url
     assert torch_spec(plan).index_url == row.torch_index_url
     before = plan.environment["CIBW_BEFORE_BUILD_LINUX"]
     assert "torch==2.7.1" in before and "--index-url" not in before.split("&&")[0]  # the container: find-links
-    given = pl.make_plan(cuda="11.8", torch="2.7.1", engine="docker", find_links=tmp_path, project_dir=ROOT,
-                         torch_index_url="https://mirror.example/whl/cu118")
+    given = pl.make_plan(pl.Request(cuda="11.8", torch="2.7.1", engine="docker", find_links=tmp_path, torch_index_url="https://mirror.example/whl/cu118"), project_dir=ROOT)
     assert given.torch_index_url == "https://mirror.example/whl/cu118"
-    cpu = pl.make_plan(cuda=None, engine="host", find_links=tmp_path, project_dir=ROOT)
+    cpu = pl.make_plan(pl.Request(cuda=None, engine="host", find_links=tmp_path), project_dir=ROOT)
     assert cpu.torch_index_url == mx.load().cpu_index_url
 
 
 def test_a_variant_set_is_every_job_with_variant_and_the_plain_cpu_wheel():
     """A release with PEP 825 variants needs its plain wheel (a machine without a GPU installs it), so the
     CPU job is in even when --cuda names only CUDA versions; every job builds with --variant."""
-    jobs = pl.workflow_matrix(None, ["13.0"], variants=True)["include"]
+    jobs = workflow_matrix(None, ["13.0"], variants=True)["include"]
     assert [(j["name"], j["args"], j["engine"]) for j in jobs] == [
         ("cpu", "--cpu --variant", "host"), ("cuda13.0", "--cuda 13.0 --variant", "docker")]
-    everything = pl.workflow_matrix(None, None, variants=True)["include"]
+    everything = workflow_matrix(None, None, variants=True)["include"]
     assert everything[0]["name"] == "cpu" and len(everything) == len(mx.load().versions) + 1
     assert all(j["args"].endswith(" --variant") for j in everything)
-    assert [j["name"] for j in pl.workflow_matrix(None, None)["include"]] == [f"cuda{v}" for v in mx.load().versions]
+    assert [j["name"] for j in workflow_matrix(None, None)["include"]] == [f"cuda{v}" for v in mx.load().versions]
+
+
+def test_make_plan_takes_a_request_and_derived_values_are_computed_once():
+    """make_plan takes the request, the run's settings and the machine (not a parameter per option), and
+    what the plan derives (the stable-ABI flags, a CPU build's view of the toolkit) is read from the Plan,
+    never computed again by the compile."""
+    import ast
+    import inspect
+
+    assert len(inspect.signature(pl.make_plan).parameters) <= 8
+    package = ROOT / "ci" / "src" / "wheelci"
+    callers = {str(path.relative_to(package)) for path in package.rglob("*.py")
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("stable_flags", "cpu_view")}
+    assert callers == {"plan.py"}
+    plan = plan_for(None, engine="host", stable_abi="2.10", env={"PATH": os.environ["PATH"]})
+    assert plan.stable_flags["CI_STABLE_ABI"] == "2.10" and plan.cpu_view is not None

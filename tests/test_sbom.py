@@ -165,7 +165,7 @@ def _listed_sboms(wheel: Path) -> dict[str, dict]:
 def test_add_sbom_keeps_auditwheels_and_names_what_the_wheel_holds(tmp_path):
     """A wheel as a container CUDA build leaves it: gcc-built extension and grafted library, auditwheel's
     own SBOM. Ours lands beside it, listed in RECORD; a second pass gives the same bytes."""
-    from wheelci.plan import make_plan
+    from wheelci.plan import Request, make_plan
 
     ext = build_lib(tmp_path / "lib" / "_ext.so", "_ext.so")
     foo = build_lib(tmp_path / "lib" / "libfoo.so.1", "libfoo.so.1")
@@ -173,9 +173,9 @@ def test_add_sbom_keeps_auditwheels_and_names_what_the_wheel_holds(tmp_path):
     wheel = make_wheel(tmp_path / "in", "demo-ext", {
         "demo_ext/_ext.so": ext, "demo_ext.libs/libfoo-1a2b3c4d.so.1": foo,
         "demo_ext-1.0.dist-info/sboms/auditwheel.cdx.json": theirs}, requires=("torch==2.13.0",))
-    plan = make_plan(cuda="13.0", torch=None, project_dir=ROOT, engine="docker")
+    plan = make_plan(Request(cuda="13.0", torch=None, engine="docker"), project_dir=ROOT)
     env = BuildEnv(tmp_path, tmp_path / "python", tmp_path / "site", "2.13.0+cu130", "13.0", [])
-    plan = dataclasses.replace(plan, source_date_epoch=1_700_000_000)
+    plan = dataclasses.replace(plan, run=dataclasses.replace(plan.run, source_date_epoch=1_700_000_000))
     kw = dict(plan=plan, env=env, excluded=["libc10.so", "libcudart.so.13"], project_dir=tmp_path)
     out = sbom.add_sbom(wheel, tmp_path / "out", **kw)
     found = _listed_sboms(out)

@@ -23,21 +23,21 @@ TARGET = "-DTORCH_TARGET_VERSION=0x020a000000000000"
 
 
 def test_a_cuda_major_builds_with_its_lowest_cuda_against_its_newest_torch():
-    plan = pl.make_plan(cuda="13", engine="docker", project_dir=ROOT, stable_abi="2.10")
+    plan = pl.make_plan(pl.Request(cuda="13", engine="docker", stable_abi="2.10"), project_dir=ROOT)
     assert (plan.cuda, plan.torch, plan.stable.variant) == ("13.0", "2.14.1", "cu13")
     assert plan.torch_requirement == "torch>=2.10"
     # compiled against the oldest cuDNN any torch of the range pins (9.y runs code built for 9.z <= y)
     assert plan.cudnn_requirement == "nvidia-cudnn-cu13==9.19.0.56"
     assert "nvidia-cudnn-cu13==9.19.0.56" in plan.environment["CIBW_BEFORE_BUILD_LINUX"]
     assert [v for v, _ in plan.stable.verify] == ["2.11.0", "2.13.0", "2.14.1"]
-    cu12 = pl.make_plan(cuda="12", engine="docker", project_dir=ROOT, stable_abi="2.10")
+    cu12 = pl.make_plan(pl.Request(cuda="12", engine="docker", stable_abi="2.10"), project_dir=ROOT)
     assert (cu12.cuda, cu12.torch, cu12.stable.variant) == ("12.6", "2.10.0", "cu12")
 
 
 def test_the_flags_reach_the_container_as_cibuildwheel_reads_them():
     from cibuildwheel.environment import parse_environment
 
-    plan = pl.make_plan(cuda="13", engine="docker", project_dir=ROOT, stable_abi="2.10")
+    plan = pl.make_plan(pl.Request(cuda="13", engine="docker", stable_abi="2.10"), project_dir=ROOT)
     env = parse_environment(plan.environment["CIBW_ENVIRONMENT_LINUX"]).as_dictionary(
         {"PATH": "/usr/bin", "CFLAGS": "-O2"})
     assert env["CI_STABLE_ABI"] == "2.10"
@@ -53,7 +53,7 @@ def test_the_flags_reach_the_container_as_cibuildwheel_reads_them():
 
 
 def test_a_cpu_variant_serves_any_torch_and_is_verified_across_the_range():
-    plan = pl.make_plan(cuda=None, engine="host", project_dir=ROOT, stable_abi="2.10")
+    plan = pl.make_plan(pl.Request(cuda=None, engine="host", stable_abi="2.10"), project_dir=ROOT)
     assert plan.torch == mx.load().default_torch and plan.stable.variant == "cpu"
     assert plan.stable.verify == (("2.10.0", "12.8"), ("2.13.0", None), ("2.14.1", "13.0"))
     assert "-DUSE_CUDA" not in plan.environment["CIBW_ENVIRONMENT_LINUX"]
@@ -87,7 +87,7 @@ def test_stable_abi_from_tool_ci_and_dry_run_shows_the_range(tmp_path):
 
 
 def test_classic_plans_are_unchanged():
-    plan = pl.make_plan(cuda="13.0", engine="docker", project_dir=ROOT)
+    plan = pl.make_plan(pl.Request(cuda="13.0", engine="docker"), project_dir=ROOT)
     assert plan.stable is None and plan.torch_requirement == f"torch=={plan.torch}"
     assert "CI_STABLE_ABI" not in plan.environment["CIBW_ENVIRONMENT_LINUX"]
     assert "--stable-abi" not in plan.environment["CIBW_REPAIR_WHEEL_COMMAND_LINUX"]

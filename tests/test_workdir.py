@@ -189,14 +189,14 @@ def test_the_tree_key_ignores_variables_and_after_compile_settings(tmp_path):
     from wheelci import plan as pl
 
     def key(**env: str) -> str:
-        plan = pl.make_plan(cuda=None, engine="host", project_dir=FIXTURE, env={"PATH": os.environ["PATH"], **env})
+        plan = pl.make_plan(pl.Request(cuda=None, engine="host"), project_dir=FIXTURE, env={"PATH": os.environ["PATH"], **env})
         return workdir.tree_key(FIXTURE, plan)
 
     base = key()
     assert key(CC="clang") != base  # CMake and meson read the compiler at the first configure only
     assert key(MAX_JOBS="1") == base and key(PIP_INDEX_URL="https://u:tok1@idx/simple") == key(
         PIP_INDEX_URL="https://u:tok2@idx/simple") == base
-    plan = pl.make_plan(cuda=None, engine="host", project_dir=FIXTURE)
+    plan = pl.make_plan(pl.Request(cuda=None, engine="host"), project_dir=FIXTURE)
     assert "test_command" not in workdir.compile_view(plan) and "source_date_epoch" in workdir.compile_view(plan)
 
 

@@ -166,7 +166,7 @@ def test_wheels_yml_calls_build_yml(caller, build):
 def test_matrix_is_the_cuda_matrix_or_the_stable_variants(build):
     """The jobs come from wheelci plan: one per CUDA version of the matrix, or one per variant for stable-ABI
     wheels (3 jobs for every torch from 2.10 on, where classic wheels need one per CUDA version and torch)."""
-    from wheelci.plan import workflow_matrix
+    from wheelci.workflowmatrix import workflow_matrix
 
     job = build["jobs"]["wheels"]
     assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}" and job["needs"] == "plan"

@@ -123,7 +123,7 @@ def run_build(args) -> int:
 def make_build_plan(args, project: "Project", settings) -> "Plan":
     """The edge: this process's environment and the machine's facts, probed once, into make_plan."""
     from wheelci.engine import detect_facts
-    from wheelci.plan import RunSettings, make_plan, split_csv
+    from wheelci.plan import Request, RunSettings, make_plan
 
     parse_limit(settings.limit)  # a bad limit is bad input now, not after the compile
     run = RunSettings(build_env=settings.env, public_env=settings.public_env, excludes=settings.exclude,
@@ -132,9 +132,7 @@ def make_build_plan(args, project: "Project", settings) -> "Plan":
                       test_command=settings.test_command, test_requires=settings.test_requires, upload=args.upload,
                       source_date_epoch=epoch.for_build(os.environ, project.root))
     facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda)
-    return make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
-                     engine=args.engine, project_dir=project.root, image=args.image, find_links=args.find_links,
-                     torch_index_url=args.torch_index_url, stable_abi=settings.stable_abi, run=run,
+    return make_plan(Request.from_args(args, settings.stable_abi), project_dir=project.root, run=run,
                      env=os.environ, facts=facts, project=project)
 
 
@@ -180,7 +178,7 @@ def build_project(args, project: "Project", settings) -> int:
 def run(b: "Build") -> int:
     """Run STEPS over one build in its work directory; the report (with each step's outcome) is written
     whether they pass or not. The wheel writers stamp the Plan's time (wheelci.util.epoch)."""
-    with epoch.fixed(b.plan.source_date_epoch):
+    with epoch.fixed(b.plan.run.source_date_epoch):
         return _run(b)
 
 
@@ -377,7 +375,7 @@ def compile_sources(b: Build) -> None:
 
         from wheelci.compile.host import dependencies
 
-        comp = compile_host(b.plan, b.project_dir, b.work, nvcc_source=b.plan.nvcc_source, build_env=b.plan.build_env,
+        comp = compile_host(b.plan, b.project_dir, b.work,
                             env=b.env, files=b.source_files, hold_fds=(b.lock_fd,) if b.lock_fd is not None else ())
         b.build_dir, b.compiled = comp.build_dir, [comp.wheel]
         b.deps = dependencies(b.env, b.work)
@@ -398,7 +396,7 @@ def repair_step(b: Build) -> None:
 
         fixed = repair(b.compiled[0], b.work / "repaired", torch_version=b.env.torch_version,
                        torch_requires=b.env.requires, plat=f"{b.plan.manylinux}_x86_64",
-                       excludes=b.plan.excludes, stable_abi=b.plan.stable.target if b.plan.stable else None)
+                       excludes=b.plan.run.excludes, stable_abi=b.plan.stable.target if b.plan.stable else None)
         b.excluded, b.repaired = fixed.excluded, [fixed.wheel]
         if fixed.requires_replaced:
             log.info(f"note: Requires-Dist {', '.join(fixed.requires_added)} replaces the project's "
@@ -410,7 +408,7 @@ def repair_step(b: Build) -> None:
         # what the container's repair left to torch and the CUDA wheels, as the host path reports it
         b.repaired = list(b.compiled)
         b.excluded = excluded_of(n for w in b.repaired for lib in scan_wheel(w) for n in lib.needed)
-    if b.plan.cuda and not b.plan.allow_no_device_code:
+    if b.plan.cuda and not b.plan.run.allow_no_device_code:
         from wheelci.native.elf import device_code
 
         for w in b.repaired:
@@ -426,7 +424,7 @@ def finish_step(b: Build) -> None:
     """The preload and the version label (or the PEP 825 variant), in one rewrite per wheel."""
     plan, local = b.plan, b.plan.label
     major = plan.stable.cuda_major if plan.stable else None  # a stable CUDA wheel checks torch's CUDA
-    wheels = variant_wheels(plan, b.repaired, b.env.site, b.work, major) if plan.variants and plan.cuda else []
+    wheels = variant_wheels(plan, b.repaired, b.env.site, b.work, major) if plan.run.variants and plan.cuda else []
     if local or not wheels:  # a variant's unlabelled twin would take the CPU wheel's name
         wheels += [finish_wheel(w, b.env.site, b.work / "finished", local, major) for w in b.repaired]
     b.wheels = wheels
@@ -447,7 +445,7 @@ def check_step(b: Build) -> None:
     from wheelci.check import check_wheel
     from wheelci import report
 
-    limit = b.plan.limit
+    limit = b.plan.run.limit
     for wheel in b.wheels:
         if limit and not check_wheel(wheel, limit).ok:
             from wheelci.split import split_wheel
@@ -483,8 +481,8 @@ def verify_step(b: Build) -> None:
     for label, site in torches:
         for wheel in b.mains:
             log.info(f"verifying {wheel.name} with torch {label}")
-            result = verify_generic(wheel, site, project_dir=b.project_dir, test_command=b.plan.test_command,
-                                    test_requires=b.plan.test_requires, find_links=links,
+            result = verify_generic(wheel, site, project_dir=b.project_dir, test_command=b.plan.run.test_command,
+                                    test_requires=b.plan.run.test_requires, find_links=links,
                                     build_dir=b.build_dir)
             prefix = f"torch {label}: " if len(torches) > 1 else ""
             b.report.verify.update({prefix + k: v for k, v in result.checks.items()})
@@ -511,7 +509,7 @@ def write_step(b: Build) -> None:
 def upload_step(b: Build) -> None:
     from wheelci.upload import upload
 
-    upload(b.written, repository_url=b.plan.upload)
+    upload(b.written, repository_url=b.plan.run.upload)
 
 
 # The build, as data. Each step names what it reads and writes of Build; the report lists each step's
@@ -530,7 +528,7 @@ STEPS: tuple[Step[Build], ...] = (
     Step("verify", verify_step, reads=("final", "env", "plan", "torch_requirement", "sources", "build_dir", "environ"),
          reuse=True),
     Step("write", write_step, reads=("final", "out_dir"), writes=("written",)),
-    Step("upload", upload_step, reads=("written",), when=lambda b: bool(b.plan.upload)),
+    Step("upload", upload_step, reads=("written",), when=lambda b: bool(b.plan.run.upload)),
 )
 
 

@@ -11,41 +11,23 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from wheelci.config import matrix as mx
-from wheelci.engine import CA_VARIABLES, Engine, Facts
+from wheelci.cibw import before_build, cibw_environment, cibw_quote, environment, repair_command
+from wheelci.engine import Engine, Facts
 from wheelci.util import secret
 from wheelci.config.project import Project
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
 from wheelci.wheel.names import cuda_tag
+from wheelci import workflowmatrix
 
 ENGINES = ("auto", *(e.value for e in Engine))
-CONTAINER_CCACHE = "/ccache"
-CONTAINER_CUDA_HOME = "/usr/local/cuda"
-CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount this package read-only (ci.repair runs from it)
-CONTAINER_SCRIPTS = f"{CONTAINER_TOOL}/wheelci/resources/container"  # wheelci/resources/container/*.sh, mounted
-REPAIR_COMMAND = f"PYTHONPATH={CONTAINER_TOOL} python -m wheelci.repair -w {{dest_dir}} {{wheel}}"
-
-
-def repair_command(excludes: list[str], stable_abi: str | None = None) -> str:
-    """cibuildwheel's repair command: ci.repair with the project's excludes (and the stable-ABI
-    target), as the host build repairs (cibuildwheel substitutes only its own {wheel} and {dest_dir}
-    fields, then a shell runs it)."""
-    stable = f" --stable-abi {shlex.quote(stable_abi)}" if stable_abi else ""
-    return REPAIR_COMMAND + stable + "".join(f" --exclude {shlex.quote(p)}" for p in excludes)
-CONTAINER_CA = "/etc/ci/host-ca.pem"
-CONTAINER_FIND_LINKS = "/ci/find-links"
-CONTAINER_CONSTRAINTS = "/ci/build-constraints.txt"
-# Where the host's trusted CA bundle is named: TLS-intercepting networks (corporate proxies, this kind of CI)
-# re-sign outbound TLS, and pip in the container fails CERTIFICATE_VERIFY_FAILED without the same bundle.
-# Podman sets rlimits by default that a host without CAP_SYS_RESOURCE (containerised CI runners) refuses.
 AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs docker or podman: the host "
                         "cannot build it ({why})")
 _PY = re.compile(r"3\.\d{1,2}")  # fullmatch: `$` passes a trailing newline
@@ -86,6 +68,51 @@ def cpu_view(env: Mapping[str, str], cmake: bool, nvcc_dirs: tuple[str, ...] | l
 
 
 @dataclass(frozen=True)
+class RunSettings:
+    """What a build does with its wheels, as the settings ([tool.ci] merged with the options) say: the
+    Plan carries it whole, and the dry run shows it."""
+
+    build_env: dict[str, str] = field(default_factory=dict)  # --env and [tool.ci] env, set for the compile
+    public_env: list[str] = field(default_factory=list)  # build_env names whose values may be shown
+    excludes: list[str] = field(default_factory=list)  # library patterns repair leaves out (beyond the built-in)
+    nvcc_source: str = "auto"  # host CUDA builds: "auto" | "host" | "wheel"
+    allow_no_device_code: bool = False
+    local_version: str = "auto"  # "auto" | "none" | a label
+    variants: bool = False  # PEP 825 variant wheels (CUDA), the release's plain wheel (CPU)
+    limit: str | None = None  # the size limit each wheel is checked (and split) against
+    test_command: str | None = None
+    test_requires: list[str] = field(default_factory=list)
+    upload: str | None = None  # the repository the verified wheels go to
+    source_date_epoch: int | None = None  # every timestamp written (SOURCE_DATE_EPOCH, else the commit's time)
+
+
+@dataclass(frozen=True)
+class Request:
+    """The target as the user named it (options and [tool.ci]); make_plan resolves it against the matrix.
+    `image` replaces the matrix's image, `find_links` is a wheel directory the container's pip uses (torch
+    then comes from pip's sources, unless `torch_index_url` names an index). `stable_abi` (a torch minor,
+    e.g. "2.10") builds one wheel for every torch from it on: `cuda` may then name a major ("13"), built
+    with its lowest CUDA against its newest torch."""
+
+    cuda: str | None = None  # None: a CPU build
+    torch: str | None = None
+    python: list[str] | None = None
+    arch_list: str | None = None
+    engine: str = "auto"
+    image: str | None = None
+    find_links: Path | None = None
+    torch_index_url: str | None = None
+    stable_abi: str | None = None
+
+    @classmethod
+    def from_args(cls, args: Any, stable_abi: str | None) -> Request:
+        """From a stage's parsed options (`build` has them all, `plan` no image or wheel sources)."""
+        return cls(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
+                   engine=args.engine, image=getattr(args, "image", None), find_links=getattr(args, "find_links", None),
+                   torch_index_url=getattr(args, "torch_index_url", None), stable_abi=stable_abi)
+
+
+@dataclass(frozen=True)
 class Plan:
     cuda: str | None  # None for a CPU build
     torch: str
@@ -113,31 +140,29 @@ class Plan:
     build_requires: list[str] = field(default_factory=list)  # the project's [build-system] requires, as written
     cpu_view: CpuView | None = None  # a CPU host build: what its compile does not see of a CUDA toolkit
     ccache_dir: str = ""  # the compiler cache, shared by every build on this machine (mounted into containers)
-    # what the run does with the wheels: set by make_plan from the settings, shown by the dry run
-    build_env: dict[str, str] = field(default_factory=dict)  # --env and [tool.ci] env, set for the compile
-    public_env: list[str] = field(default_factory=list)  # build_env names whose values may be shown
-    excludes: list[str] = field(default_factory=list)  # library patterns repair leaves out (beyond the built-in)
-    nvcc_source: str = "auto"  # host CUDA builds: "auto" | "host" | "wheel"
-    allow_no_device_code: bool = False
-    label: str | None = None  # the local version label of the wheels (None: no label)
-    variants: bool = False  # PEP 825 variant wheels (CUDA), the release's plain wheel (CPU)
-    limit: str | None = None  # the size limit each wheel is checked (and split) against
-    test_command: str | None = None
-    test_requires: list[str] = field(default_factory=list)
-    upload: str | None = None  # the repository the verified wheels go to
-    source_date_epoch: int | None = None  # every timestamp written (SOURCE_DATE_EPOCH, else the commit's time)
+    stable_flags: dict[str, str] = field(default_factory=dict)  # a stable-ABI build's compiler flags, by variable
+    run: RunSettings = field(default_factory=lambda: RunSettings())  # what the run does with the wheels
+    label: str | None = None  # the local version label of the wheels (None: no label), run.local_version resolved
     inherited: dict[str, str] = field(default_factory=dict)  # host builds: INHERITED variables the shell sets
 
     @property
     def torch_requirement(self) -> str:
         return f"torch>={self.stable.target}" if self.stable else f"torch=={self.torch}"
 
+    def flat(self) -> dict[str, Any]:
+        """Every field as data, the run's settings beside the rest (local_version as its resolved label):
+        what the dry run shows and what the build's records key on."""
+        doc = asdict(self)
+        run = doc.pop("run")
+        run.pop("local_version")
+        return doc | run
+
     def to_json(self) -> dict[str, Any]:
         """The plan as it may be shown (--dry-run --json, report.json): build variables masked by name
         unless public, and every registered secret and URL userinfo redacted."""
-        doc = asdict(self)
-        hidden = {k: v for k, v in self.build_env.items() if k not in self.public_env}
-        doc["build_env"] = secret.masked(self.build_env, self.public_env)
+        doc = self.flat()
+        hidden = {k: v for k, v in self.run.build_env.items() if k not in self.run.public_env}
+        doc["build_env"] = secret.masked(self.run.build_env, self.run.public_env)
         doc["environment"] = {k: _mask_assignments(v, hidden) for k, v in self.environment.items()}
         return secret.redact_data(doc)
 
@@ -145,7 +170,7 @@ class Plan:
 def _mask_assignments(text: str, hidden: Mapping[str, str]) -> str:
     """cibuildwheel's NAME=value pairs with the hidden variables' values masked, however short."""
     for name, value in hidden.items():
-        text = text.replace(f"{name}={_cibw_quote(value)}", f"{name}={secret.MASK}")
+        text = text.replace(f"{name}={cibw_quote(value)}", f"{name}={secret.MASK}")
     return text
 
 
@@ -235,91 +260,9 @@ def _choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None) -> mx.T
     return build
 
 
-def build_installs(build_requires: list[str]) -> list[str]:
-    """What a build environment gets next to torch: the project's build requirements as written (torch
-    aside: the plan's torch is installed first), then our tools (ci.config.constraints.BUILD_TOOLS: the
-    `build --no-isolation` build and ci.repair use that environment; pip merges a tool the project names too)."""
-    from wheelci.config.constraints import BUILD_TOOLS
-    from wheelci.wheel.requirements import requirement_name
-
-    return [req.strip() for req in build_requires if requirement_name(req) != "torch"] + list(BUILD_TOOLS)
-
-
-def _before_build(project: Project, torch_req: str, index_url: str | None, cudnn: str | None) -> str:
-    """Install the pinned torch from its index first, then cuDNN, the project's build requirements and
-    our tools, with our tool versions as constraints (the mounted file).
-
-    index_url None: pip's own sources in the container (PyPI, and the mounted find-links directory)."""
-    torch_cmd = ["pip", "install", torch_req] + (["--index-url", index_url] if index_url else [])
-    rest = build_installs(project.build_requires) + ([cudnn] if cudnn else [])
-    cmds = [torch_cmd, ["pip", "install", "-c", CONTAINER_CONSTRAINTS, *rest]]
-    return " && ".join(shlex.join(c) for c in cmds)
-
-
-def _cibw_quote(v: str) -> str:
-    """Values naming $VARS are double-quoted so they expand there; the rest are single-quoted, always:
-    cibuildwheel's parser refuses a bare `=` in a value (SKBUILD_CMAKE_DEFINE=BUILD_RUNNER=ON)."""
-    if "$" in v or "'" in v:  # its parser joins no quoted pieces: one double-quoted word
-        v = v.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
-        return '"' + v + '"'
-    return "'" + v + "'"
-
-
-def _cibw_environment(values: dict[str, str]) -> str:
-    """cibuildwheel's `environment` syntax: NAME=value pairs, evaluated in the container."""
-    return " ".join(f"{k}={_cibw_quote(v)}" for k, v in values.items())
-
-
 def ccache_dir(env: Mapping[str, str]) -> Path:
     """The compiler cache: CCACHE_DIR, else the tool's cache."""
     return Path(env.get("CCACHE_DIR") or cache_dir("ccache", env=env))
-
-
-def container_options(engine: Engine, find_links: Path | None, tools: Path, ccache: Path,
-                      ca: str | None) -> tuple[list[str], dict[str, str]]:
-    """The engine's create arguments and the variables set inside: host network, the ccache volume, the
-    tool constraints, the host's CA bundle and the find-links directory (all read-only), Podman's rlimits."""
-    create = ["--network=host", f"--volume={ccache}:{CONTAINER_CCACHE}",
-              f"--volume={Path(__file__).resolve().parent}:{CONTAINER_TOOL}/wheelci:ro",
-              f"--volume={tools}:{CONTAINER_CONSTRAINTS}:ro"]
-    inner: dict[str, str] = {}
-    if ca is not None:
-        create.append(f"--volume={Path(ca).resolve()}:{CONTAINER_CA}:ro")
-        inner.update({v: CONTAINER_CA for v in CA_VARIABLES})
-    if find_links is not None:
-        create.append(f"--volume={find_links}:{CONTAINER_FIND_LINKS}:ro")
-        inner["PIP_FIND_LINKS"] = CONTAINER_FIND_LINKS
-    return [*create, *engine.create_args], inner
-
-
-def environment(*, engine: Engine, image: str, identifiers: list[str], before_build: str, cuda: str | None,
-                arch_list: str, nvcc_flags: list[str], tools: Path, ccache: Path, ca: str | None,
-                gcc_max: int | None = None, find_links: Path | None = None) -> dict[str, str]:
-    """The CIBW_* variables a container build sets (a host build shows what a container one would)."""
-    create, extra = container_options(engine, find_links, tools, ccache, ca)
-    inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CMAKE_C_COMPILER_LAUNCHER": "ccache",
-             "CMAKE_CXX_COMPILER_LAUNCHER": "ccache", **extra}
-    before_all = [f"sh {CONTAINER_SCRIPTS}/ensure_ccache.sh"]
-    if cuda:
-        inner = {"CUDA_HOME": CONTAINER_CUDA_HOME, "PATH": f"{CONTAINER_CUDA_HOME}/bin:$PATH",
-                 "TORCH_CUDA_ARCH_LIST": arch_list, "CUDAFLAGS": " ".join(nvcc_flags),
-                 "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache", **inner}
-        before_all[:0] = [f"sh {CONTAINER_SCRIPTS}/check_image.sh {shlex.quote(cuda)} {gcc_max}"]
-    env = {
-        "CIBW_BUILD": " ".join(identifiers),
-        "CIBW_ARCHS_LINUX": "x86_64",
-        "CIBW_MANYLINUX_X86_64_IMAGE": image,
-        "CIBW_BEFORE_ALL_LINUX": " && ".join(before_all),
-        "CIBW_BEFORE_BUILD_LINUX": before_build,
-        "CIBW_ENVIRONMENT_LINUX": _cibw_environment(inner),
-        # torch must be the one before-build pinned, in any project: no isolated build env
-        "CIBW_BUILD_FRONTEND": "build; args: --no-isolation",
-        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": REPAIR_COMMAND,
-        "CIBW_BUILD_VERBOSITY": "1",
-    }
-    if engine.container:
-        env["CIBW_CONTAINER_ENGINE"] = f"{engine}; create_args: {shlex.join(create)}"
-    return env
 
 
 def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None, facts: Facts) -> tuple[Engine, list[str]]:
@@ -341,78 +284,52 @@ def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None, facts:
     return Engine.HOST, [f"engine auto: no container engine responds; building CUDA {cuda} on the host"]
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    """What a build does with its wheels, as the settings ([tool.ci] merged with the options) say."""
-
-    build_env: dict[str, str] = field(default_factory=dict)
-    public_env: list[str] = field(default_factory=list)
-    excludes: list[str] = field(default_factory=list)
-    nvcc_source: str = "auto"
-    allow_no_device_code: bool = False
-    local_version: str = "auto"  # "auto" | "none" | a label
-    variants: bool = False
-    limit: str | None = None
-    test_command: str | None = None
-    test_requires: list[str] = field(default_factory=list)
-    upload: str | None = None
-    source_date_epoch: int | None = None
-
-
-def make_plan(*, cuda: str | None, torch: str | None = None, python: list[str] | None = None,
-              arch_list: str | None = None, engine: str = "auto", project_dir: Path = Path("."),
-              image: str | None = None, find_links: Path | None = None,
-              torch_index_url: str | None = None, build_env: dict[str, str] | None = None,
-              excludes: Sequence[str] = (), stable_abi: str | None = None, run: RunSettings | None = None,
+def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettings | None = None,
               env: Mapping[str, str] | None = None, facts: Facts | None = None,
               project: Project | None = None) -> Plan:
-    """The plan; `image` replaces the matrix's image, `find_links` is a wheel directory the container's pip
-    uses (torch then comes from pip's sources, unless `torch_index_url` names an index). `stable_abi`
-    (a torch minor, e.g. "2.10") builds one wheel for every torch from it on: `cuda` may then name a
-    major ("13"), built with its lowest CUDA against its newest torch. `env` is the environment the run
-    sees and `facts` what the edge probed of the machine (wheelci.engine.detect_facts); left out, they are
-    an empty environment and a machine with nothing detected. `project`: the pyproject.toml as the build
-    read it (ci.config.project.read_project); left out, read from project_dir."""
+    """The plan for `request`. `run` is what the run does with its wheels; `env` is the environment the
+    run sees and `facts` what the edge probed of the machine (wheelci.engine.detect_facts); left out, they
+    are the defaults, an empty environment and a machine with nothing detected. `project`: the
+    pyproject.toml as the build read it (ci.config.project.read_project); left out, read from project_dir."""
     env, facts = ({} if env is None else env), (Facts() if facts is None else facts)
-    run = RunSettings(build_env=dict(build_env or {}), excludes=list(excludes)) if run is None else run
-    build_env, excludes = run.build_env, run.excludes
+    run = RunSettings() if run is None else run
     matrix = mx.load()
     project = Project.read(project_dir) if project is None else project
-    if engine not in ENGINES:
-        raise CiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
-    if stable_abi is not None and cuda is not None:
-        row = pick_row(matrix, cuda, parse_target(stable_abi))
-        cuda, torch = row.version, torch or newest_torch(row, parse_target(stable_abi))
-    if find_links is not None:
-        find_links = Path(find_links).resolve()
+    if request.engine not in ENGINES:
+        raise CiError(f"unknown engine {request.engine!r} (choose from {', '.join(ENGINES)})")
+    if request.stable_abi is not None and request.cuda is not None:
+        row = pick_row(matrix, request.cuda, parse_target(request.stable_abi))
+        request = replace(request, cuda=row.version,
+                          torch=request.torch or newest_torch(row, parse_target(request.stable_abi)))
+    if request.find_links is not None:
+        find_links = Path(request.find_links).resolve()
         if not find_links.is_dir():
             raise CiError(f"--find-links {find_links}: not a directory")
+        request = replace(request, find_links=find_links)
     from wheelci.config import constraints  # packaging: not for --workflow-matrix, which runs on a bare Python
 
     tools = constraints.for_project(project.build_requires)
-    tools_file = constraints.file_for(tools.pins)
-    machine = Machine(env, facts, ccache_dir(env))
-    plan = (_cpu_plan(matrix, project, torch, python, arch_list, engine, find_links, torch_index_url, tools_file,
-                      machine)
-            if cuda is None else _cuda_plan(matrix, project, cuda, torch, python, arch_list, engine, find_links,
-                                            torch_index_url, tools_file, machine))
+    machine = Machine(env, facts, ccache_dir(env), constraints.file_for(tools.pins))
+    plan = (_cpu_plan(matrix, project, request, machine) if request.cuda is None
+            else _cuda_plan(matrix, project, request, request.cuda, machine))
     plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
                    backend=project.backend, tool_constraints=list(tools.pins),
                    build_requires=list(project.build_requires),
                    notes=[*plan.notes, *tools.set_aside], ccache_dir=str(machine.ccache))
-    if stable_abi is not None:
-        plan = _with_stable(plan, plan_stable(matrix, stable_abi, plan.cuda, plan.torch))
-    if excludes or plan.stable:  # --exclude and [tool.ci] exclude reach the container's repair too
+    if request.stable_abi is not None:
+        plan = _with_stable(plan, plan_stable(matrix, request.stable_abi, plan.cuda, plan.torch))
+    if run.excludes or plan.stable:  # --exclude and [tool.ci] exclude reach the container's repair too
         target = plan.stable.target if plan.stable else None
         plan = replace(plan, environment={**plan.environment, "CIBW_REPAIR_WHEEL_COMMAND_LINUX":
-                                          repair_command(list(excludes), target)})
-    if build_env:  # the project's [tool.ci] env and --env reach the container's build too
+                                          repair_command(list(run.excludes), target)})
+    if run.build_env:  # the project's [tool.ci] env and --env reach the container's build too
         cibw = dict(plan.environment)
-        cibw["CIBW_ENVIRONMENT_LINUX"] += " " + _cibw_environment(build_env)
+        cibw["CIBW_ENVIRONMENT_LINUX"] += " " + cibw_environment(run.build_env)
         plan = replace(plan, environment=cibw)
     plan = _with_run(plan, run)
     if not plan.engine.container:
         plan = replace(plan, inherited={k: env[k] for k in INHERITED if env.get(k)})
+    image = request.image
     if image is None:
         return plan
     if not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]*", image):
@@ -429,6 +346,7 @@ class Machine:
     env: Mapping[str, str]
     facts: Facts
     ccache: Path
+    tools: Path  # the pip constraints file of our build tools
 
 
 def variant_label(plan: Plan) -> str:
@@ -458,11 +376,8 @@ def _with_run(plan: Plan, run: RunSettings) -> Plan:
         local_version("0", run.local_version)  # a bad label is refused here, before the dry run shows it
         label = run.local_version
     secret.add_variables(run.build_env, run.public_env)
-    return replace(plan, build_env=dict(run.build_env), public_env=sorted(run.public_env),
-                   excludes=list(run.excludes), nvcc_source=run.nvcc_source,
-                   allow_no_device_code=run.allow_no_device_code, label=label, variants=run.variants,
-                   limit=run.limit, test_command=run.test_command, test_requires=list(run.test_requires),
-                   upload=run.upload, source_date_epoch=run.source_date_epoch)
+    return replace(plan, label=label, run=replace(run, build_env=dict(run.build_env), public_env=sorted(run.public_env),
+                                                  excludes=list(run.excludes), test_requires=list(run.test_requires)))
 
 
 def stable_flags(stable: StablePlan, cuda: bool) -> dict[str, str]:
@@ -479,9 +394,10 @@ def stable_flags(stable: StablePlan, cuda: bool) -> dict[str, str]:
 def _with_stable(plan: Plan, stable: StablePlan) -> Plan:
     """The plan building a stable-ABI wheel: the container's compilers get the flags (after what the
     image sets: the values extend theirs), and the notes say what the wheel serves."""
-    added = {k: (v if k == "CI_STABLE_ABI" else f"${k} {v}") for k, v in stable_flags(stable, bool(plan.cuda)).items()}
+    flags = stable_flags(stable, bool(plan.cuda))
+    added = {k: (v if k == "CI_STABLE_ABI" else f"${k} {v}") for k, v in flags.items()}
     env = {**plan.environment}
-    env["CIBW_ENVIRONMENT_LINUX"] += " " + _cibw_environment(added)
+    env["CIBW_ENVIRONMENT_LINUX"] += " " + cibw_environment(added)
     note = (f"stable ABI {stable.target}: one {stable.variant} wheel for {stable.serves}; verified under torch "
             + ", ".join(v for v, _ in stable.verify))
     # compiled against the oldest cuDNN of the range, which every later one runs (cuDNN 9.y runs 9.z code, z <= y)
@@ -490,7 +406,8 @@ def _with_stable(plan: Plan, stable: StablePlan) -> Plan:
         cudnn = f"{plan.cudnn_requirement.split('==')[0]}=={stable.cudnn_floor}"
         if cudnn != plan.cudnn_requirement:
             env["CIBW_BEFORE_BUILD_LINUX"] = env["CIBW_BEFORE_BUILD_LINUX"].replace(plan.cudnn_requirement, cudnn)
-    return replace(plan, stable=stable, environment=env, notes=[*plan.notes, note], cudnn_requirement=cudnn)
+    return replace(plan, stable=stable, stable_flags=flags, environment=env, notes=[*plan.notes, note],
+                   cudnn_requirement=cudnn)
 
 
 def _torch_source(find_links: Path | None, torch_index_url: str | None, default: str | None) -> str | None:
@@ -499,14 +416,13 @@ def _torch_source(find_links: Path | None, torch_index_url: str | None, default:
     return torch_index_url or (None if find_links is not None else default)
 
 
-def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None, python: list[str] | None,
-               arch_list: str | None, engine: str, find_links: Path | None,
-               torch_index_url: str | None, tools: Path, machine: Machine) -> Plan:
+def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str, machine: Machine) -> Plan:
     row = matrix.row(cuda)
-    build = _choose_torch(matrix, row, torch)
+    build = _choose_torch(matrix, row, request.torch)
     line = matrix.torch_line(build.version)
-    pythons = _parse_python(python, project, line, build.version)
-    archs = mx.check_arch_list(cuda, arch_list if arch_list is not None else row.arch_list)
+    pythons = _parse_python(request.python, project, line, build.version)
+    archs = mx.check_arch_list(cuda, request.arch_list if request.arch_list is not None else row.arch_list)
+    engine, find_links, torch_index_url = request.engine, request.find_links, request.torch_index_url
     image, notes = pick_image(matrix, row, line, build.version)
     ref = _image_ref(matrix, image, machine.env)
     if image.origin == "ours":
@@ -521,9 +437,9 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, cuda: str, torch: str | None
     identifiers = [identifier(p) for p in pythons]
     index = _torch_source(find_links, torch_index_url, row.torch_index_url)
     env = environment(engine=resolved, image=ref, identifiers=identifiers,
-                      before_build=_before_build(project, f"torch=={build.version}", index, build.cudnn),
+                      before_build=before_build(project, f"torch=={build.version}", index, build.cudnn),
                       cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
-                      find_links=find_links, tools=tools, ccache=machine.ccache, ca=machine.facts.ca_bundle)
+                      find_links=find_links, tools=machine.tools, ccache=machine.ccache, ca=machine.facts.ca_bundle)
     # the host's environments (the build's, verify's) install this torch from its index even where the
     # container's pip takes it from find-links: the plan names where the release lives
     return Plan(cuda=cuda, torch=build.version, torch_index_url=torch_index_url or row.torch_index_url,
@@ -540,10 +456,9 @@ def _version_key(v: str) -> tuple[int, ...]:
     return tuple(int(p) for p in v.split("."))
 
 
-def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: list[str] | None,
-              arch_list: str | None, engine: str, find_links: Path | None, torch_index_url: str | None,
-              tools: Path, machine: Machine) -> Plan:
-    if arch_list:
+def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Machine) -> Plan:
+    torch, engine, find_links, torch_index_url = request.torch, request.engine, request.find_links, request.torch_index_url
+    if request.arch_list:
         raise CiError("--arch-list needs --cuda (a CPU build has no device code)")
     version = torch or matrix.default_torch
     if not re.fullmatch(r"\d+\.\d+\.\d+", version):
@@ -554,14 +469,14 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, torch: str | None, python: li
         same_line = sorted((v for v in releases if v.startswith(line.minor + ".")), key=_version_key)
         raise CiError(f"torch {version} is not a release the matrix knows (torch {line.minor}: "
                       f"{', '.join(same_line) or 'none'})")
-    pythons = _parse_python(python, project, line, version)
+    pythons = _parse_python(request.python, project, line, version)
     resolved, notes = resolve_engine(engine, None, None, machine.facts)
     identifiers = [identifier(p) for p in pythons]
     index = _torch_source(find_links, torch_index_url, matrix.cpu_index_url)
     env = environment(engine=resolved, image=line.manylinux, identifiers=identifiers,
-                      before_build=_before_build(project, f"torch=={version}", index, None),
+                      before_build=before_build(project, f"torch=={version}", index, None),
                       cuda=None, arch_list="", nvcc_flags=[], find_links=find_links,
-                      tools=tools, ccache=machine.ccache, ca=machine.facts.ca_bundle)
+                      tools=machine.tools, ccache=machine.ccache, ca=machine.facts.ca_bundle)
     return Plan(cuda=None, torch=version, torch_index_url=torch_index_url or matrix.cpu_index_url, torch_on_pypi=False,
                 cudnn_requirement=None, image=None, manylinux=line.manylinux, arch_list="", python=pythons,
                 identifiers=identifiers, environment=env, engine=resolved,
@@ -606,77 +521,28 @@ def format_plan(plan: Plan) -> str:
 
 def _run_rows(plan: Plan) -> list[tuple[str, str]]:
     """What the run does with its wheels, as the dry run shows it (build variables masked unless public)."""
-    env = secret.masked(plan.build_env, plan.public_env)
+    env = secret.masked(plan.run.build_env, plan.run.public_env)
     return [
         ("build env", " ".join(f"{k}={v}" for k, v in env.items()) or "-"),
         ("ccache", plan.ccache_dir or "-"),
-        ("nvcc", f"{plan.nvcc_source} (host builds: the host nvcc if its version matches, else NVIDIA's wheels)"
+        ("nvcc", f"{plan.run.nvcc_source} (host builds: the host nvcc if its version matches, else NVIDIA's wheels)"
                  if plan.cuda and not plan.engine.container else "-"),
-        ("excludes", " ".join(plan.excludes) or "-"),
-        ("device code", "not required (--allow-no-device-code)" if plan.allow_no_device_code
+        ("excludes", " ".join(plan.run.excludes) or "-"),
+        ("device code", "not required (--allow-no-device-code)" if plan.run.allow_no_device_code
                         else "required" if plan.cuda else "-"),
-        ("label", (f"+{plan.label}" if plan.label else "none") + (" (PEP 825 variants)" if plan.variants else "")),
-        ("limit", plan.limit or "none"),
-        ("test command", plan.test_command or "(import check only)"),
-        ("test requires", " ".join(plan.test_requires) or "-"),
-        ("upload", plan.upload or "-"),
+        ("label", (f"+{plan.label}" if plan.label else "none") + (" (PEP 825 variants)" if plan.run.variants else "")),
+        ("limit", plan.run.limit or "none"),
+        ("test command", plan.run.test_command or "(import check only)"),
+        ("test requires", " ".join(plan.run.test_requires) or "-"),
+        ("upload", plan.run.upload or "-"),
         ("from shell", " ".join(f"{k}={v}" for k, v in plan.inherited.items()) or "-"),
-        ("timestamps", f"{plan.source_date_epoch} (SOURCE_DATE_EPOCH)" if plan.source_date_epoch is not None
+        ("timestamps", f"{plan.run.source_date_epoch} (SOURCE_DATE_EPOCH)" if plan.run.source_date_epoch is not None
                        else "now (no SOURCE_DATE_EPOCH and no git commit)"),
     ]
 
 
 def split_csv(text: str | None) -> list[str] | None:
     return [p.strip() for p in text.split(",") if p.strip()] if text else None
-
-
-def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None,
-                    variants: bool = False) -> dict[str, list[dict[str, str]]]:
-    """The CI jobs a project needs, as a GitHub Actions matrix: one per CUDA version of the matrix for
-    classic wheels, one per variant (cpu, and each CUDA major the matrix can build for the target)
-    for stable-ABI ones, which serve every later torch. Each row names its engine: a CPU build runs on
-    the runner itself, a CUDA one in a container (the runner has no CUDA toolkit).
-
-    `cuda` keeps only the rows it names (CUDA versions of the matrix, or `cpu`), in matrix order; classic
-    wheels get a CPU job only when it is named. A name the matrix does not know is bad input, refused
-    here before any job starts: a typo must not quietly build nothing, or everything.
-
-    `variants` builds a release's PEP 825 variant set: every job gets --variant (a CUDA job writes its
-    variant wheel, the CPU job the plain wheel), and the CPU job is always in, since an installer on a
-    machine without a GPU needs the plain wheel."""
-    matrix = mx.load()
-    if stable_abi is None:
-        rows = [("cpu", "cpu", "--cpu")] + [(v, f"cuda{v}", f"--cuda {v}") for v in matrix.versions]
-        aliases = {key: key for key, _, _ in rows}
-    else:
-        target = parse_target(stable_abi)
-        majors = []
-        for row in matrix.rows:
-            major = row.version.split(".")[0]
-            if major not in majors and any(tuple(map(int, t.version.split(".")[:2])) >= target for t in row.torch):
-                majors.append(major)
-        rows = [("cpu", "stable-cpu", f"--cpu --stable-abi {stable_abi}")] + [
-            (m, f"stable-cu{m}", f"--cuda {m} --stable-abi {stable_abi}") for m in majors]
-        # a variant serves its whole CUDA major: 13 and 13.0 both name stable-cu13
-        aliases = {"cpu": "cpu", **{v: v.split(".")[0] for v in matrix.versions if v.split(".")[0] in majors},
-                   **{m: m for m in majors}}
-    if cuda is None:
-        keep = [r for r in rows if stable_abi or r[0] != "cpu"]
-    else:
-        choices = f"choose from {', '.join(r[0] for r in rows)}"
-        unknown = [c for c in cuda if c.lower() not in aliases]
-        if unknown:
-            what = f"stable-ABI variant for torch >= {stable_abi}" if stable_abi else "CUDA version"
-            raise CiError(f"--cuda {','.join(unknown)}: no such {what} in the matrix ({choices})")
-        if not cuda:
-            raise CiError(f"--cuda names no job ({choices})")
-        wanted = {aliases[c.lower()] for c in cuda}
-        keep = [r for r in rows if r[0] in wanted]
-    if variants:
-        keep = [r for r in rows if r[0] == "cpu"] + [r for r in keep if r[0] != "cpu"]
-        keep = [(key, name, f"{args} --variant") for key, name, args in keep]
-    return {"include": [{"name": name, "args": args, "engine": "host" if key == "cpu" else "docker"}
-                        for key, name, args in keep]}
 
 
 def main(args) -> int:
@@ -687,7 +553,7 @@ def main(args) -> int:
     if args.workflow_matrix:  # on a bare Python: [tool.ci] only (checking the rest takes packaging)
         settings = read_settings(args.project_dir)
         stable = args.stable_abi or settings.stable_abi
-        print(json.dumps(workflow_matrix(stable, split_csv(args.cuda), args.variant or settings.variants)))
+        print(json.dumps(workflowmatrix.workflow_matrix(stable, split_csv(args.cuda), args.variant or settings.variants)))
         return 0
     project = read_project(args.project_dir)  # the one read of pyproject.toml
     settings = project.settings
@@ -697,9 +563,7 @@ def main(args) -> int:
     run = RunSettings(build_env=settings.env, public_env=settings.public_env, excludes=settings.exclude,
                       variants=settings.variants, limit=settings.limit, test_command=settings.test_command,
                       test_requires=settings.test_requires)
-    plan = make_plan(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
-                     engine=args.engine, project_dir=args.project_dir, stable_abi=stable, run=run,
-                     env=os.environ, facts=detect_facts(os.environ, engine=args.engine, cuda=args.cuda),
+    plan = make_plan(Request.from_args(args, stable), project_dir=args.project_dir, run=run, env=os.environ, facts=detect_facts(os.environ, engine=args.engine, cuda=args.cuda),
                      project=project)
     if args.json:
         emit_json(plan.to_json())

@@ -294,9 +294,9 @@ def host_nvcc_used(plan: "Plan") -> str | None:
     from wheelci.engine import host_nvcc, nvcc_version
 
     host = host_nvcc()
-    if plan.nvcc_source in ("auto", "host") and host is not None and nvcc_version(host) == plan.cuda:
-        return f"the host's nvcc {plan.cuda} (--nvcc {plan.nvcc_source})"
-    return f"NVIDIA's nvcc {plan.cuda} wheel (--nvcc {plan.nvcc_source})"
+    if plan.run.nvcc_source in ("auto", "host") and host is not None and nvcc_version(host) == plan.cuda:
+        return f"the host's nvcc {plan.cuda} (--nvcc {plan.run.nvcc_source})"
+    return f"NVIDIA's nvcc {plan.cuda} wheel (--nvcc {plan.run.nvcc_source})"
 
 
 def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: list[str], project_dir: Path,
@@ -318,7 +318,7 @@ def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: lis
     return Provenance(
         project=(get_headers(wa.metadata, "Name") or [wa.name.distribution])[0], version=wa.name.version, wheel=wa.path.name,
         content_digest=content_digest(wa, member), revision=revision, revision_note=note, dirty=dirty,
-        epoch=plan.source_date_epoch, torch=env.torch_version,
+        epoch=plan.run.source_date_epoch, torch=env.torch_version,
         torch_requirement=torch_reqs[0] if torch_reqs else None, torch_index=plan.torch_index_url,
         cuda=plan.cuda, arch_list=plan.arch_list if plan.cuda else None,
         cudnn_requirement=plan.cudnn_requirement if plan.cuda else None,

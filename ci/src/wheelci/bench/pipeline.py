@@ -92,9 +92,9 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     from wheelci.compile.host import torch_spec
     from wheelci.compile.hostenv import ensure_env
-    from wheelci.plan import make_plan
+    from wheelci.plan import Request, make_plan
 
-    env = ensure_env(torch_spec(make_plan(cuda=None, engine="host", project_dir=TINY)))
+    env = ensure_env(torch_spec(make_plan(Request(engine="host"), project_dir=TINY)))
     best: dict[str, tuple[dict[str, float], float, float]] = {}
     for _ in range(max(1, args.repeat)):
         for side in ("wheelci", "by hand"):

@@ -50,7 +50,7 @@ def _requirements_key(plan) -> tuple[list[str], Path, str]:
     import hashlib
 
     from wheelci.config import constraints
-    from wheelci.plan import build_installs
+    from wheelci.cibw import build_installs
 
     reqs = build_installs(plan.build_requires)
     pins = constraints.ensure_file(plan.tool_constraints)
@@ -141,14 +141,13 @@ def prefix_maps(project_dir: Path, work_dir: Path, python: Path, compat: Path) -
     return [f"-ffile-prefix-map={old}={new}" for old, new in sorted(pairs.items(), key=lambda p: len(str(p[0])))]
 
 
-def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = "auto",
-                 build_env: dict[str, str] | None = None, env: BuildEnv | None = None,
+def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | None = None,
                  files: dict[str, str] | None = None, hold_fds: tuple[int, ...] = ()) -> CompileResult:
     """Build the project's wheel for `plan` on this machine; raises Finding if the build fails.
 
     scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
     what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
-    NVCC_APPEND_FLAGS. `build_env` (the project's [tool.ci] env and --env) goes last. `files`: the
+    NVCC_APPEND_FLAGS. The plan's build variables (the project's [tool.ci] env and --env) go last. `files`: the
     project's files as the build's snapshot saw them (the copy must be what the step records); `hold_fds`:
     the work directory's lock, held by the backend too, so a build killed with -9 keeps its tree locked
     while its compile still runs."""
@@ -167,8 +166,8 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
         project_dir = sync_project(project_dir, work_dir / "src", files)
         clear_outputs(project_dir, files)
     environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
-    if plan.source_date_epoch is not None:
-        environ["SOURCE_DATE_EPOCH"] = str(plan.source_date_epoch)
+    if plan.run.source_date_epoch is not None:
+        environ["SOURCE_DATE_EPOCH"] = str(plan.run.source_date_epoch)
     compat = GLIBC_COMPAT
     maps = prefix_maps(project_dir, work_dir, env.python, compat)
     host_flags = f"-isystem {compat} -include {compat / 'glibc_compat.h'} " + " ".join(maps)
@@ -176,9 +175,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
                   *(f"-Xcompiler={m}" for m in maps)]
     environ["CI_STABLE_ABI"] = ""  # the mode is the plan's, never the caller's shell's
     if plan.stable is not None:  # TORCH_TARGET_VERSION: torch's headers declare only what the target has
-        from wheelci.plan import stable_flags
-
-        flags = stable_flags(plan.stable, plan.cuda is not None)
+        flags = plan.stable_flags
         host_flags += " " + flags["CXXFLAGS"]
         cuda_flags += flags.get("NVCC_APPEND_FLAGS", "").split()
         environ["CI_STABLE_ABI"] = flags["CI_STABLE_ABI"]
@@ -190,7 +187,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
         for var in ("CFLAGS", "CXXFLAGS"):
             environ[var] = f"{environ.get(var, '')} {host_flags}".strip()
     if plan.cuda is not None:
-        nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=nvcc_source)
+        nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=plan.run.nvcc_source)
         root = assemble_cuda_root(env, nvcc)
         environ.update(cuda_build_environ(root, plan.arch_list))
         if cmake:
@@ -200,10 +197,8 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
             environ["NVCC_APPEND_FLAGS"] = " ".join([*plan.nvcc_flags, *cuda_flags])
     environ.update(ccache_environ(plan, work_dir, cmake, config))
     if plan.cuda is None:  # a CPU build sees no CUDA toolkit (ci.plan.CpuView)
-        from wheelci.engine import nvcc_dirs
-        from wheelci.plan import cpu_view
-
-        view = cpu_view(environ, cmake, nvcc_dirs(environ))
+        view = plan.cpu_view
+        assert view is not None, "a host CPU plan carries its toolchain view"
         environ = cpu_environ(environ, view.nvcc_dirs, work_dir / "cpu-path")
         config += [arg for define in view.cmake_defines for arg in ("-C", f"cmake.define.{define}")]
         log.info(f"toolchain: {view.describe()}")
@@ -211,7 +206,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, nvcc_source: str = 
     # and through setuptools' C++ flags rather than its C ones
     environ["PATH"] = f"{env.python.parent}{os.pathsep}{environ.get('PATH', '')}"
     environ["PYTHONUNBUFFERED"] = "1"  # the backend's own lines reach the log when said, among the compiler's
-    environ.update(build_env or {})
+    environ.update(plan.run.build_env)
     dist = work_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)  # the wheel is the one this compile makes
     dist.mkdir(parents=True, exist_ok=True)

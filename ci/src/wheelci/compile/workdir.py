@@ -134,23 +134,20 @@ TOOLCHAIN_VARIABLES = ("CC", "CXX", "CUDAHOSTCXX", "CFLAGS", "CXXFLAGS", "CPPFLA
 
 def compile_view(plan) -> dict:
     """What of a Plan the compile reads."""
-    import dataclasses
-
-    return {k: v for k, v in dataclasses.asdict(plan).items() if k not in AFTER_COMPILE}
+    return {k: v for k, v in plan.flat().items() if k not in AFTER_COMPILE}
 
 
 def tree_key(project_dir: Path, plan) -> str:
     """The kept build tree of a project and a Plan: its directory, and what of the plan shapes the tree."""
-    import dataclasses
     import hashlib
     import json
 
     from wheelci.util.secret import redact
 
-    fields = {k: v for k, v in dataclasses.asdict(plan).items() if k not in NOT_IN_TREE_KEY}
+    fields = {k: v for k, v in plan.flat().items() if k not in NOT_IN_TREE_KEY}
     fields = {k: redact(v) if isinstance(v, str) else v for k, v in fields.items()}  # an index URL's job token
     # CMake and meson read the compiler and its flags at the first configure only: another one, another tree
-    given = {**plan.inherited, **plan.build_env}
+    given = {**plan.inherited, **plan.run.build_env}
     fields["toolchain"] = {k: given[k] for k in sorted(given) if k in TOOLCHAIN_VARIABLES}
     doc = json.dumps({"project": str(project_dir.resolve()), "plan": fields}, sort_keys=True, default=str)
     return hashlib.sha256(doc.encode()).hexdigest()[:20]

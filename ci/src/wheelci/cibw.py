@@ -1,0 +1,116 @@
+"""What a container build asks of cibuildwheel: its CIBW_* variables, the engine's create arguments and
+the mounts, in the container's own paths.
+
+The Plan holds the result (a host build shows what a container one would); wheelci.compile.container
+hands it to cibuildwheel. Kept apart from the plan so that the container's layout is read in one place.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from wheelci.config.project import Project
+from wheelci.engine import CA_VARIABLES, Engine
+
+CONTAINER_CCACHE = "/ccache"
+CONTAINER_CUDA_HOME = "/usr/local/cuda"
+CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount this package read-only (ci.repair runs from it)
+CONTAINER_SCRIPTS = f"{CONTAINER_TOOL}/wheelci/resources/container"  # wheelci/resources/container/*.sh, mounted
+REPAIR_COMMAND = f"PYTHONPATH={CONTAINER_TOOL} python -m wheelci.repair -w {{dest_dir}} {{wheel}}"
+
+
+def repair_command(excludes: list[str], stable_abi: str | None = None) -> str:
+    """cibuildwheel's repair command: ci.repair with the project's excludes (and the stable-ABI
+    target), as the host build repairs (cibuildwheel substitutes only its own {wheel} and {dest_dir}
+    fields, then a shell runs it)."""
+    stable = f" --stable-abi {shlex.quote(stable_abi)}" if stable_abi else ""
+    return REPAIR_COMMAND + stable + "".join(f" --exclude {shlex.quote(p)}" for p in excludes)
+CONTAINER_CA = "/etc/ci/host-ca.pem"
+CONTAINER_FIND_LINKS = "/ci/find-links"
+CONTAINER_CONSTRAINTS = "/ci/build-constraints.txt"
+# Where the host's trusted CA bundle is named: TLS-intercepting networks (corporate proxies, this kind of CI)
+# re-sign outbound TLS, and pip in the container fails CERTIFICATE_VERIFY_FAILED without the same bundle.
+# Podman sets rlimits by default that a host without CAP_SYS_RESOURCE (containerised CI runners) refuses.
+
+
+def build_installs(build_requires: list[str]) -> list[str]:
+    """What a build environment gets next to torch: the project's build requirements as written (torch
+    aside: the plan's torch is installed first), then our tools (ci.config.constraints.BUILD_TOOLS: the
+    `build --no-isolation` build and ci.repair use that environment; pip merges a tool the project names too)."""
+    from wheelci.config.constraints import BUILD_TOOLS
+    from wheelci.wheel.requirements import requirement_name
+
+    return [req.strip() for req in build_requires if requirement_name(req) != "torch"] + list(BUILD_TOOLS)
+
+
+def before_build(project: Project, torch_req: str, index_url: str | None, cudnn: str | None) -> str:
+    """Install the pinned torch from its index first, then cuDNN, the project's build requirements and
+    our tools, with our tool versions as constraints (the mounted file).
+
+    index_url None: pip's own sources in the container (PyPI, and the mounted find-links directory)."""
+    torch_cmd = ["pip", "install", torch_req] + (["--index-url", index_url] if index_url else [])
+    rest = build_installs(project.build_requires) + ([cudnn] if cudnn else [])
+    cmds = [torch_cmd, ["pip", "install", "-c", CONTAINER_CONSTRAINTS, *rest]]
+    return " && ".join(shlex.join(c) for c in cmds)
+
+
+def cibw_quote(v: str) -> str:
+    """Values naming $VARS are double-quoted so they expand there; the rest are single-quoted, always:
+    cibuildwheel's parser refuses a bare `=` in a value (SKBUILD_CMAKE_DEFINE=BUILD_RUNNER=ON)."""
+    if "$" in v or "'" in v:  # its parser joins no quoted pieces: one double-quoted word
+        v = v.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+        return '"' + v + '"'
+    return "'" + v + "'"
+
+
+def cibw_environment(values: dict[str, str]) -> str:
+    """cibuildwheel's `environment` syntax: NAME=value pairs, evaluated in the container."""
+    return " ".join(f"{k}={cibw_quote(v)}" for k, v in values.items())
+
+
+def container_options(engine: Engine, find_links: Path | None, tools: Path, ccache: Path,
+                      ca: str | None) -> tuple[list[str], dict[str, str]]:
+    """The engine's create arguments and the variables set inside: host network, the ccache volume, the
+    tool constraints, the host's CA bundle and the find-links directory (all read-only), Podman's rlimits."""
+    create = ["--network=host", f"--volume={ccache}:{CONTAINER_CCACHE}",
+              f"--volume={Path(__file__).resolve().parent}:{CONTAINER_TOOL}/wheelci:ro",
+              f"--volume={tools}:{CONTAINER_CONSTRAINTS}:ro"]
+    inner: dict[str, str] = {}
+    if ca is not None:
+        create.append(f"--volume={Path(ca).resolve()}:{CONTAINER_CA}:ro")
+        inner.update({v: CONTAINER_CA for v in CA_VARIABLES})
+    if find_links is not None:
+        create.append(f"--volume={find_links}:{CONTAINER_FIND_LINKS}:ro")
+        inner["PIP_FIND_LINKS"] = CONTAINER_FIND_LINKS
+    return [*create, *engine.create_args], inner
+
+
+def environment(*, engine: Engine, image: str, identifiers: list[str], before_build: str, cuda: str | None,
+                arch_list: str, nvcc_flags: list[str], tools: Path, ccache: Path, ca: str | None,
+                gcc_max: int | None = None, find_links: Path | None = None) -> dict[str, str]:
+    """The CIBW_* variables a container build sets (a host build shows what a container one would)."""
+    create, extra = container_options(engine, find_links, tools, ccache, ca)
+    inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CMAKE_C_COMPILER_LAUNCHER": "ccache",
+             "CMAKE_CXX_COMPILER_LAUNCHER": "ccache", **extra}
+    before_all = [f"sh {CONTAINER_SCRIPTS}/ensure_ccache.sh"]
+    if cuda:
+        inner = {"CUDA_HOME": CONTAINER_CUDA_HOME, "PATH": f"{CONTAINER_CUDA_HOME}/bin:$PATH",
+                 "TORCH_CUDA_ARCH_LIST": arch_list, "CUDAFLAGS": " ".join(nvcc_flags),
+                 "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache", **inner}
+        before_all[:0] = [f"sh {CONTAINER_SCRIPTS}/check_image.sh {shlex.quote(cuda)} {gcc_max}"]
+    env = {
+        "CIBW_BUILD": " ".join(identifiers),
+        "CIBW_ARCHS_LINUX": "x86_64",
+        "CIBW_MANYLINUX_X86_64_IMAGE": image,
+        "CIBW_BEFORE_ALL_LINUX": " && ".join(before_all),
+        "CIBW_BEFORE_BUILD_LINUX": before_build,
+        "CIBW_ENVIRONMENT_LINUX": cibw_environment(inner),
+        # torch must be the one before-build pinned, in any project: no isolated build env
+        "CIBW_BUILD_FRONTEND": "build; args: --no-isolation",
+        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": REPAIR_COMMAND,
+        "CIBW_BUILD_VERBOSITY": "1",
+    }
+    if engine.container:
+        env["CIBW_CONTAINER_ENGINE"] = f"{engine}; create_args: {shlex.join(create)}"
+    return env
