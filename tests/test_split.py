@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from wheelci.errors import CiError
-from wheelci.split import Lib, new_rpaths, plan_split
+from wheelci.native.splitplan import Lib, new_rpaths, plan_split
 from tests._wheels import build_wheel, raw_zip, read_members, run_stage, signal_mid_write, wheel_entries
 from tests import _proc
 
@@ -140,7 +140,7 @@ def test_split_into_two_companions_works_in_both_layouts(native_wheel: Path, tmp
 def test_a_library_loaded_by_path_from_python_stays(native_wheel: Path, tmp_path: Path) -> None:
     """__init__.py opens libbig2.so by file path: it is kept, with a note, and the package still
     imports in both layouts."""
-    from wheelci.split import loaded_by_path
+    from wheelci.native.splitplan import loaded_by_path
 
     assert loaded_by_path({"a/x.py": 'CDLL(os.path.join(d, "lib", "libq.so"))'}, ["a/lib/libq.so", "a/lib/libr.so"]) \
         == {"a/lib/libq.so": "a/x.py"}
