@@ -106,7 +106,7 @@ runs:
 
 UPLOAD_PY = '''\
 """Copy the files the PATHS globs match into STORE/NAME, relative to their common directory (as
-upload-artifact v4 roots an artifact); a name is written once."""
+upload-artifact roots an artifact); a name is written once."""
 import glob, os, shutil, sys
 from pathlib import Path
 
@@ -153,7 +153,7 @@ runs:
 
 DOWNLOAD_PY = '''\
 """Copy artifact NAME, or every artifact PATTERN matches, from STORE into DEST: one directory per
-artifact unless a name is given or MERGE is true (download-artifact v4)."""
+artifact unless a name is given or MERGE is true (download-artifact since v4)."""
 import fnmatch, os, shutil, sys
 from pathlib import Path
 
@@ -182,7 +182,7 @@ inputs:
 outputs:
   cache-hit: {description: whether the key itself was found}
 runs:
-  using: node20
+  using: node24
   main: restore.js
   post: save.js
   post-if: success()

