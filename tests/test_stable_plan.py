@@ -101,3 +101,9 @@ def test_requirements_follow_what_the_libraries_link():
     assert requirements({"libtorch_cpu.so"}, "2.11", None, None) == ["torch>=2.11"]
     with pytest.raises(CiError):
         requirements({"libcudnn.so.9"}, "2.10", None, None)
+
+
+def test_an_exact_cuda_without_a_torch_of_the_target_is_one_error():
+    """--cuda 11.8 --stable-abi 2.10: no torch of that row reaches 2.10; said, not a ValueError from max()."""
+    with pytest.raises(CiError, match=r"CUDA 11\.8 has no torch >= 2\.10 in the matrix \(its newest: 2\.7\.1\)"):
+        pl.make_plan(pl.Request(cuda="11.8", engine="docker", stable_abi="2.10"), project_dir=ROOT)

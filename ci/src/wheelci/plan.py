@@ -560,10 +560,11 @@ def main(args) -> int:
     stable = args.stable_abi or settings.stable_abi
     from wheelci.engine import detect_facts
 
-    run = RunSettings(build_env=settings.env, public_env=settings.public_env, excludes=settings.exclude,
+    run = RunSettings(build_env=settings.env_for(args.cuda is not None), public_env=settings.public_env, excludes=settings.exclude,
                       variants=settings.variants, limit=settings.limit, test_command=settings.test_command,
                       test_requires=settings.test_requires)
-    plan = make_plan(Request.from_args(args, stable), project_dir=args.project_dir, run=run, env=os.environ, facts=detect_facts(os.environ, engine=args.engine, cuda=args.cuda),
+    facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda)
+    plan = make_plan(Request.from_args(args, stable), project_dir=args.project_dir, run=run, env=os.environ, facts=facts,
                      project=project)
     if args.json:
         emit_json(plan.to_json())

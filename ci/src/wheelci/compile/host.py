@@ -199,7 +199,12 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     if plan.cuda is None:  # a CPU build sees no CUDA toolkit (ci.plan.CpuView)
         view = plan.cpu_view
         assert view is not None, "a host CPU plan carries its toolchain view"
-        environ = cpu_environ(environ, view.nvcc_dirs, work_dir / "cpu-path")
+        # what the plan saw, and whatever this PATH holds now (a plan made for a machine stated, not probed,
+        # names none): a CPU compile never finds an nvcc
+        from wheelci.engine import nvcc_dirs
+
+        hidden = list(dict.fromkeys([*view.nvcc_dirs, *nvcc_dirs(environ)]))
+        environ = cpu_environ(environ, hidden, work_dir / "cpu-path")
         config += [arg for define in view.cmake_defines for arg in ("-C", f"cmake.define.{define}")]
         log.info(f"toolchain: {view.describe()}")
     # the build env's own tools first: without ninja on PATH cpp_extension compiles one file at a time,

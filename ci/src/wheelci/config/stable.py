@@ -61,7 +61,11 @@ def pick_row(matrix: mx.Matrix, cuda: str, target: tuple[int, int]) -> mx.CudaRo
 
 
 def newest_torch(row: mx.CudaRow, target: tuple[int, int]) -> str:
-    return max((t.version for t in row.torch if minor_of(t.version) >= target), key=_key)
+    found = [t.version for t in row.torch if minor_of(t.version) >= target]
+    if not found:  # an exact --cuda X.Y whose torch releases all predate the target
+        raise CiError(f"CUDA {row.version} has no torch >= {target[0]}.{target[1]} in the matrix (its newest: "
+                      f"{max((t.version for t in row.torch), key=_key)}): a stable-ABI build needs one")
+    return max(found, key=_key)
 
 
 def pypi_builds(matrix: mx.Matrix, major: int | None, target: tuple[int, int]) -> list[tuple[str, str]]:
