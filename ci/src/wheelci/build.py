@@ -126,7 +126,7 @@ def make_build_plan(args, project: "Project", settings) -> "Plan":
     from wheelci.plan import Request, RunSettings, make_plan
 
     parse_limit(settings.limit)  # a bad limit is bad input now, not after the compile
-    run = RunSettings(build_env=settings.env, public_env=settings.public_env, excludes=settings.exclude,
+    run = RunSettings(build_env=settings.env_for(args.cuda is not None), public_env=settings.public_env, excludes=settings.exclude,
                       nvcc_source=args.nvcc, allow_no_device_code=args.allow_no_device_code,
                       local_version=args.local_version, variants=settings.variants, limit=settings.limit,
                       test_command=settings.test_command, test_requires=settings.test_requires, upload=args.upload,

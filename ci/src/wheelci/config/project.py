@@ -50,6 +50,13 @@ class Settings:
     stable_abi: str | None = None  # "2.10": build stable-ABI wheels serving every torch from it on
     variants: bool = False  # PEP 825 variant wheels for CUDA builds, the plain wheel for CPU ones
     public_env: list[str] = field(default_factory=list)  # env names whose values may be shown (the rest: ***)
+    cuda_env: dict[str, str] = field(default_factory=dict)  # [tool.ci.cuda] env: CUDA builds only, over env
+    cpu_env: dict[str, str] = field(default_factory=dict)  # [tool.ci.cpu] env: CPU builds only, over env
+
+    def env_for(self, cuda: bool) -> dict[str, str]:
+        """The build variables of a CUDA build (`cuda`) or a CPU one: env, then its kind's table over it
+        (FORCE_CUDA=1 in [tool.ci.cuda] reaches no CPU build)."""
+        return {**self.env, **(self.cuda_env if cuda else self.cpu_env)}
 
 
 def _words(key: str, value: object) -> list[str]:
@@ -78,6 +85,28 @@ def _env(key: str, value: object) -> dict[str, str]:
         if not name.isidentifier():
             raise CiError(f"[tool.ci] {key}: {name!r} is not a variable name")
     return dict(value)
+
+
+def _kind_table(kind: str):
+    """The reader of [tool.ci.cuda] or [tool.ci.cpu]: a table of the settings that differ by build kind
+    (only `env` today), its keys checked as strictly as [tool.ci]'s."""
+
+    def read(key: str, value: object) -> dict[str, str]:
+        from wheelci.config.strict import check_keys
+
+        where = f"[tool.ci.{kind}]"
+        if not isinstance(value, dict):
+            raise CiError(f"{where} must be a table (e.g. {where} env = {{ FORCE_CUDA = \"1\" }}), not {_toml(value)}")
+        check_keys(value, KIND_SETTINGS, where)
+        env = value.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise CiError(f"{where} env must be a table of strings, e.g. {{ FORCE_CUDA = \"1\" }}")
+        for name in env:
+            if not name.isidentifier():
+                raise CiError(f"{where} env: {name!r} is not a variable name")
+        return dict(env)
+
+    return read
 
 
 def _limit(key: str, value: object) -> str:
@@ -123,6 +152,12 @@ SETTINGS = {
     "variants": ("variants", _flag),
     "public-env": ("public_env", _words),
 }
+# [tool.ci.cuda] and [tool.ci.cpu]: what only one kind of build gets, read into Settings.cuda_env / cpu_env
+KIND_TABLES = {
+    "cuda": ("cuda_env", _kind_table("cuda")),
+    "cpu": ("cpu_env", _kind_table("cpu")),
+}
+KIND_SETTINGS = ("env",)  # the keys of those tables
 
 
 def load_pyproject(project_dir: Path) -> dict | None:
@@ -174,12 +209,12 @@ def _settings_of(data: dict | None, path: Path) -> Settings:
 
     table = _table(_table(data or {}, "tool", path), "ci", path, "tool.")
     try:
-        check_keys(table, SETTINGS, "[tool.ci]")
+        check_keys(table, [*SETTINGS, *KIND_TABLES], "[tool.ci]")
     except CiError as e:
         raise CiError(f"{path}: {e}") from None
     values = {}
     for key, value in table.items():
-        name, reader = SETTINGS[key]
+        name, reader = SETTINGS[key] if key in SETTINGS else KIND_TABLES[key]
         values[name] = reader(key, value)
     # each value is its field's reader's result (SETTINGS pairs them), which a dict cannot say
     return Settings(**values)  # type: ignore[arg-type]
@@ -278,30 +313,47 @@ def read_project(project_dir: Path) -> Project:
         raise CiError(f"{path}: [project] name must be a string, not {_toml(name)}")
     build = _table(tool, "cibuildwheel", path, "tool.").get("build", "")
     selectors = build.split() if isinstance(build, str) else _strings(build, "[tool.cibuildwheel] build", path)
+    return Project(name, _requires_python(meta, path), _build_requires(system, [], path), selectors,
+                   _py_api(tool, path), kind, settings, project_dir)
+
+
+def _py_api(tool: dict, path: Path) -> str:
+    """[tool.scikit-build] wheel.py-api ("" when unset): "py3" makes one wheel for every Python, "cp3X" an
+    abi3 one for every Python from 3.X on."""
     skbuild = _table(tool, "scikit-build", path, "tool.")
     py_api = _table(skbuild, "wheel", path, "tool.scikit-build.").get("py-api", "")
     if not isinstance(py_api, str):
         raise CiError(f"{path}: [tool.scikit-build] wheel.py-api must be a string, not {_toml(py_api)}")
-    return Project(name, _requires_python(meta, path), _build_requires(system, [], path), selectors, py_api, kind,
-                   settings, project_dir)
+    return py_api
+
+
+def read_py_api(project_dir: Path) -> str:
+    """The project's wheel.py-api, read with the standard library alone (`plan --workflow-matrix` runs on
+    a bare Python, where read_project, which checks requirements with packaging, cannot)."""
+    data = load_pyproject(Path(project_dir)) or {}
+    path = Path(project_dir) / "pyproject.toml"
+    return _py_api(_table(data, "tool", path), path)
 
 
 def merge(settings: Settings, *, test_command: str | None, test_requires: list[str], env: list[str],
           exclude: list[str], limit: str | None, stable_abi: str | None = None, variants: bool = False,
           public_env: Sequence[str] = ()) -> Settings:
-    """Command-line options over [tool.ci]; `--env NAME=VALUE` checked here."""
-    merged_env = dict(settings.env)
+    """Command-line options over [tool.ci]; `--env NAME=VALUE` checked here. A --env variable wins over
+    [tool.ci] env and over [tool.ci.cuda] / [tool.ci.cpu] env alike."""
+    given: dict[str, str] = {}
     for item in env:
         name, sep, value = item.partition("=")
         if not sep:  # the whole word may be the value itself: never echoed
             raise CiError("bad --env: an item has no '=' (want NAME=VALUE; the item is not shown, it may be a secret)")
         if not name.isidentifier():
             raise CiError(f"bad --env {name[:64]!r}=***: {name[:64]!r} is not a variable name (want NAME=VALUE)")
-        merged_env[name] = value
+        given[name] = value
     return Settings(test_command or settings.test_command, settings.test_requires + list(test_requires),
-                    merged_env, settings.exclude + list(exclude), limit or settings.limit,
+                    {**settings.env, **given}, settings.exclude + list(exclude), limit or settings.limit,
                     _stable_abi("--stable-abi", stable_abi) if stable_abi else settings.stable_abi,
-                    variants or settings.variants, sorted({*settings.public_env, *public_env}))
+                    variants or settings.variants, sorted({*settings.public_env, *public_env}),
+                    {**settings.cuda_env, **{k: v for k, v in given.items() if k in settings.cuda_env}},
+                    {**settings.cpu_env, **{k: v for k, v in given.items() if k in settings.cpu_env}})
 
 
 def resolve(project: Path, work: Path) -> Project:
