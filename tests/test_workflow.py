@@ -27,6 +27,7 @@ CALLER = WORKFLOWS / "wheels.yml"
 # the runtime each action major runs on, and flags one GitHub has removed (node20, September 2026).
 ACTIONLINT = Path(sys.executable).with_name("actionlint")
 CLEANUP_STEP = "Free disk space (GitHub-hosted runners only)"
+TOOL_STEP = "Choose the tool's source"
 
 
 def load_yaml(path: Path) -> dict:
@@ -116,8 +117,10 @@ def test_build_is_a_reusable_workflow_with_its_inputs_and_secrets(build):
     inputs = call["workflow_call"]["inputs"]
     assert {k: (v["type"], v["default"]) for k, v in inputs.items()} == {
         "project": ("string", "."), "cuda": ("string", ""), "stable-abi": ("string", ""),
-        "publish": ("boolean", False), "variants": ("boolean", False),
-        "wheelci": ("string", f"wheelci=={wheelci.__version__}")}
+        "publish": ("boolean", False), "variants": ("boolean", False), "python": ("string", ""),
+        "torch": ("string", ""), "env": ("string", ""), "cuda-env": ("string", ""), "cpu-env": ("string", ""),
+        # empty: the tool comes from this workflow's own repository at the caller's ref, no index release
+        "wheelci": ("string", "")}
     assert not any(v["required"] for v in inputs.values())
     secrets = call["workflow_call"]["secrets"]
     assert set(secrets) == {"PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN"}
@@ -125,7 +128,9 @@ def test_build_is_a_reusable_workflow_with_its_inputs_and_secrets(build):
     # the inputs reach the scripts through the environment, never pasted into a script's text
     assert build["env"] == {**build["env"], "PROJECT": "${{ inputs.project }}", "CUDA": "${{ inputs.cuda }}",
                             "STABLE_ABI": "${{ inputs.stable-abi }}", "VARIANTS": "${{ inputs.variants }}",
-                            "WHEELCI": "${{ inputs.wheelci }}"}
+                            "PYTHON_VERSIONS": "${{ inputs.python }}", "TORCH_VERSION": "${{ inputs.torch }}",
+                            "BUILD_VARS": "${{ inputs.env }}", "CUDA_BUILD_VARS": "${{ inputs.cuda-env }}",
+                            "CPU_BUILD_VARS": "${{ inputs.cpu-env }}", "WHEELCI": "${{ inputs.wheelci }}"}
     for job in build["jobs"].values():
         assert not [r for r in run_lines(job) if "inputs." in r or "secrets." in r]
 
@@ -134,7 +139,8 @@ def test_wheels_yml_calls_build_yml(caller, build):
     on = triggers(caller)
     assert on["push"] == {"branches": ["main"], "tags": ["v*"]} and "pull_request" in on
     dispatch = on["workflow_dispatch"]["inputs"]
-    assert set(dispatch) == {"project", "stable-abi", "cuda", "publish", "variants"}
+    assert set(dispatch) == {"project", "stable-abi", "cuda", "publish", "variants", "python", "torch", "env",
+                             "cuda-env", "cpu-env"}
     assert dispatch["publish"]["type"] == "boolean" and dispatch["publish"]["default"] is False
     assert dispatch["cuda"]["default"] == ""  # the whole matrix
     (job,) = caller["jobs"].values()
@@ -144,6 +150,9 @@ def test_wheels_yml_calls_build_yml(caller, build):
     assert set(job["with"]) == set(call["inputs"]) and set(job["secrets"]) == set(call["secrets"])
     assert job["with"]["wheelci"] == "./ci"  # this repository builds with the tool from its own checkout
     assert job["with"]["cuda"] == "${{ inputs.cuda || '' }}"
+    # a called workflow sees none of its caller's inputs unless the caller passes each on
+    for name in ("python", "torch", "env", "cuda-env", "cpu-env"):
+        assert job["with"][name] == f"${{{{ inputs.{name} || '' }}}}", name
     # the secrets are named one by one, not `inherit`ed: the called workflow gets these three only
     assert job["secrets"] == {k: f"${{{{ secrets.{k} }}}}" for k in
                               ("PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN")}
@@ -161,13 +170,18 @@ def test_matrix_is_the_cuda_matrix_or_the_stable_variants(build):
     plan_runs = "\n".join(run_lines(build["jobs"]["plan"]))
     assert 'matrix=$("$RUNNER_TEMP/wheelci/bin/wheelci" plan "${args[@]}")' in plan_runs
     assert 'args+=(--cuda "$CUDA")' in plan_runs
+    matrix = mx.load()
     classic = workflow_matrix(None)["include"]
-    assert [j["args"] for j in classic] == [f"--cuda {v}" for v in mx.load().versions]
-    assert {j["engine"] for j in classic} == {"docker"}
+    # each job names the torch it builds against (its CUDA version's default), and passes it on
+    assert [(j["args"], j["torch"]) for j in classic] == [(f"--cuda {r.version} --torch {r.default_torch}",
+                                                          r.default_torch) for r in matrix.rows]
+    assert {(j["engine"], j["kind"]) for j in classic} == {("docker", "cuda")}
     stable = workflow_matrix("2.10")["include"]
-    assert [(j["args"], j["engine"]) for j in stable] == [
-        ("--cpu --stable-abi 2.10", "host"), ("--cuda 12 --stable-abi 2.10", "docker"),
-        ("--cuda 13 --stable-abi 2.10", "docker")]
+    assert [(j["args"].rsplit(" --torch ", 1)[0], j["engine"], j["kind"]) for j in stable] == [
+        ("--cpu --stable-abi 2.10", "host", "cpu"), ("--cuda 12 --stable-abi 2.10", "docker", "cuda"),
+        ("--cuda 13 --stable-abi 2.10", "docker", "cuda")]
+    assert all(j["args"].endswith(f" --torch {j['torch']}") and j["name"].endswith(f"-torch{j['torch']}")
+               for j in classic + stable)
     # as the plan job runs it: a bare Python with the tool alone (-S: no site-packages, no dependencies)
     for args, expected in ((["--stable-abi", "2.10"], stable), ([], classic)):
         r = plan_matrix(*args)
@@ -175,9 +189,9 @@ def test_matrix_is_the_cuda_matrix_or_the_stable_variants(build):
         assert json.loads(r.stdout) == {"include": expected}
 
 
-def plan_matrix(*args: str) -> subprocess.CompletedProcess:
+def plan_matrix(*args: str, project: Path = ROOT) -> subprocess.CompletedProcess:
     return _proc.run([sys.executable, "-S", "-m", "wheelci", "plan", "--workflow-matrix", *args,
-                      "--project-dir", str(ROOT)], cwd=ROOT / "ci" / "src", capture_output=True, text=True,
+                      "--project-dir", str(project)], cwd=ROOT / "ci" / "src", capture_output=True, text=True,
                      env={"PATH": "/usr/bin:/bin"})
 
 
@@ -191,9 +205,10 @@ def test_the_cuda_input_narrows_the_matrix(cuda, stable, names):
     r = plan_matrix("--cuda", cuda, *(["--stable-abi", stable] if stable else []))
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["include"]
-    assert [row["name"] for row in rows] == names
+    assert [row["name"].split("-torch")[0] for row in rows] == names
     # a CPU job builds on the runner itself, a CUDA one in a container
     assert all(row["engine"] == ("host" if "cpu" in row["name"] else "docker") for row in rows)
+    assert all(row["kind"] == ("cpu" if "cpu" in row["name"] else "cuda") for row in rows)
 
 
 @pytest.mark.parametrize("cuda, stable", [("99.9", None), ("12", None), ("12.8,1O.0", None), (",", None),
@@ -206,26 +221,111 @@ def test_an_unknown_cuda_is_one_line_and_exit_2(cuda, stable):
     assert "Traceback" not in r.stderr
 
 
+def test_every_job_names_its_torch():
+    """cuda "cpu,12.8,13.0" builds the CPU job and each CUDA job against its own default torch, which
+    need not be one release: each job's name and row say which, and --torch passes it to the build."""
+    matrix = mx.load()
+    r = plan_matrix("--cuda", "cpu,12.8,13.0")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["include"]
+    expected = [("cpu", matrix.default_torch), ("cuda12.8", matrix.row("12.8").default_torch),
+                ("cuda13.0", matrix.row("13.0").default_torch)]
+    assert [(row["name"], row["torch"]) for row in rows] == [(f"{n}-torch{t}", t) for n, t in expected]
+    assert [row["args"] for row in rows] == [f"--cpu --torch {matrix.default_torch}",
+                                             *(f"--cuda {v} --torch {matrix.row(v).default_torch}" for v in ("12.8", "13.0"))]
+
+
+def test_the_torch_input_builds_every_job_against_one_release():
+    matrix = mx.load()
+    torch = matrix.row("13.0").default_torch
+    r = plan_matrix("--cuda", "cpu,13.0", "--torch", torch)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["include"]
+    assert [row["name"] for row in rows] == [f"cpu-torch{torch}", f"cuda13.0-torch{torch}"]
+    assert all(row["torch"] == torch and row["args"].endswith(f"--torch {torch}") for row in rows)
+    # without cuda: the CUDA versions that build this torch, none that does not
+    r = plan_matrix("--torch", torch)
+    assert r.returncode == 0, r.stderr
+    kept = [row["args"].split()[1] for row in json.loads(r.stdout)["include"]]
+    assert kept == [row.version for row in matrix.rows if row.torch_build(torch)] and kept
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--torch", "2.99.0"], "--torch 2.99.0: unsupported torch"),  # a torch line the matrix does not know
+    (["--torch", "2.13"], "bad --torch '2.13' (want a release such as"),
+    (["--torch", "2.13.0", "--cuda", "11.8"], "--torch 2.13.0: the matrix has no CUDA 11.8 build of it; it builds for"),
+    (["--torch", "2.9.1", "--stable-abi", "2.10"], "stable-ABI 2.10 wants a torch >= 2.10"),
+    (["--python", "3.x"], "bad --python '3.x' (want versions like 3.10,3.11)"),
+    (["--python", ","], "--python names no version"),
+    (["--python", "3.7", "--cuda", "cpu"], "--python 3.7: torch "),
+])
+def test_a_bad_torch_or_python_is_one_line_and_exit_2(args, words):
+    r = plan_matrix(*args)
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("wheelci plan: error: ") and words in line, line
+
+
+def project_with_py_api(tmp_path: Path, py_api: str | None) -> Path:
+    text = '[project]\nname = "x"\n'
+    if py_api is not None:
+        text += f'[tool.scikit-build]\nwheel.py-api = "{py_api}"\n'
+    (tmp_path / "pyproject.toml").write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize("py_api, pythons", [
+    (None, ["3.10", "3.11", "3.12"]),  # cp3X-cp3X wheels: one per Python
+    ("py3", ["3.10"]),  # one wheel serves every Python: one job
+    ("cp311", ["3.10", "3.11"]),  # abi3 from 3.11 on: 3.10 its own, 3.11 serves 3.12 too
+])
+def test_the_python_input_makes_a_job_per_python_where_the_wheel_is_tied_to_one(tmp_path, py_api, pythons):
+    project = project_with_py_api(tmp_path, py_api)
+    r = plan_matrix("--cuda", "cpu,13.0", "--python", "3.12,3.10,3.11", project=project)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["include"]
+    assert [(row["kind"], row["python"]) for row in rows] == [("cpu", p) for p in pythons] + [("cuda", p) for p in pythons]
+    for row in rows:  # the build and the job's name say which Python (the job runs that Python)
+        assert row["args"].endswith(f" --python {row['python']}") and row["name"].endswith(f"-py{row['python']}")
+    assert len({row["name"] for row in rows}) == len(rows)  # every job its own artifact
+    # without the input: no Python in the rows, each job on the workflow's Python
+    r = plan_matrix("--cuda", "cpu", project=project)
+    assert "python" not in json.loads(r.stdout)["include"][0] and "--python" not in r.stdout
+
+
 def test_build_step_runs_wheelci_build_per_job(build):
     job = build["jobs"]["wheels"]
     runs = "\n".join(run_lines(job))
     assert job["env"]["BUILD_ARGS"] == "${{ matrix.args }}" and job["env"]["ENGINE"] == "${{ matrix.engine }}"
-    assert 'read -ra args <<< "$BUILD_ARGS"' in runs and 'wheelci build "${args[@]}" --engine "$ENGINE"' in runs
+    assert 'read -ra args <<< "$BUILD_ARGS"' in runs
+    assert runs.count('wheelci build "${args[@]}" "${vars[@]}" --engine "$ENGINE"') == 2  # the build variables too
     assert "--dry-run" in runs  # the plan is printed in the log before the build
     assert runs.count('-w wheelhouse -- "$PROJECT"') == 1  # the project is never read as an option
     assert '--dry-run -- "$PROJECT"' in runs and '"$PROJECT"' not in runs.replace('-- "$PROJECT"', "")
 
 
-def test_the_tool_comes_from_the_wheelci_input_into_a_venv_of_its_own(build):
-    """Pinned through the input, installed into the runner's temporary directory: never into the
-    machine's Python (on a self-hosted runner that is someone's)."""
+def test_the_tool_comes_from_one_source_into_a_venv_of_its_own(build):
+    """The plan job chooses where the tool comes from (TOOL_STEP); every job installs that requirement
+    into the runner's temporary directory: never into the machine's Python (on a self-hosted runner that
+    is someone's)."""
+    plan = build["jobs"]["plan"]
+    assert plan["outputs"]["tool"] == "${{ steps.tool.outputs.tool }}"
+    (choose,) = [s for s in plan["steps"] if s.get("name") == TOOL_STEP]
+    assert choose["id"] == "tool" and choose["env"] == {
+        "SERVER_URL": "${{ github.server_url }}", "WORKFLOW_REPOSITORY": "${{ job.workflow_repository }}",
+        "WORKFLOW_SHA": "${{ job.workflow_sha }}"}
+    assert plan["steps"].index(choose) < plan["steps"].index(uses(plan, "actions/checkout")[0])
+    tools = {"plan": "${{ steps.tool.outputs.tool }}", "wheels": "${{ needs.plan.outputs.tool }}",
+             "publish": "${{ needs.plan.outputs.tool }}"}
     for name, job in build["jobs"].items():
-        install = [r for r in run_lines(job) if '"$WHEELCI"' in r]
-        assert len(install) == 1, name
-        assert 'python -m venv "$RUNNER_TEMP/wheelci"' in install[0]
-        assert '"$RUNNER_TEMP/wheelci/bin/python" -m pip install' in install[0]
+        (install,) = [s for s in job["steps"] if s.get("name") == "Install wheelci"]
+        assert {**job.get("env", {}), **install.get("env", {})}["TOOL"] == tools[name], name
+        assert 'python -m venv "$RUNNER_TEMP/wheelci"' in install["run"]
+        assert '"$RUNNER_TEMP/wheelci/bin/python" -m pip install' in install["run"] and '"$TOOL"' in install["run"]
+        assert "WHEELCI" not in install["run"]  # the input only through the plan job's choice
+        assert name == "plan" or "plan" in ([job["needs"]] if isinstance(job["needs"], str) else job["needs"])
     # the plan needs the standard library only: the tool without its dependencies
-    assert "--no-deps" in [r for r in run_lines(build["jobs"]["plan"]) if '"$WHEELCI"' in r][0]
+    assert "--no-deps" in [s for s in plan["steps"] if s.get("name") == "Install wheelci"][0]["run"]
     for workflow in (build, load_yaml(CALLER)):
         for job in workflow["jobs"].values():
             for step in job.get("steps", []):
@@ -269,6 +369,97 @@ def test_the_cleanup_script_checks_the_runner_again(build, tmp_path, environment
         assert called == [] and "nothing deleted" in r.stdout
 
 
+def run_step(script: str, env: dict[str, str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    """A step's script as the runner runs it (bash -eo pipefail), with only `env` and a GITHUB_OUTPUT file;
+    returns what it printed and the outputs it set."""
+    output = tmp_path / "output"
+    output.write_text("")
+    r = _proc.run(["/bin/bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+                  env={"PATH": "/usr/bin:/bin", "GITHUB_OUTPUT": str(output), **env}, capture_output=True, text=True)
+    return r, dict(line.split("=", 1) for line in output.read_text().splitlines())
+
+
+def step_script(build: dict, job: str, name: str) -> str:
+    (script,) = [s["run"] for s in build["jobs"][job]["steps"] if s.get("name") == name]
+    return script
+
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize("given, tool", [
+    # the input wins over everything
+    ({"WHEELCI": "./ci", "WORKFLOW_REPOSITORY": "acme/wheelci", "WORKFLOW_SHA": SHA, "WHEELCI_TOOL_SOURCE": "x"}, "./ci"),
+    ({"WHEELCI": "wheelci==0.5.0"}, "wheelci==0.5.0"),
+    # GitHub: the called workflow's own repository, at the commit the caller's ref named
+    ({"WORKFLOW_REPOSITORY": "acme/wheelci", "WORKFLOW_SHA": SHA, "WHEELCI_TOOL_SOURCE": "x"},
+     f"git+https://github.example/acme/wheelci@{SHA}#subdirectory=ci"),
+    # act, older GitHub Enterprise Server: the job context is empty, the runner says
+    ({"WORKFLOW_REPOSITORY": "", "WORKFLOW_SHA": "", "WHEELCI_TOOL_SOURCE": f"git+file:///srv/wheelci@{SHA}#subdirectory=ci"},
+     f"git+file:///srv/wheelci@{SHA}#subdirectory=ci"),
+    ({"WORKFLOW_REPOSITORY": "acme/wheelci", "WHEELCI_TOOL_SOURCE": "/srv/wheelci/ci"}, "/srv/wheelci/ci"),  # no sha
+])
+def test_the_plan_job_chooses_where_the_tool_comes_from(build, tmp_path, given, tool):
+    env = {"WHEELCI": "", "SERVER_URL": "https://github.example", "WORKFLOW_REPOSITORY": "", "WORKFLOW_SHA": "", **given}
+    r, outputs = run_step(step_script(build, "plan", TOOL_STEP), env, tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert outputs == {"tool": tool}
+    assert f": {tool}" in r.stdout.splitlines()[-1]  # the log says which source and what
+
+
+@pytest.mark.parametrize("given", [{}, {"WORKFLOW_REPOSITORY": "acme/wheelci"}, {"WORKFLOW_SHA": SHA},
+                                   {"WHEELCI_TOOL_SOURCE": ""}])
+def test_no_source_for_the_tool_is_one_error_line(build, tmp_path, given):
+    """Neither the input, the job context nor the runner names the tool: the plan job stops at this step
+    (before the checkout) with one ::error:: line that says what to pass."""
+    env = {"WHEELCI": "", "SERVER_URL": "https://github.example", "WORKFLOW_REPOSITORY": "", "WORKFLOW_SHA": "", **given}
+    r, outputs = run_step(step_script(build, "plan", TOOL_STEP), env, tmp_path)
+    assert r.returncode == 1 and outputs == {}
+    (line,) = r.stdout.splitlines()
+    assert line.startswith("::error::no source for the tool: ") and "pass the input wheelci " in line, line
+    assert "WHEELCI_TOOL_SOURCE" in line and "job.workflow_repository" in line
+    assert r.stdout.count("::error::") == 1
+
+
+def test_a_tool_requirement_of_several_lines_is_refused(build, tmp_path):
+    """The requirement becomes a job output: a second line would set another output."""
+    r, outputs = run_step(step_script(build, "plan", TOOL_STEP), {"WHEELCI": "./ci\nmatrix=[]"}, tmp_path)
+    assert r.returncode == 1 and outputs == {} and r.stdout.count("::error::") == 1
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("cuda", ["A=1", "B=two words", "FORCE_CUDA=1"]),
+    ("cpu", ["A=1", "B=two words", "CPU_ONLY=1"]),
+])
+def test_build_variables_reach_wheelci_build_by_kind(build, tmp_path, kind, expected):
+    """The env input's lines reach every job's `wheelci build` as --env NAME=value, cuda-env's the CUDA
+    jobs only, cpu-env's the CPU job only: FORCE_CUDA=1 never reaches a CPU build."""
+    job = build["jobs"]["wheels"]
+    assert job["env"]["KIND"] == "${{ matrix.kind }}"
+    bin_dir, temp = tmp_path / "bin", tmp_path / "temp"
+    bin_dir.mkdir()
+    temp.mkdir()
+    (bin_dir / "wheelci").write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$RUNNER_TEMP/called"\n')
+    (bin_dir / "wheelci").chmod(0o755)
+    env = {"KIND": kind, "RUNNER_TEMP": str(temp), "BUILD_VARS": "  A=1\n\nB=two words\n",
+           "CUDA_BUILD_VARS": "FORCE_CUDA=1", "CPU_BUILD_VARS": "CPU_ONLY=1\n",
+           "BUILD_ARGS": f"--{kind} --torch 2.13.0", "ENGINE": "host", "PROJECT": "."}
+    r, _ = run_step(step_script(build, "wheels", "Build variables"), env, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"{len(expected)} build variable(s) for this {kind} job" in r.stdout
+    for step in ("Plan", "Build"):
+        r, _ = run_step(step_script(build, "wheels", step), {**env, "PATH": f"{bin_dir}:/usr/bin:/bin"}, tmp_path)
+        assert r.returncode == 0, r.stderr
+        argv = (temp / "called").read_text().splitlines()
+        assert argv[:3] == ["build", f"--{kind}", "--torch"]
+        assert [argv[i + 1] for i, a in enumerate(argv) if a == "--env"] == expected, argv
+        assert argv[argv.index("--") + 1:] == ["."]
+    # no variables: no --env
+    r, _ = run_step(step_script(build, "wheels", "Build variables"),
+                    {**env, "BUILD_VARS": "", "CUDA_BUILD_VARS": "", "CPU_BUILD_VARS": ""}, tmp_path)
+    assert r.returncode == 0 and (temp / "build-vars").read_bytes() == b""
+
+
 def test_ccache_cache_and_artifacts(build):
     job = build["jobs"]["wheels"]
     (cache,) = uses(job, "actions/cache")
@@ -289,7 +480,7 @@ def test_ccache_cache_and_artifacts(build):
 
 def test_publish_only_when_asked_with_the_secrets(build):
     pub = build["jobs"]["publish"]
-    assert pub["needs"] == "wheels" and pub["if"] == "inputs.publish"
+    assert pub["needs"] == ["plan", "wheels"] and pub["if"] == "inputs.publish"
     (step,) = [s for s in pub["steps"] if "wheelci upload" in s.get("run", "")]
     assert step["env"] == {"TWINE_REPOSITORY_URL": "${{ secrets.PRIVATE_INDEX_URL }}",
                            "TWINE_USERNAME": "${{ secrets.PRIVATE_INDEX_USER }}",
@@ -364,7 +555,8 @@ def test_every_wheelci_flag_the_workflow_uses_exists(build):
     """Each `wheelci STAGE --flag` in the workflow names a flag that stage's --help lists."""
     calls = wheelci_invocations(build)
     assert sorted({c[0] for c in calls}) == ["build", "index", "plan", "upload"]
-    assert ["plan", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda", "--variant"] in calls
+    assert ["plan", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda", "--torch", "--python",
+            "--variant"] in calls
     for stage, *flags in calls:
         help_text = _proc.run([sys.executable, "-m", "wheelci", stage, "--help"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout

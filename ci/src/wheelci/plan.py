@@ -550,10 +550,15 @@ def main(args) -> int:
 
     from wheelci.config.project import read_project, read_settings
 
-    if args.workflow_matrix:  # on a bare Python: [tool.ci] only (checking the rest takes packaging)
+    if args.workflow_matrix:  # on a bare Python: [tool.ci] and wheel.py-api only (checking the rest takes packaging)
+        from wheelci.config.project import read_py_api
+
         settings = read_settings(args.project_dir)
         stable = args.stable_abi or settings.stable_abi
-        print(json.dumps(workflowmatrix.workflow_matrix(stable, split_csv(args.cuda), args.variant or settings.variants)))
+        print(json.dumps(workflowmatrix.workflow_matrix(
+            stable, split_csv(args.cuda), args.variant or settings.variants, torch=args.torch,
+            python=None if args.python is None else split_csv(args.python) or [],
+            py_api=read_py_api(args.project_dir) if args.python is not None else "")))
         return 0
     project = read_project(args.project_dir)  # the one read of pyproject.toml
     settings = project.settings
@@ -580,8 +585,10 @@ def build_parser():
                        f"version without running anything; {command('build')} --dry-run prints the same.")
     p.add_argument("--cuda", help=f"CUDA version ({', '.join(mx.load().versions)}); omit for a CPU build. With "
                                   "--workflow-matrix: a comma list of the jobs to keep (CUDA versions, or cpu)")
-    p.add_argument("--torch", help="torch version (default: the matrix row's)")
-    p.add_argument("--python", help="comma-separated Python versions, e.g. 3.10,3.11")
+    p.add_argument("--torch", help="torch version (default: the matrix row's). With --workflow-matrix: every job "
+                                   "builds against it (without --cuda: the jobs that have a build of it)")
+    p.add_argument("--python", help="comma-separated Python versions, e.g. 3.10,3.11. With --workflow-matrix: a job "
+                                    "per Python, or one where the wheel serves them all (py3, abi3)")
     p.add_argument("--arch-list", help="TORCH_CUDA_ARCH_LIST (default: the matrix row's)")
     p.add_argument("--engine", default="auto", choices=ENGINES)
     p.add_argument("--stable-abi", metavar="X.Y", help="a stable-ABI build for every torch >= X.Y "
