@@ -51,11 +51,16 @@ def copy_checkout(dest: Path) -> Path:
         if src.is_file():  # a tracked file deleted in the working tree is left out
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name, follow_symlinks=False)
+    return commit_tree(dest, "checkout under test")
+
+
+def commit_tree(dest: Path, message: str) -> Path:
+    """`dest`, its files as they are, committed into a new git repository on branch main."""
     git = ["git", "-C", str(dest), "-c", "user.name=act test", "-c", "user.email=act@example.invalid",
            "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"]
     _proc.run([*git, "init", "-q", "-b", "main"], check=True)
     _proc.run([*git, "add", "-A"], check=True)
-    _proc.run([*git, "commit", "-q", "-m", "checkout under test"], check=True)
+    _proc.run([*git, "commit", "-q", "-m", message], check=True)
     return dest
 
 
@@ -322,15 +327,23 @@ class ActRun:
 
 def run_act(repo: Path, work: Path, standins: Standins, event: str, *, inputs: dict[str, str] | None = None,
             secrets: dict[str, str] | None = None, payload: dict | None = None, matrix: str = "engine:host",
+            env: dict[str, str] | None = None, repositories: dict[str, Path] | None = None,
             timeout: float = 3600) -> ActRun:
     """act EVENT on wheels.yml in `repo`, jobs on this host (`-P ubuntu-latest=-self-hosted`), with the
     stand-ins; only the matrix rows `matrix` selects (engine:host: what this machine builds, no containers).
-    `payload`: the event's JSON (e.g. a tag's ref). act's own state (the jobs' workspaces and RUNNER_TEMP,
-    at a new path each run), the event file and the log go into `work`."""
+    `payload`: the event's JSON (e.g. a tag's ref). `env`: variables every job's steps see, as a runner's
+    own environment would give them (act's --env). `repositories`: OWNER/NAME@REF -> a git repository
+    on disk, for a workflow that calls another repository's reusable workflow (act's --local-repository,
+    as for the stand-ins). act's own state (the jobs' workspaces and RUNNER_TEMP, at a new path each run),
+    the event file and the log go into `work`."""
     work.mkdir(parents=True, exist_ok=True)
     cmd = [str(act_binary()), event, "-W", ".github/workflows/wheels.yml", "-P", "ubuntu-latest=-self-hosted",
            "--action-cache-path", str(work / "act"), "--no-cache-server", "--json", "-v", "--matrix", matrix,
            *standins.local_repository_args()]
+    for name, path in (repositories or {}).items():
+        cmd += ["--local-repository", f"{name}={path}"]
+    for k, v in (env or {}).items():
+        cmd += ["--env", f"{k}={v}"]
     if payload is not None:
         (work / "event.json").write_text(json.dumps(payload))
         cmd += ["-e", str(work / "event.json")]

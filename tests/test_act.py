@@ -1,7 +1,12 @@
 """The real workflow files (wheels.yml calling build.yml) run under act, jobs on this host: a push plans
 the jobs; a manual run builds the example's CPU wheel on this host and publishes it to a pypiserver on
 loopback; bad input fails in the plan job with one line. Offline stand-ins replace the marketplace
-actions (tests/_act.py); act runs in a copy of the checkout."""
+actions (tests/_act.py); act runs in a copy of the checkout.
+
+And as another repository uses it: a project of its own calls acme/wheelci/.github/workflows/build.yml
+by tag (a throwaway git copy of this checkout, tagged, given to act with --local-repository), with no
+wheelci release on any index and no wheelci input, and its CPU wheel is built with the tool from that
+repository's tagged commit."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -18,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests._act import WORKFLOWS, ActRun, Standins, copy_checkout, run_act, write_standins
+import wheelci
+from tests._act import WORKFLOWS, ActRun, Standins, commit_tree, copy_checkout, run_act, write_standins
 from tests._servers import PypiServer
 from wheelci.config.project import read_settings
 from wheelci.errors import CiError
@@ -95,8 +102,9 @@ def test_dispatch_builds_on_this_host_and_publishes(checkout, standins, tmp_path
 
         # the wheels job built on this host and stored its wheel and report as an artifact
         assert "Build" in run.started("wheels")
-        assert sorted(p.name for p in standins.artifacts.iterdir()) == ["index", "wheels-cpu"]
-        stored = standins.artifacts / "wheels-cpu"
+        (row,) = the_matrix(run)["include"]  # one job, named with the torch it builds against
+        assert sorted(p.name for p in standins.artifacts.iterdir()) == ["index", f"wheels-{row['name']}"]
+        stored = standins.artifacts / f"wheels-{row['name']}"
         (wheel,) = stored.glob("*.whl")
         assert {p.name for p in stored.iterdir()} == {wheel.name, "report.json", "report.md"}
         assert json.loads((stored / "report.json").read_text())
@@ -168,3 +176,105 @@ def test_a_version_tag_publishes(checkout, standins, tmp_path):
     assert run.returncode != 0 and run.job_result("plan") == "failure"
     assert run.started("plan") == ["Check the publish secrets"]
     assert not {"wheels", "publish"} & run.jobs()
+
+
+# ---- another repository calling build.yml by tag ----
+
+TAG = f"v{wheelci.__version__}"
+CALLED = f"acme/wheelci/.github/workflows/build.yml@{TAG}"
+TOOL_STEP = "Choose the tool's source"
+OUTSIDE_WORKFLOW = f"""\
+name: wheels
+on: [push, workflow_dispatch]
+permissions:
+  contents: read
+jobs:
+  wheels:
+    uses: {CALLED}
+    with:
+      cuda: cpu
+"""
+
+
+@pytest.fixture(scope="module")
+def tool_repository(tmp_path_factory) -> tuple[Path, str]:
+    """A throwaway git copy of this checkout, tagged TAG: the repository acme/wheelci the outside
+    project's workflow names. Its tag's commit."""
+    repo = copy_checkout(tmp_path_factory.mktemp("wheelci"))
+    _proc.run(["git", "-C", str(repo), "tag", TAG], check=True)
+    sha = _proc.run(["git", "-C", str(repo), "rev-parse", f"{TAG}^{{commit}}"], capture_output=True, text=True,
+                    check=True).stdout.strip()
+    return repo, sha
+
+
+@pytest.fixture(scope="module")
+def outside_repository(tmp_path_factory) -> Path:
+    """A project of its own (the tiny setuptools extension), with nothing of wheelci but its workflow's
+    `uses:` line."""
+    dest = tmp_path_factory.mktemp("outside") / "tiny-ext"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "tiny_ext", dest,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    (dest / ".github" / "workflows").mkdir(parents=True)
+    (dest / ".github" / "workflows" / "wheels.yml").write_text(OUTSIDE_WORKFLOW)
+    assert not (dest / "ci").exists() and "wheelci" not in (dest / "pyproject.toml").read_text()
+    return commit_tree(dest, "an extension of its own")
+
+
+def test_the_outside_workflow_is_lint_clean(outside_repository):
+    """What the test runs is a workflow GitHub would take (actionlint, the schema)."""
+    from tests.test_workflow import check_schema, lint, ACTIONLINT
+
+    path = outside_repository / ".github" / "workflows" / "wheels.yml"
+    assert lint(ACTIONLINT, path) == [] and check_schema(path).returncode == 0
+
+
+def test_another_repository_builds_its_cpu_wheel_with_the_tool_of_the_tag(outside_repository, tool_repository,
+                                                                          standins, tmp_path):
+    """No wheelci release on any index and no wheelci input: the tool comes from the called workflow's
+    own repository at the tag's commit. act leaves the job context that names it (job.workflow_repository,
+    job.workflow_sha) empty, so the runner names the same source, as a self-hosted runner or an older
+    GitHub Enterprise Server would: WHEELCI_TOOL_SOURCE, through act's --env."""
+    tool, sha = tool_repository
+    source = f"git+file://{tool}@{sha}#subdirectory=ci"
+    run = run_act(outside_repository, tmp_path, standins, "push", env={"WHEELCI_TOOL_SOURCE": source},
+                  repositories={f"acme/wheelci@{TAG}": tool})
+    assert run.returncode == 0, run.summary()
+    assert [run.job_result(j) for j in ("plan", "wheels")] == ["success"] * 2
+    assert "publish" not in run.jobs()
+    # the plan job took the runner's source, the job context being empty here
+    assert f"the tool from the runner's WHEELCI_TOOL_SOURCE: {source}" in run.printed("plan")
+    (row,) = the_matrix(run)["include"]
+    assert row == workflow_matrix(None, ["cpu"])["include"][0] and row["torch"] in row["name"]
+
+    # the wheels job's tool came from that git repository at the tag's commit (pip's own record of it)
+    printed = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in run.printed("wheels")]  # pip's colours end before it
+    (origin,) = [line for line in printed if line.startswith("wheelci ") and " installed from " in line]
+    version, _, recorded = origin[len("wheelci "):].partition(" installed from ")
+    direct_url = json.loads(recorded)
+    assert version == wheelci.__version__
+    assert direct_url["url"] == f"file://{tool}" and direct_url["subdirectory"] == "ci", direct_url
+    assert direct_url["vcs_info"]["vcs"] == "git" and direct_url["vcs_info"]["commit_id"] == sha, direct_url
+
+    # it built, verified and stored the project's CPU wheel and its report
+    assert sorted(p.name for p in standins.artifacts.iterdir()) == [f"wheels-{row['name']}"]
+    stored = standins.artifacts / f"wheels-{row['name']}"
+    (wheel,) = stored.glob("*.whl")
+    assert wheel.name.startswith("tiny_ext-0.1.0+pt") and ".cpu-" in wheel.name, wheel.name
+    assert {p.name for p in stored.iterdir()} == {wheel.name, "report.json", "report.md"}
+    report = json.loads((stored / "report.json").read_text())
+    assert report["passed"] is True and report["plan"]["cuda"] is None and report["plan"]["torch"] == row["torch"]
+    assert report["verify"]["test_command"].startswith("ok ("), report["verify"]
+
+
+def test_another_repository_without_a_source_for_the_tool_stops_in_the_plan_job(outside_repository,
+                                                                                tool_repository, standins, tmp_path):
+    """Neither the wheelci input, the job context (empty under act) nor the runner names the tool: the plan
+    job stops at its first step with one line saying what to pass, before anything is checked out."""
+    tool, _ = tool_repository
+    run = run_act(outside_repository, tmp_path, standins, "push", repositories={f"acme/wheelci@{TAG}": tool})
+    assert run.returncode != 0 and run.job_result("plan") == "failure"
+    assert run.started("plan") == [TOOL_STEP] and run.step_result("plan", TOOL_STEP) == "failure"
+    said = [r["arg"] for r in run.of("plan") if r.get("command") == "error"]  # the ::error:: annotation
+    assert len(said) == 1 and said[0].startswith("no source for the tool: "), said
+    assert "pass the input wheelci" in said[0] and "WHEELCI_TOOL_SOURCE" in said[0]
+    assert not {"wheels", "publish"} & run.jobs() and not any(standins.artifacts.glob("*"))
