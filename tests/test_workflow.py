@@ -537,6 +537,26 @@ def test_the_documented_caller(actionlint, tmp_path, build):
     assert set(job["with"]) <= set(call["inputs"]) and set(job["secrets"]) == set(call["secrets"])
 
 
+def test_the_documented_caller_that_forwards_its_dispatch_inputs(actionlint, tmp_path, build):
+    """docs/workflow.md's caller with workflow_dispatch inputs: valid and lint-clean, and each input it
+    declares reaches build.yml under the same name (a caller's inputs reach a called workflow only so)."""
+    text = (ROOT / "docs" / "workflow.md").read_text()
+    start = text.index("## Forwarding a manual run's inputs")
+    section = text[start:text.index("\n## ", start + 1)]
+    (block,) = re.findall(r"^```yaml\n(.*?)^```", section, re.S | re.M)
+    path = tmp_path / "caller.yml"
+    path.write_text(block)
+    assert check_schema(path).returncode == 0 and lint(actionlint, path) == []
+    workflow = load_yaml(path)
+    declared = triggers(workflow)["workflow_dispatch"]["inputs"]
+    (job,) = workflow["jobs"].values()
+    assert job["uses"].endswith(f"/.github/workflows/build.yml@v{wheelci.__version__}") and "wheelci" not in job["with"]
+    assert set(job["with"]) <= set(triggers(build)["workflow_call"]["inputs"])
+    assert {"torch", "python"} <= set(declared)
+    for name in declared:
+        assert job["with"][name] == f"${{{{ inputs.{name} || '' }}}}", name
+
+
 def wheelci_invocations(workflow: dict) -> list[list[str]]:
     """[stage, flags...] per script that runs `wheelci STAGE`: the flags of its invocation line and of
     the bash arrays that script builds its arguments in (args=(--workflow-matrix), args+=(...))."""
