@@ -172,16 +172,16 @@ def test_matrix_is_the_cuda_matrix_or_the_stable_variants(build):
     assert 'args+=(--cuda "$CUDA")' in plan_runs
     matrix = mx.load()
     classic = workflow_matrix(None)["include"]
-    # each job names the torch it builds against (its CUDA version's default), and passes it on
-    assert [(j["args"], j["torch"]) for j in classic] == [(f"--cuda {r.version} --torch {r.default_torch}",
-                                                          r.default_torch) for r in matrix.rows]
+    # each job names the torch it builds against (its CUDA version's default; a version the matrix lists
+    # no torch release for builds only when the torch input names one)
+    assert [(j["args"], j["torch"]) for j in classic] == [(f"--cuda {r.version}", r.default_torch)
+                                                          for r in matrix.rows if r.default_torch]
     assert {(j["engine"], j["kind"]) for j in classic} == {("docker", "cuda")}
     stable = workflow_matrix("2.10")["include"]
-    assert [(j["args"].rsplit(" --torch ", 1)[0], j["engine"], j["kind"]) for j in stable] == [
+    assert [(j["args"], j["engine"], j["kind"]) for j in stable] == [
         ("--cpu --stable-abi 2.10", "host", "cpu"), ("--cuda 12 --stable-abi 2.10", "docker", "cuda"),
         ("--cuda 13 --stable-abi 2.10", "docker", "cuda")]
-    assert all(j["args"].endswith(f" --torch {j['torch']}") and j["name"].endswith(f"-torch{j['torch']}")
-               for j in classic + stable)
+    assert all(re.fullmatch(r"\d+\.\d+\.\d+", j["torch"]) for j in classic + stable)
     # as the plan job runs it: a bare Python with the tool alone (-S: no site-packages, no dependencies)
     for args, expected in ((["--stable-abi", "2.10"], stable), ([], classic)):
         r = plan_matrix(*args)
@@ -205,7 +205,7 @@ def test_the_cuda_input_narrows_the_matrix(cuda, stable, names):
     r = plan_matrix("--cuda", cuda, *(["--stable-abi", stable] if stable else []))
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["include"]
-    assert [row["name"].split("-torch")[0] for row in rows] == names
+    assert [row["name"] for row in rows] == names
     # a CPU job builds on the runner itself, a CUDA one in a container
     assert all(row["engine"] == ("host" if "cpu" in row["name"] else "docker") for row in rows)
     assert all(row["kind"] == ("cpu" if "cpu" in row["name"] else "cuda") for row in rows)
@@ -221,18 +221,22 @@ def test_an_unknown_cuda_is_one_line_and_exit_2(cuda, stable):
     assert "Traceback" not in r.stderr
 
 
-def test_every_job_names_its_torch():
+def test_every_job_names_its_torch(build):
     """cuda "cpu,12.8,13.0" builds the CPU job and each CUDA job against its own default torch, which
-    need not be one release: each job's name and row say which, and --torch passes it to the build."""
+    need not be one release: each row says which, the job's title and artifact show it, and the build
+    gets it as --torch (tests below run the step)."""
     matrix = mx.load()
     r = plan_matrix("--cuda", "cpu,12.8,13.0")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["include"]
-    expected = [("cpu", matrix.default_torch), ("cuda12.8", matrix.row("12.8").default_torch),
-                ("cuda13.0", matrix.row("13.0").default_torch)]
-    assert [(row["name"], row["torch"]) for row in rows] == [(f"{n}-torch{t}", t) for n, t in expected]
-    assert [row["args"] for row in rows] == [f"--cpu --torch {matrix.default_torch}",
-                                             *(f"--cuda {v} --torch {matrix.row(v).default_torch}" for v in ("12.8", "13.0"))]
+    assert [(row["name"], row["torch"]) for row in rows] == [
+        ("cpu", matrix.default_torch), ("cuda12.8", matrix.row("12.8").default_torch),
+        ("cuda13.0", matrix.row("13.0").default_torch)]
+    job = build["jobs"]["wheels"]
+    assert job["name"] == "${{ matrix.name }} (torch ${{ matrix.torch }})"
+    assert job["env"]["ROW_TORCH"] == "${{ matrix.torch }}" and job["env"]["ROW_PYTHON"] == "${{ matrix.python }}"
+    (upload,) = uses(job, "actions/upload-artifact")
+    assert upload["with"]["name"] == "wheels-${{ matrix.name }}-torch${{ matrix.torch }}"
 
 
 def test_the_torch_input_builds_every_job_against_one_release():
@@ -241,8 +245,7 @@ def test_the_torch_input_builds_every_job_against_one_release():
     r = plan_matrix("--cuda", "cpu,13.0", "--torch", torch)
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["include"]
-    assert [row["name"] for row in rows] == [f"cpu-torch{torch}", f"cuda13.0-torch{torch}"]
-    assert all(row["torch"] == torch and row["args"].endswith(f"--torch {torch}") for row in rows)
+    assert [(row["name"], row["torch"]) for row in rows] == [("cpu", torch), ("cuda13.0", torch)]
     # without cuda: the CUDA versions that build this torch, none that does not
     r = plan_matrix("--torch", torch)
     assert r.returncode == 0, r.stderr
@@ -279,26 +282,30 @@ def project_with_py_api(tmp_path: Path, py_api: str | None) -> Path:
     ("py3", ["3.10"]),  # one wheel serves every Python: one job
     ("cp311", ["3.10", "3.11"]),  # abi3 from 3.11 on: 3.10 its own, 3.11 serves 3.12 too
 ])
-def test_the_python_input_makes_a_job_per_python_where_the_wheel_is_tied_to_one(tmp_path, py_api, pythons):
+def test_the_python_input_makes_a_job_per_python_where_the_wheel_is_tied_to_one(build, tmp_path, py_api, pythons):
     project = project_with_py_api(tmp_path, py_api)
     r = plan_matrix("--cuda", "cpu,13.0", "--python", "3.12,3.10,3.11", project=project)
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["include"]
     assert [(row["kind"], row["python"]) for row in rows] == [("cpu", p) for p in pythons] + [("cuda", p) for p in pythons]
-    for row in rows:  # the build and the job's name say which Python (the job runs that Python)
-        assert row["args"].endswith(f" --python {row['python']}") and row["name"].endswith(f"-py{row['python']}")
+    for row in rows:  # the job's name says which Python (the job runs that Python, the build gets --python)
+        assert row["name"].endswith(f"-py{row['python']}") and "--python" not in row["args"]
     assert len({row["name"] for row in rows}) == len(rows)  # every job its own artifact
     # without the input: no Python in the rows, each job on the workflow's Python
     r = plan_matrix("--cuda", "cpu", project=project)
-    assert "python" not in json.loads(r.stdout)["include"][0] and "--python" not in r.stdout
+    assert "python" not in json.loads(r.stdout)["include"][0]
+    setup = uses(build["jobs"]["wheels"], "actions/setup-python")
+    assert [s["with"]["python-version"] for s in setup] == ["${{ matrix.python || '3.11' }}"]
 
 
 def test_build_step_runs_wheelci_build_per_job(build):
     job = build["jobs"]["wheels"]
     runs = "\n".join(run_lines(job))
     assert job["env"]["BUILD_ARGS"] == "${{ matrix.args }}" and job["env"]["ENGINE"] == "${{ matrix.engine }}"
-    assert 'read -ra args <<< "$BUILD_ARGS"' in runs
-    assert runs.count('wheelci build "${args[@]}" "${vars[@]}" --engine "$ENGINE"') == 2  # the build variables too
+    assert 'read -ra args <<< "$BUILD_ARGS"' in step_script(build, "wheels", "Build arguments")
+    # the row's arguments, torch, Python and build variables, as the Build arguments step wrote them
+    assert runs.count('mapfile -d \'\' -t args < "$RUNNER_TEMP/build-args"') == 2
+    assert runs.count('wheelci build "${args[@]}" --engine "$ENGINE"') == 2
     assert "--dry-run" in runs  # the plan is printed in the log before the build
     assert runs.count('-w wheelhouse -- "$PROJECT"') == 1  # the project is never read as an option
     assert '--dry-run -- "$PROJECT"' in runs and '"$PROJECT"' not in runs.replace('-- "$PROJECT"', "")
@@ -427,13 +434,15 @@ def test_a_tool_requirement_of_several_lines_is_refused(build, tmp_path):
     assert r.returncode == 1 and outputs == {} and r.stdout.count("::error::") == 1
 
 
-@pytest.mark.parametrize("kind, expected", [
-    ("cuda", ["A=1", "B=two words", "FORCE_CUDA=1"]),
-    ("cpu", ["A=1", "B=two words", "CPU_ONLY=1"]),
+@pytest.mark.parametrize("kind, python, expected", [
+    ("cuda", "", ["A=1", "B=two words", "FORCE_CUDA=1"]),
+    ("cpu", "3.12", ["A=1", "B=two words", "CPU_ONLY=1"]),
 ])
-def test_build_variables_reach_wheelci_build_by_kind(build, tmp_path, kind, expected):
-    """The env input's lines reach every job's `wheelci build` as --env NAME=value, cuda-env's the CUDA
-    jobs only, cpu-env's the CPU job only: FORCE_CUDA=1 never reaches a CPU build."""
+def test_the_build_gets_the_rows_torch_python_and_build_variables_by_kind(build, tmp_path, kind, python, expected):
+    """The Build arguments step, then Plan and Build, with a stand-in wheelci: the row's arguments, its
+    torch (always) and Python (when it has one); the env input's lines reach every job's build as
+    --env NAME=value, cuda-env's the CUDA jobs only, cpu-env's the CPU job only, so FORCE_CUDA=1 never
+    reaches a CPU build."""
     job = build["jobs"]["wheels"]
     assert job["env"]["KIND"] == "${{ matrix.kind }}"
     bin_dir, temp = tmp_path / "bin", tmp_path / "temp"
@@ -442,22 +451,36 @@ def test_build_variables_reach_wheelci_build_by_kind(build, tmp_path, kind, expe
     (bin_dir / "wheelci").write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$RUNNER_TEMP/called"\n')
     (bin_dir / "wheelci").chmod(0o755)
     env = {"KIND": kind, "RUNNER_TEMP": str(temp), "BUILD_VARS": "  A=1\n\nB=two words\n",
-           "CUDA_BUILD_VARS": "FORCE_CUDA=1", "CPU_BUILD_VARS": "CPU_ONLY=1\n",
-           "BUILD_ARGS": f"--{kind} --torch 2.13.0", "ENGINE": "host", "PROJECT": "."}
-    r, _ = run_step(step_script(build, "wheels", "Build variables"), env, tmp_path)
+           "CUDA_BUILD_VARS": "FORCE_CUDA=1", "CPU_BUILD_VARS": "CPU_ONLY=1\n", "ROW_TORCH": "2.13.0",
+           "ROW_PYTHON": python, "BUILD_ARGS": f"--{kind} --variant", "ENGINE": "host", "PROJECT": "."}
+    r, _ = run_step(step_script(build, "wheels", "Build arguments"), env, tmp_path)
     assert r.returncode == 0, r.stderr
     assert f"{len(expected)} build variable(s) for this {kind} job" in r.stdout
     for step in ("Plan", "Build"):
         r, _ = run_step(step_script(build, "wheels", step), {**env, "PATH": f"{bin_dir}:/usr/bin:/bin"}, tmp_path)
         assert r.returncode == 0, r.stderr
         argv = (temp / "called").read_text().splitlines()
-        assert argv[:3] == ["build", f"--{kind}", "--torch"]
+        assert argv[:5] == ["build", f"--{kind}", "--variant", "--torch", "2.13.0"], argv
+        assert ("--python" in argv) == bool(python) and (not python or argv[argv.index("--python") + 1] == python)
         assert [argv[i + 1] for i, a in enumerate(argv) if a == "--env"] == expected, argv
         assert argv[argv.index("--") + 1:] == ["."]
-    # no variables: no --env
-    r, _ = run_step(step_script(build, "wheels", "Build variables"),
-                    {**env, "BUILD_VARS": "", "CUDA_BUILD_VARS": "", "CPU_BUILD_VARS": ""}, tmp_path)
-    assert r.returncode == 0 and (temp / "build-vars").read_bytes() == b""
+    # no variables, no Python: the row's arguments and its torch alone
+    r, _ = run_step(step_script(build, "wheels", "Build arguments"),
+                    {**env, "BUILD_VARS": "", "CUDA_BUILD_VARS": "", "CPU_BUILD_VARS": "", "ROW_PYTHON": ""}, tmp_path)
+    assert r.returncode == 0
+    assert (temp / "build-args").read_bytes() == f"--{kind}\0--variant\0--torch\x002.13.0\0".encode()
+
+
+def test_the_build_flags_the_arguments_step_adds_exist():
+    """wheelci build takes the flags the Build arguments step adds (the flag check below reads only
+    the steps that run wheelci)."""
+    help_text = _proc.run([sys.executable, "-m", "wheelci", "build", "--help"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout
+    script = step_script(load_yaml(BUILD), "wheels", "Build arguments")
+    added = sorted(set(re.findall(r"args\+=\((--[a-z][\w-]*)", script)))
+    assert added == ["--env", "--python", "--torch"]
+    for flag in added:
+        assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", help_text), flag
 
 
 def test_ccache_cache_and_artifacts(build):

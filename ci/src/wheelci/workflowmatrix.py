@@ -7,6 +7,7 @@ only, no packaging.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from wheelci.config import matrix as mx
 from wheelci.config.stable import minor_of, newest_torch, parse_target, pick_row
@@ -16,12 +17,24 @@ _TORCH = re.compile(r"\d+\.\d+\.\d+")  # fullmatch: a release, as --torch takes 
 _PY = re.compile(r"3\.\d{1,2}")
 
 
+class Job(NamedTuple):
+    key: str  # what --cuda names it by: cpu, a CUDA version, or (stable-ABI) a CUDA major
+    name: str
+    args: str  # wheelci build's arguments, less the torch and the Python (the row's own keys)
+    torch: str  # the release it builds against unless told ("" where the matrix lists none for it)
+    builds: frozenset[str] | None  # the torch releases it can build; None: it lists none, the build reads
+                                   # the release --torch names from the index (and refuses a wrong one)
+
+    def can_build(self, torch: str) -> bool:
+        return self.builds is None or torch in self.builds
+
+    @property
+    def label(self) -> str:
+        return "CPU" if self.key == "cpu" else f"CUDA {self.key}"
+
+
 def _key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
-
-
-def _label(key: str) -> str:
-    return "CPU" if key == "cpu" else f"CUDA {key}"
 
 
 def python_rows(pythons: list[str], py_api: str) -> list[str]:
@@ -46,6 +59,43 @@ def _pythons(python: list[str]) -> list[str]:
     return sorted(set(python), key=_key)
 
 
+def _check_torch(matrix: mx.Matrix, torch: str) -> None:
+    if not _TORCH.fullmatch(torch):
+        raise CiError(f"bad --torch {torch!r} (want a release such as {matrix.default_torch})")
+    try:
+        matrix.torch_line(torch)  # a torch line the matrix does not know: one line, here
+    except CiError as e:
+        raise CiError(f"--torch {torch}: {e}") from None
+
+
+def _jobs(matrix: mx.Matrix, stable_abi: str | None) -> tuple[list[Job], dict[str, str]]:
+    """Every job the matrix has, and what --cuda may call each (name -> key)."""
+    releases = frozenset({t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch})
+    if stable_abi is None:
+        jobs = [Job("cpu", "cpu", "--cpu", matrix.default_torch, releases)] + [
+            Job(r.version, f"cuda{r.version}", f"--cuda {r.version}", r.default_torch,
+                frozenset(t.version for t in r.torch) or None) for r in matrix.rows]
+        return jobs, {job.key: job.key for job in jobs}
+    target = parse_target(stable_abi)
+    majors = []
+    for row in matrix.rows:
+        major = row.version.split(".")[0]
+        if major not in majors and any(tuple(map(int, t.version.split(".")[:2])) >= target for t in row.torch):
+            majors.append(major)
+    later = frozenset(v for v in releases if minor_of(v) >= target)
+    # the CPU variant builds against the matrix's default torch, or its newest when that predates the target
+    cpu = matrix.default_torch if matrix.default_torch in later else max(later, key=_key, default=matrix.default_torch)
+    jobs = [Job("cpu", "stable-cpu", f"--cpu --stable-abi {stable_abi}", cpu, later)]
+    for m in majors:
+        built = pick_row(matrix, m, target)  # the variant's build: its major's lowest CUDA, newest torch
+        jobs.append(Job(m, f"stable-cu{m}", f"--cuda {m} --stable-abi {stable_abi}", newest_torch(built, target),
+                        frozenset(t.version for t in built.torch) & later))
+    # a variant serves its whole CUDA major: 13 and 13.0 both name stable-cu13
+    aliases = {"cpu": "cpu", **{v: v.split(".")[0] for v in matrix.versions if v.split(".")[0] in majors},
+               **{m: m for m in majors}}
+    return jobs, aliases
+
+
 def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, variants: bool = False,
                     torch: str | None = None, python: list[str] | None = None,
                     py_api: str = "") -> dict[str, list[dict[str, str]]]:
@@ -53,9 +103,9 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
     classic wheels, one per variant (cpu, and each CUDA major the matrix can build for the target)
     for stable-ABI ones, which serve every later torch. Each row names its engine: a CPU build runs on
     the runner itself, a CUDA one in a container (the runner has no CUDA toolkit); its kind (cpu or
-    cuda: which build variables it gets); and the torch it builds against, in its name too, passed to
-    the build as --torch: a CUDA row's default torch is its own, the CPU row's the matrix's, so a
-    matrix of several rows may build several torch releases, and each job says which.
+    cuda: which build variables it gets); and the torch it builds against (`torch`, which the workflow
+    passes as --torch and shows in the job's title): a CUDA row's default torch is its own, the CPU
+    row's the matrix's, so a matrix of several rows may build several torch releases, each job saying which.
 
     `cuda` keeps only the rows it names (CUDA versions of the matrix, or `cpu`), in matrix order; classic
     wheels get a CPU job only when it is named. A name the matrix does not know is bad input, refused
@@ -66,52 +116,23 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
 
     `python` (versions such as 3.11): a row per Python where the wheel is tied to one (`py_api`, the
     project's wheel.py-api: "py3" makes one wheel for all, "cp3X" an abi3 one from 3.X on; see
-    python_rows), each row passing --python and naming its Python, which its job runs (verify installs
-    the wheel with the job's own Python).
+    python_rows), each naming its Python (`python`, and `-pyX.Y` in its name), which its job runs and
+    passes as --python (verify installs the wheel with the job's own Python).
 
     `variants` builds a release's PEP 825 variant set: every job gets --variant (a CUDA job writes its
     variant wheel, the CPU job the plain wheel), and the CPU job is always in, since an installer on a
     machine without a GPU needs the plain wheel."""
     matrix = mx.load()
     if torch is not None:
-        if not _TORCH.fullmatch(torch):
-            raise CiError(f"bad --torch {torch!r} (want a release such as {matrix.default_torch})")
-        try:
-            matrix.torch_line(torch)  # a torch line the matrix does not know: one line, here
-        except CiError as e:
-            raise CiError(f"--torch {torch}: {e}") from None
+        _check_torch(matrix, torch)
     pythons = _pythons(python) if python is not None else None
-    releases = {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}
-    # (key, name, args, the torch it builds against by default, the torch releases it can build)
-    if stable_abi is None:
-        rows = [("cpu", "cpu", "--cpu", matrix.default_torch, releases)] + [
-            (r.version, f"cuda{r.version}", f"--cuda {r.version}", r.default_torch, {t.version for t in r.torch})
-            for r in matrix.rows]
-        aliases = {row[0]: row[0] for row in rows}
+    jobs, aliases = _jobs(matrix, stable_abi)
+    if cuda is None:  # the rows with a torch of their own (or that build the torch given: its matrix)
+        keep = [j for j in jobs if (stable_abi or j.key != "cpu") and j.torch]
+        if torch is not None:
+            keep = [j for j in keep if j.builds and torch in j.builds] or keep
     else:
-        target = parse_target(stable_abi)
-        majors = []
-        for row in matrix.rows:
-            major = row.version.split(".")[0]
-            if major not in majors and any(tuple(map(int, t.version.split(".")[:2])) >= target for t in row.torch):
-                majors.append(major)
-        later = {v for v in releases if minor_of(v) >= target}
-        # the CPU variant builds against the matrix's default torch, or its newest when that predates the target
-        cpu = matrix.default_torch if matrix.default_torch in later else max(later, key=_key, default=matrix.default_torch)
-        rows = [("cpu", "stable-cpu", f"--cpu --stable-abi {stable_abi}", cpu, later)]
-        for m in majors:
-            built = pick_row(matrix, m, target)  # the variant's build: its major's lowest CUDA, newest torch
-            rows.append((m, f"stable-cu{m}", f"--cuda {m} --stable-abi {stable_abi}", newest_torch(built, target),
-                         {t.version for t in built.torch} & later))
-        # a variant serves its whole CUDA major: 13 and 13.0 both name stable-cu13
-        aliases = {"cpu": "cpu", **{v: v.split(".")[0] for v in matrix.versions if v.split(".")[0] in majors},
-                   **{m: m for m in majors}}
-    if cuda is None:
-        keep = [r for r in rows if stable_abi or r[0] != "cpu"]
-        if torch is not None:  # the matrix of that torch: the rows that build it
-            keep = [r for r in keep if torch in r[4]] or keep
-    else:
-        choices = f"choose from {', '.join(r[0] for r in rows)}"
+        choices = f"choose from {', '.join(j.key for j in jobs)}"
         unknown = [c for c in cuda if c.lower() not in aliases]
         if unknown:
             what = f"stable-ABI variant for torch >= {stable_abi}" if stable_abi else "CUDA version"
@@ -119,32 +140,34 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
         if not cuda:
             raise CiError(f"--cuda names no job ({choices})")
         wanted = {aliases[c.lower()] for c in cuda}
-        keep = [r for r in rows if r[0] in wanted]
+        keep = [j for j in jobs if j.key in wanted]
+        none = [j.label for j in keep if not j.torch]
+        if torch is None and none:
+            raise CiError(f"--cuda {','.join(cuda)}: the matrix lists no torch release for {', '.join(none)}: "
+                          "name the one to build against with --torch")
     if variants:
-        keep = [r for r in rows if r[0] == "cpu"] + [r for r in keep if r[0] != "cpu"]
-        keep = [(key, name, f"{args} --variant", default, builds) for key, name, args, default, builds in keep]
+        keep = [j for j in jobs if j.key == "cpu"] + [j for j in keep if j.key != "cpu"]
+        keep = [j._replace(args=f"{j.args} --variant") for j in keep]
     if torch is not None:
-        lacking = [key for key, *_, builds in keep if torch not in builds]
+        lacking = [j.label for j in keep if not j.can_build(torch)]
         if lacking:
-            has = [_label(key) for key, *_, builds in rows if torch in builds]
+            has = [j.label for j in jobs if j.builds and torch in j.builds]
             where = f"it builds for {', '.join(has)}" if has else "no job of the matrix builds it"
             floor = f" (stable-ABI {stable_abi} wants a torch >= {stable_abi})" if stable_abi else ""
-            raise CiError(f"--torch {torch}: the matrix has no {', '.join(map(_label, lacking))} build of it{floor}; "
-                          f"{where}")
-    out = []
-    for key, name, args, default, _ in keep:
-        version = torch or default
-        row = {"name": f"{name}-torch{version}", "args": f"{args} --torch {version}",
-               "engine": "host" if key == "cpu" else "docker", "kind": "cpu" if key == "cpu" else "cuda",
-               "torch": version}
-        if pythons is None:
-            out.append(row)
-            continue
-        line = matrix.torch_line(version)
-        missing = [p for p in pythons if p not in line.python]
-        if missing:
-            raise CiError(f"--python {', '.join(missing)}: torch {version} has no wheels for Python "
-                          f"{', '.join(missing)} (it has {', '.join(line.python)})")
-        for p in python_rows(pythons, py_api):
-            out.append({**row, "name": f"{row['name']}-py{p}", "args": f"{row['args']} --python {p}", "python": p})
-    return {"include": out}
+            raise CiError(f"--torch {torch}: the matrix has no {', '.join(lacking)} build of it{floor}; {where}")
+        keep = [j._replace(torch=torch) for j in keep]
+    return {"include": [row for job in keep for row in _rows(matrix, job, pythons, py_api)]}
+
+
+def _rows(matrix: mx.Matrix, job: Job, pythons: list[str] | None, py_api: str) -> list[dict[str, str]]:
+    """The matrix rows of one job: itself, or one per Python that needs a wheel of its own."""
+    row = {"name": job.name, "args": job.args, "engine": "host" if job.key == "cpu" else "docker",
+           "kind": "cpu" if job.key == "cpu" else "cuda", "torch": job.torch}
+    if pythons is None:
+        return [row]
+    line = matrix.torch_line(job.torch)
+    missing = [p for p in pythons if p not in line.python]
+    if missing:
+        raise CiError(f"--python {', '.join(missing)}: torch {job.torch} has no wheels for Python "
+                      f"{', '.join(missing)} (it has {', '.join(line.python)})")
+    return [{**row, "name": f"{job.name}-py{p}", "python": p} for p in python_rows(pythons, py_api)]
