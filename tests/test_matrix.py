@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -16,7 +15,6 @@ from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
 from tests import _proc
 
-CACHE = cache_dir("torch-metadata")
 NVCC_CACHE = cache_dir("nvcc-wheels")
 REQUIRED_ROWS = {"11.8", "12.6", "12.8", "12.9", "13.0"}
 ROWS = mx.rows()
@@ -40,7 +38,8 @@ def test_every_source_is_cited_in_the_header():
 @pytest.mark.parametrize("row", ROWS, ids=row_ids())
 def test_row_is_consistent(row: mx.CudaRow):
     m = mx.load()
-    assert row.torch_build(row.default_torch), "default torch must be one the row builds"
+    if row.default_torch or row.torch:
+        assert row.torch_build(row.default_torch), "default torch must be one the row builds"
     assert row.torch_index_url.endswith("/" + row.tag)
     assert mx.check_arch_list(row.version, row.arch_list)  # the default list is valid for this nvcc
     assert row.arch_list.endswith("+PTX") and row.arch_list.count("+PTX") == 1, "PTX for the newest arch only"
@@ -167,49 +166,31 @@ def test_gcc_ceiling_matches_nvcc(nvcc):
     assert found and int(found[1]) == mx.load().row(nvcc_version(nvcc)).gcc_max
 
 
-def _pypi_report(version: str) -> dict:
-    """pip's resolution report for PyPI's default torch==version: metadata only (PEP 658), cached."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"torch-{version}.json"
-    if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.part")  # two runs at once must not share it
-        r = _proc.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--no-deps",
-                       "--ignore-installed", "--quiet", "--report", str(tmp), f"torch=={version}"],
-                      capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr
-        tmp.rename(path)
-    return json.loads(path.read_text())
-
-
 ON_PYPI = [(r, t) for r in ROWS for t in r.torch if t.on_pypi]
 
 
 @pytest.fixture(scope="module")
-def pypi_reports() -> None:
-    """Resolve every torch version these tests read, 4 at a time: each waits on PyPI's large torch page."""
+def pypi() -> dict:
+    """Every torch release these tests check, as the tool's own reader finds it on PyPI (its metadata,
+    cached per release), 4 at a time."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from wheelci.config.releases import TorchIndex
+
+    index = TorchIndex()
     versions = sorted({t.version for _, t in ON_PYPI} | {_newest_in_matrix(line.minor) for line in LINES})
     with ThreadPoolExecutor(4) as pool:
-        list(pool.map(_pypi_report, versions))
+        return dict(zip(versions, pool.map(index.release, versions)))
 
 
 @pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.parametrize("row,build", ON_PYPI, ids=[f"{t.version}-cu{r.version}" for r, t in ON_PYPI])
-def test_pypi_default_torch_matches_row(row: mx.CudaRow, build: mx.TorchBuild, pypi_reports):
+def test_pypi_default_torch_matches_row(row: mx.CudaRow, build: mx.TorchBuild, pypi):
     """Where PyPI's default torch is a row's build, its metadata proves the CUDA, the cuDNN pin and the policy."""
-    item = _pypi_report(build.version)["install"][0]
-    requires = [r.split(";")[0].replace(" ", "").replace("(", "").replace(")", "")
-                for r in item["metadata"].get("requires_dist", [])]
-    assert build.cudnn in requires
-    cuda = next(re.search(r"==(\d+\.\d+)", r)[1] for r in requires
-                if r.startswith(("nvidia-cuda-runtime-cu", "cuda-toolkit")))
-    assert cuda == row.version
-    filename = item["download_info"]["url"].rsplit("/", 1)[1]
-    line = mx.load().torch_line(build.version)
-    assert f"{line.manylinux}_x86_64" in filename
-
+    release = pypi[build.version]
+    assert (release.cuda, release.cudnn) == (row.version, build.cudnn), release
+    assert release.manylinux == mx.load().torch_line(build.version).manylinux, release
 
 
 def _nvcc_wheel(requirement: str) -> Path:
@@ -253,28 +234,6 @@ def test_toolkit_facts_match_nvidias_wheels(row: mx.CudaRow, tmp_path):
     assert int(re.search(r"#if __GNUC__ > (\d+)", header)[1]) == row.gcc_max
 
 
-PLATFORMS = [a for p in ("manylinux_2_28", "manylinux2014", "manylinux1") for a in ("--platform", f"{p}_x86_64")]
-
-
-def _versions_with_wheels_for(python: str) -> set[str]:
-    """Every torch version PyPI has an x86_64 manylinux wheel of for CPython `python` (`pip index versions`,
-    which reads file names only: one quick call per Python). Cached."""
-    path = CACHE / f"index-py{python}.txt"
-    if not path.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        r = _proc.run([sys.executable, "-m", "pip", "index", "versions", "torch", "--isolated",
-                       "--python-version", python, "--only-binary=:all:", *PLATFORMS],
-                      capture_output=True, text=True, timeout=300)
-        if r.returncode == 0:
-            listed = re.search(r"^Available versions: (.*)$", r.stdout, re.M)[1]
-        elif "No matching distribution" in r.stderr:
-            listed = ""
-        else:
-            raise AssertionError(r.stderr)
-        path.write_text(listed)
-    return {v.strip() for v in path.read_text().split(",") if v.strip()}
-
-
 def _newest_in_matrix(minor: str) -> str:
     versions = {t.version for r in ROWS for t in r.torch if t.version.startswith(minor + ".")}
     return max(versions, key=lambda v: tuple(map(int, v.split("."))))
@@ -285,20 +244,13 @@ LINES = mx.load().torch_lines
 
 @pytest.mark.network
 @pytest.mark.parametrize("line", LINES, ids=[t.minor for t in LINES])
-def test_torch_line_pythons_and_policy_match_pypi(line: mx.TorchLine, pypi_reports):
-    """Each torch line lists exactly the CPython range PyPI has wheels for, and its wheels' policy."""
-    version = _newest_in_matrix(line.minor)
-    lo, hi = (int(line.python[i].split(".")[1]) for i in (0, -1))
-    assert line.python == tuple(f"3.{m}" for m in range(lo, hi + 1))
-    for minor in range(lo - 1, hi + 2):
-        has = version in _versions_with_wheels_for(f"3.{minor}")
-        assert has == (lo <= minor <= hi), f"torch {version} {'has' if has else 'lacks'} wheels for Python 3.{minor}"
-    filename = _pypi_report(version)["install"][0]["download_info"]["url"].rsplit("/", 1)[1]
-    tag = filename.rsplit("-", 1)[1]
-    if line.manylinux == "manylinux_2_28":
-        assert tag == "manylinux_2_28_x86_64.whl"
-    else:  # pre-cxx11 torch: manylinux1/2014-tagged wheels, built on manylinux2014's devtoolset
-        assert tag.startswith(("manylinux1_", "manylinux2014_")), tag
+def test_torch_line_pythons_and_policy_match_pypi(line: mx.TorchLine, pypi):
+    """Each torch line lists exactly the CPython range PyPI has wheels for (tags within Requires-Python),
+    and its wheels' policy, which gives the C++ ABI."""
+    release = pypi[_newest_in_matrix(line.minor)]
+    assert line.python == release.python and line.python == tuple(f"3.{m}" for m in range(
+        int(line.python[0].split(".")[1]), int(line.python[-1].split(".")[1]) + 1))
+    assert (line.manylinux, line.cxx11_abi) == (release.manylinux, release.cxx11_abi), release
 
 
 @pytest.mark.parametrize("needed, version, pin", [

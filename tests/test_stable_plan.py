@@ -29,7 +29,8 @@ def test_a_cuda_major_builds_with_its_lowest_cuda_against_its_newest_torch():
     # compiled against the oldest cuDNN any torch of the range pins (9.y runs code built for 9.z <= y)
     assert plan.cudnn_requirement == "nvidia-cudnn-cu13==9.19.0.56"
     assert "nvidia-cudnn-cu13==9.19.0.56" in plan.environment["CIBW_BEFORE_BUILD_LINUX"]
-    assert [v for v, _ in plan.stable.verify] == ["2.11.0", "2.13.0", "2.14.1"]
+    # the range's oldest, a middle and its newest, on whichever CUDA 13 each is built (2.15.0: 13.2)
+    assert plan.stable.verify == (("2.11.0", "13.0"), ("2.14.1", "13.0"), ("2.15.0", "13.2"))
     cu12 = pl.make_plan(pl.Request(cuda="12", engine="docker", stable_abi="2.10"), project_dir=ROOT)
     assert (cu12.cuda, cu12.torch, cu12.stable.variant) == ("12.6", "2.10.0", "cu12")
 
@@ -55,7 +56,7 @@ def test_the_flags_reach_the_container_as_cibuildwheel_reads_them():
 def test_a_cpu_variant_serves_any_torch_and_is_verified_across_the_range():
     plan = pl.make_plan(pl.Request(cuda=None, engine="host", stable_abi="2.10"), project_dir=ROOT)
     assert plan.torch == mx.load().default_torch and plan.stable.variant == "cpu"
-    assert plan.stable.verify == (("2.10.0", "12.8"), ("2.13.0", None), ("2.14.1", "13.0"))
+    assert plan.stable.verify == (("2.10.0", "12.8"), ("2.13.0", None), ("2.15.0", "13.2"))
     assert "-DUSE_CUDA" not in plan.environment["CIBW_ENVIRONMENT_LINUX"]
 
 
@@ -77,7 +78,7 @@ def test_stable_abi_from_tool_ci_and_dry_run_shows_the_range(tmp_path):
     project = project_with(tmp_path, 'stable-abi = "2.10"')
     r = run_stage("ci.build", project, "--cuda", "13", "--engine", "docker", "--dry-run")
     assert r.returncode == 0, r.stderr
-    assert re.search(r"^stable abi +2\.10: cu13 wheel, torch >= 2\.10 with CUDA 13; PyPI has 2\.11\.0 to 2\.14\.1",
+    assert re.search(r"^stable abi +2\.10: cu13 wheel, torch >= 2\.10 with CUDA 13; PyPI has 2\.11\.0 to 2\.15\.0",
                      r.stdout, re.M), r.stdout
     r = run_stage("ci.build", project, "--cpu", "--engine", "docker", "--dry-run", "--json")
     assert json.loads(r.stdout)["stable"]["variant"] == "cpu"

@@ -21,6 +21,7 @@ from wheelci.cibw import before_build, cibw_environment, cibw_quote, environment
 from wheelci.engine import Engine, Facts
 from wheelci.util import secret
 from wheelci.config.project import Project
+from wheelci.config.releases import TorchIndex, TorchRelease
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
@@ -248,16 +249,37 @@ def pick_image(matrix: mx.Matrix, row: mx.CudaRow, line: mx.TorchLine, torch: st
     return best, notes
 
 
-def _choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None) -> mx.TorchBuild:
+def _choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None,
+                  index: TorchIndex) -> tuple[mx.TorchBuild, mx.TorchLine, list[str]]:
+    """The torch release a CUDA row builds against, its line, and a note where the index said it. A
+    release the matrix does not list is read from the index: tomorrow's torch needs no change here."""
     version = torch or row.default_torch
+    if version and not re.fullmatch(r"\d+\.\d+\.\d+", version):
+        raise CiError(f"bad torch version {version!r} (want e.g. {row.default_torch or matrix.default_torch}, or latest)")
+    if not version:  # a toolkit no listed torch is built on: the index's newest, if it is
+        version = index.latest()
+        if index.release(version).cuda != row.version:
+            raise CiError(f"no torch release is built on CUDA {row.version} yet (the newest, {version}, is "
+                          f"built on CUDA {index.release(version).cuda or 'none'}): name one with --torch")
     build = row.torch_build(version)
-    if build is None:
-        others = [r.version for r in matrix.rows if r.torch_build(version)]
-        where = (f"torch {version} is built for CUDA {', '.join(others)}" if others
-                 else f"torch {version} is in no row of the matrix")
-        raise CiError(f"torch {version} has no CUDA {row.version} build ({where}; CUDA {row.version} has torch "
-                      f"{', '.join(t.version for t in row.torch)})")
-    return build
+    if build is not None:
+        return build, matrix.torch_line(version), []
+    others = [r.version for r in matrix.rows if r.torch_build(version)]
+    if others:
+        raise CiError(f"torch {version} has no CUDA {row.version} build (torch {version} is built for CUDA "
+                      f"{', '.join(others)}; CUDA {row.version} has torch "
+                      f"{', '.join(t.version for t in row.torch) or 'none listed'})")
+    release = index.release(version)
+    if release.cuda != row.version:
+        raise CiError(f"torch {version} on the index is built on CUDA {release.cuda or 'none (a CPU build)'}, "
+                      f"not {row.version} (--cuda {release.cuda or 'none'}, or --torch-index-url for another build)")
+    return release.build(), release.line, [_release_note(release)]
+
+
+def _release_note(release: TorchRelease) -> str:
+    return (f"torch {release.version} is not in the matrix: CUDA {release.cuda or 'none'}, "
+            f"{release.cudnn or 'no cuDNN'}, Python {release.python[0]}-{release.python[-1]}, {release.manylinux} "
+            f"({'cxx11' if release.cxx11_abi else 'pre-cxx11'} ABI), read from {release.source}")
 
 
 def ccache_dir(env: Mapping[str, str]) -> Path:
@@ -286,12 +308,20 @@ def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None, facts:
 
 def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettings | None = None,
               env: Mapping[str, str] | None = None, facts: Facts | None = None,
-              project: Project | None = None) -> Plan:
+              project: Project | None = None, index: TorchIndex | None = None) -> Plan:
     """The plan for `request`. `run` is what the run does with its wheels; `env` is the environment the
     run sees and `facts` what the edge probed of the machine (wheelci.engine.detect_facts); left out, they
     are the defaults, an empty environment and a machine with nothing detected. `project`: the
-    pyproject.toml as the build read it (ci.config.project.read_project); left out, read from project_dir."""
+    pyproject.toml as the build read it (ci.config.project.read_project); left out, read from project_dir.
+    `index`: where a torch release the matrix does not list is read (its metadata, cached); left out, the
+    request's --torch-index-url, else the index `env` names (WHEELCI_TORCH_INDEX), else PyPI. `--torch
+    latest` is that index's newest release."""
     env, facts = ({} if env is None else env), (Facts() if facts is None else facts)
+    if index is None:
+        index = (TorchIndex(request.torch_index_url, cache_dir("torch-releases", env=env)) if request.torch_index_url
+                 else TorchIndex.from_env(env))
+    if request.torch == "latest":
+        request = replace(request, torch=index.latest())
     run = RunSettings() if run is None else run
     matrix = mx.load()
     project = Project.read(project_dir) if project is None else project
@@ -309,7 +339,7 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     from wheelci.config import constraints  # packaging: not for --workflow-matrix, which runs on a bare Python
 
     tools = constraints.for_project(project.build_requires)
-    machine = Machine(env, facts, ccache_dir(env), constraints.file_for(tools.pins))
+    machine = Machine(env, facts, ccache_dir(env), constraints.file_for(tools.pins), index)
     plan = (_cpu_plan(matrix, project, request, machine) if request.cuda is None
             else _cuda_plan(matrix, project, request, request.cuda, machine))
     plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
@@ -347,6 +377,7 @@ class Machine:
     facts: Facts
     ccache: Path
     tools: Path  # the pip constraints file of our build tools
+    index: TorchIndex  # where a torch release the matrix does not list is read from
 
 
 def variant_label(plan: Plan) -> str:
@@ -418,8 +449,7 @@ def _torch_source(find_links: Path | None, torch_index_url: str | None, default:
 
 def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str, machine: Machine) -> Plan:
     row = matrix.row(cuda)
-    build = _choose_torch(matrix, row, request.torch)
-    line = matrix.torch_line(build.version)
+    build, line, read = _choose_torch(matrix, row, request.torch, machine.index)
     pythons = _parse_python(request.python, project, line, build.version)
     archs = mx.check_arch_list(cuda, request.arch_list if request.arch_list is not None else row.arch_list)
     engine, find_links, torch_index_url = request.engine, request.find_links, request.torch_index_url
@@ -447,13 +477,9 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str,
                 cudnn_requirement=build.cudnn, image=ref, manylinux=image.manylinux, arch_list=archs,
                 python=pythons, identifiers=identifiers, environment=env, engine=resolved,
                 nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
-                notes=notes + python_notes(project, pythons) + engine_notes,
+                notes=read + notes + python_notes(project, pythons) + engine_notes,
                 image_origin=image.origin, engine_requested=engine,
                 find_links=str(find_links) if find_links else None)
-
-
-def _version_key(v: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in v.split("."))
 
 
 def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Machine) -> Plan:
@@ -463,12 +489,13 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Ma
     version = torch or matrix.default_torch
     if not re.fullmatch(r"\d+\.\d+\.\d+", version):
         raise CiError(f"bad torch version {version!r} (want e.g. {matrix.default_torch})")
-    line = matrix.torch_line(version)
     releases = {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}
-    if version not in releases:  # said here, not by pip after the build environment is made
-        same_line = sorted((v for v in releases if v.startswith(line.minor + ".")), key=_version_key)
-        raise CiError(f"torch {version} is not a release the matrix knows (torch {line.minor}: "
-                      f"{', '.join(same_line) or 'none'})")
+    read = []
+    if version in releases:
+        line = matrix.torch_line(version)
+    else:  # not a release the matrix lists: the index says whether it exists, and what it needs
+        release = machine.index.release(version)
+        line, read = release.line, [_release_note(release)]
     pythons = _parse_python(request.python, project, line, version)
     resolved, notes = resolve_engine(engine, None, None, machine.facts)
     identifiers = [identifier(p) for p in pythons]
@@ -480,7 +507,7 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Ma
     return Plan(cuda=None, torch=version, torch_index_url=torch_index_url or matrix.cpu_index_url, torch_on_pypi=False,
                 cudnn_requirement=None, image=None, manylinux=line.manylinux, arch_list="", python=pythons,
                 identifiers=identifiers, environment=env, engine=resolved,
-                notes=python_notes(project, pythons) + notes, engine_requested=engine,
+                notes=read + python_notes(project, pythons) + notes, engine_requested=engine,
                 find_links=str(find_links) if find_links else None,
                 cpu_view=cpu_view(machine.env, project.backend == "scikit-build-core", machine.facts.nvcc_dirs)
                 if not resolved.container else None)  # an image has no toolkit to hide

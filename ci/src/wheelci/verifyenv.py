@@ -55,9 +55,12 @@ def pip_failure(r: subprocess.CompletedProcess) -> str:
 
 
 def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
+    """pip into the verify venv. A constraint from pip's configuration (a machine's cap on torch) is left
+    out: verify never resolves torch, it installs over the torch install it is given, and pins that
+    install's stack itself where an index is asked (install_fresh)."""
     return proc.run([sys.executable, "-m", "pip", "--python", python, "install", "--disable-pip-version-check",
                      "--no-input", *args], what="installing into the verify venv", check=False,
-                    capture_output=True, text=True)
+                    capture_output=True, text=True, env={**os.environ, "PIP_CONSTRAINT": os.devnull})
 
 
 # torch and what it loads: the torch install verify runs over has these, and pip must never put another

@@ -74,12 +74,23 @@ def reachable(url: str, timeout: float = 5.0) -> bool:
         return False
 
 
+def uv_binary() -> str | None:
+    """uv, where it serves: the `uv` distribution's binary (a dependency of this tool), else one on PATH."""
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
+
+
 def torch_pip_args(spec: TorchSpec) -> tuple[list[str], str]:
     """pip arguments that install exactly this torch variant, and a line saying where it comes from.
 
     Prefers the PyTorch index of the variant; when that is unreachable, falls back to PyPI where
     PyPI's default build is this variant (cu130 for 2.13.0), and for CPU builds to pip's own
     configuration (a mirror or find-links); the installed build is checked afterwards either way.
+    Arguments that start with --isolated name their index themselves: uv can run them too.
     """
     req = f"torch=={spec.version}"
     if spec.index_url and reachable(spec.index_url):
@@ -92,6 +103,19 @@ def torch_pip_args(spec: TorchSpec) -> tuple[list[str], str]:
         f"torch {spec.version} for CUDA {spec.cuda} is only on {spec.index_url}, which is unreachable "
         f"from here; pass --torch-index-url with a mirror"
     )
+
+
+def uv_args(pip_args: list[str]) -> list[str]:
+    """torch_pip_args' isolated arguments as uv reads them: pip's --index-url first and --extra-index-url
+    for the rest is uv's --index (asked first) over its --default-index; uv reads no pip configuration."""
+    args, out = pip_args[1:], []
+    while args:
+        arg = args.pop(0)
+        if arg in ("--index-url", "--extra-index-url"):
+            out += ["--index" if arg == "--index-url" else "--default-index", args.pop(0)]
+        else:
+            out.append(arg)
+    return out
 
 
 def _torch_info(python: Path) -> dict:
@@ -182,6 +206,10 @@ def _create_env(root: Path, spec: TorchSpec) -> dict:
     what = f"creating the build environment {root}"
     proc.run([sys.executable, "-m", "venv", root], what=what, stdout=out, stderr=None)
     pip = [root / "bin" / "python", "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
+    uv = uv_binary() if args[0] == "--isolated" else None  # pip's own configuration is pip's to read
+    if uv is not None:  # uv: parallel downloads and installs, and a torch release pip's configuration caps
+        pip = [uv, "pip", "install", *quiet, "--python", root / "bin" / "python"]
+        args = uv_args(args)
     with log.Ticker("creating the build environment", live=False):  # a quiet pip: minutes of silence in CI
         proc.run([*pip, *args], what=f"{what} (torch {spec.version} from {source})", stdout=out, stderr=None)
         proc.run([*pip, "-c", constraints.CONSTRAINTS, *constraints.BUILD_TOOLS],

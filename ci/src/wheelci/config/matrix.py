@@ -63,7 +63,7 @@ class CudaRow:
     version: str
     full_version: str
     torch_index_url: str
-    default_torch: str
+    default_torch: str  # "": no torch of its own in the matrix (one is named, and read from the index)
     gcc_max: int
     arch_list: str
     accepted_archs: tuple[str, ...]
@@ -143,7 +143,7 @@ def _row(d: dict[str, Any]) -> CudaRow:
         accepted_archs=tuple(d["accepted_archs"]), nvcc_flags=tuple(d["nvcc_flags"]),
         nvcc_wheels=tuple(d["nvcc_wheels"]), nvcc_wheel_has_nvcc=bool(d["nvcc_wheel_has_nvcc"]),
         toolkit_wheels=tuple(d.get("toolkit_wheels", ())),
-        torch=tuple(_torch(t) for t in d["torch"]),
+        torch=tuple(_torch(t) for t in d.get("torch", ())),
         images=tuple(_image(i) for i in d["image"]),
     )
 

@@ -1,0 +1,325 @@
+"""A torch release as its index describes it, for the releases the matrix does not list yet.
+
+What an extension needs from a torch release is in that release's own metadata: the CUDA toolkit it
+pins (`cuda-toolkit[...]==13.2.2`, or `nvidia-cuda-runtime-cu12==12.8.90` before cuda-toolkit), its
+cuDNN pin, the Pythons it has wheels for (Requires-Python and the wheel tags) and its manylinux policy
+(the Linux wheel's tag), which also gives its C++ ABI: every manylinux_2_28 torch is cxx11-ABI. So a
+release that reaches the index tomorrow plans with no change here.
+
+The metadata is read once per release: PEP 658 metadata where the index serves it, else the wheel's
+METADATA through HTTP range requests (the zip's directory and one member, not 500 MB). The result is
+cached as JSON under the tool's cache, with the URL it came from, which the plan shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import asdict, dataclass
+from email.parser import HeaderParser
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, Mapping
+
+from wheelci.config import matrix as mx
+from wheelci.errors import CiError
+from wheelci.util.cache import cache_dir
+
+INDEX = "https://pypi.org/simple"
+INDEX_VARIABLE = "WHEELCI_TORCH_INDEX"  # another index to read torch releases from (a mirror, a local one)
+ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+PAGE_MAX = 64 << 20  # PyPI's torch page is about 4 MB
+METADATA_MAX = 4 << 20
+DIRECTORY_MAX = 16 << 20  # a torch wheel's central directory is about 1 MB
+TIMEOUT = 60
+_WHEEL = re.compile(r"torch-(?P<version>[^-]+)-(?P<python>cp3\d+)-(?P<abi>cp3\d+t?)-(?P<platform>[\w.]+)\.whl")
+# an x86_64 Linux wheel's tag, read as the policy names the matrix uses (manylinux1 and 2_17 are 2014's floor)
+_POLICY = {"manylinux1": "manylinux2014", "manylinux2010": "manylinux2014", "manylinux2014": "manylinux2014",
+           "manylinux_2_5": "manylinux2014", "manylinux_2_12": "manylinux2014", "manylinux_2_17": "manylinux2014",
+           "manylinux_2_28": "manylinux_2_28", "manylinux_2_34": "manylinux_2_34"}
+LINUX = {"platform_system": "Linux", "sys_platform": "linux", "platform_machine": "x86_64", "os_name": "posix"}
+
+
+@dataclass(frozen=True)
+class TorchRelease:
+    """One torch release's x86_64 Linux wheels, as their metadata says."""
+
+    version: str
+    cuda: str | None  # X.Y of the toolkit its wheels pin; None: a CPU build
+    toolkit: str | None  # that pin as written (cuda-toolkit[...]==13.2.2)
+    cudnn: str | None  # nvidia-cudnn-cuNN==9.x.y.z
+    python: tuple[str, ...]
+    manylinux: str
+    source: str  # the metadata's URL
+
+    @property
+    def cxx11_abi(self) -> bool:
+        return self.manylinux != "manylinux2014"
+
+    @property
+    def line(self) -> mx.TorchLine:
+        minor = ".".join(self.version.split("+")[0].split(".")[:2])
+        return mx.TorchLine(minor, self.python, self.manylinux, self.cxx11_abi)
+
+    def build(self) -> mx.TorchBuild:
+        """The release as a matrix row's torch: the index's default Linux build of this version."""
+        return mx.TorchBuild(self.version, self.cudnn or "", True, self.source)
+
+
+def parse_release(metadata: str, filenames: list[str], source: str) -> TorchRelease:
+    """The release that METADATA text and its files' names describe (pure)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    headers = HeaderParser().parsestr(metadata)
+    version = (headers.get("Version") or "").split("+")[0]  # PyTorch's own indexes label it: 2.15.0+cu132
+    wheels = [m for m in map(_WHEEL.fullmatch, filenames) if m and _base(m["version"]) == version]
+    linux = [m for m in wheels if m["platform"].endswith("_x86_64") and "linux" in m["platform"]]
+    if not linux:
+        raise CiError(f"torch {version or '?'}: no x86_64 Linux wheel at {source}")
+    policies = {_POLICY.get(tag.rsplit("_x86_64", 1)[0]) for m in linux for tag in m["platform"].split(".")}
+    policy = min((p for p in policies if p), key=mx.POLICIES.index, default=None)
+    if policy is None:
+        raise CiError(f"torch {version}: no manylinux policy this tool knows in {linux[0].group(0)}")
+    try:
+        requires_python = SpecifierSet(headers.get("Requires-Python") or "")
+    except InvalidSpecifier:
+        requires_python = SpecifierSet()
+    pythons = sorted({f"3.{m['python'][3:]}" for m in linux if m["abi"] == m["python"]},
+                     key=lambda p: int(p.split(".")[1]))
+    pythons = [p for p in pythons if requires_python.contains(p + ".0", prereleases=True)]
+    cuda = toolkit = cudnn = None
+    for text in headers.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate({**LINUX, "python_version": pythons[-1] if pythons else "3.12"}):
+            continue
+        pinned = next((s.version for s in req.specifier if s.operator == "=="), None)
+        if pinned is None:
+            continue
+        if req.name == "cuda-toolkit" or re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", req.name) and cuda is None:
+            cuda, toolkit = ".".join(pinned.split(".")[:2]), text.split(";")[0].strip()
+        elif req.name.startswith("nvidia-cudnn-cu"):
+            cudnn = f"{req.name}=={pinned}"
+    return TorchRelease(version, cuda, toolkit, cudnn, tuple(pythons), policy, source)
+
+
+def _base(version: str) -> str:
+    return version.split("+")[0]
+
+
+# --- reading an index ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    filename: str
+    url: str
+    metadata: bool  # the index serves its PEP 658 metadata at url + ".metadata"
+
+
+class _Anchors(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.found.append(dict(attrs))
+
+
+def parse_page(body: bytes, content_type: str, base: str) -> list[IndexFile]:
+    """A project's simple page (PEP 691 JSON or PEP 503 HTML) as its files (pure)."""
+    files = []
+    if "json" in content_type:
+        try:
+            doc = json.loads(body)
+            entries = [(f["filename"], f["url"], bool(f.get("core-metadata") or f.get("dist-info-metadata")))
+                       for f in doc["files"]]
+        except (ValueError, KeyError, TypeError) as e:
+            raise CiError(f"{base}: not a simple index page ({type(e).__name__})") from None
+    else:
+        parser = _Anchors()
+        parser.feed(body.decode("utf-8", "replace"))
+        hrefs = [(a, a["href"]) for a in parser.found if a.get("href")]
+        entries = [(urllib.parse.unquote(urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1]), href,
+                    bool(a.get("data-core-metadata") or a.get("data-dist-info-metadata")))
+                   for a, href in hrefs if href]
+    for filename, url, metadata in entries:
+        files.append(IndexFile(filename, urllib.parse.urljoin(base, url).split("#")[0], metadata))
+    return files
+
+
+def _open(url: str, headers: Mapping[str, str] = {}):
+    if urllib.parse.urlsplit(url).scheme not in ("https", "http", "file"):
+        raise CiError(f"{url}: the torch index must be an http(s) or file URL")
+    try:
+        return urllib.request.urlopen(urllib.request.Request(url, headers=dict(headers)), timeout=TIMEOUT)
+    except urllib.error.HTTPError as e:
+        raise CiError(f"{_shown(url)}: HTTP {e.code}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise CiError(f"{_shown(url)}: {getattr(e, 'reason', e)}") from None
+
+
+def _read(response, cap: int, url: str) -> bytes:
+    body = response.read(cap + 1)
+    if len(body) > cap:
+        raise CiError(f"{_shown(url)}: larger than {cap >> 20} MiB, not read")
+    return body
+
+
+def _shown(url: str) -> str:
+    """The URL without userinfo (a mirror's token)."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.hostname or "")) if parts.username else url
+
+
+class _RangeFile(io.RawIOBase):
+    """A remote file read by HTTP range requests, as zipfile seeks it: only what it reads is fetched."""
+
+    def __init__(self, url: str, size: int) -> None:
+        self.url, self.size, self.pos, self.fetched = url, size, 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = {0: 0, 1: self.pos, 2: self.size}[whence] + offset
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        want = min(len(buffer), self.size - self.pos)
+        if want <= 0:
+            return 0
+        self.fetched += want
+        if self.fetched > DIRECTORY_MAX + METADATA_MAX:
+            raise CiError(f"{_shown(self.url)}: reading its METADATA took more than "
+                          f"{(DIRECTORY_MAX + METADATA_MAX) >> 20} MiB of range requests")
+        with _open(self.url, {"Range": f"bytes={self.pos}-{self.pos + want - 1}"}) as r:
+            if r.status != 206:
+                raise CiError(f"{_shown(self.url)}: the server ignores range requests and serves no metadata")
+            data = r.read(want)
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def _wheel_metadata(url: str) -> str:
+    """METADATA of a remote wheel: the zip's end, its directory, then one member (zipfile's reads)."""
+    import zipfile  # a remote archive: wheelci.wheel.zipread reads local files by descriptor
+
+    if urllib.parse.urlsplit(url).scheme == "file":
+        stream: Any = open(urllib.request.url2pathname(urllib.parse.urlsplit(url).path), "rb")
+    else:
+        request = urllib.request.Request(url, method="HEAD")
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT) as r:
+                size = int(r.headers.get("Content-Length") or 0)
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise CiError(f"{_shown(url)}: {getattr(e, 'reason', e)}") from None
+        stream = io.BufferedReader(_RangeFile(url, size), 1 << 16)
+    try:
+        with stream, zipfile.ZipFile(stream) as z:
+            names = [i for i in z.infolist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", i.filename)]
+            if len(names) != 1 or names[0].file_size > METADATA_MAX:
+                raise CiError(f"{_shown(url)}: no single METADATA of a readable size")
+            return z.read(names[0]).decode("utf-8", "replace")
+    except zipfile.BadZipFile as e:
+        raise CiError(f"{_shown(url)}: not a wheel ({e})") from None
+
+
+class TorchIndex:
+    """Where torch releases are read: an index URL and the cache of what was read from it."""
+
+    def __init__(self, url: str = INDEX, cache: Path | None = None) -> None:
+        self.url = url.rstrip("/")
+        key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
+        self.cache = (cache or cache_dir("torch-releases")) / key
+        self._files: list[IndexFile] | None = None  # the torch page, read once per TorchIndex
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> TorchIndex:
+        return cls(env.get(INDEX_VARIABLE) or INDEX, cache_dir("torch-releases", env=env))
+
+    def files(self) -> list[IndexFile]:
+        if self._files is None:
+            self._files = self._read_files()
+        return self._files
+
+    def _read_files(self) -> list[IndexFile]:
+        page = f"{self.url}/torch/"
+        if urllib.parse.urlsplit(page).scheme == "file":
+            local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(page).path))
+            found = next((local / n for n in ("index.json", "index.html") if (local / n).is_file()), None)
+            if found is None:
+                raise CiError(f"{page}: no torch page in that index")
+            return parse_page(found.read_bytes(), "json" if found.suffix == ".json" else "html", found.as_uri())
+        with _open(page, {"Accept": ACCEPT}) as r:
+            return parse_page(_read(r, PAGE_MAX, page), r.headers.get("Content-Type", ""), r.url)
+
+    def versions(self, files: list[IndexFile] | None = None) -> list[str]:
+        """The final releases with an x86_64 Linux wheel, oldest first."""
+        from packaging.version import InvalidVersion, Version
+
+        found = set()
+        for f in files if files is not None else self.files():
+            m = _WHEEL.fullmatch(f.filename)
+            if m and m["platform"].endswith("_x86_64") and "linux" in m["platform"]:
+                try:
+                    if not Version(m["version"]).is_prerelease:
+                        found.add(_base(m["version"]))
+                except InvalidVersion:
+                    continue
+        return sorted(found, key=Version)
+
+    def release(self, version: str) -> TorchRelease:
+        """The release, from the cache or else from the index (then cached)."""
+        cached = self.cache / f"{version}.json"
+        try:
+            doc = json.loads(cached.read_text())
+            return TorchRelease(**{**doc, "python": tuple(doc["python"])})
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+        files = self.files()
+        known = self.versions(files)
+        if version not in known:
+            minor = ".".join(version.split(".")[:2]) + "."
+            same = [v for v in known if v.startswith(minor)]
+            raise CiError(f"torch {version} is not on {_shown(self.url)} ("
+                          + (f"torch {minor[:-1]} there: {', '.join(same)}; " if same else "")
+                          + f"newest there: {known[-1] if known else 'none'})")
+        ours = [f for f in files if (m := _WHEEL.fullmatch(f.filename)) and _base(m["version"]) == version
+                and m["platform"].endswith("_x86_64") and "linux" in m["platform"]]
+        # served metadata first, then a GIL-ful CPython's wheel (every one of a release names the same pins)
+        pick = max(ours, key=lambda f: (f.metadata, not f.filename.split("-")[3].endswith("t"), f.filename))
+        if pick.metadata:
+            with _open(pick.url + ".metadata") as r:
+                text = _read(r, METADATA_MAX, pick.url + ".metadata").decode("utf-8", "replace")
+            source = pick.url + ".metadata"
+        else:
+            text, source = _wheel_metadata(pick.url), pick.url
+        release = parse_release(text, [f.filename for f in files], _shown(source))
+        from wheelci.util.atomic import write_text
+
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        write_text(cached, json.dumps(asdict(release)))
+        return release
+
+    def latest(self) -> str:
+        known = self.versions()
+        if not known:
+            raise CiError(f"{_shown(self.url)} lists no torch release with an x86_64 Linux wheel")
+        return known[-1]
