@@ -172,16 +172,16 @@ def test_matrix_is_the_cuda_matrix_or_the_stable_variants(build):
     assert 'args+=(--cuda "$CUDA")' in plan_runs
     matrix = mx.load()
     classic = workflow_matrix(None)["include"]
-    # each job names the torch it builds against (its CUDA version's default; a version the matrix lists
-    # no torch release for builds only when the torch input names one)
-    assert [(j["args"], j["torch"]) for j in classic] == [(f"--cuda {r.version}", r.default_torch)
-                                                          for r in matrix.rows if r.default_torch]
+    # each job names the torch it builds against: its CUDA version's default, or `latest` (the index's
+    # newest, read by the build) for a version the matrix lists no torch release for
+    assert [(j["args"], j["torch"]) for j in classic] == [(f"--cuda {r.version}", r.default_torch or "latest")
+                                                          for r in matrix.rows]
     assert {(j["engine"], j["kind"]) for j in classic} == {("docker", "cuda")}
     stable = workflow_matrix("2.10")["include"]
     assert [(j["args"], j["engine"], j["kind"]) for j in stable] == [
         ("--cpu --stable-abi 2.10", "host", "cpu"), ("--cuda 12 --stable-abi 2.10", "docker", "cuda"),
         ("--cuda 13 --stable-abi 2.10", "docker", "cuda")]
-    assert all(re.fullmatch(r"\d+\.\d+\.\d+", j["torch"]) for j in classic + stable)
+    assert all(re.fullmatch(r"\d+\.\d+\.\d+|latest", j["torch"]) for j in classic + stable)
     # as the plan job runs it: a bare Python with the tool alone (-S: no site-packages, no dependencies)
     for args, expected in ((["--stable-abi", "2.10"], stable), ([], classic)):
         r = plan_matrix(*args)
@@ -256,6 +256,7 @@ def test_the_torch_input_builds_every_job_against_one_release():
 @pytest.mark.parametrize("args, words", [
     (["--torch", "2.99.0"], "--torch 2.99.0: unsupported torch"),  # a torch line the matrix does not know
     (["--torch", "2.13"], "bad --torch '2.13' (want a release such as"),
+    (["--torch", "latest"], "--torch latest: the jobs are planned against a release the matrix lists"),
     (["--torch", "2.13.0", "--cuda", "11.8"], "--torch 2.13.0: the matrix has no CUDA 11.8 build of it; it builds for"),
     (["--torch", "2.9.1", "--stable-abi", "2.10"], "stable-ABI 2.10 wants a torch >= 2.10"),
     (["--python", "3.x"], "bad --python '3.x' (want versions like 3.10,3.11)"),

@@ -15,13 +15,14 @@ from wheelci.errors import CiError
 
 _TORCH = re.compile(r"\d+\.\d+\.\d+")  # fullmatch: a release, as --torch takes it
 _PY = re.compile(r"3\.\d{1,2}")
+LATEST = "latest"  # the torch of a CUDA version the matrix lists none for: the index's newest, which the build reads
 
 
 class Job(NamedTuple):
     key: str  # what --cuda names it by: cpu, a CUDA version, or (stable-ABI) a CUDA major
     name: str
     args: str  # wheelci build's arguments, less the torch and the Python (the row's own keys)
-    torch: str  # the release it builds against unless told ("" where the matrix lists none for it)
+    torch: str  # the release it builds against unless told (LATEST where the matrix lists none for it)
     builds: frozenset[str] | None  # the torch releases it can build; None: it lists none, the build reads
                                    # the release --torch names from the index (and refuses a wrong one)
 
@@ -60,6 +61,9 @@ def _pythons(python: list[str]) -> list[str]:
 
 
 def _check_torch(matrix: mx.Matrix, torch: str) -> None:
+    if torch == LATEST:  # which jobs build it is known only once the index is read
+        raise CiError(f"--torch latest: the jobs are planned against a release the matrix lists; name one, "
+                      f"such as {matrix.default_torch}")
     if not _TORCH.fullmatch(torch):
         raise CiError(f"bad --torch {torch!r} (want a release such as {matrix.default_torch})")
     try:
@@ -73,7 +77,7 @@ def _jobs(matrix: mx.Matrix, stable_abi: str | None) -> tuple[list[Job], dict[st
     releases = frozenset({t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch})
     if stable_abi is None:
         jobs = [Job("cpu", "cpu", "--cpu", matrix.default_torch, releases)] + [
-            Job(r.version, f"cuda{r.version}", f"--cuda {r.version}", r.default_torch,
+            Job(r.version, f"cuda{r.version}", f"--cuda {r.version}", r.default_torch or LATEST,
                 frozenset(t.version for t in r.torch) or None) for r in matrix.rows]
         return jobs, {job.key: job.key for job in jobs}
     target = parse_target(stable_abi)
@@ -105,7 +109,9 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
     the runner itself, a CUDA one in a container (the runner has no CUDA toolkit); its kind (cpu or
     cuda: which build variables it gets); and the torch it builds against (`torch`, which the workflow
     passes as --torch and shows in the job's title): a CUDA row's default torch is its own, the CPU
-    row's the matrix's, so a matrix of several rows may build several torch releases, each job saying which.
+    row's the matrix's, so a matrix of several rows may build several torch releases, each job saying which;
+    a CUDA version the matrix lists no torch for says `latest` (the index's newest, which its build reads
+    and refuses when that is not built on it).
 
     `cuda` keeps only the rows it names (CUDA versions of the matrix, or `cpu`), in matrix order; classic
     wheels get a CPU job only when it is named. A name the matrix does not know is bad input, refused
@@ -127,8 +133,8 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
         _check_torch(matrix, torch)
     pythons = _pythons(python) if python is not None else None
     jobs, aliases = _jobs(matrix, stable_abi)
-    if cuda is None:  # the rows with a torch of their own (or that build the torch given: its matrix)
-        keep = [j for j in jobs if (stable_abi or j.key != "cpu") and j.torch]
+    if cuda is None:  # every CUDA row (stable: every variant), or those that list the torch given
+        keep = [j for j in jobs if stable_abi or j.key != "cpu"]
         if torch is not None:
             keep = [j for j in keep if j.builds and torch in j.builds] or keep
     else:
@@ -141,10 +147,6 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
             raise CiError(f"--cuda names no job ({choices})")
         wanted = {aliases[c.lower()] for c in cuda}
         keep = [j for j in jobs if j.key in wanted]
-        none = [j.label for j in keep if not j.torch]
-        if torch is None and none:
-            raise CiError(f"--cuda {','.join(cuda)}: the matrix lists no torch release for {', '.join(none)}: "
-                          "name the one to build against with --torch")
     if variants:
         keep = [j for j in jobs if j.key == "cpu"] + [j for j in keep if j.key != "cpu"]
         keep = [j._replace(args=f"{j.args} --variant") for j in keep]
@@ -165,6 +167,8 @@ def _rows(matrix: mx.Matrix, job: Job, pythons: list[str] | None, py_api: str) -
            "kind": "cpu" if job.key == "cpu" else "cuda", "torch": job.torch}
     if pythons is None:
         return [row]
+    if job.torch == LATEST:  # known only to the build, which checks its Pythons
+        return [{**row, "name": f"{job.name}-py{p}", "python": p} for p in python_rows(pythons, py_api)]
     line = matrix.torch_line(job.torch)
     missing = [p for p in pythons if p not in line.python]
     if missing:
