@@ -198,3 +198,22 @@ def test_a_torch_release_no_matrix_lists_builds_and_verifies(re_versioned_index,
 
     with WheelArchive.open(wheel) as wa:
         assert "Requires-Dist: torch==2.99.0" in wa.metadata
+
+
+@pytest.mark.slow
+@pytest.mark.network  # torch 2.15.0 and its CUDA 13.2 wheels from PyPI, nvcc 13.2 from NVIDIA's wheels
+def test_torch_2_15_builds_on_cuda_13_2_on_the_host(tmp_path):
+    """The newest torch on its own CUDA: the example (CUDA kernels, cuDNN) built on the host with nvcc and
+    headers from NVIDIA's 13.2 wheels, its environment made by uv (pip here is capped below 2.15.0), and
+    verified. One arch keeps the compile short; the matrix row's list is the plan's default."""
+    r = _proc.run([sys.executable, "-m", "ci.build", "--cuda", "13.2", "--torch", "2.15.0", "--engine", "host",
+                   "--arch-list", "9.0", "-w", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["passed"] and (report["plan"]["cuda"], report["plan"]["torch"]) == ("13.2", "2.15.0"), report
+    assert report["verify"]["torch"] == "2.15.0+cu132", report["verify"]
+    (wheel,) = (tmp_path / "out").glob("softmax_ext-*+pt2.15.0.cu132-*.whl")
+    from wheelci.wheel.zipread import WheelArchive
+
+    with WheelArchive.open(wheel) as wa:
+        assert "Requires-Dist: nvidia-cudnn-cu13==9.26.0.51" in wa.metadata

@@ -1,4 +1,4 @@
-"""Benchmarks against what a user would otherwise run: `python -m ci.bench {surgery,index,build,stable,pipeline} [ARGS]`.
+"""Benchmarks against what a user would otherwise run: `python -m ci.bench {surgery,index,build,stable,pipeline,env} [ARGS]`.
 
 Each benchmark lives in `bench/<name>.py` with a `main(argv) -> int`; this module only dispatches.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ("surgery", "index", "build", "stable", "pipeline")
+BENCHMARKS = ("surgery", "index", "build", "stable", "pipeline", "env")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -191,11 +191,12 @@ def ensure_env(spec: TorchSpec) -> BuildEnv:
     """Create (or reuse) the cached build venv for this torch variant and this Python (see cached_env)."""
     tag = f"py{sys.version_info.major}{sys.version_info.minor}"
     root = cache_dir() / "envs" / f"torch-{spec.version}-{spec.variant}-{tag}"
-    return cached_env(root, lambda where: _create_env(where, spec))
+    return cached_env(root, lambda where: create_env(where, spec))
 
 
-def _create_env(root: Path, spec: TorchSpec) -> dict:
-    """A venv with the spec's torch and the build tools; returns what the stamp records."""
+def create_env(root: Path, spec: TorchSpec, installer: str = "auto") -> dict:
+    """A venv with the spec's torch and the build tools; returns what the stamp records. `installer`:
+    auto (uv where the arguments name their index, else pip), or pip or uv (`wheelci bench env`)."""
     args, source = torch_pip_args(spec)
     log.info(f"creating build environment {root} (torch {spec.version} {spec.variant} from {source})")
     start = time.monotonic()
@@ -206,7 +207,9 @@ def _create_env(root: Path, spec: TorchSpec) -> dict:
     what = f"creating the build environment {root}"
     proc.run([sys.executable, "-m", "venv", root], what=what, stdout=out, stderr=None)
     pip = [root / "bin" / "python", "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
-    uv = uv_binary() if args[0] == "--isolated" else None  # pip's own configuration is pip's to read
+    uv = uv_binary() if args[0] == "--isolated" and installer != "pip" else None  # pip's configuration is pip's
+    if installer == "uv" and uv is None:
+        raise CiError("no uv to create the environment with (or its torch comes from pip's configuration)")
     if uv is not None:  # uv: parallel downloads and installs, and a torch release pip's configuration caps
         pip = [uv, "pip", "install", *quiet, "--python", root / "bin" / "python"]
         args = uv_args(args)
