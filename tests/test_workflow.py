@@ -172,10 +172,11 @@ def test_matrix_is_the_cuda_matrix_or_the_stable_variants(build):
     assert 'args+=(--cuda "$CUDA")' in plan_runs
     matrix = mx.load()
     classic = workflow_matrix(None)["include"]
-    # each job names the torch it builds against: its CUDA version's default, or `latest` (the index's
-    # newest, read by the build) for a version the matrix lists no torch release for
-    assert [(j["args"], j["torch"]) for j in classic] == [(f"--cuda {r.version}", r.default_torch or "latest")
-                                                          for r in matrix.rows]
+    # each job names the torch it builds against, its CUDA version's default; a version the matrix lists no
+    # torch release for is in the matrix only when named (its build then takes `latest` from the index)
+    assert [(j["args"], j["torch"]) for j in classic] == [(f"--cuda {r.version}", r.default_torch)
+                                                          for r in matrix.rows if r.default_torch]
+    assert [(j["args"], j["torch"]) for j in workflow_matrix(None, ["13.3"])["include"]] == [("--cuda 13.3", "latest")]
     assert {(j["engine"], j["kind"]) for j in classic} == {("docker", "cuda")}
     stable = workflow_matrix("2.10")["include"]
     assert [(j["args"], j["engine"], j["kind"]) for j in stable] == [
@@ -254,7 +255,8 @@ def test_the_torch_input_builds_every_job_against_one_release():
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--torch", "2.99.0"], "--torch 2.99.0: unsupported torch"),  # a torch line the matrix does not know
+    # a release the matrix does not list: the jobs' builds read it from the index, once its CUDA is named
+    (["--torch", "2.99.0"], "--torch 2.99.0 is not in the matrix: name the CUDA it is built on with --cuda"),
     (["--torch", "2.13"], "bad --torch '2.13' (want a release such as"),
     (["--torch", "latest"], "--torch latest: the jobs are planned against a release the matrix lists"),
     (["--torch", "2.13.0", "--cuda", "11.8"], "--torch 2.13.0: the matrix has no CUDA 11.8 build of it; it builds for"),

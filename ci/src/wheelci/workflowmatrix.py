@@ -66,10 +66,7 @@ def _check_torch(matrix: mx.Matrix, torch: str) -> None:
                       f"such as {matrix.default_torch}")
     if not _TORCH.fullmatch(torch):
         raise CiError(f"bad --torch {torch!r} (want a release such as {matrix.default_torch})")
-    try:
-        matrix.torch_line(torch)  # a torch line the matrix does not know: one line, here
-    except CiError as e:
-        raise CiError(f"--torch {torch}: {e}") from None
+    # a release the matrix does not list is fine: each job's build reads it from the index
 
 
 def _jobs(matrix: mx.Matrix, stable_abi: str | None) -> tuple[list[Job], dict[str, str]]:
@@ -133,8 +130,12 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
         _check_torch(matrix, torch)
     pythons = _pythons(python) if python is not None else None
     jobs, aliases = _jobs(matrix, stable_abi)
-    if cuda is None:  # every CUDA row (stable: every variant), or those that list the torch given
-        keep = [j for j in jobs if stable_abi or j.key != "cpu"]
+    listed = torch in {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}
+    if cuda is None:  # every CUDA row with a torch (stable: every variant), or those that list the torch given
+        keep = [j for j in jobs if (stable_abi or j.key != "cpu") and j.builds is not None]
+        if torch is not None and not listed:
+            raise CiError(f"--torch {torch} is not in the matrix: name the CUDA it is built on with --cuda "
+                          "(each job's build reads that release from the index)")
         if torch is not None:
             keep = [j for j in keep if j.builds and torch in j.builds] or keep
     else:
@@ -151,7 +152,7 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
         keep = [j for j in jobs if j.key == "cpu"] + [j for j in keep if j.key != "cpu"]
         keep = [j._replace(args=f"{j.args} --variant") for j in keep]
     if torch is not None:
-        lacking = [j.label for j in keep if not j.can_build(torch)]
+        lacking = [j.label for j in keep if not j.can_build(torch)] if listed else []  # else: the build reads it
         if lacking:
             has = [j.label for j in jobs if j.builds and torch in j.builds]
             where = f"it builds for {', '.join(has)}" if has else "no job of the matrix builds it"
@@ -167,7 +168,8 @@ def _rows(matrix: mx.Matrix, job: Job, pythons: list[str] | None, py_api: str) -
            "kind": "cpu" if job.key == "cpu" else "cuda", "torch": job.torch}
     if pythons is None:
         return [row]
-    if job.torch == LATEST:  # known only to the build, which checks its Pythons
+    if job.torch not in {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}:
+        # latest, or a release the matrix does not list: known only to the build, which checks its Pythons
         return [{**row, "name": f"{job.name}-py{p}", "python": p} for p in python_rows(pythons, py_api)]
     line = matrix.torch_line(job.torch)
     missing = [p for p in pythons if p not in line.python]
