@@ -217,3 +217,54 @@ def test_torch_2_15_builds_on_cuda_13_2_on_the_host(tmp_path):
 
     with WheelArchive.open(wheel) as wa:
         assert "Requires-Dist: nvidia-cudnn-cu13==9.26.0.51" in wa.metadata
+
+
+def test_hostile_metadata_is_refused_or_read_safely():
+    ok = ("3.11", "3.12", "3.13")
+    with pytest.raises(CiError, match=r"no CPython wheel for x86_64 Linux within its Requires-Python"):
+        parse_release(metadata_text("torch", "2.99.0", headers="Requires-Python: >=3.14"), names("2.99.0"), "s")
+    odd = parse_release(metadata_text("torch", "2.99.0", (
+        'cuda-toolkit==13.3.1; python_version ~= "abc"',  # a marker that cannot be evaluated: not a pin
+        "NVIDIA_CUDNN_CU13==9.30.0.1",  # names compare normalised (PEP 503)
+        "nvidia-cuda-runtime==13.*")), names("2.99.0"), "s")  # not a version: no toolkit read from it
+    assert (odd.cuda, odd.cudnn, odd.python) == (None, "nvidia-cudnn-cu13==9.30.0.1", ok)
+
+
+def test_an_index_that_names_another_version_is_refused(index_dir, tmp_path):
+    """The .metadata of torch 2.99.0 saying 2.98.0 must not plan, nor be cached as 2.99.0, 2.98.0."""
+    lying = tmp_path / "lying"
+    shutil.copytree(index_dir, lying)
+    (meta,) = [m for m in lying.glob("torch-2.99.0-cp312*.metadata")]
+    meta.write_text(meta.read_text().replace("Version: 2.99.0", "Version: 2.98.0"))
+    index = TorchIndex((lying / "simple").as_uri(), tmp_path / "cache")
+    with pytest.raises(CiError, match=r"says it is torch 2\.98\.0, not 2\.99\.0"):
+        index.release("2.99.0")
+    assert not list((tmp_path / "cache").rglob("2.99.0.json"))
+
+
+def test_a_cache_entry_of_the_wrong_shape_is_read_again(index_dir, tmp_path):
+    index = TorchIndex((index_dir / "simple").as_uri(), tmp_path / "cache")
+    good = index.release("2.99.0")
+    (cached,) = (tmp_path / "cache").rglob("2.99.0.json")
+    for bad in ({**json.loads(cached.read_text()), "python": "3.12"}, {**json.loads(cached.read_text()), "cuda": 13.3},
+                {**json.loads(cached.read_text()), "version": "2.98.0"}, {**json.loads(cached.read_text()), "python": []}):
+        cached.write_text(json.dumps(bad))
+        assert TorchIndex((index_dir / "simple").as_uri(), tmp_path / "cache").release("2.99.0") == good
+
+
+def test_a_mirror_with_a_token_is_read_and_the_token_kept_nowhere(index_dir, tmp_path):
+    """userinfo in the index URL becomes basic auth; the token is in no note, error or cache file. A
+    remote page's link to this machine's own files is not followed."""
+    with NegotiatingServer(index_dir) as server:
+        url = server.url.replace("http://", "http://user:s3cr3t-token@") + "simple"
+        release = TorchIndex(url, tmp_path / "cache").release("2.99.0")
+        p = pl.make_plan(pl.Request(engine="host", cuda="13.3", torch="2.99.0", torch_index_url=url),
+                         project_dir=ROOT, env={"CUDA_WHEEL_CI_CACHE": str(tmp_path / "c2")})
+        with pytest.raises(CiError) as e:
+            TorchIndex(url.replace("/simple", "/nowhere"), tmp_path / "cache").release("2.99.0")
+    assert release.cuda == "13.3" and "s3cr3t" not in release.source
+    assert "s3cr3t" not in str(e.value) and "s3cr3t" not in json.dumps(p.to_json())
+    assert not any("s3cr3t" in f.read_text() for f in (tmp_path / "cache").rglob("*.json"))
+    page = json.dumps({"meta": {"api-version": "1.0"}, "name": "torch", "files": [
+        {"filename": "torch-2.99.0-cp311-cp311-manylinux_2_28_x86_64.whl", "url": "file:///etc/passwd", "hashes": {}}]})
+    assert parse_page(page.encode(), "application/vnd.pypi.simple.v1+json", "http://h/simple/torch/") == []

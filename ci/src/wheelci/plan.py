@@ -254,7 +254,7 @@ def _choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None,
     """The torch release a CUDA row builds against, its line, and a note where the index said it. A
     release the matrix does not list is read from the index: tomorrow's torch needs no change here."""
     version = torch or row.default_torch
-    if version and not re.fullmatch(r"\d+\.\d+\.\d+", version):
+    if version and not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", version):
         raise CiError(f"bad torch version {version!r} (want e.g. {row.default_torch or matrix.default_torch}, or latest)")
     if not version:  # a toolkit no listed torch is built on: the index's newest, if it is
         version = index.latest()
@@ -272,8 +272,9 @@ def _choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None,
     release = index.release(version)
     if release.cuda != row.version:
         raise CiError(f"torch {version} on the index is built on CUDA {release.cuda or 'none (a CPU build)'}, "
-                      f"not {row.version} (--cuda {release.cuda or 'none'}, or --torch-index-url for another build)")
-    return release.build(), release.line, [_release_note(release)]
+                      f"not {row.version} ({f'--cuda {release.cuda}' if release.cuda else '--cpu'}, or "
+                      f"--torch-index-url for another build)")
+    return release.build(on_pypi=index.is_pypi), release.line, [_release_note(release)]
 
 
 def _release_note(release: TorchRelease) -> str:
@@ -449,10 +450,12 @@ def _torch_source(find_links: Path | None, torch_index_url: str | None, default:
 
 def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str, machine: Machine) -> Plan:
     row = matrix.row(cuda)
+    engine, find_links, torch_index_url = request.engine, request.find_links, request.torch_index_url
     build, line, read = _choose_torch(matrix, row, request.torch, machine.index)
+    if read and not machine.index.is_pypi and torch_index_url is None:  # installed from where it was read
+        torch_index_url = machine.index.url
     pythons = _parse_python(request.python, project, line, build.version)
     archs = mx.check_arch_list(cuda, request.arch_list if request.arch_list is not None else row.arch_list)
-    engine, find_links, torch_index_url = request.engine, request.find_links, request.torch_index_url
     image, notes = pick_image(matrix, row, line, build.version)
     ref = _image_ref(matrix, image, machine.env)
     if image.origin == "ours":
@@ -487,7 +490,7 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Ma
     if request.arch_list:
         raise CiError("--arch-list needs --cuda (a CPU build has no device code)")
     version = torch or matrix.default_torch
-    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
+    if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", version):
         raise CiError(f"bad torch version {version!r} (want e.g. {matrix.default_torch})")
     releases = {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}
     read = []
@@ -495,6 +498,9 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Ma
         line = matrix.torch_line(version)
     else:  # not a release the matrix lists: the index says whether it exists, and what it needs
         release = machine.index.release(version)
+        if release.cuda is not None and request.torch_index_url:  # the index named for this CPU build's torch
+            raise CiError(f"torch {version} on {request.torch_index_url.split('@')[-1]} is built on CUDA "
+                          f"{release.cuda}, not a CPU build (--cuda {release.cuda}, or the CPU build's index)")
         line, read = release.line, [_release_note(release)]
     pythons = _parse_python(request.python, project, line, version)
     resolved, notes = resolve_engine(engine, None, None, machine.facts)

@@ -106,9 +106,11 @@ def torch_pip_args(spec: TorchSpec) -> tuple[list[str], str]:
 
 
 def uv_args(pip_args: list[str]) -> list[str]:
-    """torch_pip_args' isolated arguments as uv reads them: pip's --index-url first and --extra-index-url
-    for the rest is uv's --index (asked first) over its --default-index; uv reads no pip configuration."""
-    args, out = pip_args[1:], []
+    """torch_pip_args' isolated arguments as uv reads them: pip's --index-url and --extra-index-url are
+    uv's --index and --default-index, and like pip uv then takes the best version from either (uv's default
+    takes a package from the first index that has it, so a mirror's old copy of a dependency would win)."""
+    args = pip_args[1:] if pip_args[:1] == ["--isolated"] else list(pip_args)
+    out = ["--index-strategy", "unsafe-best-match"] if "--extra-index-url" in args else []  # pip's: every index
     while args:
         arg = args.pop(0)
         if arg in ("--index-url", "--extra-index-url"):
@@ -213,9 +215,11 @@ def create_env(root: Path, spec: TorchSpec, installer: str = "auto") -> dict:
     if uv is not None:  # uv: parallel downloads and installs, and a torch release pip's configuration caps
         pip = [uv, "pip", "install", *quiet, "--python", root / "bin" / "python"]
         args = uv_args(args)
+    tools = [root / "bin" / "python", "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
     with log.Ticker("creating the build environment", live=False):  # a quiet pip: minutes of silence in CI
         proc.run([*pip, *args], what=f"{what} (torch {spec.version} from {source})", stdout=out, stderr=None)
-        proc.run([*pip, "-c", constraints.CONSTRAINTS, *constraints.BUILD_TOOLS],
+        # the tools through pip, from wherever the machine's pip configuration says (a mirror, its CA)
+        proc.run([*tools, "-c", constraints.CONSTRAINTS, *constraints.BUILD_TOOLS],
                  what=f"{what} (the build tools)", stdout=out, stderr=None)
     info = _torch_info(root / "bin" / "python")
     got_cuda = info["cuda"]

@@ -66,15 +66,16 @@ class TorchRelease:
         minor = ".".join(self.version.split("+")[0].split(".")[:2])
         return mx.TorchLine(minor, self.python, self.manylinux, self.cxx11_abi)
 
-    def build(self) -> mx.TorchBuild:
-        """The release as a matrix row's torch: the index's default Linux build of this version."""
-        return mx.TorchBuild(self.version, self.cudnn or "", True, self.source)
+    def build(self, on_pypi: bool) -> mx.TorchBuild:
+        """The release as a matrix row's torch; `on_pypi`: it was read from PyPI, whose build it is."""
+        return mx.TorchBuild(self.version, self.cudnn or "", on_pypi, self.source)
 
 
 def parse_release(metadata: str, filenames: list[str], source: str) -> TorchRelease:
     """The release that METADATA text and its files' names describe (pure)."""
-    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.requirements import Requirement
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.utils import canonicalize_name
 
     headers = HeaderParser().parsestr(metadata)
     version = (headers.get("Version") or "").split("+")[0]  # PyTorch's own indexes label it: 2.15.0+cu132
@@ -93,21 +94,24 @@ def parse_release(metadata: str, filenames: list[str], source: str) -> TorchRele
     pythons = sorted({f"3.{m['python'][3:]}" for m in linux if m["abi"] == m["python"]},
                      key=lambda p: int(p.split(".")[1]))
     pythons = [p for p in pythons if requires_python.contains(p + ".0", prereleases=True)]
+    if not pythons:
+        raise CiError(f"torch {version}: no CPython wheel for x86_64 Linux within its Requires-Python at {source}")
     cuda = toolkit = cudnn = None
     for text in headers.get_all("Requires-Dist") or []:
         try:
             req = Requirement(text)
-        except InvalidRequirement:
+            if req.marker is not None and not req.marker.evaluate({**LINUX, "python_version": pythons[-1]}):
+                continue
+        except Exception:  # packaging's InvalidRequirement, UndefinedComparison...: not a pin we read
             continue
-        if req.marker is not None and not req.marker.evaluate({**LINUX, "python_version": pythons[-1] if pythons else "3.12"}):
-            continue
-        pinned = next((s.version for s in req.specifier if s.operator == "=="), None)
-        if pinned is None:
-            continue
-        if req.name == "cuda-toolkit" or re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", req.name) and cuda is None:
-            cuda, toolkit = ".".join(pinned.split(".")[:2]), text.split(";")[0].strip()
-        elif req.name.startswith("nvidia-cudnn-cu"):
-            cudnn = f"{req.name}=={pinned}"
+        name = canonicalize_name(req.name)
+        pinned = next((s.version for s in req.specifier if s.operator == "=="), "")
+        toolkit_pin = re.fullmatch(r"([0-9]+\.[0-9]+)(\.[0-9]+)*", pinned)
+        if toolkit_pin and (name == "cuda-toolkit" or re.fullmatch(r"nvidia-cuda-runtime(-cu[0-9]+)?", name)
+                            and cuda is None):
+            cuda, toolkit = toolkit_pin[1], text.split(";")[0].strip()
+        elif name.startswith("nvidia-cudnn-cu") and re.fullmatch(r"[0-9.]+", pinned):
+            cudnn = f"{name}=={pinned}"
     return TorchRelease(version, cuda, toolkit, cudnn, tuple(pythons), policy, source)
 
 
@@ -144,7 +148,7 @@ def parse_page(body: bytes, content_type: str, base: str) -> list[IndexFile]:
             entries = [(f["filename"], f["url"], bool(f.get("core-metadata") or f.get("dist-info-metadata")))
                        for f in doc["files"]]
         except (ValueError, KeyError, TypeError) as e:
-            raise CiError(f"{base}: not a simple index page ({type(e).__name__})") from None
+            raise CiError(f"{_shown(base)}: not a simple index page ({type(e).__name__})") from None
     else:
         parser = _Anchors()
         parser.feed(body.decode("utf-8", "replace"))
@@ -152,19 +156,39 @@ def parse_page(body: bytes, content_type: str, base: str) -> list[IndexFile]:
         entries = [(urllib.parse.unquote(urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1]), href,
                     bool(a.get("data-core-metadata") or a.get("data-dist-info-metadata")))
                    for a, href in hrefs if href]
+    local = urllib.parse.urlsplit(base).scheme == "file"
     for filename, url, metadata in entries:
-        files.append(IndexFile(filename, urllib.parse.urljoin(base, url).split("#")[0], metadata))
+        url = urllib.parse.urljoin(base, url).split("#")[0]
+        if urllib.parse.urlsplit(url).scheme in (("file",) if local else ("http", "https")):
+            files.append(IndexFile(filename, url, metadata))  # a remote page never points at this machine's files
     return files
 
 
-def _open(url: str, headers: Mapping[str, str] = {}):
-    if urllib.parse.urlsplit(url).scheme not in ("https", "http", "file"):
-        raise CiError(f"{url}: the torch index must be an http(s) or file URL")
+def _request(url: str, headers: Mapping[str, str] = {}, method: str = "GET") -> urllib.request.Request:
+    """A request for url; its userinfo (a mirror's user and token) becomes basic auth, never part of what
+    is shown or kept."""
+    import base64
+
     try:
-        return urllib.request.urlopen(urllib.request.Request(url, headers=dict(headers)), timeout=TIMEOUT)
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("https", "http", "file"):
+            raise CiError(f"{_shown(url)}: the torch index must be an http(s) or file URL")
+        headers = dict(headers)
+        if parts.username is not None:
+            userinfo = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            headers["Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
+            url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+        return urllib.request.Request(url, headers=headers, method=method)
+    except ValueError as e:  # urllib's own refusals: a bad port, an unclosed IPv6 bracket
+        raise CiError(f"{_shown(url)}: not a URL ({e})") from None
+
+
+def _open(url: str, headers: Mapping[str, str] = {}, method: str = "GET"):
+    try:
+        return urllib.request.urlopen(_request(url, headers, method), timeout=TIMEOUT)
     except urllib.error.HTTPError as e:
         raise CiError(f"{_shown(url)}: HTTP {e.code}") from None
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, OSError, ValueError) as e:
         raise CiError(f"{_shown(url)}: {getattr(e, 'reason', e)}") from None
 
 
@@ -177,8 +201,11 @@ def _read(response, cap: int, url: str) -> bytes:
 
 def _shown(url: str) -> str:
     """The URL without userinfo (a mirror's token)."""
-    parts = urllib.parse.urlsplit(url)
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.hostname or "")) if parts.username else url
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<a malformed URL>"
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1])) if "@" in parts.netloc else url
 
 
 class _RangeFile(io.RawIOBase):
@@ -224,12 +251,11 @@ def _wheel_metadata(url: str) -> str:
     if urllib.parse.urlsplit(url).scheme == "file":
         stream: Any = open(urllib.request.url2pathname(urllib.parse.urlsplit(url).path), "rb")
     else:
-        request = urllib.request.Request(url, method="HEAD")
-        try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT) as r:
+        with _open(url, method="HEAD") as r:
+            try:
                 size = int(r.headers.get("Content-Length") or 0)
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise CiError(f"{_shown(url)}: {getattr(e, 'reason', e)}") from None
+            except ValueError:
+                raise CiError(f"{_shown(url)}: no usable Content-Length") from None
         stream = io.BufferedReader(_RangeFile(url, size), 1 << 16)
     try:
         with stream, zipfile.ZipFile(stream) as z:
@@ -241,14 +267,32 @@ def _wheel_metadata(url: str) -> str:
         raise CiError(f"{_shown(url)}: not a wheel ({e})") from None
 
 
+def _checked(doc: object, version: str) -> TorchRelease | None:
+    """A cached release, if it is one of this version in every field's type; else None (read it again)."""
+    if not isinstance(doc, dict) or set(doc) != {f for f in TorchRelease.__dataclass_fields__}:
+        return None
+    text_or_none = ("cuda", "toolkit", "cudnn")
+    if (doc["version"] != version or not all(isinstance(doc[k], (str, type(None))) for k in text_or_none)
+            or not isinstance(doc["python"], list) or not doc["python"]
+            or not all(isinstance(p, str) and re.fullmatch(r"3\.[0-9]+", p) for p in doc["python"])
+            or doc["manylinux"] not in mx.POLICIES or not isinstance(doc["source"], str)
+            or (doc["cuda"] is not None and not re.fullmatch(r"[0-9]+\.[0-9]+", doc["cuda"]))):
+        return None
+    return TorchRelease(**{**doc, "python": tuple(doc["python"])})
+
+
 class TorchIndex:
     """Where torch releases are read: an index URL and the cache of what was read from it."""
 
     def __init__(self, url: str = INDEX, cache: Path | None = None) -> None:
         self.url = url.rstrip("/")
         key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
-        self.cache = (cache or cache_dir("torch-releases")) / key
+        self.cache = (cache or cache_dir("torch-releases")) / f"v1-{key}"
         self._files: list[IndexFile] | None = None  # the torch page, read once per TorchIndex
+
+    @property
+    def is_pypi(self) -> bool:
+        return self.url == INDEX
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> TorchIndex:
@@ -272,27 +316,25 @@ class TorchIndex:
 
     def versions(self, files: list[IndexFile] | None = None) -> list[str]:
         """The final releases with an x86_64 Linux wheel, oldest first."""
-        from packaging.version import InvalidVersion, Version
+        from packaging.version import Version
 
         found = set()
         for f in files if files is not None else self.files():
             m = _WHEEL.fullmatch(f.filename)
             if m and m["platform"].endswith("_x86_64") and "linux" in m["platform"]:
-                try:
-                    if not Version(m["version"]).is_prerelease:
-                        found.add(_base(m["version"]))
-                except InvalidVersion:
-                    continue
+                if re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", _base(m["version"])):  # finals, as --torch names them
+                    found.add(_base(m["version"]))
         return sorted(found, key=Version)
 
     def release(self, version: str) -> TorchRelease:
         """The release, from the cache or else from the index (then cached)."""
         cached = self.cache / f"{version}.json"
         try:
-            doc = json.loads(cached.read_text())
-            return TorchRelease(**{**doc, "python": tuple(doc["python"])})
-        except (OSError, ValueError, TypeError, KeyError):
-            pass
+            found = _checked(json.loads(cached.read_text()), version)
+        except (OSError, ValueError):
+            found = None
+        if found is not None:
+            return found
         files = self.files()
         known = self.versions(files)
         if version not in known:
@@ -312,6 +354,8 @@ class TorchIndex:
         else:
             text, source = _wheel_metadata(pick.url), pick.url
         release = parse_release(text, [f.filename for f in files], _shown(source))
+        if release.version != version:
+            raise CiError(f"{_shown(source)} says it is torch {release.version or '?'}, not {version}")
         from wheelci.util.atomic import write_text
 
         cached.parent.mkdir(parents=True, exist_ok=True)
