@@ -21,7 +21,7 @@ from wheelci.cibw import before_build, cibw_environment, cibw_quote, environment
 from wheelci.engine import Engine, Facts
 from wheelci.util import secret
 from wheelci.config.project import Project
-from wheelci.config.releases import TorchIndex, TorchRelease
+from wheelci.config.releases import TorchIndex, choose_torch, release_note
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
@@ -249,40 +249,6 @@ def pick_image(matrix: mx.Matrix, row: mx.CudaRow, line: mx.TorchLine, torch: st
     return best, notes
 
 
-def _choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None,
-                  index: TorchIndex) -> tuple[mx.TorchBuild, mx.TorchLine, list[str]]:
-    """The torch release a CUDA row builds against, its line, and a note where the index said it. A
-    release the matrix does not list is read from the index: tomorrow's torch needs no change here."""
-    version = torch or row.default_torch
-    if version and not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", version):
-        raise CiError(f"bad torch version {version!r} (want e.g. {row.default_torch or matrix.default_torch}, or latest)")
-    if not version:  # a toolkit no listed torch is built on: the index's newest, if it is
-        version = index.latest()
-        if index.release(version).cuda != row.version:
-            raise CiError(f"no torch release is built on CUDA {row.version} yet (the newest, {version}, is "
-                          f"built on CUDA {index.release(version).cuda or 'none'}): name one with --torch")
-    build = row.torch_build(version)
-    if build is not None:
-        return build, matrix.torch_line(version), []
-    others = [r.version for r in matrix.rows if r.torch_build(version)]
-    if others:
-        raise CiError(f"torch {version} has no CUDA {row.version} build (torch {version} is built for CUDA "
-                      f"{', '.join(others)}; CUDA {row.version} has torch "
-                      f"{', '.join(t.version for t in row.torch) or 'none listed'})")
-    release = index.release(version)
-    if release.cuda != row.version:
-        raise CiError(f"torch {version} on the index is built on CUDA {release.cuda or 'none (a CPU build)'}, "
-                      f"not {row.version} ({f'--cuda {release.cuda}' if release.cuda else '--cpu'}, or "
-                      f"--torch-index-url for another build)")
-    return release.build(on_pypi=index.is_pypi), release.line, [_release_note(release)]
-
-
-def _release_note(release: TorchRelease) -> str:
-    return (f"torch {release.version} is not in the matrix: CUDA {release.cuda or 'none'}, "
-            f"{release.cudnn or 'no cuDNN'}, Python {release.python[0]}-{release.python[-1]}, {release.manylinux} "
-            f"({'cxx11' if release.cxx11_abi else 'pre-cxx11'} ABI), read from {release.source}")
-
-
 def ccache_dir(env: Mapping[str, str]) -> Path:
     """The compiler cache: CCACHE_DIR, else the tool's cache."""
     return Path(env.get("CCACHE_DIR") or cache_dir("ccache", env=env))
@@ -451,7 +417,7 @@ def _torch_source(find_links: Path | None, torch_index_url: str | None, default:
 def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str, machine: Machine) -> Plan:
     row = matrix.row(cuda)
     engine, find_links, torch_index_url = request.engine, request.find_links, request.torch_index_url
-    build, line, read = _choose_torch(matrix, row, request.torch, machine.index)
+    build, line, read = choose_torch(matrix, row, request.torch, machine.index)
     if read and not machine.index.is_pypi and torch_index_url is None:  # installed from where it was read
         torch_index_url = machine.index.url
     pythons = _parse_python(request.python, project, line, build.version)
@@ -501,7 +467,7 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Ma
         if release.cuda is not None and request.torch_index_url:  # the index named for this CPU build's torch
             raise CiError(f"torch {version} on {request.torch_index_url.split('@')[-1]} is built on CUDA "
                           f"{release.cuda}, not a CPU build (--cuda {release.cuda}, or the CPU build's index)")
-        line, read = release.line, [_release_note(release)]
+        line, read = release.line, [release_note(release)]
     pythons = _parse_python(request.python, project, line, version)
     resolved, notes = resolve_engine(engine, None, None, machine.facts)
     identifiers = [identifier(p) for p in pythons]

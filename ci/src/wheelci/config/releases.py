@@ -367,3 +367,40 @@ class TorchIndex:
         if not known:
             raise CiError(f"{_shown(self.url)} lists no torch release with an x86_64 Linux wheel")
         return known[-1]
+
+
+# --- the torch a CUDA row builds ------------------------------------------------------------------
+
+
+def choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None,
+                 index: TorchIndex) -> tuple[mx.TorchBuild, mx.TorchLine, list[str]]:
+    """The torch release a CUDA row builds against, its line, and a note where the index said it. A
+    release the matrix does not list is read from the index: tomorrow's torch needs no change here."""
+    version = torch or row.default_torch
+    if version and not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", version):
+        raise CiError(f"bad torch version {version!r} (want e.g. {row.default_torch or matrix.default_torch}, or latest)")
+    if not version:  # a toolkit no listed torch is built on: the index's newest, if it is
+        version = index.latest()
+        if index.release(version).cuda != row.version:
+            raise CiError(f"no torch release is built on CUDA {row.version} yet (the newest, {version}, is "
+                          f"built on CUDA {index.release(version).cuda or 'none'}): name one with --torch")
+    build = row.torch_build(version)
+    if build is not None:
+        return build, matrix.torch_line(version), []
+    others = [r.version for r in matrix.rows if r.torch_build(version)]
+    if others:
+        raise CiError(f"torch {version} has no CUDA {row.version} build (torch {version} is built for CUDA "
+                      f"{', '.join(others)}; CUDA {row.version} has torch "
+                      f"{', '.join(t.version for t in row.torch) or 'none listed'})")
+    release = index.release(version)
+    if release.cuda != row.version:
+        raise CiError(f"torch {version} on the index is built on CUDA {release.cuda or 'none (a CPU build)'}, "
+                      f"not {row.version} ({f'--cuda {release.cuda}' if release.cuda else '--cpu'}, or "
+                      f"--torch-index-url for another build)")
+    return release.build(on_pypi=index.is_pypi), release.line, [release_note(release)]
+
+
+def release_note(release: TorchRelease) -> str:
+    return (f"torch {release.version} is not in the matrix: CUDA {release.cuda or 'none'}, "
+            f"{release.cudnn or 'no cuDNN'}, Python {release.python[0]}-{release.python[-1]}, {release.manylinux} "
+            f"({'cxx11' if release.cxx11_abi else 'pre-cxx11'} ABI), read from {release.source}")
