@@ -260,7 +260,10 @@ def test_the_torch_input_builds_every_job_against_one_release():
     (["--torch", "2.13"], "bad --torch '2.13' (want a release such as"),
     (["--torch", "latest"], "--torch latest: the jobs are planned against a release the matrix lists"),
     (["--torch", "2.13.0", "--cuda", "11.8"], "--torch 2.13.0: the matrix has no CUDA 11.8 build of it; it builds for"),
-    (["--torch", "2.9.1", "--stable-abi", "2.10"], "stable-ABI 2.10 wants a torch >= 2.10"),
+    (["--torch", "2.9.1", "--stable-abi", "2.10"], "a stable-ABI 2.10 build wants a torch >= 2.10"),
+    (["--torch", "2.11.9", "--stable-abi", "2.12", "--cuda", "13"], "a stable-ABI 2.12 build wants a torch >= 2.12"),
+    (["--torch", "02.13.00", "--cuda", "12.6"], "bad --torch '02.13.00'"),  # one spelling of a release
+    (["--torch", "2.7.1", "--cuda", "13.5"], "--torch 2.7.1: the matrix has no CUDA 13.5 build of it"),
     (["--python", "3.x"], "bad --python '3.x' (want versions like 3.10,3.11)"),
     (["--python", ","], "--python names no version"),
     (["--python", "3.7", "--cuda", "cpu"], "--python 3.7: torch "),
@@ -319,17 +322,21 @@ def test_the_tool_comes_from_one_source_into_a_venv_of_its_own(build):
     into the runner's temporary directory: never into the machine's Python (on a self-hosted runner that
     is someone's)."""
     plan = build["jobs"]["plan"]
-    assert plan["outputs"]["tool"] == "${{ steps.tool.outputs.tool }}"
-    (choose,) = [s for s in plan["steps"] if s.get("name") == TOOL_STEP]
+    # each job works the source out itself, with the same step: a job output that any secret's value
+    # contains (a user name such as "ci") is dropped by GitHub's runner, which would leave TOOL empty
+    assert "tool" not in plan.get("outputs", {})
+    choices = [s for job in build["jobs"].values() for s in job["steps"] if s.get("name") == TOOL_STEP]
+    assert len(choices) == len(build["jobs"]) and all(c == choices[0] for c in choices)
+    choose = choices[0]
     assert choose["id"] == "tool" and choose["env"] == {
         "SERVER_URL": "${{ github.server_url }}", "WORKFLOW_REPOSITORY": "${{ job.workflow_repository }}",
         "WORKFLOW_SHA": "${{ job.workflow_sha }}"}
     assert plan["steps"].index(choose) < plan["steps"].index(uses(plan, "actions/checkout")[0])
-    tools = {"plan": "${{ steps.tool.outputs.tool }}", "wheels": "${{ needs.plan.outputs.tool }}",
-             "publish": "${{ needs.plan.outputs.tool }}"}
     for name, job in build["jobs"].items():
         (install,) = [s for s in job["steps"] if s.get("name") == "Install wheelci"]
-        assert {**job.get("env", {}), **install.get("env", {})}["TOOL"] == tools[name], name
+        assert job["steps"].index(next(s for s in job["steps"] if s.get("name") == TOOL_STEP)) < \
+            job["steps"].index(install)
+        assert {**job.get("env", {}), **install.get("env", {})}["TOOL"] == "${{ steps.tool.outputs.tool }}", name
         assert 'python -m venv "$RUNNER_TEMP/wheelci"' in install["run"]
         assert '"$RUNNER_TEMP/wheelci/bin/python" -m pip install' in install["run"] and '"$TOOL"' in install["run"]
         assert "WHEELCI" not in install["run"]  # the input only through the plan job's choice
@@ -453,7 +460,7 @@ def test_the_build_gets_the_rows_torch_python_and_build_variables_by_kind(build,
     temp.mkdir()
     (bin_dir / "wheelci").write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$RUNNER_TEMP/called"\n')
     (bin_dir / "wheelci").chmod(0o755)
-    env = {"KIND": kind, "RUNNER_TEMP": str(temp), "BUILD_VARS": "  A=1\n\nB=two words\n",
+    env = {"KIND": kind, "RUNNER_TEMP": str(temp), "BUILD_VARS": "  A=1 \r\n\nB=two words\n",
            "CUDA_BUILD_VARS": "FORCE_CUDA=1", "CPU_BUILD_VARS": "CPU_ONLY=1\n", "ROW_TORCH": "2.13.0",
            "ROW_PYTHON": python, "BUILD_ARGS": f"--{kind} --variant", "ENGINE": "host", "PROJECT": "."}
     r, _ = run_step(step_script(build, "wheels", "Build arguments"), env, tmp_path)
@@ -465,7 +472,7 @@ def test_the_build_gets_the_rows_torch_python_and_build_variables_by_kind(build,
         argv = (temp / "called").read_text().splitlines()
         assert argv[:5] == ["build", f"--{kind}", "--variant", "--torch", "2.13.0"], argv
         assert ("--python" in argv) == bool(python) and (not python or argv[argv.index("--python") + 1] == python)
-        assert [argv[i + 1] for i, a in enumerate(argv) if a == "--env"] == expected, argv
+        assert [a.split("=", 1)[1] for a in argv if a.startswith("--env=")] == expected, argv
         assert argv[argv.index("--") + 1:] == ["."]
     # no variables, no Python: the row's arguments and its torch alone
     r, _ = run_step(step_script(build, "wheels", "Build arguments"),
@@ -480,7 +487,7 @@ def test_the_build_flags_the_arguments_step_adds_exist():
     help_text = _proc.run([sys.executable, "-m", "wheelci", "build", "--help"], cwd=ROOT, capture_output=True,
                           text=True, check=True).stdout
     script = step_script(load_yaml(BUILD), "wheels", "Build arguments")
-    added = sorted(set(re.findall(r"args\+=\((--[a-z][\w-]*)", script)))
+    added = sorted(set(re.findall(r"args\+=\(\"?(--[a-z][\w-]*)", script)))
     assert added == ["--env", "--python", "--torch"]
     for flag in added:
         assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", help_text), flag
@@ -618,3 +625,13 @@ def test_the_suite_runs_without_the_ci_jobs_variables():
             "print(sorted(v for v in conftest.CI_VARIABLES if v in os.environ))")
     r = _proc.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_a_token_in_the_tool_source_is_not_shown_and_a_blank_input_is_not_a_source(build, tmp_path):
+    """A private tool repository's URL may carry a token (WHEELCI_TOOL_SOURCE is no registered secret, so
+    nothing masks it): the log shows the URL without it. An input of blanks names nothing."""
+    env = {"WHEELCI": "  ", "SERVER_URL": "https://github.example", "WORKFLOW_REPOSITORY": "", "WORKFLOW_SHA": "",
+           "WHEELCI_TOOL_SOURCE": f"git+https://oauth2:ghp_SECRET@ghes.example/acme/wheelci@{SHA}#subdirectory=ci"}
+    r, outputs = run_step(step_script(build, "plan", TOOL_STEP), env, tmp_path)
+    assert r.returncode == 0 and outputs == {"tool": env["WHEELCI_TOOL_SOURCE"]}
+    assert "ghp_SECRET" not in r.stdout and "the runner's WHEELCI_TOOL_SOURCE: git+https://ghes.example/" in r.stdout

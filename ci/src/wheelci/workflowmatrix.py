@@ -13,8 +13,8 @@ from wheelci.config import matrix as mx
 from wheelci.config.stable import minor_of, newest_torch, parse_target, pick_row
 from wheelci.errors import CiError
 
-_TORCH = re.compile(r"\d+\.\d+\.\d+")  # fullmatch: a release, as --torch takes it
-_PY = re.compile(r"3\.\d{1,2}")
+_TORCH = re.compile(r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})")  # fullmatch: a release, as written
+_PY = re.compile(r"3\.(0|[1-9][0-9]?)")
 LATEST = "latest"  # the torch of a CUDA version the matrix lists none for: the index's newest, which the build reads
 
 
@@ -128,6 +128,8 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
     matrix = mx.load()
     if torch is not None:
         _check_torch(matrix, torch)
+        if stable_abi is not None and tuple(map(int, torch.split(".")[:2])) < parse_target(stable_abi):
+            raise CiError(f"--torch {torch}: a stable-ABI {stable_abi} build wants a torch >= {stable_abi}")
     pythons = _pythons(python) if python is not None else None
     jobs, aliases = _jobs(matrix, stable_abi)
     listed = torch in {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}
@@ -152,7 +154,8 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
         keep = [j for j in jobs if j.key == "cpu"] + [j for j in keep if j.key != "cpu"]
         keep = [j._replace(args=f"{j.args} --variant") for j in keep]
     if torch is not None:
-        lacking = [j.label for j in keep if not j.can_build(torch)] if listed else []  # else: the build reads it
+        # a release the matrix lists: it knows that release's CUDAs; one it does not: each build reads it
+        lacking = [j.label for j in keep if j.builds is None or not j.can_build(torch)] if listed else []
         if lacking:
             has = [j.label for j in jobs if j.builds and torch in j.builds]
             where = f"it builds for {', '.join(has)}" if has else "no job of the matrix builds it"
