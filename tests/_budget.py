@@ -84,6 +84,9 @@ def evict(cache: Path, over: int) -> list[tuple[Path, int]]:
     """Remove test inputs from `cache`, the one freeing most first, until `over` bytes are gone (or none is
     left)."""
     top = cache.resolve()
+    for pattern in TEST_INPUTS:  # what an interrupted eviction left aside
+        for left in glob.glob(str((top / pattern).parent / ".evicted-*")):
+            shutil.rmtree(left, ignore_errors=True)
     found = [Path(p) for pattern in TEST_INPUTS for p in glob.glob(str(top / pattern))]
     # a link (or a parent that is one) points out of the cache: not the suite's to remove
     found = [p for p in found if not p.is_symlink() and p.resolve().parent.is_relative_to(top)]
@@ -92,10 +95,16 @@ def evict(cache: Path, over: int) -> list[tuple[Path, int]]:
     for path, size in sized:
         if over <= 0:
             break
-        shutil.rmtree(path, ignore_errors=True)
-        if not path.exists():
-            gone.append((path, size))
-            over -= size
+        # set aside in one rename first: an eviction cut off halfway never leaves a half input that a
+        # later run would take for a whole one
+        aside = path.with_name(f".evicted-{path.name}.{os.getpid()}")
+        try:
+            os.rename(path, aside)
+        except OSError:
+            continue
+        shutil.rmtree(aside, ignore_errors=True)
+        gone.append((path, size))
+        over -= size
     return gone
 
 

@@ -136,7 +136,11 @@ def test_keeping_under_the_budget_removes_test_inputs_largest_first_never_build_
     assert [p.relative_to(cache).as_posix() for p, _ in gone] == ["real-torch/2.0.1", "real-torch/2.13.0"]
     left = sorted(p.parent.relative_to(cache).as_posix() for p in cache.rglob("data"))
     assert left == ["builds/abc", "envs/torch-2.13.0-cpu-py311", "wheel-corpus"], left
-    assert _budget.evict(cache, over=0) == []
+    assert not list(cache.rglob(".evicted-*"))  # set aside by one rename, then removed
+    aside = cache / "real-torch" / ".evicted-2.1.2.999"  # what an eviction cut off halfway left
+    aside.mkdir()
+    (aside / "data").write_bytes(b"half")
+    assert _budget.evict(cache, over=0) == [] and not aside.exists()
     outside = tmp_path / "elsewhere"
     (outside / "2.1.2").mkdir(parents=True)
     (outside / "2.1.2" / "data").write_bytes(os.urandom(1 << 20))

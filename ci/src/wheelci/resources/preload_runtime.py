@@ -60,6 +60,15 @@ def _already_loaded(soname):
     return True
 
 
+def _installed(distribution):
+    try:
+        from importlib import metadata
+        metadata.distribution(distribution)
+    except Exception:  # PackageNotFoundError, or a broken install's metadata
+        return False
+    return True
+
+
 def _record_files(distribution, filename):
     """The copies of `filename` that the distribution's RECORD lists (any install layout)."""
     try:
@@ -179,6 +188,11 @@ def preload():
                 try:
                     loaded.append(_load(soname, filename, distribution, dirs))
                 except PreloadError as e:
+                    if not e.found and VARIANT is not None and distribution and not _installed(distribution):
+                        # a stable-ABI wheel serves later torches, whose CUDA wheels differ (2.15 ships no
+                        # curand): a library of a distribution this torch does not install is one its
+                        # libraries do not need
+                        continue
                     if STRICT or not e.found:
                         raise
         _done = True
