@@ -60,23 +60,14 @@ def _already_loaded(soname):
     return True
 
 
-def _installed(distribution):
-    try:
-        from importlib import metadata
-        metadata.distribution(distribution)
-    except Exception:  # PackageNotFoundError, or a broken install's metadata
-        return False
-    return True
-
-
 def _record_files(distribution, filename):
-    """The copies of `filename` that the distribution's RECORD lists (any install layout)."""
+    """The copies of `filename` ("*": any file) that the distribution's RECORD lists (any layout)."""
     try:
         from importlib import metadata
         files = metadata.distribution(distribution).files or ()
     except Exception:  # not installed, or no RECORD
         return []
-    return [str(f.locate()) for f in files if f.name == filename]
+    return [str(f.locate()) for f in files if filename in ("*", f.name)]
 
 
 def _find_anywhere(name):
@@ -188,11 +179,9 @@ def preload():
                 try:
                     loaded.append(_load(soname, filename, distribution, dirs))
                 except PreloadError as e:
-                    if not e.found and VARIANT is not None and distribution and not _installed(distribution):
-                        # a stable-ABI wheel serves later torches, whose CUDA wheels differ (2.15 ships no
-                        # curand): a library of a distribution this torch does not install is one its
-                        # libraries do not need
-                        continue
+                    # a stable-ABI wheel serves later torches, whose CUDA wheels differ (2.15: no curand)
+                    if not e.found and VARIANT is not None and distribution and not _record_files(distribution, "*"):
+                        continue  # a distribution this torch does not install: its libraries do not need it
                     if STRICT or not e.found:
                         raise
         _done = True
