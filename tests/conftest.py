@@ -108,8 +108,8 @@ BUILT_FIXTURES = ("cpu_build", "cuda_build", "tiny_cpu_build", "engines", "torch
 # Seconds a test may run (pytest-timeout), its fixtures' setup included (the first user of a session build
 # pays for it, on a cold machine a GB download too): the default for a hermetic test, longer by what a
 # test needs. A test that names its own `@pytest.mark.timeout` keeps it. Past its limit a test fails with
-# its name and where it stood, instead of spending the whole CI run. (Set here, not in pyproject.toml: the
-# example's own tests read that file's pytest settings in a verify venv without pytest-timeout.)
+# its name and where it stood, instead of spending the whole CI run. pyproject.toml's `timeout` is the same
+# default for any pytest run of this tree (the example's verify installs pytest-timeout for it).
 DEFAULT_TIMEOUT = 300
 TIMEOUTS = {"bazel": 2400, "act": 1800, "container": 1800, "real_torch": 1800, "slow": 1200, "network": 900}
 

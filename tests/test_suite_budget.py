@@ -60,6 +60,12 @@ def test_every_test_has_a_time_limit_and_heavy_ones_a_longer_one(request):
         needs = [t for m, t in TIMEOUTS.items() if item.get_closest_marker(m)]
         assert marker and marker.args[0] >= max(needs, default=DEFAULT_TIMEOUT) > 0, item.nodeid
     assert request.node.get_closest_marker("timeout").args == (DEFAULT_TIMEOUT,)  # hermetic: the default
+    # any pytest run of this tree has the limit (pyproject.toml), and the example's verify, which reads the
+    # same settings, installs what keeps them valid
+    assert request.config.getini("timeout") == str(DEFAULT_TIMEOUT)
+    from wheelci.config.project import read_settings
+
+    assert "pytest-timeout" in read_settings(Path(__file__).resolve().parent.parent).test_requires
 
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" failures="{failed}"
