@@ -109,15 +109,20 @@ def test_a_release_the_index_does_not_have_is_one_error(index_dir, tmp_path):
         index.release("9.9.9")
 
 
-def test_over_http_the_wheel_is_read_by_ranges_when_no_metadata_is_served(index_dir, tmp_path):
-    """nginx serves ranges: with the .metadata files gone, METADATA comes from the wheel itself, by a
-    few range requests, not the whole file."""
-    served = tmp_path / "served"
+def without_metadata(index_dir: Path, served: Path) -> Path:
+    """A copy of the index that serves no PEP 658 metadata: the files gone, the pages announcing none."""
     shutil.copytree(index_dir, served)
     for meta in served.glob("*.metadata"):
         meta.unlink()
     for page in served.glob("simple/torch/index.*"):
         page.write_text(page.read_text().replace("data-core-metadata", "data-x").replace('"core-metadata"', '"x"'))
+    return served
+
+
+def test_over_http_the_wheel_is_read_by_ranges_when_no_metadata_is_served(index_dir, tmp_path):
+    """nginx serves ranges: with the .metadata files gone, METADATA comes from the wheel itself, by a
+    few range requests, not the whole file."""
+    served = without_metadata(index_dir, tmp_path / "served")
     with Nginx(served, tmp_path / "nginx") as nginx:
         release = TorchIndex(nginx.url + "simple", tmp_path / "cache").release("2.99.0")
         log = (tmp_path / "nginx" / "access.log").read_text()
@@ -127,12 +132,7 @@ def test_over_http_the_wheel_is_read_by_ranges_when_no_metadata_is_served(index_
 
 
 def test_a_server_without_ranges_is_one_error(index_dir, tmp_path):
-    served = tmp_path / "served"
-    shutil.copytree(index_dir, served)
-    for meta in served.glob("*.metadata"):
-        meta.unlink()
-    for page in served.glob("simple/torch/index.*"):
-        page.write_text(page.read_text().replace("data-core-metadata", "data-x").replace('"core-metadata"', '"x"'))
+    served = without_metadata(index_dir, tmp_path / "served")
     with NegotiatingServer(served) as server:
         with pytest.raises(CiError, match="the server ignores range requests"):
             TorchIndex(server.url + "simple", tmp_path / "cache").release("2.99.0")

@@ -212,14 +212,13 @@ def create_env(root: Path, spec: TorchSpec, installer: str = "auto") -> dict:
     uv = uv_binary() if args[0] == "--isolated" and installer != "pip" else None  # pip's configuration is pip's
     if installer == "uv" and uv is None:
         raise CiError("no uv to create the environment with (or its torch comes from pip's configuration)")
+    torch_install = [*pip, *args]
     if uv is not None:  # uv: parallel downloads and installs, and a torch release pip's configuration caps
-        pip = [uv, "pip", "install", *quiet, "--python", root / "bin" / "python"]
-        args = uv_args(args)
-    tools = [root / "bin" / "python", "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
+        torch_install = [uv, "pip", "install", *quiet, "--python", root / "bin" / "python", *uv_args(args)]
     with log.Ticker("creating the build environment", live=False):  # a quiet pip: minutes of silence in CI
-        proc.run([*pip, *args], what=f"{what} (torch {spec.version} from {source})", stdout=out, stderr=None)
+        proc.run(torch_install, what=f"{what} (torch {spec.version} from {source})", stdout=out, stderr=None)
         # the tools through pip, from wherever the machine's pip configuration says (a mirror, its CA)
-        proc.run([*tools, "-c", constraints.CONSTRAINTS, *constraints.BUILD_TOOLS],
+        proc.run([*pip, "-c", constraints.CONSTRAINTS, *constraints.BUILD_TOOLS],
                  what=f"{what} (the build tools)", stdout=out, stderr=None)
     info = _torch_info(root / "bin" / "python")
     got_cuda = info["cuda"]

@@ -79,11 +79,16 @@ def _command(key: str, value: object) -> str:
 
 
 def _env(key: str, value: object) -> dict[str, str]:
+    return _env_table(f"[tool.ci] {key}", value)
+
+
+def _env_table(what: str, value: object) -> dict[str, str]:
+    """A table of build variables (`what` names it in the error): string values under variable names."""
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise CiError(f"[tool.ci] {key} must be a table of strings, e.g. {{ FORCE_CUDA = \"1\" }}")
+        raise CiError(f"{what} must be a table of strings, e.g. {{ FORCE_CUDA = \"1\" }}")
     for name in value:
         if not name.isidentifier():
-            raise CiError(f"[tool.ci] {key}: {name!r} is not a variable name")
+            raise CiError(f"{what}: {name!r} is not a variable name")
     return dict(value)
 
 
@@ -98,13 +103,7 @@ def _kind_table(kind: str):
         if not isinstance(value, dict):
             raise CiError(f"{where} must be a table (e.g. {where} env = {{ FORCE_CUDA = \"1\" }}), not {_toml(value)}")
         check_keys(value, KIND_SETTINGS, where)
-        env = value.get("env", {})
-        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            raise CiError(f"{where} env must be a table of strings, e.g. {{ FORCE_CUDA = \"1\" }}")
-        for name in env:
-            if not name.isidentifier():
-                raise CiError(f"{where} env: {name!r} is not a variable name")
-        return dict(env)
+        return _env_table(f"{where} env", value.get("env", {}))
 
     return read
 

@@ -381,9 +381,10 @@ def choose_torch(matrix: mx.Matrix, row: mx.CudaRow, torch: str | None,
         raise CiError(f"bad torch version {version!r} (want e.g. {row.default_torch or matrix.default_torch}, or latest)")
     if not version:  # a toolkit no listed torch is built on: the index's newest, if it is
         version = index.latest()
-        if index.release(version).cuda != row.version:
+        newest = index.release(version)
+        if newest.cuda != row.version:
             raise CiError(f"no torch release is built on CUDA {row.version} yet (the newest, {version}, is "
-                          f"built on CUDA {index.release(version).cuda or 'none'}): name one with --torch")
+                          f"built on CUDA {newest.cuda or 'none'}): name one with --torch")
     build = row.torch_build(version)
     if build is not None:
         return build, matrix.torch_line(version), []
