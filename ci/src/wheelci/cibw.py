@@ -86,10 +86,16 @@ def container_options(engine: Engine, find_links: Path | None, tools: Path, ccac
     return [*create, *engine.create_args], inner
 
 
-def environment(*, engine: Engine, image: str, identifiers: list[str], before_build: str, cuda: str | None,
+def image_variable(machine: str) -> str:
+    """cibuildwheel's variable naming the manylinux image of one architecture."""
+    return f"CIBW_MANYLINUX_{machine.upper()}_IMAGE"
+
+
+def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str], before_build: str, cuda: str | None,
                 arch_list: str, nvcc_flags: list[str], tools: Path, ccache: Path, ca: str | None,
                 gcc_max: int | None = None, find_links: Path | None = None) -> dict[str, str]:
-    """The CIBW_* variables a container build sets (a host build shows what a container one would)."""
+    """The CIBW_* variables a container build sets (a host build shows what a container one would).
+    `images`: the build image of each machine architecture built (cibuildwheel's CIBW_ARCHS)."""
     create, extra = container_options(engine, find_links, tools, ccache, ca)
     inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CMAKE_C_COMPILER_LAUNCHER": "ccache",
              "CMAKE_CXX_COMPILER_LAUNCHER": "ccache", **extra}
@@ -101,8 +107,8 @@ def environment(*, engine: Engine, image: str, identifiers: list[str], before_bu
         before_all[:0] = [f"sh {CONTAINER_SCRIPTS}/check_image.sh {shlex.quote(cuda)} {gcc_max}"]
     env = {
         "CIBW_BUILD": " ".join(identifiers),
-        "CIBW_ARCHS_LINUX": "x86_64",
-        "CIBW_MANYLINUX_X86_64_IMAGE": image,
+        "CIBW_ARCHS_LINUX": " ".join(images),
+        **{image_variable(machine): image for machine, image in images.items()},
         "CIBW_BEFORE_ALL_LINUX": " && ".join(before_all),
         "CIBW_BEFORE_BUILD_LINUX": before_build,
         "CIBW_ENVIRONMENT_LINUX": cibw_environment(inner),

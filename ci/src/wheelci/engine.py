@@ -167,6 +167,8 @@ class Facts:
     gcc: int | None = None  # the major version of the host compiler nvcc would use
     ca_bundle: str | None = None  # the CA bundle file this machine's pip trusts (mounted into containers)
     nvcc_dirs: tuple[str, ...] = ()  # PATH entries holding an nvcc (a CPU host build hides them)
+    machine: str = "x86_64"  # this machine's architecture (wheelci.archs)
+    emulates: tuple[str, ...] = ()  # the architectures it runs under QEMU (binfmt_misc)
 
 
 CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
@@ -182,11 +184,15 @@ def nvcc_dirs(env: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(e for e in entries if holds_nvcc(e))
 
 
-def detect_facts(env: Mapping[str, str], *, engine: str, cuda: str | None) -> Facts:
-    """Probe what a plan for (engine, cuda) will ask, and nothing else: a CPU plan never asks whether a
-    container engine runs, a container plan never asks for the host's nvcc."""
+def detect_facts(env: Mapping[str, str], *, engine: str, cuda: str | None, archs: tuple[str, ...] = ()) -> Facts:
+    """Probe what a plan for (engine, cuda, archs) will ask, and nothing else: a CPU plan for this machine
+    never asks whether a container engine runs, a container plan never asks for the host's nvcc."""
+    from wheelci import archs as arch
+
     ca = next((env[v] for v in CA_VARIABLES if env.get(v) and Path(env[v]).is_file()), None)
-    found = detect() if engine == "auto" and cuda is not None else None
+    here = arch.machine()
+    foreign = any(a != here for a in archs)
+    found = detect() if engine == "auto" and (cuda is not None or foreign) else None
     nvcc = gcc = None
     if cuda is not None and engine in ("auto", "host") and found is None:
         path = host_nvcc(env)
@@ -195,7 +201,8 @@ def detect_facts(env: Mapping[str, str], *, engine: str, cuda: str | None) -> Fa
         major = tool_version([cxx, "-dumpversion"], r"^(\d+)")
         gcc = int(major) if major else None
     return Facts(engine=found, nvcc=nvcc, gcc=gcc, ca_bundle=ca,
-                 nvcc_dirs=nvcc_dirs(env) if cuda is None and engine in ("auto", "host") else ())
+                 nvcc_dirs=nvcc_dirs(env) if cuda is None and engine in ("auto", "host") else (),
+                 machine=here, emulates=arch.emulated() if foreign else ())
 
 
 def cannot_build(row, facts: Facts) -> str | None:

@@ -60,14 +60,21 @@ class ImageSpec:
     dockerfile: str  # relative to the build context (docker/)
     context: str
     buildargs: dict[str, str]
+    arch: str = "x86_64"  # the machine architecture built (aarch64: under QEMU on an x86_64 machine)
 
 
 def our_images(cuda: str) -> list[mx.Image]:
     return [i for i in mx.load().row(cuda).images if i.origin == "ours"]
 
 
-def spec(cuda: str, manylinux: str | None = None, registry: str | None = None) -> ImageSpec:
-    """What `docker build` gets for CUDA X's own image, checked against the Dockerfile's ARGs."""
+# aarch64: the same recipe on the aarch64 manylinux base, with NVIDIA's sbsa repository of the same distribution
+ARM_ARGS = {"BASE": "quay.io/pypa/{manylinux}_aarch64",
+            "CUDA_REPO": "https://developer.download.nvidia.com/compute/cuda/repos/rhel8/sbsa/cuda-rhel8.repo"}
+
+
+def spec(cuda: str, manylinux: str | None = None, registry: str | None = None, arch: str = "x86_64") -> ImageSpec:
+    """What `docker build` gets for CUDA X's own image, checked against the Dockerfile's ARGs. aarch64:
+    the row's recipe on the aarch64 base (every CUDA row of ours has an sbsa toolkit)."""
     matrix = mx.load()
     row = matrix.row(cuda)
     ours = [i for i in our_images(cuda) if manylinux in (None, i.manylinux)]
@@ -77,12 +84,17 @@ def spec(cuda: str, manylinux: str | None = None, registry: str | None = None) -
                       f"(it uses public images: {public})")
     img = ours[0]
     dockerfile = DOCKER_DIR / matrix.our_dockerfile
-    check_build_args(dockerfile.read_bytes(), img.build_args,
-                     f"matrix build args for {img.name} do not fit {dockerfile.name}")
-    tag = f"{matrix.our_image_repo}/{img.name}"
+    args, name = dict(img.build_args), img.name
+    if arch == "aarch64":
+        args.update({k: v.format(manylinux=img.manylinux) for k, v in ARM_ARGS.items()})
+        name = f"{img.manylinux}_aarch64_cuda_{cuda}"
+    elif arch != "x86_64":
+        raise CiError(f"--archs {arch}: no image recipe (x86_64, aarch64)")
+    check_build_args(dockerfile.read_bytes(), args, f"matrix build args for {name} do not fit {dockerfile.name}")
+    tag = f"{matrix.our_image_repo}/{name}"
     if registry:
         tag = f"{registry.rstrip('/')}/{tag}"
-    return ImageSpec(cuda, img.manylinux, tag, matrix.our_dockerfile, str(DOCKER_DIR), dict(img.build_args))
+    return ImageSpec(cuda, img.manylinux, tag, matrix.our_dockerfile, str(DOCKER_DIR), args, arch)
 
 
 def pick_engine(requested: str = "auto") -> str:
@@ -112,7 +124,10 @@ def exists(ref: str, engine: str = "docker") -> bool:
 
 def build_command(engine: str, s: ImageSpec, pull: bool = True) -> list[str]:
     """`ENGINE build` for a spec: the same flags for docker and podman."""
+    from wheelci.archs import OCI_PLATFORM
+
     args = [f"--build-arg={k}={v}" for k, v in s.buildargs.items()]
+    args += [f"--platform={OCI_PLATFORM[s.arch]}"] if s.arch != "x86_64" else []
     return [engine, "build", *(["--pull"] if pull else []), f"--file={Path(s.context) / s.dockerfile}",
             f"--tag={s.tag}", *args, s.context]
 
@@ -137,9 +152,10 @@ def push_spec(engine: str, s: ImageSpec, registry: str) -> ImageSpec:
     return pushed
 
 
-def build(cuda: str, manylinux: str | None = None, push: str | None = None, engine: str = "auto") -> ImageSpec:
+def build(cuda: str, manylinux: str | None = None, push: str | None = None, engine: str = "auto",
+          arch: str = "x86_64") -> ImageSpec:
     engine = pick_engine(engine)
-    s = build_spec(engine, spec(cuda, manylinux))
+    s = build_spec(engine, spec(cuda, manylinux, arch=arch))
     return push_spec(engine, s, push) if push else s
 
 
@@ -154,10 +170,15 @@ def main(args: argparse.Namespace) -> int:
             for s in specs:
                 print(f"{s.cuda:<5} {s.tag}  " + " ".join(f"{k}={v}" for k, v in s.buildargs.items()))
         return 0
+    from wheelci import archs
+
+    (arch, *more) = archs.parse(args.archs)
+    if more:
+        raise CiError("--archs: one architecture per image build")
     if args.dry_run:
-        result = spec(args.cuda, args.manylinux, registry=args.push)
+        result = spec(args.cuda, args.manylinux, registry=args.push, arch=arch)
     else:
-        result = build(args.cuda, args.manylinux, push=args.push, engine=args.engine)
+        result = build(args.cuda, args.manylinux, push=args.push, engine=args.engine, arch=arch)
     if args.json:
         emit_json(asdict(result))
     else:
@@ -174,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="build the image for one CUDA version")
     b.add_argument("--cuda", required=True, help=f"CUDA version ({', '.join(mx.load().versions)})")
     b.add_argument("--manylinux", help="policy, when the row has images of ours for several")
+    b.add_argument("--archs", help="x86_64 (default) or aarch64 (the sbsa toolkit on the aarch64 base; "
+                                   "under QEMU on an x86_64 machine)")
     b.add_argument("--push", metavar="REGISTRY", help="also tag as REGISTRY/... and push there")
     b.add_argument("--engine", choices=("auto", "docker", "podman"), default="auto",
                    help="the engine that builds it (default: the first that responds, docker then podman)")

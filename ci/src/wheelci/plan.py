@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from wheelci import archs as arch
 from wheelci.config import matrix as mx
-from wheelci.cibw import before_build, cibw_environment, cibw_quote, environment, repair_command
+from wheelci.cibw import before_build, cibw_environment, cibw_quote, environment, image_variable, repair_command
 from wheelci.engine import Engine, Facts
 from wheelci.util import secret
 from wheelci.config.project import Project
@@ -104,13 +105,15 @@ class Request:
     find_links: Path | None = None
     torch_index_url: str | None = None
     stable_abi: str | None = None
+    archs: tuple[str, ...] = ("x86_64",)  # the machine architectures (wheelci.archs), cibuildwheel's --archs
 
     @classmethod
     def from_args(cls, args: Any, stable_abi: str | None) -> Request:
         """From a stage's parsed options (`build` has them all, `plan` no image or wheel sources)."""
         return cls(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
                    engine=args.engine, image=getattr(args, "image", None), find_links=getattr(args, "find_links", None),
-                   torch_index_url=getattr(args, "torch_index_url", None), stable_abi=stable_abi)
+                   torch_index_url=getattr(args, "torch_index_url", None), stable_abi=stable_abi,
+                   archs=tuple(arch.parse(getattr(args, "archs", None))))
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,8 @@ class Plan:
     run: RunSettings = field(default_factory=lambda: RunSettings())  # what the run does with the wheels
     label: str | None = None  # the local version label of the wheels (None: no label), run.local_version resolved
     inherited: dict[str, str] = field(default_factory=dict)  # host builds: INHERITED variables the shell sets
+    archs: list[str] = field(default_factory=lambda: ["x86_64"])  # the machine architectures built
+    reach: dict[str, str] = field(default_factory=dict)  # arch -> "native" | "emulated" | "unavailable" here
 
     @property
     def torch_requirement(self) -> str:
@@ -182,8 +187,8 @@ def python_notes(project: Project, pythons: list[str]) -> list[str]:
     return []
 
 
-def identifier(python: str) -> str:
-    return f"cp{python.replace('.', '')}-manylinux_x86_64"
+def identifier(python: str, machine: str = "x86_64") -> str:
+    return f"cp{python.replace('.', '')}-manylinux_{machine}"
 
 
 def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine, torch: str) -> list[str]:
@@ -254,12 +259,25 @@ def ccache_dir(env: Mapping[str, str]) -> Path:
     return Path(env.get("CCACHE_DIR") or cache_dir("ccache", env=env))
 
 
-def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None, facts: Facts) -> tuple[Engine, list[str]]:
-    """auto -> the running container engine, else the host when it can build this, else a clear error."""
+def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None, facts: Facts,
+                   archs: tuple[str, ...] = ("x86_64",)) -> tuple[Engine, list[str]]:
+    """auto -> the running container engine, else the host when it can build this, else a clear error.
+    The host builds for its own architecture only: another one takes a container engine."""
     if engine not in ENGINES:
         raise CiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+    foreign = [a for a in archs if a != facts.machine]
+    if engine == "host" and foreign:
+        raise CiError(f"--archs {','.join(foreign)} with --engine host: the host builds for this {facts.machine} "
+                      f"machine only; use --engine docker or podman (cibuildwheel runs the {foreign[0]} image, "
+                      f"under QEMU here), or build on an {foreign[0]} machine")
     if engine != "auto":
         return Engine(engine), []
+    if foreign:
+        if facts.engine:
+            return Engine(facts.engine), [f"engine auto: {facts.engine} responds ({', '.join(foreign)} "
+                                          "builds in a container)"]
+        return Engine.DOCKER, [f"engine auto: no container engine responds, and {', '.join(foreign)} on this "
+                               f"{facts.machine} machine needs docker or podman"]
     if cuda is None:
         return Engine.HOST, ["engine auto: CPU builds run on the host"]
     from wheelci import engine as eng
@@ -331,7 +349,10 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
         return plan
     if not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]*", image):
         raise CiError(f"--image {image!r}: not an image reference (e.g. localhost/my-cuda-image:1)")
-    cibw = {**plan.environment, "CIBW_MANYLINUX_X86_64_IMAGE": image}
+    if len(plan.archs) > 1:
+        raise CiError(f"--image names one image, and --archs {','.join(plan.archs)} builds on several: "
+                      "build one architecture per run (--archs) to give its image")
+    cibw = {**plan.environment, image_variable(plan.archs[0]): image}
     return replace(plan, image=image, image_origin="given", environment=cibw,
                    notes=[n for n in plan.notes if "built from docker/" not in n])
 
@@ -424,7 +445,7 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str,
     archs = mx.check_arch_list(cuda, request.arch_list if request.arch_list is not None else row.arch_list)
     image, notes = pick_image(matrix, row, line, build.version)
     ref = _image_ref(matrix, image, machine.env)
-    if image.origin == "ours":
+    if image.origin == "ours" and "x86_64" in request.archs:
         from wheelci.cli import command
 
         notes.append(f"{ref} is built from docker/ (`{command('image')} build --cuda {cuda}`): "
@@ -432,10 +453,12 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str,
     if line.cxx11_abi and any(not i.cxx11_abi for i in row.images):
         notes.append(f"{cuda_tag(cuda)} ABI trap: torch {build.version} is cxx11-ABI {line.manylinux}, "
                      f"so the manylinux2014 image cannot build it")
-    resolved, engine_notes = resolve_engine(engine, cuda, row, machine.facts)
-    identifiers = [identifier(p) for p in pythons]
+    resolved, engine_notes = resolve_engine(engine, cuda, row, machine.facts, request.archs)
+    identifiers = [identifier(p, a) for a in request.archs for p in pythons]
     index = _torch_source(find_links, torch_index_url, row.torch_index_url)
-    env = environment(engine=resolved, image=ref, identifiers=identifiers,
+    images = {a: ref if a == "x86_64" else arm_image(matrix, row, image, machine.env) for a in request.archs}
+    notes += arch_notes(matrix, request.archs, resolved, machine.facts, archs, images, cuda)
+    env = environment(engine=resolved, images=images, identifiers=identifiers,
                       before_build=before_build(project, f"torch=={build.version}", index, build.cudnn),
                       cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
                       find_links=find_links, tools=machine.tools, ccache=machine.ccache, ca=machine.facts.ca_bundle)
@@ -443,12 +466,12 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str,
     # container's pip takes it from find-links: the plan names where the release lives
     return Plan(cuda=cuda, torch=build.version, torch_index_url=torch_index_url or row.torch_index_url,
                 torch_on_pypi=build.on_pypi,
-                cudnn_requirement=build.cudnn, image=ref, manylinux=image.manylinux, arch_list=archs,
+                cudnn_requirement=build.cudnn, image=images[request.archs[0]], manylinux=image.manylinux, arch_list=archs,
                 python=pythons, identifiers=identifiers, environment=env, engine=resolved,
                 nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
                 notes=read + notes + python_notes(project, pythons) + engine_notes,
                 image_origin=image.origin, engine_requested=engine,
-                find_links=str(find_links) if find_links else None)
+                find_links=str(find_links) if find_links else None, **_arch_fields(request.archs, machine.facts))
 
 
 def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Machine) -> Plan:
@@ -469,10 +492,12 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Ma
                           f"{release.cuda}, not a CPU build (--cuda {release.cuda}, or the CPU build's index)")
         line, read = release.line, [release_note(release)]
     pythons = _parse_python(request.python, project, line, version)
-    resolved, notes = resolve_engine(engine, None, None, machine.facts)
-    identifiers = [identifier(p) for p in pythons]
+    resolved, notes = resolve_engine(engine, None, None, machine.facts, request.archs)
+    identifiers = [identifier(p, a) for a in request.archs for p in pythons]
     index = _torch_source(find_links, torch_index_url, matrix.cpu_index_url)
-    env = environment(engine=resolved, image=line.manylinux, identifiers=identifiers,
+    images = {a: line.manylinux for a in request.archs}  # cibuildwheel's pinned image of that policy and arch
+    notes += arch_notes(matrix, request.archs, resolved, machine.facts, "", images)
+    env = environment(engine=resolved, images=images, identifiers=identifiers,
                       before_build=before_build(project, f"torch=={version}", index, None),
                       cuda=None, arch_list="", nvcc_flags=[], find_links=find_links,
                       tools=machine.tools, ccache=machine.ccache, ca=machine.facts.ca_bundle)
@@ -482,7 +507,48 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Ma
                 notes=read + python_notes(project, pythons) + notes, engine_requested=engine,
                 find_links=str(find_links) if find_links else None,
                 cpu_view=cpu_view(machine.env, project.backend == "scikit-build-core", machine.facts.nvcc_dirs)
-                if not resolved.container else None)  # an image has no toolkit to hide
+                if not resolved.container else None,  # an image has no toolkit to hide
+                **_arch_fields(request.archs, machine.facts))
+
+
+def _arch_fields(archs: tuple[str, ...], facts: Facts) -> dict[str, Any]:
+    return {"archs": list(archs),
+            "reach": {a: arch.reach(a, facts.machine, facts.emulates) or "unavailable" for a in archs}}
+
+
+def arm_image(matrix: mx.Matrix, row: mx.CudaRow, image: mx.Image, env: Mapping[str, str]) -> str:
+    """The aarch64 (sbsa) build image of a CUDA row: ours, from docker/ on the aarch64 manylinux base with
+    NVIDIA's sbsa repository (the public CUDA images this matrix lists are x86_64 only); wheelci.image
+    builds it under the same name."""
+    name = f"{image.manylinux}_aarch64_cuda_{row.version}"
+    return _image_ref(matrix, mx.Image(image.manylinux, name, "ours", image.gcc, image.cxx11_abi, image.source), env)
+
+
+def arch_notes(matrix: mx.Matrix, archs: tuple[str, ...], engine: Engine, facts: Facts, arch_list: str,
+               images: dict[str, str], cuda: str | None = None) -> list[str]:
+    """What the plan does for each architecture that is not this machine's own, and for aarch64 CUDA
+    builds, how the arch list serves the Arm-hosted GPUs."""
+    notes = []
+    for a in archs:
+        how = arch.reach(a, facts.machine, facts.emulates)
+        if how == "native" or not engine.container:
+            continue
+        if how == "emulated":
+            notes.append(f"{a}: built by cibuildwheel in {images[a]} under QEMU emulation (this machine is "
+                         f"{facts.machine}), and verified in it the same way")
+        else:
+            notes.append(f"{a}: this {facts.machine} machine does not run {a} code; {arch.EMULATION_HINT}")
+    if "aarch64" in archs and arch_list:
+        served = "; ".join(f"{names} {cap}: {how}" for cap, names, how in arch.gpu_coverage(arch_list, matrix.arm_gpus))
+        notes.append(f"aarch64 (sbsa) GPUs: {served}")
+        if engine.container and "aarch64" in images:
+            from wheelci.cli import command
+
+            notes.append(f"{images['aarch64']} is built from docker/ on the aarch64 manylinux base "
+                         f"(`{command('image')} build --cuda {cuda} --archs aarch64`)")
+        elif facts.machine == "aarch64":
+            notes.append("host build on aarch64: nvcc from NVIDIA's aarch64 (sbsa) wheels, else the host's")
+    return notes
 
 
 def format_plan(plan: Plan) -> str:
@@ -504,6 +570,7 @@ def format_plan(plan: Plan) -> str:
         ("stable abi", f"{plan.stable.target}: {plan.stable.variant} wheel, {plan.stable.serves}; defines "
                        f"{' '.join(plan.stable.cuda_defines or plan.stable.defines)}" if plan.stable else "no: "
                        f"the wheel pins {plan.torch_requirement}"),
+        ("archs", ", ".join(f"{a} ({plan.reach.get(a, '?')})" for a in plan.archs)),
         ("identifiers", " ".join(plan.identifiers)),
         ("tool pins", " ".join(plan.tool_constraints) or "-"),
         ("build requires", " ".join(plan.build_requires) or "-"),
@@ -567,7 +634,7 @@ def main(args) -> int:
     run = RunSettings(build_env=settings.env_for(args.cuda is not None), public_env=settings.public_env, excludes=settings.exclude,
                       variants=settings.variants, limit=settings.limit, test_command=settings.test_command,
                       test_requires=settings.test_requires)
-    facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda)
+    facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda, archs=Request.from_args(args, None).archs)
     plan = make_plan(Request.from_args(args, stable), project_dir=args.project_dir, run=run, env=os.environ, facts=facts,
                      project=project)
     if args.json:
@@ -589,6 +656,9 @@ def build_parser():
     p.add_argument("--python", help="comma-separated Python versions, e.g. 3.10,3.11. With --workflow-matrix: a job "
                                     "per Python, or one where the wheel serves them all (py3, abi3)")
     p.add_argument("--arch-list", help="TORCH_CUDA_ARCH_LIST (default: the matrix row's)")
+    p.add_argument("--archs", metavar="ARCHS", help="machine architectures, comma-separated: x86_64 (default), "
+                                                  "aarch64, native (cibuildwheel's --archs); another than this "
+                                                  "machine's builds in a container, under QEMU emulation")
     p.add_argument("--engine", default="auto", choices=ENGINES)
     p.add_argument("--stable-abi", metavar="X.Y", help="a stable-ABI build for every torch >= X.Y "
                                                        "(default: [tool.ci] stable-abi)")

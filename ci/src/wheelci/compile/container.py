@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from wheelci import engine as eng
+from wheelci.cibw import image_variable
 from wheelci.compile import hints
 from wheelci.compile.workdir import stage_project
 from wheelci.errors import CiError, Finding
@@ -68,11 +69,13 @@ def ensure_image(plan: Plan) -> None:
         return
     from wheelci import image
 
-    if plan.image != image.spec(plan.cuda, plan.manylinux).tag:
-        return  # a registry copy (CI_IMAGE_REGISTRY): cibuildwheel pulls it
-    if not image.exists(plan.image, plan.engine):
-        log.info(f"{plan.image} is not built yet; building it from docker/")
-        image.build(plan.cuda, manylinux=plan.manylinux, engine=plan.engine)
+    for arch in plan.archs:
+        ref = plan.environment.get(image_variable(arch), "")
+        if ref != image.spec(plan.cuda, plan.manylinux, arch=arch).tag:
+            continue  # a registry copy (CI_IMAGE_REGISTRY): cibuildwheel pulls it
+        if not image.exists(ref, plan.engine):
+            log.info(f"{ref} is not built yet; building it from docker/")
+            image.build(plan.cuda, manylinux=plan.manylinux, engine=plan.engine, arch=arch)
 
 
 def cibuildwheel_command(project_dir: Path, output_dir: Path) -> list[str]:
@@ -90,6 +93,12 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
     if not (project_dir / "pyproject.toml").is_file():
         raise CiError(f"no pyproject.toml in {project_dir}")
     require_engine(plan)
+    unreachable = [a for a in plan.archs if plan.reach.get(a) == "unavailable"]
+    if unreachable:
+        from wheelci.archs import EMULATION_HINT
+
+        raise CiError(f"--archs {','.join(unreachable)}: this machine does not run {unreachable[0]} code; "
+                      + EMULATION_HINT)
     ensure_image(plan)
     constraints.ensure_file(plan.tool_constraints)  # mounted at CONTAINER_CONSTRAINTS by the plan
     Path(plan.ccache_dir).mkdir(parents=True, exist_ok=True)

@@ -89,6 +89,7 @@ class Matrix:
     cpu_index_url: str
     our_image_repo: str
     our_dockerfile: str
+    arm_gpus: dict[str, str]  # compute capability -> the Arm-hosted GPUs that have it (aarch64 plans)
     torch_lines: tuple[TorchLine, ...]
     rows: tuple[CudaRow, ...]
 
@@ -155,6 +156,7 @@ def parse(text: str) -> Matrix:
         return Matrix(
             default_torch=d["default_torch"], cpu_index_url=d["cpu_index_url"],
             our_image_repo=d["our_image_repo"], our_dockerfile=d["our_dockerfile"],
+            arm_gpus={str(k): str(v) for k, v in d["arm_gpus"].items()},
             torch_lines=tuple(TorchLine(t["minor"], tuple(t["python"]), t["manylinux"], bool(t["cxx11_abi"]))
                               for t in (check_keys(t, _LINE, "a [[torch_line]] of the matrix") for t in d["torch_line"])),
             rows=tuple(_row(r) for r in d["cuda"]),

@@ -436,18 +436,21 @@ def libstdcxx_versions(policy: str) -> dict[str, set[str]]:
         return {}
     import json
 
-    name = policy.removesuffix("_x86_64")
+    from wheelci.archs import of_platform_tag
+
+    arch = of_platform_tag(policy)
+    arch, name = (arch, policy.removesuffix(f"_{arch}")) if arch != policy else ("x86_64", policy)
     data = json.loads((Path(auditwheel.__file__).parent / "policy" / "manylinux-policy.json").read_text())
     for p in data:
         if name == p["name"] or name in p.get("aliases", []):
-            return {k: set(v) for k, v in p["symbol_versions"].get("x86_64", {}).items() if k in ("GLIBCXX", "CXXABI")}
+            return {k: set(v) for k, v in p["symbol_versions"].get(arch, {}).items() if k in ("GLIBCXX", "CXXABI")}
     return {}
 
 
 def too_recent_for(wheel: Path, policy: str) -> list[str]:
     """`symbol@VERSION (library)` for every reference newer than a manylinux_2_N policy allows: glibc's,
     and libstdc++'s (GLIBCXX, CXXABI) as auditwheel's policy lists them."""
-    m = re.fullmatch(r"manylinux_(\d+)_(\d+)(_x86_64)?", policy)
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)(_x86_64|_aarch64)?", policy)
     if not m:
         return []
     limit = (int(m[1]), int(m[2]))
