@@ -119,6 +119,7 @@ def test_build_is_a_reusable_workflow_with_its_inputs_and_secrets(build):
         "project": ("string", "."), "cuda": ("string", ""), "stable-abi": ("string", ""),
         "publish": ("boolean", False), "variants": ("boolean", False), "python": ("string", ""),
         "torch": ("string", ""), "env": ("string", ""), "cuda-env": ("string", ""), "cpu-env": ("string", ""),
+        "archs": ("string", ""),
         # empty: the tool comes from this workflow's own repository at the caller's ref, no index release
         "wheelci": ("string", "")}
     assert not any(v["required"] for v in inputs.values())
@@ -130,7 +131,8 @@ def test_build_is_a_reusable_workflow_with_its_inputs_and_secrets(build):
                             "STABLE_ABI": "${{ inputs.stable-abi }}", "VARIANTS": "${{ inputs.variants }}",
                             "PYTHON_VERSIONS": "${{ inputs.python }}", "TORCH_VERSION": "${{ inputs.torch }}",
                             "BUILD_VARS": "${{ inputs.env }}", "CUDA_BUILD_VARS": "${{ inputs.cuda-env }}",
-                            "CPU_BUILD_VARS": "${{ inputs.cpu-env }}", "WHEELCI": "${{ inputs.wheelci }}"}
+                            "CPU_BUILD_VARS": "${{ inputs.cpu-env }}", "WHEELCI": "${{ inputs.wheelci }}",
+                            "ARCHS": "${{ inputs.archs }}"}
     for job in build["jobs"].values():
         assert not [r for r in run_lines(job) if "inputs." in r or "secrets." in r]
 
@@ -140,7 +142,7 @@ def test_wheels_yml_calls_build_yml(caller, build):
     assert on["push"] == {"branches": ["main"], "tags": ["v*"]} and "pull_request" in on
     dispatch = on["workflow_dispatch"]["inputs"]
     assert set(dispatch) == {"project", "stable-abi", "cuda", "publish", "variants", "python", "torch", "env",
-                             "cuda-env", "cpu-env"}
+                             "cuda-env", "cpu-env", "archs"}
     assert dispatch["publish"]["type"] == "boolean" and dispatch["publish"]["default"] is False
     assert dispatch["cuda"]["default"] == ""  # the whole matrix
     (job,) = caller["jobs"].values()
@@ -151,7 +153,7 @@ def test_wheels_yml_calls_build_yml(caller, build):
     assert job["with"]["wheelci"] == "./ci"  # this repository builds with the tool from its own checkout
     assert job["with"]["cuda"] == "${{ inputs.cuda || '' }}"
     # a called workflow sees none of its caller's inputs unless the caller passes each on
-    for name in ("python", "torch", "env", "cuda-env", "cpu-env"):
+    for name in ("python", "torch", "env", "cuda-env", "cpu-env", "archs"):
         assert job["with"][name] == f"${{{{ inputs.{name} || '' }}}}", name
     # the secrets are named one by one, not `inherit`ed: the called workflow gets these three only
     assert job["secrets"] == {k: f"${{{{ secrets.{k} }}}}" for k in
@@ -220,6 +222,26 @@ def test_an_unknown_cuda_is_one_line_and_exit_2(cuda, stable):
     (line,) = r.stderr.splitlines()
     assert line.startswith("wheelci plan: error: --cuda ") and "choose from cpu, " in line, line
     assert "Traceback" not in r.stderr
+
+
+def test_the_archs_input_adds_arm_jobs_on_githubs_arm_runners(build):
+    """archs x86_64,aarch64: each job twice, the aarch64 one built natively on ubuntu-24.04-arm with
+    --archs aarch64 (a CPU one on the runner, a CUDA one in our sbsa image); the jobs run on their row's
+    runner, and the same artifact and publish steps take them."""
+    assert 'args+=(--archs "$ARCHS")' in "\n".join(run_lines(build["jobs"]["plan"]))
+    assert build["env"]["ARCHS"] == "${{ inputs.archs }}"
+    assert build["jobs"]["wheels"]["runs-on"] == "${{ matrix.runner }}"
+    r = plan_matrix("--cuda", "cpu,13.0", "--archs", "x86_64,aarch64")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["include"]
+    assert [(row["name"], row["args"], row["engine"], row["runner"]) for row in rows] == [
+        ("cpu", "--cpu", "host", "ubuntu-latest"), ("cuda13.0", "--cuda 13.0", "docker", "ubuntu-latest"),
+        ("cpu-aarch64", "--cpu --archs aarch64", "host", "ubuntu-24.04-arm"),
+        ("cuda13.0-aarch64", "--cuda 13.0 --archs aarch64", "docker", "ubuntu-24.04-arm")]
+    default = json.loads(plan_matrix("--cuda", "cpu").stdout)["include"]
+    assert [row["runner"] for row in default] == ["ubuntu-latest"]  # x86_64 alone unless asked
+    bad = plan_matrix("--cuda", "cpu", "--archs", "riscv64")
+    assert bad.returncode == 2 and "unknown architecture" in bad.stderr and bad.stderr.count("\n") == 1
 
 
 def test_every_job_names_its_torch(build):
@@ -608,8 +630,8 @@ def test_every_wheelci_flag_the_workflow_uses_exists(build):
     """Each `wheelci STAGE --flag` in the workflow names a flag that stage's --help lists."""
     calls = wheelci_invocations(build)
     assert sorted({c[0] for c in calls}) == ["build", "index", "plan", "upload"]
-    assert ["plan", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda", "--torch", "--python",
-            "--variant"] in calls
+    assert ["plan", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda", "--torch", "--archs",
+            "--python", "--variant"] in calls
     for stage, *flags in calls:
         help_text = _proc.run([sys.executable, "-m", "wheelci", stage, "--help"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout

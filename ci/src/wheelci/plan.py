@@ -624,7 +624,8 @@ def main(args) -> int:
         print(json.dumps(workflowmatrix.workflow_matrix(
             stable, split_csv(args.cuda), args.variant or settings.variants, torch=args.torch,
             python=None if args.python is None else split_csv(args.python) or [],
-            py_api=read_py_api(args.project_dir) if args.python is not None else "")))
+            py_api=read_py_api(args.project_dir) if args.python is not None else "",
+            archs=arch.parse(args.archs))))
         return 0
     project = read_project(args.project_dir)  # the one read of pyproject.toml
     settings = project.settings

@@ -15,6 +15,8 @@ from wheelci.errors import CiError
 
 _TORCH = re.compile(r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})")  # fullmatch: a release, as written
 _PY = re.compile(r"3\.(0|[1-9][0-9]?)")
+# GitHub's runner of each architecture: an aarch64 job builds natively on an Arm runner
+RUNNERS = {"x86_64": "ubuntu-latest", "aarch64": "ubuntu-24.04-arm"}
 LATEST = "latest"  # the torch of a CUDA version the matrix lists none for: the index's newest, which the build reads
 
 
@@ -99,7 +101,7 @@ def _jobs(matrix: mx.Matrix, stable_abi: str | None) -> tuple[list[Job], dict[st
 
 def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, variants: bool = False,
                     torch: str | None = None, python: list[str] | None = None,
-                    py_api: str = "") -> dict[str, list[dict[str, str]]]:
+                    py_api: str = "", archs: list[str] | None = None) -> dict[str, list[dict[str, str]]]:
     """The CI jobs a project needs, as a GitHub Actions matrix: one per CUDA version of the matrix for
     classic wheels, one per variant (cpu, and each CUDA major the matrix can build for the target)
     for stable-ABI ones, which serve every later torch. Each row names its engine: a CPU build runs on
@@ -124,7 +126,10 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
 
     `variants` builds a release's PEP 825 variant set: every job gets --variant (a CUDA job writes its
     variant wheel, the CPU job the plain wheel), and the CPU job is always in, since an installer on a
-    machine without a GPU needs the plain wheel."""
+    machine without a GPU needs the plain wheel.
+
+    `archs` (x86_64, aarch64): each job once per architecture, on GitHub's runner of it (`runner`:
+    ubuntu-latest, ubuntu-24.04-arm), an aarch64 one named `-aarch64` and built with --archs aarch64."""
     matrix = mx.load()
     if torch is not None:
         _check_torch(matrix, torch)
@@ -162,7 +167,15 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
             floor = f" (stable-ABI {stable_abi} wants a torch >= {stable_abi})" if stable_abi else ""
             raise CiError(f"--torch {torch}: the matrix has no {', '.join(lacking)} build of it{floor}; {where}")
         keep = [j._replace(torch=torch) for j in keep]
-    return {"include": [row for job in keep for row in _rows(matrix, job, pythons, py_api)]}
+    return {"include": [_on(row, arch) for arch in archs or ["x86_64"] for job in keep
+                        for row in _rows(matrix, job, pythons, py_api)]}
+
+
+def _on(row: dict[str, str], arch: str) -> dict[str, str]:
+    """A row built on `arch`'s runner."""
+    if arch == "x86_64":
+        return {**row, "runner": RUNNERS[arch]}
+    return {**row, "name": f"{row['name']}-{arch}", "args": f"{row['args']} --archs {arch}", "runner": RUNNERS[arch]}
 
 
 def _rows(matrix: mx.Matrix, job: Job, pythons: list[str] | None, py_api: str) -> list[dict[str, str]]:
