@@ -31,6 +31,7 @@ pytestmark = pytest.mark.real_torch
 
 PLATFORMS = ["manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64",
              *(f"manylinux_2_{n}_x86_64" for n in range(5, 29)), "any"]
+ARM_PLATFORMS = ["manylinux2014_aarch64", *(f"manylinux_2_{n}_aarch64" for n in range(17, 29)), "any"]
 
 # release -> (layout of its nvidia wheels, what unmodified torch does with every wheel in its own
 # directory: None = imports, else the error it fails with). Measured by test_unpatched_per_package.
@@ -78,18 +79,19 @@ def unpack(wheel: Path, dest: Path) -> Path:
     return dest
 
 
-def fetch(version: str, unpack_to: Path | None = None) -> Release:
+def fetch(version: str, unpack_to: Path | None = None, arch: str = "x86_64") -> Release:
     """The release's wheels, cached between runs (one process downloads them); with unpack_to, each also
     unpacked into its own directory there. The unpacked trees are twice the wheels' size, so they live
-    in the run's temporary tree, not the cache."""
-    root = cache_dir() / "real-torch" / version
+    in the run's temporary tree, not the cache. `arch`: the release's wheels for that machine."""
+    root = cache_dir() / "real-torch" / (version if arch == "x86_64" else f"{version}-{arch}")
     wheels = root / "wheels"
-    with _shared.held(f"real-torch-{version}"):
+    platforms = PLATFORMS if arch == "x86_64" else ARM_PLATFORMS
+    with _shared.held(f"real-torch-{version}-{arch}"):
         if not (wheels / ".complete").exists():
             wheels.mkdir(parents=True, exist_ok=True)
             cmd = [sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--only-binary=:all:",
                    "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-                   *(a for p in PLATFORMS for a in ("--platform", p)), f"torch=={version}", "-d", str(wheels)]
+                   *(a for p in platforms for a in ("--platform", p)), f"torch=={version}", "-d", str(wheels)]
             r = _proc.run(cmd, capture_output=True, text=True, timeout=1800)
             assert r.returncode == 0, f"pip download torch=={version}: {r.stderr[-2000:]}"
             (wheels / ".complete").touch()

@@ -1,0 +1,179 @@
+"""aarch64 on this x86_64 machine, for real: tests/fixtures/tiny_ext built for aarch64 by cibuildwheel in an
+aarch64 image under QEMU and verified in it (its imports and its own tests, over PyPI's aarch64 torch), and
+PyPI's torch 2.13.0 aarch64 wheel (a CUDA 13.0 build) through check, split, preload and the index, its
+import checked in emulation in every layout.
+
+The aarch64 image is the suite's stand-in (tests/_standin.py, Debian arm64, made once and kept by its
+recipe's hash); QEMU comes from Debian's qemu-user-static, registered here (tests/_emulation.py). The
+first run compiles tiny.cpp under emulation (minutes); ccache keeps later runs short.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests import _emulation, _proc, _standin
+from tests._servers import StaticServer
+from tests._wheels import run_stage
+from tests.test_real_torch import COMPUTE, fetch, unpack
+
+pytestmark = [pytest.mark.container]
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
+CPU_TORCH = "2.9.1"  # PyPI's last aarch64 torch that is a CPU build (2.13.0's is CUDA 13.0)
+EPOCH = {"SOURCE_DATE_EPOCH": "1767323045"}
+
+
+@pytest.fixture(scope="module")
+def arm_image(engines) -> str:
+    why = _emulation.ensure("aarch64")
+    if why is not None:
+        pytest.skip(f"aarch64 emulation: {why}")
+    assert engines.why_not["docker"] is None, engines.why_not["docker"]
+    return _standin.ensure_image("docker", "aarch64")
+
+
+@pytest.fixture(scope="module")
+def arm_cpu_torch(tmp_path_factory) -> Path:
+    """PyPI's torch 2.9.1 aarch64 wheel (a CPU build), as a find-links directory."""
+    from wheelci.util.cache import cache_dir
+    from tests import _shared
+
+    where = cache_dir() / "torch-cpu-aarch64"
+    with _shared.held("torch-cpu-aarch64"):
+        if not list(where.glob(f"torch-{CPU_TORCH}-*aarch64.whl")):
+            r = _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--no-deps",
+                           "--only-binary=:all:", "--platform", "manylinux_2_28_aarch64", "--python-version", "3.11",
+                           f"torch=={CPU_TORCH}", "-d", str(where)], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr[-2000:]
+    return where
+
+
+def in_emulation(image: str, mounts: dict[Path, str], code: str, *python_args: str) -> subprocess.CompletedProcess:
+    """`python -S` of the aarch64 image, run through QEMU, with host directories mounted read-only."""
+    volumes = [f"--volume={host}:{inside}:ro" for host, inside in mounts.items()]
+    return _proc.run(["docker", "run", "--rm", "--platform=linux/arm64", "--network=host", *volumes, image,
+                      "/opt/python/cp311-cp311/bin/python", *python_args, "-c", code],
+                     capture_output=True, text=True, timeout=1200)
+
+
+@pytest.fixture(scope="module")
+def arm_tiny(arm_image, arm_cpu_torch, tmp_path_factory) -> Path:
+    """tiny_ext built for aarch64 (CPU) in the aarch64 image under QEMU, and verified there: its -w."""
+    out = tmp_path_factory.mktemp("arm-tiny") / "wheelhouse"
+    r = run_stage("ci.build", TINY, "--cpu", "--archs", "aarch64", "--engine", "docker", "--image", arm_image,
+                  "--torch", CPU_TORCH, "--find-links", arm_cpu_torch, "-w", out, env=EPOCH)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return out
+
+
+def test_tiny_ext_builds_for_aarch64_and_verifies_under_emulation(arm_image, arm_tiny):
+    (wheel,) = arm_tiny.glob("*.whl")
+    assert wheel.name.endswith("-cp311-cp311-manylinux_2_36_aarch64.whl"), wheel.name
+    with zipfile.ZipFile(wheel) as z:
+        (ext,) = [n for n in z.namelist() if n.endswith(".so")]
+        assert z.read(ext)[18:20] == (183).to_bytes(2, "little")  # e_machine EM_AARCH64
+    report = json.loads((arm_tiny / "report.json").read_text())
+    assert report["passed"] and report["plan"]["archs"] == ["aarch64"]
+    verify = report["verify"]
+    assert verify["where"].startswith("aarch64 under QEMU in " + arm_image), verify
+    assert verify["import tiny_ext"] == "ok" and verify["install"] == "ok", verify
+    tests = {k: v for k, v in verify.items() if k.startswith("test ")}
+    assert tests and all(v == "ok" for v in tests.values()), tests  # the fixture's own tests ran, under aarch64
+    assert verify[f"abi {wheel.name}"].startswith("ok"), verify
+    print(f"\naarch64 build: {report['build_seconds']} s, verify {report['verify_seconds']} s (under QEMU)")
+
+
+def test_an_aarch64_variant_and_plain_wheel_share_the_index(arm_tiny, tmp_path):
+    """The index lists an aarch64 variant wheel in its variants file beside the plain one; an installer
+    without variant support (pip) takes the plain aarch64 wheel for an aarch64 machine."""
+    from wheelci.wheel.variant import add_variant, cuda_variant
+
+    (plain,) = arm_tiny.glob("*.whl")
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copy2(plain, site / plain.name)
+    variant = add_variant(plain, site, cuda_variant("13.0", "9.0;10.0"))
+    assert variant.name.endswith("_aarch64-cu130.whl"), variant.name
+    r = run_stage("ci.index", site, "--json")
+    assert r.returncode == 0, r.stderr
+    (listing,) = (site / "simple").glob("tiny-ext/index.html")
+    page = listing.read_text()
+    assert variant.name in page and plain.name in page and "-variants.json" in page
+    (variants,) = site.rglob("*-variants.json")
+    assert "cu130" in json.loads(variants.read_text())["variants"]
+    with StaticServer(site, tmp_path / "http.log") as server:
+        got = _proc.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--only-binary=:all:",
+                         "--python-version", "3.11", "--platform", "manylinux_2_36_aarch64", "--index-url",
+                         server.url + "simple/", "-d", str(tmp_path / "got"), "tiny-ext"], capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert [p.name for p in (tmp_path / "got").iterdir()] == [plain.name]
+
+
+@pytest.fixture(scope="module")
+def arm_torch(tmp_path_factory):
+    return fetch("2.13.0", tmp_path_factory.mktemp("arm-per-package"), arch="aarch64")
+
+
+def test_the_aarch64_torch_wheel_through_check_split_preload_and_the_index(arm_image, arm_torch, tmp_path):
+    torch = arm_torch.torch
+    assert torch.name.endswith("manylinux_2_28_aarch64.whl"), torch.name
+    # check: over PyPI's limit, the ten largest members named
+    r = run_stage("ci.check", torch, "--json")
+    assert r.returncode == 1 and "libtorch_cuda.so" in r.stdout + r.stderr
+    # split under a limit that forces companions; each part an aarch64 wheel under it
+    split = tmp_path / "split"
+    r = run_stage("ci.split", torch, "--limit", "300MB", "-w", split, "--json")
+    assert r.returncode == 0, r.stderr
+    parts = [Path(w["path"]) for w in json.loads(r.stdout)["wheels"]]
+    assert len(parts) >= 2 and all(p.name.endswith("_aarch64.whl") for p in parts)
+    assert run_stage("ci.check", *parts, "--limit", "300MB").returncode == 0
+    # preload: the aarch64 CUDA libraries in dependency order (cudart before what needs it)
+    r = run_stage("ci.preload", *arm_torch.nvidia, "--print-order")
+    assert r.returncode == 0, r.stderr
+    order = [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+    cublas = next(i for i, s in enumerate(order) if s.startswith("libcublas.so"))
+    assert order.index(next(s for s in order if s.startswith("libcublasLt.so"))) < cublas, order
+    patched = tmp_path / "patched"
+    r = run_stage("ci.patch", torch, "--preload-from", *arm_torch.nvidia, "--local-version", "bazel1", "-w", patched)
+    assert r.returncode == 0, r.stderr
+    (patched_wheel,) = patched.glob("*.whl")
+    # each wheel in its own directory, as Bazel lays them out: torch imports and computes, under QEMU
+    dirs = [unpack(patched_wheel, tmp_path / "torch-patched"), *arm_torch.other_dirs()]
+    mounts = {d: f"/pkgs/{i}" for i, d in enumerate(dirs)}
+    env_code = f"import sys; sys.path[:0] = {sorted(mounts.values(), key=lambda p: int(p.rsplit('/', 1)[1]))!r}; "
+    r = in_emulation(arm_image, mounts, env_code + COMPUTE, "-S")
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got[0].startswith("2.13.0") and got[2] == 55.0, got
+    # the split parts, each in its own directory too
+    apart = [unpack(p, tmp_path / p.name[:-4]) for p in parts]
+    mounts = {d: f"/pkgs/{i}" for i, d in enumerate([*apart, *arm_torch.other_dirs()])}
+    env_code = f"import sys; sys.path[:0] = {sorted(mounts.values(), key=lambda p: int(p.rsplit('/', 1)[1]))!r}; "
+    r = in_emulation(arm_image, mounts, env_code + COMPUTE, "-S")
+    assert r.returncode == 0, r.stderr[-3000:]
+    # the index: pip resolves the aarch64 parts for an aarch64 machine, nothing for an x86_64 one
+    site = tmp_path / "site"
+    site.mkdir()
+    for p in parts:
+        shutil.copy2(p, site / p.name)
+    r = run_stage("ci.index", site)
+    assert r.returncode == 0, r.stderr
+    with StaticServer(site, tmp_path / "http.log") as server:
+        common = [sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--only-binary=:all:",
+                  "--python-version", "3.11", "--index-url", server.url + "simple/", "-d"]
+        arm = _proc.run([*common, str(tmp_path / "got-arm"), "--platform", "manylinux_2_28_aarch64", "torch==2.13.0"],
+                        capture_output=True, text=True)
+        assert arm.returncode == 0, arm.stderr[-2000:]
+        assert [p.name for p in (tmp_path / "got-arm").glob("torch-*.whl")] == [parts[0].name]
+        x86 = _proc.run([*common, str(tmp_path / "got-x86"), "--platform", "manylinux_2_28_x86_64", "torch==2.13.0"],
+                        capture_output=True, text=True)
+        assert x86.returncode != 0 and "No matching distribution" in x86.stderr, x86.stderr[-1000:]
