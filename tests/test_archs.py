@@ -149,3 +149,22 @@ def test_the_cross_install_asks_pip_for_every_manylinux_tag_of_that_arch():
     assert "manylinux_2_28_aarch64" in tags and "manylinux2014_aarch64" in tags and "manylinux_2_17_aarch64" in tags
     assert all(t.endswith("_aarch64") for t in tags)
     assert sys.version_info >= (3, 10)
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_every_nvcc_wheel_row_has_aarch64_wheels_for_an_arm_host_build():
+    """What an aarch64 host build installs (the row's nvcc and toolkit wheels, as on x86_64) exists for
+    aarch64 on the package index: pip resolves each row's pins for an aarch64 machine, downloading nothing."""
+    from wheelci.compile.crossenv import platforms
+    from tests import _proc
+
+    rows = [r for r in mx.rows() if r.nvcc_wheel_has_nvcc]
+    assert rows
+    for row in rows:
+        r = _proc.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--quiet", "--no-deps",
+                       "--ignore-installed", "--target", str(ROOT / "never-written"), "--only-binary=:all:",
+                       *[f"--platform={p}" for p in platforms("aarch64")], "--python-version", "3.11",
+                       *row.nvcc_wheels, *row.toolkit_wheels], capture_output=True, text=True)
+        assert r.returncode == 0, f"CUDA {row.version}: {r.stderr.strip()[-500:]}"
+    assert not (ROOT / "never-written").exists()
