@@ -530,6 +530,8 @@ def verify_step(b: Build) -> None:
                 result = verify_generic(wheel, site, project_dir=b.project_dir, test_command=b.plan.run.test_command,
                                         test_requires=b.plan.run.test_requires, find_links=links,
                                         build_dir=b.build_dir)
+                if b.plan.archs != ["x86_64"]:  # the report says where an Arm wheel was checked
+                    result.checks = {"where": f"{b.plan.archs[0]}, natively on this machine", **result.checks}
             prefix = f"torch {label}: " if len(torches) > 1 else ""
             b.report.verify.update({prefix + k: v for k, v in result.checks.items()})
             failures += [prefix + f for f in result.failures]
