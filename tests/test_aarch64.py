@@ -24,7 +24,7 @@ from tests._servers import StaticServer
 from tests._wheels import run_stage
 from tests.test_real_torch import COMPUTE, fetch, unpack
 
-pytestmark = [pytest.mark.container]
+pytestmark = [pytest.mark.container, pytest.mark.timeout(5400)]  # a cold first run: the image and a compile in QEMU
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
