@@ -299,6 +299,8 @@ def write_report(b: "Build") -> None:
     failed = [s["name"] for s in b.report.steps if s["status"] in ("failed", "interrupted")]
     b.report.failed_step = failed[0] if failed else None
     b.report.passed = b.report.passed and not failed
+    if not b.report.build_seconds:  # a compile that failed (or was cut off) took its time too
+        b.report.build_seconds = sum(s["seconds"] for s in b.report.steps if s["name"] == "compile")
     json_path, md_path = report.write(b.report, b.out_dir)
     # a failure stays one error line: the report's path is shown with --verbose
     (log.debug if failed else log.info)(f"report: {md_path}" + (f" (stopped at {failed[0]})" if failed else ""))

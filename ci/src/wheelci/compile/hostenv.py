@@ -59,6 +59,9 @@ class BuildEnv:
     torch_cuda: str | None
     requires: list[str]  # torch's Requires-Dist, for the repair stage (cuDNN pin)
 
+    def __str__(self) -> str:
+        return f"torch {self.torch_version} in {self.root}"
+
 
 def reachable(url: str, timeout: float = 5.0) -> bool:
     """Can we open a TCP connection to the URL's host? A closed network fails at once (DNS), so
