@@ -252,3 +252,29 @@ def test_nothing_of_the_tests_hides_a_broken_wheel(tmp_path, case):
     checks = json.loads(r.stdout)["result"]["checks"]
     assert checks["import checked"].startswith("FAILED") and checks["requires_torch"] == "ok", checks
     assert checks["test_command"].startswith("ok"), checks  # the tests themselves passed: only the check caught it
+
+
+def test_a_cuda_wheel_verified_without_a_gpu_says_its_kernels_did_not_run(tmp_path):
+    """It said "passed": a GPU-less verify of a CUDA wheel checks imports and loads, never a kernel."""
+    from tests._wheels import build_wheel
+    from wheelci.compile.hostenv import TorchSpec, ensure_env
+
+    src = tmp_path / "kern.c"  # a library with the section nvcc writes its device code into
+    src.write_text('__attribute__((section(".nv_fatbin"), used)) const unsigned char fatbin[256] = {1};\n'
+                   "int kern(void) { return fatbin[0]; }\n")
+    lib = tmp_path / "libkern.so"
+    _proc.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, capture_output=True)
+    wheel = build_wheel(tmp_path / "w", name="gpukit", files={"gpukit/__init__.py": "", "gpukit/libkern.so":
+                        lib.read_bytes()}, requires=("torch==2.13.0",))
+    site = ensure_env(TorchSpec("2.13.0", "13.0", None, True)).site  # PyPI's CUDA torch
+    proc = run_stage("ci.verify", wheel, "--torch-site", site, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    checks = json.loads(proc.stdout)["checks"]
+    assert checks["load gpukit/libkern.so"] == "ok"
+    if Path("/dev/nvidia0").exists():
+        assert checks["gpu"].startswith("ok ("), checks["gpu"]
+    else:
+        assert checks["gpu"] == "skipped: no GPU: CUDA kernels not run", checks["gpu"]
+        r = report.BuildReport(plan={"cuda": "13.0"}, verify=checks,
+                               steps=[{"name": "verify", "status": "ok", "seconds": 9.0, "outputs": []}])
+        assert "Verify **passed (no GPU: CUDA kernels not run)**" in report.to_markdown(r)

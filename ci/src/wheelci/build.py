@@ -474,6 +474,7 @@ def abi_step(b: Build) -> None:
 
 def verify_step(b: Build) -> None:
     """Each main wheel installed into a fresh venv over its torch (every torch of a stable wheel's range)."""
+    from wheelci import report
     from wheelci.verify import verify_generic
 
     start = time.monotonic()
@@ -491,7 +492,7 @@ def verify_step(b: Build) -> None:
             failures += [prefix + f for f in result.failures]
     b.report.passed = not failures
     b.report.verify_seconds = round(time.monotonic() - start, 1)
-    log.info(f"verify {'passed' if b.report.passed else 'failed'}")
+    log.info(f"verify {report.verify_status(b.report) if b.report.passed else 'failed'}")
     if failures:
         raise Finding(f"verify failed ({'; '.join(failures)}); no wheel written to {b.out_dir}")
 

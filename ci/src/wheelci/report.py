@@ -105,10 +105,11 @@ def verify_status(r: BuildReport) -> str:
     verify = next((s["status"] for s in r.steps if s["name"] == "verify"), None)
     status = ({"ok": "passed", "reused": "passed", "failed": "FAILED"}.get(verify, "not run") if verify
               else ("passed" if r.passed else "FAILED"))
-    gpu = r.verify.get(GPU_CHECK)
-    if status == "passed" and isinstance(gpu, str) and gpu.startswith("skipped: "):
-        status += f" ({gpu.removeprefix('skipped: ')})"
-    return status
+    # each torch's "gpu" check (prefixed "torch V: " when a stable wheel is verified under several)
+    skipped = sorted({v.removeprefix("skipped: ") for k, v in r.verify.items()
+                      if (k == GPU_CHECK or k.endswith(f": {GPU_CHECK}")) and isinstance(v, str)
+                      and v.startswith("skipped: ")})
+    return f"{status} ({'; '.join(skipped)})" if status == "passed" and skipped else status
 
 
 GPU_CHECK = "gpu"  # verify's check of whether a CUDA wheel's kernels ran (wheelci.verify)
