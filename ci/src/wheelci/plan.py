@@ -493,7 +493,7 @@ def format_plan(plan: Plan) -> str:
         ("cuda", plan.cuda or "none (CPU build)"),
         ("torch", f"{plan.torch} from {plan.torch_index_url or 'pip sources'}"
                   + (" (also PyPI's default build)" if plan.torch_on_pypi else "")
-                  + f"; {plan.engine.torch_source}"),
+                  + f"; {_build_env_state(plan)}"),
         ("cudnn", plan.cudnn_requirement or "-"),
         ("engine", plan.engine),
         ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]"),
@@ -516,6 +516,16 @@ def format_plan(plan: Plan) -> str:
     lines += ["environment:"] + [f"  {k}={v}" for k, v in shown["environment"].items()]
     lines += [f"note: {n}" for n in plan.notes]
     return secret.redact("\n".join(lines))
+
+
+def _build_env_state(plan: Plan) -> str:
+    """Where the compile's torch comes from: the image's pip, or a host environment that is there or is not."""
+    if plan.engine.container:
+        return plan.engine.torch_source
+    from wheelci.compile.host import torch_spec
+    from wheelci.compile.hostenv import env_state
+
+    return env_state(torch_spec(plan))
 
 
 def _run_rows(plan: Plan) -> list[tuple[str, str]]:
