@@ -418,3 +418,24 @@ def test_the_dry_run_says_a_build_environment_is_reused_only_when_one_is_there(t
     r = run_stage("ci.build", "--cpu", "--engine", "host", "--dry-run", env={"CUDA_WHEEL_CI_CACHE": str(cache)})
     (row,) = [line for line in r.stdout.splitlines() if line.startswith("torch ")]
     assert f"the cached build environment {root} (torch 2.13.0+cpu), reused" in row
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_setup_py_only_project_is_refused_at_once_for_a_container_build(tmp_path, dry_run):
+    """With an engine there, the README's CUDA command spent minutes on a project without pyproject.toml,
+    then stopped with "no pyproject.toml" and no next step. Refused in the plan, before anything is made."""
+    import shutil
+    from tests._wheels import run_stage
+
+    project = tmp_path / "legacy"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "tiny_ext", project)
+    (project / "pyproject.toml").unlink()
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    args = ["--dry-run"] if dry_run else ["-w", out]
+    r = run_stage("ci.build", project, "--cuda", "13.0", "--engine", "docker", *args,
+                  env={"CUDA_WHEEL_CI_CACHE": str(cache)})
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "setup.py without a pyproject.toml" in r.stderr and "--engine host" in r.stderr, r.stderr
+    assert "[build-system] requires lists setuptools and torch" in r.stderr and "Traceback" not in r.stderr
+    assert not cache.exists() and not out.exists() and not r.stdout  # nothing made, no plan printed
+    assert not (project / "pyproject.toml").exists() and not (project / "build").exists()

@@ -313,6 +313,10 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
                    backend=project.backend, tool_constraints=list(tools.pins),
                    build_requires=list(project.build_requires),
                    notes=[*plan.notes, *tools.set_aside], ccache_dir=str(machine.ccache))
+    if plan.engine.container and not project.pyproject:  # before any image or environment work, not minutes in
+        raise CiError(f"{plan.project_dir}: setup.py without a pyproject.toml: the {plan.engine} build (cibuildwheel) "
+                      "takes a project with one; add a pyproject.toml whose [build-system] requires lists "
+                      "setuptools and torch, or build on this machine with --engine host")
     if request.stable_abi is not None:
         plan = _with_stable(plan, plan_stable(matrix, request.stable_abi, plan.cuda, plan.torch))
     if run.excludes or plan.stable:  # --exclude and [tool.ci] exclude reach the container's repair too
