@@ -184,9 +184,23 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
                 else:
                     log.info(f"running the test command: {test_command}")
                     checks.update(run_test_command(test_command, python, project_dir, wheel, tmp, build_dir))
-    if _device_code(wheel) and str(checks.get("gpu", "")).startswith("none"):
-        checks["gpu"] = "skipped: " + no_gpu(checks)  # "passed" alone would claim the kernels were checked
+    if _device_code(wheel):
+        _cuda_wheel_outcomes(checks)
     return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
+
+
+def _cuda_wheel_outcomes(checks: dict[str, object]) -> None:
+    """A CUDA wheel's checks say what its torch left out: under a CPU torch a failed import or load names
+    that torch (its CUDA libraries come with a CUDA torch's nvidia-* wheels), and without a GPU "passed"
+    says the kernels did not run."""
+    if checks.get("gpu") == "none: a CPU torch":
+        why = (f" (torch {checks.get('torch')} is a CPU build, without the CUDA libraries this CUDA wheel needs: "
+               "verify it over a CUDA torch)")
+        for key, value in checks.items():
+            if key.startswith(("import ", "load ")) and isinstance(value, str) and value.startswith("FAILED"):
+                checks[key] = value + why
+    if str(checks.get("gpu", "")).startswith("none"):
+        checks["gpu"] = "skipped: " + no_gpu(checks)  # "passed" alone would claim the kernels were checked
 
 
 def _device_code(wheel: Path) -> bool:
