@@ -97,7 +97,7 @@ def test_report_files_and_job_summary(cpu_build, tmp_path, monkeypatch):
     (lib, needed), = data["wheels"][0]["needed"].items()
     assert lib.endswith(".so") and "libc10.so" in needed
     md = md_path.read_text()
-    assert f"`{cpu_build.wheel.name}`" in md and "| ops_cpu | ok |" in md and "(passed)" in md
+    assert f"`{cpu_build.wheel.name}`" in md and "| ops_cpu | ok |" in md and "Verify **passed**" in md
     assert summary.read_text() == "earlier step\n" + md
 
 
