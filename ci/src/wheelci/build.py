@@ -136,6 +136,14 @@ def make_build_plan(args, project: "Project", settings) -> "Plan":
                      env=os.environ, facts=facts, project=project)
 
 
+def host_env_state(plan: "Plan") -> str:
+    """The dry run's word on the host build environment: reused only where a usable one is cached."""
+    from wheelci.compile.host import torch_spec
+    from wheelci.compile.hostenv import env_state
+
+    return env_state(torch_spec(plan))
+
+
 def build_project(args, project: "Project", settings) -> int:
     from wheelci.plan import format_plan
 
@@ -145,7 +153,7 @@ def build_project(args, project: "Project", settings) -> int:
         if args.json:
             cli.emit_json(plan.to_json())
         else:
-            print(format_plan(plan))
+            print(format_plan(plan, build_env=None if plan.engine.container else host_env_state(plan)))
         return 0
     if args.wheel_dir is None:
         raise CiError("-w/--wheel-dir is required unless --dry-run")

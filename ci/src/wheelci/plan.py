@@ -489,15 +489,16 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Ma
                 if not resolved.container else None)  # an image has no toolkit to hide
 
 
-def format_plan(plan: Plan) -> str:
-    """The human-readable --dry-run summary: everything the run uses, secrets masked."""
+def format_plan(plan: Plan, build_env: str | None = None) -> str:
+    """The human-readable --dry-run summary: everything the run uses, secrets masked. `build_env`: what the
+    build does for its host environment, as the caller found it (reused or made; wheelci.compile.hostenv)."""
     shown = plan.to_json()
     rows = [
         ("project", f"{plan.project} ({plan.project_dir}), built with {plan.backend}"),
         ("cuda", plan.cuda or "none (CPU build)"),
         ("torch", f"{plan.torch} from {plan.torch_index_url or 'pip sources'}"
                   + (" (also PyPI's default build)" if plan.torch_on_pypi else "")
-                  + f"; {_build_env_state(plan)}"),
+                  + f"; {build_env or plan.engine.torch_source}"),
         ("cudnn", plan.cudnn_requirement or "-"),
         ("engine", plan.engine),
         ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]"),
@@ -520,16 +521,6 @@ def format_plan(plan: Plan) -> str:
     lines += ["environment:"] + [f"  {k}={v}" for k, v in shown["environment"].items()]
     lines += [f"note: {n}" for n in plan.notes]
     return secret.redact("\n".join(lines))
-
-
-def _build_env_state(plan: Plan) -> str:
-    """Where the compile's torch comes from: the image's pip, or a host environment that is there or is not."""
-    if plan.engine.container:
-        return plan.engine.torch_source
-    from wheelci.compile.host import torch_spec
-    from wheelci.compile.hostenv import env_state
-
-    return env_state(torch_spec(plan))
 
 
 def _run_rows(plan: Plan) -> list[tuple[str, str]]:

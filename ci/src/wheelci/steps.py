@@ -66,7 +66,7 @@ def _shown(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     # an object without a text of its own would show its repr (every field, paths as PosixPath(...)): its kind
-    return str(value) if type(value).__str__ is not object.__str__ else type(value).__name__
+    return str(value) if getattr(type(value), "__str__") is not object.__str__ else type(value).__name__
 
 
 def outputs(step: Step, state: Any) -> list[str]:
