@@ -78,7 +78,12 @@ def test_directory_cpu(tiny_cpu_build):
     assert steps["compile"]["seconds"] > 0 and steps["compile"]["outputs"][0] == "tiny_ext-0.1.0-cp311-cp311-linux_x86_64.whl"
     assert steps["write"]["outputs"] == [tiny_cpu_build.wheel.name]
     md = (tiny_cpu_build.out / "report.md").read_text()
-    assert "| step | status | seconds | outputs |" in md and "| verify | ok |" in md
+    assert "| step | status | seconds | what |" in md and "| verify | ok |" in md
+    # for people: small (the compile read thousands of headers; report.json lists them), no reprs, how to rerun
+    assert len(md.encode()) <= 16 * 1024 and "more (report.json)" in md, len(md.encode())
+    assert not re.search(r"\b[A-Z]\w*\(\w+=|PosixPath\(|\{'", md)
+    assert "Verify **passed**" in md and "To build it again: `" in md and "--cpu --torch 2.13.0 --engine host" in md
+    assert len(steps["compile"]["outputs"]) > 100  # report.json keeps every file the compile read
     # setuptools writes build/ and *.egg-info where it builds: that must be a copy, never the project
     assert not list(FIXTURE.glob("build")) and not list(FIXTURE.glob("*.egg-info"))
 
@@ -203,6 +208,10 @@ def test_a_failing_build_names_the_log_and_writes_nothing(tmp_path):
     assert not out.exists() or not list(out.glob("*.whl"))
     report = json.loads((out / "report.json").read_text())  # the report says where it stopped
     assert report["failed_step"] == "compile" and [s["status"] for s in report["steps"]] == ["ok", "ok", "failed"]
+    compiled = report["steps"][2]["seconds"]
+    assert compiled > 0 and report["build_seconds"] == compiled  # it said "Build 0 s"
+    md = (out / "report.md").read_text()
+    assert f"**Stopped at step compile** (failed after {compiled:.0f} s;" in md and "compile failed" in md
 
 
 @pytest.mark.slow

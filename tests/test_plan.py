@@ -394,3 +394,48 @@ def test_make_plan_takes_a_request_and_derived_values_are_computed_once():
     assert callers == {"plan.py"}
     plan = plan_for(None, engine="host", stable_abi="2.10", env={"PATH": os.environ["PATH"]})
     assert plan.stable_flags["CI_STABLE_ABI"] == "2.10" and plan.cpu_view is not None
+
+
+def test_the_dry_run_says_a_build_environment_is_reused_only_when_one_is_there(tmp_path):
+    """It said "the cached build environment of this torch" with none cached: the build then spent
+    minutes making one. What it claims is reused is checked as the build checks it, and nothing is made."""
+    from tests._wheels import run_stage
+    from wheelci.compile.hostenv import STAMP
+
+    cache = tmp_path / "cache"
+    r = run_stage("ci.build", "--cpu", "--engine", "host", "--dry-run", env={"CUDA_WHEEL_CI_CACHE": str(cache)})
+    assert r.returncode == 0, r.stderr
+    (row,) = [line for line in r.stdout.splitlines() if line.startswith("torch ")]
+    assert "none cached yet: this build makes one at " in row and "reused" not in row and "cached build" not in row
+    assert not cache.exists()  # the dry run made nothing
+    root = cache / "envs" / f"torch-2.13.0-cpu-py{sys.version_info.major}{sys.version_info.minor}"
+    site = root / "lib" / "site-packages"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("")
+    (root / "bin").mkdir()
+    (root / "bin" / "python").symlink_to(sys.executable)
+    (root / STAMP).write_text(json.dumps({"site": str(site), "version": "2.13.0+cpu", "cuda": None, "requires": []}))
+    r = run_stage("ci.build", "--cpu", "--engine", "host", "--dry-run", env={"CUDA_WHEEL_CI_CACHE": str(cache)})
+    (row,) = [line for line in r.stdout.splitlines() if line.startswith("torch ")]
+    assert f"the cached build environment {root} (torch 2.13.0+cpu), reused" in row
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_setup_py_only_project_is_refused_at_once_for_a_container_build(tmp_path, dry_run):
+    """With an engine there, the README's CUDA command spent minutes on a project without pyproject.toml,
+    then stopped with "no pyproject.toml" and no next step. Refused in the plan, before anything is made."""
+    import shutil
+    from tests._wheels import run_stage
+
+    project = tmp_path / "legacy"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "tiny_ext", project)
+    (project / "pyproject.toml").unlink()
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    args = ["--dry-run"] if dry_run else ["-w", out]
+    r = run_stage("ci.build", project, "--cuda", "13.0", "--engine", "docker", *args,
+                  env={"CUDA_WHEEL_CI_CACHE": str(cache)})
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "setup.py without a pyproject.toml" in r.stderr and "--engine host" in r.stderr, r.stderr
+    assert "[build-system] requires lists setuptools and torch" in r.stderr and "Traceback" not in r.stderr
+    assert not cache.exists() and not out.exists() and not r.stdout  # nothing made, no plan printed
+    assert not (project / "pyproject.toml").exists() and not (project / "build").exists()

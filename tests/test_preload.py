@@ -541,6 +541,28 @@ def test_real_cusolver_loads_per_package_only_with_preload(cusolver_sites, tmp_p
     assert ok.stdout.strip() == "ok"
 
 
+@pytest.mark.real_torch
+def test_a_cuda_library_missing_under_a_cpu_torch_says_the_torch_is_a_cpu_build(cusolver_sites, tmp_path):
+    """A cu130 wheel installed over a CPU torch failed with "cannot load libcublasLt.so.13" and no word
+    about the CPU torch; the error now says so and what to install instead."""
+    from wheelci.compile.hostenv import TorchSpec, ensure_env
+
+    cpu_site = ensure_env(TorchSpec("2.13.0", None, None, False)).site  # torch 2.13.0+cpu, no nvidia-* wheels
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    (gen / "cu_preload.py").write_text(runtime_source(preload_order(["libcublasLt.so.13"],
+                                                                    [cusolver_sites["nvidia-cublas"]])))
+    load = "import cu_preload\ntry:\n    cu_preload.preload()\nexcept ImportError as e:\n    print(e)\n"
+    for first in ("", "import torch\n"):  # before torch is imported (its metadata says +cpu), and after
+        r = run_python(first + load, [gen, cpu_site])
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("cannot load libcublasLt.so.13 (from nvidia-cublas); looked in: "), r.stdout
+        assert ("the installed torch 2.13.0+cpu is a CPU build (torch.version.cuda is None, no nvidia-* wheels): "
+                "install torch 2.13.0 with CUDA") in r.stdout, r.stdout
+    ok = run_python(load + "print('loaded')", [gen, cusolver_sites["nvidia-cublas"], cpu_site])
+    assert ok.stdout.strip() == "loaded", ok.stdout + ok.stderr  # where the library is, a CPU torch changes nothing
+
+
 @pytest.fixture(scope="module")
 def torch_sites() -> dict[str, object]:
     from tests._elfbuild import NVIDIA_WHEELS, TORCH, TORCH_PURE_DEPS, cached_install, cached_wheel

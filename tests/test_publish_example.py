@@ -80,3 +80,30 @@ def test_build_upload_chains_after_verify(cpu_torch_site, tmp_path):
         pkg = wheel.name.split("-")[0]
         err = install_and_run(tmp_path, cpu_torch_site, pkg, "--index-url", server.url + "simple/")
     assert err < 1e-12
+
+
+def test_a_rerun_of_build_upload_is_done_and_a_different_file_still_fails(cpu_torch_site, tmp_path):
+    """A rerun of `build --upload` failed on the file its first run sent, suggesting `--skip-existing`,
+    an option `build` does not take. The same bytes on the index are success; a different file under the
+    name is an error that names no option build lacks."""
+    fixture = Path(__file__).resolve().parent / "fixtures" / "tiny_ext"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TWINE_")}
+    env.update(TWINE_USERNAME=USER, TWINE_PASSWORD=TOKEN, PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring")
+    out = tmp_path / "out"
+    with PypiServer(tmp_path / "srv", USER, TOKEN) as server:
+        command = [sys.executable, "-m", "ci.build", str(fixture), "--engine", "host", "--cpu", "-w", str(out),
+                   "--upload", server.url]
+        first = _proc.run(command, capture_output=True, text=True, env=env)
+        assert first.returncode == 0, first.stderr[-3000:]
+        (wheel,) = out.glob("*.whl")
+        again = _proc.run(command, capture_output=True, text=True, env=env)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert f"skipping {wheel.name}: the index has it with the same sha256" in again.stderr
+        report = (out / "report.md").read_text()
+        assert "| upload | ok |" in report and "Verify **passed" in report
+        (server.packages / wheel.name).write_bytes(wheel.read_bytes() + b"another build")
+        other = _proc.run(command, capture_output=True, text=True, env=env)
+    assert other.returncode == 1, other.stderr[-3000:]
+    errors = [line for line in other.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and f"the index already has a different {wheel.name}" in errors[0], other.stderr[-2000:]
+    assert "--skip-existing" not in other.stderr and TOKEN not in other.stdout + other.stderr

@@ -97,7 +97,7 @@ def test_report_files_and_job_summary(cpu_build, tmp_path, monkeypatch):
     (lib, needed), = data["wheels"][0]["needed"].items()
     assert lib.endswith(".so") and "libc10.so" in needed
     md = md_path.read_text()
-    assert f"`{cpu_build.wheel.name}`" in md and "| ops_cpu | ok |" in md and "(passed)" in md
+    assert f"`{cpu_build.wheel.name}`" in md and "| ops_cpu | ok |" in md and "Verify **passed**" in md
     assert summary.read_text() == "earlier step\n" + md
 
 
@@ -252,3 +252,50 @@ def test_nothing_of_the_tests_hides_a_broken_wheel(tmp_path, case):
     checks = json.loads(r.stdout)["result"]["checks"]
     assert checks["import checked"].startswith("FAILED") and checks["requires_torch"] == "ok", checks
     assert checks["test_command"].startswith("ok"), checks  # the tests themselves passed: only the check caught it
+
+
+def test_a_cuda_wheel_verified_without_a_gpu_says_its_kernels_did_not_run(tmp_path):
+    """It said "passed": a GPU-less verify of a CUDA wheel checks imports and loads, never a kernel."""
+    from tests._wheels import build_wheel
+    from wheelci.compile.hostenv import TorchSpec, ensure_env
+
+    src = tmp_path / "kern.c"  # a library with the section nvcc writes its device code into
+    src.write_text('__attribute__((section(".nv_fatbin"), used)) const unsigned char fatbin[256] = {1};\n'
+                   "int kern(void) { return fatbin[0]; }\n")
+    lib = tmp_path / "libkern.so"
+    _proc.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, capture_output=True)
+    wheel = build_wheel(tmp_path / "w", name="gpukit", files={"gpukit/__init__.py": "", "gpukit/libkern.so":
+                        lib.read_bytes()}, requires=("torch==2.13.0",))
+    site = ensure_env(TorchSpec("2.13.0", "13.0", None, True)).site  # PyPI's CUDA torch
+    proc = run_stage("ci.verify", wheel, "--torch-site", site, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    checks = json.loads(proc.stdout)["checks"]
+    assert checks["load gpukit/libkern.so"] == "ok"
+    if Path("/dev/nvidia0").exists():
+        assert checks["gpu"].startswith("ok ("), checks["gpu"]
+    else:
+        assert checks["gpu"] == "skipped: no GPU: CUDA kernels not run", checks["gpu"]
+        r = report.BuildReport(plan={"cuda": "13.0"}, verify=checks,
+                               steps=[{"name": "verify", "status": "ok", "seconds": 9.0, "outputs": []}])
+        assert "Verify **passed (no GPU: CUDA kernels not run)**" in report.to_markdown(r)
+
+
+def test_a_cuda_wheel_verified_over_a_cpu_torch_names_that_torch(tmp_path):
+    """A cu130 wheel over a CPU torch failed with "cannot open libcublasLt.so.13" and no word about the torch."""
+    from tests._elfbuild import NVIDIA_WHEELS, cached_install, cached_wheel
+    from tests._wheels import build_wheel
+
+    cublas = cached_install(cached_wheel("nvidia-cublas", NVIDIA_WHEELS["nvidia-cublas"])) / "nvidia" / "cu13" / "lib"
+    src = tmp_path / "kern.c"  # device code, and a NEEDED that a CUDA torch's nvidia-cublas wheel provides
+    src.write_text('__attribute__((section(".nv_fatbin"), used)) const unsigned char fatbin[256] = {1};\n')
+    lib = tmp_path / "libkern.so"
+    _proc.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src), "-Wl,--no-as-needed", f"-L{cublas}",
+               "-l:libcublasLt.so.13"], check=True, capture_output=True)
+    wheel = build_wheel(tmp_path / "w", name="gpukit", files={"gpukit/__init__.py": "", "gpukit/libkern.so":
+                        lib.read_bytes()}, requires=("torch==2.13.0",))
+    proc = run_stage("ci.verify", wheel, "--torch-site", cpu_torch_site(), "--json")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    load = json.loads(proc.stdout)["result"]["checks"]["load gpukit/libkern.so"]
+    assert load.startswith("FAILED") and "libcublasLt.so.13" in load, load
+    assert load.endswith("(torch 2.13.0+cpu is a CPU build, without the CUDA libraries this CUDA wheel needs: "
+                         "verify it over a CUDA torch)"), load

@@ -139,6 +139,14 @@ def make_build_plan(args, project: "Project", settings) -> "Plan":
                      env=os.environ, facts=facts, project=project)
 
 
+def host_env_state(plan: "Plan") -> str:
+    """The dry run's word on the host build environment: reused only where a usable one is cached."""
+    from wheelci.compile.host import torch_spec
+    from wheelci.compile.hostenv import env_state
+
+    return env_state(torch_spec(plan))
+
+
 def build_project(args, project: "Project", settings) -> int:
     from wheelci.plan import format_plan
 
@@ -148,7 +156,7 @@ def build_project(args, project: "Project", settings) -> int:
         if args.json:
             cli.emit_json(plan.to_json())
         else:
-            print(format_plan(plan))
+            print(format_plan(plan, build_env=None if plan.engine.container else host_env_state(plan)))
         return 0
     if args.wheel_dir is None:
         raise CiError("-w/--wheel-dir is required unless --dry-run")
@@ -305,6 +313,8 @@ def write_report(b: "Build") -> None:
     failed = [s["name"] for s in b.report.steps if s["status"] in ("failed", "interrupted")]
     b.report.failed_step = failed[0] if failed else None
     b.report.passed = b.report.passed and not failed
+    if not b.report.build_seconds:  # a compile that failed (or was cut off) took its time too
+        b.report.build_seconds = sum(s["seconds"] for s in b.report.steps if s["name"] == "compile")
     json_path, md_path = report.write(b.report, b.out_dir)
     # a failure stays one error line: the report's path is shown with --verbose
     (log.debug if failed else log.info)(f"report: {md_path}" + (f" (stopped at {failed[0]})" if failed else ""))
@@ -507,6 +517,7 @@ def abi_step(b: Build) -> None:
 
 def verify_step(b: Build) -> None:
     """Each main wheel installed into a fresh venv over its torch (every torch of a stable wheel's range)."""
+    from wheelci import report
     from wheelci.verify import verify_generic
 
     start = time.monotonic()
@@ -537,7 +548,7 @@ def verify_step(b: Build) -> None:
             failures += [prefix + f for f in result.failures]
     b.report.passed = not failures
     b.report.verify_seconds = round(time.monotonic() - start, 1)
-    log.info(f"verify {'passed' if b.report.passed else 'failed'}")
+    log.info(f"verify {report.verify_status(b.report) if b.report.passed else 'failed'}")
     if failures:
         raise Finding(f"verify failed ({'; '.join(failures)}); no wheel written to {b.out_dir}")
 
@@ -557,7 +568,9 @@ def write_step(b: Build) -> None:
 def upload_step(b: Build) -> None:
     from wheelci.upload import upload
 
-    upload(b.written, repository_url=b.plan.run.upload)
+    # a rerun of the same build sends the same bytes: a file the index has with the same sha256 is done, a
+    # different file under its name still fails
+    upload(b.written, repository_url=b.plan.run.upload, skip_existing=True)
 
 
 # The build, as data. Each step names what it reads and writes of Build; the report lists each step's

@@ -55,7 +55,7 @@ class Engine(str, enum.Enum):
         """Where the compile's torch comes from, as the dry run says it."""
         if self.container:
             return "the image's pip, in each build"
-        return "the cached build environment of this torch (made on first use)"
+        return "a build environment of this torch (made on first use, then cached)"
 
 
 # The question each engine's CLI answers only when its server (daemon, or podman's storage) works.

@@ -331,6 +331,10 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
                    backend=project.backend, tool_constraints=list(tools.pins),
                    build_requires=list(project.build_requires),
                    notes=[*plan.notes, *tools.set_aside], ccache_dir=str(machine.ccache))
+    if plan.engine.container and not project.pyproject:  # before any image or environment work, not minutes in
+        raise CiError(f"{plan.project_dir}: setup.py without a pyproject.toml: the {plan.engine} build (cibuildwheel) "
+                      "takes a project with one; add a pyproject.toml whose [build-system] requires lists "
+                      "setuptools and torch, or build on this machine with --engine host")
     if request.stable_abi is not None:
         plan = _with_stable(plan, plan_stable(matrix, request.stable_abi, plan.cuda, plan.torch))
     if run.excludes or plan.stable:  # --exclude and [tool.ci] exclude reach the container's repair too
@@ -551,15 +555,16 @@ def arch_notes(matrix: mx.Matrix, archs: tuple[str, ...], engine: Engine, facts:
     return notes
 
 
-def format_plan(plan: Plan) -> str:
-    """The human-readable --dry-run summary: everything the run uses, secrets masked."""
+def format_plan(plan: Plan, build_env: str | None = None) -> str:
+    """The human-readable --dry-run summary: everything the run uses, secrets masked. `build_env`: what the
+    build does for its host environment, as the caller found it (reused or made; wheelci.compile.hostenv)."""
     shown = plan.to_json()
     rows = [
         ("project", f"{plan.project} ({plan.project_dir}), built with {plan.backend}"),
         ("cuda", plan.cuda or "none (CPU build)"),
         ("torch", f"{plan.torch} from {plan.torch_index_url or 'pip sources'}"
                   + (" (also PyPI's default build)" if plan.torch_on_pypi else "")
-                  + f"; {plan.engine.torch_source}"),
+                  + f"; {build_env or plan.engine.torch_source}"),
         ("cudnn", plan.cudnn_requirement or "-"),
         ("engine", plan.engine),
         ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]"),

@@ -57,40 +57,129 @@ def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "
     return WheelReport(path.name, name.tag, path.stat().st_size, needed, sorted(excluded or []), requires, role)
 
 
-def to_markdown(r: BuildReport) -> str:
+# report.md is read by people (and shown as a CI job's summary, which GitHub caps at 1 MiB): what was built,
+# where, each step's status, time and one line of why, how to run it again. Whatever is long (the files a
+# compile read, every test's outcome) stays whole in report.json and is counted here.
+SHOWN_OUTPUTS = 3  # a step's outputs named in its row; more are counted
+SHOWN_CHECKS = 40  # verify rows (every failure is shown; the rest up to this many)
+SHOWN_LIBRARIES = 8  # libraries whose NEEDED are listed, per wheel
+CELL = 240  # characters of one table cell
+
+
+def to_markdown(r: BuildReport, out_dir: Path | None = None) -> str:
     plan = r.plan
+    lines = [f"## {plan.get('project') or 'Wheels'}: {_target(plan)}, torch {plan.get('torch')}, "
+             f"engine {plan.get('engine')}", "", _outcome(r)]
+    if out_dir is not None:
+        lines.append(f"Wheels and this report in `{out_dir}`" + (f"; build tree (logs, what the next build reuses) "
+                                                                 f"`{r.work_dir}`." if r.work_dir else "."))
+    reused = [s["name"] for s in r.steps if s["status"] == "reused"]
+    if reused:
+        lines.append(f"Reused from the last build, its inputs unchanged: {', '.join(reused)} (`--fresh` runs them).")
+    if r.wheels:
+        lines += ["", "| wheel | role | size | requires | left to torch/CUDA (declared instead) |", "|---|---|---:|---|---|"]
+        lines += [f"| `{w.name}` | {w.role} | {format_size(w.size)} | {_cell(', '.join(w.requires) or '-')} "
+                  f"| {_cell(', '.join(w.excluded) or '-')} |" for w in r.wheels]
+    if r.steps:
+        lines += ["", "| step | status | seconds | what |", "|---|---|---:|---|"]
+        lines += [f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {_step_line(s)} |" for s in r.steps]
+    if r.verify:
+        lines += ["", "| verify check | outcome |", "|---|---|", *_check_rows(r.verify)]
+    for w in r.wheels:
+        libs = list(w.needed.items())
+        lines += [f"\n`{lib}` NEEDs: {_cell(', '.join(needed), 1000)}" for lib, needed in libs[:SHOWN_LIBRARIES]]
+        if len(libs) > SHOWN_LIBRARIES:
+            lines.append(f"\n{len(libs) - SHOWN_LIBRARIES} more libraries of `{w.name}`: their NEEDED in report.json.")
+    lines += [f"\n> {_cell(n, 1000)}" for n in r.notes]
+    lines += ["", "To build it again: `" + reproduce(plan, out_dir) + "`"]
+    return "\n".join(lines) + "\n"
+
+
+def _target(plan: dict) -> str:
+    return f"CUDA {plan['cuda']}" if plan.get("cuda") else "CPU"
+
+
+def verify_status(r: BuildReport) -> str:
+    """verify's own outcome (an upload that failed after it does not make it FAILED), with what a
+    GPU-less run could not check."""
     verify = next((s["status"] for s in r.steps if s["name"] == "verify"), None)
-    # the verify step's own outcome: an upload that failed after it does not make verify FAILED
     status = ({"ok": "passed", "reused": "passed", "failed": "FAILED"}.get(verify, "not run") if verify
               else ("passed" if r.passed else "FAILED"))
-    reused = [s["name"] for s in r.steps if s["status"] == "reused"]
-    lines = [
-        f"## Wheels: CUDA {plan.get('cuda') or 'none (CPU)'}, torch {plan.get('torch')}, engine {plan.get('engine')}",
-        "",
-        f"Build {r.build_seconds:.0f} s; verify {r.verify_seconds:.0f} s ({status}).",
-        *([f"Reused from the last build, its inputs unchanged: {', '.join(reused)} (`--fresh` runs them)."]
-          if reused else []),
-        "",
-        "| wheel | role | size | excluded (declared instead) | requires |",
-        "|---|---|---:|---|---|",
-    ]
-    for w in r.wheels:
-        lines.append(f"| `{w.name}` | {w.role} | {format_size(w.size)} | {', '.join(w.excluded) or '-'} "
-                     f"| {', '.join(w.requires) or '-'} |")
-    for w in r.wheels:
-        for lib, needed in w.needed.items():
-            lines += ["", f"`{lib}` NEEDs: {', '.join(needed)}"]
-    if r.steps:
-        lines += ["", "| step | status | seconds | outputs |", "|---|---|---:|---|"]
-        lines += [f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | "
-                  f"{', '.join(f'`{o}`' for o in s['outputs']) or (s.get('error') or '-')} |" for s in r.steps]
+    # each torch's "gpu" check (prefixed "torch V: " when a stable wheel is verified under several)
+    skipped = sorted({v.removeprefix("skipped: ") for k, v in r.verify.items()
+                      if (k == GPU_CHECK or k.endswith(f": {GPU_CHECK}")) and isinstance(v, str)
+                      and v.startswith("skipped: ")})
+    return f"{status} ({'; '.join(skipped)})" if status == "passed" and skipped else status
+
+
+GPU_CHECK = "gpu"  # verify's check of whether a CUDA wheel's kernels ran (wheelci.verify)
+
+
+def _outcome(r: BuildReport) -> str:
+    """One line: did it work, how long each part took (the steps' own times, so a failed build's are real)."""
+    total = sum(s["seconds"] for s in r.steps)
+    compile_seconds = max([r.build_seconds, *(s["seconds"] for s in r.steps if s["name"] == "compile")])
+    verify_seconds = max([r.verify_seconds, *(s["seconds"] for s in r.steps if s["name"] == "verify")])
+    times = f"{total:.0f} s in all: compile {compile_seconds:.0f} s, verify {verify_seconds:.0f} s"
+    failed = next((s for s in r.steps if s["status"] in ("failed", "interrupted")), None)
+    if failed is not None:
+        return (f"**Stopped at step {failed['name']}** ({failed['status']} after {failed['seconds']:.0f} s; "
+                f"{times}): {_cell(_first_line(failed.get('error')) or 'interrupted')}")
     if r.failed_step:
-        lines += ["", f"Stopped at step **{r.failed_step}**."]
-    if r.verify:
-        lines += ["", "| verify check | outcome |", "|---|---|"]
-        lines += [f"| {k} | {v} |" for k, v in r.verify.items()]
-    lines += [f"\n> {n}" for n in r.notes]
-    return "\n".join(lines) + "\n"
+        return f"**Stopped at step {r.failed_step}** ({times})."
+    return f"Verify **{verify_status(r)}**; {times}."
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+
+
+def _cell(text: object, width: int = CELL) -> str:
+    """One Markdown table cell: one line, pipes escaped, cut at width characters."""
+    shown = " ".join(str(text).split()).replace("|", "\\|")
+    return shown if len(shown) <= width else shown[:width - 1] + "…"
+
+
+def _step_line(step: dict) -> str:
+    """What a step did, in one line: its error, else its first outputs and how many more report.json lists."""
+    if step.get("error"):
+        return _cell(_first_line(step["error"]))
+    outputs = [str(o) for o in step.get("outputs") or []]
+    named = ", ".join(f"`{_cell(o, 100)}`" for o in outputs[:SHOWN_OUTPUTS])
+    more = len(outputs) - SHOWN_OUTPUTS
+    return (named + (f" and {more:,} more (report.json)" if more > 0 else "")) or "-"
+
+
+def _check_rows(checks: dict) -> list[str]:
+    """Every failed check, then the others up to SHOWN_CHECKS rows; the rest counted."""
+    def shown(v: object) -> str:
+        return ", ".join(map(str, v)) or "-" if isinstance(v, list) else str(v)
+
+    failed = [k for k, v in checks.items() if isinstance(v, str) and v.startswith("FAILED")]
+    keep = set(failed) | set([k for k in checks if k not in failed][:max(SHOWN_CHECKS - len(failed), 0)])
+    rows = [f"| {_cell(k, 120)} | {_cell(shown(v))} |" for k, v in checks.items() if k in keep]
+    if len(checks) > len(keep):
+        rows.append(f"| {len(checks) - len(keep):,} more checks | in report.json |")
+    return rows
+
+
+def reproduce(plan: dict, out_dir: Path | None = None) -> str:
+    """The command that makes this build again, from the plan's own values (build variables are not
+    shown: they may be secrets; [tool.ci] env supplies the project's)."""
+    from wheelci.cli import command
+
+    words = [command("build"), str(plan.get("project_dir") or ".")]
+    words += ["--cuda", str(plan["cuda"])] if plan.get("cuda") else ["--cpu"]
+    words += ["--torch", str(plan.get("torch")), "--engine", str(plan.get("engine"))]
+    if plan.get("cuda") and plan.get("arch_list"):
+        words += ["--arch-list", f"\"{plan['arch_list']}\""]
+    if plan.get("python") and plan.get("engine") != "host":  # the host builds for the Python that runs it
+        words += ["--python", ",".join(plan["python"])]
+    if isinstance(plan.get("stable"), dict) and plan["stable"].get("target"):
+        words += ["--stable-abi", str(plan["stable"]["target"])]
+    if plan.get("variants"):
+        words.append("--variant")
+    return " ".join(words + ["-w", str(out_dir or "wheelhouse")])
 
 
 def write(r: BuildReport, out_dir: Path) -> tuple[Path, Path]:
@@ -98,7 +187,7 @@ def write(r: BuildReport, out_dir: Path) -> tuple[Path, Path]:
     data = secret.redact_data(asdict(r))  # the workflow uploads these as artifacts: no log masking there
     json_path, md_path = out_dir / "report.json", out_dir / "report.md"
     write_text(json_path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    md = secret.redact(to_markdown(r))
+    md = secret.redact(to_markdown(r, out_dir))
     write_text(md_path, md)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:

@@ -63,7 +63,10 @@ def _shown(value: Any) -> Any:
         return value[0].name  # (wheel, role)
     if isinstance(value, (list, tuple)):
         return [_shown(v) for v in value]
-    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    # an object without a text of its own would show its repr (every field, paths as PosixPath(...)): its kind
+    return str(value) if getattr(type(value), "__str__") is not object.__str__ else type(value).__name__
 
 
 def outputs(step: Step, state: Any) -> list[str]:

@@ -176,21 +176,50 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
         checks.update(_probe(python, site, {"imports": importables(names), "libraries": libraries(names)}, tmp))
         if not test_command:
             checks["test_command"] = "skipped: none given ([tool.ci] test-command or --test-command)"
-            return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
-        with requirements_for_tests(python, site, list(test_requires), torch_site,
-                                    WheelName.parse(wheel.name).distribution) as failed:
-            if failed is not None:
-                checks["test_requires"] = failed
-            else:
-                log.info(f"running the test command: {test_command}")
-                checks.update(run_test_command(test_command, python, project_dir, wheel, tmp, build_dir))
+        else:
+            with requirements_for_tests(python, site, list(test_requires), torch_site,
+                                        WheelName.parse(wheel.name).distribution) as failed:
+                if failed is not None:
+                    checks["test_requires"] = failed
+                else:
+                    log.info(f"running the test command: {test_command}")
+                    checks.update(run_test_command(test_command, python, project_dir, wheel, tmp, build_dir))
+    if _device_code(wheel):
+        _cuda_wheel_outcomes(checks)
     return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
+
+
+def _cuda_wheel_outcomes(checks: dict[str, object]) -> None:
+    """A CUDA wheel's checks say what its torch left out: under a CPU torch a failed import or load names
+    that torch (its CUDA libraries come with a CUDA torch's nvidia-* wheels), and without a GPU "passed"
+    says the kernels did not run."""
+    if checks.get("gpu") == "none: a CPU torch":
+        why = (f" (torch {checks.get('torch')} is a CPU build, without the CUDA libraries this CUDA wheel needs: "
+               "verify it over a CUDA torch)")
+        for key, value in checks.items():
+            if key.startswith(("import ", "load ")) and isinstance(value, str) and value.startswith("FAILED"):
+                checks[key] = value + why
+    if str(checks.get("gpu", "")).startswith("none"):
+        checks["gpu"] = "skipped: " + no_gpu(checks)  # "passed" alone would claim the kernels were checked
+
+
+def _device_code(wheel: Path) -> bool:
+    from wheelci.native.elf import device_code
+
+    return bool(device_code(wheel))
+
+
+def no_gpu(checks: dict[str, object]) -> str:
+    """What a verify of a CUDA wheel without a GPU did not check, as its outcome says it."""
+    skipped = sum(1 for k, v in checks.items() if k.startswith("test ") and str(v).startswith("skipped"))
+    return ("no GPU: " + (f"{skipped} test{'s' if skipped != 1 else ''} skipped, " if skipped else "")
+            + "CUDA kernels not run")
 
 
 def _own_checks(got: object, request: dict) -> dict | None:
     """The probe's result when it is exactly the checks the request asks for: what a module it imported
     printed never adds or overrides another check (`requires_torch`, `install`)."""
-    keys = {"torch", "torch_ops", *(f"import {n}" for n in request["imports"]),
+    keys = {"torch", "torch_ops", "gpu", *(f"import {n}" for n in request["imports"]),
             *(f"load {rel}" for rel in request["libraries"])}
     return got if isinstance(got, dict) and set(got) == keys else None
 

@@ -59,6 +59,9 @@ class BuildEnv:
     torch_cuda: str | None
     requires: list[str]  # torch's Requires-Dist, for the repair stage (cuDNN pin)
 
+    def __str__(self) -> str:
+        return f"torch {self.torch_version} in {self.root}"
+
 
 def reachable(url: str, timeout: float = 5.0) -> bool:
     """Can we open a TCP connection to the URL's host? A closed network fails at once (DNS), so
@@ -189,11 +192,26 @@ def cached_env(root: Path, create: Callable[[Path], dict]) -> BuildEnv:
         return env
 
 
+def env_root(spec: TorchSpec) -> Path:
+    """Where the build venv of this torch variant and this Python is cached."""
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return cache_dir() / "envs" / f"torch-{spec.version}-{spec.variant}-{tag}"
+
+
 def ensure_env(spec: TorchSpec) -> BuildEnv:
     """Create (or reuse) the cached build venv for this torch variant and this Python (see cached_env)."""
-    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
-    root = cache_dir() / "envs" / f"torch-{spec.version}-{spec.variant}-{tag}"
-    return cached_env(root, lambda where: create_env(where, spec))
+    return cached_env(env_root(spec), lambda where: create_env(where, spec))
+
+
+def env_state(spec: TorchSpec) -> str:
+    """What a build will do for its environment, as the dry run says it: reuse the one cached (checked as
+    cached_env checks it, nothing made), or make it."""
+    root = env_root(spec)
+    env, why = _load_env(root)
+    if env is not None:
+        return f"the cached build environment {root} (torch {env.torch_version}), reused"
+    return (f"none cached yet: this build makes one at {root}" if why == "missing"
+            else f"the cached one at {root} is not usable ({why}): this build makes it again")
 
 
 def create_env(root: Path, spec: TorchSpec, installer: str = "auto") -> dict:

@@ -239,6 +239,7 @@ class Project:
     backend: Backend = Backend.SCIKIT_BUILD_CORE
     settings: Settings = field(default_factory=Settings)  # [tool.ci], before command-line options
     root: Path = Path(".")  # the directory built
+    pyproject: bool = True  # False: setup.py alone, no pyproject.toml
 
     @classmethod
     def read(cls, project_dir: Path) -> "Project":
@@ -298,14 +299,14 @@ def read_project(project_dir: Path) -> Project:
     path = project_dir / "pyproject.toml"
     data = load_pyproject(project_dir)
     kind = _backend_of(data, project_dir)
-    data = data or {}
+    has_pyproject, data = data is not None, data or {}
     settings = _settings_of(data, path)
     system, meta, tool = (_table(data, key, path) for key in ("build-system", "project", "tool"))
     name = meta.get("name")
     if not name and (project_dir / "setup.py").is_file():
         # setup.py names the project (a PEP 518-only pyproject.toml, or none): known once built
         return Project(project_dir.resolve().name, "", _build_requires(system, ["setuptools", "wheel"], path), [],
-                       "", kind, settings, project_dir)
+                       "", kind, settings, project_dir, pyproject=has_pyproject)
     if not name:
         raise CiError(f"{path} has no [project] name")
     if not isinstance(name, str):

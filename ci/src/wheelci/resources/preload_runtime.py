@@ -7,16 +7,12 @@ and a library whose dependencies live in another wheel fails to load. Once a lib
 SONAME is loaded, the dynamic linker satisfies any later DT_NEEDED of that name with it, so
 loading the dependencies first, in topological order and with RTLD_GLOBAL, works in any layout.
 
-A library that fails to load because one of its own dependencies is missing (a wheel the
-generator was not shown) gets a second chance: the missing name, which the dynamic linker's error
-gives, is looked up in the layouts other wheels use under each sys.path entry (nvidia/<pkg>/lib,
-nvidia/cu<major>/lib, <dist>.libs, <pkg>/lib), loaded, and the library retried.
-
-With STRICT false (split-off libraries), a library that is there but still cannot be loaded (a
-dependency from another wheel that the package itself loads later, as torch does) is left to the
-package's own loading, as before the split, instead of failing the import; a library that is not
-there at all (a companion wheel missing) still fails, naming where it looked.
-
+A library whose own dependency is missing (a wheel the generator was not shown) gets a second
+chance: the name the dynamic linker's error gives is looked up in other wheels' layouts under each
+sys.path entry (nvidia/<pkg>/lib, nvidia/cu<major>/lib, <dist>.libs, <pkg>/lib) and loaded first.
+With STRICT false (split-off libraries), a library that is there but cannot load (its dependency is
+loaded later by the package, as torch's are) is left to the package; one not there at all (a
+companion wheel missing) still fails, naming where it looked and, under a CPU torch, that torch.
 Stdlib only; safe to call from several threads and more than once.
 """
 
@@ -36,8 +32,7 @@ STRICT = True
 # Under a torch of another CUDA major its libraries would fail to load, or load a second CUDA runtime.
 VARIANT = None
 
-# Where other wheels keep their libraries, under a sys.path entry.
-_LAYOUTS = ("nvidia/*/lib", "*.libs", "*/lib")
+_LAYOUTS = ("nvidia/*/lib", "*.libs", "*/lib")  # where other wheels keep their libraries, under a sys.path entry
 _MISSING = re.compile(r"(\S+?): cannot open shared object file")
 
 _lock = threading.Lock()
@@ -47,7 +42,6 @@ _handles = []  # type: list[ctypes.CDLL]  # keeps the loaded libraries reference
 
 class PreloadError(ImportError):
     """A library this package needs was found nowhere it looked, or found but failed to load."""
-
     found = False  # True: a file was there, but it (or a dependency of it) failed to load
 
 
@@ -108,8 +102,7 @@ def _open(path, tried=None):
 
 def _load(soname, filename, distribution, dirs):
     """Load one library; return its path, or raise PreloadError listing where it looked."""
-    looked, errors = [], []
-    candidates = []
+    looked, errors, candidates = [], [], []
     for entry in sys.path:
         if not isinstance(entry, str):  # bytes or other objects some tools put there
             continue
@@ -136,11 +129,24 @@ def _load(soname, filename, distribution, dirs):
     except OSError as e:
         errors.append(str(e))
     error = PreloadError(
-        "cannot load %s%s; looked in: %s%s" % (
+        "cannot load %s%s; looked in: %s%s%s" % (
             soname, " (from %s)" % distribution if distribution else "", "; ".join(looked),
-            "; errors: " + "; ".join(errors) if errors else ""))
+            "; errors: " + "; ".join(errors) if errors else "", _cpu_torch(distribution)))
     error.found = found
     raise error
+
+
+def _cpu_torch(distribution):
+    """The next step when a CUDA library is missing because the installed torch is a CPU build."""
+    from importlib import metadata
+    try:  # not a CUDA wheel's library, no torch, or a sys.path that metadata cannot read (bytes): nothing to add
+        version = metadata.version("torch") if (distribution or "").startswith("nvidia") else ""
+        cpu = "+cpu" in version or getattr(getattr(sys.modules.get("torch"), "version", None), "cuda", "") is None
+    except Exception:
+        return ""
+    return ("; the installed torch %s is a CPU build (torch.version.cuda is None, no nvidia-* wheels): install torch"
+            " %s with CUDA (PyPI's default, or the PyTorch index of this wheel's +cuXY)" % (
+                version, version.split("+")[0])) if version and cpu else ""
 
 
 class VariantError(ImportError):

@@ -3,7 +3,8 @@
     python -I verify_probe.py SITE_PACKAGES '{"imports": [NAME...], "libraries": [PATH...]}'
 
 Prints one JSON line: each name imported (after torch), each shared library loaded (paths relative to
-SITE_PACKAGES), the torch it ran with, and the torch.ops namespaces that importing them registered.
+SITE_PACKAGES), the torch it ran with, the torch.ops namespaces that importing them registered, and
+whether a CUDA device is there to run kernels on.
 Run with -I: this file's directory must not shadow what the wheel installs.
 """
 
@@ -19,6 +20,15 @@ def namespaces():
     import torch
 
     return {name.split("::")[0] for name in torch._C._dispatch_get_all_op_names()}
+
+
+def gpu(torch):
+    """Whether CUDA kernels can run here: a CPU torch, a CUDA torch without a device, or the device."""
+    if torch.version.cuda is None:
+        return "none: a CPU torch"
+    if not torch.cuda.is_available():
+        return f"none: no CUDA device (torch for CUDA {torch.version.cuda})"
+    return f"ok ({torch.cuda.get_device_name(0)})"
 
 
 def main(site, probe):
@@ -40,6 +50,7 @@ def main(site, probe):
             result = f"FAILED: {e}"
         checks[f"load {rel}"] = result
     checks["torch_ops"] = sorted(namespaces() - before)
+    checks["gpu"] = gpu(torch)
     print(json.dumps(checks))
 
 
