@@ -183,6 +183,9 @@ def run(b: "Build") -> int:
 
 
 def _run(b: "Build") -> int:
+    from wheelci.util.cache import mark_used, max_size
+
+    cap = max_size(os.environ)  # a bad $WHEELCI_CACHE_MAX_SIZE is bad input now, not after the build
     made_out = not b.out_dir.exists()
     b.out_dir.mkdir(parents=True, exist_ok=True)
     temporary = b.args.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
@@ -193,6 +196,7 @@ def _run(b: "Build") -> int:
         from wheelci.util.cache import cache_dir
 
         b.work = kept_tree(cache_dir("builds"), b.project_dir, b.plan)
+        mark_used(b.work)  # a prune from now on leaves it: used since its scan
     else:
         b.work = b.args.work_dir
     keep = b.args.keep_work or not temporary
@@ -201,12 +205,27 @@ def _run(b: "Build") -> int:
 
         with locked_dir(b.work, f"the build tree {b.work.name}") as b.lock_fd:
             keep = run_in(b, made_out) or keep
+            if b.args.work_dir is None and not temporary:
+                mark_used(b.work)  # its size now
+            keep_cache_under(cap)
     finally:
         if not keep:
             shutil.rmtree(b.work, ignore_errors=True)
     if b.args.json:
         cli.emit_json(asdict(b.report))
     return 0
+
+
+def keep_cache_under(cap: int | None) -> None:
+    """The cache cap at a build's end (wheelci.util.cache): least recently used entries no build holds go
+    once the cache is over it; this build's own tree and environments are held, so they stay."""
+    from wheelci.util.cache import MAX_SIZE_VARIABLE, cache_dir, keep_under
+    from wheelci.util.sizes import format_size
+
+    pruned = keep_under(cache_dir(), cap)
+    if pruned is not None and pruned.removed:
+        log.info(f"cache over {format_size(cap or 0)} (${MAX_SIZE_VARIABLE}): removed {len(pruned.removed)} least "
+                 f"recently used entries, {format_size(pruned.before)} -> {format_size(pruned.after)}")
 
 
 def run_in(b: "Build", made_out: bool) -> bool:

@@ -193,7 +193,21 @@ def ensure_env(spec: TorchSpec) -> BuildEnv:
     """Create (or reuse) the cached build venv for this torch variant and this Python (see cached_env)."""
     tag = f"py{sys.version_info.major}{sys.version_info.minor}"
     root = cache_dir() / "envs" / f"torch-{spec.version}-{spec.variant}-{tag}"
-    return cached_env(root, lambda where: create_env(where, spec))
+    return held_env(root, lambda where: create_env(where, spec))
+
+
+def held_env(root: Path, create: Callable[[Path], dict]) -> BuildEnv:
+    """cached_env, held shared for the rest of this process (no prune removes it under the build) and
+    stamped used; made again where a prune removed it between the two."""
+    from wheelci.util.cache import mark_used
+    from wheelci.util.lock import held_for_process
+
+    for _ in range(3):
+        env = cached_env(root, create)
+        if held_for_process(root, f"the build environment {root.name}"):
+            mark_used(root)
+            return env
+    raise CiError(f"the build environment {root} was removed by other runs three times while this one used it")
 
 
 def create_env(root: Path, spec: TorchSpec, installer: str = "auto") -> dict:
