@@ -213,6 +213,9 @@ def test_a_build_prunes_only_when_over_the_cap_and_a_bad_cap_is_one_line(root, t
     new = make_env(root, "torch-2.13.0-cpu-py311", os.urandom(2 * MIB), used=2_000)
     keep_cache_under(8 * MIB)
     assert old.is_dir() and new.is_dir()
+    size = cache.recorded_size(new)
+    cache.mark_used(new, measure=False)  # as a build uses an environment: the stamp's size, no walk
+    assert cache.recorded_size(new) == size and size >= 2 * MIB
     keep_cache_under(3 * MIB)
     assert not old.exists() and new.is_dir()
     keep_cache_under(None)  # WHEELCI_CACHE_MAX_SIZE=none
@@ -223,3 +226,16 @@ def test_a_build_prunes_only_when_over_the_cap_and_a_bad_cap_is_one_line(root, t
     assert r.returncode == 2 and "WHEELCI_CACHE_MAX_SIZE: not a size: 'lots'" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr and not out.exists()
     assert not (root / "builds").exists()  # refused before the build made anything
+
+
+def test_an_entry_from_before_stamps_is_measured_once_and_keeps_its_age(root):
+    from wheelci.build import keep_cache_under
+
+    legacy = root / "builds" / "0123456789abcdef0123"
+    (legacy / "build").mkdir(parents=True)
+    (legacy / "build" / "a.o").write_bytes(os.urandom(MIB))
+    os.utime(legacy, (1_000, 1_000))
+    keep_cache_under(100 * MIB)  # under the cap: nothing removed, its size recorded for the next build
+    assert json.loads((legacy / cache.USED).read_text())["size"] >= MIB
+    (entry,) = cache.scan(root)
+    assert entry.last_used_ns == 1_000 * 10**9  # last used when it was last written, as before the stamp

@@ -196,7 +196,7 @@ def _run(b: "Build") -> int:
         from wheelci.util.cache import cache_dir
 
         b.work = kept_tree(cache_dir("builds"), b.project_dir, b.plan)
-        mark_used(b.work)  # a prune from now on leaves it: used since its scan
+        mark_used(b.work, measure=False)  # a prune from now on leaves it: used since its scan
     else:
         b.work = b.args.work_dir
     keep = b.args.keep_work or not temporary
@@ -222,7 +222,11 @@ def keep_cache_under(cap: int | None) -> None:
     from wheelci.util.cache import MAX_SIZE_VARIABLE, cache_dir, keep_under
     from wheelci.util.sizes import format_size
 
-    pruned = keep_under(cache_dir(), cap)
+    try:
+        pruned = keep_under(cache_dir(), cap)
+    except OSError as e:  # the build's wheels are made: a cache that cannot be pruned is a warning
+        log.warning(f"the cache was not pruned: {cli.system_error(e)}")
+        return
     if pruned is not None and pruned.removed:
         log.info(f"cache over {format_size(cap or 0)} (${MAX_SIZE_VARIABLE}): removed {len(pruned.removed)} least "
                  f"recently used entries, {format_size(pruned.before)} -> {format_size(pruned.after)}")

@@ -205,7 +205,7 @@ def held_env(root: Path, create: Callable[[Path], dict]) -> BuildEnv:
     for _ in range(3):
         env = cached_env(root, create)
         if held_for_process(root, f"the build environment {root.name}"):
-            mark_used(root)
+            mark_used(root, measure=False)  # measured at its first use
             return env
     raise CiError(f"the build environment {root} was removed by other runs three times while this one used it")
 

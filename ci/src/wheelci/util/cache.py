@@ -89,21 +89,40 @@ def disk_usage(path: Path) -> dict[tuple[int, int], int]:
     return found
 
 
-def mark_used(entry: Path) -> None:
-    """Stamp a cache entry a build uses now: the time, and its size (what a build's cheap check sums)."""
+def mark_used(entry: Path, *, measure: bool = True) -> None:
+    """Stamp a cache entry a build uses now: the time, and its size (what a build's cheap check sums).
+    measure=False keeps the size the stamp recorded, where it has one: for entries that do not change
+    once made (an environment, a layer), so using one costs no walk of its files."""
     from wheelci.util.atomic import write_text
 
     if entry.is_dir() and not entry.is_symlink():
-        write_text(entry / USED, json.dumps({"size": sum(disk_usage(entry).values())}))
+        size = None if measure else _stamped_size(entry)
+        size = sum(disk_usage(entry).values()) if size is None else size
+        write_text(entry / USED, json.dumps({"size": size}))
 
 
-def recorded_size(entry: Path) -> int:
-    """The size the entry's stamp recorded, else (never stamped) measured."""
+def _stamped_size(entry: Path) -> int | None:
     try:
         size = json.loads((entry / USED).read_text()).get("size")
     except (OSError, ValueError, AttributeError):
-        size = None
-    return size if isinstance(size, int) and size >= 0 else sum(disk_usage(entry).values())
+        return None
+    return size if isinstance(size, int) and size >= 0 else None
+
+
+def recorded_size(entry: Path) -> int:
+    """The size the entry's stamp recorded; else (made before stamps) measured, and recorded in a stamp
+    dated as the entry is, so the next build reads it instead of walking the entry again."""
+    from wheelci.util.atomic import atomic_path
+
+    size = _stamped_size(entry)
+    if size is not None:
+        return size
+    when = _used_ns(entry)
+    size = sum(disk_usage(entry).values())
+    with contextlib.suppress(OSError), atomic_path(entry / USED) as tmp:
+        tmp.write_text(json.dumps({"size": size}))
+        os.utime(tmp, ns=(when, when))
+    return size
 
 
 def entry_dirs(root: Path) -> Iterator[tuple[str, Path]]:
