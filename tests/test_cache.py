@@ -239,3 +239,10 @@ def test_an_entry_from_before_stamps_is_measured_once_and_keeps_its_age(root):
     assert json.loads((legacy / cache.USED).read_text())["size"] >= MIB
     (entry,) = cache.scan(root)
     assert entry.last_used_ns == 1_000 * 10**9  # last used when it was last written, as before the stamp
+
+
+def test_the_cap_is_no_input_of_the_compile():
+    """Another cap must not make the next build compile and verify again."""
+    from wheelci.build import inherited_environ
+
+    assert inherited_environ({"WHEELCI_CACHE_MAX_SIZE": "1GB", "CC": "gcc"}) == {"CC": "gcc"}
