@@ -28,6 +28,9 @@ CI_VARIABLES = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CI_IMAGE_REGISTRY", "S
                 "CI_STABLE_ABI", "CI_VERBOSE")
 for _var in CI_VARIABLES:
     os.environ.pop(_var, None)
+# The suite's builds share the machine's cache, kept under its own budget (.ci/run): a build's default cap
+# would remove the torch environments other tests are about to use. A test of the cap sets its own.
+os.environ["WHEELCI_CACHE_MAX_SIZE"] = "none"
 
 
 @dataclass(frozen=True)

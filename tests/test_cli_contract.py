@@ -181,6 +181,7 @@ FAILURES: dict[str, list[tuple[list[str], int]]] = {
     "image": [(["build", "--cuda", "10.2", "--dry-run", "--json"], 2),
               (["build", "--json"], 2)],
     "engine": [(["--json", "--no-such-option"], 2)],
+    "cache": [(["prune", "--max-size", "lots", "--json"], 2)],
 }
 CASES = [(stage, args, code) for stage, cases in FAILURES.items() for args, code in cases]
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 REFERENCE = ROOT / "docs" / "reference.md"
 STAGES_WITH_PARSERS = ("build", "plan", "repair", "check", "split", "patch", "preload", "index", "upload",
-                       "verify", "abi", "image", "engine")
+                       "verify", "abi", "image", "engine", "cache")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 

@@ -7,7 +7,7 @@ import sys
 
 # subcommand -> module: the stages a user runs, in pipeline order, then the tools around them
 STAGES = {name: name for name in ("build", "plan", "repair", "check", "split", "patch", "preload", "index",
-                                  "upload", "verify", "abi", "image", "engine", "bench")}
+                                  "upload", "verify", "abi", "image", "engine", "cache", "bench")}
 
 
 def usage() -> str:

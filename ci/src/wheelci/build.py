@@ -197,6 +197,9 @@ def run(b: "Build") -> int:
 
 
 def _run(b: "Build") -> int:
+    from wheelci.util.cache import mark_used, max_size
+
+    cap = max_size(os.environ)  # a bad $WHEELCI_CACHE_MAX_SIZE is bad input now, not after the build
     made_out = not b.out_dir.exists()
     b.out_dir.mkdir(parents=True, exist_ok=True)
     temporary = b.args.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
@@ -207,6 +210,7 @@ def _run(b: "Build") -> int:
         from wheelci.util.cache import cache_dir
 
         b.work = kept_tree(cache_dir("builds"), b.project_dir, b.plan)
+        mark_used(b.work, measure=False)  # a prune from now on leaves it: used since its scan
     else:
         b.work = b.args.work_dir
     keep = b.args.keep_work or not temporary
@@ -215,12 +219,31 @@ def _run(b: "Build") -> int:
 
         with locked_dir(b.work, f"the build tree {b.work.name}") as b.lock_fd:
             keep = run_in(b, made_out) or keep
+            if b.args.work_dir is None and not temporary:
+                mark_used(b.work)  # its size now
+            keep_cache_under(cap)
     finally:
         if not keep:
             shutil.rmtree(b.work, ignore_errors=True)
     if b.args.json:
         cli.emit_json(asdict(b.report))
     return 0
+
+
+def keep_cache_under(cap: int | None) -> None:
+    """The cache cap at a build's end (wheelci.util.cache): least recently used entries no build holds go
+    once the cache is over it; this build's own tree and environments are held, so they stay."""
+    from wheelci.util.cache import MAX_SIZE_VARIABLE, cache_dir, keep_under
+    from wheelci.util.sizes import format_size
+
+    try:
+        pruned = keep_under(cache_dir(), cap)
+    except OSError as e:  # the build's wheels are made: a cache that cannot be pruned is a warning
+        log.warning(f"the cache was not pruned: {cli.system_error(e)}")
+        return
+    if pruned is not None and pruned.removed:
+        log.info(f"cache over {format_size(cap or 0)} (${MAX_SIZE_VARIABLE}): removed {len(pruned.removed)} least "
+                 f"recently used entries, {format_size(pruned.before)} -> {format_size(pruned.after)}")
 
 
 def run_in(b: "Build", made_out: bool) -> bool:
@@ -261,7 +284,7 @@ ENV_NOISE = frozenset({
     "PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLORTERM", "COLUMNS", "LINES", "PS1", "PS2", "MAIL", "HISTFILE",
     "HISTSIZE", "HISTCONTROL", "LS_COLORS", "DISPLAY", "WINDOWID", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
     "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS", "XDG_SESSION_ID", "XDG_RUNTIME_DIR", "TMUX",
-    "TMUX_PANE", "STY", "INVOCATION_ID", "JOURNAL_STREAM", "PYTEST_CURRENT_TEST", "CI_VERBOSE",
+    "TMUX_PANE", "STY", "INVOCATION_ID", "JOURNAL_STREAM", "PYTEST_CURRENT_TEST", "CI_VERBOSE", "WHEELCI_CACHE_MAX_SIZE",
     "GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_RUN_ATTEMPT", "GITHUB_JOB", "GITHUB_ACTION", "GITHUB_OUTPUT",
     "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STATE", "GITHUB_STEP_SUMMARY", "GITHUB_TOKEN",
     "BUILD_NUMBER", "BUILD_ID", "BUILD_URL", "BUILD_TAG", "EXECUTOR_NUMBER", "NODE_NAME"})

@@ -224,6 +224,9 @@ def held_layer(requires: list[str], torch_site: Path) -> Iterator[tuple[Layer | 
         with locked_file(lock, what, shared=True):
             layer = _load_layer(root)
             if layer is not None:
+                from wheelci.util.cache import mark_used
+
+                mark_used(root, measure=False)  # the prune's "last used"; a layer never changes
                 yield layer, None
                 return
         with locked_file(lock, what):

@@ -200,7 +200,7 @@ def env_root(spec: TorchSpec) -> Path:
 
 def ensure_env(spec: TorchSpec) -> BuildEnv:
     """Create (or reuse) the cached build venv for this torch variant and this Python (see cached_env)."""
-    return cached_env(env_root(spec), lambda where: create_env(where, spec))
+    return held_env(env_root(spec), lambda where: create_env(where, spec))
 
 
 def env_state(spec: TorchSpec) -> str:
@@ -212,6 +212,20 @@ def env_state(spec: TorchSpec) -> str:
         return f"the cached build environment {root} (torch {env.torch_version}), reused"
     return (f"none cached yet: this build makes one at {root}" if why == "missing"
             else f"the cached one at {root} is not usable ({why}): this build makes it again")
+
+
+def held_env(root: Path, create: Callable[[Path], dict]) -> BuildEnv:
+    """cached_env, held shared for the rest of this process (no prune removes it under the build) and
+    stamped used; made again where a prune removed it between the two."""
+    from wheelci.util.cache import mark_used
+    from wheelci.util.lock import held_for_process
+
+    for _ in range(3):
+        env = cached_env(root, create)
+        if held_for_process(root, f"the build environment {root.name}"):
+            mark_used(root, measure=False)  # measured at its first use
+            return env
+    raise CiError(f"the build environment {root} was removed by other runs three times while this one used it")
 
 
 def create_env(root: Path, spec: TorchSpec, installer: str = "auto") -> dict:

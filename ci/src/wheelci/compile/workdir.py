@@ -84,7 +84,9 @@ def stage_project(project_dir: Path, dest: Path, files: dict[str, str] | None = 
             _copy_checked(project_dir, name, dest / name, digest)
         return dest
     seen: dict[Path, bool] = {}
-    for rel in (f for f in project_files(project_dir) if not in_work_dir(project_dir, f, seen)):
+    rels = [f for f in project_files(project_dir) if not in_work_dir(project_dir, f, seen)]
+    check_sizes(project_dir, {str(rel): (project_dir / rel).stat().st_size for rel in rels})
+    for rel in rels:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(project_dir / rel, dest / rel)
     return dest
@@ -94,21 +96,56 @@ class SourcesChanged(CiError):
     """A project file differs from the build's snapshot of it: it changed during the build."""
 
 
-def _digest(data: bytes, mode: int) -> str:
-    """A source file as the snapshot records it: its bytes, and whether it is executable."""
-    import hashlib
+# What a build reads of a project (it hashes and copies every file project_files lists): a file or a project
+# larger than this is data, not source, and is refused by its size before a byte of it is read (a sparse
+# file of 64 GiB takes no disk and would otherwise be read whole).
+MAX_SOURCE_FILE = 4 * 2**30
+MAX_SOURCES = 16 * 2**30
 
-    return hashlib.sha256(data).hexdigest() + ("+x" if mode & 0o111 else "")
+
+def check_sizes(project_dir: Path, sizes: dict[str, int]) -> None:
+    """Refuse, with one line naming the file or the total and the limit, a project over the bounds above."""
+    from wheelci.util.sizes import format_size
+
+    advice = "leave it out of the project's files (.gitignore), or build from a copy without it"
+    for rel, size in sizes.items():
+        if size > MAX_SOURCE_FILE:
+            raise CiError(f"{project_dir / rel} is {format_size(size)}, over the {format_size(MAX_SOURCE_FILE)} a "
+                          f"project file may hold (a build hashes and copies every file): {advice}")
+    total = sum(sizes.values())
+    if total > MAX_SOURCES:
+        largest = max(sizes, key=lambda rel: sizes[rel])
+        raise CiError(f"the files of {project_dir} hold {format_size(total)}, over the {format_size(MAX_SOURCES)} "
+                      f"a build copies (the largest: {largest}, {format_size(sizes[largest])}): {advice}")
+
+
+def _digest(path: Path, mode: int) -> str:
+    """A source file as the snapshot records it: its bytes (streamed, at most MAX_SOURCE_FILE of them), and
+    whether it is executable."""
+    from wheelci.util.digest import sha256_file
+
+    return sha256_file(path, MAX_SOURCE_FILE) + ("+x" if mode & 0o111 else "")
 
 
 def _copy_checked(project_dir: Path, rel: str, target: Path, digest: str) -> None:
-    data = (project_dir / rel).read_bytes()
-    mode = (project_dir / rel).stat().st_mode
-    if _digest(data, mode) != digest:
-        raise SourcesChanged(f"{project_dir / rel} changed while the build was reading the project: build again")
+    """Copy one project file, streamed and hashed on the way: bytes other than the snapshot's (the file
+    changed since) leave no copy behind."""
+    import hashlib
+    import os
+
+    source = project_dir / rel
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
-    shutil.copymode(project_dir / rel, target)
+    h, copied = hashlib.sha256(), 0
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        mode = os.fstat(src.fileno()).st_mode
+        while copied <= MAX_SOURCE_FILE and (chunk := src.read(1 << 20)):
+            copied += len(chunk)
+            h.update(chunk)
+            dst.write(chunk)
+    if copied > MAX_SOURCE_FILE or h.hexdigest() + ("+x" if mode & 0o111 else "") != digest:
+        target.unlink()
+        raise SourcesChanged(f"{source} changed while the build was reading the project: build again")
+    shutil.copymode(source, target)
 
 
 # --- the kept build tree -------------------------------------------------------------------------
@@ -201,13 +238,14 @@ def snapshot_sources(project_dir: Path, work: Path, leave_out: tuple[Path, ...] 
     files: dict[str, str] = {}
     memo: dict[Path, bool] = {}
     now = time.time_ns()
-    for rel in project_files(project_dir):
-        if in_work_dir(project_dir, rel, memo) or any((project_dir / rel).resolve().is_relative_to(s) for s in skip):
-            continue
-        st = (project_dir / rel).stat()
+    stats = {str(rel): (project_dir / rel).stat() for rel in project_files(project_dir)
+             if not (in_work_dir(project_dir, rel, memo)
+                     or any((project_dir / rel).resolve().is_relative_to(s) for s in skip))}
+    check_sizes(project_dir, {rel: st.st_size for rel, st in stats.items()})
+    for rel, st in stats.items():
         key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
-        sha = _kept_digest(known.get(str(rel)), key, taken) or _digest((project_dir / rel).read_bytes(), st.st_mode)
-        seen[str(rel)], files[str(rel)] = [*key, sha], sha
+        sha = _kept_digest(known.get(rel), key, taken) or _digest(project_dir / rel, st.st_mode)
+        seen[rel], files[rel] = [*key, sha], sha
     r = proc.run(["git", "rev-parse", "HEAD"], what="reading the project's revision", check=False, cwd=project_dir,
                  capture_output=True, text=True) if (project_dir / ".git").exists() else None
     revision = r.stdout.strip() if r is not None and r.returncode == 0 else None

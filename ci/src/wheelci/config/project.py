@@ -159,13 +159,18 @@ KIND_TABLES = {
 KIND_SETTINGS = ("env",)  # the keys of those tables
 
 
+PYPROJECT_CAP = 16 * 2**20  # a pyproject.toml is read whole: larger is no configuration file
+
+
 def load_pyproject(project_dir: Path) -> dict | None:
     """The project's pyproject.toml as data (None without one); a broken one is one line."""
     path = project_dir / "pyproject.toml"
     if not path.is_file():
         return None
+    from wheelci.wheel.ondisk import read_regular_text
+
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(read_regular_text(path, PYPROJECT_CAP))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise CiError(f"bad {path}: {e}") from None
 

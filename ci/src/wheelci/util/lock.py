@@ -119,10 +119,11 @@ def locked_dirs(paths: list[Path], what: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def unless_locked(path: Path | str) -> Iterator[bool]:
-    """Hold the directory `path` if no run holds it now (yields True), without waiting; False otherwise
-    (held, gone, or not lockable here): for clean-ups that must never take what a running build uses."""
+    """Hold `path` (a directory, or an existing lock file) exclusively if no run holds it now (yields True),
+    without waiting; False otherwise (held, gone, or not lockable here): for clean-ups that must never take
+    what a running build uses. A lock file is never created here: its holders make it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
         yield False
         return
@@ -135,3 +136,27 @@ def unless_locked(path: Path | str) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)
+
+
+_HELD: list[int] = []  # descriptors held_for_process keeps open: the process's shared holds
+
+
+def held_for_process(path: Path | str, what: str) -> bool:
+    """Hold the directory `path` shared for the rest of this process (the kernel drops it at exit, however
+    the process ends): what unless_locked then cannot take. Waits while a clean-up holds it; False where the
+    directory is gone, or another was put at its path, by the time the hold is taken."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        _flock(fd, path, what, fcntl.LOCK_SH)
+    except OSError:  # a filesystem that cannot lock a directory: nothing to hold it with
+        os.close(fd)
+        return True
+    if not _still(fd, path):
+        os.close(fd)
+        return False
+    _HELD.append(fd)
+    return True

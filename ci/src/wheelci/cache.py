@@ -1,0 +1,113 @@
+"""Cache: what the tool's cache holds, and pruning it to a size.
+
+    python -m ci.cache [show] [--json]
+    python -m ci.cache prune [--max-size SIZE] [--json]
+
+`show` lists each entry a prune may remove (kept build trees, build environments, verify's layers of test
+requirements) with its size, when a build last used it and whether one holds it now, and the other
+directories of the cache, which have bounds of their own or are small. `prune` removes entries, least
+recently used first, until the cache holds at most SIZE (default $WHEELCI_CACHE_MAX_SIZE, else 20 GiB,
+the cap every build applies at its end); an entry a running build holds is skipped (wheelci.util.cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from wheelci import cli
+from wheelci.errors import CiError
+from wheelci.util import cache
+from wheelci.util.sizes import format_size, parse_size
+
+
+def when(ns: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ns / 1e9)) if ns else "never"
+
+
+def entry_json(e: cache.Entry) -> dict:
+    return {"kind": e.kind, "name": e.name, "path": str(e.path), "size": e.size, "last_used": when(e.last_used_ns),
+            "last_used_ns": e.last_used_ns, "in_use": e.in_use}
+
+
+def others(root: Path) -> dict[str, int]:
+    """The cache's other directories (ccache, downloads, metadata) and their sizes: never pruned here."""
+    skip = {*cache.KINDS, cache.ASIDE}
+    found = {}
+    for path in sorted(root.iterdir()) if root.is_dir() else []:
+        if path.name not in skip and path.is_dir() and not path.is_symlink():
+            found[path.name] = sum(cache.disk_usage(path).values())
+    return found
+
+
+def show(root: Path, cap: int | None, as_json: bool) -> int:
+    entries = cache.scan(root)
+    total, rest = cache.total_size(entries), others(root)
+    if as_json:
+        cli.emit_json({"root": str(root), "entries": [entry_json(e) for e in entries], "total": total,
+                       "max_size": cap, "others": rest})
+        return 0
+    print(f"cache: {root}")
+    rows = [(e.kind, e.name, format_size(e.size), when(e.last_used_ns), "in use" if e.in_use else "")
+            for e in sorted(entries, key=lambda e: (e.kind, -e.last_used_ns))]
+    header = ("kind", "entry", "size", "last used", "")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    for row in [header, *rows]:
+        print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
+    shown_cap = format_size(cap) if cap is not None else f"none (${cache.MAX_SIZE_VARIABLE})"
+    print(f"total: {format_size(total)} in {len(entries)} entries (a file several share counted once); "
+          f"cap {shown_cap}")
+    if rest:
+        print("not pruned: " + ", ".join(f"{name} {format_size(size)}" for name, size in rest.items()))
+    return 0
+
+
+def prune(root: Path, cap: int, as_json: bool) -> int:
+    pruned = cache.prune(root, cap)
+    if as_json:
+        cli.emit_json({"root": str(root), "max_size": cap, "before": pruned.before, "after": pruned.after,
+                       "removed": [entry_json(e) for e in pruned.removed],
+                       "in_use": [entry_json(e) for e in pruned.in_use]})
+        return 0
+    for e in pruned.removed:
+        print(f"removed {e.kind}/{e.name} ({format_size(e.size)}, last used {when(e.last_used_ns)})")
+    for e in pruned.in_use:
+        print(f"kept {e.kind}/{e.name} ({format_size(e.size)}): in use by a running build")
+    over = " (still over: the rest is in use)" if pruned.after > cap else ""
+    print(f"cache: {format_size(pruned.before)} -> {format_size(pruned.after)}, cap {format_size(cap)}{over}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    import os
+
+    root = cache.cache_dir()
+    if args.command != "prune":
+        return show(root, cache.max_size(os.environ), args.json)
+    try:
+        cap = parse_size(args.max_size) if args.max_size is not None else cache.max_size(os.environ)
+    except CiError as e:
+        raise CiError(f"--max-size: {e}") from None
+    if cap is None:
+        raise CiError(f"${cache.MAX_SIZE_VARIABLE} is none (builds never prune): give the size with --max-size")
+    return prune(root, cap, args.json)
+
+
+def build_parser() -> cli.Parser:
+    p = cli.parser("cache", "What the cache holds (kept build trees, build environments, test layers: size, last "
+                            "used, in use), and pruning it to a size, least recently used first.")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    sub = p.add_subparsers(dest="command", metavar="{show,prune}")
+    shown = sub.add_parser("show", help="what the cache holds (the default)")
+    shown.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
+    pruner = sub.add_parser("prune", help="remove least recently used entries until the cache is under a size")
+    pruner.add_argument("--max-size", metavar="SIZE",
+                        help=f"the size to prune to (100MiB, 20GB; default ${cache.MAX_SIZE_VARIABLE}, else "
+                             f"{format_size(cache.DEFAULT_MAX_SIZE)})")
+    pruner.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
+    return p
+
+
+if __name__ == "__main__":
+    cli.run(build_parser(), main)
