@@ -41,6 +41,20 @@ class BuildReport:
     steps: list[dict] = field(default_factory=list)  # each step's outcome: name, status, seconds, outputs, error
     failed_step: str | None = None  # where the build stopped, if it did
     work_dir: str = ""  # the build tree: its logs, and what the next build reuses
+    set_aside: str | None = None  # a failed build: where in -w the earlier build's wheels and report went
+
+
+REPORT_FILES = ("report.json", "report.md")
+
+
+def vouched(out_dir: Path) -> list[str]:
+    """The wheels the report in out_dir lists: an earlier build's, which it wrote there."""
+    try:
+        data = json.loads((out_dir / REPORT_FILES[0]).read_text()) if not (out_dir / REPORT_FILES[0]).is_symlink() else {}
+    except (OSError, ValueError):
+        return []
+    wheels = data.get("wheels") if isinstance(data, dict) else None
+    return [w["name"] for w in wheels if isinstance(w, dict) and isinstance(w.get("name"), str)] if isinstance(wheels, list) else []
 
 
 def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "main") -> WheelReport:
@@ -86,6 +100,9 @@ def to_markdown(r: BuildReport) -> str:
                   f"{', '.join(f'`{o}`' for o in s['outputs']) or (s.get('error') or '-')} |" for s in r.steps]
     if r.failed_step:
         lines += ["", f"Stopped at step **{r.failed_step}**."]
+    if r.set_aside:
+        lines += ["", f"The earlier build's wheels and report were moved to `{r.set_aside}/`: this build does not "
+                      "vouch for them."]
     if r.verify:
         lines += ["", "| verify check | outcome |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in r.verify.items()]
@@ -96,7 +113,7 @@ def to_markdown(r: BuildReport) -> str:
 def write(r: BuildReport, out_dir: Path) -> tuple[Path, Path]:
     """Write report.json and report.md into out_dir (atomically), and the CI job summary if any."""
     data = secret.redact_data(asdict(r))  # the workflow uploads these as artifacts: no log masking there
-    json_path, md_path = out_dir / "report.json", out_dir / "report.md"
+    json_path, md_path = (out_dir / name for name in REPORT_FILES)
     write_text(json_path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     md = secret.redact(to_markdown(r))
     write_text(md_path, md)
