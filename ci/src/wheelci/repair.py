@@ -252,7 +252,7 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
     from wheelci.util.owned import output_dir
 
     # -w held while the repair runs; a refused one leaves no directory it made
-    with output_dir(wheel_dir, "-w") as held, tempfile.TemporaryDirectory(prefix="ci-repair-") as tmp_name:
+    with output_dir(wheel_dir, "-w"), tempfile.TemporaryDirectory(prefix="ci-repair-") as tmp_name:
         tmp = Path(tmp_name)
         _auditwheel(wheel, tmp, plat, list(excludes))
         (repaired,) = tmp.glob("*.whl")
@@ -286,7 +286,6 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
                 out = wheel_dir / repaired.name
                 with atomic_path(out) as part:
                     shutil.copyfile(repaired, part)
-            held.record("repair", [out])
     return RepairResult(
         wheel=out, platform=name.platform, excluded=excluded, grafted=grafted, requires_added=added,
         requires_replaced=replaced,

@@ -170,10 +170,12 @@ def read_manifest(path: Path) -> dict[str, list[str]]:
 
 
 @contextlib.contextmanager
-def output_dir(path: Path | str, what: str, *, also_lock: Sequence[Path] = ()) -> Iterator[OutputDir]:
-    """Hold the output directory `path` (made where missing, with its parents) for the whole run, and the
-    directories `also_lock` with it (an index's wheel directory). A run that fails or is interrupted
-    removes the directories it made, where they are empty (never what is in them)."""
+def output_dir(path: Path | str, what: str, *, also_lock: Sequence[Path] = (),
+               using: str | None = None) -> Iterator[OutputDir]:
+    """Hold the output directory `path` (the option `what`; made where missing, with its parents) for the
+    whole run, and the directories `also_lock` with it (an index's wheel directory); a run that waits for
+    another says it is using `using` (default: `what`). A run that fails or is interrupted removes the
+    directories it made, where they are empty (never what is in them)."""
     from wheelci.util.atomic import make_dirs, remove_empty
     from wheelci.util.lock import locked_dirs
 
@@ -185,7 +187,7 @@ def output_dir(path: Path | str, what: str, *, also_lock: Sequence[Path] = ()) -
     except OSError as e:
         raise CiError(f"cannot create {what} {path}: {e.strerror}") from None
     try:
-        with locked_dirs([path, *also_lock], what):
+        with locked_dirs([path, *also_lock], using or what):
             yield OutputDir(path, read_manifest(path))
     except BaseException:
         remove_empty(made)
