@@ -147,3 +147,47 @@ def test_a_refused_repair_leaves_no_directory_it_made(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "2 Version headers" in error_line(r, "repair")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_second_build_into_the_same_wheel_dir_waits_for_the_first(tmp_path):
+    """Two builds writing one -w interleaved: each moved its wheels in and wrote the report from what it
+    saw, so the report beside a wheel could be the other build's."""
+    out = tmp_path / "wheelhouse"
+    slow = failing_project(tmp_path, "import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
+    fast = tmp_path / "fast"
+    shutil.copytree(failing_project(tmp_path / "f"), fast)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")])}
+
+    def start(project: Path, work: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "ci.build", str(project), "--cpu", "--engine", "host",
+                                 "-w", str(out), "--work-dir", str(work)], env=env, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=functools.partial(signal.signal, signal.SIGTERM, signal.SIG_DFL))
+    first = start(slow, tmp_path / "work1")
+    second = None
+    try:
+        deadline = time.monotonic() + 240
+        log = tmp_path / "work1" / "compile.log"
+        while "compiling slowly" not in (log.read_text() if log.exists() else ""):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-2000:]
+            time.sleep(0.2)
+        second = start(fast, tmp_path / "work2")
+        seen = []
+        assert second.stderr is not None
+        for line in second.stderr:  # it blocks on the lock after saying so; without a lock it runs to its end
+            seen.append(line)
+            if "waiting for another run that is using -w" in line:
+                break
+        else:
+            raise AssertionError("".join(seen)[-3000:])
+        assert not (tmp_path / "work2" / "compile.log").exists()  # nothing of it ran meanwhile
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+        rest = second.communicate(timeout=240)[1]
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert second.returncode == 1 and "compile failed" in rest, rest[-3000:]
+    assert json.loads((out / "report.json").read_text())["failed_step"] == "compile"

@@ -154,13 +154,13 @@ def build_project(args, project: "Project", settings) -> int:
         raise CiError(f"-w {args.wheel_dir} is the project itself: its report.json and report.md would replace "
                       "the project's files; write the wheels to a directory of their own (e.g. -w wheelhouse)")
     if args.work_dir is not None:
-        from wheelci.util.owned import refuse_nested
-
-        refuse_nested(("-w", args.wheel_dir), ("--work-dir", args.work_dir))
         work, src = args.work_dir.resolve(), project_dir.resolve()
         if src.is_relative_to(work):  # inside the project is fine: a marked work directory is never copied
             raise CiError(f"--work-dir {args.work_dir}: is the project or above it; a build replaces parts of its "
                           "work directory (and copies the project): give a directory of its own")
+        from wheelci.util.owned import refuse_nested
+
+        refuse_nested(("-w", args.wheel_dir), ("--work-dir", args.work_dir))
         from wheelci.compile.workdir import own_work_dir
 
         own_work_dir(args.work_dir)
