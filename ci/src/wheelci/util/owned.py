@@ -182,12 +182,23 @@ def output_dir(path: Path | str, what: str, *, also_lock: Sequence[Path] = (),
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise CiError(f"{what} {path}: not a directory")
+    held = contextlib.ExitStack()
+    for _ in range(100):
+        try:
+            made = make_dirs(path)
+        except OSError as e:
+            raise CiError(f"cannot create {what} {path}: {e.strerror}") from None
+        try:
+            held.enter_context(locked_dirs([path, *also_lock], using or what))
+            break
+        except CiError:
+            if path.is_dir():
+                raise
+            # removed by the run this one waited for (a failed run takes away the directory it made): again
+    else:
+        raise CiError(f"cannot hold {what} {path}: other runs keep removing it")
     try:
-        made = make_dirs(path)
-    except OSError as e:
-        raise CiError(f"cannot create {what} {path}: {e.strerror}") from None
-    try:
-        with locked_dirs([path, *also_lock], using or what):
+        with held:
             yield OutputDir(path, read_manifest(path))
     except BaseException:
         remove_empty(made)
