@@ -119,11 +119,6 @@ class OutputDir:
                 os.replace(p, self.path / p.name)
         return [self.path / n for n in names]
 
-    def record(self, who: str, paths: Iterable[Path]) -> None:
-        """Files written here in place (each atomically, by its own writer), recorded as `who`'s."""
-        names = {p.name for p in paths}
-        self._record({**self.groups, who: sorted({*self.groups.get(who, []), *names})})
-
     def set_aside(self, names: Iterable[str]) -> str | None:
         """Move these entries (ours) into a new ASIDE directory here, in one held step; its name, or None
         when none of them is there. What is set aside is no longer in the manifest: it is the user's."""
@@ -145,6 +140,9 @@ class OutputDir:
 
         self.groups = {who: names for who, names in groups.items() if names}
         write_text(self.path / MANIFEST, json.dumps({"version": 1, "groups": self.groups}, indent=1, sort_keys=True) + "\n")
+        for legacy in LEGACY_MANIFESTS:  # read into this one: ours, and stale from now on
+            if (self.path / legacy).is_file() and not (self.path / legacy).is_symlink():
+                (self.path / legacy).unlink()
 
 
 def _plain_name(name: object) -> bool:
@@ -180,7 +178,7 @@ def output_dir(path: Path | str, what: str, *, also_lock: Sequence[Path] = (),
     from wheelci.util.lock import locked_dirs
 
     path = Path(path)
-    if path.exists() and not path.is_dir():
+    if (path.exists() and not path.is_dir()) or (path.is_symlink() and not path.exists()):
         raise CiError(f"{what} {path}: not a directory")
     held = contextlib.ExitStack()
     for _ in range(100):
