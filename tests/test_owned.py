@@ -191,3 +191,24 @@ def test_a_second_build_into_the_same_wheel_dir_waits_for_the_first(tmp_path):
                 p.communicate()
     assert second.returncode == 1 and "compile failed" in rest, rest[-3000:]
     assert json.loads((out / "report.json").read_text())["failed_step"] == "compile"
+
+
+def test_a_kept_tree_replaced_by_a_link_is_made_anew_not_written_through(tmp_path):
+    """The cache's tree of a project (builds/<key>) linked to a directory elsewhere: the build wrote there."""
+    project, out = failing_project(tmp_path), tmp_path / "out"
+    first = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", out)
+    assert first.returncode == 1 and "compile failed" in error_line(first), first.stderr[-3000:]
+    kept = Path(json.loads((out / "report.json").read_text())["work_dir"])
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(kept, elsewhere)
+    kept.symlink_to(elsewhere)
+    before = {p: p.read_bytes() for p in elsewhere.rglob("*") if p.is_file()}
+    try:
+        r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", out)
+        assert r.returncode == 1 and "compile failed" in error_line(r), r.stderr[-3000:]
+        assert {p: p.read_bytes() for p in elsewhere.rglob("*") if p.is_file()} == before
+        assert kept.is_dir() and not kept.is_symlink() and "no build today" in (kept / "compile.log").read_text()
+    finally:
+        if kept.is_symlink():
+            kept.unlink()
+        shutil.rmtree(kept, ignore_errors=True)  # the shared cache keeps no tree of a test's project
