@@ -106,7 +106,7 @@ def test_failure_inside_the_container_names_the_log(engines, standin, tmp_path):
     log = Path(line.split("full log: ")[1].strip())
     assert log.is_file() and "127.0.0.1:9" in log.read_text(errors="replace")
     assert "the last lines of cibuildwheel's log" in r.stderr and "Traceback" not in r.stderr
-    assert not list(out.glob("*.whl")) and not list(out.glob(".staging-*"))
+    assert not list(out.glob("*.whl")) and not list(out.glob(".wheelci-stage-*"))
 
 
 @pytest.mark.parametrize("case", ["docker-stopped", "podman-missing", "auto-none", "image-missing"])

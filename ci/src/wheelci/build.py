@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from wheelci.config.project import Project, Settings
     from wheelci.plan import Plan
     from wheelci.report import BuildReport
+    from wheelci.util.owned import OutputDir
 
 PROJECT_DIR = Path(".")  # the directory the command runs in: a checkout of the project
 
@@ -171,6 +172,9 @@ def build_project(args, project: "Project", settings) -> int:
         if src.is_relative_to(work):  # inside the project is fine: a marked work directory is never copied
             raise CiError(f"--work-dir {args.work_dir}: is the project or above it; a build replaces parts of its "
                           "work directory (and copies the project): give a directory of its own")
+        from wheelci.util.owned import refuse_nested
+
+        refuse_nested(("-w", args.wheel_dir), ("--work-dir", args.work_dir))
         from wheelci.compile.workdir import own_work_dir
 
         own_work_dir(args.work_dir)
@@ -197,11 +201,19 @@ def run(b: "Build") -> int:
 
 
 def _run(b: "Build") -> int:
-    from wheelci.util.cache import mark_used, max_size
+    from wheelci.util.cache import max_size
+    from wheelci.util.owned import output_dir
 
     cap = max_size(os.environ)  # a bad $WHEELCI_CACHE_MAX_SIZE is bad input now, not after the build
-    made_out = not b.out_dir.exists()
-    b.out_dir.mkdir(parents=True, exist_ok=True)
+    with output_dir(b.out_dir, "-w") as b.out:  # held for the whole build: a second build into -w waits
+        return _run_held(b, cap)
+
+
+def _run_held(b: "Build", cap: int | None) -> int:
+    from wheelci import report
+    from wheelci.util.cache import mark_used
+
+    b.out.adopt(report.vouched(b.out_dir))  # what an earlier build's report lists is ours too
     temporary = b.args.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
     if temporary:
         b.work = Path(tempfile.mkdtemp(prefix="ci-build-"))
@@ -218,7 +230,7 @@ def _run(b: "Build") -> int:
         from wheelci.util.lock import locked_dir
 
         with locked_dir(b.work, f"the build tree {b.work.name}") as b.lock_fd:
-            keep = run_in(b, made_out) or keep
+            keep = run_in(b) or keep
             if b.args.work_dir is None and not temporary:
                 mark_used(b.work)  # its size now
             keep_cache_under(cap)
@@ -246,32 +258,35 @@ def keep_cache_under(cap: int | None) -> None:
                  f"recently used entries, {format_size(pruned.before)} -> {format_size(pruned.after)}")
 
 
-def run_in(b: "Build", made_out: bool) -> bool:
+def run_in(b: "Build") -> bool:
     """The steps, under the work directory's lock, remembered in it (wheelci.reuse). True: keep the
     work directory (a finding's logs live there)."""
     from wheelci import report
+    from wheelci.compile.workdir import WORK_ENTRIES
     from wheelci.reuse import Records
     from wheelci.steps import run_steps
+    from wheelci.util.owned import drop_links
 
     if b.args.fresh:
         from wheelci.compile.workdir import clear_work_dir
 
         clear_work_dir(b.work)
+    drop_links(b.work, WORK_ENTRIES)  # planted in a kept tree: never written through
     b.report = report.BuildReport(plan=b.plan.to_json(), work_dir=str(b.work))
     memory = Records(b.work, snapshot=report_parts, restore=restore_report_parts)
     try:
         run_steps(STEPS, b, lambda outcome: b.report.steps.append(asdict(outcome)), memory)
     except Finding:
         log.warning(f"build files kept for inspection: {b.work}")
+        set_earlier_aside(b)
         write_report(b)
         raise
     except (CiError, KeyboardInterrupt):
         # a refusal (an image or engine that is not there, bad input found late) or Ctrl-C/SIGTERM: -w keeps
-        # nothing of this run unless verified wheels already reached it (then the report says what failed)
-        if b.written:
+        # nothing of this run unless verified wheels already reached it or earlier ones were set aside (then
+        # the report says what failed); a -w this run made goes (wheelci.util.owned, when empty)
+        if set_earlier_aside(b) or b.written:
             write_report(b)
-        elif made_out:
-            shutil.rmtree(b.out_dir, ignore_errors=True)
         raise
     write_report(b)
     return False
@@ -329,6 +344,23 @@ def restore_report_parts(b: "Build", parts: dict) -> None:
         setattr(b.report, key, value)
 
 
+def set_earlier_aside(b: "Build") -> bool:
+    """A failed run: the earlier builds' wheels in -w (ours by the manifest or their report) and that report
+    move into a directory the new report names, so the top of -w holds no wheel this run's report does not
+    vouch for (`upload wheelhouse/*.whl` never publishes the last good build beside a FAILED report)."""
+    from wheelci.report import REPORT_FILES
+
+    written = {w.name for w in b.written}
+    earlier = sorted(n for n in b.out.owned if n.endswith(".whl") and n not in written)
+    if not any((b.out_dir / n).exists() for n in earlier):
+        return False
+    aside = b.out.set_aside([*earlier, *([] if b.written else REPORT_FILES)])
+    if aside:
+        b.report.set_aside = aside
+        log.warning(f"the earlier build's wheels are set aside in {b.out_dir / aside}: this build did not vouch for them")
+    return aside is not None
+
+
 def write_report(b: "Build") -> None:
     """report.json and report.md into -w, with where the steps stopped."""
     from wheelci import report
@@ -359,6 +391,7 @@ class Build:
     environ: dict[str, str] = field(default_factory=dict)  # what the compile and the tests inherit (less noise)
     deps: list[Path] = field(default_factory=list)  # files outside the project the compile read (headers, compilers)
     lock_fd: int | None = None  # the work directory's lock
+    out: "OutputDir" = None  # type: ignore[assignment]  # -w, held (wheelci.util.owned)
     env: "BuildEnv" = None  # type: ignore[assignment]  # the build environment: torch and its site-packages
     build_dir: Path | None = None
     compiled: list[Path] = field(default_factory=list)  # the build backend's wheels
@@ -577,15 +610,12 @@ def verify_step(b: Build) -> None:
 
 
 def write_step(b: Build) -> None:
-    """Verified wheels into -w, each by rename from a staging directory inside it: never a partial wheel."""
-    stage = Path(tempfile.mkdtemp(prefix=".staging-", dir=b.out_dir))
-    try:
+    """Verified wheels into -w, together by rename from a staging directory inside it: never a partial
+    wheel, never a main wheel without its companions, never a file wheelci did not write replaced."""
+    with b.out.staging() as stage:
         for wheel, _ in b.final:
             shutil.copyfile(wheel, stage / wheel.name)
-            os.replace(stage / wheel.name, b.out_dir / wheel.name)
-            b.written.append(b.out_dir / wheel.name)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        b.written = b.out.commit([stage / wheel.name for wheel, _ in b.final], "build", writer=cli.command("build"))
 
 
 def upload_step(b: Build) -> None:

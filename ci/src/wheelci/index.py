@@ -98,21 +98,13 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
         raise CiError(f"--out is not a directory: {out}")
     if base_url is not None and not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", base_url):
         raise CiError(f"--base-url must be an absolute URL (https://..., file://...): {base_url}")
-    from wheelci.util.atomic import make_dirs, remove_empty
-    from wheelci.util.lock import locked_dirs
+    from wheelci.util.owned import output_dir
 
-    try:
-        made = make_dirs(out)  # to lock it; removed again (when empty) if the run fails
-    except OSError as e:
-        raise CiError(f"cannot create --out {out}: {e.strerror}") from None
-    try:
-        # One run at a time on DIR (its .metadata files) and OUT (the pages, the ownership list): two
-        # interleaved runs each write the root page and the cache from what they read, losing projects.
-        with locked_dirs([root, out], "the index"):
-            return _index_locked(root, out, base_url, jobs, legacy_keys)
-    except BaseException:
-        remove_empty(made)
-        raise
+    # One run at a time on DIR (its .metadata files) and OUT (the pages, the ownership list): two
+    # interleaved runs each write the root page and the cache from what they read, losing projects. An
+    # --out this run made goes again (when empty) if the run fails.
+    with output_dir(out, "--out", also_lock=[root], using="the index"):
+        return _index_locked(root, out, base_url, jobs, legacy_keys)
 
 
 def _index_locked(root: Path, out: Path, base_url: str | None, jobs: int | None,

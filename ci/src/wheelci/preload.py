@@ -36,8 +36,10 @@ Decisions:
 from __future__ import annotations
 
 import argparse
+import contextlib
 from dataclasses import asdict
 from pathlib import Path
+from typing import Iterator
 
 from wheelci.errors import CiError
 from wheelci.native.elf import SYSTEM_LIBS, scan
@@ -94,14 +96,15 @@ def main(args: argparse.Namespace) -> int:
         order = [as_preload(lib) for lib in dependency_order(roots, libs, system=system)]
     source = runtime_source(order)
     result: dict[str, object] = {"order": [asdict(p) | {"search_dirs": p.search_dirs} for p in order]}
-    if args.inject:  # first: it can still refuse its input, and writes nothing when it does
-        result["wheel"] = str(inject_preload(args.inject, source, args.wheel_dir, package=args.package))
-    if args.emit:
-        try:
-            write_text(args.emit, source)
-        except OSError as e:
-            raise CiError(f"--emit: cannot write {args.emit}: {e.strerror or e}") from None
-        result["emitted"] = str(args.emit)
+    with _outputs_held(args):
+        if args.inject:  # first: it can still refuse its input, and writes nothing when it does
+            result["wheel"] = str(inject_preload(args.inject, source, args.wheel_dir, package=args.package))
+        if args.emit:
+            try:
+                write_text(args.emit, source)
+            except OSError as e:
+                raise CiError(f"--emit: cannot write {args.emit}: {e.strerror or e}") from None
+            result["emitted"] = str(args.emit)
     if args.json:
         emit_json(result)
         return 0
@@ -112,6 +115,22 @@ def main(args: argparse.Namespace) -> int:
     if "wheel" in result:
         print(result["wheel"])
     return 0
+
+
+@contextlib.contextmanager
+def _outputs_held(args: argparse.Namespace) -> Iterator[None]:
+    """-w (with --inject) and --emit's directory held while they are written (wheelci.util.owned): one run
+    at a time, and a directory this run made goes again if it fails. The wheel replaces one of its name
+    (an earlier injection); --emit replaces only a module known by its header (own_emit)."""
+    from wheelci.util.owned import output_dir
+
+    dirs = [(args.wheel_dir, "-w/--wheel-dir")] if args.inject else []
+    if args.emit and not (dirs and Path(args.emit).parent.resolve() == args.wheel_dir.resolve()):
+        dirs.append((Path(args.emit).parent, "--emit: cannot write into"))
+    with contextlib.ExitStack() as stack:
+        for path, what in dirs:
+            stack.enter_context(output_dir(path, what))
+        yield
 
 
 def build_parser() -> argparse.ArgumentParser:

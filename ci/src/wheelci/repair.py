@@ -249,7 +249,10 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
         raise CiError("no torch in this environment to pin against: pass --torch VERSION")
     _check_torch_inputs(torch_version, torch_requires)
 
-    with tempfile.TemporaryDirectory(prefix="ci-repair-") as tmp_name:
+    from wheelci.util.owned import output_dir
+
+    # -w held while the repair runs; a refused one leaves no directory it made
+    with output_dir(wheel_dir, "-w"), tempfile.TemporaryDirectory(prefix="ci-repair-") as tmp_name:
         tmp = Path(tmp_name)
         _auditwheel(wheel, tmp, plat, list(excludes))
         (repaired,) = tmp.glob("*.whl")
@@ -275,7 +278,6 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
             headers = [("Requires-Dist", r) for r in added]
             if stable_abi and not get_headers(wa.metadata, "Requires-Python"):
                 headers.append(("Requires-Python", stable_python(stable_abi)))  # what torch X.Y itself needs
-            wheel_dir.mkdir(parents=True, exist_ok=True)
             if headers or replaced:
                 out = rewrite(wa, wheel_dir, metadata_edit=lambda text: edit_headers(
                     text, remove=lambda key, value: key.lower() == "requires-dist" and value in replaced,

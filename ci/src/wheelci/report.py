@@ -41,6 +41,20 @@ class BuildReport:
     steps: list[dict] = field(default_factory=list)  # each step's outcome: name, status, seconds, outputs, error
     failed_step: str | None = None  # where the build stopped, if it did
     work_dir: str = ""  # the build tree: its logs, and what the next build reuses
+    set_aside: str | None = None  # a failed build: where in -w the earlier build's wheels and report went
+
+
+REPORT_FILES = ("report.json", "report.md")
+
+
+def vouched(out_dir: Path) -> list[str]:
+    """The wheels the report in out_dir lists: an earlier build's, which it wrote there."""
+    try:
+        data = json.loads((out_dir / REPORT_FILES[0]).read_text()) if not (out_dir / REPORT_FILES[0]).is_symlink() else {}
+    except (OSError, ValueError):
+        return []
+    wheels = data.get("wheels") if isinstance(data, dict) else None
+    return [w["name"] for w in wheels if isinstance(w, dict) and isinstance(w.get("name"), str)] if isinstance(wheels, list) else []
 
 
 def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "main") -> WheelReport:
@@ -70,6 +84,9 @@ def to_markdown(r: BuildReport, out_dir: Path | None = None) -> str:
     plan = r.plan
     lines = [f"## {plan.get('project') or 'Wheels'}: {_target(plan)}, torch {plan.get('torch')}, "
              f"engine {plan.get('engine')}", "", _outcome(r)]
+    if r.set_aside:
+        lines.append(f"The earlier build's wheels and report were moved to `{r.set_aside}/`: this build does not "
+                     "vouch for them.")
     if out_dir is not None:
         lines.append(f"Wheels and this report in `{out_dir}`" + (f"; build tree (logs, what the next build reuses) "
                                                                  f"`{r.work_dir}`." if r.work_dir else "."))
@@ -185,7 +202,7 @@ def reproduce(plan: dict, out_dir: Path | None = None) -> str:
 def write(r: BuildReport, out_dir: Path) -> tuple[Path, Path]:
     """Write report.json and report.md into out_dir (atomically), and the CI job summary if any."""
     data = secret.redact_data(asdict(r))  # the workflow uploads these as artifacts: no log masking there
-    json_path, md_path = out_dir / "report.json", out_dir / "report.md"
+    json_path, md_path = (out_dir / name for name in REPORT_FILES)
     write_text(json_path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     md = secret.redact(to_markdown(r, out_dir))
     write_text(md_path, md)

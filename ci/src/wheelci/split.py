@@ -53,7 +53,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -133,50 +132,15 @@ def _copy_into(path: Path, stage: Path) -> Path:
     return dest
 
 
-MANIFEST = ".wheelci-split.json"  # in -w: each input wheel's outputs, as the last run of ci.split wrote them
-
-
 def _staged(out_dir: Path, key: str, make) -> list[Path]:
-    """Outputs made in a staging directory inside out_dir, then moved in together under its lock: a run
-    that fails or is refused leaves -w as it was. A name already in -w is replaced only when an earlier
-    ci.split wrote it (the manifest says so), and the earlier outputs of the same input that this run
-    does not write again (a companion that is no longer needed) are removed with it."""
-    from wheelci.util.atomic import write_text
-    from wheelci.util.lock import locked_dir
+    """Outputs made in a staging directory inside out_dir, then moved in together under its lock
+    (wheelci.util.owned): a run that fails or is refused leaves -w as it was. A name already in -w is
+    replaced only when wheelci wrote it, and the earlier outputs of the same input that this run does not
+    write again (a companion that is no longer needed) are removed with it."""
+    from wheelci.util.owned import output_dir
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with locked_dir(out_dir, "the output directory"):
-        manifest_path = out_dir / MANIFEST
-        try:
-            manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-        except (OSError, ValueError):
-            manifest = {}
-        if not isinstance(manifest, dict):
-            manifest = {}
-        ours = {n for names in manifest.values() if isinstance(names, list) for n in names if isinstance(n, str)}
-        stage = Path(tempfile.mkdtemp(prefix=".ci-split-", dir=out_dir))
-        try:
-            staged = make(stage)
-            foreign = [p.name for p in staged if (out_dir / p.name).exists() and p.name not in ours]
-            if foreign:
-                raise CiError(f"{out_dir} already holds {', '.join(foreign)}, which {cli.command('split')} did not "
-                              "write; refusing to replace it (write to an empty directory)")
-            names = [p.name for p in staged]
-            earlier = [n for n in manifest.get(key, []) if isinstance(manifest.get(key), list)
-                       and isinstance(n, str) and Path(n).name == n and n not in names]
-            # the moves are one step: Ctrl-C or SIGTERM waits for them (a main wheel never without its companions)
-            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
-            try:
-                write_text(manifest_path, json.dumps({**manifest, key: names}, indent=1, sort_keys=True) + "\n")
-                for old in earlier:
-                    (out_dir / old).unlink(missing_ok=True)
-                for p in staged:
-                    os.replace(p, out_dir / p.name)
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
-    return [out_dir / n for n in names]
+    with output_dir(out_dir, "the output directory") as out, out.staging() as stage:
+        return out.commit(make(stage), key, replace_group=True, writer=cli.command("split"))
 
 
 def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str]) -> list[Path]:

@@ -10,7 +10,6 @@ report then run on the host, as after a host build (ci.build chains them).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from wheelci.compile.workdir import stage_project
 from wheelci.errors import CiError, Finding
 from wheelci.config import constraints
 from wheelci.util import log, proc
+from wheelci.util.owned import output_dir
 from wheelci.plan import AUTO_NEEDS_CONTAINER, Plan
 
 
@@ -103,11 +103,10 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
     constraints.ensure_file(plan.tool_constraints)  # mounted at CONTAINER_CONSTRAINTS by the plan
     Path(plan.ccache_dir).mkdir(parents=True, exist_ok=True)
     wheel_dir = Path(wheel_dir)
-    wheel_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **plan.environment, "PYTHONUNBUFFERED": "1"}  # cibuildwheel's lines reach the log when said
     logfile = Path(logfile or wheel_dir.parent / "cibuildwheel.log").resolve()
-    staging = Path(tempfile.mkdtemp(prefix=".cibuildwheel-", dir=wheel_dir))
-    try:
+    # staged beside the outputs (cibuildwheel writes there), committed together (wheelci.util.owned)
+    with output_dir(wheel_dir, "the container's wheel directory") as out, out.staging() as staging:
         with tempfile.TemporaryDirectory(prefix="cibw-project-") as tmp:
             source = stage_project(project_dir, Path(tmp), files)  # the build's snapshot, when it has one
             # its output streams to stderr; logs and CI also get a line a minute through a silent compile
@@ -124,11 +123,4 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
         built = sorted(staging.glob("*.whl"))
         if not built:
             raise Finding("cibuildwheel succeeded but produced no wheel")
-        out = []
-        for whl in built:
-            dest = wheel_dir / whl.name
-            os.replace(whl, dest)  # same filesystem: atomic
-            out.append(dest)
-        return out
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        return out.commit(built, "container", replace_group=True)

@@ -360,8 +360,11 @@ def kept_tree(root: Path, project_dir: Path, plan) -> Path:
 
     from wheelci.util.atomic import write_text
 
+    from wheelci.util.owned import drop_links
+
     prune_trees(root)
     tree = root / tree_key(project_dir, plan)
+    drop_links(root, [tree.name])  # a link planted as the tree: made anew, never written through
     own_work_dir(tree)
     write_text(tree / TREE, json.dumps({"project": str(project_dir.resolve())}))
     return tree
