@@ -190,6 +190,8 @@ def reproduce(plan: dict, out_dir: Path | None = None) -> str:
     words += ["--torch", str(plan.get("torch")), "--engine", str(plan.get("engine"))]
     if plan.get("cuda") and plan.get("arch_list"):
         words += ["--arch-list", f"\"{plan['arch_list']}\""]
+    if plan.get("archs") and plan["archs"] != ["x86_64"]:
+        words += ["--archs", ",".join(plan["archs"])]
     if plan.get("python") and plan.get("engine") != "host":  # the host builds for the Python that runs it
         words += ["--python", ",".join(plan["python"])]
     if isinstance(plan.get("stable"), dict) and plan["stable"].get("target"):

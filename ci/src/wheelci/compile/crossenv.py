@@ -46,12 +46,26 @@ def _torch_facts(site: Path) -> tuple[str, str | None, list[str]]:
 
 def ensure_cross_env(spec: TorchSpec, arch: str, python: str, find_links: str | None = None) -> BuildEnv:
     """The cached site-packages holding `spec`'s torch for `arch` and CPython `python` (e.g. "3.11"),
-    made on first use (locked, stamped last: an interrupted one is made again)."""
+    made on first use (locked, stamped last: an interrupted one is made again), held for the rest of this
+    process and stamped used, as a build environment is (wheelci.compile.hostenv.held_env)."""
+    from wheelci.util.cache import mark_used
+    from wheelci.util.lock import held_for_process
+
+    tag = python.replace(".", "")
+    root = cache_dir() / "envs" / f"torch-{spec.version}-{spec.variant}-py{tag}-{arch}"
+    for _ in range(3):
+        env = _made(root, spec, arch, python, find_links)
+        if held_for_process(root, f"the {arch} torch {spec.version}"):
+            mark_used(root, measure=False)
+            return env
+    raise CiError(f"the {arch} torch {root} was removed by other runs three times while this one used it")
+
+
+def _made(root: Path, spec: TorchSpec, arch: str, python: str, find_links: str | None) -> BuildEnv:
     from wheelci.util.atomic import write_text
     from wheelci.util.lock import locked_file
 
     tag = python.replace(".", "")
-    root = cache_dir() / "envs" / f"torch-{spec.version}-{spec.variant}-py{tag}-{arch}"
     site = root / "site"
     with locked_file(root.with_name(root.name + ".lock"), f"the {arch} torch {spec.version}"):
         if not ((root / STAMP).is_file() and (site / "torch" / "version.py").is_file()):
