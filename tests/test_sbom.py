@@ -233,3 +233,33 @@ def test_a_built_wheel_carries_a_valid_sbom(tiny_cpu_build):
     sbom_step = tiny_cpu_build.report["steps"][names.index("sbom")]
     assert sbom_step["status"] == "ok" and sbom_step["outputs"] == [tiny_cpu_build.wheel.name]
     assert names.index("finish") < names.index("sbom") < names.index("check")
+
+
+def _git(*args: str, cwd: Path) -> None:
+    _proc.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_an_untracked_module_that_ships_makes_the_revision_dirty(tmp_path):
+    """`git status --untracked-files=no` called the revision clean while a new module, which the build
+    takes (git's unignored files), shipped; an ignored file, or an untracked one outside what the build
+    read (its -w), leaves it clean."""
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / ".gitignore").write_text("*.log\n")
+    _git("init", "-q", cwd=project)
+    _git("add", ".", cwd=project)
+    _git("commit", "-q", "-m", "first", cwd=project)
+    (project / "build.log").write_text("ignored\n")
+    commit, note, dirty = sbom.git_revision(project)
+    assert commit and note is None and not dirty
+    (project / "pkg" / "extra.py").write_text("shipped = True\n")
+    assert sbom.git_revision(project)[2] is True  # no list of sources: every unignored file counts
+    sources = ["pkg/__init__.py", ".gitignore"]
+    assert sbom.git_revision(project, [*sources, "pkg/extra.py"])[2] is True
+    (project / "pkg" / "extra.py").unlink()
+    (project / "wheelhouse").mkdir()
+    (project / "wheelhouse" / "x.whl").write_text("an output\n")
+    assert sbom.git_revision(project, sources)[2] is False
+    (project / "pkg" / "__init__.py").write_text("changed = True\n")
+    assert sbom.git_revision(project, sources)[2] is True

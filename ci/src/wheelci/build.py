@@ -437,7 +437,7 @@ def sbom_step(b: Build) -> None:
     from wheelci.sbom import add_sbom
 
     b.wheels = [add_sbom(w, b.work / "sbom", plan=b.plan, env=b.env, excluded=b.excluded,
-                         project_dir=b.project_dir) for w in b.wheels]
+                         project_dir=b.project_dir, sources=b.source_files) for w in b.wheels]
 
 
 def check_step(b: Build) -> None:

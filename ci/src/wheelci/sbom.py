@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Collection
 
 from wheelci.errors import CiError
 from wheelci.util import proc
@@ -59,7 +59,7 @@ class Provenance:
     content_digest: str  # sha256 hex over the wheel's RECORD entries: every member's hash
     revision: str | None  # the git commit; None with revision_note saying why
     revision_note: str | None = None
-    dirty: bool = False  # tracked files differ from the commit
+    dirty: bool = False  # what the build read differs from the commit (a tracked file changed, an untracked one added)
     epoch: int | None = None  # SOURCE_DATE_EPOCH, else the commit's time
     torch: str = ""  # the torch the wheel was built against, as installed (2.13.0+cpu)
     torch_requirement: str | None = None  # what the wheel's METADATA requires of torch
@@ -213,9 +213,13 @@ def sbom_document(p: Provenance) -> str:
 # --- the edge: what add_sbom reads of the project, the build env and the wheel --------------------------
 
 
-def git_revision(project_dir: Path) -> tuple[str | None, str | None, bool]:
+def git_revision(project_dir: Path, sources: Collection[str] | None = None) -> tuple[str | None, str | None, bool]:
     """(commit, why there is none, dirty) of the project directory: a commit only where the
-    directory's own files are tracked (an sdist unpacked inside someone's checkout is not that checkout)."""
+    directory's own files are tracked (an sdist unpacked inside someone's checkout is not that checkout).
+
+    Dirty: a tracked file differs from the commit, or an untracked, unignored file is among what the build
+    read (`sources`, paths relative to the directory: git's tracked and unignored files less -w and the work
+    directory; without it, any such file), since the build takes those too."""
     def git(*args: str):
         return proc.run(["git", "-C", project_dir, *args], what="reading the project's git revision", check=False,
                         capture_output=True, text=True)
@@ -227,8 +231,11 @@ def git_revision(project_dir: Path) -> tuple[str | None, str | None, bool]:
     if head.returncode != 0 or not head.stdout.strip() or not git("ls-files", "--", ".").stdout.strip():
         return None, "the project directory is not a git checkout", False
     commit = head.stdout.split()[0]
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".").stdout.strip())
-    return commit, None, dirty
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".").stdout.strip():
+        return commit, None, True
+    untracked = [f for f in git("ls-files", "-z", "--others", "--exclude-standard", "--", ".").stdout.split("\0") if f]
+    shipped = set(sources) if sources is not None else None
+    return commit, None, any(shipped is None or f in shipped for f in untracked)
 
 
 def comment_strings(stream: BinaryIO) -> list[str]:
@@ -300,13 +307,13 @@ def host_nvcc_used(plan: "Plan") -> str | None:
 
 
 def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: list[str], project_dir: Path,
-               member: str) -> Provenance:
+               member: str, sources: Collection[str] | None = None) -> Provenance:
     """The Provenance of one wheel of a build: the plan, the build env, the project's checkout, the wheel."""
     from wheelci import __version__
     from wheelci.wheel.metadata import get_headers
     from wheelci.wheel.requirements import requirement_name
 
-    revision, note, dirty = git_revision(project_dir)
+    revision, note, dirty = git_revision(project_dir, sources)
     libs_dir = f"{wa.name.distribution}.libs/"
     record = wa.record
     grafted = tuple(Grafted(m.name, re.sub(r"-[0-9a-f]{8}(?=\.so)", "", m.name.rsplit("/", 1)[-1]),
@@ -330,7 +337,7 @@ def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: lis
 
 
 def add_sbom(wheel: Path, dest_dir: Path, *, plan: "Plan", env: "BuildEnv", excluded: list[str], project_dir: Path,
-) -> Path:
+             sources: Collection[str] | None = None) -> Path:
     """The wheel again in dest_dir, with our SBOM in .dist-info/sboms/ and RECORD regenerated (one
     rewrite; an SBOM of ours already there is replaced, any other kept)."""
     from wheelci.wheel.rewrite import rewrite
@@ -338,6 +345,6 @@ def add_sbom(wheel: Path, dest_dir: Path, *, plan: "Plan", env: "BuildEnv", excl
     with WheelArchive.open(wheel) as wa:
         member = f"{wa.dist_info}/sboms/{SBOM_NAME}"
         text = sbom_document(provenance(wa, plan=plan, env=env, excluded=excluded, project_dir=project_dir,
-                                        member=member))
+                                        member=member, sources=sources))
         content = {member: text.encode()}
         return rewrite(wa, dest_dir, replace=content) if member in wa else rewrite(wa, dest_dir, add=content)
