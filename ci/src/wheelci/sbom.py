@@ -63,7 +63,7 @@ class Provenance:
     epoch: int | None = None  # SOURCE_DATE_EPOCH, else the commit's time
     torch: str = ""  # the torch the wheel was built against, as installed (2.13.0+cpu)
     torch_requirement: str | None = None  # what the wheel's METADATA requires of torch
-    torch_index: str | None = None  # where that torch came from (redacted)
+    torch_source: str | None = None  # where that torch came from: a wheel's URL or local file, an index, or a sentence
     cuda: str | None = None
     arch_list: str | None = None
     cudnn_requirement: str | None = None  # the cuDNN wheel torch pins (nvidia-cudnn-cu13==9.13.0.50)
@@ -149,10 +149,11 @@ def _runtime_components(p: Provenance) -> list:
     """What the installed wheel needs: torch, cuDNN, the grafted libraries and those left to other wheels."""
     from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
 
-    index = [ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(redact(p.torch_index)))] \
-        if p.torch_index else None
-    out = [_component("library", "torch", "torch", p.torch, runtime=True, purl=True, refs=index,
-                      role="built against", requirement=p.torch_requirement)]
+    source = redact(p.torch_source or "not recorded: its build environment was made before wheelci recorded it")
+    url = re.fullmatch(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+", source)
+    refs = [ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(source))] if url else None
+    out = [_component("library", "torch", "torch", p.torch, runtime=True, purl=True, refs=refs,
+                      role="built against", requirement=p.torch_requirement, source=None if url else source)]
     if cudnn := _requirement(p.cudnn_requirement):
         out.append(_component("library", "cudnn", cudnn[0], cudnn[1], runtime=True, purl=True,
                               role="cuDNN, as the torch built against pins it", requirement=p.cudnn_requirement))
@@ -306,6 +307,33 @@ def host_nvcc_used(plan: "Plan") -> str | None:
     return f"NVIDIA's nvcc {plan.cuda} wheel (--nvcc {plan.run.nvcc_source})"
 
 
+def built_torch_source(plan: "Plan", env: "BuildEnv") -> str | None:
+    """Where the torch the wheel was compiled against came from. A container build's: what its pip was
+    told (cibw.before_build: the index named, else its own sources and the find-links directory). A host
+    build's: what the build environment recorded when it installed torch, else a direct URL install's
+    direct_url.json; None where neither says (an environment made before the source was recorded)."""
+    if plan.engine.container:
+        import shlex
+
+        words = shlex.split(plan.environment.get("CIBW_BEFORE_BUILD_LINUX", "").split(" && ")[0])
+        index = words[words.index("--index-url") + 1] if "--index-url" in words[:-1] else None
+        if plan.find_links:
+            return f"the build container's pip: the find-links directory {plan.find_links} or " \
+                   f"{index or 'its configured indexes'}"
+        return index or "the build container's pip: its configured indexes"
+    if env.torch_source:
+        return env.torch_source
+    import importlib.metadata as md
+    import json
+
+    for dist in md.distributions(path=[str(env.site)]):
+        if (dist.metadata["Name"] or "").lower() == "torch":
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                url = json.loads(dist.read_text("direct_url.json") or "null")["url"]
+                return url if isinstance(url, str) and url else None
+    return None
+
+
 def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: list[str], project_dir: Path,
                member: str, sources: Collection[str] | None = None) -> Provenance:
     """The Provenance of one wheel of a build: the plan, the build env, the project's checkout, the wheel."""
@@ -326,7 +354,7 @@ def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: lis
         project=(get_headers(wa.metadata, "Name") or [wa.name.distribution])[0], version=wa.name.version, wheel=wa.path.name,
         content_digest=content_digest(wa, member), revision=revision, revision_note=note, dirty=dirty,
         epoch=plan.run.source_date_epoch, torch=env.torch_version,
-        torch_requirement=torch_reqs[0] if torch_reqs else None, torch_index=plan.torch_index_url,
+        torch_requirement=torch_reqs[0] if torch_reqs else None, torch_source=built_torch_source(plan, env),
         cuda=plan.cuda, arch_list=plan.arch_list if plan.cuda else None,
         cudnn_requirement=plan.cudnn_requirement if plan.cuda else None,
         image=None if host else (plan.image or f"cibuildwheel's pinned {plan.manylinux} image"),
