@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from wheelci.util.secret import redact
 from wheelci.wheel.zipread import WheelArchive
 
 if TYPE_CHECKING:
+    from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component
 
     from wheelci.compile.hostenv import BuildEnv
@@ -74,6 +76,31 @@ class Provenance:
     grafted: tuple[Grafted, ...] = ()
     excluded: tuple[str, ...] = ()  # sonames left to torch and NVIDIA's wheels
     other_sboms: tuple[str, ...] = ()  # SBOMs already in .dist-info/sboms/ (auditwheel's), kept
+    tool_version: str = ""
+    companions: tuple[tuple[str, str], ...] = ()  # (project, version) of the wheels a split moved libraries to
+
+
+@dataclass(frozen=True)
+class Held:
+    """A file a split companion holds."""
+
+    member: str
+    sha256: str | None  # hex, from RECORD
+
+
+@dataclass(frozen=True)
+class CompanionProvenance:
+    """What a split companion's SBOM says: what it holds, and the wheel (and SBOM) it was split off."""
+
+    project: str
+    version: str
+    wheel: str
+    content_digest: str
+    held: tuple[Held, ...]
+    parent: str  # the main wheel's project
+    parent_wheel: str  # its file name
+    parent_serial: str | None  # its SBOM's serial number (urn:uuid:...), None where it has none
+    epoch: int | None = None
     tool_version: str = ""
 
 
@@ -162,6 +189,9 @@ def _runtime_components(p: Provenance) -> list:
     out += [_component("library", f"excluded:{soname}", soname, runtime=True,
                        repair="excluded: a runtime dependency", provided_by=_provider(soname))
             for soname in sorted(set(p.excluded))]
+    out += [_component("library", f"companion:{name}", name, version, runtime=True, purl=True,
+                        role="split companion: holds libraries moved out of this wheel (required at this version)")
+            for name, version in sorted(set(p.companions))]
     return out
 
 
@@ -189,8 +219,6 @@ def sbom_document(p: Provenance) -> str:
     """The CycloneDX 1.6 JSON text of one wheel's provenance: the same inputs, the same bytes."""
     from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
     from cyclonedx.model.bom import Bom
-    from cyclonedx.model.component import Component, ComponentType
-    from cyclonedx.model.tool import ToolRepository
     from cyclonedx.output.json import JsonV1Dot6
 
     project = _project(p)
@@ -200,14 +228,50 @@ def sbom_document(p: Provenance) -> str:
               external_references=[ExternalReference(type=ExternalReferenceType.BOM, url=XsUri(name),
                                                      comment="an SBOM of the same wheel, kept as written")
                                    for name in sorted(p.other_sboms)])
-    # None leaves the timestamp out of the document (never the clock); the setter's annotation says datetime only
-    bom.metadata.timestamp = (datetime.fromtimestamp(p.epoch, tz=timezone.utc)  # type: ignore[assignment]
-                              if p.epoch is not None else None)
+    _finish(bom, p.epoch, p.tool_version)
     bom.metadata.component = project
-    bom.metadata.tools = ToolRepository(components=[Component(type=ComponentType.APPLICATION, name="wheelci",
-                                                              version=p.tool_version or None)])
     bom.metadata.properties = _props(cuda=None if p.cuda else "none: a CPU build")
     bom.register_dependency(project, runtime)
+    return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
+
+
+def _finish(bom: "Bom", epoch: int | None, tool_version: str) -> None:
+    """What every document of ours says about itself: its time (SOURCE_DATE_EPOCH or the commit's, never
+    the clock) and the tool."""
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.model.tool import ToolRepository
+
+    # None leaves the timestamp out of the document; the setter's annotation says datetime only
+    bom.metadata.timestamp = (datetime.fromtimestamp(epoch, tz=timezone.utc)  # type: ignore[assignment]
+                              if epoch is not None else None)
+    bom.metadata.tools = ToolRepository(components=[Component(type=ComponentType.APPLICATION, name="wheelci",
+                                                              version=tool_version or None)])
+
+
+def companion_document(c: CompanionProvenance) -> str:
+    """The CycloneDX 1.6 JSON text of a split companion's SBOM: each file it holds, by hash, and the wheel it
+    was split off, with a BOM-Link to that wheel's SBOM, which says how the files were built."""
+    from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.output.json import JsonV1Dot6
+
+    project = Component(type=ComponentType.LIBRARY, bom_ref="project", name=c.project, version=c.version,
+                        purl=_purl(c.project, c.version, file_name=c.wheel))
+    link = [ExternalReference(type=ExternalReferenceType.BOM, url=XsUri(f"urn:cdx:{c.parent_serial[9:]}/1"),
+                              comment="the SBOM of the wheel these files were split off")] \
+        if c.parent_serial and c.parent_serial.startswith("urn:uuid:") else None
+    parent = Component(type=ComponentType.LIBRARY, bom_ref="parent", name=c.parent, version=c.version,
+                       purl=_purl(c.parent, c.version, file_name=c.parent_wheel), external_references=link,
+                       properties=_props(
+                           role=f"split off this wheel, which requires {c.project}=={c.version}"))
+    files = [_component("file", f"file:{h.member}", h.member, runtime=True, sha256=h.sha256)
+             for h in sorted(set(c.held), key=str)]
+    bom = Bom(serial_number=uuid.uuid5(SERIAL_NAMESPACE, c.content_digest), components=[parent, *files])
+    _finish(bom, c.epoch, c.tool_version)
+    bom.metadata.component = project
+    bom.register_dependency(project, files)
+    bom.register_dependency(parent, [project])
     return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
 
 
@@ -324,7 +388,6 @@ def built_torch_source(plan: "Plan", env: "BuildEnv") -> str | None:
     if env.torch_source:
         return env.torch_source
     import importlib.metadata as md
-    import json
 
     for dist in md.distributions(path=[str(env.site)]):
         if (dist.metadata["Name"] or "").lower() == "torch":
@@ -335,7 +398,8 @@ def built_torch_source(plan: "Plan", env: "BuildEnv") -> str | None:
 
 
 def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: list[str], project_dir: Path,
-               member: str, sources: Collection[str] | None = None) -> Provenance:
+               member: str, sources: Collection[str] | None = None,
+               companions: tuple[tuple[str, str], ...] = ()) -> Provenance:
     """The Provenance of one wheel of a build: the plan, the build env, the project's checkout, the wheel."""
     from wheelci import __version__
     from wheelci.wheel.metadata import get_headers
@@ -361,18 +425,57 @@ def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: lis
         nvcc=host_nvcc_used(plan), cuda_wheels=tuple(nvidia_wheels(env.site)) if host and plan.cuda else (),
         compilers=tuple(wheel_compilers(wa, libs_dir)), grafted=grafted, excluded=tuple(excluded),
         other_sboms=tuple(m.name[len(sboms):] for m in wa.files if m.name.startswith(sboms) and m.name != member),
-        tool_version=__version__)
+        tool_version=__version__, companions=companions)
 
 
 def add_sbom(wheel: Path, dest_dir: Path, *, plan: "Plan", env: "BuildEnv", excluded: list[str], project_dir: Path,
-             sources: Collection[str] | None = None) -> Path:
+             sources: Collection[str] | None = None, companions: tuple[tuple[str, str], ...] = ()) -> Path:
     """The wheel again in dest_dir, with our SBOM in .dist-info/sboms/ and RECORD regenerated (one
     rewrite; an SBOM of ours already there is replaced, any other kept)."""
-    from wheelci.wheel.rewrite import rewrite
-
     with WheelArchive.open(wheel) as wa:
         member = f"{wa.dist_info}/sboms/{SBOM_NAME}"
-        text = sbom_document(provenance(wa, plan=plan, env=env, excluded=excluded, project_dir=project_dir,
-                                        member=member, sources=sources))
-        content = {member: text.encode()}
-        return rewrite(wa, dest_dir, replace=content) if member in wa else rewrite(wa, dest_dir, add=content)
+        return _with_document(wa, dest_dir, member, sbom_document(provenance(
+            wa, plan=plan, env=env, excluded=excluded, project_dir=project_dir, member=member, sources=sources,
+            companions=companions)))
+
+
+def _with_document(wa: WheelArchive, dest_dir: Path, member: str, text: str) -> Path:
+    from wheelci.wheel.rewrite import rewrite
+
+    content = {member: text.encode()}
+    return rewrite(wa, dest_dir, replace=content) if member in wa else rewrite(wa, dest_dir, add=content)
+
+
+def _name(wa: WheelArchive) -> str:
+    from wheelci.wheel.metadata import get_headers
+
+    return (get_headers(wa.metadata, "Name") or [wa.name.distribution])[0]
+
+
+def add_split_sboms(wheels: list[Path], dest_dir: Path, *, plan: "Plan", env: "BuildEnv", excluded: list[str],
+                    project_dir: Path, sources: Collection[str] | None = None) -> list[Path]:
+    """A split's outputs (the main wheel first, then its companions: split.SbomHook) again in dest_dir, each
+    with a true SBOM: the main wheel's made again for what it holds now, naming its companions; each
+    companion's listing its files and referring to the main wheel's SBOM."""
+    from wheelci import __version__
+
+    found = []
+    for wheel in wheels[1:]:
+        with WheelArchive.open(wheel) as wa:
+            found.append((_name(wa), wa.name.version))
+    main = add_sbom(wheels[0], dest_dir, plan=plan, env=env, excluded=excluded, project_dir=project_dir,
+                    sources=sources, companions=tuple(found))
+    with WheelArchive.open(main) as wa:
+        parent, serial = _name(wa), json.loads(wa.read_text(f"{wa.dist_info}/sboms/{SBOM_NAME}", 1 << 24))["serialNumber"]
+    out = [main]
+    for wheel in wheels[1:]:
+        with WheelArchive.open(wheel) as wa:
+            member, record = f"{wa.dist_info}/sboms/{SBOM_NAME}", wa.record
+            held = tuple(Held(m.name, _hex(record[m.name].hash) if m.name in record else None)
+                         for m in wa.files if not m.name.startswith(f"{wa.dist_info}/"))
+            doc = companion_document(CompanionProvenance(
+                project=_name(wa), version=wa.name.version, wheel=wa.path.name, content_digest=content_digest(wa, member),
+                held=held, parent=parent, parent_wheel=main.name, parent_serial=serial,
+                epoch=plan.run.source_date_epoch, tool_version=__version__))
+            out.append(_with_document(wa, dest_dir, member, doc))
+    return out
