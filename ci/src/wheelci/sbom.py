@@ -4,6 +4,8 @@ It says what the wheel was built from and against: the project and its git revis
 version built against; the CUDA and cuDNN versions and the image or wheels the toolkit came from; the
 compiler, as the extension's own binaries record it (their ELF `.comment`); the libraries repair grafted
 and those it left to torch and NVIDIA's wheels. An SBOM auditwheel wrote into the wheel stays beside ours.
+When the size check splits a wheel, `add_split_sboms` (the split's hook) makes the main wheel's again and
+gives each companion its own: the files it holds and the wheel, and SBOM, it was split off.
 
 `sbom_document` is pure and deterministic, so that two builds of one commit give the same bytes: the
 serial number is a UUID5 of the wheel's content digest, the timestamp SOURCE_DATE_EPOCH or the commit's
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 SBOM_NAME = "wheelci.cdx.json"  # ours, in .dist-info/sboms/ (auditwheel's is auditwheel.cdx.json)
 SERIAL_NAMESPACE = uuid.UUID("6f1b7c1e-4b1a-5d0e-9a57-7768656c6369")  # UUID5 namespace of our serial numbers
 COMMENT_CAP = 64 << 10  # a .comment section read no further than this
+SBOM_CAP = 16 << 20  # our own SBOM, read back for its serial number
 PROP = "wheelci:"  # our property names' namespace
 
 
@@ -415,7 +418,7 @@ def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: lis
     sboms = f"{wa.dist_info}/sboms/"
     host = not plan.engine.container
     return Provenance(
-        project=(get_headers(wa.metadata, "Name") or [wa.name.distribution])[0], version=wa.name.version, wheel=wa.path.name,
+        project=_name(wa), version=wa.name.version, wheel=wa.path.name,
         content_digest=content_digest(wa, member), revision=revision, revision_note=note, dirty=dirty,
         epoch=plan.run.source_date_epoch, torch=env.torch_version,
         torch_requirement=torch_reqs[0] if torch_reqs else None, torch_source=built_torch_source(plan, env),
@@ -440,6 +443,7 @@ def add_sbom(wheel: Path, dest_dir: Path, *, plan: "Plan", env: "BuildEnv", excl
 
 
 def _with_document(wa: WheelArchive, dest_dir: Path, member: str, text: str) -> Path:
+    """The wheel again in dest_dir with the document as `member` (replaced if there), in one rewrite."""
     from wheelci.wheel.rewrite import rewrite
 
     content = {member: text.encode()}
@@ -447,6 +451,7 @@ def _with_document(wa: WheelArchive, dest_dir: Path, member: str, text: str) -> 
 
 
 def _name(wa: WheelArchive) -> str:
+    """The project's name as METADATA spells it (the file name's form where it has none)."""
     from wheelci.wheel.metadata import get_headers
 
     return (get_headers(wa.metadata, "Name") or [wa.name.distribution])[0]
@@ -466,7 +471,8 @@ def add_split_sboms(wheels: list[Path], dest_dir: Path, *, plan: "Plan", env: "B
     main = add_sbom(wheels[0], dest_dir, plan=plan, env=env, excluded=excluded, project_dir=project_dir,
                     sources=sources, companions=tuple(found))
     with WheelArchive.open(main) as wa:
-        parent, serial = _name(wa), json.loads(wa.read_text(f"{wa.dist_info}/sboms/{SBOM_NAME}", 1 << 24))["serialNumber"]
+        parent = _name(wa)
+        serial = json.loads(wa.read_text(f"{wa.dist_info}/sboms/{SBOM_NAME}", SBOM_CAP))["serialNumber"]
     out = [main]
     for wheel in wheels[1:]:
         with WheelArchive.open(wheel) as wa:
