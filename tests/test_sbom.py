@@ -31,7 +31,7 @@ CUDA_INPUTS = sbom.Provenance(
     project="demo-ext", version="1.0+pt2.13.0.cu130", wheel="demo_ext-1.0+pt2.13.0.cu130-cp311-cp311-linux_x86_64.whl",
     content_digest="ab" * 32, revision="0123456789abcdef0123456789abcdef01234567", dirty=True, epoch=1_700_000_000,
     torch="2.13.0+cu130", torch_requirement="torch==2.13.0",
-    torch_index="https://builder:tok3n-not-shown@packages.example.invalid/whl/cu130",
+    torch_source="https://builder:tok3n-not-shown@packages.example.invalid/whl/cu130",
     cuda="13.0", arch_list="8.0;9.0", cudnn_requirement="nvidia-cudnn-cu13==9.13.0.50",
     nvcc="NVIDIA's nvcc 13.0 wheel (--nvcc wheel)",
     cuda_wheels=(("nvidia-cuda-nvcc", "13.0.88"), ("nvidia-cuda-runtime", "13.0.96")),
@@ -113,7 +113,7 @@ def test_the_document_is_deterministic():
 def test_a_cpu_build_without_a_checkout_says_so():
     plain = dataclasses.replace(CUDA_INPUTS, revision=None, revision_note="the project directory is not a git checkout",
                                 cuda=None, arch_list=None, cudnn_requirement=None, nvcc=None, cuda_wheels=(),
-                                grafted=(), other_sboms=(), torch_index=None)
+                                grafted=(), other_sboms=(), torch_source=None)
     doc = valid(sbom.sbom_document(plain))
     assert props(doc["metadata"]) == {"wheelci:cuda": "none: a CPU build"}
     assert props(doc["metadata"]["component"]) == {
@@ -233,3 +233,101 @@ def test_a_built_wheel_carries_a_valid_sbom(tiny_cpu_build):
     sbom_step = tiny_cpu_build.report["steps"][names.index("sbom")]
     assert sbom_step["status"] == "ok" and sbom_step["outputs"] == [tiny_cpu_build.wheel.name]
     assert names.index("finish") < names.index("sbom") < names.index("check")
+
+
+def _git(*args: str, cwd: Path) -> None:
+    _proc.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_an_untracked_module_that_ships_makes_the_revision_dirty(tmp_path):
+    """`git status --untracked-files=no` called the revision clean while a new module, which the build
+    takes (git's unignored files), shipped; an ignored file, or an untracked one outside what the build
+    read (its -w), leaves it clean."""
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / ".gitignore").write_text("*.log\n")
+    _git("init", "-q", cwd=project)
+    _git("add", ".", cwd=project)
+    _git("commit", "-q", "-m", "first", cwd=project)
+    (project / "build.log").write_text("ignored\n")
+    commit, note, dirty = sbom.git_revision(project)
+    assert commit and note is None and not dirty
+    (project / "pkg" / "extra.py").write_text("shipped = True\n")
+    assert sbom.git_revision(project)[2] is True  # no list of sources: every unignored file counts
+    sources = ["pkg/__init__.py", ".gitignore"]
+    assert sbom.git_revision(project, [*sources, "pkg/extra.py"])[2] is True
+    (project / "pkg" / "extra.py").unlink()
+    (project / "wheelhouse").mkdir()
+    (project / "wheelhouse" / "x.whl").write_text("an output\n")
+    assert sbom.git_revision(project, sources)[2] is False
+    (project / "pkg" / "__init__.py").write_text("changed = True\n")
+    assert sbom.git_revision(project, sources)[2] is True
+
+
+@pytest.mark.network  # the build tools come from pip's configured index
+def test_the_sbom_names_the_torch_the_build_environment_installed(tmp_path, monkeypatch):
+    """The SBOM named the plan's index (the PyTorch CPU index, unreachable here) for a torch pip took from
+    a find-links directory. The build environment now records where pip's install report says torch came
+    from, and the SBOM names that file."""
+    from wheelci.compile import hostenv
+    from wheelci.plan import Request, make_plan
+    from tests._wheels import build_wheel
+
+    links = tmp_path / "links"
+    version = "0.0.0+sbomtest"  # a release no index has: pip can only take this file
+    wheel = build_wheel(links, "torch", version, {
+        "torch/__init__.py": f"__version__ = {version!r}\n\n\nclass version:\n    cuda = None\n"})
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    spec = hostenv.TorchSpec("0.0.0", None, "http://127.0.0.1:9/simple", False)  # nothing listens on 9
+    root = tmp_path / "envs" / "torch-0.0.0-cpu"
+    made = hostenv.cached_env(root, lambda where: hostenv.create_env(where, spec))
+    env = hostenv.cached_env(root, lambda where: pytest.fail("made twice"))  # as a later build reads it
+    assert made.torch_version == env.torch_version == version
+    plan = make_plan(Request(cuda=None, torch=None, engine="host"), project_dir=ROOT)
+    assert plan.torch_index_url  # what the SBOM used to name
+    built = build_wheel(tmp_path / "in", "demo-ext", "1.0", requires=(f"torch=={version}",))
+    out = sbom.add_sbom(built, tmp_path / "out", plan=plan, env=env, excluded=[], project_dir=tmp_path)
+    doc = _listed_sboms(out)[sbom.SBOM_NAME]
+    torch = components(doc)["torch"]
+    assert torch["externalReferences"] == [{"type": "distribution", "url": wheel.as_uri()}]
+    assert plan.torch_index_url not in json.dumps(doc)
+    assert env.torch_source == wheel.as_uri()  # kept in the environment's stamp
+
+
+def test_a_container_builds_torch_source_is_what_its_pip_was_told(tmp_path):
+    """A container build with --find-links: the container's pip takes torch from that directory or its own
+    indexes, never from the plan's index, which the SBOM named; with no find-links, the index the
+    container's pip is given."""
+    from wheelci.plan import Request, make_plan
+
+    env = BuildEnv(tmp_path, tmp_path / "python", tmp_path / "site", "2.13.0+cu130", "13.0", [])
+    links = tmp_path / "links"
+    links.mkdir()
+    wheel = make_wheel(tmp_path / "in", "demo-ext", {"demo_ext/__init__.py": b""}, requires=("torch==2.13.0",))
+    for find_links, expected in ((links, f"the build container's pip: the find-links directory {links} or its "
+                                          "configured indexes"), (None, None)):
+        plan = make_plan(Request(cuda="13.0", torch=None, engine="docker", find_links=find_links), project_dir=ROOT)
+        out = sbom.add_sbom(wheel, tmp_path / f"out-{bool(find_links)}", plan=plan, env=env, excluded=[],
+                            project_dir=tmp_path)
+        torch = components(_listed_sboms(out)[sbom.SBOM_NAME])["torch"]
+        if expected:
+            assert props(torch)["wheelci:source"] == expected and "externalReferences" not in torch
+        else:  # `pip install torch==2.13.0 --index-url INDEX` in the container
+            assert torch["externalReferences"] == [{"type": "distribution", "url": plan.torch_index_url}]
+            assert "wheelci:source" not in props(torch)
+
+
+@pytest.mark.parametrize("version, expected", [
+    ("2.13.0+cu130", "https://mirror.example/whl/cu130"),  # PyPI serves no local version: the index named
+    ("2.13.0", "https://mirror.example/whl/cu130 or https://pypi.org/simple (uv took the best match of these "
+               "indexes)"),
+])
+def test_a_uv_install_records_the_indexes_it_was_given(version, expected):
+    """uv writes no install report; it is only ever given indexes (hostenv.uv_args), so those are the source."""
+    from wheelci.compile import hostenv
+
+    spec = hostenv.TorchSpec("2.13.0", "13.0", "https://mirror.example/whl/cu130", True)
+    args = ["--isolated", "--index-url", spec.index_url, "--extra-index-url", hostenv.PYPI, "torch==2.13.0"]
+    assert hostenv.torch_source(None, hostenv.uv_args(args), version) == expected
+    assert hostenv.torch_source(None, hostenv.uv_args(["--isolated", "torch==2.13.0"]), version) == hostenv.PYPI

@@ -602,3 +602,52 @@ def test_split_replaces_only_its_own_outputs_and_a_rerun_leaves_no_stale_compani
     r = run_stage("ci.split", native_wheel, "--limit", "100MB", "-w", out)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in out.glob("*.whl")) == [native_wheel.name]
+
+
+def test_the_builds_split_gives_every_wheel_a_true_sbom(native_wheel: Path, tmp_path: Path) -> None:
+    """The build's sbom step, then its check step splitting the wheel at 300 kB: a companion carried no SBOM
+    and the main wheel kept the one written before the split (naming a content it no longer has). Now each
+    wheel's SBOM is valid and listed in RECORD; the main wheel's is made again for what it holds and names
+    its companions; a companion's lists the files it holds, by hash, and refers to the main wheel's SBOM."""
+    import argparse
+    import dataclasses
+    import hashlib
+    import json
+
+    from wheelci import build, sbom
+    from wheelci.compile.hostenv import BuildEnv
+    from wheelci.plan import Request, make_plan
+    from wheelci.report import BuildReport
+    from tests.test_sbom import _listed_sboms, components, props
+
+    root = Path(__file__).resolve().parent.parent
+    plan = make_plan(Request(cuda=None, torch=None, engine="host"), project_dir=root)
+    plan = dataclasses.replace(plan, run=dataclasses.replace(plan.run, limit="300KB", source_date_epoch=1_700_000_000))
+    site = tmp_path / "site"
+    site.mkdir()
+    b = build.Build(args=argparse.Namespace(), plan=plan, project_dir=tmp_path, out_dir=tmp_path / "w")
+    b.work, b.env, b.wheels = tmp_path / "work", BuildEnv(tmp_path, tmp_path / "python", site, "2.13.0+cpu", None, []), \
+        [native_wheel]
+    b.report = BuildReport(plan={})
+    build.sbom_step(b)
+    (before,) = [json.loads(zipfile.ZipFile(w).read(f"demo-1.0+cpu.dist-info/sboms/{sbom.SBOM_NAME}")) for w in b.wheels]
+    build.check_step(b)
+    assert [role for _, role in b.final] == ["main", "companion", "companion"]
+    docs = [_listed_sboms(w)[sbom.SBOM_NAME] for w, _ in b.final]  # each valid against the schema
+    assert all(w.stat().st_size <= 300_000 for w, _ in b.final)
+    main, companions = docs[0], docs[1:]
+    assert main["serialNumber"] != before["serialNumber"]  # the main wheel's content changed
+    named = {(c["name"], c["version"]) for r, c in components(main).items() if r.startswith("companion:")}
+    assert named == {("demo-libs", "1.0+cpu"), ("demo-libs2", "1.0+cpu")}
+    for (wheel, _), doc in zip(b.final[1:], companions):
+        with zipfile.ZipFile(wheel) as zf:
+            held = {n: hashlib.sha256(zf.read(n)).hexdigest() for n in zf.namelist() if ".dist-info/" not in n}
+        project = doc["metadata"]["component"]
+        assert (project["name"], project["version"]) == (wheel.name.split("-")[0].replace("_", "-"), "1.0+cpu")
+        files = {c["name"]: c["hashes"][0]["content"] for r, c in components(doc).items() if r.startswith("file:")}
+        assert files == held and any(n.endswith(".so") for n in files)
+        parent = components(doc)["parent"]
+        assert (parent["name"], parent["version"]) == ("demo", "1.0+cpu")
+        assert parent["externalReferences"] == [{"type": "bom", "url": f"urn:cdx:{main['serialNumber'][9:]}/1",
+                                                 "comment": "the SBOM of the wheel these files were split off"}]
+        assert props(parent)["wheelci:role"].startswith("split off")

@@ -545,6 +545,40 @@ def test_publish_only_when_asked_with_the_secrets(build):
     assert "dist/*.whl" in step["run"]
 
 
+@pytest.mark.parametrize("variants", [True, False], ids=["variants", "plain"])
+def test_publish_uploads_the_variants_file_the_index_wrote(build, tmp_path, variants):
+    """The publish job's Index and Upload steps over the downloaded wheels: the real `wheelci index`, a
+    stand-in `wheelci upload` that records its arguments. With variant wheels the upload was given the wheels
+    alone, so installers ignored every variant (docs/variants.md); it now takes the release's variants file
+    too, and a release without variants uploads its wheels as before (no pattern left unexpanded)."""
+    from tests._wheels import build_wheel
+    from wheelci.wheel import variant
+
+    work = tmp_path / "job"
+    dist = work / "dist"
+    build_wheel(dist, files={"demo/__init__.py": "BUILD = 'plain'\n"})
+    if variants:
+        src = build_wheel(tmp_path / "cu130", files={"demo/__init__.py": "BUILD = 'cu130'\n"})
+        variant.add_variant(src, dist, variant.cuda_variant("13.0", "9.0"))
+    wheels = sorted(f"dist/{p.name}" for p in dist.glob("*.whl"))
+    bin_dir, called = tmp_path / "bin", tmp_path / "called"
+    bin_dir.mkdir()
+    (bin_dir / "wheelci").write_text(
+        f'#!/bin/bash\nif [ "$1" = upload ]; then printf "%s\\n" "$@" > {shlex.quote(str(called))}; exit 0; fi\n'
+        f'exec {shlex.quote(sys.executable)} -m wheelci "$@"\n')
+    (bin_dir / "wheelci").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT / "ci" / "src")}
+    for name in ("Index the release", "Upload"):
+        r, _ = run_step(f"cd {shlex.quote(str(work))}\n" + step_script(build, "publish", name), env, tmp_path)
+        assert r.returncode == 0, r.stdout + r.stderr
+    argv = called.read_text().splitlines()
+    assert argv[:2] == ["upload", "--skip-existing"]
+    expected = ["dist/simple/demo/demo-1.0-variants.json"] if variants else []
+    assert sorted(argv[2:]) == sorted(wheels + expected), argv
+    for path in expected:
+        assert (work / path).is_file()
+
+
 def test_a_publish_without_its_secrets_stops_first(build):
     """The plan job's first step, only when publishing: it sees whether each secret is set, not its value."""
     first = build["jobs"]["plan"]["steps"][0]

@@ -538,13 +538,16 @@ def sbom_step(b: Build) -> None:
     from wheelci.sbom import add_sbom
 
     b.wheels = [add_sbom(w, b.work / "sbom", plan=b.plan, env=b.env, excluded=b.excluded,
-                         project_dir=b.project_dir) for w in b.wheels]
+                         project_dir=b.project_dir, sources=b.source_files) for w in b.wheels]
 
 
 def check_step(b: Build) -> None:
     """Each wheel against the size limit; one over it is split into companions."""
+    import functools
+
     from wheelci.check import check_wheel
     from wheelci import report
+    from wheelci.sbom import add_split_sboms
 
     limit = b.plan.run.limit
     for wheel in b.wheels:
@@ -552,7 +555,9 @@ def check_step(b: Build) -> None:
             from wheelci.split import split_wheel
 
             log.info(f"{wheel.name} is over the {limit} limit: splitting")
-            parts = split_wheel(wheel, limit, b.work / "split", preload_deps=[b.env.site])
+            parts = split_wheel(wheel, limit, b.work / "split", preload_deps=[b.env.site], sbom=functools.partial(
+                add_split_sboms, plan=b.plan, env=b.env, excluded=b.excluded, project_dir=b.project_dir,
+                sources=b.source_files))
             b.final += [(p, "main" if i == 0 else "companion") for i, p in enumerate(parts)]
         else:
             b.final.append((wheel, "main"))
@@ -637,7 +642,7 @@ STEPS: tuple[Step[Build], ...] = (
     Step("repair", repair_step, reads=("compiled", "env", "plan"), writes=("repaired", "excluded"), reuse=True),
     Step("finish", finish_step, reads=("repaired", "env", "plan"), writes=("wheels",), reuse=True),
     Step("sbom", sbom_step, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("wheels",), reuse=True),
-    Step("check", check_step, reads=("wheels", "plan", "env"), writes=("final",), reuse=True),
+    Step("check", check_step, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("final",), reuse=True),
     Step("abi", abi_step, reads=("final", "env"), writes=("torch_requirement",), reuse=True),
     Step("verify", verify_step, reads=("final", "env", "plan", "torch_requirement", "sources", "build_dir", "environ"),
          reuse=True),

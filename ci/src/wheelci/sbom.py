@@ -4,6 +4,8 @@ It says what the wheel was built from and against: the project and its git revis
 version built against; the CUDA and cuDNN versions and the image or wheels the toolkit came from; the
 compiler, as the extension's own binaries record it (their ELF `.comment`); the libraries repair grafted
 and those it left to torch and NVIDIA's wheels. An SBOM auditwheel wrote into the wheel stays beside ours.
+When the size check splits a wheel, `add_split_sboms` (the split's hook) makes the main wheel's again and
+gives each companion its own: the files it holds and the wheel, and SBOM, it was split off.
 
 `sbom_document` is pure and deterministic, so that two builds of one commit give the same bytes: the
 serial number is a UUID5 of the wheel's content digest, the timestamp SOURCE_DATE_EPOCH or the commit's
@@ -15,12 +17,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Collection
 
 from wheelci.errors import CiError
 from wheelci.util import proc
@@ -28,6 +31,7 @@ from wheelci.util.secret import redact
 from wheelci.wheel.zipread import WheelArchive
 
 if TYPE_CHECKING:
+    from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component
 
     from wheelci.compile.hostenv import BuildEnv
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
 SBOM_NAME = "wheelci.cdx.json"  # ours, in .dist-info/sboms/ (auditwheel's is auditwheel.cdx.json)
 SERIAL_NAMESPACE = uuid.UUID("6f1b7c1e-4b1a-5d0e-9a57-7768656c6369")  # UUID5 namespace of our serial numbers
 COMMENT_CAP = 64 << 10  # a .comment section read no further than this
+SBOM_CAP = 16 << 20  # our own SBOM, read back for its serial number
 PROP = "wheelci:"  # our property names' namespace
 
 
@@ -59,11 +64,11 @@ class Provenance:
     content_digest: str  # sha256 hex over the wheel's RECORD entries: every member's hash
     revision: str | None  # the git commit; None with revision_note saying why
     revision_note: str | None = None
-    dirty: bool = False  # tracked files differ from the commit
+    dirty: bool = False  # what the build read differs from the commit (a tracked file changed, an untracked one added)
     epoch: int | None = None  # SOURCE_DATE_EPOCH, else the commit's time
     torch: str = ""  # the torch the wheel was built against, as installed (2.13.0+cpu)
     torch_requirement: str | None = None  # what the wheel's METADATA requires of torch
-    torch_index: str | None = None  # where that torch came from (redacted)
+    torch_source: str | None = None  # where that torch came from: a wheel's URL or local file, an index, or a sentence
     cuda: str | None = None
     arch_list: str | None = None
     cudnn_requirement: str | None = None  # the cuDNN wheel torch pins (nvidia-cudnn-cu13==9.13.0.50)
@@ -74,6 +79,31 @@ class Provenance:
     grafted: tuple[Grafted, ...] = ()
     excluded: tuple[str, ...] = ()  # sonames left to torch and NVIDIA's wheels
     other_sboms: tuple[str, ...] = ()  # SBOMs already in .dist-info/sboms/ (auditwheel's), kept
+    tool_version: str = ""
+    companions: tuple[tuple[str, str], ...] = ()  # (project, version) of the wheels a split moved libraries to
+
+
+@dataclass(frozen=True)
+class Held:
+    """A file a split companion holds."""
+
+    member: str
+    sha256: str | None  # hex, from RECORD
+
+
+@dataclass(frozen=True)
+class CompanionProvenance:
+    """What a split companion's SBOM says: what it holds, and the wheel (and SBOM) it was split off."""
+
+    project: str
+    version: str
+    wheel: str
+    content_digest: str
+    held: tuple[Held, ...]
+    parent: str  # the main wheel's project
+    parent_wheel: str  # its file name
+    parent_serial: str | None  # its SBOM's serial number (urn:uuid:...), None where it has none
+    epoch: int | None = None
     tool_version: str = ""
 
 
@@ -149,10 +179,11 @@ def _runtime_components(p: Provenance) -> list:
     """What the installed wheel needs: torch, cuDNN, the grafted libraries and those left to other wheels."""
     from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
 
-    index = [ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(redact(p.torch_index)))] \
-        if p.torch_index else None
-    out = [_component("library", "torch", "torch", p.torch, runtime=True, purl=True, refs=index,
-                      role="built against", requirement=p.torch_requirement)]
+    source = redact(p.torch_source or "not recorded: its build environment was made before wheelci recorded it")
+    url = re.fullmatch(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+", source)
+    refs = [ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(source))] if url else None
+    out = [_component("library", "torch", "torch", p.torch, runtime=True, purl=True, refs=refs,
+                      role="built against", requirement=p.torch_requirement, source=None if url else source)]
     if cudnn := _requirement(p.cudnn_requirement):
         out.append(_component("library", "cudnn", cudnn[0], cudnn[1], runtime=True, purl=True,
                               role="cuDNN, as the torch built against pins it", requirement=p.cudnn_requirement))
@@ -161,6 +192,9 @@ def _runtime_components(p: Provenance) -> list:
     out += [_component("library", f"excluded:{soname}", soname, runtime=True,
                        repair="excluded: a runtime dependency", provided_by=_provider(soname))
             for soname in sorted(set(p.excluded))]
+    out += [_component("library", f"companion:{name}", name, version, runtime=True, purl=True,
+                        role="split companion: holds libraries moved out of this wheel (required at this version)")
+            for name, version in sorted(set(p.companions))]
     return out
 
 
@@ -188,8 +222,6 @@ def sbom_document(p: Provenance) -> str:
     """The CycloneDX 1.6 JSON text of one wheel's provenance: the same inputs, the same bytes."""
     from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
     from cyclonedx.model.bom import Bom
-    from cyclonedx.model.component import Component, ComponentType
-    from cyclonedx.model.tool import ToolRepository
     from cyclonedx.output.json import JsonV1Dot6
 
     project = _project(p)
@@ -199,23 +231,63 @@ def sbom_document(p: Provenance) -> str:
               external_references=[ExternalReference(type=ExternalReferenceType.BOM, url=XsUri(name),
                                                      comment="an SBOM of the same wheel, kept as written")
                                    for name in sorted(p.other_sboms)])
-    # None leaves the timestamp out of the document (never the clock); the setter's annotation says datetime only
-    bom.metadata.timestamp = (datetime.fromtimestamp(p.epoch, tz=timezone.utc)  # type: ignore[assignment]
-                              if p.epoch is not None else None)
+    _finish(bom, p.epoch, p.tool_version)
     bom.metadata.component = project
-    bom.metadata.tools = ToolRepository(components=[Component(type=ComponentType.APPLICATION, name="wheelci",
-                                                              version=p.tool_version or None)])
     bom.metadata.properties = _props(cuda=None if p.cuda else "none: a CPU build")
     bom.register_dependency(project, runtime)
+    return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
+
+
+def _finish(bom: "Bom", epoch: int | None, tool_version: str) -> None:
+    """What every document of ours says about itself: its time (SOURCE_DATE_EPOCH or the commit's, never
+    the clock) and the tool."""
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.model.tool import ToolRepository
+
+    # None leaves the timestamp out of the document; the setter's annotation says datetime only
+    bom.metadata.timestamp = (datetime.fromtimestamp(epoch, tz=timezone.utc)  # type: ignore[assignment]
+                              if epoch is not None else None)
+    bom.metadata.tools = ToolRepository(components=[Component(type=ComponentType.APPLICATION, name="wheelci",
+                                                              version=tool_version or None)])
+
+
+def companion_document(c: CompanionProvenance) -> str:
+    """The CycloneDX 1.6 JSON text of a split companion's SBOM: each file it holds, by hash, and the wheel it
+    was split off, with a BOM-Link to that wheel's SBOM, which says how the files were built."""
+    from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.output.json import JsonV1Dot6
+
+    project = Component(type=ComponentType.LIBRARY, bom_ref="project", name=c.project, version=c.version,
+                        purl=_purl(c.project, c.version, file_name=c.wheel))
+    link = [ExternalReference(type=ExternalReferenceType.BOM, url=XsUri(f"urn:cdx:{c.parent_serial[9:]}/1"),
+                              comment="the SBOM of the wheel these files were split off")] \
+        if c.parent_serial and c.parent_serial.startswith("urn:uuid:") else None
+    parent = Component(type=ComponentType.LIBRARY, bom_ref="parent", name=c.parent, version=c.version,
+                       purl=_purl(c.parent, c.version, file_name=c.parent_wheel), external_references=link,
+                       properties=_props(
+                           role=f"split off this wheel, which requires {c.project}=={c.version}"))
+    files = [_component("file", f"file:{h.member}", h.member, runtime=True, sha256=h.sha256)
+             for h in sorted(set(c.held), key=str)]
+    bom = Bom(serial_number=uuid.uuid5(SERIAL_NAMESPACE, c.content_digest), components=[parent, *files])
+    _finish(bom, c.epoch, c.tool_version)
+    bom.metadata.component = project
+    bom.register_dependency(project, files)
+    bom.register_dependency(parent, [project])
     return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
 
 
 # --- the edge: what add_sbom reads of the project, the build env and the wheel --------------------------
 
 
-def git_revision(project_dir: Path) -> tuple[str | None, str | None, bool]:
+def git_revision(project_dir: Path, sources: Collection[str] | None = None) -> tuple[str | None, str | None, bool]:
     """(commit, why there is none, dirty) of the project directory: a commit only where the
-    directory's own files are tracked (an sdist unpacked inside someone's checkout is not that checkout)."""
+    directory's own files are tracked (an sdist unpacked inside someone's checkout is not that checkout).
+
+    Dirty: a tracked file differs from the commit, or an untracked, unignored file is among what the build
+    read (`sources`, paths relative to the directory: git's tracked and unignored files less -w and the work
+    directory; without it, any such file), since the build takes those too."""
     def git(*args: str):
         return proc.run(["git", "-C", project_dir, *args], what="reading the project's git revision", check=False,
                         capture_output=True, text=True)
@@ -227,8 +299,11 @@ def git_revision(project_dir: Path) -> tuple[str | None, str | None, bool]:
     if head.returncode != 0 or not head.stdout.strip() or not git("ls-files", "--", ".").stdout.strip():
         return None, "the project directory is not a git checkout", False
     commit = head.stdout.split()[0]
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".").stdout.strip())
-    return commit, None, dirty
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".").stdout.strip():
+        return commit, None, True
+    untracked = [f for f in git("ls-files", "-z", "--others", "--exclude-standard", "--", ".").stdout.split("\0") if f]
+    shipped = set(sources) if sources is not None else None
+    return commit, None, any(shipped is None or f in shipped for f in untracked)
 
 
 def comment_strings(stream: BinaryIO) -> list[str]:
@@ -299,14 +374,41 @@ def host_nvcc_used(plan: "Plan") -> str | None:
     return f"NVIDIA's nvcc {plan.cuda} wheel (--nvcc {plan.run.nvcc_source})"
 
 
+def built_torch_source(plan: "Plan", env: "BuildEnv") -> str | None:
+    """Where the torch the wheel was compiled against came from. A container build's: what its pip was
+    told (cibw.before_build: the index named, else its own sources and the find-links directory). A host
+    build's: what the build environment recorded when it installed torch, else a direct URL install's
+    direct_url.json; None where neither says (an environment made before the source was recorded)."""
+    if plan.engine.container:
+        import shlex
+
+        words = shlex.split(plan.environment.get("CIBW_BEFORE_BUILD_LINUX", "").split(" && ")[0])
+        index = words[words.index("--index-url") + 1] if "--index-url" in words[:-1] else None
+        if plan.find_links:
+            return f"the build container's pip: the find-links directory {plan.find_links} or " \
+                   f"{index or 'its configured indexes'}"
+        return index or "the build container's pip: its configured indexes"
+    if env.torch_source:
+        return env.torch_source
+    import importlib.metadata as md
+
+    for dist in md.distributions(path=[str(env.site)]):
+        if (dist.metadata["Name"] or "").lower() == "torch":
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                url = json.loads(dist.read_text("direct_url.json") or "null")["url"]
+                return url if isinstance(url, str) and url else None
+    return None
+
+
 def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: list[str], project_dir: Path,
-               member: str) -> Provenance:
+               member: str, sources: Collection[str] | None = None,
+               companions: tuple[tuple[str, str], ...] = ()) -> Provenance:
     """The Provenance of one wheel of a build: the plan, the build env, the project's checkout, the wheel."""
     from wheelci import __version__
     from wheelci.wheel.metadata import get_headers
     from wheelci.wheel.requirements import requirement_name
 
-    revision, note, dirty = git_revision(project_dir)
+    revision, note, dirty = git_revision(project_dir, sources)
     libs_dir = f"{wa.name.distribution}.libs/"
     record = wa.record
     grafted = tuple(Grafted(m.name, re.sub(r"-[0-9a-f]{8}(?=\.so)", "", m.name.rsplit("/", 1)[-1]),
@@ -316,28 +418,70 @@ def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: lis
     sboms = f"{wa.dist_info}/sboms/"
     host = not plan.engine.container
     return Provenance(
-        project=(get_headers(wa.metadata, "Name") or [wa.name.distribution])[0], version=wa.name.version, wheel=wa.path.name,
+        project=_name(wa), version=wa.name.version, wheel=wa.path.name,
         content_digest=content_digest(wa, member), revision=revision, revision_note=note, dirty=dirty,
         epoch=plan.run.source_date_epoch, torch=env.torch_version,
-        torch_requirement=torch_reqs[0] if torch_reqs else None, torch_index=plan.torch_index_url,
+        torch_requirement=torch_reqs[0] if torch_reqs else None, torch_source=built_torch_source(plan, env),
         cuda=plan.cuda, arch_list=plan.arch_list if plan.cuda else None,
         cudnn_requirement=plan.cudnn_requirement if plan.cuda else None,
         image=None if host else (plan.image or f"cibuildwheel's pinned {plan.manylinux} image"),
         nvcc=host_nvcc_used(plan), cuda_wheels=tuple(nvidia_wheels(env.site)) if host and plan.cuda else (),
         compilers=tuple(wheel_compilers(wa, libs_dir)), grafted=grafted, excluded=tuple(excluded),
         other_sboms=tuple(m.name[len(sboms):] for m in wa.files if m.name.startswith(sboms) and m.name != member),
-        tool_version=__version__)
+        tool_version=__version__, companions=companions)
 
 
 def add_sbom(wheel: Path, dest_dir: Path, *, plan: "Plan", env: "BuildEnv", excluded: list[str], project_dir: Path,
-) -> Path:
+             sources: Collection[str] | None = None, companions: tuple[tuple[str, str], ...] = ()) -> Path:
     """The wheel again in dest_dir, with our SBOM in .dist-info/sboms/ and RECORD regenerated (one
     rewrite; an SBOM of ours already there is replaced, any other kept)."""
-    from wheelci.wheel.rewrite import rewrite
-
     with WheelArchive.open(wheel) as wa:
         member = f"{wa.dist_info}/sboms/{SBOM_NAME}"
-        text = sbom_document(provenance(wa, plan=plan, env=env, excluded=excluded, project_dir=project_dir,
-                                        member=member))
-        content = {member: text.encode()}
-        return rewrite(wa, dest_dir, replace=content) if member in wa else rewrite(wa, dest_dir, add=content)
+        return _with_document(wa, dest_dir, member, sbom_document(provenance(
+            wa, plan=plan, env=env, excluded=excluded, project_dir=project_dir, member=member, sources=sources,
+            companions=companions)))
+
+
+def _with_document(wa: WheelArchive, dest_dir: Path, member: str, text: str) -> Path:
+    """The wheel again in dest_dir with the document as `member` (replaced if there), in one rewrite."""
+    from wheelci.wheel.rewrite import rewrite
+
+    content = {member: text.encode()}
+    return rewrite(wa, dest_dir, replace=content) if member in wa else rewrite(wa, dest_dir, add=content)
+
+
+def _name(wa: WheelArchive) -> str:
+    """The project's name as METADATA spells it (the file name's form where it has none)."""
+    from wheelci.wheel.metadata import get_headers
+
+    return (get_headers(wa.metadata, "Name") or [wa.name.distribution])[0]
+
+
+def add_split_sboms(wheels: list[Path], dest_dir: Path, *, plan: "Plan", env: "BuildEnv", excluded: list[str],
+                    project_dir: Path, sources: Collection[str] | None = None) -> list[Path]:
+    """A split's outputs (the main wheel first, then its companions: split.SbomHook) again in dest_dir, each
+    with a true SBOM: the main wheel's made again for what it holds now, naming its companions; each
+    companion's listing its files and referring to the main wheel's SBOM."""
+    from wheelci import __version__
+
+    found = []
+    for wheel in wheels[1:]:
+        with WheelArchive.open(wheel) as wa:
+            found.append((_name(wa), wa.name.version))
+    main = add_sbom(wheels[0], dest_dir, plan=plan, env=env, excluded=excluded, project_dir=project_dir,
+                    sources=sources, companions=tuple(found))
+    with WheelArchive.open(main) as wa:
+        parent = _name(wa)
+        serial = json.loads(wa.read_text(f"{wa.dist_info}/sboms/{SBOM_NAME}", SBOM_CAP))["serialNumber"]
+    out = [main]
+    for wheel in wheels[1:]:
+        with WheelArchive.open(wheel) as wa:
+            member, record = f"{wa.dist_info}/sboms/{SBOM_NAME}", wa.record
+            held = tuple(Held(m.name, _hex(record[m.name].hash) if m.name in record else None)
+                         for m in wa.files if not m.name.startswith(f"{wa.dist_info}/"))
+            doc = companion_document(CompanionProvenance(
+                project=_name(wa), version=wa.name.version, wheel=wa.path.name, content_digest=content_digest(wa, member),
+                held=held, parent=parent, parent_wheel=main.name, parent_serial=serial,
+                epoch=plan.run.source_date_epoch, tool_version=__version__))
+            out.append(_with_document(wa, dest_dir, member, doc))
+    return out

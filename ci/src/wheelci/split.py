@@ -57,7 +57,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AbstractSet, Sequence
+from typing import AbstractSet, Callable, Sequence
 
 from wheelci import cli
 from wheelci.errors import CiError, Finding
@@ -70,6 +70,9 @@ from wheelci.util.sizes import format_size
 
 PRELOAD_MODULE = SPLIT_MODULE_NAME  # beside the package's ci.native.loadorder.MODULE_NAME, if it has one
 PY_SOURCE_CAP = 32 << 20  # per .py file read whole; torch's largest is 1.4 MB
+# (the outputs, main wheel first, a directory) -> the same wheels, by name, with their SBOMs, written there:
+# what a build gives the split (wheelci.sbom.add_split_sboms), so that every wheel it writes has a true one
+SbomHook = Callable[[list[Path], Path], list[Path]]
 
 
 def _patchelf() -> str:
@@ -99,12 +102,13 @@ def _insert_after_existing_preload(init: str, module: str) -> str:
 
 
 def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, verify: bool = True,
-                preload_deps: Sequence[Path | str] = ()) -> list[Path]:
+                preload_deps: Sequence[Path | str] = (), sbom: SbomHook | None = None) -> list[Path]:
     """Write the main wheel and its companions (or an unchanged copy when under the limit) to out_dir.
 
     With `verify`, RECORD hashes are re-checked before any are reused in the outputs.
     `preload_deps`: wheels or installed directories providing libraries the moved ones need (e.g.
     the nvidia-* wheels); those are preloaded first too, so the per-directory layout works.
+    `sbom`: gives each output of a split its SBOM before the size and import checks (see SbomHook).
     """
     from wheelci.util.sizes import parse_limit
     from wheelci.wheel.zipread import WheelArchive
@@ -122,7 +126,7 @@ def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, veri
             if dest.exists() and dest.resolve() == path.resolve():
                 return [dest]
             return _staged(out_dir, path.name, lambda stage: [_copy_into(path, stage)])
-        return _split(wa, size, limit_b, out_dir, verify, preload_deps)
+        return _split(wa, size, limit_b, out_dir, verify, preload_deps, sbom)
 
 
 def _copy_into(path: Path, stage: Path) -> Path:
@@ -143,7 +147,8 @@ def _staged(out_dir: Path, key: str, make) -> list[Path]:
         return out.commit(make(stage), key, replace_group=True, writer=cli.command("split"))
 
 
-def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str]) -> list[Path]:
+def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str],
+           sbom: SbomHook | None = None) -> list[Path]:
     """Choose what moves, make the preload that loads it, then write: every refusal comes before the
     first output, and a failed write leaves none behind."""
     if out_dir.resolve() == wa.path.resolve().parent:
@@ -152,7 +157,7 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
     preload = _make_preload(wa, choice, preload_deps)
 
     def make(stage: Path) -> list[Path]:
-        made = _write_outputs(wa, choice, preload, stage)
+        made = _write_outputs(wa, choice, preload, stage, sbom)
         _import_check(wa, made, preload_deps)
         return made
     written = _staged(out_dir, wa.path.name, make)
@@ -324,7 +329,7 @@ def _as_written(lib, c: _Choice):
     return dataclasses.replace(lib, **changes) if changes else lib
 
 
-def _write_outputs(wa, c: _Choice, preload: _Preload, out_dir: Path) -> list[Path]:
+def _write_outputs(wa, c: _Choice, preload: _Preload, out_dir: Path, sbom: SbomHook | None = None) -> list[Path]:
     """The main wheel (first) and its companions; each is checked against the limit once written,
     and on any failure, Ctrl-C included, every output written so far is removed."""
     from wheelci.wheel.metadata import edit_headers
@@ -345,6 +350,8 @@ def _write_outputs(wa, c: _Choice, preload: _Preload, out_dir: Path) -> list[Pat
                            add=preload.add,
                            metadata_edit=lambda text: edit_headers(text, append=requires))
             written.insert(0, main)
+            if sbom is not None:
+                _with_sboms(written, sbom, Path(tmp) / "sbom")
         over = [p for p in written if p.stat().st_size > c.limit]
         if over:
             raise Finding(f"split output still over {format_size(c.limit)}: "
@@ -354,6 +361,15 @@ def _write_outputs(wa, c: _Choice, preload: _Preload, out_dir: Path) -> list[Pat
             p.unlink(missing_ok=True)
         raise
     return written
+
+
+def _with_sboms(written: list[Path], sbom: SbomHook, tmp: Path) -> None:
+    """Each output replaced by itself with its SBOM (the hook writes them into tmp, under the same names)."""
+    made = sbom(list(written), tmp)
+    if [p.name for p in made] != [p.name for p in written]:
+        raise CiError(f"the SBOM step renamed split outputs: {', '.join(p.name for p in made)}")
+    for new, old in zip(made, written):
+        os.replace(new, old)
 
 
 def _patch_rpaths(wa, rpaths: dict[str, tuple[list[str], bool]], tmp: Path) -> dict[str, Path]:

@@ -58,6 +58,7 @@ class BuildEnv:
     torch_version: str
     torch_cuda: str | None
     requires: list[str]  # torch's Requires-Dist, for the repair stage (cuDNN pin)
+    torch_source: str | None = None  # where its torch was installed from (torch_source); None: not recorded
 
     def __str__(self) -> str:
         return f"torch {self.torch_version} in {self.root}"
@@ -135,6 +136,28 @@ def _torch_info(python: Path) -> dict:
 
 
 STAMP = ".complete.json"
+TORCH_REPORT = "torch-install.json"  # pip's install report (--report) of the torch install, kept in the env
+
+
+def torch_source(report: Path | None, uv_args: list[str], version: str) -> str | None:
+    """Where the torch install took torch from: the file pip's install report names (an index's wheel URL, or
+    a local wheel of a find-links directory). uv writes no report, but is only ever given indexes: the one
+    index, else the first when the version has a local label (PyPI serves none), else both, as uv chose."""
+    if report is not None:
+        try:
+            installed = json.loads(report.read_text()).get("install", [])
+        except (OSError, ValueError, AttributeError):
+            return None
+        for item in installed if isinstance(installed, list) else []:
+            name = str((item.get("metadata") or {}).get("name", "")) if isinstance(item, dict) else ""
+            url = (item.get("download_info") or {}).get("url") if name.lower() == "torch" else None
+            if isinstance(url, str) and url:
+                return url
+        return None
+    indexes = [uv_args[i + 1] for i, a in enumerate(uv_args[:-1]) if a in ("--index", "--default-index")] or [PYPI]
+    if len(indexes) == 1 or "+" in version:
+        return indexes[0]
+    return f"{' or '.join(indexes)} (uv took the best match of these indexes)"
 
 
 def _load_env(root: Path) -> tuple[BuildEnv | None, str]:
@@ -150,8 +173,10 @@ def _load_env(root: Path) -> tuple[BuildEnv | None, str]:
     try:
         info = json.loads(raw)
         site, version, cuda, requires = info["site"], info["version"], info["cuda"], info["requires"]
+        source = info.get("source")  # absent from a stamp written before it was recorded
         if not (isinstance(site, str) and isinstance(version, str) and isinstance(cuda, (str, type(None)))
-                and isinstance(requires, list) and all(isinstance(r, str) for r in requires)):
+                and isinstance(requires, list) and all(isinstance(r, str) for r in requires)
+                and isinstance(source, (str, type(None)))):
             raise TypeError
     except (ValueError, TypeError, KeyError):
         return None, "its stamp is cut off or corrupt"
@@ -160,7 +185,7 @@ def _load_env(root: Path) -> tuple[BuildEnv | None, str]:
         return None, "its interpreter is missing"
     if not (Path(site) / "torch" / "__init__.py").is_file():
         return None, "its torch is missing"
-    return BuildEnv(root, python, Path(site), version, cuda, requires), ""
+    return BuildEnv(root, python, Path(site), version, cuda, requires, source), ""
 
 
 def cached_env(root: Path, create: Callable[[Path], dict]) -> BuildEnv:
@@ -244,15 +269,18 @@ def create_env(root: Path, spec: TorchSpec, installer: str = "auto") -> dict:
     uv = uv_binary() if args[0] == "--isolated" and installer != "pip" else None  # pip's configuration is pip's
     if installer == "uv" and uv is None:
         raise CiError("no uv to create the environment with (or its torch comes from pip's configuration)")
-    torch_install = [*pip, *args]
+    report: Path | None = root / TORCH_REPORT
+    torch_install = [*pip, "--report", report, *args]
     if uv is not None:  # uv: parallel downloads and installs, and a torch release pip's configuration caps
         torch_install = [uv, "pip", "install", *quiet, "--python", root / "bin" / "python", *uv_args(args)]
+        report = None
     with log.Ticker("creating the build environment", live=False):  # a quiet pip: minutes of silence in CI
         proc.run(torch_install, what=f"{what} (torch {spec.version} from {source})", stdout=out, stderr=None)
         # the tools through pip, from wherever the machine's pip configuration says (a mirror, its CA)
         proc.run([*pip, "-c", constraints.CONSTRAINTS, *constraints.BUILD_TOOLS],
                  what=f"{what} (the build tools)", stdout=out, stderr=None)
     info = _torch_info(root / "bin" / "python")
+    info["source"] = torch_source(report, uv_args(args) if report is None else [], info["version"])
     got_cuda = info["cuda"]
     want = spec.cuda
     if (want is None) != (got_cuda is None) or (want and not got_cuda.startswith(want)):
