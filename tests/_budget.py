@@ -60,7 +60,7 @@ def caches() -> dict[str, Path]:
 
 # Inputs only the suite uses, under the tool's cache: each is downloaded again by the next run needing it.
 TEST_INPUTS = ("real-torch/*", "per-package", "wheel-corpus", "wheelhouse", "bazel-torch-cpu-deps",
-               "bazel-repository-cache", "standin", "devpi-*", "torch-cpu",
+               "bazel-repository-cache", "standin", "devpi-*", "torch-cpu", "torch-cpu-aarch64",
                "envs/torch-2.99.0-*")  # tests/test_releases.py: the environment of a torch re-versioned for a test
 
 
