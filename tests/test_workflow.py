@@ -238,6 +238,10 @@ def test_the_archs_input_adds_arm_jobs_on_githubs_arm_runners(build):
         ("cpu", "--cpu", "host", "ubuntu-latest"), ("cuda13.0", "--cuda 13.0", "docker", "ubuntu-latest"),
         ("cpu-aarch64", "--cpu --archs aarch64", "host", "ubuntu-24.04-arm"),
         ("cuda13.0-aarch64", "--cuda 13.0 --archs aarch64", "docker", "ubuntu-24.04-arm")]
+    every = [row["name"] for row in json.loads(plan_matrix("--archs", "aarch64").stdout)["include"]]
+    assert "cuda13.0-aarch64" in every and "cuda12.9-aarch64" not in every  # 12.9's images are public x86_64
+    named = plan_matrix("--cuda", "12.9", "--archs", "aarch64")
+    assert named.returncode == 2 and "no aarch64 image recipe of ours for CUDA 12.9" in named.stderr
     default = json.loads(plan_matrix("--cuda", "cpu").stdout)["include"]
     assert [row["runner"] for row in default] == ["ubuntu-latest"]  # x86_64 alone unless asked
     bad = plan_matrix("--cuda", "cpu", "--archs", "riscv64")

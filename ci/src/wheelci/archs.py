@@ -18,11 +18,15 @@ _ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 # what a container engine's --platform calls each
 OCI_PLATFORM = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
-# How to make this machine run aarch64 binaries: Debian's packages register QEMU in binfmt_misc (with the
-# F flag, so containers use it too); the mount is needed once per boot where nothing mounted it.
-EMULATION_HINT = ("register QEMU for it: `apt-get install qemu-user-static binfmt-support` and, as root, "
-                  "`mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc` (or `docker run --privileged "
-                  "--rm tonistiigi/binfmt --install arm64`), or build on an aarch64 machine")
+_DEBIAN = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+def emulation_hint(arch: str) -> str:
+    """How to make this machine run `arch` binaries: Debian's qemu-user-static registers QEMU in binfmt_misc
+    with the F flag (so containers use it too); the mount is needed once per boot where nothing mounted it."""
+    return (f"register QEMU for it: `apt-get install qemu-user-static binfmt-support` and, as root, `mount -t "
+            f"binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc` (or `docker run --privileged --rm tonistiigi/binfmt "
+            f"--install {_DEBIAN[arch]}`), or build on an {arch} machine")
 
 
 def normalize(name: str) -> str:
@@ -32,14 +36,18 @@ def normalize(name: str) -> str:
 
 def parse(text: str | None) -> list[str]:
     """`--archs aarch64`, `x86_64,aarch64` (or space separated, as CIBW_ARCHS): known names, in the order
-    given, once each; `native` is this machine's. None or empty: x86_64, the default."""
-    if not text or not text.strip():
-        return ["x86_64"]
+    given, once each; `native` is this machine's. Not given: this machine's, as cibuildwheel's default
+    (x86_64 on an x86_64 machine)."""
+    if text is None:
+        return [machine()]
     names = [normalize(n) for n in re.split(r"[,\s]+", text.strip()) if n]
+    if not names:
+        raise CiError(f"--archs {text[:40]!r} names no architecture (choose from {', '.join(ARCHS)}, native)")
     names = [machine() if n in ("native", "auto") else n for n in names]
     bad = [n for n in names if n not in ARCHS]
     if bad:
-        raise CiError(f"--archs {', '.join(map(repr, bad))}: unknown architecture (choose from {', '.join(ARCHS)})")
+        shown = ", ".join(repr(n[:40]) for n in bad[:3])
+        raise CiError(f"--archs {shown}: unknown architecture (choose from {', '.join(ARCHS)}, native)")
     return list(dict.fromkeys(names))
 
 
@@ -49,14 +57,21 @@ def machine() -> str:
 
 
 def emulated(binfmt: Path = BINFMT) -> tuple[str, ...]:
-    """The architectures this kernel runs through a registered, enabled QEMU handler (binfmt_misc)."""
+    """The architectures this kernel runs through a registered, enabled QEMU handler (binfmt_misc) that
+    containers can use: its F flag keeps the interpreter open, since a container's filesystem has none."""
+    try:
+        if (binfmt / "status").read_text(errors="replace").strip() == "disabled":
+            return ()
+    except OSError:
+        pass
     found = []
     for arch in ARCHS:
         try:
-            text = (binfmt / f"qemu-{arch}").read_text(errors="replace")
+            lines = (binfmt / f"qemu-{arch}").read_text(errors="replace").splitlines()
         except OSError:
             continue
-        if text.splitlines()[:1] == ["enabled"]:
+        flags = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("flags:")), "")
+        if lines[:1] == ["enabled"] and "F" in flags:
             found.append(arch)
     return tuple(found)
 

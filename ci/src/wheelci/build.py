@@ -179,9 +179,10 @@ def build_project(args, project: "Project", settings) -> int:
 
         own_work_dir(args.work_dir)
     if plan.engine.container:
-        from wheelci.compile.container import require_engine
+        from wheelci.compile.container import refuse_unreachable, require_engine
 
         require_engine(plan)  # an engine that is not there is one error line, before any note
+        refuse_unreachable(plan)  # nor an architecture this machine cannot run
     # On the host, the image notes do not apply; the engine choice (auto's fallback) always does.
     for note in plan.notes:
         if plan.engine.container or note.startswith(("engine", "the project requires")):
@@ -437,14 +438,16 @@ def env_step(b: Build) -> None:
 
 
 def emulation_target(plan) -> "Target | None":
-    """Where a wheel of another architecture is verified: the plan's engine and build image."""
+    """Where a wheel of another architecture is verified: the plan's engine, and the plain manylinux image of
+    its policy (cibuildwheel's pinned one), not the CUDA build image, whose toolkit and cuDNN would hide a
+    library the wheel fails to preload; an --image given is used as given."""
     arch = foreign_arch(plan)
     if arch is None:
         return None
-    from wheelci.cibw import image_variable
     from wheelci.emulate import Target, pinned_image
 
-    return Target(str(plan.engine), pinned_image(plan.environment[image_variable(arch)], arch), arch)
+    return Target(str(plan.engine), plan.image if plan.image_origin == "given" else pinned_image(plan.manylinux, arch),
+                  arch)
 
 
 def host_ca() -> str | None:

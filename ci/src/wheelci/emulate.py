@@ -18,7 +18,6 @@ from typing import Sequence
 
 from wheelci.archs import OCI_PLATFORM
 from wheelci.cibw import CONTAINER_TOOL, container_options
-from wheelci.errors import CiError
 from wheelci.util import log, proc
 from wheelci.util.cache import cache_dir
 from wheelci.verify import VerifyResult
@@ -47,18 +46,15 @@ class Target:
 
 
 def pinned_image(policy: str, arch: str) -> str:
-    """A policy name (manylinux_2_28) as cibuildwheel's pinned image of that architecture; a reference
-    stays as it is."""
-    if "/" in policy or ":" in policy:
-        return policy
+    """A policy name (manylinux_2_28) as cibuildwheel's pinned image of that architecture; anything else is
+    an image reference, as cibuildwheel reads it."""
     import cibuildwheel
 
     cfg = configparser.ConfigParser()
     cfg.read(Path(cibuildwheel.__file__).parent / "resources" / "pinned_docker_images.cfg")
-    try:
+    if arch in cfg and policy in cfg[arch]:
         return cfg[arch][policy].split("#")[0].strip()
-    except KeyError:
-        raise CiError(f"cibuildwheel pins no {policy} image for {arch}") from None
+    return policy
 
 
 def tool_deps() -> Path:

@@ -191,7 +191,8 @@ def identifier(python: str, machine: str = "x86_64") -> str:
     return f"cp{python.replace('.', '')}-manylinux_{machine}"
 
 
-def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine, torch: str) -> list[str]:
+def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine, torch: str,
+                  foreign: bool = False) -> list[str]:
     wanted = python or project.default_python()
     bad = [p for p in wanted if not _PY.fullmatch(p)]
     if bad:
@@ -209,7 +210,11 @@ def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine
                       f"(it has {', '.join(line.python)})")
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     others = [p for p in wanted if p != here]
-    if others and project.py_api != "py3":  # a py3 wheel installs anywhere; a cp3X wheel only there
+    if foreign:  # verified by the image's own interpreter of that Python, over that Python's torch
+        if len(set(wanted)) > 1:
+            raise CiError(f"--python {', '.join(wanted)}: a build of another architecture makes one Python's "
+                          "wheel (its torch is installed for that Python); run one build per Python")
+    elif others and project.py_api != "py3":  # a py3 wheel installs anywhere; a cp3X wheel only there
         from wheelci.cli import command
 
         raise CiError(f"--python {', '.join(others)}: verify installs each wheel with this pipeline's Python "
@@ -445,7 +450,7 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str,
     build, line, read = choose_torch(matrix, row, request.torch, machine.index)
     if read and not machine.index.is_pypi and torch_index_url is None:  # installed from where it was read
         torch_index_url = machine.index.url
-    pythons = _parse_python(request.python, project, line, build.version)
+    pythons = _parse_python(request.python, project, line, build.version, _foreign(request, machine.facts))
     archs = mx.check_arch_list(cuda, request.arch_list if request.arch_list is not None else row.arch_list)
     image, notes = pick_image(matrix, row, line, build.version)
     ref = _image_ref(matrix, image, machine.env)
@@ -460,7 +465,7 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str,
     resolved, engine_notes = resolve_engine(engine, cuda, row, machine.facts, request.archs)
     identifiers = [identifier(p, a) for a in request.archs for p in pythons]
     index = _torch_source(find_links, torch_index_url, row.torch_index_url)
-    images = {a: ref if a == "x86_64" else arm_image(matrix, row, image, machine.env) for a in request.archs}
+    images = {a: ref if a == "x86_64" else arm_image(matrix, row, machine.env, request.image) for a in request.archs}
     notes += arch_notes(matrix, request.archs, resolved, machine.facts, archs, images, cuda)
     env = environment(engine=resolved, images=images, identifiers=identifiers,
                       before_build=before_build(project, f"torch=={build.version}", index, build.cudnn),
@@ -495,7 +500,7 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Ma
             raise CiError(f"torch {version} on {request.torch_index_url.split('@')[-1]} is built on CUDA "
                           f"{release.cuda}, not a CPU build (--cuda {release.cuda}, or the CPU build's index)")
         line, read = release.line, [release_note(release)]
-    pythons = _parse_python(request.python, project, line, version)
+    pythons = _parse_python(request.python, project, line, version, _foreign(request, machine.facts))
     resolved, notes = resolve_engine(engine, None, None, machine.facts, request.archs)
     identifiers = [identifier(p, a) for a in request.archs for p in pythons]
     index = _torch_source(find_links, torch_index_url, matrix.cpu_index_url)
@@ -520,12 +525,25 @@ def _arch_fields(archs: tuple[str, ...], facts: Facts) -> dict[str, Any]:
             "reach": {a: arch.reach(a, facts.machine, facts.emulates) or "unavailable" for a in archs}}
 
 
-def arm_image(matrix: mx.Matrix, row: mx.CudaRow, image: mx.Image, env: Mapping[str, str]) -> str:
-    """The aarch64 (sbsa) build image of a CUDA row: ours, from docker/ on the aarch64 manylinux base with
-    NVIDIA's sbsa repository (the public CUDA images this matrix lists are x86_64 only); wheelci.image
-    builds it under the same name."""
-    name = f"{image.manylinux}_aarch64_cuda_{row.version}"
-    return _image_ref(matrix, mx.Image(image.manylinux, name, "ours", image.gcc, image.cxx11_abi, image.source), env)
+def _foreign(request: Request, facts: Facts) -> bool:
+    return any(a != facts.machine for a in request.archs)
+
+
+def arm_image(matrix: mx.Matrix, row: mx.CudaRow, env: Mapping[str, str], given: str | None) -> str:
+    """The aarch64 (sbsa) build image of a CUDA row: the recipe of our image of that row, on the aarch64
+    manylinux base with NVIDIA's sbsa repository (the public CUDA images this matrix lists are x86_64
+    only); wheelci.image builds it under the same name. A row with no recipe of ours needs --image."""
+    ours = [i for i in row.images if i.origin == "ours"]
+    if not ours:
+        if given:
+            return given
+        raise CiError(f"CUDA {row.version} on aarch64: the matrix has no image recipe of ours for it (its images "
+                      f"are public x86_64 ones: {', '.join(i.name for i in row.images)}); give --image with an "
+                      "aarch64 manylinux image that has this CUDA, or choose a CUDA version whose image we build "
+                      f"({', '.join(r.version for r in matrix.rows if any(i.origin == 'ours' for i in r.images))})")
+    img = ours[0]
+    name = f"{img.manylinux}_aarch64_cuda_{row.version}"
+    return _image_ref(matrix, mx.Image(img.manylinux, name, "ours", img.gcc, img.cxx11_abi, img.source), env)
 
 
 def arch_notes(matrix: mx.Matrix, archs: tuple[str, ...], engine: Engine, facts: Facts, arch_list: str,
@@ -541,7 +559,7 @@ def arch_notes(matrix: mx.Matrix, archs: tuple[str, ...], engine: Engine, facts:
             notes.append(f"{a}: built by cibuildwheel in {images[a]} under QEMU emulation (this machine is "
                          f"{facts.machine}), and verified in it the same way")
         else:
-            notes.append(f"{a}: this {facts.machine} machine does not run {a} code; {arch.EMULATION_HINT}")
+            notes.append(f"{a}: this {facts.machine} machine does not run {a} code; {arch.emulation_hint(a)}")
     if "aarch64" in archs and arch_list:
         served = "; ".join(f"{names} {cap}: {how}" for cap, names, how in arch.gpu_coverage(arch_list, matrix.arm_gpus))
         notes.append(f"aarch64 (sbsa) GPUs: {served}")

@@ -167,8 +167,22 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
             floor = f" (stable-ABI {stable_abi} wants a torch >= {stable_abi})" if stable_abi else ""
             raise CiError(f"--torch {torch}: the matrix has no {', '.join(lacking)} build of it{floor}; {where}")
         keep = [j._replace(torch=torch) for j in keep]
-    return {"include": [_on(row, arch) for arch in archs or ["x86_64"] for job in keep
+    arm = [j for j in keep if _arm_image_of(matrix, j, stable_abi)]
+    if archs and "aarch64" in archs and cuda is not None and len(arm) < len(keep):
+        lacking = [j.label for j in keep if j not in arm]
+        raise CiError(f"--archs aarch64: no aarch64 image recipe of ours for {', '.join(lacking)} (the public CUDA "
+                      "images of those rows are x86_64 only)")
+    return {"include": [_on(row, arch) for arch in archs or ["x86_64"] for job in (arm if arch == "aarch64" else keep)
                         for row in _rows(matrix, job, pythons, py_api)]}
+
+
+def _arm_image_of(matrix: mx.Matrix, job: Job, stable_abi: str | None) -> bool:
+    """Whether an aarch64 build of this job has an image: a CPU one always; a CUDA one where its row has an
+    image recipe of ours (the plan builds that recipe on the aarch64 base)."""
+    if job.key == "cpu":
+        return True
+    row = pick_row(matrix, job.key, parse_target(stable_abi)) if stable_abi else matrix.row(job.key)
+    return any(i.origin == "ours" for i in row.images)
 
 
 def _on(row: dict[str, str], arch: str) -> dict[str, str]:

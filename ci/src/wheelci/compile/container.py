@@ -60,18 +60,30 @@ def ensure_given_image(plan: Plan) -> None:
         raise CiError(f"--image {plan.image}: not in {plan.engine}'s store, and `{plan.engine} pull` failed: {why}")
 
 
+def refuse_unreachable(plan: Plan) -> None:
+    """A build for an architecture this machine cannot run stops before anything is made."""
+    from wheelci.archs import emulation_hint
+
+    unreachable = [a for a in plan.archs if plan.reach.get(a) == "unavailable"]
+    if unreachable:
+        raise CiError(f"--archs {','.join(unreachable)}: this machine does not run {unreachable[0]} code; "
+                      + emulation_hint(unreachable[0]))
+
+
 def ensure_image(plan: Plan) -> None:
     """Our docker/ images are built on first use (ci.image, with the plan's engine); public ones
     cibuildwheel pulls; a given one must exist or pull."""
     if plan.image_origin == "given":
         return ensure_given_image(plan)
-    if plan.image_origin != "ours" or plan.cuda is None:
+    if plan.cuda is None:
         return
     from wheelci import image
 
     for arch in plan.archs:
+        if arch == "x86_64" and plan.image_origin != "ours":
+            continue  # a public image: cibuildwheel pulls it
         ref = plan.environment.get(image_variable(arch), "")
-        if ref != image.spec(plan.cuda, plan.manylinux, arch=arch).tag:
+        if ref != image.spec(plan.cuda, plan.manylinux if arch == "x86_64" else None, arch=arch).tag:
             continue  # a registry copy (CI_IMAGE_REGISTRY): cibuildwheel pulls it
         if not image.exists(ref, plan.engine):
             log.info(f"{ref} is not built yet; building it from docker/")
@@ -93,12 +105,7 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
     if not (project_dir / "pyproject.toml").is_file():
         raise CiError(f"no pyproject.toml in {project_dir}")
     require_engine(plan)
-    unreachable = [a for a in plan.archs if plan.reach.get(a) == "unavailable"]
-    if unreachable:
-        from wheelci.archs import EMULATION_HINT
-
-        raise CiError(f"--archs {','.join(unreachable)}: this machine does not run {unreachable[0]} code; "
-                      + EMULATION_HINT)
+    refuse_unreachable(plan)
     ensure_image(plan)
     constraints.ensure_file(plan.tool_constraints)  # mounted at CONTAINER_CONSTRAINTS by the plan
     Path(plan.ccache_dir).mkdir(parents=True, exist_ok=True)

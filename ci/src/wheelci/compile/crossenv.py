@@ -79,10 +79,12 @@ def _made(root: Path, spec: TorchSpec, arch: str, python: str, find_links: str |
                    "--abi", f"cp{tag}", *[f"--platform={p}" for p in platforms(arch)], *links, *args]
             proc.run(cmd, what=f"installing torch {spec.version} for {arch}", stderr=None)
             version, cuda, requires = _torch_facts(site)
+            if (spec.cuda is None) != (cuda is None) or (spec.cuda and not (cuda or "").startswith(spec.cuda)):
+                shutil.rmtree(root, ignore_errors=True)  # not what was asked: never kept for the next run
+                raise CiError(f"{source} gave torch {version} for {arch} as a "
+                              f"{'CUDA ' + cuda if cuda else 'CPU'} build, not the {spec.variant} build the plan "
+                              "names; pass --torch-index-url (or --find-links) with that build")
             write_text(root / STAMP, json.dumps({"version": version, "cuda": cuda, "arch": arch}))
     version, cuda, requires = _torch_facts(site)
-    if (spec.cuda is None) != (cuda is None):
-        raise CiError(f"torch {version} for {arch} is a {'CUDA ' + cuda if cuda else 'CPU'} build, not the "
-                      f"{spec.variant} build the plan names; pass --torch-index-url or --find-links with it")
     # no interpreter of that machine here: `python` is a path no step of an emulated build runs
     return BuildEnv(root, root / "bin" / "python", site, version, cuda, requires)
