@@ -132,11 +132,11 @@ def test_the_aarch64_torch_wheel_through_check_split_preload_and_the_index(arm_i
     assert r.returncode == 1 and "libtorch_cuda.so" in r.stdout + r.stderr
     # split under a limit that forces companions; each part an aarch64 wheel under it
     split = tmp_path / "split"
-    r = run_stage("ci.split", torch, "--limit", "300MB", "-w", split, "--json")
+    r = run_stage("ci.split", torch, "--limit", "400MB", "-w", split, "--json")  # libtorch_cuda.so: 296 MiB
     assert r.returncode == 0, r.stderr
     parts = [Path(w["path"]) for w in json.loads(r.stdout)["wheels"]]
     assert len(parts) >= 2 and all(p.name.endswith("_aarch64.whl") for p in parts)
-    assert run_stage("ci.check", *parts, "--limit", "300MB").returncode == 0
+    assert run_stage("ci.check", *parts, "--limit", "400MB").returncode == 0
     # preload: the aarch64 CUDA libraries in dependency order (cudart before what needs it)
     r = run_stage("ci.preload", *arm_torch.nvidia, "--print-order")
     assert r.returncode == 0, r.stderr

@@ -114,6 +114,9 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
     logfile = Path(logfile or wheel_dir.parent / "cibuildwheel.log").resolve()
     # staged beside the outputs (cibuildwheel writes there), committed together (wheelci.util.owned)
     with output_dir(wheel_dir, "the container's wheel directory") as out, out.staging() as staging:
+        # wheel_dir is in the build tree, which only builds write: the wheels there are an earlier build's
+        # (one from before the manifest, too), replaced as the manifest's are
+        out.adopt(p.name for p in wheel_dir.glob("*.whl") if p.is_file() and not p.is_symlink())
         with tempfile.TemporaryDirectory(prefix="cibw-project-") as tmp:
             source = stage_project(project_dir, Path(tmp), files)  # the build's snapshot, when it has one
             # its output streams to stderr; logs and CI also get a line a minute through a silent compile
