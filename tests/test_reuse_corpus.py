@@ -150,14 +150,15 @@ def _rename(c: Corpus) -> None:
     (c.package / "extra.py").rename(c.package / "renamed.py")
 
 
+CONFIGURED = ("cmake_c", "meson_c")  # the backends whose tree keeps what its first configure read
 MUTATIONS = (
     Mutation("source edit", _edit(lambda c: c.project / "src" / "corpus.h", "VALUE 1", "VALUE 2")),
     Mutation("header outside the project edited", lambda c: header(c.ext / "a" / "include" / "v1" / "corpus_ext.h", 11)),
     Mutation("search variable names another prefix", lambda c: c.env.update(c.search("b"))),
     Mutation("same prefix, a header found first", lambda c: header(c.ext / "b" / "include" / "v2" / "corpus_ext.h", 30)),
     Mutation("CFLAGS", _set(CFLAGS="-DCORPUS_FLAG=1")),
-    Mutation("CC", _set(CC="{ext}/bin/corpus-cc")),
-    Mutation("LDFLAGS", _set(LDFLAGS="-Wl,--hash-style=sysv")),
+    Mutation("CC", _set(CC="{ext}/bin/corpus-cc"), kinds=CONFIGURED),  # setuptools reads them every build
+    Mutation("LDFLAGS", _set(LDFLAGS="-Wl,--hash-style=sysv"), kinds=CONFIGURED),
     Mutation("CMAKE_ARGS", _set(CMAKE_ARGS="-DCMAKE_C_FLAGS=-DCORPUS_FLAG=4"), kinds=("cmake_c",)),
     Mutation("build requirement", _build_requires, changes=False),
     Mutation("link to a directory retargeted", lambda c: ((c.project / "src" / "sel").unlink(),
