@@ -252,3 +252,36 @@ def test_a_tracked_link_to_a_directory_is_copied_as_pip_wheel_ships_it(tmp_path)
     files2, digest2 = workdir.snapshot_sources(p, work)
     workdir.sync_project(p, dest, files2)
     assert (dest / "pkg" / "sub" / "data.py").read_text() == "DATA = 2\n"
+
+
+def test_what_a_configure_searches_is_an_input(tmp_path):
+    """CMake answers find_path from its cache and meson keeps its first environment: a header appearing
+    under a prefix a variable or flag names changes the configure inputs, with no variable changed."""
+    prefix, inc, lib = tmp_path / "prefix", tmp_path / "inc", tmp_path / "lib"
+    for d in (prefix / "include" / "v1", prefix / "lib" / "pkgconfig", inc, lib):
+        d.mkdir(parents=True)
+    env = {"CMAKE_PREFIX_PATH": f"{prefix}:/nowhere", "CFLAGS": f"-O2 -I{inc} -isystem {inc}", "LDFLAGS": f"-L {lib}",
+           "PKG_CONFIG_PATH": str(prefix / "lib" / "pkgconfig"), "Foo_ROOT": str(lib), "PYENV_ROOT": str(tmp_path)}
+    assert sorted(workdir.search_dirs(env)) == [inc, lib, prefix]  # a pkg-config directory stands for its prefix
+    base = workdir.configure_inputs(env)
+    (prefix / "include" / "v2").mkdir()
+    (prefix / "include" / "v2" / "found.h").write_text("#define FOUND 2\n")
+    assert workdir.configure_inputs(env) != base
+    base = workdir.configure_inputs(env)
+    (tmp_path / "__pycache__").mkdir()  # below PYENV_ROOT only: no search reads it
+    assert workdir.configure_inputs(env) == base
+    assert workdir.configure_inputs({**env, "CMAKE_PREFIX_PATH": "/elsewhere"}) != base
+
+
+def test_a_changed_configure_input_drops_cmakes_cache_and_meson_s_tree(tmp_path):
+    build, record = tmp_path / "build", tmp_path / workdir.CONFIGURED
+    build.mkdir()
+    (build / "CMakeCache.txt").write_text("FOO_INCLUDE:PATH=/old\n")
+    (build / "a.o").write_text("object")
+    assert workdir.reconfigure_if_changed(build, record, "one", meson=False)  # no record: not known to be current
+    (build / "CMakeCache.txt").write_text("FOO_INCLUDE:PATH=/old\n")
+    assert not workdir.reconfigure_if_changed(build, record, "one", meson=False)
+    assert (build / "CMakeCache.txt").is_file()
+    assert workdir.reconfigure_if_changed(build, record, "two", meson=False)
+    assert not (build / "CMakeCache.txt").exists() and (build / "a.o").is_file()  # the objects stay
+    assert workdir.reconfigure_if_changed(build, record, "three", meson=True) and not build.exists()

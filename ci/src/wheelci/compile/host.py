@@ -214,6 +214,11 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     environ["PATH"] = f"{env.python.parent}{os.pathsep}{environ.get('PATH', '')}"
     environ["PYTHONUNBUFFERED"] = "1"  # the backend's own lines reach the log when said, among the compiler's
     environ.update(plan.run.build_env)
+    if shutil.which("ccache"):
+        from wheelci.compile.workdir import SEARCHED, note_searched
+
+        extra = [environ.get("CCACHE_EXTRAFILES", ""), str(note_searched(work_dir / SEARCHED, environ))]
+        environ["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, extra))
     if backend in (Backend.SCIKIT_BUILD_CORE, Backend.MESON_PYTHON):
         keep_tree_sound(plan, project_dir, work_dir, files, configure, environ, meson=backend is Backend.MESON_PYTHON)
     dist = work_dir / "dist"

@@ -134,11 +134,12 @@ SOURCES = ".wheelci-sources.json"  # in a work directory: the project's files as
 COPIED = ".wheelci-copied.json"  # beside a synced copy: the files the copy holds from the project
 CONFIGURED = ".wheelci-configured"  # in a work directory: the digest of what its build tree's configure read
 BUILT = ".wheelci-built.json"  # in a work directory: the project files its tree was last compiled from, and when
+SEARCHED = ".wheelci-searched"  # in a work directory: what the searched directories hold, as ccache hashes it
 TREE = ".wheelci-tree.json"  # in a kept build tree: the project it builds
 # What a build writes in its work directory: all that --fresh removes (anything else there is left alone).
 WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compile.log", "cibuildwheel.log", "repaired", "finished",
                 "plain", "variant", "sbom", "split", SOURCES, COPIED, CONFIGURED, BUILT,
-                ".wheelci-steps.json")
+                SEARCHED, ".wheelci-steps.json")
 
 # Plan fields that do not reach the compile: a build differing only in these reuses its compile.
 AFTER_COMPILE = ("notes", "label", "variants", "limit", "test_command", "test_requires", "upload", "excludes",
@@ -159,7 +160,8 @@ SEARCH_VARIABLES = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PA
                     "PKG_CONFIG_LIBDIR", "CMAKE_PREFIX_PATH", "CMAKE_INCLUDE_PATH", "CMAKE_LIBRARY_PATH",
                     "CMAKE_PROGRAM_PATH", "CMAKE_FRAMEWORK_PATH")
 SEARCH_FLAGS = ("CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CMAKE_ARGS", "CUDAFLAGS")
-SEARCH_DEPTH, SEARCH_ENTRIES = 5, 5000  # how far below each directory is listed, at most
+SEARCH_DEPTH, SEARCH_ENTRIES = 5, 2000  # how far below each directory is listed, at most
+TOOL_ROOTS = ("PYENV_ROOT", "CONDA_ROOT", "RBENV_ROOT", "CUDA_ROOT")  # *_ROOT variables no find_package reads
 
 
 def search_dirs(environ: Mapping[str, str]) -> list[Path]:
@@ -169,7 +171,7 @@ def search_dirs(environ: Mapping[str, str]) -> list[Path]:
     import shlex
 
     named = [d for var in SEARCH_VARIABLES for d in environ.get(var, "").split(":")]
-    named += [v for k, v in environ.items() if k.endswith("_ROOT") and k not in ("CUDA_ROOT",)]
+    named += [v for k, v in environ.items() if k.endswith("_ROOT") and k not in TOOL_ROOTS]
     for var in SEARCH_FLAGS:
         try:
             words = shlex.split(environ.get(var, ""))
@@ -199,7 +201,7 @@ def listing(top: Path) -> list[list]:
         depth = len(here.relative_to(top).parts)
         if depth >= SEARCH_DEPTH:
             dirnames[:] = []
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")  # written by whoever imports
         for name in sorted([*filenames, *(d for d in dirnames if (here / d).is_symlink())]):
             path = here / name
             try:
@@ -213,6 +215,15 @@ def listing(top: Path) -> list[list]:
     return seen
 
 
+def searched(environ: Mapping[str, str]) -> str:
+    """One digest of what the directories the environment names hold (search_dirs, listing)."""
+    import hashlib
+    import json
+
+    doc = {str(d): listing(d) for d in search_dirs(environ)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
 def configure_inputs(environ: Mapping[str, str]) -> str:
     """One digest of what a configure reads besides the project: every variable (a CMakeLists may read any
     $ENV{...}, find_package reads <Pkg>_ROOT) and what the directories they name hold. A changed digest
@@ -220,9 +231,18 @@ def configure_inputs(environ: Mapping[str, str]) -> str:
     import hashlib
     import json
 
-    doc = {"environ": dict(sorted(environ.items())),
-           "searched": {str(d): listing(d) for d in search_dirs(environ)}}
+    doc = {"environ": dict(sorted(environ.items())), "searched": searched(environ)}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def note_searched(path: Path, environ: Mapping[str, str]) -> Path:
+    """The searched directories' digest in a file, for ccache to hash with every compile
+    (CCACHE_EXTRAFILES): its direct mode checks the headers a compile read last time, so a header that
+    appears in a directory searched before theirs would be a stale hit, in a fresh tree too."""
+    from wheelci.util.atomic import write_text
+
+    write_text(path, searched(environ) + "\n")
+    return path
 
 
 def reconfigure_if_changed(build_dir: Path, record: Path, inputs: str, *, meson: bool) -> bool:
@@ -260,7 +280,14 @@ def forget_unseen_changes(project_dir: Path, build_dir: Path, record: Path, file
     last = _read_json(record)
     started, built = last.get("started_ns"), last.get("files")
     changed = [rel for rel, digest in files.items() if not isinstance(built, dict) or built.get(rel) != digest]
-    unseen = isinstance(started, int) and any((project_dir / rel).stat().st_mtime_ns <= started for rel in changed)
+
+    def older(rel: str, since: int) -> bool:
+        try:
+            return (project_dir / rel).stat().st_mtime_ns <= since
+        except OSError:  # gone since the snapshot: the compile fails or the next snapshot sees it
+            return True
+
+    unseen = isinstance(started, int) and any(older(rel, started) for rel in changed)
     log = build_dir / ".ninja_log"
     if unseen and log.is_file():
         log.unlink()
