@@ -205,3 +205,83 @@ def test_session_noise_is_not_an_input_and_the_rest_is():
 
     env = inherited_environ({"PWD": "/x", "SHLVL": "2", "GITHUB_RUN_ID": "7", "FORCE_CUDA": "1", "CPATH": "/inc"})
     assert env == {"CPATH": "/inc", "FORCE_CUDA": "1"}
+
+
+def _pip_wheel_files(project_dir: Path, out: Path) -> dict[str, bytes]:
+    """What `pip wheel` ships of a setuptools project (this environment's setuptools, no index)."""
+    import sys
+    import zipfile
+
+    from tests import _proc
+
+    r = _proc.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+                   "-w", str(out), str(project_dir)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        return {n: z.read(n) for n in z.namelist() if ".dist-info/" not in n}
+
+
+def test_a_tracked_link_to_a_directory_is_copied_as_pip_wheel_ships_it(tmp_path):
+    """git lists a link to a directory as one entry, which the copy dropped; pip wheel builds the project
+    in place and ships what lies behind it. A link back up is not walked twice."""
+    from tests import _proc
+
+    p = tmp_path / "proj"
+    (p / "shared").mkdir(parents=True)
+    (p / "shared" / "data.py").write_text("DATA = 1\n")
+    (p / "pkg").mkdir()
+    (p / "pkg" / "__init__.py").write_text("")
+    (p / "pkg" / "sub").symlink_to("../shared", target_is_directory=True)
+    (p / "pkg" / "loop").symlink_to("..", target_is_directory=True)
+    (p / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
+                                      '"setuptools.build_meta"\n\n[project]\nname = "linked"\nversion = "0.1"\n\n'
+                                      '[tool.setuptools]\npackages = ["pkg", "pkg.sub"]\n')
+    _proc.run(["git", "init", "-q", str(p)], check=True)
+    _proc.run(["git", "-C", str(p), "add", "-A"], check=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    files, _ = workdir.snapshot_sources(p, work)
+    assert "pkg/sub/data.py" in files and not any(f.startswith("pkg/loop/pkg/loop") for f in files)
+    dest = workdir.sync_project(p, work / "src", files)
+    assert _pip_wheel_files(dest, tmp_path / "ours") == _pip_wheel_files(p, tmp_path / "pips")
+    (p / "pkg" / "sub").unlink()  # retargeted: the copy follows
+    (p / "other").mkdir()
+    (p / "other" / "data.py").write_text("DATA = 2\n")
+    (p / "pkg" / "sub").symlink_to("../other", target_is_directory=True)
+    files2, digest2 = workdir.snapshot_sources(p, work)
+    workdir.sync_project(p, dest, files2)
+    assert (dest / "pkg" / "sub" / "data.py").read_text() == "DATA = 2\n"
+
+
+def test_what_a_configure_searches_is_an_input(tmp_path):
+    """CMake answers find_path from its cache and meson keeps its first environment: a header appearing
+    under a prefix a variable or flag names changes the configure inputs, with no variable changed."""
+    prefix, inc, lib = tmp_path / "prefix", tmp_path / "inc", tmp_path / "lib"
+    for d in (prefix / "include" / "v1", prefix / "lib" / "pkgconfig", inc, lib):
+        d.mkdir(parents=True)
+    env = {"CMAKE_PREFIX_PATH": f"{prefix}:/nowhere", "CFLAGS": f"-O2 -I{inc} -isystem {inc}", "LDFLAGS": f"-L {lib}",
+           "PKG_CONFIG_PATH": str(prefix / "lib" / "pkgconfig"), "Foo_ROOT": str(lib), "PYENV_ROOT": str(tmp_path)}
+    assert sorted(workdir.search_dirs(env)) == [inc, lib, prefix]  # a pkg-config directory stands for its prefix
+    base = workdir.configure_inputs(env)
+    (prefix / "include" / "v2").mkdir()
+    (prefix / "include" / "v2" / "found.h").write_text("#define FOUND 2\n")
+    assert workdir.configure_inputs(env) != base
+    base = workdir.configure_inputs(env)
+    (tmp_path / "__pycache__").mkdir()  # below PYENV_ROOT only: no search reads it
+    assert workdir.configure_inputs(env) == base
+    assert workdir.configure_inputs({**env, "CMAKE_PREFIX_PATH": "/elsewhere"}) != base
+
+
+def test_a_changed_configure_input_drops_cmakes_cache_and_meson_s_tree(tmp_path):
+    build, record = tmp_path / "build", tmp_path / workdir.CONFIGURED
+    build.mkdir()
+    (build / "CMakeCache.txt").write_text("FOO_INCLUDE:PATH=/old\n")
+    (build / "a.o").write_text("object")
+    assert workdir.reconfigure_if_changed(build, record, "one", meson=False)  # no record: not known to be current
+    (build / "CMakeCache.txt").write_text("FOO_INCLUDE:PATH=/old\n")
+    assert not workdir.reconfigure_if_changed(build, record, "one", meson=False)
+    assert (build / "CMakeCache.txt").is_file()
+    assert workdir.reconfigure_if_changed(build, record, "two", meson=False)
+    assert not (build / "CMakeCache.txt").exists() and (build / "a.o").is_file()  # the objects stay
+    assert workdir.reconfigure_if_changed(build, record, "three", meson=True) and not build.exists()

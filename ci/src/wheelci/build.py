@@ -390,6 +390,7 @@ class Build:
     sources: str = ""  # one digest of the project's files and revision (wheelci.compile.workdir)
     source_files: dict[str, str] = field(default_factory=dict)  # each file's sha256, as that digest saw it
     environ: dict[str, str] = field(default_factory=dict)  # what the compile and the tests inherit (less noise)
+    configure: str = ""  # what a configure reads besides the project: variables, searched directories (workdir)
     deps: list[Path] = field(default_factory=list)  # files outside the project the compile read (headers, compilers)
     lock_fd: int | None = None  # the work directory's lock
     out: "OutputDir" = None  # type: ignore[assignment]  # -w, held (wheelci.util.owned)
@@ -410,6 +411,13 @@ class Build:
         return compile_view(self.plan)
 
     @property
+    def test_inputs(self) -> dict[str, str]:
+        """The test requirements given by path, by their content: a changed one verifies again."""
+        from wheelci.verifyenv import requirement_files
+
+        return requirement_files(self.plan.run.test_requires)
+
+    @property
     def mains(self) -> list[Path]:
         return [w for w, role in self.final if role == "main"]
 
@@ -419,8 +427,11 @@ def sources_step(b: Build) -> None:
     reading it again)."""
     from wheelci.compile.workdir import snapshot_sources
 
+    from wheelci.compile.workdir import configure_inputs
+
     b.source_files, b.sources = snapshot_sources(b.project_dir, b.work, leave_out=(b.out_dir, b.work))
     b.environ = inherited_environ(os.environ)
+    b.configure = configure_inputs({**b.environ, **b.plan.run.build_env})
 
 
 def env_step(b: Build) -> None:
@@ -480,7 +491,8 @@ def compile_sources(b: Build) -> None:
         from wheelci.compile.host import dependencies
 
         comp = compile_host(b.plan, b.project_dir, b.work,
-                            env=b.env, files=b.source_files, hold_fds=(b.lock_fd,) if b.lock_fd is not None else ())
+                            env=b.env, files=b.source_files, hold_fds=(b.lock_fd,) if b.lock_fd is not None else (),
+                            configure=b.configure)
         b.build_dir, b.compiled = comp.build_dir, [comp.wheel]
         b.deps = dependencies(b.env, b.work)
     else:
@@ -639,7 +651,7 @@ def upload_step(b: Build) -> None:
 STEPS: tuple[Step[Build], ...] = (
     Step("sources", sources_step, reads=("project_dir",), writes=("sources",), quiet=True),
     Step("env", env_step, reads=("plan",), writes=("env",), quiet=True),
-    Step("compile", compile_step, reads=("compile_plan", "sources", "env", "environ"),
+    Step("compile", compile_step, reads=("compile_plan", "sources", "env", "environ", "configure"),
          writes=("compiled", "build_dir", "deps"),
          title=lambda b: f"compile ({b.plan.engine})", reuse=True),
     Step("repair", repair_step, reads=("compiled", "env", "plan"), writes=("repaired", "excluded"), reuse=True),
@@ -647,7 +659,8 @@ STEPS: tuple[Step[Build], ...] = (
     Step("sbom", sbom_step, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("wheels",), reuse=True),
     Step("check", check_step, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("final",), reuse=True),
     Step("abi", abi_step, reads=("final", "env"), writes=("torch_requirement",), reuse=True),
-    Step("verify", verify_step, reads=("final", "env", "plan", "torch_requirement", "sources", "build_dir", "environ"),
+    Step("verify", verify_step, reads=("final", "env", "plan", "torch_requirement", "sources", "build_dir", "environ",
+                                       "test_inputs"),
          reuse=True),
     Step("write", write_step, reads=("final", "out_dir"), writes=("written",)),
     Step("upload", upload_step, reads=("written",), when=lambda b: bool(b.plan.run.upload)),

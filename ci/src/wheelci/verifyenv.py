@@ -189,6 +189,34 @@ def cacheable(requires: list[str], own: str) -> bool:
     return all(r is not None and r.url is None and normalize(r.name) != normalize(own) for r in parsed)
 
 
+def requirement_files(requires: Sequence[str]) -> dict[str, str]:
+    """The requirements given by path (a wheel, an sdist, a project directory, a file: URL; relative to this
+    directory, as pip reads them), each by a sha256 of its content: what pip installs from them changes
+    with that, not with their text. Requirements by name or by a remote URL are left out."""
+    from urllib.parse import unquote, urlsplit
+
+    from wheelci.compile.workdir import linked_files
+    from wheelci.util.digest import sha256_file
+    from wheelci.wheel.requirements import read_requirement
+
+    found: dict[str, str] = {}
+    for text in requires:
+        req = read_requirement(text)
+        url = req.url if req is not None else None
+        if req is not None and not (url and url.startswith("file:")):
+            continue
+        path = Path(unquote(urlsplit(url).path) if url else text).absolute()
+        if path.is_file():
+            found[text] = sha256_file(path)
+        elif path.is_dir():
+            h = hashlib.sha256()
+            for rel in linked_files(path):
+                if not {".git", "__pycache__"} & set(rel.parts):
+                    h.update(f"{rel}\0{sha256_file(path / rel)}\0".encode())
+            found[text] = h.hexdigest()
+    return found
+
+
 @contextlib.contextmanager
 def requirements_for_tests(python: Path, site: Path, requires: list[str], torch_site: Path,
                            own: str) -> Iterator[str | None]:

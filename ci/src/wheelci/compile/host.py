@@ -142,7 +142,8 @@ def prefix_maps(project_dir: Path, work_dir: Path, python: Path, compat: Path) -
 
 
 def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | None = None,
-                 files: dict[str, str] | None = None, hold_fds: tuple[int, ...] = ()) -> CompileResult:
+                 files: dict[str, str] | None = None, hold_fds: tuple[int, ...] = (),
+                 configure: str | None = None) -> CompileResult:
     """Build the project's wheel for `plan` on this machine; raises Finding if the build fails.
 
     scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
@@ -150,7 +151,8 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     NVCC_APPEND_FLAGS. The plan's build variables (the project's [tool.ci] env and --env) go last. `files`: the
     project's files as the build's snapshot saw them (the copy must be what the step records); `hold_fds`:
     the work directory's lock, held by the backend too, so a build killed with -9 keeps its tree locked
-    while its compile still runs."""
+    while its compile still runs; `configure`: the digest of what a configure reads besides the project
+    (workdir.configure_inputs; default: of this process's environment)."""
     env = env or ensure_env(torch_spec(plan))
     from wheelci.config.project import Backend
 
@@ -212,6 +214,13 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     environ["PATH"] = f"{env.python.parent}{os.pathsep}{environ.get('PATH', '')}"
     environ["PYTHONUNBUFFERED"] = "1"  # the backend's own lines reach the log when said, among the compiler's
     environ.update(plan.run.build_env)
+    if shutil.which("ccache"):
+        from wheelci.compile.workdir import SEARCHED, note_searched
+
+        extra = [environ.get("CCACHE_EXTRAFILES", ""), str(note_searched(work_dir / SEARCHED, environ))]
+        environ["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, extra))
+    if backend in (Backend.SCIKIT_BUILD_CORE, Backend.MESON_PYTHON):
+        keep_tree_sound(plan, project_dir, work_dir, files, configure, environ, meson=backend is Backend.MESON_PYTHON)
     dist = work_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)  # the wheel is the one this compile makes
     dist.mkdir(parents=True, exist_ok=True)
@@ -232,6 +241,27 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
     return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env)
+
+
+def keep_tree_sound(plan, project_dir: Path, work_dir: Path, files: dict[str, str] | None, configure: str | None,
+                    environ: dict[str, str], *, meson: bool) -> None:
+    """A kept CMake or meson tree answers from what its last configure found: another configure input (a
+    variable, what a searched directory holds, the compile's part of the Plan) configures it again, and a
+    project change ninja cannot see compiles every object again."""
+    import hashlib
+    import json
+
+    from wheelci.compile.workdir import (BUILT, CONFIGURED, compile_view, configure_inputs, forget_unseen_changes,
+                                         reconfigure_if_changed, snapshot_sources)
+
+    configure = configure or configure_inputs(environ)
+    inputs = hashlib.sha256(json.dumps([configure, compile_view(plan)], sort_keys=True, default=str).encode())
+    if reconfigure_if_changed(work_dir / "build", work_dir / CONFIGURED, inputs.hexdigest(), meson=meson):
+        log.info("configure inputs changed since the kept tree was configured: configuring it again")
+    if files is None:
+        files, _ = snapshot_sources(project_dir, work_dir)
+    if forget_unseen_changes(project_dir, work_dir / "build", work_dir / BUILT, files):
+        log.info("a project file changed without a newer mtime (a link retargeted?): compiling every object again")
 
 
 def dependencies(env: BuildEnv, work_dir: Path) -> list[Path]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Mapping
 
 from wheelci.errors import CiError
 from wheelci.util import proc
@@ -52,12 +53,28 @@ def project_files(project_dir: Path) -> list[Path]:
             path = project_dir / f
             if path.is_file():
                 files.append(f)
+            elif path.is_dir() and path.is_symlink():  # a tracked link to a directory: pip's copy follows it
+                files += [f / sub for sub in linked_files(path)]
             elif path.is_dir() and (path / ".git").exists():  # a submodule (git lists it as one entry)
                 files += [f / sub for sub in project_files(path)]
         return files
     skip = {".git", ".venv", "build", "dist", "wheelhouse", "__pycache__"}
-    return [p.relative_to(project_dir) for p in project_dir.rglob("*")
-            if p.is_file() and not skip & set(p.relative_to(project_dir).parts)]
+    return [p for p in linked_files(project_dir) if not skip & set(p.parts)]
+
+
+def linked_files(top: Path) -> list[Path]:
+    """The files below top, relative to it, through links to directories as pip wheel's copy of a project
+    follows them (setuptools ships what lies behind them); a link back to a directory above it is not
+    walked again."""
+    import os
+
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+        here = Path(dirpath)
+        above = {os.path.realpath(p) for p in (here, *here.parents)}
+        dirnames[:] = sorted(d for d in dirnames if os.path.realpath(here / d) not in above)
+        found += [(here / name).relative_to(top) for name in sorted(filenames) if (here / name).is_file()]
+    return found
 
 
 def in_work_dir(project_dir: Path, rel: Path, seen: dict[Path, bool]) -> bool:
@@ -152,10 +169,14 @@ def _copy_checked(project_dir: Path, rel: str, target: Path, digest: str) -> Non
 
 SOURCES = ".wheelci-sources.json"  # in a work directory: the project's files as last seen, with their digests
 COPIED = ".wheelci-copied.json"  # beside a synced copy: the files the copy holds from the project
+CONFIGURED = ".wheelci-configured"  # in a work directory: the digest of what its build tree's configure read
+BUILT = ".wheelci-built.json"  # in a work directory: the project files its tree was last compiled from, and when
+SEARCHED = ".wheelci-searched"  # in a work directory: what the searched directories hold, as ccache hashes it
 TREE = ".wheelci-tree.json"  # in a kept build tree: the project it builds
 # What a build writes in its work directory: all that --fresh removes (anything else there is left alone).
 WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compile.log", "cibuildwheel.log", "repaired", "finished",
-                "plain", "variant", "sbom", "split", SOURCES, COPIED, ".wheelci-steps.json")
+                "plain", "variant", "sbom", "split", SOURCES, COPIED, CONFIGURED, BUILT,
+                SEARCHED, ".wheelci-steps.json")
 
 # Plan fields that do not reach the compile: a build differing only in these reuses its compile.
 AFTER_COMPILE = ("notes", "label", "variants", "limit", "test_command", "test_requires", "upload", "excludes",
@@ -167,6 +188,148 @@ NOT_IN_TREE_KEY = (*AFTER_COMPILE, "source_date_epoch", "inherited", "build_env"
 
 TOOLCHAIN_VARIABLES = ("CC", "CXX", "CUDAHOSTCXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CUDAFLAGS", "CMAKE_ARGS",
                        "CMAKE_GENERATOR", "CMAKE_TOOLCHAIN_FILE", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+
+
+# What a configure (CMake's, meson's) searches besides the project: the directories these variables and
+# flags name, each with what lies below it. A header or library appearing there changes what a search
+# finds although no variable changed.
+SEARCH_VARIABLES = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH", "PKG_CONFIG_PATH",
+                    "PKG_CONFIG_LIBDIR", "CMAKE_PREFIX_PATH", "CMAKE_INCLUDE_PATH", "CMAKE_LIBRARY_PATH",
+                    "CMAKE_PROGRAM_PATH", "CMAKE_FRAMEWORK_PATH")
+SEARCH_FLAGS = ("CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CMAKE_ARGS", "CUDAFLAGS")
+SEARCH_DEPTH, SEARCH_ENTRIES = 5, 2000  # how far below each directory is listed, at most
+TOOL_ROOTS = ("PYENV_ROOT", "CONDA_ROOT", "RBENV_ROOT", "CUDA_ROOT")  # *_ROOT variables no find_package reads
+
+
+def search_dirs(environ: Mapping[str, str]) -> list[Path]:
+    """The directories a configure may search, as the environment names them: path lists, <Pkg>_ROOT
+    hints, and -I/-isystem/-L flags; a pkg-config directory stands for its prefix (its .pc files name
+    the headers and libraries there)."""
+    import shlex
+
+    named = [d for var in SEARCH_VARIABLES for d in environ.get(var, "").split(":")]
+    named += [v for k, v in environ.items() if k.endswith("_ROOT") and k not in TOOL_ROOTS]
+    for var in SEARCH_FLAGS:
+        try:
+            words = shlex.split(environ.get(var, ""))
+        except ValueError:
+            continue
+        for word, after in zip(words, [*words[1:], ""]):
+            flag = next((f for f in ("-isystem", "-idirafter", "-iquote", "-I", "-L") if word.startswith(f)), None)
+            if flag is not None:
+                named.append(word[len(flag):] or after)
+    dirs = []
+    for d in (Path(n) for n in named if n.startswith("/")):
+        if d.name == "pkgconfig" and d.parent.name.startswith(("lib", "share")):
+            d = d.parent.parent
+        if d.is_dir() and d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def listing(top: Path) -> list[list]:
+    """What lies below top, as a search sees it: each entry's path, kind, size and mtime (a link's
+    target), SEARCH_DEPTH deep and SEARCH_ENTRIES long at most (a system prefix is not walked whole)."""
+    import os
+
+    seen: list[list] = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        here = Path(dirpath)
+        depth = len(here.relative_to(top).parts)
+        if depth >= SEARCH_DEPTH:
+            dirnames[:] = []
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")  # written by whoever imports
+        for name in sorted([*filenames, *(d for d in dirnames if (here / d).is_symlink())]):
+            path = here / name
+            try:
+                st = path.lstat()
+                target = os.readlink(path) if path.is_symlink() else None
+            except OSError:
+                continue
+            seen.append([str(path.relative_to(top)), target, st.st_size, st.st_mtime_ns])
+            if len(seen) >= SEARCH_ENTRIES:
+                return seen
+    return seen
+
+
+def searched(environ: Mapping[str, str]) -> str:
+    """One digest of what the directories the environment names hold (search_dirs, listing)."""
+    import hashlib
+    import json
+
+    doc = {str(d): listing(d) for d in search_dirs(environ)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def configure_inputs(environ: Mapping[str, str]) -> str:
+    """One digest of what a configure reads besides the project: every variable (a CMakeLists may read any
+    $ENV{...}, find_package reads <Pkg>_ROOT) and what the directories they name hold. A changed digest
+    reconfigures the kept tree (reconfigure_if_changed); values are only ever hashed."""
+    import hashlib
+    import json
+
+    doc = {"environ": dict(sorted(environ.items())), "searched": searched(environ)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def note_searched(path: Path, environ: Mapping[str, str]) -> Path:
+    """The searched directories' digest in a file, for ccache to hash with every compile
+    (CCACHE_EXTRAFILES): its direct mode checks the headers a compile read last time, so a header that
+    appears in a directory searched before theirs would be a stale hit, in a fresh tree too."""
+    from wheelci.util.atomic import write_text
+
+    write_text(path, searched(environ) + "\n")
+    return path
+
+
+def reconfigure_if_changed(build_dir: Path, record: Path, inputs: str, *, meson: bool) -> bool:
+    """Drop a kept tree's configure results when what the configure read changed since it ran: CMake
+    answers find_path/find_package from CMakeCache.txt and reads CC, CFLAGS and LDFLAGS at its first
+    configure only, meson keeps its first environment and found dependencies in its build directory.
+    The object files stay (CMake's; ninja rebuilds what the new configure changes); meson's tree is made
+    anew. True when something was dropped."""
+    from wheelci.util.atomic import write_text
+
+    kept = record.read_text() if record.is_file() and not record.is_symlink() else None
+    dropped = False
+    if kept != inputs:
+        if meson and build_dir.is_dir():
+            _remove(build_dir)
+            dropped = True
+        elif (build_dir / "CMakeCache.txt").is_file():
+            (build_dir / "CMakeCache.txt").unlink()
+            dropped = True
+    write_text(record, inputs)
+    return dropped
+
+
+def forget_unseen_changes(project_dir: Path, build_dir: Path, record: Path, files: dict[str, str]) -> bool:
+    """A project compiled in place (CMake, meson: no copy) can change where ninja's mtime check does not
+    look: a link retargeted to an older file, a file replaced by an older one (cp -p, tar x). When a file
+    differs from the tree's last compile and is not newer than that compile's start, ninja's log is
+    dropped, so every object is compiled again (ccache answers the unchanged ones). Records this compile.
+    True when the log was dropped."""
+    import json
+    import time
+
+    from wheelci.util.atomic import write_text
+
+    last = _read_json(record)
+    started, built = last.get("started_ns"), last.get("files")
+    changed = [rel for rel, digest in files.items() if not isinstance(built, dict) or built.get(rel) != digest]
+
+    def older(rel: str, since: int) -> bool:
+        try:
+            return (project_dir / rel).stat().st_mtime_ns <= since
+        except OSError:  # gone since the snapshot: the compile fails or the next snapshot sees it
+            return True
+
+    unseen = isinstance(started, int) and any(older(rel, started) for rel in changed)
+    log = build_dir / ".ninja_log"
+    if unseen and log.is_file():
+        log.unlink()
+    write_text(record, json.dumps({"started_ns": time.time_ns(), "files": files}, sort_keys=True))
+    return unseen
 
 
 def compile_view(plan) -> dict:
