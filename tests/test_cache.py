@@ -246,3 +246,26 @@ def test_the_cap_is_no_input_of_the_compile():
     from wheelci.build import inherited_environ
 
     assert inherited_environ({"WHEELCI_CACHE_MAX_SIZE": "1GB", "CC": "gcc"}) == {"CC": "gcc"}
+
+
+def test_links_planted_in_the_cache_are_never_followed_by_a_prune(root, tmp_path):
+    make_env(root, "torch-kept", b"x" * MIB, used=1_000_000)
+    victim, victim2 = tmp_path / "victim", tmp_path / "victim2"
+    for v in (victim, victim2):
+        (v / "d1").mkdir(parents=True)
+        (v / "d1" / "keep.txt").write_text("a user's file\n")
+    (root / ".pruning").symlink_to(victim)  # where an interrupted prune's leftovers would be
+    (root / "builds").symlink_to(victim2)  # a kind's directory replaced by a link
+    r = cache_cli("prune", "--max-size", "0", root=root)
+    assert r.returncode == 0, r.stderr
+    assert (victim / "d1" / "keep.txt").read_text() == "a user's file\n"
+    assert (victim2 / "d1" / "keep.txt").read_text() == "a user's file\n"
+    assert not (root / "envs" / "torch-kept").exists()  # what is the cache's own still goes
+    assert "victim2" not in cache_cli("show", "--json", root=root).stdout
+
+
+def test_a_fifo_in_place_of_a_stamp_never_blocks_a_builds_end(root):
+    env = make_env(root, "torch-fifo", b"x" * 1024)
+    (env / cache.USED).unlink()
+    os.mkfifo(env / cache.USED)
+    assert cache.recorded_size(env) >= 0  # measured instead of read

@@ -128,3 +128,33 @@ def test_reruns_reuse_what_did_not_change_and_rebuild_what_did(tmp_path):
     print(f"\ntiny_ext CPU: first build {first_seconds:.1f} s, unchanged rerun {rerun_seconds:.1f} s "
           f"({rerun_seconds / first_seconds:.0%}), one small C++ file changed {changed_seconds:.1f} s, "
           f"--fresh {fresh_seconds:.1f} s")
+
+
+def test_a_header_search_path_change_recompiles_a_kept_setuptools_tree(tmp_path):
+    """torch's cpp_extension compiles with ninja, which rebuilds by mtimes: CPATH pointing at another
+    directory whose header has the same name (and an older mtime) must still recompile, and the kept
+    tree's wheel must equal a --fresh build's."""
+    project = tmp_path / "tiny_ext"
+    shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    (project / "csrc" / "pick.cpp").write_text('#include <wheelci_pick.h>\nconst char* tiny_pick() { return PICK; }\n')
+    setup = project / "setup.py"
+    setup.write_text(setup.read_text().replace('["csrc/tiny.cpp"]', '["csrc/tiny.cpp", "csrc/pick.cpp"]'))
+    for name in ("a", "b"):
+        (tmp_path / "inc" / name).mkdir(parents=True)
+        (tmp_path / "inc" / name / "wheelci_pick.h").write_text(f'#define PICK "wheelci-pick-{name * 3}"\n')
+    os.utime(tmp_path / "inc" / "b" / "wheelci_pick.h", (1_000_000_000, 1_000_000_000))  # older than the object
+
+    def built(out: Path, pick: str, *args: str) -> tuple[bytes, bytes]:
+        """The wheel's bytes and its extension's."""
+        r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", out, *args,
+                      env={**EPOCH, "CPATH": str(tmp_path / "inc" / pick)})
+        assert r.returncode == 0, r.stderr[-3000:]
+        (wheel,) = out.glob("*.whl")
+        with zipfile.ZipFile(wheel) as z:
+            (ext,) = [n for n in z.namelist() if n.endswith(".so")]
+            return wheel.read_bytes(), z.read(ext)
+
+    assert b"wheelci-pick-aaa" in built(tmp_path / "w1", "a")[1]
+    kept, ext = built(tmp_path / "w2", "b")
+    assert b"wheelci-pick-bbb" in ext and b"wheelci-pick-aaa" not in ext
+    assert hashlib.sha256(kept).hexdigest() == hashlib.sha256(built(tmp_path / "w3", "b", "--fresh")[0]).hexdigest()

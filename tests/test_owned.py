@@ -212,3 +212,28 @@ def test_a_kept_tree_replaced_by_a_link_is_made_anew_not_written_through(tmp_pat
         if kept.is_symlink():
             kept.unlink()
         shutil.rmtree(kept, ignore_errors=True)  # the shared cache keeps no tree of a test's project
+
+
+def test_a_forged_manifest_never_makes_a_user_file_or_directory_ours(tmp_path):
+    """A manifest copied in with a wheelhouse (or written by hand) names a user's note and a user's
+    directory: split removes neither, and finishes."""
+    wheel = make_wheel(tmp_path / "in", "forged", {"forged/__init__.py": b"X = 1\n"})
+    out = tmp_path / "out"
+    (out / "userdir").mkdir(parents=True)
+    (out / "userdir" / "keep.txt").write_text("mine\n")
+    (out / "mynotes.txt").write_text("mine\n")
+    (out / ".wheelci-owned.json").write_text(json.dumps(
+        {"version": 1, "groups": {wheel.name: ["mynotes.txt", "userdir", "../escape.whl"]}}))
+    r = run_stage("ci.split", wheel, "--limit", "pypi", "-w", out)
+    assert r.returncode == 0, r.stderr
+    assert (out / "mynotes.txt").read_text() == "mine\n" and (out / "userdir" / "keep.txt").read_text() == "mine\n"
+    assert (out / wheel.name).is_file()
+
+
+def test_a_users_report_md_in_the_wheel_dir_is_refused_not_replaced(tmp_path):
+    out = tmp_path / "wheelhouse"
+    out.mkdir()
+    (out / "report.md").write_text("USER NOTES\n")
+    r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", "host", "-w", out)
+    assert r.returncode == 2 and "report.md, which no wheelci build wrote" in error_line(r), r.stderr
+    assert (out / "report.md").read_text() == "USER NOTES\n" and sorted(p.name for p in out.iterdir()) == ["report.md"]

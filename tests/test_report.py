@@ -92,3 +92,33 @@ def test_a_gpu_less_verify_says_what_did_not_run(tmp_path):
     assert "Verify **passed (no GPU: CUDA tests skipped, kernels not run)**" in report.to_markdown(r)
     r.verify["gpu"] = "ok (NVIDIA H100 80GB HBM3)"
     assert "Verify **passed**;" in report.to_markdown(r)
+
+
+def test_report_md_stays_bounded_whatever_the_report_holds():
+    """Hundreds of failed tests, long notes, many wheels and libraries: report.md stays within its bound,
+    failures first, and says that the rest is in report.json."""
+    from wheelci import report
+
+    r = report.BuildReport(plan={"project": "p", "torch": "2.13.0", "engine": "host", "cuda": None})
+    r.verify = {f"test t::case_{i}": f"FAILED: {'x' * 300}" for i in range(300)}
+    r.verify["import p"] = "ok"
+    r.notes = ["n" * 900 for _ in range(40)]
+    r.wheels = [report.WheelReport(f"p_{i}-1.0-py3-none-any.whl", "py3-none-any", 10, {f"lib{i}_{j}.so": ["libc.so.6"] * 50
+                                   for j in range(8)}, [], [], "companion") for i in range(30)]
+    text = report.to_markdown(r)
+    assert len(text.encode()) <= report.MAX_BYTES
+    assert "test t::case_0" in text and "report.json" in text
+    assert "To build it again" in text  # the command survives the cut
+
+
+def test_a_fifo_or_link_in_place_of_the_report_is_no_report_and_never_blocks(tmp_path):
+    import os
+
+    from wheelci import report
+
+    os.mkfifo(tmp_path / "report.json")  # read as a file, it would block until a writer came
+    assert report.vouched(tmp_path) == []
+    (tmp_path / "report.json").unlink()
+    (tmp_path / "elsewhere.json").write_text('{"wheels": [{"name": "x-1.0-py3-none-any.whl"}]}')
+    (tmp_path / "report.json").symlink_to(tmp_path / "elsewhere.json")
+    assert report.vouched(tmp_path) == []

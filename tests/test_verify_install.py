@@ -92,8 +92,21 @@ def test_the_wheel_must_name_a_torch_range(torch_site, tmp_path, requires, ok):
     (["pkg @ https://example.invalid/pkg-1.0-py3-none-any.whl"], False),  # a URL's content can change
     (["./tests/helpers"], False),            # so can a path's (packaging cannot read it as a name)
     (["pytest", "-r requirements.txt"], False),
+    (["helper-0.1-py3-none-any.whl"], False),  # a bare file name reads as a name too; pip installs the file
+    (["helper-0.1.tar.gz"], False),
 ])
 def test_only_requirements_by_name_are_installed_once(requires, ok):
     from wheelci.verifyenv import cacheable
 
     assert cacheable(requires, "names-torch") is ok
+
+
+def test_a_wheel_named_by_its_bare_file_name_is_read_by_content(tmp_path, monkeypatch):
+    from wheelci.verifyenv import requirement_files
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "helper-0.1-py3-none-any.whl").write_bytes(b"one")
+    first = requirement_files(["helper-0.1-py3-none-any.whl", "pytest"])
+    assert list(first) == ["helper-0.1-py3-none-any.whl"]
+    (tmp_path / "helper-0.1-py3-none-any.whl").write_bytes(b"two")
+    assert requirement_files(["helper-0.1-py3-none-any.whl"]) != first

@@ -285,3 +285,21 @@ def test_a_changed_configure_input_drops_cmakes_cache_and_meson_s_tree(tmp_path)
     assert workdir.reconfigure_if_changed(build, record, "two", meson=False)
     assert not (build / "CMakeCache.txt").exists() and (build / "a.o").is_file()  # the objects stay
     assert workdir.reconfigure_if_changed(build, record, "three", meson=True) and not build.exists()
+
+
+def test_a_setuptools_tree_forgets_its_ninja_logs_when_what_it_searched_changed(tmp_path):
+    from wheelci.compile.workdir import recompile_if_changed
+
+    tree = tmp_path / "src" / "build" / "temp.linux"
+    tree.mkdir(parents=True)
+    record = tmp_path / ".compiled-with"
+    assert not recompile_if_changed([tree], record, "one")  # a first compile: nothing to forget
+    for name in (".ninja_log", ".ninja_deps"):
+        (tree / name).write_text("kept\n")
+    assert not recompile_if_changed([tree], record, "one") and (tree / ".ninja_log").is_file()
+    assert recompile_if_changed([tree], record, "two")
+    assert not (tree / ".ninja_log").exists() and not (tree / ".ninja_deps").exists()
+    outside = tmp_path / "outside"
+    outside.write_text("not ours\n")
+    (tree / ".ninja_log").symlink_to(outside)  # planted: never followed, never removed through
+    assert not recompile_if_changed([tree], record, "three") and outside.read_text() == "not ours\n"

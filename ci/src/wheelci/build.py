@@ -167,6 +167,9 @@ def build_project(args, project: "Project", settings) -> int:
     if args.wheel_dir.resolve() == project_dir.resolve():
         raise CiError(f"-w {args.wheel_dir} is the project itself: its report.json and report.md would replace "
                       "the project's files; write the wheels to a directory of their own (e.g. -w wheelhouse)")
+    from wheelci.report import refuse_foreign_reports
+
+    refuse_foreign_reports(args.wheel_dir)  # a build writes report.json and report.md there
     if args.work_dir is not None:
         work, src = args.work_dir.resolve(), project_dir.resolve()
         if src.is_relative_to(work):  # inside the project is fine: a marked work directory is never copied

@@ -49,12 +49,36 @@ REPORT_FILES = ("report.json", "report.md")
 
 def vouched(out_dir: Path) -> list[str]:
     """The wheels the report in out_dir lists: an earlier build's, which it wrote there."""
-    try:
-        data = json.loads((out_dir / REPORT_FILES[0]).read_text()) if not (out_dir / REPORT_FILES[0]).is_symlink() else {}
-    except (OSError, ValueError):
+    from wheelci.errors import CiError
+    from wheelci.wheel.ondisk import read_regular
+
+    path = out_dir / REPORT_FILES[0]
+    try:  # a regular file of a bounded size: a FIFO or a link put there is no report of ours
+        data = {} if path.is_symlink() else json.loads(read_regular(path, 64 << 20))
+    except (OSError, ValueError, CiError):
         return []
     wheels = data.get("wheels") if isinstance(data, dict) else None
     return [w["name"] for w in wheels if isinstance(w, dict) and isinstance(w.get("name"), str)] if isinstance(wheels, list) else []
+
+
+def refuse_foreign_reports(out_dir: Path) -> None:
+    """A build replaces report.json and report.md in -w: only where they are an earlier build's (its
+    report.json reads back as one), never a user's file of that name, a link or anything else."""
+    from wheelci.errors import CiError
+    from wheelci.wheel.ondisk import read_regular
+
+    present = [n for n in REPORT_FILES if (out_dir / n).exists() or (out_dir / n).is_symlink()]
+    if not present:
+        return
+    path = out_dir / REPORT_FILES[0]
+    try:
+        data = None if path.is_symlink() else json.loads(read_regular(path, 64 << 20))
+    except (OSError, ValueError, CiError):
+        data = None
+    ours = isinstance(data, dict) and isinstance(data.get("wheels"), list)  # what vouched() reads
+    if not ours or any((out_dir / n).is_symlink() or not (out_dir / n).is_file() for n in present):
+        raise CiError(f"-w {out_dir} holds {', '.join(present)}, which no wheelci build wrote there; a build "
+                      "writes its report under those names: move them away, or give another -w")
 
 
 def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "main") -> WheelReport:
@@ -75,8 +99,11 @@ def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "
 # where, each step's status, time and one line of why, how to run it again. Whatever is long (the files a
 # compile read, every test's outcome) stays whole in report.json and is counted here.
 SHOWN_OUTPUTS = 3  # a step's outputs named in its row; more are counted
-SHOWN_CHECKS = 40  # verify rows (every failure is shown; the rest up to this many)
-SHOWN_LIBRARIES = 8  # libraries whose NEEDED are listed, per wheel
+SHOWN_CHECKS = 40  # verify rows, failures first; the rest counted
+SHOWN_LIBRARIES = 8  # libraries whose NEEDED are listed, in all
+SHOWN_WHEELS = 20  # rows of the wheels table
+SHOWN_NOTES = 10
+MAX_BYTES = 16 * 1024  # report.md's bound: past it, the rest is in report.json
 CELL = 240  # characters of one table cell
 
 
@@ -96,20 +123,38 @@ def to_markdown(r: BuildReport, out_dir: Path | None = None) -> str:
     if r.wheels:
         lines += ["", "| wheel | role | size | requires | left to torch/CUDA (declared instead) |", "|---|---|---:|---|---|"]
         lines += [f"| `{w.name}` | {w.role} | {format_size(w.size)} | {_cell(', '.join(w.requires) or '-')} "
-                  f"| {_cell(', '.join(w.excluded) or '-')} |" for w in r.wheels]
+                  f"| {_cell(', '.join(w.excluded) or '-')} |" for w in r.wheels[:SHOWN_WHEELS]]
+        if len(r.wheels) > SHOWN_WHEELS:
+            lines.append(f"| {len(r.wheels) - SHOWN_WHEELS} more wheels | in report.json | | | |")
     if r.steps:
         lines += ["", "| step | status | seconds | what |", "|---|---|---:|---|"]
         lines += [f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {_step_line(s)} |" for s in r.steps]
     if r.verify:
         lines += ["", "| verify check | outcome |", "|---|---|", *_check_rows(r.verify)]
-    for w in r.wheels:
-        libs = list(w.needed.items())
-        lines += [f"\n`{lib}` NEEDs: {_cell(', '.join(needed), 1000)}" for lib, needed in libs[:SHOWN_LIBRARIES]]
-        if len(libs) > SHOWN_LIBRARIES:
-            lines.append(f"\n{len(libs) - SHOWN_LIBRARIES} more libraries of `{w.name}`: their NEEDED in report.json.")
-    lines += [f"\n> {_cell(n, 1000)}" for n in r.notes]
-    lines += ["", "To build it again: `" + reproduce(plan, out_dir) + "`"]
-    return "\n".join(lines) + "\n"
+    libs = [(lib, needed) for w in r.wheels for lib, needed in w.needed.items()]
+    lines += [f"\n`{lib}` NEEDs: {_cell(', '.join(needed), 1000)}" for lib, needed in libs[:SHOWN_LIBRARIES]]
+    if len(libs) > SHOWN_LIBRARIES:
+        lines.append(f"\n{len(libs) - SHOWN_LIBRARIES} more libraries: their NEEDED in report.json.")
+    lines += [f"\n> {_cell(n, 600)}" for n in r.notes[:SHOWN_NOTES]]
+    if len(r.notes) > SHOWN_NOTES:
+        lines.append(f"\n> {len(r.notes) - SHOWN_NOTES} more notes in report.json.")
+    tail = ["", "To build it again: `" + _cell(reproduce(plan, out_dir), 2000) + "`"]
+    return _bounded(lines, tail)
+
+
+def _bounded(lines: list[str], tail: list[str]) -> str:
+    """The lines and the tail, cut where they would pass MAX_BYTES, saying so: whatever a report holds
+    (hundreds of failed tests, long notes), report.md stays a page a person reads."""
+    cut = "\n… report.md stops here (its bound); everything is in report.json."
+    budget = MAX_BYTES - len(("\n".join(tail) + "\n" + cut).encode())
+    kept: list[str] = []
+    for line in lines:
+        size = len(("\n".join([*kept, line]) + "\n").encode())
+        if size > budget:
+            kept.append(cut)
+            break
+        kept.append(line)
+    return "\n".join([*kept, *tail]) + "\n"
 
 
 def _target(plan: dict) -> str:
@@ -168,15 +213,18 @@ def _step_line(step: dict) -> str:
 
 
 def _check_rows(checks: dict) -> list[str]:
-    """Every failed check, then the others up to SHOWN_CHECKS rows; the rest counted."""
+    """Failed checks first, then the others, SHOWN_CHECKS rows in all; the rest counted (every failure is
+    in report.json, and the build's error line names them)."""
     def shown(v: object) -> str:
         return ", ".join(map(str, v)) or "-" if isinstance(v, list) else str(v)
 
     failed = [k for k, v in checks.items() if isinstance(v, str) and v.startswith("FAILED")]
-    keep = set(failed) | set([k for k in checks if k not in failed][:max(SHOWN_CHECKS - len(failed), 0)])
-    rows = [f"| {_cell(k, 120)} | {_cell(shown(v))} |" for k, v in checks.items() if k in keep]
+    keep = (failed + [k for k in checks if k not in failed])[:SHOWN_CHECKS]
+    rows = [f"| {_cell(k, 120)} | {_cell(shown(checks[k]))} |" for k in keep]
     if len(checks) > len(keep):
-        rows.append(f"| {len(checks) - len(keep):,} more checks | in report.json |")
+        hidden = len(failed) - len([k for k in keep if k in failed])
+        rows.append(f"| {len(checks) - len(keep):,} more checks{f' ({hidden:,} failed)' if hidden else ''} "
+                    "| in report.json |")
     return rows
 
 

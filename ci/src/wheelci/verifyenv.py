@@ -185,8 +185,18 @@ def cacheable(requires: list[str], own: str) -> bool:
     from wheelci.wheel.names import normalize
     from wheelci.wheel.requirements import read_requirement
 
-    parsed = [read_requirement(r) for r in requires]
-    return all(r is not None and r.url is None and normalize(r.name) != normalize(own) for r in parsed)
+    parsed = [(text, read_requirement(text)) for text in requires]
+    return all(r is not None and r.url is None and normalize(r.name) != normalize(own) and not names_an_archive(text)
+               for text, r in parsed)
+
+
+# pip installs a requirement that ends as an archive does (`helper-0.1-py3-none-any.whl`) from that file,
+# though it also reads as a name: it is a path, its content the input
+_ARCHIVES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar")
+
+
+def names_an_archive(text: str) -> bool:
+    return text.strip().lower().endswith(_ARCHIVES)
 
 
 def requirement_files(requires: Sequence[str]) -> dict[str, str]:
@@ -203,7 +213,7 @@ def requirement_files(requires: Sequence[str]) -> dict[str, str]:
     for text in requires:
         req = read_requirement(text)
         url = req.url if req is not None else None
-        if req is not None and not (url and url.startswith("file:")):
+        if req is not None and not (url and url.startswith("file:")) and not names_an_archive(text):
             continue
         path = Path(unquote(urlsplit(url).path) if url else text).absolute()
         if path.is_file():

@@ -219,8 +219,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
 
         extra = [environ.get("CCACHE_EXTRAFILES", ""), str(note_searched(work_dir / SEARCHED, environ))]
         environ["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, extra))
-    if backend in (Backend.SCIKIT_BUILD_CORE, Backend.MESON_PYTHON):
-        keep_tree_sound(plan, project_dir, work_dir, files, configure, environ, meson=backend is Backend.MESON_PYTHON)
+    keep_sound(plan, backend, project_dir, work_dir, files, configure, environ)
     dist = work_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)  # the wheel is the one this compile makes
     dist.mkdir(parents=True, exist_ok=True)
@@ -241,6 +240,31 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
     return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env)
+
+
+def keep_sound(plan, backend, project_dir: Path, work_dir: Path, files: dict[str, str] | None,
+               configure: str | None, environ: dict[str, str]) -> None:
+    """What a kept tree answers from its last compile, dropped where its inputs changed (by backend)."""
+    from wheelci.config.project import Backend
+
+    if backend in (Backend.SCIKIT_BUILD_CORE, Backend.MESON_PYTHON):
+        keep_tree_sound(plan, project_dir, work_dir, files, configure, environ, meson=backend is Backend.MESON_PYTHON)
+    else:
+        keep_objects_sound(plan, work_dir, configure, environ)
+
+
+def keep_objects_sound(plan, work_dir: Path, configure: str | None, environ: dict[str, str]) -> None:
+    """A kept setuptools tree: when what its compile searches changed (CPATH, a searched directory's
+    headers), every object is compiled again; ninja, which compares mtimes only, would link the old ones."""
+    import hashlib
+    import json
+
+    from wheelci.compile.workdir import COMPILED_WITH, compile_view, configure_inputs, recompile_if_changed
+
+    searched = configure or configure_inputs(environ)
+    inputs = hashlib.sha256(json.dumps([searched, compile_view(plan)], sort_keys=True, default=str).encode())
+    if recompile_if_changed(sorted(work_dir.glob("src/build/temp*")), work_dir / COMPILED_WITH, inputs.hexdigest()):
+        log.info("what the compile searches changed since the kept tree's last compile: compiling every object")
 
 
 def keep_tree_sound(plan, project_dir: Path, work_dir: Path, files: dict[str, str] | None, configure: str | None,

@@ -174,9 +174,10 @@ BUILT = ".wheelci-built.json"  # in a work directory: the project files its tree
 SEARCHED = ".wheelci-searched"  # in a work directory: what the searched directories hold, as ccache hashes it
 TREE = ".wheelci-tree.json"  # in a kept build tree: the project it builds
 # What a build writes in its work directory: all that --fresh removes (anything else there is left alone).
+COMPILED_WITH = ".wheelci-compiled-with"  # what a setuptools tree's last compile searched (recompile_if_changed)
 WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compile.log", "cibuildwheel.log", "repaired", "finished",
                 "plain", "variant", "sbom", "split", SOURCES, COPIED, CONFIGURED, BUILT,
-                SEARCHED, ".wheelci-steps.json")
+                SEARCHED, COMPILED_WITH, ".wheelci-steps.json")
 
 # Plan fields that do not reach the compile: a build differing only in these reuses its compile.
 AFTER_COMPILE = ("notes", "label", "variants", "limit", "test_command", "test_requires", "upload", "excludes",
@@ -299,6 +300,26 @@ def reconfigure_if_changed(build_dir: Path, record: Path, inputs: str, *, meson:
         elif (build_dir / "CMakeCache.txt").is_file():
             (build_dir / "CMakeCache.txt").unlink()
             dropped = True
+    write_text(record, inputs)
+    return dropped
+
+
+def recompile_if_changed(trees: list[Path], record: Path, inputs: str) -> bool:
+    """A setuptools tree (torch's cpp_extension compiles with ninja) has no configure, and ninja rebuilds by
+    mtimes only: when what the compile searches changed since the tree's last compile (a variable such as
+    CPATH, what a searched directory holds), ninja's logs go, so every object is compiled again (ccache,
+    keyed by the searched directories too, answers what did not change). True when a log was dropped."""
+    from wheelci.util.atomic import write_text
+
+    kept = record.read_text() if record.is_file() and not record.is_symlink() else None
+    dropped = False
+    if kept != inputs:
+        for tree in trees:
+            for name in (".ninja_log", ".ninja_deps"):
+                log = tree / name
+                if log.is_file() and not log.is_symlink():
+                    log.unlink()
+                    dropped = True
     write_text(record, inputs)
     return dropped
 

@@ -101,9 +101,22 @@ def mark_used(entry: Path, *, measure: bool = True) -> None:
         write_text(entry / USED, json.dumps({"size": size}))
 
 
+def _small_regular(path: Path, cap: int = 1 << 16) -> bytes:
+    """A stamp's bytes: a regular file, not a link, at most cap bytes (OSError otherwise): a FIFO planted
+    in its place never blocks a build's end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
+            raise OSError(f"{path}: not a stamp")
+        return os.read(fd, cap)
+    finally:
+        os.close(fd)
+
+
 def _stamped_size(entry: Path) -> int | None:
     try:
-        size = json.loads((entry / USED).read_text()).get("size")
+        size = json.loads(_small_regular(entry / USED)).get("size")
     except (OSError, ValueError, AttributeError):
         return None
     return size if isinstance(size, int) and size >= 0 else None
@@ -125,9 +138,16 @@ def recorded_size(entry: Path) -> int:
     return size
 
 
+def real_dir(path: Path) -> bool:
+    """A directory itself, not a link to one."""
+    return path.is_dir() and not path.is_symlink()
+
+
 def entry_dirs(root: Path) -> Iterator[tuple[str, Path]]:
     """(kind, directory) of each entry of KINDS: their lock files and hidden names are no entries."""
     for kind in KINDS:
+        if not real_dir(root / kind):  # a link in place of a kind's directory: nothing behind it is ours
+            continue
         with contextlib.suppress(OSError):
             for path in sorted((root / kind).iterdir()):
                 if path.is_dir() and not path.is_symlink() and not path.name.startswith("."):
@@ -227,7 +247,12 @@ def remove_entry(root: Path, entry: Entry) -> bool:
 
 
 def clear_aside(root: Path) -> None:
-    """What an interrupted prune renamed aside and did not finish removing."""
+    """What an interrupted prune renamed aside and did not finish removing (a link planted in its place is
+    removed, never followed)."""
+    aside = root / ASIDE
+    if aside.is_symlink():
+        aside.unlink()
+        return
     with contextlib.suppress(OSError):
         for path in (root / ASIDE).iterdir():
             if path.is_dir() and not path.is_symlink():

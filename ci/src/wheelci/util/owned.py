@@ -113,8 +113,9 @@ class OutputDir:
         kept = [n for n in self.groups.get(who, []) if n not in names and n not in earlier]
         with signals_held():
             self._record({**self.groups, who: sorted({*kept, *names})})  # ownership first: a cut-short run leaves ours
-            for old in earlier:
-                (self.path / old).unlink(missing_ok=True)
+            for old in earlier:  # a file of ours; a directory of that name is the user's, left alone
+                if not (self.path / old).is_dir() or (self.path / old).is_symlink():
+                    (self.path / old).unlink(missing_ok=True)
             for p in staged:
                 os.replace(p, self.path / p.name)
         return [self.path / n for n in names]
@@ -162,8 +163,9 @@ def read_manifest(path: Path) -> dict[str, list[str]]:
         except (OSError, ValueError):
             continue
         groups = data.get("groups") if name == MANIFEST and isinstance(data, dict) else data
-        if isinstance(groups, dict):
-            return {str(k): [n for n in v if _plain_name(n)] for k, v in groups.items() if isinstance(v, list)}
+        if isinstance(groups, dict):  # what this tool records is wheels: no other name is taken from a manifest
+            return {str(k): [n for n in v if _plain_name(n) and n.endswith(".whl")] for k, v in groups.items()
+                    if isinstance(v, list)}
     return {}
 
 
