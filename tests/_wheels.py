@@ -301,3 +301,33 @@ def zeros_wheel(dest_dir: Path, size: int) -> Path:
         f.write(central + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries), len(central),
                                       pos, 0))
     return out
+
+
+def interrupted_build(project: Path, out: Path, work: Path, signum: int, wait: float = 300.0) -> tuple[int, str]:
+    """ci.build of a project whose compile prints `compiling slowly` and sleeps, sent `signum` once its log
+    says so: (exit status, stderr). The signal's default disposition is restored in the child whatever the
+    suite's caller set (a job started in the background by a non-interactive shell ignores SIGINT, and Python
+    keeps an inherited ignore: no KeyboardInterrupt)."""
+    import functools
+    import os
+    import signal
+    import time
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "ci" / "src")])}
+    proc = subprocess.Popen([sys.executable, "-m", "ci.build", str(project), "--cpu", "--engine", "host",
+                             "-w", str(out), "--work-dir", str(work)], env=env, cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=functools.partial(signal.signal, signum, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + wait
+        while "compiling slowly" not in ((work / "compile.log").read_text() if (work / "compile.log").exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+            time.sleep(0.2)
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, stderr

@@ -4,23 +4,18 @@ built on the host, installed into a fresh venv and tested there; and the bad inp
 
 from __future__ import annotations
 
-import functools
 import io
 import json
-import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import tarfile
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests._wheels import run_stage
+from tests._wheels import interrupted_build, run_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_ext"
@@ -347,25 +342,8 @@ def test_an_interrupted_build_leaves_no_wheel_dir_it_made(tmp_path, signum):
     shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     (project / "setup.py").write_text("import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
     out, work = tmp_path / "out", tmp_path / "work"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")])}
-    # the default disposition, whatever the suite's caller set: a job started in the background by a
-    # non-interactive shell ignores SIGINT, and Python keeps an inherited ignore (no KeyboardInterrupt)
-    proc = subprocess.Popen([sys.executable, "-m", "ci.build", str(project), "--cpu", "--engine", "host",
-                             "-w", str(out), "--work-dir", str(work)], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=functools.partial(signal.signal, signum, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 300
-        while "compiling slowly" not in ((work / "compile.log").read_text() if (work / "compile.log").exists() else ""):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
-            time.sleep(0.2)
-        proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 128 + signum, stderr[-2000:]
+    returncode, stderr = interrupted_build(project, out, work, signum, wait=300)
+    assert returncode == 128 + signum, stderr[-2000:]
     assert not out.exists(), list(out.iterdir())
     left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).find(str(project)) >= 0]
     assert not left, left  # the build backend's own processes were stopped with it

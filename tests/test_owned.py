@@ -19,7 +19,7 @@ import pytest
 
 from tests import _proc
 from tests._elfbuild import make_wheel
-from tests._wheels import run_stage
+from tests._wheels import interrupted_build, run_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_ext"
@@ -93,23 +93,8 @@ def test_an_interrupted_rebuild_sets_the_earlier_wheel_aside(tmp_path, signum):
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
     wheel = earlier_build(out)
     project = failing_project(tmp_path, "import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")])}
-    proc = subprocess.Popen([sys.executable, "-m", "ci.build", str(project), "--cpu", "--engine", "host",
-                             "-w", str(out), "--work-dir", str(work)], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=functools.partial(signal.signal, signum, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 240
-        while "compiling slowly" not in ((work / "compile.log").read_text() if (work / "compile.log").exists() else ""):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
-            time.sleep(0.2)
-        proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 128 + signum, stderr[-2000:]
+    returncode, stderr = interrupted_build(project, out, work, signum, wait=240)
+    assert returncode == 128 + signum, stderr[-2000:]
     assert not list(out.glob("*.whl")), tree(out)
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] is False and (out / report["set_aside"] / wheel.name).is_file()

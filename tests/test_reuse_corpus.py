@@ -97,6 +97,7 @@ class Corpus:
 def make_corpus(kind: str, root: Path) -> Corpus:
     c = Corpus(kind, root)
     shutil.copytree(CORPUS / kind, c.project)
+    shutil.copytree(CORPUS / "common", c.project, dirs_exist_ok=True)  # the C source every backend builds
     (c.project / "src" / "sel").symlink_to("../variants/one", target_is_directory=True)  # tracked below
     for prefix, value in (("a", 10), ("b", 20)):
         header(c.ext / prefix / "include" / "v1" / "corpus_ext.h", value)
