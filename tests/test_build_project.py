@@ -224,7 +224,7 @@ def test_a_failing_test_command_writes_no_wheel_and_the_report_says_which(tmp_pa
     (verify,) = [s for s in report["steps"] if s["name"] == "verify"]
     assert verify["status"] == "failed" and "tiny says no" in verify["error"]
     assert [s["name"] for s in report["steps"]][-1] == "verify"  # the driver stopped there
-    assert "Stopped at step **verify**" in (out / "report.md").read_text()
+    assert "**Stopped at step verify** (failed after" in (out / "report.md").read_text()
 
 
 @pytest.mark.slow
