@@ -21,6 +21,7 @@ from wheelci.config import matrix as mx
 from wheelci.cibw import before_build, cibw_environment, cibw_quote, environment, image_variable, repair_command
 from wheelci.engine import Engine, Facts
 from wheelci.util import secret
+from wheelci.util.untrusted import one_line
 from wheelci.config.project import Project
 from wheelci.config.releases import TorchIndex, choose_torch, release_note
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
@@ -602,9 +603,11 @@ def format_plan(plan: Plan, build_env: str | None = None) -> str:
         rows.insert(2, ("toolchain", plan.cpu_view.describe()))
     rows += _run_rows(plan)
     width = max(len(k) for k, _ in rows)
-    lines = [f"{k:<{width}}  {v}" for k, v in rows]
-    lines += ["environment:"] + [f"  {k}={v}" for k, v in shown["environment"].items()]
-    lines += [f"note: {n}" for n in plan.notes]
+    # every value on its own line's end: a project's name, path, test command or a note cannot start a
+    # line of its own (a forged row, a `::error::` workflow command) nor send a terminal escape
+    lines = [f"{k:<{width}}  {one_line(v)}" for k, v in rows]
+    lines += ["environment:"] + [f"  {one_line(k)}={one_line(v)}" for k, v in shown["environment"].items()]
+    lines += [f"note: {one_line(n)}" for n in plan.notes]
     return secret.redact("\n".join(lines))
 
 
