@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from wheelci.config import matrix as mx
 from wheelci.errors import CiError
 from wheelci.util import http
-from wheelci.util.cache import cache_dir
+from wheelci.util.cache import cache_dir, read_stamp
 
 INDEX = "https://pypi.org/simple"
 INDEX_VARIABLE = "WHEELCI_TORCH_INDEX"  # another index to read torch releases from (a mirror, a local one)
@@ -319,7 +319,7 @@ class TorchIndex:
         """The release, from the cache or else from the index (then cached)."""
         cached = self.cache / f"{version}.json"
         try:
-            found = _checked(json.loads(cached.read_text()), version)
+            found = _checked(json.loads(read_stamp(cached, METADATA_MAX)), version)  # a FIFO never blocks
         except (OSError, ValueError):
             found = None
         if found is not None:
