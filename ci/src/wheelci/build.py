@@ -214,10 +214,8 @@ def _run(b: "Build") -> int:
 
 
 def _run_held(b: "Build", cap: int | None) -> int:
-    from wheelci import report
     from wheelci.util.cache import mark_used
 
-    b.out.adopt(report.vouched(b.out_dir))  # what an earlier build's report lists is ours too
     temporary = b.args.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
     if temporary:
         b.work = Path(tempfile.mkdtemp(prefix="ci-build-"))
@@ -374,6 +372,7 @@ def write_report(b: "Build") -> None:
     b.report.passed = b.report.passed and not failed
     if not b.report.build_seconds:  # a compile that failed (or was cut off) took its time too
         b.report.build_seconds = sum(s["seconds"] for s in b.report.steps if s["name"] == "compile")
+    b.out.record("report", report.REPORT_FILES)  # ours by the manifest: the next build may replace them
     json_path, md_path = report.write(b.report, b.out_dir)
     # a failure stays one error line: the report's path is shown with --verbose
     (log.debug if failed else log.info)(f"report: {md_path}" + (f" (stopped at {failed[0]})" if failed else ""))

@@ -14,6 +14,7 @@ from pathlib import Path
 from wheelci.util import secret, untrusted
 from wheelci.util.untrusted import code
 from wheelci.util.atomic import write_text
+from wheelci.util.owned import RECORDED_FILES
 from wheelci.util.sizes import format_size
 
 
@@ -45,40 +46,23 @@ class BuildReport:
     set_aside: str | None = None  # a failed build: where in -w the earlier build's wheels and report went
 
 
-REPORT_FILES = ("report.json", "report.md")
-
-
-def vouched(out_dir: Path) -> list[str]:
-    """The wheels the report in out_dir lists: an earlier build's, which it wrote there."""
-    from wheelci.errors import CiError
-    from wheelci.wheel.ondisk import read_regular
-
-    path = out_dir / REPORT_FILES[0]
-    try:  # a regular file of a bounded size: a FIFO or a link put there is no report of ours
-        data = {} if path.is_symlink() else json.loads(read_regular(path, 64 << 20))
-    except (OSError, ValueError, CiError):
-        return []
-    wheels = data.get("wheels") if isinstance(data, dict) else None
-    return [w["name"] for w in wheels if isinstance(w, dict) and isinstance(w.get("name"), str)] if isinstance(wheels, list) else []
+REPORT_FILES = RECORDED_FILES  # report.json, report.md: recorded in -w's ownership manifest as the build's
 
 
 def refuse_foreign_reports(out_dir: Path) -> None:
-    """A build replaces report.json and report.md in -w: only where they are an earlier build's (its
-    report.json reads back as one), never a user's file of that name, a link or anything else."""
+    """A build replaces report.json and report.md in -w only where -w's ownership manifest
+    (wheelci.util.owned) lists them: an earlier build's. Anything else of that name (a user's file,
+    however much it looks like ours, a link, a directory) is refused untouched."""
     from wheelci.errors import CiError
-    from wheelci.wheel.ondisk import read_regular
+    from wheelci.util.owned import read_manifest
 
     present = [n for n in REPORT_FILES if (out_dir / n).exists() or (out_dir / n).is_symlink()]
     if not present:
         return
-    path = out_dir / REPORT_FILES[0]
-    try:
-        data = None if path.is_symlink() else json.loads(read_regular(path, 64 << 20))
-    except (OSError, ValueError, CiError):
-        data = None
-    ours = isinstance(data, dict) and isinstance(data.get("wheels"), list)  # what vouched() reads
-    if not ours or any((out_dir / n).is_symlink() or not (out_dir / n).is_file() for n in present):
-        raise CiError(f"-w {out_dir} holds {', '.join(present)}, which no wheelci build wrote there; a build "
+    owned = {n for names in read_manifest(out_dir).values() for n in names}
+    foreign = [n for n in present if n not in owned or (out_dir / n).is_symlink() or not (out_dir / n).is_file()]
+    if foreign:
+        raise CiError(f"-w {out_dir} holds {', '.join(foreign)}, which no wheelci build wrote there; a build "
                       "writes its report under those names: move them away, or give another -w")
 
 
