@@ -77,7 +77,12 @@ def parse_release(metadata: str, filenames: list[str], source: str) -> TorchRele
     from packaging.utils import canonicalize_name
 
     headers = HeaderParser().parsestr(metadata)
-    version = (headers.get("Version") or "").split("+")[0]  # PyTorch's own indexes label it: 2.15.0+cu132
+    names, versions = headers.get_all("Name") or [], headers.get_all("Version") or []
+    if len(names) != 1 or canonicalize_name(names[0].strip()) != "torch":
+        raise CiError(f"{source}: its METADATA names {_named(names)}, not torch once: not torch's metadata")
+    if len(versions) != 1:
+        raise CiError(f"{source}: its METADATA has {len(versions)} Version headers, not one: refused")
+    version = versions[0].strip().split("+")[0]  # PyTorch's own indexes label it: 2.15.0+cu132
     wheels = [m for m in map(_WHEEL.fullmatch, filenames) if m and _base(m["version"]) == version]
     linux = [m for m in wheels if m["platform"].endswith("_x86_64") and "linux" in m["platform"]]
     if not linux:
@@ -112,6 +117,12 @@ def parse_release(metadata: str, filenames: list[str], source: str) -> TorchRele
         elif name.startswith("nvidia-cudnn-cu") and re.fullmatch(r"[0-9.]+", pinned):
             cudnn = f"{name}=={pinned}"
     return TorchRelease(version, cuda, toolkit, cudnn, tuple(pythons), policy, source)
+
+
+def _named(names: list[str]) -> str:
+    from wheelci.util.untrusted import one_line, cut
+
+    return ", ".join(repr(cut(one_line(n), 40)) for n in names[:3]) or "no project"
 
 
 def _base(version: str) -> str:
