@@ -333,6 +333,10 @@ class GuardedServer:
                 if expected is not None and self.headers.get("Authorization") != expected:
                     self._send(401, b"no", {"WWW-Authenticate": 'Basic realm="index"'}, body)
                     return
+                if server.unavailable > 0:  # a passing outage: 503 for the next `unavailable` requests
+                    server.unavailable -= 1
+                    self._send(503, b"busy", {}, body)
+                    return
                 if server.redirect is not None:
                     self._send(302, b"", {"Location": server.redirect + self.path.lstrip("/")}, body)
                     return
@@ -372,6 +376,7 @@ class GuardedServer:
                 pass
 
         self.redirect = redirect
+        self.unavailable = 0
         self.closed = threading.Event()
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

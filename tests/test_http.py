@@ -136,3 +136,14 @@ def test_netrc_credentials_go_to_their_origin_only(index_dir, tmp_path, monkeypa
     assert release.cuda == "13.3" and other.seen
     assert all(h.get("Authorization") for _, _, h in mirror.seen)
     assert "Authorization" not in other.headers_seen()
+
+
+def test_a_passing_outage_is_retried_and_a_redirect_off_http_is_refused(index_dir, tmp_path):
+    """Two 503s, then the page: read (GET is idempotent). A redirect to this machine's files: one line."""
+    with GuardedServer(index_dir) as server:
+        server.unavailable = 2
+        answer = http.Client(server.url, backoff=0.01).get(server.url + "simple/torch/")
+        assert answer.status == 200 and b"torch-2.99.0" in answer.body
+        server.redirect = "file:///etc/"
+        with pytest.raises(CiError, match="redirected to a file URL, not followed"):
+            http.Client(server.url).get(server.url + "passwd")

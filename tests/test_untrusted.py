@@ -143,3 +143,14 @@ def test_fuzz_names_and_versions_are_checked_or_refused_in_one_line(name, versio
         assert "\n" not in str(e), str(e)
         return
     assert "\n" not in name + version and "<" not in name
+
+
+def test_on_github_actions_the_plan_is_printed_with_workflow_commands_off(tmp_path):
+    """`wheelci plan` in a workflow: whatever a value holds, the runner reads no command from its lines."""
+    r = _proc.run([sys.executable, "-m", "ci.plan", "--project-dir", str(TINY)], cwd=ROOT, capture_output=True,
+                  text=True, env={**__import__("os").environ, "GITHUB_ACTIONS": "true"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    token = lines[0].removeprefix("::stop-commands::")
+    assert lines[0] != token and len(token) >= 32 and lines[-1] == f"::{token}::"
+    assert any(ln.startswith("project ") for ln in lines[1:-1])

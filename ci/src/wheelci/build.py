@@ -149,7 +149,7 @@ def host_env_state(plan: "Plan") -> str:
 
 
 def build_project(args, project: "Project", settings) -> int:
-    from wheelci.plan import format_plan
+    from wheelci.plan import for_the_log, format_plan
 
     project_dir = project.root
     plan = make_build_plan(args, project, settings)
@@ -157,7 +157,7 @@ def build_project(args, project: "Project", settings) -> int:
         if args.json:
             cli.emit_json(plan.to_json())
         else:
-            print(format_plan(plan, build_env=None if plan.engine.container else host_env_state(plan)))
+            print(for_the_log(format_plan(plan, build_env=None if plan.engine.container else host_env_state(plan))))
         return 0
     if args.wheel_dir is None:
         raise CiError("-w/--wheel-dir is required unless --dry-run")

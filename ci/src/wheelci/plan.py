@@ -611,6 +611,15 @@ def format_plan(plan: Plan, build_env: str | None = None) -> str:
     return secret.redact("\n".join(lines))
 
 
+def for_the_log(text: str) -> str:
+    """The plan as printed: on GitHub Actions between `::stop-commands::` markers of a fresh token, so no
+    line of it runs as a workflow command whatever a value holds (each is one line already)."""
+    from wheelci.util.log import on_github_actions
+    from wheelci.util.untrusted import workflow_commands_off
+
+    return "\n".join(workflow_commands_off(text.splitlines())) if on_github_actions() else text
+
+
 def _run_rows(plan: Plan) -> list[tuple[str, str]]:
     """What the run does with its wheels, as the dry run shows it (build variables masked unless public)."""
     env = secret.masked(plan.run.build_env, plan.run.public_env)
@@ -667,7 +676,7 @@ def main(args) -> int:
     if args.json:
         emit_json(plan.to_json())
     else:
-        print(format_plan(plan))
+        print(for_the_log(format_plan(plan)))
     return 0
 
 
