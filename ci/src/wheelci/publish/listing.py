@@ -13,14 +13,14 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import threading
 import time
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from typing import Callable, Iterable
+from typing import Callable
 from urllib.parse import unquote, urljoin, urlsplit
 
 from wheelci.errors import CiError, Finding
+from wheelci.util.http import chunks, within
 from wheelci.publish.endpoint import short_reason, strip_userinfo, tls_error
 from wheelci.publish.targets import Target
 from wheelci.wheel.names import normalize
@@ -114,17 +114,6 @@ def _parse_json_listing(body: str) -> dict[str, Listed]:
     return listing
 
 
-def _chunks(response, size: int = 1 << 16) -> Iterable[bytes]:
-    """The body as it arrives: read1 returns what one socket read got, where iter_content waits for a
-    whole chunk (a server trickling a byte at a time would stall it past any deadline check)."""
-    read1 = getattr(response.raw, "read1", None)
-    if read1 is None:  # urllib3 < 2.3: the caller's deadline still holds, the reader just stops later
-        yield from response.iter_content(size)
-        return
-    while chunk := read1(size, decode_content=True):
-        yield chunk
-
-
 def _read_page(session, url: str, seconds: float, deadline: float, cap: int):
     """GET url; the body (text) of a 200 answer, read until the deadline and at most cap bytes."""
     r = session.get(url, headers={"Accept": ACCEPT}, allow_redirects=False, stream=True)
@@ -132,7 +121,7 @@ def _read_page(session, url: str, seconds: float, deadline: float, cap: int):
         if r.status_code != 200:
             return r, None
         body = bytearray()
-        for chunk in _chunks(r):
+        for chunk in chunks(r):
             body += chunk
             if len(body) > cap:
                 from wheelci.util.sizes import format_size
@@ -149,27 +138,13 @@ def _too_slow(url: str, seconds: float) -> MalformedPage:
 
 
 def fetch_page(session, url: str, seconds: float, cap: int = PAGE_MAX_BYTES):
-    """(response, body or None) for one GET of a simple page, the whole of it within `seconds`.
-    requests' timeout bounds each socket read, not the request: a server trickling a byte a second
-    would hold us forever, an endless body would fill memory. So the GET runs in a daemon thread given
-    up on at the deadline (headers can trickle too); the thread stops at its next chunk."""
-    deadline = time.monotonic() + seconds
-    box: dict[str, object] = {}
-
-    def get() -> None:
-        try:
-            box["page"] = _read_page(session, url, seconds, deadline, cap)
-        except BaseException as e:  # noqa: BLE001  raised again in the caller's thread
-            box["error"] = e
-
-    worker = threading.Thread(target=get, name="upload: simple page", daemon=True)
-    worker.start()
-    worker.join(max(0.0, deadline - time.monotonic()))
-    if worker.is_alive():
-        raise _too_slow(url, seconds)
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["page"]
+    """(response, body or None) for one GET of a simple page, the whole of it within `seconds`, with the
+    upload's session (twine's credentials and TLS settings) under the one HTTP client's deadline
+    (wheelci.util.http.within): a server trickling a byte a second, or an endless body, is refused."""
+    try:
+        return within(seconds, lambda deadline: _read_page(session, url, seconds, deadline, cap), "upload: simple page")
+    except TimeoutError:
+        raise _too_slow(url, seconds) from None
 
 
 class SimpleIndex:

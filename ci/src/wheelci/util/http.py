@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Iterator, Literal, Mapping, TypeVar
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from wheelci.errors import CiError
@@ -35,6 +35,7 @@ RETRIES = 3
 BACKOFF = 0.5
 _RETRY_STATUS = {429, 500, 502, 503, 504}
 _REDIRECT_STATUS = {301, 302, 303, 307, 308}
+T = TypeVar("T")
 
 
 class HttpError(CiError):
@@ -148,7 +149,6 @@ class Client:
         if auth is None or not auth[1]:
             auth = _stored_credentials(self.base, auth[0] if auth else None) or auth
         self.auth = auth
-        self._session: Any = None
 
     def credentials_for(self, url: str) -> tuple[str, str] | None:
         return self.auth if Origin.of(url) == self.origin else None
@@ -158,36 +158,33 @@ class Client:
         """One request within the deadline: redirects followed (credentials re-decided at each hop),
         passing failures retried; a status outside `ok` or a body over `cap` bytes is one HttpError."""
         url = shown(url)
-        deadline = time.monotonic() + self.deadline
-        box: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                box["answer"] = self._with_retries(url, dict(headers or {}), cap, method, deadline, ok)
-            except BaseException as e:  # noqa: BLE001  raised again in the caller's thread
-                box["error"] = e
-
-        worker = threading.Thread(target=work, name=f"http {method}", daemon=True)
-        worker.start()
-        worker.join(max(0.0, deadline - time.monotonic()))
-        if worker.is_alive() or isinstance(box.get("error"), _Late):
-            raise HttpError(f"{url}: no complete answer within {self.deadline:g} s (too slow), given up")
-        if "error" in box:
-            raise box["error"]
-        answer: Answer = box["answer"]
+        try:
+            answer = within(self.deadline, lambda deadline: self._with_retries(
+                url, dict(headers or {}), cap, method, deadline, ok), f"http {method}")
+        except TimeoutError:
+            raise HttpError(f"{url}: no complete answer within {self.deadline:g} s (too slow), given up") from None
         if answer.status not in ok:
             raise HttpError(_refusal(url, answer, self.credentials_for(answer.url) is not None), answer.status)
         return answer
 
     def _with_retries(self, url: str, headers: dict[str, str], cap: int, method: str, deadline: float,
                       ok: tuple[int, ...]) -> Answer:
+        """One request's whole life, in its own session: a worker given up on at the deadline never shares
+        a connection with the next request, and its sockets close with it."""
+        import requests
+
+        with requests.Session() as session:
+            return self._attempts(session, url, headers, cap, method, deadline, ok)
+
+    def _attempts(self, session: Any, url: str, headers: dict[str, str], cap: int, method: str, deadline: float,
+                  ok: tuple[int, ...]) -> Answer:
         import requests
 
         attempt = 0
         while True:
             attempt += 1
             try:
-                answer = self._follow(url, headers, cap, method, deadline, ok)
+                answer = self._follow(session, url, headers, cap, method, deadline, ok)
                 if answer.status not in _RETRY_STATUS or attempt > self.retries:
                     return answer
             except requests.exceptions.SSLError as e:
@@ -203,11 +200,11 @@ class Client:
                 raise _Late()
             time.sleep(pause)
 
-    def _follow(self, url: str, headers: dict[str, str], cap: int, method: str, deadline: float,
+    def _follow(self, session: Any, url: str, headers: dict[str, str], cap: int, method: str, deadline: float,
                 ok: tuple[int, ...]) -> Answer:
         seen = [url]
         while True:
-            r = self._send(url, headers, method, deadline)
+            r = self._send(session, url, headers, method, deadline)
             with r:
                 location = r.headers.get("Location")
                 if r.status_code not in _REDIRECT_STATUS or not location:
@@ -224,18 +221,14 @@ class Client:
             seen.append(nxt)
             url = nxt
 
-    def _send(self, url: str, headers: dict[str, str], method: str, deadline: float) -> Any:
-        import requests
-
-        if self._session is None:
-            self._session = requests.Session()
+    def _send(self, session: Any, url: str, headers: dict[str, str], method: str, deadline: float) -> Any:
         left = deadline - time.monotonic()
         if left <= 0:
             raise _Late()
         # another origin gets _NO_AUTH, not None: requests would add netrc's entry for that host (netrc
         # is per host, an origin per port too)
         auth = self.credentials_for(url) or _NO_AUTH
-        return self._session.request(method, url, headers=headers, auth=auth, allow_redirects=False,
+        return session.request(method, url, headers=headers, auth=auth, allow_redirects=False,
                                      stream=True, timeout=(min(left, self.read_timeout), min(left, self.read_timeout)))
 
 
@@ -246,6 +239,41 @@ def _no_auth(request: Any) -> Any:
 _NO_AUTH = _no_auth
 
 
+def within(seconds: float, work: Callable[[float], T], name: str) -> T:
+    """work(deadline) run in a daemon thread and given up on at the deadline (TimeoutError): requests'
+    timeouts bound each socket read, never a whole request (headers and bodies can drip). The thread
+    stops at its next chunk (`chunks`, checking the deadline it was given). Uploads' simple-page reads
+    (wheelci.publish.listing) and Client.get share this one mechanism."""
+    deadline = time.monotonic() + seconds
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work(deadline)
+        except BaseException as e:  # noqa: BLE001  raised again in the caller's thread
+            box["error"] = e
+
+    worker = threading.Thread(target=run, name=name, daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - time.monotonic()))
+    if worker.is_alive() or isinstance(box.get("error"), _Late):
+        raise TimeoutError(name)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def chunks(response: Any, size: int = 1 << 16) -> Iterator[bytes]:
+    """A streamed body as it arrives: read1 returns what one socket read got, where iter_content waits
+    for a whole chunk (a server trickling a byte at a time would keep the worker past its deadline)."""
+    read1 = getattr(response.raw, "read1", None)
+    if read1 is None:  # urllib3 < 2.3: the caller's deadline still holds, the worker just stops later
+        yield from response.iter_content(size)
+        return
+    while chunk := read1(size, decode_content=True):
+        yield chunk
+
+
 class _Late(Exception):
     """The deadline passed inside the worker (between chunks, or before a retry)."""
 
@@ -254,15 +282,16 @@ def _body(r: Any, url: str, cap: int, deadline: float) -> bytes:
     declared = r.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > cap:
         raise HttpError(f"{url}: larger than {_size(cap)} (it says {_size(int(declared))}), not read")
-    chunks, total = [], 0
-    for chunk in r.iter_content(1 << 16):
+    parts: list[bytes] = []
+    total = 0
+    for chunk in chunks(r):
         total += len(chunk)
         if total > cap:
             raise HttpError(f"{url}: larger than {_size(cap)}, not read")
         if time.monotonic() > deadline:
             raise _Late()
-        chunks.append(chunk)
-    return b"".join(chunks)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _size(n: int) -> str:
