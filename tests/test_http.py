@@ -144,6 +144,7 @@ def test_a_passing_outage_is_retried_and_a_redirect_off_http_is_refused(index_di
         server.unavailable = 2
         answer = http.Client(server.url, backoff=0.01).get(server.url + "simple/torch/")
         assert answer.status == 200 and b"torch-2.99.0" in answer.body
+        assert answer.headers["content-type"] == answer.headers["Content-Type"] == "text/html"  # HTTP/2 writes lower case
         server.redirect = "file:///etc/"
         with pytest.raises(CiError, match="redirected to a file URL, not followed"):
             http.Client(server.url).get(server.url + "passwd")

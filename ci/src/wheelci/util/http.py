@@ -63,7 +63,7 @@ class Origin:
 class Answer:
     url: str  # the final URL (after redirects), without userinfo
     status: int
-    headers: Mapping[str, str]
+    headers: Mapping[str, str]  # looked up whatever the case the server wrote (HTTP/2 writes lower case)
     body: bytes
 
 
@@ -210,7 +210,7 @@ class Client:
                 if r.status_code not in _REDIRECT_STATUS or not location:
                     # a refusal's body is not read: its status is the whole answer
                     body = _body(r, url, cap, deadline) if method == "GET" and r.status_code in ok else b""
-                    return Answer(url, r.status_code, dict(r.headers), body)
+                    return Answer(url, r.status_code, r.headers.copy(), body)  # case-insensitive, as HTTP's names are
             nxt = shown(urljoin(url, location))
             if urlsplit(nxt).scheme not in ("http", "https"):
                 raise HttpError(f"{url}: redirected to a {urlsplit(nxt).scheme or 'relative'} URL, not followed")
