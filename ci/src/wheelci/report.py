@@ -230,7 +230,7 @@ def _check_rows(checks: dict) -> list[str]:
 
 def reproduce(plan: dict, out_dir: Path | None = None) -> str:
     """The command that makes this build again, from the plan's own values (build variables are not
-    shown: they may be secrets; [tool.ci] env supplies the project's)."""
+    shown: they may be secrets; [tool.wheelci] env supplies the project's)."""
     from wheelci.cli import command
 
     words = [command("build"), str(plan.get("project_dir") or ".")]

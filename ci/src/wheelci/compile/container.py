@@ -84,7 +84,7 @@ def ensure_image(plan: Plan) -> None:
             continue  # a public image: cibuildwheel pulls it
         ref = plan.environment.get(image_variable(arch), "")
         if ref != image.spec(plan.cuda, plan.manylinux if arch == "x86_64" else None, arch=arch).tag:
-            continue  # a registry copy (CI_IMAGE_REGISTRY): cibuildwheel pulls it
+            continue  # a registry copy (WHEELCI_IMAGE_REGISTRY): cibuildwheel pulls it
         if not image.exists(ref, plan.engine):
             log.info(f"{ref} is not built yet; building it from docker/")
             image.build(plan.cuda, manylinux=plan.manylinux, engine=plan.engine, arch=arch)

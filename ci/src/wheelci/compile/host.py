@@ -148,7 +148,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
 
     scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
     what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
-    NVCC_APPEND_FLAGS. The plan's build variables (the project's [tool.ci] env and --env) go last. `files`: the
+    NVCC_APPEND_FLAGS. The plan's build variables (the project's [tool.wheelci] env and --env) go last. `files`: the
     project's files as the build's snapshot saw them (the copy must be what the step records); `hold_fds`:
     the work directory's lock, held by the backend too, so a build killed with -9 keeps its tree locked
     while its compile still runs; `configure`: the digest of what a configure reads besides the project
