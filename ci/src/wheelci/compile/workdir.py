@@ -175,7 +175,7 @@ SEARCHED = ".wheelci-searched"  # in a work directory: what the searched directo
 TREE = ".wheelci-tree.json"  # in a kept build tree: the project it builds
 # What a build writes in its work directory: all that --fresh removes (anything else there is left alone).
 COMPILED_WITH = ".wheelci-compiled-with"  # what a setuptools tree's last compile searched (recompile_if_changed)
-WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compile.log", "cibuildwheel.log", "repaired", "finished",
+WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compile.log", "cibuildwheel.log", "verify.log", "repaired", "finished",
                 "plain", "variant", "sbom", "split", SOURCES, COPIED, CONFIGURED, BUILT,
                 SEARCHED, COMPILED_WITH, ".wheelci-steps.json")
 
