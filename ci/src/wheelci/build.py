@@ -642,7 +642,8 @@ def verify_step(b: Build) -> None:
     b.report.verify_seconds = round(time.monotonic() - start, 1)
     log.info(f"verify {report.verify_status(b.report) if b.report.passed else 'failed'}")
     if failures:
-        raise Finding(f"verify failed ({'; '.join(failures)}); no wheel written to {b.out_dir}")
+        whole = f"; the whole output: {output}" if output.is_file() else ""
+        raise Finding(f"verify failed ({'; '.join(failures)}); no wheel written to {b.out_dir}{whole}")
 
 
 def write_step(b: Build) -> None:
