@@ -113,9 +113,10 @@ def pytest_results(xml_path: Path) -> dict[str, str]:
 def run_test_command(command: str, python: Path, project_dir: Path, wheel: Path, cwd: Path,
                      build_dir: Path | None = None, output: Output | None = None) -> dict[str, str]:
     """cibuildwheel's convention: a shell command with {project} and {wheel}, run with the verify
-    venv first on PATH. Returns `test_command` ('ok', or FAILED with the exit status and the output's
-    cause: wheelci.util.cause) and, when the command ran pytest, each test's outcome (through PYTEST_ADDOPTS, which
-    any pytest honours). CI_BUILD_DIR names the build tree, where a project may leave test programs."""
+    venv first on PATH. Returns `test_command` ('ok', or FAILED with the exit status and the cause its
+    output gives, wheelci.util.cause; the whole output goes to `output`) and, when the command ran
+    pytest, each test's outcome (through PYTEST_ADDOPTS, which any pytest honours). CI_BUILD_DIR names
+    the build tree, where a project may leave test programs."""
     text = command.replace("{project}", shlex.quote(str(project_dir))).replace("{wheel}", shlex.quote(str(wheel)))
     venv = python.parent.parent
     junit = cwd / "test-results.xml"
