@@ -80,6 +80,12 @@ def tiny_cpu_build(tmp_path_factory) -> Built:
 
 
 @pytest.fixture(scope="session")
+def pair_cpu_build(tmp_path_factory) -> Built:
+    """tests/fixtures/pair_ext (two libraries registering the same operators, PyG's layout), CPU."""
+    return _build(tmp_path_factory, "pair-cpu", str(ROOT / "tests" / "fixtures" / "pair_ext"), "--cpu")
+
+
+@pytest.fixture(scope="session")
 def torch_cpu_wheel() -> Path:
     """The torch 2.13.0 CPU wheel (192 MB), through pip's own sources, cached between runs."""
     from wheelci.util.cache import cache_dir
@@ -112,7 +118,7 @@ def engines():
 # repeated on every test: a real torch release, a container engine or Bazel, or one of the session's
 # built wheels (a real compile, and on a cold machine a build environment from the package index).
 HEAVY_MARKERS = ("real_torch", "container", "bazel")
-BUILT_FIXTURES = ("cpu_build", "cuda_build", "tiny_cpu_build", "engines", "torch_cpu_wheel")
+BUILT_FIXTURES = ("cpu_build", "cuda_build", "tiny_cpu_build", "pair_cpu_build", "engines", "torch_cpu_wheel")
 
 # Seconds a test may run (pytest-timeout), its fixtures' setup included (the first user of a session build
 # pays for it, on a cold machine a GB download too): the default for a hermetic test, longer by what a

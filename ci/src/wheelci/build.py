@@ -264,9 +264,10 @@ def run_in(b: "Build") -> bool:
         raise
     except (CiError, KeyboardInterrupt):
         # a refusal (an image or engine that is not there, bad input found late) or Ctrl-C/SIGTERM: -w keeps
-        # nothing of this run unless verified wheels already reached it or earlier ones were set aside (then
-        # the report says what failed); a -w this run made goes (wheelci.util.owned, when empty)
-        if set_earlier_aside(b) or b.written:
+        # nothing of this run unless verified wheels already reached it, earlier ones were set aside, or an
+        # earlier build's report is there (then this run's report says where it stopped, never the earlier
+        # one as if current); a -w this run made goes (wheelci.util.owned, when empty)
+        if set_earlier_aside(b) or b.written or earlier_report(b):
             write_report(b)
         raise
     write_report(b)
@@ -340,6 +341,13 @@ def set_earlier_aside(b: "Build") -> bool:
         b.report.set_aside = aside
         log.warning(f"the earlier build's wheels are set aside in {b.out_dir / aside}: this build did not vouch for them")
     return aside is not None
+
+
+def earlier_report(b: "Build") -> bool:
+    """An earlier build's report.md or report.json in -w (ours: a user's is refused before any step)."""
+    from wheelci.report import REPORT_FILES
+
+    return any((b.out_dir / name).is_file() for name in REPORT_FILES)
 
 
 def write_report(b: "Build") -> None:
@@ -571,6 +579,9 @@ def abi_step(b: Build) -> None:
         b.report.verify[f"abi {wheel.name}"] = f"ok ({abi.kind}, {abi.torch_requirement or 'no torch requirement'})"
 
 
+VERIFY_LOG = "verify.log"
+
+
 def verify_step(b: Build) -> None:
     """Each main wheel installed into a fresh venv over its torch (every torch of a stable wheel's range)."""
     from wheelci import report
@@ -579,6 +590,8 @@ def verify_step(b: Build) -> None:
     start = time.monotonic()
     failures: list[str] = []
     links = sorted({w.parent for w, _ in b.final})
+    output = b.work / VERIFY_LOG  # what verify's commands printed, whole: a failed check shows its cause
+    output.unlink(missing_ok=True)
     torches = verify_torches(b.plan, b.env, b.torch_requirement)
     emulated = emulation_target(b.plan)
     for label, site in torches:
@@ -596,7 +609,7 @@ def verify_step(b: Build) -> None:
             else:
                 result = verify_generic(wheel, site, project_dir=b.project_dir, test_command=b.plan.run.test_command,
                                         test_requires=b.plan.run.test_requires, find_links=links,
-                                        build_dir=b.build_dir)
+                                        build_dir=b.build_dir, log_file=output)
                 if b.plan.archs != ["x86_64"]:  # the report says where an Arm wheel was checked
                     result.checks = {"where": f"{b.plan.archs[0]}, natively on this machine", **result.checks}
             prefix = f"torch {label}: " if len(torches) > 1 else ""
@@ -606,7 +619,8 @@ def verify_step(b: Build) -> None:
     b.report.verify_seconds = round(time.monotonic() - start, 1)
     log.info(f"verify {report.verify_status(b.report) if b.report.passed else 'failed'}")
     if failures:
-        raise Finding(f"verify failed ({'; '.join(failures)}); no wheel written to {b.out_dir}")
+        whole = f"; the whole output: {output}" if output.is_file() else ""
+        raise Finding(f"verify failed ({'; '.join(failures)}); no wheel written to {b.out_dir}{whole}")
 
 
 def write_step(b: Build) -> None:

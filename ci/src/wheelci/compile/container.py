@@ -120,14 +120,16 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
         with tempfile.TemporaryDirectory(prefix="cibw-project-") as tmp:
             source = stage_project(project_dir, Path(tmp), files)  # the build's snapshot, when it has one
             # its output streams to stderr; logs and CI also get a line a minute through a silent compile
-            with logfile.open("wb") as logged, log.Ticker("building in a container", live=False) as ticker:
+            with logfile.open("wb") as logged, log.Ticker("building in a container", live=False) as ticker, \
+                    eng.containers_of_this_run(plan.engine) as label:  # a stopped build stops its container too
+                env["CIBW_CONTAINER_ENGINE"] = eng.with_label(env.get("CIBW_CONTAINER_ENGINE", str(plan.engine)), label)
                 done = proc.stream(cibuildwheel_command(source, staging), what="building in a container", log=logged,
                                    check=False, cwd=source, env=env,
                                    on_line=lambda line: ticker.update(hints.progress(line)))
         if done.returncode != 0:
             tail = done.stdout.decode(errors="replace")
             log.info(f"the last lines of cibuildwheel's log:\n{tail}")
-            why = hints.hint(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
+            why = hints.why_failed(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
             raise Finding(f"cibuildwheel failed with exit status {done.returncode} in {plan.engine} "
                           f"(image {plan.image or plan.manylinux}){f'; {why}' if why else ''}; full log: {logfile}")
         built = sorted(staging.glob("*.whl"))

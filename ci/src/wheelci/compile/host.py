@@ -234,7 +234,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     seconds = time.monotonic() - start
     if done.returncode != 0:
         log.info("the last lines of the compile log:\n" + done.stdout.decode(errors="replace"))
-        why = hints.hint(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
+        why = hints.why_failed(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
         raise Finding(f"compile failed after {seconds:.0f} s{f'; {why}' if why else ''} (full log: {logfile})")
     log.info(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
