@@ -127,7 +127,7 @@ def host_env_state(plan: "Plan") -> str:
 
 
 def build_project(o: Options, project: "Project", from_sdist: bool = False) -> int:
-    from wheelci.plan import format_plan, plan_for
+    from wheelci.plan import for_the_log, format_plan, plan_for
 
     project_dir = project.root
     plan = plan_for(o, project, os.environ)
@@ -135,7 +135,7 @@ def build_project(o: Options, project: "Project", from_sdist: bool = False) -> i
         if o.json:
             cli.emit_json(plan.to_json())
         else:
-            print(format_plan(plan, build_env=None if plan.engine.container else host_env_state(plan)))
+            print(for_the_log(format_plan(plan, build_env=None if plan.engine.container else host_env_state(plan))))
         return 0
     if o.wheel_dir is None:
         raise CiError("-w/--wheel-dir is required unless --dry-run")
@@ -191,10 +191,8 @@ def _run(b: "Build") -> int:
 
 
 def _run_held(b: "Build", cap: int | None) -> int:
-    from wheelci import report
     from wheelci.util.cache import mark_used
 
-    b.out.adopt(report.vouched(b.out_dir))  # what an earlier build's report lists is ours too
     temporary = b.options.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
     if temporary:
         b.work = Path(tempfile.mkdtemp(prefix="ci-build-"))
@@ -359,6 +357,7 @@ def write_report(b: "Build") -> None:
     b.report.passed = b.report.passed and not failed
     if not b.report.build_seconds:  # a compile that failed (or was cut off) took its time too
         b.report.build_seconds = sum(s["seconds"] for s in b.report.steps if s["name"] == "compile")
+    b.out.record("report", report.REPORT_FILES)  # ours by the manifest: the next build may replace them
     json_path, md_path = report.write(b.report, b.out_dir)
     # a failure stays one error line: the report's path is shown with --verbose
     (log.debug if failed else log.info)(f"report: {md_path}" + (f" (stopped at {failed[0]})" if failed else ""))

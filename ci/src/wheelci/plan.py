@@ -24,6 +24,7 @@ from wheelci.config.options import Options
 from wheelci.cibw import before_build, cibw_environment, cibw_quote, environment, image_variable, repair_command
 from wheelci.engine import Engine, Facts
 from wheelci.util import secret, variables
+from wheelci.util.untrusted import one_line
 from wheelci.config.project import Project
 from wheelci.config.releases import TorchIndex, choose_torch, release_note
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
@@ -627,10 +628,21 @@ def format_plan(plan: Plan, build_env: str | None = None) -> str:
         rows.insert(2, ("toolchain", plan.cpu_view.describe()))
     rows += _run_rows(plan)
     width = max(len(k) for k, _ in rows)
-    lines = [f"{k:<{width}}  {v}" for k, v in rows]
-    lines += ["environment:"] + [f"  {k}={v}" for k, v in shown["environment"].items()]
-    lines += [f"note: {n}" for n in plan.notes]
+    # every value on its own line's end: a project's name, path, test command or a note cannot start a
+    # line of its own (a forged row, a `::error::` workflow command) nor send a terminal escape
+    lines = [f"{k:<{width}}  {one_line(v)}" for k, v in rows]
+    lines += ["environment:"] + [f"  {one_line(k)}={one_line(v)}" for k, v in shown["environment"].items()]
+    lines += [f"note: {one_line(n)}" for n in plan.notes]
     return secret.redact("\n".join(lines))
+
+
+def for_the_log(text: str) -> str:
+    """The plan as printed: on GitHub Actions between `::stop-commands::` markers of a fresh token, so no
+    line of it runs as a workflow command whatever a value holds (each is one line already)."""
+    from wheelci.util.log import on_github_actions
+    from wheelci.util.untrusted import workflow_commands_off
+
+    return "\n".join(workflow_commands_off(text.splitlines())) if on_github_actions() else text
 
 
 def _run_rows(plan: Plan) -> list[tuple[str, str]]:
@@ -675,7 +687,7 @@ def main(args: argparse.Namespace) -> int:
     if o.json:
         emit_json(plan.to_json())
     else:
-        print(format_plan(plan))
+        print(for_the_log(format_plan(plan)))
     return 0
 
 

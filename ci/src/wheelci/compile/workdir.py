@@ -383,7 +383,9 @@ def _read_json(path: Path) -> dict:
     import json
 
     try:
-        data = json.loads(path.read_text()) if not path.is_symlink() else None
+        from wheelci.util.cache import read_stamp
+
+        data = json.loads(read_stamp(path, 64 << 20))  # never a link's target, never a FIFO's wait
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

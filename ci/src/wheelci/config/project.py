@@ -7,6 +7,7 @@ still read); WHEELCI_* variables and command-line options go over them (wheelci.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,17 +256,43 @@ def read_project(project_dir: Path) -> Project:
     system, meta, tool = (_table(data, key, path) for key in ("build-system", "project", "tool"))
     name = meta.get("name")
     if not name and (project_dir / "setup.py").is_file():
-        # setup.py names the project (a PEP 518-only pyproject.toml, or none): known once built
-        return Project(project_dir.resolve().name, "", _build_requires(system, ["setuptools", "wheel"], path), [],
+        # setup.py names the project (a PEP 518-only pyproject.toml, or none): known once built; until
+        # then the directory's name stands for it, made a valid name (it is shown: a report, a plan)
+        stand_in = re.sub(r"[^A-Za-z0-9._-]+", "-", project_dir.resolve().name).strip("._-")[:100] or "project"
+        return Project(stand_in, "", _build_requires(system, ["setuptools", "wheel"], path), [],
                        "", kind, settings, project_dir, pyproject=has_pyproject)
     if not name:
         raise CiError(f"{path} has no [project] name")
     if not isinstance(name, str):
         raise CiError(f"{path}: [project] name must be a string, not {options.toml_text(name)}")
+    _check_name_and_version(name, meta.get("version"), path)
     build = _table(tool, "cibuildwheel", path, "tool.").get("build", "")
     selectors = build.split() if isinstance(build, str) else _strings(build, "[tool.cibuildwheel] build", path)
     return Project(name, _requires_python(meta, path), _build_requires(system, [], path), selectors,
                    _py_api(tool, path), kind, settings, project_dir)
+
+
+# PEP 508's name (as packaging's canonicalize_name(validate=True) reads it), at most 200 characters
+_NAME = re.compile(r"(?i)[A-Z0-9](?:[A-Z0-9._-]{0,198}[A-Z0-9])?")
+
+
+def _check_name_and_version(name: str, version: object, path: Path) -> None:
+    """[project] name a PEP 508 name and a static version a PEP 440 one: checked before either reaches
+    any output (a plan, report.md, the workflow's log), where a newline or markup in them would be
+    lines of their own. Neither is shown as given when refused, only its length."""
+    from packaging.version import InvalidVersion, Version
+
+    if not _NAME.fullmatch(name):
+        raise CiError(f"{path}: [project] name is not a valid project name ({len(name)} characters; PEP 508: "
+                      "letters, digits, `.`, `_` and `-`, starting and ending with a letter or digit)")
+    if version is None:
+        return
+    if not isinstance(version, str):
+        raise CiError(f"{path}: [project] version must be a string, not {options.toml_text(version)}")
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise CiError(f"{path}: [project] version is not a PEP 440 version ({len(version)} characters)") from None
 
 
 def _py_api(tool: dict, path: Path) -> str:
