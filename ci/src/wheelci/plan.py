@@ -24,6 +24,7 @@ from wheelci.util import secret
 from wheelci.config.project import Project
 from wheelci.config.releases import TorchIndex, choose_torch, release_note
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
+from wheelci.config.switches import ScriptReading, gencode_note, plan_switches, read_scripts
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
 from wheelci.wheel.names import cuda_tag
@@ -150,6 +151,8 @@ class Plan:
     inherited: dict[str, str] = field(default_factory=dict)  # host builds: INHERITED variables the shell sets
     archs: list[str] = field(default_factory=lambda: ["x86_64"])  # the machine architectures built
     reach: dict[str, str] = field(default_factory=dict)  # arch -> "native" | "emulated" | "unavailable" here
+    script: ScriptReading | None = None  # what the project's build scripts read (wheelci.config.switches)
+    switches: dict[str, str] = field(default_factory=dict)  # the build switches the plan sets (in run.build_env)
 
     @property
     def torch_requirement(self) -> str:
@@ -342,6 +345,13 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
                       "setuptools and torch, or build on this machine with --engine host")
     if request.stable_abi is not None:
         plan = _with_stable(plan, plan_stable(matrix, request.stable_abi, plan.cuda, plan.torch))
+    # the project's own build switches, read before any compile: set where the build needs them, the user's win
+    reading = read_scripts(Path(project_dir))
+    found = plan_switches(reading, run.build_env, cuda=plan.cuda is not None)
+    run = replace(run, build_env={**found.sets, **run.build_env}, public_env=sorted({*run.public_env, *found.public}))
+    hardcoded = gencode_note(reading, plan.arch_list) if plan.cuda else None
+    plan = replace(plan, script=reading, switches=dict(found.sets),
+                   notes=[*plan.notes, *found.notes, *([hardcoded] if hardcoded else [])])
     if run.excludes or plan.stable:  # --exclude and [tool.ci] exclude reach the container's repair too
         target = plan.stable.target if plan.stable else None
         plan = replace(plan, environment={**plan.environment, "CIBW_REPAIR_WHEEL_COMMAND_LINUX":
