@@ -168,3 +168,28 @@ def test_the_dry_run_plan_sets_the_switch_and_shows_its_value(tmp_path):
     assert doc["switches"] == {} and doc["build_env"] == {"FORCE_CUDA": "0"}, doc["build_env"]
     r = run_stage("ci.build", project, "--cuda", "13.0", "--engine", "host", "--dry-run", env=env)
     assert "FORCE_CUDA=1" in r.stdout and "FORCE_CUDA=***" not in r.stdout, r.stdout
+
+
+def _dry(tmp_path: Path, *args: str):
+    from tests._wheels import run_stage
+
+    r = run_stage("ci.build", ROOT / "tests" / "fixtures" / "tiny_ext", "--cuda", "13.0", "--engine", "host",
+                  "--dry-run", "--json", *args, env={"CUDA_WHEEL_CI_CACHE": str(tmp_path / "cache")})
+    return r, (json.loads(r.stdout) if r.returncode == 0 else None)
+
+
+def test_a_build_bound_for_pypi_has_no_local_label_and_says_why(tmp_path):
+    """PyPI refuses local versions: the plan for an upload to it, or for its limit, uses none (auto)."""
+    _, doc = _dry(tmp_path)
+    assert doc["label"] == "pt2.13.0.cu130"
+    for args in (["--limit", "pypi"], ["--upload", "https://upload.pypi.org/legacy/"]):
+        r, doc = _dry(tmp_path, *args)
+        assert r.returncode == 0 and doc["label"] is None, r.stderr
+        assert any(n.startswith("no local version label") and "PyPI refuses" in n for n in doc["notes"]), doc["notes"]
+    r, _ = _dry(tmp_path, "--upload", "https://upload.pypi.org/legacy/", "--local-version", "internal1")
+    assert r.returncode == 2 and "PyPI refuses local version labels" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and json.loads(r.stdout)["exit_code"] == 2  # --json: the error too
+    r, doc = _dry(tmp_path, "--limit", "pypi", "--local-version", "internal1")
+    assert doc["label"] == "internal1" and any(n.startswith("warning: the local version label") for n in doc["notes"])
+    _, doc = _dry(tmp_path, "--upload", "https://packages.example.org/legacy/")  # an index of one's own
+    assert doc["label"] == "pt2.13.0.cu130"

@@ -399,6 +399,25 @@ def variant_label(plan: Plan) -> str:
     return f"pt{plan.torch}.{cuda_tag(plan.cuda)}"
 
 
+PYPI_UPLOAD_HOSTS = ("upload.pypi.org", "test.pypi.org")  # PyPI's and TestPyPI's upload endpoints
+
+
+def pypi_destination(run: RunSettings) -> str | None:
+    """Why the run's wheels are bound for PyPI, which refuses local version labels: an upload to PyPI or
+    TestPyPI, or the pypi limit profile; None when they are not."""
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(run.upload).hostname if run.upload else None
+    except ValueError:
+        host = None
+    if host in PYPI_UPLOAD_HOSTS:
+        return f"--upload to {host}"
+    if run.limit and run.limit.strip().lower() == "pypi":
+        return "the pypi limit"
+    return None
+
+
 def _with_run(plan: Plan, run: RunSettings) -> Plan:
     """The plan with what the run does with its wheels; `auto` resolved to the label (a release with
     variants: its CPU build is the plain wheel, with none)."""
@@ -406,15 +425,26 @@ def _with_run(plan: Plan, run: RunSettings) -> Plan:
 
     if run.nvcc_source not in ("auto", "host", "wheel"):
         raise CiError(f"--nvcc {run.nvcc_source!r}: choose from auto, host, wheel")
+    pypi, notes = pypi_destination(run), list(plan.notes)
     if run.local_version == "auto":
-        label = None if run.variants and plan.cuda is None else variant_label(plan)
+        label = None if (run.variants and plan.cuda is None) or pypi else variant_label(plan)
+        if pypi:
+            notes.append(f"no local version label ({pypi}): PyPI refuses local versions, so the wheel is "
+                         f"{plan.project or 'the project'}'s plain version; every variant of a release then has the same "
+                         "file name, and PyPI takes one of them (publish the others, labelled, to an index of your own)")
     elif run.local_version == "none":
         label = None
     else:
         local_version("0", run.local_version)  # a bad label is refused here, before the dry run shows it
         label = run.local_version
+        if pypi and pypi.startswith("--upload"):
+            raise CiError(f"--local-version {label} with {pypi}: PyPI refuses local version labels (+{label}); use "
+                          "--local-version none (or auto), or upload to an index of your own")
+        if pypi:
+            notes.append(f"warning: the local version label +{label} cannot go to PyPI ({pypi}): PyPI refuses local "
+                         "versions; --local-version none makes a wheel it takes")
     secret.add_variables(run.build_env, run.public_env)
-    return replace(plan, label=label, run=replace(run, build_env=dict(run.build_env), public_env=sorted(run.public_env),
+    return replace(plan, label=label, notes=notes, run=replace(run, build_env=dict(run.build_env), public_env=sorted(run.public_env),
                                                   excludes=list(run.excludes), test_requires=list(run.test_requires)))
 
 
