@@ -5,6 +5,7 @@ dry run shows what the build sets and why."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -193,3 +194,20 @@ def test_a_build_bound_for_pypi_has_no_local_label_and_says_why(tmp_path):
     assert doc["label"] == "internal1" and any(n.startswith("warning: the local version label") for n in doc["notes"])
     _, doc = _dry(tmp_path, "--upload", "https://packages.example.org/legacy/")  # an index of one's own
     assert doc["label"] == "pt2.13.0.cu130"
+
+
+def test_a_host_plan_shows_no_container_image_or_cibuildwheel_variables(tmp_path):
+    """A host build uses neither: showing them read as if Docker were needed. A container plan has both."""
+    from tests._wheels import run_stage
+
+    env = {"CUDA_WHEEL_CI_CACHE": str(tmp_path / "cache")}
+    project = ROOT / "tests" / "fixtures" / "tiny_ext"
+    host = run_stage("ci.build", project, "--cuda", "13.0", "--engine", "host", "--dry-run", env=env)
+    assert host.returncode == 0, host.stderr
+    assert "CIBW_" not in host.stdout and "environment:" not in host.stdout, host.stdout
+    assert re.search(r"^image\s+none \(host build", host.stdout, re.M), host.stdout
+    doc = json.loads(run_stage("ci.build", project, "--cuda", "13.0", "--engine", "host", "--dry-run", "--json",
+                               env=env).stdout)
+    assert doc["environment"] == {} and doc["image"] is None and "CIBW_" not in json.dumps(doc)
+    docker = run_stage("ci.plan", "--project-dir", project, "--cuda", "13.0", "--engine", "docker", env=env)
+    assert docker.returncode == 0 and "CIBW_BUILD=" in docker.stdout and "environment:" in docker.stdout, docker.stderr

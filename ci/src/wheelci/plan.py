@@ -168,11 +168,14 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         """The plan as it may be shown (--dry-run --json, report.json): build variables masked by name
-        unless public, and every registered secret and URL userinfo redacted."""
+        unless public, every registered secret and URL userinfo redacted, and a host build without the
+        container's image and CIBW_* variables, which it does not use."""
         doc = self.flat()
         hidden = {k: v for k, v in self.run.build_env.items() if k not in self.run.public_env}
         doc["build_env"] = secret.masked(self.run.build_env, self.run.public_env)
         doc["environment"] = {k: _mask_assignments(v, hidden) for k, v in self.environment.items()}
+        if not self.engine.container:  # what the host build uses: no container image, no CIBW_* variable
+            doc.update(environment={}, image=None, image_origin=None)
         return secret.redact_data(doc)
 
 
@@ -625,7 +628,8 @@ def format_plan(plan: Plan, build_env: str | None = None) -> str:
                   + f"; {build_env or plan.engine.torch_source}"),
         ("cudnn", plan.cudnn_requirement or "-"),
         ("engine", plan.engine),
-        ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]"),
+        ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]" if plan.engine.container
+                  else f"none (host build: this machine's compilers; repaired to {plan.manylinux})"),
         ("arch list", plan.arch_list or "-"),
         ("nvcc flags", " ".join(plan.nvcc_flags) or "-"),
         ("gcc max", str(plan.gcc_max) if plan.gcc_max else "-"),
@@ -643,7 +647,8 @@ def format_plan(plan: Plan, build_env: str | None = None) -> str:
     rows += _run_rows(plan)
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
-    lines += ["environment:"] + [f"  {k}={v}" for k, v in shown["environment"].items()]
+    if shown["environment"]:  # cibuildwheel's variables, for a container build only
+        lines += ["environment:"] + [f"  {k}={v}" for k, v in shown["environment"].items()]
     lines += [f"note: {n}" for n in plan.notes]
     return secret.redact("\n".join(lines))
 
@@ -653,6 +658,8 @@ def _run_rows(plan: Plan) -> list[tuple[str, str]]:
     env = secret.masked(plan.run.build_env, plan.run.public_env)
     return [
         ("build env", " ".join(f"{k}={v}" for k, v in env.items()) or "-"),
+        ("switches", " ".join(f"{k}={v}" for k, v in plan.switches.items()) + " (set by the plan: the project's "
+                     "build script reads them; notes say why)" if plan.switches else "-"),
         ("ccache", plan.ccache_dir or "-"),
         ("nvcc", f"{plan.run.nvcc_source} (host builds: the host nvcc if its version matches, else NVIDIA's wheels)"
                  if plan.cuda and not plan.engine.container else "-"),
