@@ -164,9 +164,14 @@ def build_project(o: Options, project: "Project", from_sdist: bool = False) -> i
 
         require_engine(plan)  # an engine that is not there is one error line, before any note
         refuse_unreachable(plan)  # nor an architecture this machine cannot run
-    # On the host, the image notes do not apply; the engine choice (auto's fallback) always does.
+    # On the host, the image notes do not apply; the engine choice (auto's fallback) and what the project's
+    # build scripts read (wheelci.config.switches: what the build sets, before the compile) always do.
+    from wheelci.config.switches import SCRIPTS
+
     for note in plan.notes:
-        if plan.engine.container or note.startswith(("engine", "the project requires")):
+        if note.startswith("warning: "):
+            log.warning(note.removeprefix("warning: "))
+        elif plan.engine.container or note.startswith(("engine", "the project requires", *SCRIPTS)):
             log.info(f"note: {note}")
     if not plan.engine.container:
         log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} "
@@ -553,7 +558,7 @@ def check_step(b: Build) -> None:
 
     limit = b.plan.run.limit
     for wheel in b.wheels:
-        if limit and not check_wheel(wheel, limit).ok:
+        if limit and check_wheel(wheel, limit).problems:  # over the size (a label PyPI refuses: the plan said)
             from wheelci.split import split_wheel
 
             log.info(f"{wheel.name} is over the {limit} limit: splitting")
@@ -564,6 +569,17 @@ def check_step(b: Build) -> None:
         else:
             b.final.append((wheel, "main"))
     b.report.wheels = [report.wheel_report(w, excluded=b.excluded, role=role) for w, role in b.final]
+    if b.plan.cuda:  # the device code read back (wheelci.native.fatbin), against the arch list asked for
+        from wheelci.native.fatbin import mismatch_warnings
+
+        script = b.plan.script
+        for w in b.report.wheels:
+            for lib, targets in w.device_code.items():
+                log.info(f"device code: {lib.rsplit('/', 1)[-1]}: {' '.join(targets)}")
+            w.warnings = mismatch_warnings(w.device_code, b.plan.arch_list, script.gencodes if script else [],
+                                           script.gencode_scripts if script else [])
+            for warning in w.warnings:
+                log.warning(warning)
 
 
 def abi_step(b: Build) -> None:

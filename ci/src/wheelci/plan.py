@@ -28,6 +28,7 @@ from wheelci.util.untrusted import one_line
 from wheelci.config.project import Project
 from wheelci.config.releases import TorchIndex, choose_torch, release_note
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
+from wheelci.config.switches import ScriptReading, gencode_note, plan_switches, read_scripts
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
 from wheelci.wheel.names import cuda_tag
@@ -176,6 +177,8 @@ class Plan:
     inherited: dict[str, str] = field(default_factory=dict)  # host builds: INHERITED variables the shell sets
     archs: list[str] = field(default_factory=lambda: ["x86_64"])  # the machine architectures built
     reach: dict[str, str] = field(default_factory=dict)  # arch -> "native" | "emulated" | "unavailable" here
+    script: ScriptReading | None = None  # what the project's build scripts read (wheelci.config.switches)
+    switches: dict[str, str] = field(default_factory=dict)  # the build switches the plan sets (in run.build_env)
 
     @property
     def torch_requirement(self) -> str:
@@ -191,11 +194,14 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         """The plan as it may be shown (--dry-run --json, report.json): build variables masked by name
-        unless public, and every registered secret and URL userinfo redacted."""
+        unless public, every registered secret and URL userinfo redacted, and a host build without the
+        container's image and CIBW_* variables, which it does not use."""
         doc = self.flat()
         hidden = {k: v for k, v in self.run.build_env.items() if k not in self.run.public_env}
         doc["build_env"] = secret.masked(self.run.build_env, self.run.public_env)
         doc["environment"] = {k: _mask_assignments(v, hidden) for k, v in self.environment.items()}
+        if not self.engine.container:  # what the host build uses: no container image, no CIBW_* variable
+            doc.update(environment={}, image=None, image_origin=None)
         return secret.redact_data(doc)
 
 
@@ -368,6 +374,13 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
                       "setuptools and torch, or build on this machine with --engine host")
     if request.stable_abi is not None:
         plan = _with_stable(plan, plan_stable(matrix, request.stable_abi, plan.cuda, plan.torch))
+    # the project's own build switches, read before any compile: set where the build needs them, the user's win
+    reading = read_scripts(Path(project_dir))
+    found = plan_switches(reading, run.build_env, cuda=plan.cuda is not None)
+    run = replace(run, build_env={**found.sets, **run.build_env}, public_env=sorted({*run.public_env, *found.public}))
+    hardcoded = gencode_note(reading, plan.arch_list) if plan.cuda else None
+    plan = replace(plan, script=reading, switches=dict(found.sets),
+                   notes=[*plan.notes, *found.notes, *([hardcoded] if hardcoded else [])])
     if run.excludes or plan.stable:  # --exclude and [tool.wheelci] exclude reach the container's repair too
         target = plan.stable.target if plan.stable else None
         plan = replace(plan, environment={**plan.environment, "CIBW_REPAIR_WHEEL_COMMAND_LINUX":
@@ -415,6 +428,25 @@ def variant_label(plan: Plan) -> str:
     return f"pt{plan.torch}.{cuda_tag(plan.cuda)}"
 
 
+PYPI_UPLOAD_HOSTS = ("upload.pypi.org", "test.pypi.org")  # PyPI's and TestPyPI's upload endpoints
+
+
+def pypi_destination(run: RunSettings) -> str | None:
+    """Why the run's wheels are bound for PyPI, which refuses local version labels: an upload to PyPI or
+    TestPyPI, or the pypi limit profile; None when they are not."""
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(run.upload).hostname if run.upload else None
+    except ValueError:
+        host = None
+    if host in PYPI_UPLOAD_HOSTS:
+        return f"--upload to {host}"
+    if run.limit and run.limit.strip().lower() == "pypi":
+        return "the pypi limit"
+    return None
+
+
 def _with_run(plan: Plan, run: RunSettings) -> Plan:
     """The plan with what the run does with its wheels; `auto` resolved to the label (a release with
     variants: its CPU build is the plain wheel, with none)."""
@@ -422,15 +454,26 @@ def _with_run(plan: Plan, run: RunSettings) -> Plan:
 
     if run.nvcc_source not in ("auto", "host", "wheel"):
         raise CiError(f"--nvcc {run.nvcc_source!r}: choose from auto, host, wheel")
+    pypi, notes = pypi_destination(run), list(plan.notes)
     if run.local_version == "auto":
-        label = None if run.variants and plan.cuda is None else variant_label(plan)
+        label = None if (run.variants and plan.cuda is None) or pypi else variant_label(plan)
+        if pypi:
+            notes.append(f"no local version label ({pypi}): PyPI refuses local versions, so the wheel is "
+                         f"{plan.project or 'the project'}'s plain version; every variant of a release then has the same "
+                         "file name, and PyPI takes one of them (publish the others, labelled, to an index of your own)")
     elif run.local_version == "none":
         label = None
     else:
         local_version("0", run.local_version)  # a bad label is refused here, before the dry run shows it
         label = run.local_version
+        if pypi and pypi.startswith("--upload"):
+            raise CiError(f"--local-version {label} with {pypi}: PyPI refuses local version labels (+{label}); use "
+                          "--local-version none (or auto), or upload to an index of your own")
+        if pypi:
+            notes.append(f"warning: the local version label +{label} cannot go to PyPI ({pypi}): PyPI refuses local "
+                         "versions; --local-version none makes a wheel it takes")
     secret.add_variables(run.build_env, run.public_env)
-    return replace(plan, label=label, run=replace(run, build_env=dict(run.build_env), public_env=sorted(run.public_env),
+    return replace(plan, label=label, notes=notes, run=replace(run, build_env=dict(run.build_env), public_env=sorted(run.public_env),
                                                   excludes=list(run.excludes), test_requires=list(run.test_requires)))
 
 
@@ -611,7 +654,8 @@ def format_plan(plan: Plan, build_env: str | None = None) -> str:
                   + f"; {build_env or plan.engine.torch_source}"),
         ("cudnn", plan.cudnn_requirement or "-"),
         ("engine", plan.engine),
-        ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]"),
+        ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]" if plan.engine.container
+                  else f"none (host build: this machine's compilers; repaired to {plan.manylinux})"),
         ("arch list", plan.arch_list or "-"),
         ("nvcc flags", " ".join(plan.nvcc_flags) or "-"),
         ("gcc max", str(plan.gcc_max) if plan.gcc_max else "-"),
@@ -631,7 +675,8 @@ def format_plan(plan: Plan, build_env: str | None = None) -> str:
     # every value on its own line's end: a project's name, path, test command or a note cannot start a
     # line of its own (a forged row, a `::error::` workflow command) nor send a terminal escape
     lines = [f"{k:<{width}}  {one_line(v)}" for k, v in rows]
-    lines += ["environment:"] + [f"  {one_line(k)}={one_line(v)}" for k, v in shown["environment"].items()]
+    if shown["environment"]:  # cibuildwheel's variables, for a container build only
+        lines += ["environment:"] + [f"  {one_line(k)}={one_line(v)}" for k, v in shown["environment"].items()]
     lines += [f"note: {one_line(n)}" for n in plan.notes]
     return secret.redact("\n".join(lines))
 
@@ -650,6 +695,8 @@ def _run_rows(plan: Plan) -> list[tuple[str, str]]:
     env = secret.masked(plan.run.build_env, plan.run.public_env)
     return [
         ("build env", " ".join(f"{k}={v}" for k, v in env.items()) or "-"),
+        ("switches", " ".join(f"{k}={v}" for k, v in plan.switches.items()) + " (set by the plan: the project's "
+                     "build script reads them; notes say why)" if plan.switches else "-"),
         ("ccache", plan.ccache_dir or "-"),
         ("nvcc", f"{plan.run.nvcc_source} (host builds: the host nvcc if its version matches, else NVIDIA's wheels)"
                  if plan.cuda and not plan.engine.container else "-"),

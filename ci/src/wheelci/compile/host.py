@@ -18,7 +18,7 @@ from pathlib import Path
 
 from wheelci.errors import CiError, Finding
 from wheelci.util import log, proc
-from wheelci.compile import hints
+from wheelci.compile import hints, progress
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
 
@@ -228,9 +228,10 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
              f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
     start = time.monotonic()
     cmd = [env.python, "-m", "build", "--no-isolation", "--wheel", "-o", dist, *config, project_dir]
+    tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
     with requirements_held(env, plan) as env_fd, logfile.open("wb") as out, log.Ticker("compiling") as ticker:
         done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ, pass_fds=(*hold_fds, env_fd),
-                           on_line=lambda line: ticker.update(hints.progress(line)))
+                           on_line=lambda line: ticker.update(tracker if tracker.feed(line) else None))
     seconds = time.monotonic() - start
     if done.returncode != 0:
         log.info("the last lines of the compile log:\n" + done.stdout.decode(errors="replace"))
