@@ -25,7 +25,7 @@ MIB = 2**20
 @pytest.fixture
 def root(tmp_path, monkeypatch) -> Path:
     where = tmp_path / "cache"
-    monkeypatch.setenv("CUDA_WHEEL_CI_CACHE", str(where))
+    monkeypatch.setenv("WHEELCI_CACHE_DIR", str(where))
     monkeypatch.delenv("WHEELCI_CACHE_MAX_SIZE", raising=False)
     return where
 
@@ -112,7 +112,7 @@ class Holder:
 
 
 def cache_cli(*args: str, root: Path) -> subprocess.CompletedProcess:
-    return run_stage("ci.cache", *args, env={"CUDA_WHEEL_CI_CACHE": str(root), "WHEELCI_CACHE_MAX_SIZE": ""})
+    return run_stage("ci.cache", *args, env={"WHEELCI_CACHE_DIR": str(root), "WHEELCI_CACHE_MAX_SIZE": ""})
 
 
 def test_show_lists_each_entry_with_its_size_last_use_and_whether_a_build_holds_it(root, tmp_path):
@@ -224,7 +224,7 @@ def test_a_build_prunes_only_when_over_the_cap_and_a_bad_cap_is_one_line(root, t
     assert new.is_dir()
     out = tmp_path / "out"
     r = run_stage("ci.build", ROOT / "tests" / "fixtures" / "tiny_ext", "--cpu", "--engine", "host", "-w", out,
-                  env={"CUDA_WHEEL_CI_CACHE": str(root), "WHEELCI_CACHE_MAX_SIZE": "lots"})
+                  env={"WHEELCI_CACHE_DIR": str(root), "WHEELCI_CACHE_MAX_SIZE": "lots"})
     assert r.returncode == 2 and "WHEELCI_CACHE_MAX_SIZE: not a size: 'lots'" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr and not out.exists()
     assert not (root / "builds").exists()  # refused before the build made anything

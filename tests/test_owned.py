@@ -104,6 +104,26 @@ def test_an_interrupted_rebuild_sets_the_earlier_wheel_aside(tmp_path, signum):
     assert report["passed"] is False and (out / report["set_aside"] / wheel.name).is_file()
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_build_replaces_an_earlier_builds_report_with_its_own(tmp_path, signum):
+    """A stopped build left the previous build's report.md in -w, describing another failure as if current."""
+    out, work = tmp_path / "wheelhouse", tmp_path / "work"
+    out.mkdir()
+    (out / "report.json").write_text(json.dumps({"passed": False, "failed_step": "verify", "wheels": []}))
+    (out / "report.md").write_text("## the earlier build\n**Stopped at step verify**: another failure\n")
+    project = failing_project(tmp_path, "import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
+    returncode, stderr = interrupted_build(project, out, work, signum, wait=240)
+    assert returncode == 128 + signum, stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    (compiled,) = [s for s in report["steps"] if s["name"] == "compile"]
+    why = "stopped by SIGTERM" if signum == signal.SIGTERM else "stopped by Ctrl-C (SIGINT)"
+    assert report["failed_step"] == "compile" and report["passed"] is False, report
+    assert compiled["status"] == "interrupted" and compiled["error"] == why, compiled
+    md = (out / "report.md").read_text()
+    assert "another failure" not in md and f"**Stopped at step compile** (interrupted after" in md and why in md, md
+    assert not list(out.glob("*.whl"))
+
+
 def test_a_link_planted_in_the_kept_tree_is_replaced_never_followed(tmp_path):
     """compile.log linked to a file outside the tree: the compile's log overwrote it. dist linked to a
     path that is not there: every later build failed until --fresh."""

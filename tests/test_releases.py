@@ -259,7 +259,7 @@ def test_a_mirror_with_a_token_is_read_and_the_token_kept_nowhere(index_dir, tmp
         url = server.url.replace("http://", "http://user:s3cr3t-token@") + "simple"
         release = TorchIndex(url, tmp_path / "cache").release("2.99.0")
         p = pl.make_plan(pl.Request(engine="host", cuda="13.3", torch="2.99.0", torch_index_url=url),
-                         project_dir=ROOT, env={"CUDA_WHEEL_CI_CACHE": str(tmp_path / "c2")})
+                         project_dir=ROOT, env={"WHEELCI_CACHE_DIR": str(tmp_path / "c2")})
         with pytest.raises(CiError) as e:
             TorchIndex(url.replace("/simple", "/nowhere"), tmp_path / "cache").release("2.99.0")
     assert release.cuda == "13.3" and "s3cr3t" not in release.source

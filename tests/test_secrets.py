@@ -2,7 +2,7 @@
 success and failure paths, with and without --verbose; no canary may appear on stdout, stderr, in any file
 under -w or --work-dir, or in $GITHUB_STEP_SUMMARY.
 
-The inputs: URL userinfo in --torch-index-url, --upload and the PIP_* index URLs; --env and [tool.ci] env
+The inputs: URL userinfo in --torch-index-url, --upload and the PIP_* index URLs; --env and [tool.wheelci] env
 values; TWINE_PASSWORD, a .pypirc password, and a CI token in the environment. The build's own compile
 prints every variable it was given (a chatty build backend), so the compile log must be redacted too.
 """
@@ -40,7 +40,7 @@ def leaks(text: str) -> list[str]:
 
 def files_leaks(*roots: Path) -> dict[str, list[str]]:
     """Canaries in the files under roots, less the work directory's copy of the project's own sources
-    (a [tool.ci] env value is in the project's pyproject.toml: the user wrote it there)."""
+    (a [tool.wheelci] env value is in the project's pyproject.toml: the user wrote it there)."""
     out = {}
     for root in roots:
         for path in (p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
@@ -60,14 +60,14 @@ def closed_port() -> int:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """An empty loopback index (pip asks it and finds nothing), the canary environment, a .pypirc, and a
-    copy of tiny_ext whose [tool.ci] env and setup.py carry canaries."""
+    copy of tiny_ext whose [tool.wheelci] env and setup.py carry canaries."""
     tmp = tmp_path_factory.mktemp("secrets")
     (tmp / "empty").mkdir()
     project = tmp / "tiny_ext"
     shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     text = (project / "pyproject.toml").read_text()
     (project / "pyproject.toml").write_text(text.replace(
-        "[tool.ci]\n", f'[tool.ci]\nenv = {{ SERVICE_KEY = "{CANARIES["toolci_env"]}" }}\n'))
+        "[tool.wheelci]\n", f'[tool.wheelci]\nenv = {{ SERVICE_KEY = "{CANARIES["toolci_env"]}" }}\n'))
     with StaticServer(tmp / "empty", tmp / "static.log") as index:
         host = index.url.split("//", 1)[1].rstrip("/")
         env = {

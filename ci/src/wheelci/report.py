@@ -29,6 +29,8 @@ class WheelReport:
     excluded: list[str] = field(default_factory=list)  # NEEDED libs provided by torch/CUDA wheels
     requires: list[str] = field(default_factory=list)  # Requires-Dist
     role: str = "main"  # "main" or "companion" (a split-off library wheel)
+    device_code: dict[str, list[str]] = field(default_factory=dict)  # library -> sm_80, compute_90 (its fat binaries)
+    warnings: list[str] = field(default_factory=list)  # device code other than the arch list asked for
 
 
 @dataclass
@@ -69,6 +71,7 @@ def refuse_foreign_reports(out_dir: Path) -> None:
 def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "main") -> WheelReport:
     """Describe a wheel from its own bytes: tags from the name, NEEDED from ELF, Requires-Dist from METADATA."""
     from wheelci.native.elf import scan_wheel
+    from wheelci.native.fatbin import wheel_device_code
     from wheelci.wheel.metadata import get_headers
     from wheelci.wheel.zipread import WheelArchive
     from wheelci.wheel.names import WheelName
@@ -77,7 +80,8 @@ def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "
     with WheelArchive.open(path) as wa:
         requires = get_headers(wa.metadata, "Requires-Dist")
     needed = {lib.path: list(lib.needed) for lib in scan_wheel(path)}
-    return WheelReport(path.name, name.tag, path.stat().st_size, needed, sorted(excluded or []), requires, role)
+    return WheelReport(path.name, name.tag, path.stat().st_size, needed, sorted(excluded or []), requires, role,
+                       wheel_device_code(path))
 
 
 # report.md is read by people (and shown as a CI job's summary, which GitHub caps at 1 MiB): what was built,
@@ -125,6 +129,11 @@ def to_markdown(r: BuildReport, out_dir: Path | None = None) -> str:
     lines += [f"\n{code(lib, 200)} NEEDs: {_cell(', '.join(needed), 1000)}" for lib, needed in libs[:SHOWN_LIBRARIES]]
     if len(libs) > SHOWN_LIBRARIES:
         lines.append(f"\n{len(libs) - SHOWN_LIBRARIES} more libraries: their NEEDED in report.json.")
+    devices = [(lib, targets) for w in r.wheels for lib, targets in w.device_code.items()]
+    lines += [f"\n`{lib}` device code: {_cell(' '.join(targets), 600)}" for lib, targets in devices[:SHOWN_LIBRARIES]]
+    if len(devices) > SHOWN_LIBRARIES:
+        lines.append(f"\n{len(devices) - SHOWN_LIBRARIES} more libraries with device code: in report.json.")
+    lines += [f"\n> warning: {_cell(w, 600)}" for wheel in r.wheels for w in wheel.warnings[:SHOWN_NOTES]]
     lines += [f"\n> {_cell(n, 600)}" for n in r.notes[:SHOWN_NOTES]]
     if len(r.notes) > SHOWN_NOTES:
         lines.append(f"\n> {len(r.notes) - SHOWN_NOTES} more notes in report.json.")
@@ -219,7 +228,7 @@ def _check_rows(checks: dict) -> list[str]:
 
 def reproduce(plan: dict, out_dir: Path | None = None) -> str:
     """The command that makes this build again, from the plan's own values (build variables are not
-    shown: they may be secrets; [tool.ci] env supplies the project's)."""
+    shown: they may be secrets; [tool.wheelci] env supplies the project's)."""
     from wheelci.cli import command
 
     words = [command("build"), str(plan.get("project_dir") or ".")]

@@ -27,11 +27,11 @@ from typing import Any, Mapping
 
 from wheelci.config import matrix as mx
 from wheelci.errors import CiError
-from wheelci.util import http
+from wheelci.util import http, variables
 from wheelci.util.cache import cache_dir, read_stamp
 
 INDEX = "https://pypi.org/simple"
-INDEX_VARIABLE = "WHEELCI_TORCH_INDEX"  # another index to read torch releases from (a mirror, a local one)
+INDEX_VARIABLE = variables.TORCH_INDEX  # another index to read torch releases from (a mirror, a local one)
 ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 PAGE_MAX = 64 << 20  # PyPI's torch page is about 4 MB
 METADATA_MAX = 4 << 20

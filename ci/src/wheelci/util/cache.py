@@ -1,6 +1,6 @@
 """The one cache directory every stage and test shares: build envs, downloaded wheels, ccache; and its bound.
 
-$CUDA_WHEEL_CI_CACHE, else $XDG_CACHE_HOME/cuda-wheel-ci, else ~/.cache/cuda-wheel-ci. Kept outside
+$WHEELCI_CACHE_DIR (formerly $CUDA_WHEEL_CI_CACHE), else $XDG_CACHE_HOME/cuda-wheel-ci, else ~/.cache/cuda-wheel-ci. Kept outside
 the checkout so a fresh clone (and CI on the same machine) reuses the ~3 GB CUDA environment.
 
 What a build remakes when it is missing (KINDS: kept build trees, build environments, verify's layers of
@@ -27,18 +27,19 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from wheelci.errors import CiError
+from wheelci.util import variables
 
 KINDS = ("builds", "envs", "test-layers")  # what a prune may remove: what a build remakes when missing
 USED = ".wheelci-used"  # in an entry: written when a build uses it (its time) with the entry's size
 ASIDE = ".pruning"  # in the cache: entries renamed out of their kind, being removed
-MAX_SIZE_VARIABLE = "WHEELCI_CACHE_MAX_SIZE"
+MAX_SIZE_VARIABLE = variables.CACHE_MAX_SIZE
 DEFAULT_MAX_SIZE = 20 * 2**30
 
 
 def cache_dir(*parts: str, env: Mapping[str, str] | None = None) -> Path:
     """A path in the cache; `env` is the environment to read (default: this process's)."""
     env = os.environ if env is None else env
-    base = env.get("CUDA_WHEEL_CI_CACHE")
+    base = variables.read(env, variables.CACHE_DIR)
     root = Path(base) if base else Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cuda-wheel-ci"
     return root.expanduser().joinpath(*parts)
 

@@ -1,7 +1,7 @@
 """Secrets: one registry of values a run must never show, and one redaction every channel applies.
 
 A credential reaches a run in a URL's userinfo (--torch-index-url, --upload, PIP_*_URL and any other
-URL given), in an --env or [tool.ci] env value, or through twine (TWINE_*, .pypirc, keyring). Each is
+URL given), in an --env or [tool.wheelci] env value, or through twine (TWINE_*, .pypirc, keyring). Each is
 registered where it enters (`add`, `add_url`, `add_environ`); every writer passes its text through
 `redact`: the CLI's stdout and stderr (every progress line, `+ cmd` echo, error line and --json
 document), report.json and report.md, the job summary and the tool logs in the work directory. A
@@ -103,7 +103,7 @@ def add_environ(env: Mapping[str, str]) -> None:
 
 
 def add_variables(env: Mapping[str, str], public: Iterable[str] = ()) -> None:
-    """Build variables (--env, [tool.ci] env): every value is secret unless its name is declared public."""
+    """Build variables (--env, [tool.wheelci] env): every value is secret unless its name is declared public."""
     shown = set(public)
     for name, value in env.items():
         add_text(value)
