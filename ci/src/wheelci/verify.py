@@ -180,7 +180,7 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
         # first, in the venv as the wheel's install left it: nothing of the tests' can hide what it lacks
         checks.update(_probe(python, site, {"imports": importables(names), "libraries": libraries(names)}, tmp, output))
         if not test_command:
-            checks["test_command"] = "skipped: none given ([tool.ci] test-command or --test-command)"
+            checks["test_command"] = "skipped: none given ([tool.wheelci] test-command or --test-command)"
         else:
             with requirements_for_tests(python, site, list(test_requires), torch_site,
                                         WheelName.parse(wheel.name).distribution) as failed:
@@ -324,9 +324,9 @@ def build_parser() -> cli.Parser:
     p = cli.parser("verify", "install a wheel into a fresh venv over a torch install and test it")
     p.add_argument("wheel", type=Path)
     p.add_argument("--torch-site", type=Path, required=True, help="site-packages holding torch (and its CUDA wheels)")
-    p.add_argument("--project", type=Path, help="the wheel's project: its [tool.ci] test command runs "
+    p.add_argument("--project", type=Path, help="the wheel's project: its [tool.wheelci] test command runs "
                                                 "(placeholder {project})")
-    p.add_argument("--test-command", help="run after the checks (default: the project's [tool.ci] test-command)")
+    p.add_argument("--test-command", help="run after the checks (default: the project's [tool.wheelci] test-command)")
     p.add_argument("--test-requires", action="append", metavar="REQ", help="installed before the test command")
     p.add_argument("--build-dir", type=Path, help="the build tree, passed to the tests as CI_BUILD_DIR")
     p.add_argument("--json", action="store_true")

@@ -1,8 +1,7 @@
-"""What a compile's output says beyond its exit status: how far it is, and why it failed.
+"""What a compile's output says beyond its exit status: why it failed (how far it is: compile.progress).
 
-Pure functions of the text, shared by the host and the container compile: `progress` reads a build
-tool's step line, `hint` names the likely cause of a failure from the whole log, worded for the build it
-was (a CPU build that reaches for CUDA is a project that does not check for a CUDA torch).
+Pure functions of the text, shared by the host and the container compile: `hint` names the likely
+cause of a failure from the whole log, worded for the build it was (a CPU build that reaches for CUDA is a project that does not check for a CUDA torch).
 """
 
 from __future__ import annotations
@@ -14,8 +13,6 @@ from wheelci.util.cause import cause
 # torch's own refusal of its classic headers in a stable-ABI build (torch/extension.h)
 CLASSIC_UNDER_TARGET = "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION"
 
-_NINJA = re.compile(rb"^\s*\[(\d+)/(\d+)\] ")  # ninja's [12/40] (cpp_extension, CMake's Ninja generator)
-_MAKE = re.compile(rb"^\s*\[\s*(\d+)%\] ")  # make's [ 42%] (CMake's Makefile generator)
 
 # the first header a compiler could not open: GCC (and nvcc's host pass), Clang, nvcc's front end
 _MISSING_HEADER = re.compile(r"fatal error: (?:'([^'\n]+)' file not found|([^:\s][^:\n]*?): No such file or directory)"
@@ -31,15 +28,6 @@ _SIGN_OFF = re.compile(r"collect2: error: ld returned|error: command '[^'\n]*' f
 _CUDA_HEADER = re.compile(r"(?:^|/)(?:cuda|cublas|cufft|curand|cusparse|cusolver|cudnn|cupti|nccl|nvrtc|nvToolsExt"
                           r"|nvml)\w*\.h$|^(?:thrust|cub|nvtx3|cuda)/")
 NO_CUDA_TORCH = "add the CUDA extension only under a CUDA torch (torch.version.cuda), or build with --cuda X.Y"
-
-
-def progress(line: bytes) -> str | None:
-    """A build tool's count in one output line: `12/40 steps` (ninja), `42%` (make), else None."""
-    if m := _NINJA.match(line):
-        return f"{int(m[1])}/{int(m[2])} steps"
-    if m := _MAKE.match(line):
-        return f"{int(m[1])}%"
-    return None
 
 
 def missing_header(log: str) -> str | None:
