@@ -41,6 +41,7 @@ def repacked(wheel: Path, tmp_path: Path, change: Callable[[Path], None]) -> Pat
     (tree,) = unpacked.iterdir()
     change(tree)
     out = tmp_path / "repacked"
+    out.mkdir()
     r = _proc.run([sys.executable, "-m", "wheel", "pack", "-d", str(out), str(tree)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     (made,) = out.glob("*.whl")
