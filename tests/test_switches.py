@@ -211,3 +211,19 @@ def test_a_host_plan_shows_no_container_image_or_cibuildwheel_variables(tmp_path
     assert doc["environment"] == {} and doc["image"] is None and "CIBW_" not in json.dumps(doc)
     docker = run_stage("ci.plan", "--project-dir", project, "--cuda", "13.0", "--engine", "docker", env=env)
     assert docker.returncode == 0 and "CIBW_BUILD=" in docker.stdout and "environment:" in docker.stdout, docker.stderr
+
+
+def test_a_dao_ailab_style_project_is_built_not_downloaded_and_its_gencodes_named_before_the_compile(tmp_path):
+    """flash-attn's shape: the plan sets FLASH_ATTENTION_FORCE_BUILD=TRUE (its setup.py downloads a
+    prebuilt wheel otherwise) and names the targets it hard-codes, which --arch-list 9.0 does not reach."""
+    from tests._wheels import run_stage
+
+    project = tmp_path / "flashlike"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "tiny_ext", project)
+    (project / "setup.py").write_text((project / "setup.py").read_text() + "\n" + FLASH)
+    r = run_stage("ci.build", project, "--cuda", "13.0", "--arch-list", "9.0", "--engine", "host", "--dry-run",
+                  env={"CUDA_WHEEL_CI_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^switches\s+FLASH_ATTENTION_FORCE_BUILD=TRUE \(set by the plan", r.stdout, re.M), r.stdout
+    assert "note: setup.py hard-codes device targets (sm_80 sm_90)" in r.stdout, r.stdout
+    assert "FLASH_ATTENTION_SKIP_CUDA_BUILD" not in r.stdout.split("switches", 1)[1].splitlines()[0]

@@ -171,7 +171,8 @@ def build_project(o: Options, project: "Project", from_sdist: bool = False) -> i
     for note in plan.notes:
         if note.startswith("warning: "):
             log.warning(note.removeprefix("warning: "))
-        elif plan.engine.container or note.startswith(("engine", "the project requires", *SCRIPTS)):
+        elif plan.engine.container or note.startswith(("engine", "the project requires", "no local version label",
+                                                       *SCRIPTS)):
             log.info(f"note: {note}")
     if not plan.engine.container:
         log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} "
