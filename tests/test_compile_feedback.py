@@ -174,7 +174,7 @@ def test_the_heartbeat_interval_is_set_or_refused(voice, monkeypatch):
     assert log.heartbeat_seconds() == 0.5
     for bad in ("soon", "0", "-1", "nan", "inf"):
         monkeypatch.setenv(log.HEARTBEAT, bad)
-        with pytest.raises(CiError, match=rf"^CI_HEARTBEAT='{bad}': not a number of seconds above 0$"):
+        with pytest.raises(CiError, match=rf"^{log.HEARTBEAT}='{bad}': not a number of seconds above 0$"):
             log.heartbeat_seconds()
     assert [log.duration(s) for s in (0, 59.9, 60, 185, 3725)] == ["0 s", "59 s", "1 min 0 s", "3 min 5 s", "1 h 2 min"]
 

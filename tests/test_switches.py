@@ -157,7 +157,7 @@ def test_the_dry_run_plan_sets_the_switch_and_shows_its_value(tmp_path):
     project = tmp_path / "scatterlike"
     shutil.copytree(ROOT / "tests" / "fixtures" / "tiny_ext", project)
     (project / "setup.py").write_text((project / "setup.py").read_text() + "\n" + PYG.replace("import torch\n", ""))
-    env = {"CUDA_WHEEL_CI_CACHE": str(tmp_path / "cache")}
+    env = {"WHEELCI_CACHE_DIR": str(tmp_path / "cache")}
     r = run_stage("ci.build", project, "--cuda", "13.0", "--engine", "host", "--dry-run", "--json", env=env)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -175,7 +175,7 @@ def _dry(tmp_path: Path, *args: str):
     from tests._wheels import run_stage
 
     r = run_stage("ci.build", ROOT / "tests" / "fixtures" / "tiny_ext", "--cuda", "13.0", "--engine", "host",
-                  "--dry-run", "--json", *args, env={"CUDA_WHEEL_CI_CACHE": str(tmp_path / "cache")})
+                  "--dry-run", "--json", *args, env={"WHEELCI_CACHE_DIR": str(tmp_path / "cache")})
     return r, (json.loads(r.stdout) if r.returncode == 0 else None)
 
 
@@ -200,7 +200,7 @@ def test_a_host_plan_shows_no_container_image_or_cibuildwheel_variables(tmp_path
     """A host build uses neither: showing them read as if Docker were needed. A container plan has both."""
     from tests._wheels import run_stage
 
-    env = {"CUDA_WHEEL_CI_CACHE": str(tmp_path / "cache")}
+    env = {"WHEELCI_CACHE_DIR": str(tmp_path / "cache")}
     project = ROOT / "tests" / "fixtures" / "tiny_ext"
     host = run_stage("ci.build", project, "--cuda", "13.0", "--engine", "host", "--dry-run", env=env)
     assert host.returncode == 0, host.stderr

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from wheelci.util.cause import cause
+
 # torch's own refusal of its classic headers in a stable-ABI build (torch/extension.h)
 CLASSIC_UNDER_TARGET = "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION"
 
@@ -20,6 +22,8 @@ _NO_NVCC = re.compile(r"\bnvcc: (?:command )?not found|No such file or directory
                       r"|\bnvcc\S*: No such file or directory")
 _NO_CUDA_RUNTIME = "No CUDA runtime is found"
 _COMPILER_ERROR = re.compile(r":\d+(?::\d+)?: (?:fatal )?error:|\berror: \S|\(\d+\): error:")
+# lines that say a tool failed, not why: the linker's driver, setuptools' summary of the compiler's exit
+_SIGN_OFF = re.compile(r"collect2: error: ld returned|error: command '[^'\n]*' failed with exit code")
 # headers of the CUDA toolkit, its libraries and NVIDIA's header-only ones
 _CUDA_HEADER = re.compile(r"(?:^|/)(?:cuda|cublas|cufft|curand|cusparse|cusolver|cudnn|cupti|nccl|nvrtc|nvToolsExt"
                           r"|nvml)\w*\.h$|^(?:thrust|cub|nvtx3|cuda)/")
@@ -63,10 +67,20 @@ def hint(log: str, *, cuda: str | None, stable: bool = False) -> str | None:
     return None
 
 
+def why_failed(log: str, *, cuda: str | None, stable: bool = False) -> str | None:
+    """What a failed compile is shown by: hint's likely cause, else the first meaningful line of its log
+    (wheelci.util.cause: a setup.py's own exception, a linker's error), never the build tool's sign-off."""
+    if found := hint(log, cuda=cuda, stable=stable):
+        return found
+    line = cause(log)
+    return f"the build's first error: {line}" if line else None
+
+
 def first_compiler_error(log: str, limit: int = 300) -> str | None:
-    """The first line a compiler marks as an error (`tiny.cpp:11:17: error: stray '@'`), cut to `limit`."""
+    """The first line a compiler marks as an error (`tiny.cpp:11:17: error: stray '@'`), cut to `limit`; a
+    sign-off that only says a tool failed is not one (a linker's own error comes from wheelci.util.cause)."""
     for line in log.splitlines():
-        if _COMPILER_ERROR.search(line):
+        if _COMPILER_ERROR.search(line) and not _SIGN_OFF.search(line):
             line = line.strip()
             return line if len(line) <= limit else line[:limit] + "..."
     return None

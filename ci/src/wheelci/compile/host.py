@@ -148,7 +148,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
 
     scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
     what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
-    NVCC_APPEND_FLAGS. The plan's build variables (the project's [tool.ci] env and --env) go last. `files`: the
+    NVCC_APPEND_FLAGS. The plan's build variables (the project's [tool.wheelci] env and --env) go last. `files`: the
     project's files as the build's snapshot saw them (the copy must be what the step records); `hold_fds`:
     the work directory's lock, held by the backend too, so a build killed with -9 keeps its tree locked
     while its compile still runs; `configure`: the digest of what a configure reads besides the project
@@ -235,7 +235,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     seconds = time.monotonic() - start
     if done.returncode != 0:
         log.info("the last lines of the compile log:\n" + done.stdout.decode(errors="replace"))
-        why = hints.hint(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
+        why = hints.why_failed(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
         raise Finding(f"compile failed after {seconds:.0f} s{f'; {why}' if why else ''} (full log: {logfile})")
     log.info(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)

@@ -5,7 +5,7 @@ cpp_extension, CMake's Ninja generator), CMake's Makefile `[ NN%]`, and, where s
 by file with no total, each compiler run it prints. `estimate` projects the time left at the pace since
 the first count (what ran before it, a configure or the build environment, is not the compile's pace).
 A Tracker holds the counts seen and says the status at any moment; util.log.Ticker shows it: one line
-redrawn on a terminal, a plain line every CI_HEARTBEAT seconds in logs and CI.
+redrawn on a terminal, a plain line every WHEELCI_HEARTBEAT seconds in logs and CI.
 """
 
 from __future__ import annotations
