@@ -222,7 +222,7 @@ def test_a_dao_ailab_style_project_is_built_not_downloaded_and_its_gencodes_name
     shutil.copytree(ROOT / "tests" / "fixtures" / "tiny_ext", project)
     (project / "setup.py").write_text((project / "setup.py").read_text() + "\n" + FLASH)
     r = run_stage("ci.build", project, "--cuda", "13.0", "--arch-list", "9.0", "--engine", "host", "--dry-run",
-                  env={"CUDA_WHEEL_CI_CACHE": str(tmp_path / "cache")})
+                  env={"WHEELCI_CACHE_DIR": str(tmp_path / "cache")})
     assert r.returncode == 0, r.stderr
     assert re.search(r"^switches\s+FLASH_ATTENTION_FORCE_BUILD=TRUE \(set by the plan", r.stdout, re.M), r.stdout
     assert "note: setup.py hard-codes device targets (sm_80 sm_90)" in r.stdout, r.stdout
