@@ -185,8 +185,8 @@ class Plan:
     def flat(self) -> dict[str, Any]:
         """Every field as data, the run's settings beside the rest (local_version as its resolved label):
         what the dry run shows and what the build's records key on."""
-        doc = asdict(self)
-        run = doc.pop("run")
+        doc: dict[str, Any] = asdict(self)
+        run: dict[str, Any] = doc.pop("run")
         run.pop("local_version")
         return doc | run
 
@@ -197,7 +197,8 @@ class Plan:
         hidden = {k: v for k, v in self.run.build_env.items() if k not in self.run.public_env}
         doc["build_env"] = secret.masked(self.run.build_env, self.run.public_env)
         doc["environment"] = {k: _mask_assignments(v, hidden) for k, v in self.environment.items()}
-        return secret.redact_data(doc)
+        shown: dict[str, Any] = secret.redact_data(doc)
+        return shown
 
 
 def _mask_assignments(text: str, hidden: Mapping[str, str]) -> str:
