@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -22,8 +23,9 @@ from wheelci.config import matrix as mx
 from wheelci.config import options
 from wheelci.config.options import Options
 from wheelci.cibw import ContainerInputs, cibw_quote, container_environment
-from wheelci.engine import Engine, Facts
-from wheelci.util import secret, variables
+from wheelci.engine import Engine, Facts, detect_facts
+from wheelci.util import epoch, secret, variables
+from wheelci.util.sizes import parse_limit
 from wheelci.config.project import Project
 from wheelci.config.releases import TorchIndex, choose_torch, release_note
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
@@ -130,10 +132,6 @@ def run_settings(o: Options, source_date_epoch: int | None = None) -> RunSetting
 def plan_for(o: Options, project: Project, environ: Mapping[str, str]) -> Plan:
     """The edge that `build`, its dry run and `plan` share: this process's environment and the machine's
     facts, probed once, into make_plan, with the resolved options."""
-    from wheelci.engine import detect_facts
-    from wheelci.util import epoch
-    from wheelci.util.sizes import parse_limit
-
     parse_limit(o.limit)  # a bad limit is bad input now, not after the compile
     request = Request.from_options(o)
     facts = detect_facts(environ, engine=o.engine, cuda=o.cuda, archs=request.archs)
@@ -663,8 +661,6 @@ def main(args: argparse.Namespace) -> int:
         return _workflow_matrix(given, args.project or args.project_dir)
     from wheelci.cli import emit_json
     from wheelci.config.project import resolve as find_project
-
-    import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
         project = find_project(args.project or args.project_dir, Path(tmp))  # the one read of pyproject.toml
