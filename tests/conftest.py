@@ -31,8 +31,9 @@ for _var in CI_VARIABLES:
 # The cache's place under its old name moves to the new one (a stage would print a deprecation line).
 if "CUDA_WHEEL_CI_CACHE" in os.environ:
     os.environ.setdefault("WHEELCI_CACHE_DIR", os.environ.pop("CUDA_WHEEL_CI_CACHE"))
-# The tool's own settings go too (a WHEELCI_* build option would change every build's plan), the cache's aside.
-for _var in [v for v in os.environ if v.startswith("WHEELCI_") and v != "WHEELCI_CACHE_DIR"]:
+# The tool's own settings go too (a WHEELCI_* build option would change every build's plan), but where the
+# cache is and the index torch releases are read from.
+for _var in [v for v in os.environ if v.startswith("WHEELCI_") and v not in ("WHEELCI_CACHE_DIR", "WHEELCI_TORCH_INDEX")]:
     os.environ.pop(_var, None)
 # The suite's builds share the machine's cache, kept under its own budget (.ci/run): a build's default cap
 # would remove the torch environments other tests are about to use. A test of the cap sets its own.

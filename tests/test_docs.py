@@ -128,3 +128,16 @@ def test_the_flow_in_the_docs_is_the_build_step_list():
     for page in (ROOT / "README.md", ROOT / "docs" / "stages.md"):
         drawn = [line for line in page.read_text().splitlines() if "──►" in line]
         assert drawn == [flow], (page.name, drawn, flow)
+
+
+def test_the_reference_s_generated_parts_are_current():
+    """docs/reference.md's options, [tool.wheelci] keys, variables, CUDA rows, stages and benchmarks are made
+    from the code (tests/_docsgen.py); run `python -m tests._docsgen` after changing what they come from."""
+    from tests import _docsgen
+
+    text = REFERENCE.read_text()
+    assert set(_docsgen.parts(text)) == set(_docsgen.PARTS), _docsgen.parts(text)
+    assert _docsgen.render(text) == text, "docs/reference.md is stale: run `python -m tests._docsgen`"
+    # the check can fail: a hand edit inside a generated part is undone
+    edited = text.replace("| 11.8 | 2.7.1 |", "| 11.8 | 2.6.0 |")
+    assert edited != text and _docsgen.render(edited) == text

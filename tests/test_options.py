@@ -160,3 +160,13 @@ def test_the_table_the_variables_and_the_flags_make_the_same_plan(tmp_path):
     assert by_plan == by_flags
     # and the comparison can fail: one setting left out changes the plan
     assert _plan_json(project, "--cpu", "--limit", "pypi") != by_flags
+
+
+def test_the_workflow_s_own_variable_is_known():
+    """A runner that sets WHEELCI_TOOL_SOURCE (.github/workflows/build.yml reads it) still builds."""
+    workflow = (Path(__file__).resolve().parent.parent / ".github" / "workflows" / "build.yml").read_text()
+    import re
+
+    named = set(re.findall(r"\bWHEELCI_[A-Z_]+\b", workflow))
+    assert named and named <= set(options.KNOWN_VARIABLES), named - set(options.KNOWN_VARIABLES)
+    resolve("build", {"cpu": True}, {"WHEELCI_TOOL_SOURCE": "wheelci==1"})

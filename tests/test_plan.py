@@ -439,3 +439,20 @@ def test_a_setup_py_only_project_is_refused_at_once_for_a_container_build(tmp_pa
     assert "[build-system] requires lists setuptools and torch" in r.stderr and "Traceback" not in r.stderr
     assert not cache.exists() and not out.exists() and not r.stdout  # nothing made, no plan printed
     assert not (project / "pyproject.toml").exists() and not (project / "build").exists()
+
+
+def test_the_container_environment_is_made_once_from_the_plan_s_fields(tmp_path):
+    """cibuildwheel's variables are a function of the finished plan's fields: a stable-ABI plan with
+    excludes, build variables and a given image gets the same environment when it is made again from
+    those fields, and the fields say what the shell text says (the cuDNN floor, the torch index)."""
+    plan = plan_for("13", excludes=["libx.so*"], build_env={"A": "1"}, stable_abi="2.10",
+                    image="localhost/mine:1")
+    machine = pl.Machine({}, pl.Facts(), Path(plan.ccache_dir), Path(constraints.file_for(plan.tool_constraints)),
+                         TorchIndex.from_env({}))
+    assert cibw.container_environment(pl.container_inputs(plan, machine)) == plan.environment
+    before = plan.environment["CIBW_BEFORE_BUILD_LINUX"]
+    assert plan.cudnn_requirement and plan.cudnn_requirement in before
+    assert f"--index-url {plan.container_index}" in before
+    assert plan.environment[cibw.image_variable("x86_64")] == "localhost/mine:1" == plan.images["x86_64"]
+    assert "--exclude 'libx.so*'" in plan.environment["CIBW_REPAIR_WHEEL_COMMAND_LINUX"]
+    assert plan.environment["CIBW_ENVIRONMENT_LINUX"].endswith("A='1'")

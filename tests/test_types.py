@@ -34,3 +34,18 @@ def test_the_check_reports_a_type_error(tmp_path):
             'type "int")  [assignment]') in r.stdout, r.stdout
     # warn_unused_ignores: the configuration, not mypy's defaults, is what ran
     assert 'generated.py:6: error: Unused "type: ignore" comment  [unused-ignore]' in r.stdout, r.stdout
+
+
+def test_the_modules_the_data_flows_through_are_checked_strictly(tmp_path):
+    """The options, the plan, the build and its steps get mypy --strict's checks (ci/pyproject.toml's
+    override): an untyped function there is an error, the same one elsewhere in the package is not."""
+    package = tmp_path / "src" / "wheelci"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for name in ("steps.py", "other.py"):
+        (package / name).write_text("def untyped(x):\n    return x\n")
+    r = _proc.run([sys.executable, "-m", "mypy", "--config-file", str(CONFIG), "--cache-dir", str(tmp_path / "cache"),
+                   "src/wheelci"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "src/wheelci/steps.py:1: error: Function is missing a type annotation  [no-untyped-def]" in r.stdout
+    assert "other.py" not in r.stdout, r.stdout

@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from wheelci import cli
 from wheelci.config import options
@@ -69,19 +69,20 @@ def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None, cuda
         return rewrite(wa, out_dir, replace={init_name: init_bytes}, add={module: module_bytes}, version=version)
 
 
-def variant_wheels(plan, built: list[Path], site: Path, work: Path, cuda_major: int | None) -> list[Path]:
+def variant_wheels(plan: "Plan", built: list[Path], site: Path, work: Path, cuda_major: int | None) -> list[Path]:
     """The PEP 825 variant wheels of a CUDA build: no local label, so every variant of a release shares
     one version; the label (cu130, or cu13 for a stable-ABI wheel) in the file name and the nvidia
     provider's properties in .dist-info/variant.json (see ci.wheel.variant)."""
     from wheelci.wheel.variant import add_variant, cuda_variant, describe
 
+    assert plan.cuda is not None, "variant wheels are made for CUDA builds only (finish_step)"
     doc = cuda_variant(plan.cuda, plan.arch_list, cuda_major)
     ((label, props),) = doc.variants.items()
     log.info(f"note: variant {label}: {describe(props)}")
     return [add_variant(finish_wheel(w, site, work / "plain", None, cuda_major), work / "variant", doc) for w in built]
 
 
-def verify_torches(plan, env, torch_requirement: str | None) -> list[tuple[str, Path]]:
+def verify_torches(plan: "Plan", env: "BuildEnv", torch_requirement: str | None) -> list[tuple[str, Path]]:
     """(torch version, its site-packages) to verify under: the build's torch; for a stable-ABI wheel the
     oldest and newest torch of its range too (PyPI's builds, each a cached environment), less those the
     wheel's torch requirement (as ci.abi read it) rules out: a project that asks for `torch>=2.12` keeps it."""
@@ -294,7 +295,7 @@ ENV_NOISE_PREFIXES = ("GITHUB_ACTION_", "RUNNER_", "ACTIONS_", "CI_JOB_", "CI_PI
                       "WT_")
 
 
-def inherited_environ(environ) -> dict[str, str]:
+def inherited_environ(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment the compile and the tests inherit, as their inputs: every variable but a shell
     session's and a CI runner's own bookkeeping (a value is only ever hashed, never written)."""
     return {k: v for k, v in sorted(environ.items())
@@ -304,11 +305,11 @@ def inherited_environ(environ) -> dict[str, str]:
 REPORT_PARTS = ("build_seconds", "verify_seconds", "verify", "passed", "wheels")  # what steps add to the report
 
 
-def report_parts(b: "Build") -> dict:
+def report_parts(b: "Build") -> dict[str, Any]:
     return {k: v for k, v in asdict(b.report).items() if k in REPORT_PARTS}
 
 
-def restore_report_parts(b: "Build", parts: dict) -> None:
+def restore_report_parts(b: "Build", parts: dict[str, Any]) -> None:
     """A reused step's additions to the report, as it recorded them (asdict's form); a record that does not
     read back raises (the step then runs) before anything is set."""
     from wheelci.report import WheelReport
@@ -398,7 +399,7 @@ class Build:
     written: list[Path] = field(default_factory=list)
 
     @property
-    def compile_plan(self) -> dict:
+    def compile_plan(self) -> dict[str, Any]:
         from wheelci.compile.workdir import compile_view
 
         return compile_view(self.plan)
@@ -441,7 +442,7 @@ def env_step(b: Build) -> None:
         b.env = ensure_env(torch_spec(b.plan))
 
 
-def emulation_target(plan) -> "Target | None":
+def emulation_target(plan: "Plan") -> "Target | None":
     """Where a wheel of another architecture is verified: the plan's engine, and the plain manylinux image of
     its policy (cibuildwheel's pinned one), not the CUDA build image, whose toolkit and cuDNN would hide a
     library the wheel fails to preload; an --image given is used as given."""
@@ -450,8 +451,8 @@ def emulation_target(plan) -> "Target | None":
         return None
     from wheelci.emulate import Target, pinned_image
 
-    return Target(str(plan.engine), plan.image if plan.image_origin == "given" else pinned_image(plan.manylinux, arch),
-                  arch)
+    given = plan.image if plan.image_origin == "given" else None
+    return Target(str(plan.engine), given or pinned_image(plan.manylinux, arch), arch)
 
 
 def host_ca() -> str | None:
@@ -461,7 +462,7 @@ def host_ca() -> str | None:
     return next((os.environ[v] for v in CA_VARIABLES if os.environ.get(v) and Path(os.environ[v]).is_file()), None)
 
 
-def foreign_arch(plan) -> str | None:
+def foreign_arch(plan: "Plan") -> str | None:
     """The architecture the build targets when it is not this machine's (its code runs under QEMU)."""
     return plan.archs[0] if plan.reach.get(plan.archs[0], "native") != "native" else None
 

@@ -3,14 +3,17 @@ the mounts, in the container's own paths.
 
 The Plan holds the result (a host build shows what a container one would); wheelci.compile.container
 hands it to cibuildwheel. Kept apart from the plan so that the container's layout is read in one place.
+make_plan calls container_environment once, on the finished plan's fields (ContainerInputs): nothing
+patches the shell text after, and what a reader needs of it (the torch index, the cuDNN pin) is a field
+of the Plan.
 """
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from wheelci.config.project import Project
 from wheelci.engine import CA_VARIABLES, Engine
 
 CONTAINER_CCACHE = "/ccache"
@@ -44,13 +47,13 @@ def build_installs(build_requires: list[str]) -> list[str]:
     return [req.strip() for req in build_requires if requirement_name(req) != "torch"] + list(BUILD_TOOLS)
 
 
-def before_build(project: Project, torch_req: str, index_url: str | None, cudnn: str | None) -> str:
+def before_build(build_requires: list[str], torch_req: str, index_url: str | None, cudnn: str | None) -> str:
     """Install the pinned torch from its index first, then cuDNN, the project's build requirements and
     our tools, with our tool versions as constraints (the mounted file).
 
     index_url None: pip's own sources in the container (PyPI, and the mounted find-links directory)."""
     torch_cmd = ["pip", "install", torch_req] + (["--index-url", index_url] if index_url else [])
-    rest = build_installs(project.build_requires) + ([cudnn] if cudnn else [])
+    rest = build_installs(build_requires) + ([cudnn] if cudnn else [])
     cmds = [torch_cmd, ["pip", "install", "-c", CONTAINER_CONSTRAINTS, *rest]]
     return " && ".join(shlex.join(c) for c in cmds)
 
@@ -119,4 +122,47 @@ def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str
     }
     if engine.container:
         env["CIBW_CONTAINER_ENGINE"] = f"{engine}; create_args: {shlex.join(create)}"
+    return env
+
+
+@dataclass(frozen=True)
+class ContainerInputs:
+    """What of a finished Plan (and the machine it was made on) the container build reads: the structured
+    fields container_environment turns into cibuildwheel's variables, once."""
+
+    engine: Engine
+    images: dict[str, str]  # machine architecture -> its build image (or a manylinux policy: cibuildwheel's pin)
+    identifiers: list[str]
+    torch_requirement: str  # torch==X, what before-build pins
+    torch_index: str | None  # where the container's pip gets torch; None: its own sources (and find-links)
+    cudnn: str | None
+    build_requires: list[str]
+    cuda: str | None
+    arch_list: str
+    nvcc_flags: list[str]
+    tools: Path  # our tool constraints, mounted
+    ccache: Path
+    ca: str | None = None
+    gcc_max: int | None = None
+    find_links: Path | None = None
+    excludes: list[str] = field(default_factory=list)
+    stable_abi: str | None = None  # the stable-ABI target: its flags extend the image's
+    stable_flags: dict[str, str] = field(default_factory=dict)
+    build_env: dict[str, str] = field(default_factory=dict)  # the project's variables, last
+
+
+def container_environment(c: ContainerInputs) -> dict[str, str]:
+    """cibuildwheel's variables for a container build, from the plan's fields: the base environment, the
+    stable-ABI flags after what the image sets (their values extend theirs), the project's build variables
+    last; the repair command with the project's excludes."""
+    env = environment(engine=c.engine, images=c.images, identifiers=c.identifiers,
+                      before_build=before_build(c.build_requires, c.torch_requirement, c.torch_index, c.cudnn),
+                      cuda=c.cuda, arch_list=c.arch_list, nvcc_flags=c.nvcc_flags, tools=c.tools, ccache=c.ccache,
+                      ca=c.ca, gcc_max=c.gcc_max, find_links=c.find_links)
+    added = {k: (v if k == "CI_STABLE_ABI" else f"${k} {v}") for k, v in c.stable_flags.items()}
+    words = [env["CIBW_ENVIRONMENT_LINUX"], *([cibw_environment(added)] if added else []),
+             *([cibw_environment(c.build_env)] if c.build_env else [])]
+    env["CIBW_ENVIRONMENT_LINUX"] = " ".join(words)
+    if c.excludes or c.stable_abi:
+        env["CIBW_REPAIR_WHEEL_COMMAND_LINUX"] = repair_command(list(c.excludes), c.stable_abi)
     return env

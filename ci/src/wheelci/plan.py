@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,9 +22,10 @@ from wheelci import archs as arch
 from wheelci.config import matrix as mx
 from wheelci.config import options
 from wheelci.config.options import Options
-from wheelci.cibw import before_build, cibw_environment, cibw_quote, environment, image_variable, repair_command
-from wheelci.engine import Engine, Facts
-from wheelci.util import secret, variables
+from wheelci.cibw import ContainerInputs, cibw_quote, container_environment
+from wheelci.engine import Engine, Facts, detect_facts
+from wheelci.util import epoch, secret, variables
+from wheelci.util.sizes import parse_limit
 from wheelci.util.untrusted import one_line
 from wheelci.config.project import Project
 from wheelci.config.releases import TorchIndex, choose_torch, release_note
@@ -132,10 +134,6 @@ def run_settings(o: Options, source_date_epoch: int | None = None) -> RunSetting
 def plan_for(o: Options, project: Project, environ: Mapping[str, str]) -> Plan:
     """The edge that `build`, its dry run and `plan` share: this process's environment and the machine's
     facts, probed once, into make_plan, with the resolved options."""
-    from wheelci.engine import detect_facts
-    from wheelci.util import epoch
-    from wheelci.util.sizes import parse_limit
-
     parse_limit(o.limit)  # a bad limit is bad input now, not after the compile
     request = Request.from_options(o)
     facts = detect_facts(environ, engine=o.engine, cuda=o.cuda, archs=request.archs)
@@ -179,6 +177,8 @@ class Plan:
     reach: dict[str, str] = field(default_factory=dict)  # arch -> "native" | "emulated" | "unavailable" here
     script: ScriptReading | None = None  # what the project's build scripts read (wheelci.config.switches)
     switches: dict[str, str] = field(default_factory=dict)  # the build switches the plan sets (in run.build_env)
+    images: dict[str, str] = field(default_factory=dict)  # arch -> the container's build image (or manylinux policy)
+    container_index: str | None = None  # where the container's pip gets torch; None: its own sources, find-links
 
     @property
     def torch_requirement(self) -> str:
@@ -187,8 +187,8 @@ class Plan:
     def flat(self) -> dict[str, Any]:
         """Every field as data, the run's settings beside the rest (local_version as its resolved label):
         what the dry run shows and what the build's records key on."""
-        doc = asdict(self)
-        run = doc.pop("run")
+        doc: dict[str, Any] = asdict(self)
+        run: dict[str, Any] = doc.pop("run")
         run.pop("local_version")
         return doc | run
 
@@ -202,7 +202,8 @@ class Plan:
         doc["environment"] = {k: _mask_assignments(v, hidden) for k, v in self.environment.items()}
         if not self.engine.container:  # what the host build uses: no container image, no CIBW_* variable
             doc.update(environment={}, image=None, image_origin=None)
-        return secret.redact_data(doc)
+        shown: dict[str, Any] = secret.redact_data(doc)
+        return shown
 
 
 def _mask_assignments(text: str, hidden: Mapping[str, str]) -> str:
@@ -381,28 +382,36 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     hardcoded = gencode_note(reading, plan.arch_list) if plan.cuda else None
     plan = replace(plan, script=reading, switches=dict(found.sets),
                    notes=[*plan.notes, *found.notes, *([hardcoded] if hardcoded else [])])
-    if run.excludes or plan.stable:  # --exclude and [tool.wheelci] exclude reach the container's repair too
-        target = plan.stable.target if plan.stable else None
-        plan = replace(plan, environment={**plan.environment, "CIBW_REPAIR_WHEEL_COMMAND_LINUX":
-                                          repair_command(list(run.excludes), target)})
-    if run.build_env:  # the project's [tool.wheelci] env and --env reach the container's build too
-        cibw = dict(plan.environment)
-        cibw["CIBW_ENVIRONMENT_LINUX"] += " " + cibw_environment(run.build_env)
-        plan = replace(plan, environment=cibw)
     plan = _with_run(plan, run)
     if not plan.engine.container:
         plan = replace(plan, inherited={k: env[k] for k in INHERITED if env.get(k)})
-    image = request.image
-    if image is None:
-        return plan
+    if request.image is not None:
+        plan = _with_image(plan, request.image)
+    return replace(plan, environment=container_environment(container_inputs(plan, machine)))
+
+
+def _with_image(plan: Plan, image: str) -> Plan:
+    """The plan building in the image given (--image) instead of the matrix's."""
     if not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]*", image):
         raise CiError(f"--image {image!r}: not an image reference (e.g. localhost/my-cuda-image:1)")
     if len(plan.archs) > 1:
         raise CiError(f"--image names one image, and --archs {','.join(plan.archs)} builds on several: "
                       "build one architecture per run (--archs) to give its image")
-    cibw = {**plan.environment, image_variable(plan.archs[0]): image}
-    return replace(plan, image=image, image_origin="given", environment=cibw,
+    return replace(plan, image=image, image_origin="given", images={**plan.images, plan.archs[0]: image},
                    notes=[n for n in plan.notes if "built from docker/" not in n])
+
+
+def container_inputs(plan: Plan, machine: Machine) -> ContainerInputs:
+    """What the container build reads of a finished plan: cibuildwheel's variables are made from these
+    once (wheelci.cibw.container_environment), never patched after. A host build's plan shows them too."""
+    return ContainerInputs(
+        engine=plan.engine, images=dict(plan.images), identifiers=list(plan.identifiers),
+        torch_requirement=f"torch=={plan.torch}", torch_index=plan.container_index, cudnn=plan.cudnn_requirement,
+        build_requires=list(plan.build_requires), cuda=plan.cuda, arch_list=plan.arch_list,
+        nvcc_flags=list(plan.nvcc_flags), tools=machine.tools, ccache=machine.ccache, ca=machine.facts.ca_bundle,
+        gcc_max=plan.gcc_max, find_links=Path(plan.find_links) if plan.find_links else None,
+        excludes=list(plan.run.excludes), stable_abi=plan.stable.target if plan.stable else None,
+        stable_flags=dict(plan.stable_flags), build_env=dict(plan.run.build_env))
 
 
 @dataclass(frozen=True)
@@ -492,18 +501,13 @@ def _with_stable(plan: Plan, stable: StablePlan) -> Plan:
     """The plan building a stable-ABI wheel: the container's compilers get the flags (after what the
     image sets: the values extend theirs), and the notes say what the wheel serves."""
     flags = stable_flags(stable, bool(plan.cuda))
-    added = {k: (v if k == "CI_STABLE_ABI" else f"${k} {v}") for k, v in flags.items()}
-    env = {**plan.environment}
-    env["CIBW_ENVIRONMENT_LINUX"] += " " + cibw_environment(added)
     note = (f"stable ABI {stable.target}: one {stable.variant} wheel for {stable.serves}; verified under torch "
             + ", ".join(v for v, _ in stable.verify))
     # compiled against the oldest cuDNN of the range, which every later one runs (cuDNN 9.y runs 9.z code, z <= y)
     cudnn = plan.cudnn_requirement
     if plan.cudnn_requirement and stable.cudnn_floor:
         cudnn = f"{plan.cudnn_requirement.split('==')[0]}=={stable.cudnn_floor}"
-        if cudnn != plan.cudnn_requirement:
-            env["CIBW_BEFORE_BUILD_LINUX"] = env["CIBW_BEFORE_BUILD_LINUX"].replace(plan.cudnn_requirement, cudnn)
-    return replace(plan, stable=stable, stable_flags=flags, environment=env, notes=[*plan.notes, note],
+    return replace(plan, stable=stable, stable_flags=flags, notes=[*plan.notes, note],
                    cudnn_requirement=cudnn)
 
 
@@ -536,17 +540,13 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str,
     index = _torch_source(find_links, torch_index_url, row.torch_index_url)
     images = {a: ref if a == "x86_64" else arm_image(matrix, row, machine.env, request.image) for a in request.archs}
     notes += arch_notes(matrix, request.archs, resolved, machine.facts, archs, images, cuda)
-    env = environment(engine=resolved, images=images, identifiers=identifiers,
-                      before_build=before_build(project, f"torch=={build.version}", index, build.cudnn),
-                      cuda=cuda, arch_list=archs, nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
-                      find_links=find_links, tools=machine.tools, ccache=machine.ccache, ca=machine.facts.ca_bundle)
     # the host's environments (the build's, verify's) install this torch from its index even where the
     # container's pip takes it from find-links: the plan names where the release lives
     return Plan(cuda=cuda, torch=build.version, torch_index_url=torch_index_url or row.torch_index_url,
                 torch_on_pypi=build.on_pypi,
                 cudnn_requirement=build.cudnn, image=images[request.archs[0]], manylinux=image.manylinux, arch_list=archs,
-                python=pythons, identifiers=identifiers, environment=env, engine=resolved,
-                nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max,
+                python=pythons, identifiers=identifiers, environment={}, engine=resolved,
+                nvcc_flags=list(row.nvcc_flags), gcc_max=row.gcc_max, images=images, container_index=index,
                 notes=read + notes + python_notes(project, pythons) + engine_notes,
                 image_origin=image.origin, engine_requested=engine,
                 find_links=str(find_links) if find_links else None, **_arch_fields(request.archs, machine.facts))
@@ -575,13 +575,9 @@ def _cpu_plan(matrix: mx.Matrix, project: Project, request: Request, machine: Ma
     index = _torch_source(find_links, torch_index_url, matrix.cpu_index_url)
     images = {a: line.manylinux for a in request.archs}  # cibuildwheel's pinned image of that policy and arch
     notes += arch_notes(matrix, request.archs, resolved, machine.facts, "", images)
-    env = environment(engine=resolved, images=images, identifiers=identifiers,
-                      before_build=before_build(project, f"torch=={version}", index, None),
-                      cuda=None, arch_list="", nvcc_flags=[], find_links=find_links,
-                      tools=machine.tools, ccache=machine.ccache, ca=machine.facts.ca_bundle)
     return Plan(cuda=None, torch=version, torch_index_url=torch_index_url or matrix.cpu_index_url, torch_on_pypi=False,
                 cudnn_requirement=None, image=None, manylinux=line.manylinux, arch_list="", python=pythons,
-                identifiers=identifiers, environment=env, engine=resolved,
+                identifiers=identifiers, environment={}, engine=resolved, images=images, container_index=index,
                 notes=read + python_notes(project, pythons) + notes, engine_requested=engine,
                 find_links=str(find_links) if find_links else None,
                 cpu_view=cpu_view(machine.env, project.backend == "scikit-build-core", machine.facts.nvcc_dirs)
@@ -724,8 +720,6 @@ def main(args: argparse.Namespace) -> int:
         return _workflow_matrix(given, args.project or args.project_dir)
     from wheelci.cli import emit_json
     from wheelci.config.project import resolve as find_project
-
-    import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
         project = find_project(args.project or args.project_dir, Path(tmp))  # the one read of pyproject.toml

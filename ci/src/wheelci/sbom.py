@@ -376,14 +376,11 @@ def host_nvcc_used(plan: "Plan") -> str | None:
 
 def built_torch_source(plan: "Plan", env: "BuildEnv") -> str | None:
     """Where the torch the wheel was compiled against came from. A container build's: what its pip was
-    told (cibw.before_build: the index named, else its own sources and the find-links directory). A host
+    told (the plan's container_index, else its own sources and the find-links directory). A host
     build's: what the build environment recorded when it installed torch, else a direct URL install's
     direct_url.json; None where neither says (an environment made before the source was recorded)."""
     if plan.engine.container:
-        import shlex
-
-        words = shlex.split(plan.environment.get("CIBW_BEFORE_BUILD_LINUX", "").split(" && ")[0])
-        index = words[words.index("--index-url") + 1] if "--index-url" in words[:-1] else None
+        index = plan.container_index
         if plan.find_links:
             return f"the build container's pip: the find-links directory {plan.find_links} or " \
                    f"{index or 'its configured indexes'}"

@@ -90,8 +90,9 @@ OPTIONS: tuple[Option, ...] = (
     _opt("torch", "str", "torch version to build against, or latest (default: the matrix row's)", "target"),
     _opt("torch_index_url", "str", "where to get that torch, and read its metadata (default: the matrix row's index)",
          "target", metavar="URL"),
-    _opt("python", "csv", "comma-separated Python versions, e.g. 3.10,3.11 (container builds; default: "
-         "[tool.cibuildwheel] build, else this Python)", "target"),
+    _opt("python", "csv", "comma-separated Python versions, e.g. 3.10,3.11 (default: [tool.cibuildwheel] build, "
+         "else this Python); verify runs with the Python running wheelci, so a host build of another is refused",
+         "target"),
     _opt("arch_list", "str", 'TORCH_CUDA_ARCH_LIST, e.g. "8.0;9.0" (default: the matrix row\'s)', "target"),
     _opt("archs", "csv", "machine architectures, comma-separated: x86_64 (default), aarch64, native "
          "(cibuildwheel's --archs); another than this machine's builds in a container, under QEMU emulation",
@@ -115,7 +116,8 @@ OPTIONS: tuple[Option, ...] = (
          "public", "where", metavar="NAME=VALUE", per_kind=True),
     _opt("public_env", "words", "a build variable whose value may be shown (plan, report, logs), e.g. "
          "TORCH_CUDA_ARCH_LIST (repeatable)", "where", metavar="NAME"),
-    _opt("work_dir", "path", "the build tree (default: one per project and plan in the cache)", "where",
+    _opt("work_dir", "path", "the build tree (default: one per project and plan in the cache); new, empty or made "
+         "by an earlier build; may be inside the project, not inside -w nor hold it", "where",
          commands=("build",), key=False, metavar="DIR"),
     _opt("keep_work", "bool", "keep the temporary work directory of an sdist's build (a project directory's "
          "build tree is kept anyway, in the cache)", "where", commands=("build",), key=False),
@@ -137,7 +139,9 @@ OPTIONS: tuple[Option, ...] = (
          "(placeholders {project} and {wheel})", "verify", metavar="CMD"),
     _opt("test_requires", "words", "installed before the test command (repeatable)", "verify", metavar="REQ"),
     # publish
-    _opt("upload", "str", "upload the verified wheels to this repository URL", "publish", key=False,
+    _opt("upload", "str", "upload the verified wheels to this repository URL (as wheelci upload --skip-existing: "
+         "a rerun that finds the same file on the index succeeds; a different file under its name fails)",
+         "publish", key=False,
          metavar="URL"),
     # the run
     _opt("dry_run", "bool", "print the plan and run nothing", "run", commands=("build",), key=False,

@@ -29,6 +29,7 @@ CACHE_MAX_SIZE = "WHEELCI_CACHE_MAX_SIZE"
 VERBOSE = "WHEELCI_VERBOSE"
 HEARTBEAT = "WHEELCI_HEARTBEAT"
 IMAGE_REGISTRY = "WHEELCI_IMAGE_REGISTRY"
+TOOL_SOURCE = "WHEELCI_TOOL_SOURCE"
 
 VARIABLES = (
     Variable(TORCH_INDEX, "the index a torch release the matrix does not list is read from, when "
@@ -42,6 +43,8 @@ VARIABLES = (
              old="CI_HEARTBEAT"),
     Variable(IMAGE_REGISTRY, "our images are pulled from this registry instead of built locally",
              old="CI_IMAGE_REGISTRY"),
+    Variable(TOOL_SOURCE, "read by the reusable workflow, not the tool: on a runner, the pip requirement the tool "
+             "is installed from where the platform does not name the workflow's commit (the `wheelci` input wins)"),
 )
 OLD_NAMES = {v.name: v.old for v in VARIABLES if v.old}
 
