@@ -126,6 +126,7 @@ def run_build(args) -> int:
 
 def make_build_plan(args, project: "Project", settings) -> "Plan":
     """The edge: this process's environment and the machine's facts, probed once, into make_plan."""
+    from wheelci.config.compilecache import resolve
     from wheelci.engine import detect_facts
     from wheelci.plan import Request, RunSettings, make_plan
 
@@ -134,7 +135,8 @@ def make_build_plan(args, project: "Project", settings) -> "Plan":
                       nvcc_source=args.nvcc, allow_no_device_code=args.allow_no_device_code,
                       local_version=args.local_version, variants=settings.variants, limit=settings.limit,
                       test_command=settings.test_command, test_requires=settings.test_requires, upload=args.upload,
-                      source_date_epoch=epoch.for_build(os.environ, project.root))
+                      source_date_epoch=epoch.for_build(os.environ, project.root),
+                      compile_cache=resolve(args.compile_cache, settings.compile_cache, os.environ))
     facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda, archs=Request.from_args(args, None).archs)
     return make_plan(Request.from_args(args, settings.stable_abi), project_dir=project.root, run=run,
                      env=os.environ, facts=facts, project=project)
@@ -498,6 +500,7 @@ def compile_sources(b: Build) -> None:
                             configure=b.configure)
         b.build_dir, b.compiled = comp.build_dir, [comp.wheel]
         b.deps = dependencies(b.env, b.work)
+        b.report.compile_cache = asdict(comp.cache) if comp.cache is not None else None
     else:
         from wheelci.compile import container
 
@@ -716,6 +719,9 @@ def build_parser() -> cli.Parser:
     p.add_argument("--dry-run", action="store_true", help="print the plan and run nothing")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.add_argument("--upload", metavar="URL", help="upload the verified wheels to this repository URL")
+    p.add_argument("--compile-cache", metavar="URL", help="share compiles through this remote store with sccache: "
+                   "redis://HOST[:PORT][/DB], http(s)://HOST/PATH (WebDAV), s3://BUCKET[/PREFIX][?endpoint=URL&region=R] "
+                   "or gha (default: $WHEELCI_COMPILE_CACHE, else [tool.ci] compile-cache; empty: none)")
     p.add_argument("--work-dir", type=Path, help="keep build files here (default: a temporary directory)")
     p.add_argument("--keep-work", action="store_true", help="keep the temporary work directory of an sdist's build "
                    "(a project directory's build tree is kept anyway, in the cache)")

@@ -14,7 +14,7 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from wheelci import archs as arch
 from wheelci.config import matrix as mx
@@ -28,6 +28,9 @@ from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
 from wheelci.wheel.names import cuda_tag
 from wheelci import workflowmatrix
+
+if TYPE_CHECKING:
+    from wheelci.config.compilecache import CompileCache
 
 ENGINES = ("auto", *(e.value for e in Engine))
 AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs docker or podman: the host "
@@ -86,6 +89,7 @@ class RunSettings:
     test_requires: list[str] = field(default_factory=list)
     upload: str | None = None  # the repository the verified wheels go to
     source_date_epoch: int | None = None  # every timestamp written (SOURCE_DATE_EPOCH, else the commit's time)
+    compile_cache: str | None = None  # a remote compile cache's URL, as given (shown only by its storage's name)
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,15 @@ class Plan:
         hidden = {k: v for k, v in self.run.build_env.items() if k not in self.run.public_env}
         doc["build_env"] = secret.masked(self.run.build_env, self.run.public_env)
         doc["environment"] = {k: _mask_assignments(v, hidden) for k, v in self.environment.items()}
+        doc["compile_cache"] = self.compile_cache.name if self.compile_cache else None
         return secret.redact_data(doc)
+
+    @property
+    def compile_cache(self) -> "CompileCache | None":
+        """The remote compile cache the run names, read (its URL was checked when the plan was made)."""
+        from wheelci.config.compilecache import parse
+
+        return parse(self.run.compile_cache, os.environ) if self.run.compile_cache else None
 
 
 def _mask_assignments(text: str, hidden: Mapping[str, str]) -> str:
@@ -351,6 +363,10 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
         cibw["CIBW_ENVIRONMENT_LINUX"] += " " + cibw_environment(run.build_env)
         plan = replace(plan, environment=cibw)
     plan = _with_run(plan, run)
+    if run.compile_cache:  # a bad URL is bad input now, before the dry run shows anything
+        from wheelci.config.compilecache import parse
+
+        parse(run.compile_cache, env)
     if not plan.engine.container:
         plan = replace(plan, inherited={k: env[k] for k in INHERITED if env.get(k)})
     image = request.image
@@ -614,6 +630,7 @@ def _run_rows(plan: Plan) -> list[tuple[str, str]]:
     return [
         ("build env", " ".join(f"{k}={v}" for k, v in env.items()) or "-"),
         ("ccache", plan.ccache_dir or "-"),
+        ("compile cache", _cache_row(plan)),
         ("nvcc", f"{plan.run.nvcc_source} (host builds: the host nvcc if its version matches, else NVIDIA's wheels)"
                  if plan.cuda and not plan.engine.container else "-"),
         ("excludes", " ".join(plan.run.excludes) or "-"),
@@ -628,6 +645,14 @@ def _run_rows(plan: Plan) -> list[tuple[str, str]]:
         ("timestamps", f"{plan.run.source_date_epoch} (SOURCE_DATE_EPOCH)" if plan.run.source_date_epoch is not None
                        else "now (no SOURCE_DATE_EPOCH and no git commit)"),
     ]
+
+
+def _cache_row(plan: Plan) -> str:
+    cache = plan.compile_cache
+    if cache is None:
+        return "- (no remote store: ccache on this machine)"
+    where = "" if not plan.engine.container else " (container builds: not yet; compiled with ccache)"
+    return f"{cache.name} through sccache{where}" + (f"; unusable here: {cache.unusable}" if cache.unusable else "")
 
 
 def split_csv(text: str | None) -> list[str] | None:
@@ -655,9 +680,12 @@ def main(args) -> int:
     stable = args.stable_abi or settings.stable_abi
     from wheelci.engine import detect_facts
 
+    from wheelci.config.compilecache import resolve
+
     run = RunSettings(build_env=settings.env_for(args.cuda is not None), public_env=settings.public_env, excludes=settings.exclude,
                       variants=settings.variants, limit=settings.limit, test_command=settings.test_command,
-                      test_requires=settings.test_requires)
+                      test_requires=settings.test_requires,
+                      compile_cache=resolve(None, settings.compile_cache, os.environ))
     facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda, archs=Request.from_args(args, None).archs)
     plan = make_plan(Request.from_args(args, stable), project_dir=args.project_dir, run=run, env=os.environ, facts=facts,
                      project=project)

@@ -52,6 +52,7 @@ class Settings:
     public_env: list[str] = field(default_factory=list)  # env names whose values may be shown (the rest: ***)
     cuda_env: dict[str, str] = field(default_factory=dict)  # [tool.ci.cuda] env: CUDA builds only, over env
     cpu_env: dict[str, str] = field(default_factory=dict)  # [tool.ci.cpu] env: CPU builds only, over env
+    compile_cache: str | None = None  # a remote compile cache's URL (wheelci.config.compilecache)
 
     def env_for(self, cuda: bool) -> dict[str, str]:
         """The build variables of a CUDA build (`cuda`) or a CPU one: env, then its kind's table over it
@@ -127,6 +128,13 @@ def _stable_abi(key: str, value: object) -> str:
     return value.strip()
 
 
+def _url(key: str, value: object) -> str:
+    """A URL, read as written (wheelci.config.compilecache parses it where the plan is made)."""
+    if not isinstance(value, str):
+        raise CiError(f"[tool.ci] {key} must be a URL (a string), not {type(value).__name__}")
+    return value
+
+
 def _flag(key: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise CiError(f"[tool.ci] {key} must be true or false, not {_toml(value)}")
@@ -150,6 +158,7 @@ SETTINGS = {
     "stable-abi": ("stable_abi", _stable_abi),
     "variants": ("variants", _flag),
     "public-env": ("public_env", _words),
+    "compile-cache": ("compile_cache", _url),
 }
 # [tool.ci.cuda] and [tool.ci.cpu]: what only one kind of build gets, read into Settings.cuda_env / cpu_env
 KIND_TABLES = {
@@ -358,7 +367,8 @@ def merge(settings: Settings, *, test_command: str | None, test_requires: list[s
                     _stable_abi("--stable-abi", stable_abi) if stable_abi else settings.stable_abi,
                     variants or settings.variants, sorted({*settings.public_env, *public_env}),
                     {**settings.cuda_env, **{k: v for k, v in given.items() if k in settings.cuda_env}},
-                    {**settings.cpu_env, **{k: v for k, v in given.items() if k in settings.cpu_env}})
+                    {**settings.cpu_env, **{k: v for k, v in given.items() if k in settings.cpu_env}},
+                    settings.compile_cache)
 
 
 def resolve(project: Path, work: Path) -> Project:
