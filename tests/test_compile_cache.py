@@ -186,3 +186,65 @@ def test_the_report_says_what_the_cache_did():
             "host code 1 hits, 1 misses.") in md
     r.compile_cache = {"storage": "gha (GitHub Actions cache)", "used": False, "note": "not set: compiled locally"}
     assert "not used, not set: compiled locally." in to_markdown(r)
+
+
+def machine(tmp_path: Path, name: str, project: Path) -> tuple[Path, dict[str, str]]:
+    """A "machine": its own checkout of the project (another path), HOME, ccache and build tree; the build
+    environments are the session's (the tool cache's envs: a torch install is no part of what is shared)."""
+    import shutil
+
+    root = tmp_path / name
+    (root / "home").mkdir(parents=True)
+    checkout = root / "checkout" / project.name
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".git")
+    if project == ROOT:  # the example: what its build and its tests read, not this repository's tooling
+        for entry in ("CMakeLists.txt", "pyproject.toml", "README.md", "csrc", "src", "example_tests"):
+            copy = shutil.copytree if (project / entry).is_dir() else shutil.copy2
+            checkout.mkdir(parents=True, exist_ok=True)
+            copy(project / entry, checkout / entry, **({"ignore": ignore} if (project / entry).is_dir() else {}))
+    else:
+        shutil.copytree(project, checkout, ignore=ignore)
+    from wheelci.util.cache import cache_dir
+
+    return checkout, {"HOME": str(root / "home"), "CCACHE_DIR": str(root / "ccache"), "SOURCE_DATE_EPOCH": "1767323045",
+                      "CUDA_WHEEL_CI_CACHE": str(cache_dir())}
+
+
+def build_on(tmp_path: Path, name: str, project: Path, args: list[str], cache: str | None) -> tuple[str, dict]:
+    """One build on its own machine: the wheel's sha256 and report.json."""
+    import hashlib
+
+    checkout, env = machine(tmp_path, name, project)
+    out = tmp_path / name / "out"
+    extra = ["--compile-cache", cache] if cache else []
+    if cache is None:
+        env["CCACHE_DISABLE"] = "1"  # cold: no cache at all
+    r = run_stage("ci.build", checkout, *args, "--engine", "host", "-w", out, "--work-dir", tmp_path / name / "work",
+                  *extra, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (wheel,) = out.glob("*.whl")
+    return hashlib.sha256(wheel.read_bytes()).hexdigest(), json.loads((out / "report.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # three CUDA builds, two of them compiling everything
+@pytest.mark.parametrize("store", ["redis", "webdav"])
+@pytest.mark.parametrize("project,args", [
+    (TINY, ["--cuda", "13.0", "--arch-list", "9.0"]),
+    (ROOT, ["--cuda", "13.0", "--arch-list", "9.0"]),
+], ids=["setuptools", "example"])
+def test_a_second_machine_takes_every_compile_from_the_store_and_writes_the_same_bytes(tmp_path, store, project, args):
+    """Two machines share only the store: the first fills it, the second takes every device compile (PTX and
+    cubin) and every host compile from it, and its wheel is the cold build's (no cache at all), by sha256."""
+    from tests._servers import DavStore, Redis
+
+    server = Redis(tmp_path / "redis") if store == "redis" else DavStore(tmp_path / "dav")
+    with server:
+        _, first = build_on(tmp_path, "first", project, args, server.url)
+        warm, second = build_on(tmp_path, "second", project, args, server.url)
+    cold, _ = build_on(tmp_path, "cold", project, args, None)
+    filled, took = first["compile_cache"], second["compile_cache"]
+    assert filled["used"] and filled["device"]["misses"] > 0 and filled["device"]["hits"] == 0, filled
+    assert took["used"] and took["device"]["hits"] >= filled["device"]["misses"], took
+    assert took["device"]["misses"] == 0 and took["host"]["misses"] == 0 and took["errors"] == 0, took
+    assert warm == cold

@@ -23,8 +23,8 @@ MIN_LENGTH = 6
 # greedy up to the last `@` before the path: a password may hold `@` (pip and urllib read it so)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s'\"]*@")
 _URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"]+")
-# names whose values are credentials wherever they appear (a CI's tokens, twine's password)
-_CREDENTIAL_NAME = re.compile(r"(?i)(TOKEN|PASSWORD|PASSWD|SECRET|API_?KEY|AUTH|CREDENTIAL|PRIVATE_?KEY)")
+# names whose values are credentials wherever they appear (a CI's tokens, twine's password, S3 keys)
+_CREDENTIAL_NAME = re.compile(r"(?i)(TOKEN|PASSWORD|PASSWD|SECRET|API_?KEY|ACCESS_?KEY|AUTH|CREDENTIAL|PRIVATE_?KEY)")
 
 _values: set[str] = set()
 _users: set[str] = set()
