@@ -652,6 +652,12 @@ def upload_step(b: Build) -> None:
     upload(b.written, repository_url=b.plan.run.upload, skip_existing=True)
 
 
+def wheels_wanted(b: Build) -> bool:
+    """Every step after the compile: not for --compile-only, whose compile only fills the compile cache
+    (a fan-out job of the workflow: part of the arch list, for the job that builds the wheel)."""
+    return not getattr(b.args, "compile_only", False)
+
+
 # The build, as data. Each step names what it reads and writes of Build; the report lists each step's
 # outcome (status, seconds, outputs) under `steps`.
 STEPS: tuple[Step[Build], ...] = (
@@ -660,16 +666,16 @@ STEPS: tuple[Step[Build], ...] = (
     Step("compile", compile_step, reads=("compile_plan", "sources", "env", "environ", "configure"),
          writes=("compiled", "build_dir", "deps"),
          title=lambda b: f"compile ({b.plan.engine})", reuse=True),
-    Step("repair", repair_step, reads=("compiled", "env", "plan"), writes=("repaired", "excluded"), reuse=True),
-    Step("finish", finish_step, reads=("repaired", "env", "plan"), writes=("wheels",), reuse=True),
-    Step("sbom", sbom_step, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("wheels",), reuse=True),
-    Step("check", check_step, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("final",), reuse=True),
-    Step("abi", abi_step, reads=("final", "env"), writes=("torch_requirement",), reuse=True),
+    Step("repair", repair_step, when=wheels_wanted, reads=("compiled", "env", "plan"), writes=("repaired", "excluded"), reuse=True),
+    Step("finish", finish_step, when=wheels_wanted, reads=("repaired", "env", "plan"), writes=("wheels",), reuse=True),
+    Step("sbom", sbom_step, when=wheels_wanted, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("wheels",), reuse=True),
+    Step("check", check_step, when=wheels_wanted, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("final",), reuse=True),
+    Step("abi", abi_step, when=wheels_wanted, reads=("final", "env"), writes=("torch_requirement",), reuse=True),
     Step("verify", verify_step, reads=("final", "env", "plan", "torch_requirement", "sources", "build_dir", "environ",
                                        "test_inputs"),
-         reuse=True),
-    Step("write", write_step, reads=("final", "out_dir"), writes=("written",)),
-    Step("upload", upload_step, reads=("written",), when=lambda b: bool(b.plan.run.upload)),
+         reuse=True, when=wheels_wanted),
+    Step("write", write_step, reads=("final", "out_dir"), writes=("written",), when=wheels_wanted),
+    Step("upload", upload_step, reads=("written",), when=lambda b: wheels_wanted(b) and bool(b.plan.run.upload)),
 )
 
 
@@ -725,6 +731,9 @@ def build_parser() -> cli.Parser:
     p.add_argument("--work-dir", type=Path, help="keep build files here (default: a temporary directory)")
     p.add_argument("--keep-work", action="store_true", help="keep the temporary work directory of an sdist's build "
                    "(a project directory's build tree is kept anyway, in the cache)")
+    p.add_argument("--compile-only", action="store_true", help="compile and stop: no repair, verify or wheel "
+                   "in -w (its report says what the compile cache did); with --compile-cache, warms the store for "
+                   "another build (the workflow's arch-jobs)")
     p.add_argument("--fresh", action="store_true", help="start from an empty build tree and run every step "
                    "(default: steps whose inputs are unchanged since the last build are reused)")
     p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)

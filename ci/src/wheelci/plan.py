@@ -669,11 +669,14 @@ def main(args) -> int:
 
         settings = read_settings(args.project_dir)
         stable = args.stable_abi or settings.stable_abi
-        print(json.dumps(workflowmatrix.workflow_matrix(
+        jobs = workflowmatrix.workflow_matrix(
             stable, split_csv(args.cuda), args.variant or settings.variants, torch=args.torch,
             python=None if args.python is None else split_csv(args.python) or [],
             py_api=read_py_api(args.project_dir) if args.python is not None else "",
-            archs=arch.parse(args.archs))))
+            archs=arch.parse(args.archs))
+        if args.arch_jobs is not None:
+            jobs = workflowmatrix.warm_matrix(jobs, args.arch_jobs, stable)
+        print(json.dumps(jobs))
         return 0
     project = read_project(args.project_dir)  # the one read of pyproject.toml
     settings = project.settings
@@ -719,6 +722,9 @@ def build_parser():
     p.add_argument("--workflow-matrix", action="store_true",
                    help="print the CI jobs the project needs as a GitHub Actions matrix (JSON): one per CUDA "
                         "version, or one per variant for stable-ABI wheels")
+    p.add_argument("--arch-jobs", type=int, metavar="N",
+                   help="with --workflow-matrix: the fan-out instead, each CUDA job's arch list dealt into N "
+                        "compile-only jobs (their --arch-list in `arch_list`) that fill a remote compile cache")
     p.add_argument("--variant", action="store_true",
                    help="with --workflow-matrix: the jobs of a PEP 825 variant set (each job --variant, the CPU "
                         "job's plain wheel always in; default: [tool.ci] variants)")
