@@ -203,24 +203,24 @@ def _end(server: subprocess.Popen) -> None:
 def launchers(server: Server, environ: dict[str, str], shim_dir: Path, nvcc: Path | None, cmake: bool,
               config: list[str], cuda: bool) -> dict[str, str]:
     """sccache in front of the compilers: CMake's launchers for scikit-build-core; for setuptools (torch's
-    cpp_extension, which quotes CC/CXX as one word and would put ccache in front of them), CC and CXX become
-    one-word scripts that run the real compiler through sccache, and nvcc comes through PYTORCH_NVCC."""
+    cpp_extension, which quotes CXX as one word and would put ccache in front of it), CXX becomes a one-word
+    script that runs the real compiler through sccache, and nvcc comes through PYTORCH_NVCC."""
     out = dict(server.environ)
     if cmake:
         langs = ["C", "CXX"] + (["CUDA"] if cuda else [])
         config += [a for lang in langs for a in ("-C", f"cmake.define.CMAKE_{lang}_COMPILER_LAUNCHER={server.binary}")]
         return out
     out["TORCH_NO_COMPILER_WRAPPER"] = "1"  # ccache would come first, in front of sccache
-    shim_dir.mkdir(parents=True, exist_ok=True)
-    for var, default in (("CC", "cc"), ("CXX", "c++")):
-        given = environ.get(var) or default
-        real = shutil.which(given, path=environ.get("PATH")) if " " not in given.strip() else None
-        if real is None:
-            continue  # a compiler given with its flags stays as given, uncached
-        shim = shim_dir / default
+    # CXX only: C++ is what cpp_extension compiles, while CC is what it gives nvcc as -ccbin, where a
+    # script that runs sccache again fails nvcc's probe of its host compiler
+    given = environ.get("CXX") or "c++"
+    real = shutil.which(given, path=environ.get("PATH")) if " " not in given.strip() else None
+    if real is not None:  # a compiler given with its flags stays as given, uncached
+        shim_dir.mkdir(parents=True, exist_ok=True)
+        shim = shim_dir / "c++"
         shim.write_text(f"#!/bin/sh\nexec {shlex.quote(str(server.binary))} {shlex.quote(real)} \"$@\"\n")
         shim.chmod(0o755)
-        out[var] = str(shim)
+        out["CXX"] = str(shim)
     if nvcc is not None:
         out["PYTORCH_NVCC"] = shlex.join([str(server.binary), str(nvcc)])
     return out
