@@ -220,7 +220,7 @@ def build_on(tmp_path: Path, name: str, project: Path, args: list[str], cache: s
     if cache is None:
         env["CCACHE_DISABLE"] = "1"  # cold: no cache at all
     r = run_stage("ci.build", checkout, *args, "--engine", "host", "-w", out, "--work-dir", tmp_path / name / "work",
-                  *extra, env=env)
+                  *extra, env=env, timeout=1500)  # a CUDA compile of torch's headers on a loaded machine
     assert r.returncode == 0, r.stderr[-3000:]
     (wheel,) = out.glob("*.whl")
     return hashlib.sha256(wheel.read_bytes()).hexdigest(), json.loads((out / "report.json").read_text())
