@@ -142,6 +142,17 @@ def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_ro
             environ.update(sccache.launchers(server, environ, work_dir / "sccache-bin", nvcc, cmake, launch,
                                              plan.cuda is not None))
         yield reports
+    if reports and reports[0].used:  # one that was not used said so when it was passed over
+        log.info(f"compile cache: {describe(reports[0])}")
+
+
+def note_extra_files(work_dir: Path, environ: dict[str, str]) -> None:
+    """ccache hashes the searched directories' digest with every compile (CCACHE_EXTRAFILES)."""
+    if shutil.which("ccache"):
+        from wheelci.compile.workdir import SEARCHED, note_searched
+
+        extra = [environ.get("CCACHE_EXTRAFILES", ""), str(note_searched(work_dir / SEARCHED, environ))]
+        environ["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, extra))
 
 
 def max_jobs() -> int:
@@ -244,11 +255,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     environ["PATH"] = f"{env.python.parent}{os.pathsep}{environ.get('PATH', '')}"
     environ["PYTHONUNBUFFERED"] = "1"  # the backend's own lines reach the log when said, among the compiler's
     environ.update(plan.run.build_env)
-    if shutil.which("ccache"):
-        from wheelci.compile.workdir import SEARCHED, note_searched
-
-        extra = [environ.get("CCACHE_EXTRAFILES", ""), str(note_searched(work_dir / SEARCHED, environ))]
-        environ["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, extra))
+    note_extra_files(work_dir, environ)
     keep_sound(plan, backend, project_dir, work_dir, files, configure, environ)
     dist = work_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)  # the wheel is the one this compile makes
@@ -271,8 +278,6 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     log.info(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
-    if cached and cached[0].used:  # one that was not used said so when it was passed over
-        log.info(f"compile cache: {describe(cached[0])}")
     return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env, cached[0] if cached else None)
 
 
