@@ -1,5 +1,5 @@
 """The example's own tests, run by `ci.build` in the fresh verify venv after the wheel is installed
-(its [tool.ci] test-command): the ops against torch's softmax, opcheck, gradcheck, TorchScript, and
+(its [tool.wheelci] test-command): the ops against torch's softmax, opcheck, gradcheck, TorchScript, and
 the Python-free C++ runner when the build made one. CUDA cases run where a GPU is.
 """
 

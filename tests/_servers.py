@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import json
+import re
 import textwrap
 import threading
 import time
@@ -299,6 +300,103 @@ class NegotiatingServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class GuardedServer:
+    """A static server over `root` on loopback that a hostile or private index would be: Basic auth on
+    every path (`user`, `password`), byte ranges, and optionally every answer redirected to `redirect`
+    (a URL prefix: another origin, or itself for a loop) or its body dripped one byte every `drip`
+    seconds. `seen` records (method, path, headers) of every request, for canary checks."""
+
+    def __init__(self, root: Path, user: str | None = None, password: str | None = None,
+                 redirect: str | None = None, drip: float | None = None) -> None:
+        import base64
+        import http.server
+
+        seen: list[tuple[str, str, dict[str, str]]] = []
+        self.seen = seen
+        expected = None if user is None else "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_HEAD(self) -> None:
+                self._answer(body=False)
+
+            def do_GET(self) -> None:
+                self._answer(body=True)
+
+            def _answer(self, body: bool) -> None:
+                seen.append((self.command, self.path, dict(self.headers.items())))
+                if expected is not None and self.headers.get("Authorization") != expected:
+                    self._send(401, b"no", {"WWW-Authenticate": 'Basic realm="index"'}, body)
+                    return
+                if server.unavailable > 0:  # a passing outage: 503 for the next `unavailable` requests
+                    server.unavailable -= 1
+                    self._send(503, b"busy", {}, body)
+                    return
+                if server.redirect is not None:
+                    self._send(302, b"", {"Location": server.redirect + self.path.lstrip("/")}, body)
+                    return
+                path = root / self.path.split("?")[0].lstrip("/")
+                if path.is_dir():
+                    path = path / "index.html"
+                if not path.is_file():
+                    self._send(404, b"not here", {}, body)
+                    return
+                data = path.read_bytes()
+                kind = "text/html" if path.suffix == ".html" else "application/octet-stream"
+                ranged = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+                if ranged:
+                    a, b = int(ranged[1]), min(int(ranged[2]), len(data) - 1)
+                    self._send(206, data[a:b + 1], {"Content-Type": kind,
+                                                   "Content-Range": f"bytes {a}-{b}/{len(data)}"}, body)
+                else:
+                    self._send(200, data, {"Content-Type": kind, "Accept-Ranges": "bytes"}, body)
+
+            def _send(self, code: int, data: bytes, headers: dict[str, str], body: bool) -> None:
+                self.send_response(code)
+                for k, v in {**headers, "Content-Length": str(len(data))}.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                if not body:
+                    return
+                if drip is None or code != 200:
+                    self.wfile.write(data)
+                    return
+                for i in range(len(data)):
+                    if server.closed.wait(drip):
+                        return
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.redirect = redirect
+        self.unavailable = 0
+        self.closed = threading.Event()
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def headers_seen(self) -> str:
+        """Every header of every request, as one text to grep for a canary."""
+        return "\n".join(f"{m} {p} {h}" for m, p, h in self.seen)
+
+    def __enter__(self) -> "GuardedServer":
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.closed.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 

@@ -25,8 +25,14 @@ collect_ignore = ["fixtures"]  # projects the tests build; their own tests run i
 # Variables a CI job (GitHub Actions, our own workflow) sets that change what the stages write: the
 # suite runs without them, session fixtures included, and a test that needs one sets it itself.
 CI_VARIABLES = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CI_IMAGE_REGISTRY", "SOURCE_DATE_EPOCH", "PIP_CONSTRAINT",
-                "CI_STABLE_ABI", "CI_VERBOSE")
+                "CI_STABLE_ABI", "CI_VERBOSE", "CI_HEARTBEAT")
 for _var in CI_VARIABLES:
+    os.environ.pop(_var, None)
+# The cache's place under its old name moves to the new one (a stage would print a deprecation line).
+if "CUDA_WHEEL_CI_CACHE" in os.environ:
+    os.environ.setdefault("WHEELCI_CACHE_DIR", os.environ.pop("CUDA_WHEEL_CI_CACHE"))
+# The tool's own settings go too (a WHEELCI_* build option would change every build's plan), the cache's aside.
+for _var in [v for v in os.environ if v.startswith("WHEELCI_") and v != "WHEELCI_CACHE_DIR"]:
     os.environ.pop(_var, None)
 # The suite's builds share the machine's cache, kept under its own budget (.ci/run): a build's default cap
 # would remove the torch environments other tests are about to use. A test of the cap sets its own.
@@ -74,6 +80,12 @@ def tiny_cpu_build(tmp_path_factory) -> Built:
 
 
 @pytest.fixture(scope="session")
+def pair_cpu_build(tmp_path_factory) -> Built:
+    """tests/fixtures/pair_ext (two libraries registering the same operators, PyG's layout), CPU."""
+    return _build(tmp_path_factory, "pair-cpu", str(ROOT / "tests" / "fixtures" / "pair_ext"), "--cpu")
+
+
+@pytest.fixture(scope="session")
 def torch_cpu_wheel() -> Path:
     """The torch 2.13.0 CPU wheel (192 MB), through pip's own sources, cached between runs."""
     from wheelci.util.cache import cache_dir
@@ -106,7 +118,7 @@ def engines():
 # repeated on every test: a real torch release, a container engine or Bazel, or one of the session's
 # built wheels (a real compile, and on a cold machine a build environment from the package index).
 HEAVY_MARKERS = ("real_torch", "container", "bazel")
-BUILT_FIXTURES = ("cpu_build", "cuda_build", "tiny_cpu_build", "engines", "torch_cpu_wheel")
+BUILT_FIXTURES = ("cpu_build", "cuda_build", "tiny_cpu_build", "pair_cpu_build", "engines", "torch_cpu_wheel")
 
 # Seconds a test may run (pytest-timeout), its fixtures' setup included (the first user of a session build
 # pays for it, on a cold machine a GB download too): the default for a hermetic test, longer by what a

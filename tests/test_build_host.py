@@ -23,7 +23,7 @@ from conftest import ROOT
 from tests._wheels import run_stage
 from tests import _proc
 
-# the generic checks, then the example's own tests (example_tests/, its [tool.ci] test-command)
+# the generic checks, then the example's own tests (example_tests/, its [tool.wheelci] test-command)
 VERIFY_OK = ("requires_torch", "nothing_grafted", "install", "import softmax_ext",
              "load softmax_ext/lib/libsoftmax_ext.so", *(f"test test_softmax_ext::{t}" for t in (
                  "test_ops_match_torch[float32-cpu]", "test_ops_match_torch[float64-cpu]", "test_opcheck[cpu]",

@@ -225,6 +225,8 @@ def test_a_failing_test_command_writes_no_wheel_and_the_report_says_which(tmp_pa
     assert verify["status"] == "failed" and "tiny says no" in verify["error"]
     assert [s["name"] for s in report["steps"]][-1] == "verify"  # the driver stopped there
     assert "**Stopped at step verify** (failed after" in (out / "report.md").read_text()
+    log = Path(error_line(r).split("the whole output: ")[1])  # what the command printed, whole
+    assert report["verify"]["log"] == f"the whole output: {log}" and "tiny says no" in log.read_text()
 
 
 @pytest.mark.slow

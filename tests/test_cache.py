@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from wheelci.compile import hostenv, workdir
+from wheelci.errors import CiError
 from wheelci.util import cache
 from tests._wheels import run_stage
 
@@ -24,7 +25,7 @@ MIB = 2**20
 @pytest.fixture
 def root(tmp_path, monkeypatch) -> Path:
     where = tmp_path / "cache"
-    monkeypatch.setenv("CUDA_WHEEL_CI_CACHE", str(where))
+    monkeypatch.setenv("WHEELCI_CACHE_DIR", str(where))
     monkeypatch.delenv("WHEELCI_CACHE_MAX_SIZE", raising=False)
     return where
 
@@ -111,7 +112,7 @@ class Holder:
 
 
 def cache_cli(*args: str, root: Path) -> subprocess.CompletedProcess:
-    return run_stage("ci.cache", *args, env={"CUDA_WHEEL_CI_CACHE": str(root), "WHEELCI_CACHE_MAX_SIZE": ""})
+    return run_stage("ci.cache", *args, env={"WHEELCI_CACHE_DIR": str(root), "WHEELCI_CACHE_MAX_SIZE": ""})
 
 
 def test_show_lists_each_entry_with_its_size_last_use_and_whether_a_build_holds_it(root, tmp_path):
@@ -165,6 +166,7 @@ def test_a_layer_verify_holds_shared_is_kept(root):
     layer = root / "test-layers" / "abc"
     (layer / "lib").mkdir(parents=True)
     (layer / "lib" / "x.py").write_bytes(os.urandom(MIB))
+    (layer / ".complete.json").write_text("{}")  # verifyenv's stamp: a layer the tool made
     (root / "test-layers" / "abc.lock").touch()
     with Holder(layer=layer):
         pruned = cache.prune(root, 0)
@@ -222,7 +224,7 @@ def test_a_build_prunes_only_when_over_the_cap_and_a_bad_cap_is_one_line(root, t
     assert new.is_dir()
     out = tmp_path / "out"
     r = run_stage("ci.build", ROOT / "tests" / "fixtures" / "tiny_ext", "--cpu", "--engine", "host", "-w", out,
-                  env={"CUDA_WHEEL_CI_CACHE": str(root), "WHEELCI_CACHE_MAX_SIZE": "lots"})
+                  env={"WHEELCI_CACHE_DIR": str(root), "WHEELCI_CACHE_MAX_SIZE": "lots"})
     assert r.returncode == 2 and "WHEELCI_CACHE_MAX_SIZE: not a size: 'lots'" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr and not out.exists()
     assert not (root / "builds").exists()  # refused before the build made anything
@@ -234,6 +236,7 @@ def test_an_entry_from_before_stamps_is_measured_once_and_keeps_its_age(root):
     legacy = root / "builds" / "0123456789abcdef0123"
     (legacy / "build").mkdir(parents=True)
     (legacy / "build" / "a.o").write_bytes(os.urandom(MIB))
+    (legacy / ".wheelci-tree.json").write_text("{}")  # a kept tree's record: the tool made it
     os.utime(legacy, (1_000, 1_000))
     keep_cache_under(100 * MIB)  # under the cap: nothing removed, its size recorded for the next build
     assert json.loads((legacy / cache.USED).read_text())["size"] >= MIB
@@ -269,3 +272,83 @@ def test_a_fifo_in_place_of_a_stamp_never_blocks_a_builds_end(root):
     (env / cache.USED).unlink()
     os.mkfifo(env / cache.USED)
     assert cache.recorded_size(env) >= 0  # measured instead of read
+
+
+def test_a_prune_removes_only_entries_that_carry_the_tools_marker(root, tmp_path):
+    """A directory someone put under builds/, envs/ or test-layers/ is not the cache's: never listed,
+    stamped or removed, nor one whose marker is a link or a directory."""
+    make_env(root, "torch-ours", b"x" * MIB, used=1_000)
+    foreign = []
+    for kind in cache.KINDS:
+        for name, marker in (("users-dir", None), ("linked-marker", "link"), ("dir-marker", "dir")):
+            d = root / kind / f"{name}"
+            (d / "data").mkdir(parents=True)
+            (d / "data" / "keep.txt").write_text("a user's file\n")
+            if marker == "link":
+                (d / cache.USED).symlink_to(d / "data" / "keep.txt")
+            elif marker == "dir":
+                (d / cache.USED).mkdir()
+            foreign.append(d)
+    shown = cache_cli("show", "--json", root=root).stdout
+    r = cache_cli("prune", "--max-size", "0", root=root)
+    assert r.returncode == 0, r.stderr
+    assert not (root / "envs" / "torch-ours").exists()  # the cache's own entry goes
+    assert all((d / "data" / "keep.txt").read_text() == "a user's file\n" for d in foreign)
+    assert "users-dir" not in shown and "marker" not in shown, shown
+    assert not any((d / cache.USED).is_file() and not (d / cache.USED).is_symlink() for d in foreign)
+
+
+def test_fifos_in_place_of_cache_files_never_block(root, tmp_path):
+    """A FIFO (or a link) in place of an environment's stamp, a layer's stamp or a cached release is read as
+    no stamp: the entry is made again, never waited on."""
+    from wheelci.compile.hostenv import TorchSpec, env_root, env_state
+    from wheelci.config.releases import TorchIndex
+
+    spec = TorchSpec("2.13.0", None, None, True)
+    where = env_root(spec)
+    where.mkdir(parents=True)
+    os.mkfifo(where / hostenv.STAMP)
+    assert "is not usable" in env_state(spec)
+    index = root / "torch-releases"
+    index.mkdir(parents=True)
+    t = TorchIndex((tmp_path / "no-index").as_uri(), index)
+    t.cache.mkdir(parents=True)
+    os.mkfifo(t.cache / "2.99.0.json")
+    with pytest.raises(CiError):  # read from the index (there is none here), not waited on
+        t.release("2.99.0")
+    (t.cache / "2.99.0.json").unlink()
+    (t.cache / "2.99.0.json").symlink_to("/dev/zero")
+    with pytest.raises(CiError):
+        t.release("2.99.0")
+
+
+def test_two_indexes_never_share_a_build_environment_and_its_name_holds_no_credential(root):
+    from wheelci.compile.hostenv import TorchSpec, env_root
+    from wheelci.config import matrix as mx
+
+    default = mx.load().cpu_index_url
+    plain = env_root(TorchSpec("2.13.0", None, default, True))
+    mirror_a = env_root(TorchSpec("2.13.0", None, "https://ci:s3cr3t-tok@mirror-a.example/simple", True))
+    mirror_a2 = env_root(TorchSpec("2.13.0", None, "https://ci:other-tok@mirror-a.example/simple/", True))
+    mirror_b = env_root(TorchSpec("2.13.0", None, "https://mirror-b.example/simple", True))
+    pip_config = env_root(TorchSpec("2.13.0", None, None, True), {"PIP_INDEX_URL": "https://u:tok3n@m.example/s"})
+    assert plain.name == f"torch-2.13.0-cpu-py{sys.version_info.major}{sys.version_info.minor}"  # as before
+    assert len({plain, mirror_a, mirror_b, pip_config}) == 4 and mirror_a == mirror_a2  # the origin, not the token
+    assert "s3cr3t" not in str(mirror_a) and "tok3n" not in str(pip_config)
+    assert env_root(TorchSpec("2.13.0", None, None, True), {}) == plain
+
+
+def test_the_environments_stamp_and_install_report_keep_no_credential(tmp_path):
+    from wheelci.compile.hostenv import PYPI, scrub_credentials, torch_source, uv_args
+
+    token = "s3cr3t-tok3n-xyz"
+    mirror = f"https://ci:{token}@mirror.example/simple"
+    args = uv_args(["--isolated", "--index-url", mirror, "--extra-index-url", PYPI, "torch==2.13.0"])
+    for version in ("2.13.0+cpu", "2.13.0"):
+        assert token not in (torch_source(None, args, version) or ""), torch_source(None, args, version)
+    report = tmp_path / "torch-install.json"
+    report.write_text(json.dumps({"install": [{"metadata": {"name": "torch"}, "download_info": {
+        "url": f"https://ci:{token}@mirror.example/files/torch-2.13.0-cp311-cp311-linux_x86_64.whl"}}]}))
+    assert token not in (torch_source(report, [], "2.13.0") or "")
+    scrub_credentials(report)
+    assert token not in report.read_text() and "mirror.example/files/torch-2.13.0" in report.read_text()

@@ -177,3 +177,19 @@ def test_abbreviated_options_are_refused(tmp_path: Path, stage: str, args: list[
     run = run_stage(stage, tmp_path, *args)
     (line,) = run.stderr.strip().splitlines()
     assert run.returncode == 2 and f"unrecognized arguments: {abbreviated}" in line, run.stderr
+
+
+def test_pypi_refuses_a_local_version_label_whatever_the_size(tmp_path: Path) -> None:
+    """The default label (`+pt2.13.0.cu130`) cannot be uploaded to PyPI: the pypi profile says so (exit 1),
+    another limit does not."""
+    labelled = build_wheel(tmp_path / "in", version="0.1.0+pt2.13.0.cu130", files={"demo/__init__.py": ""})
+    r = check_wheel(labelled, "pypi")
+    assert not r.ok and not r.problems and "+pt2.13.0.cu130" in r.refused[0] and "PyPI refuses" in r.refused[0]
+    assert check_wheel(labelled, "github").ok and check_wheel(labelled, "1GB").ok
+    run = run_stage("ci.check", labelled)  # pypi is the default
+    assert run.returncode == 1 and run.stdout.startswith("REFUSED ") and "--local-version none" in run.stdout
+    assert "refused by pypi" in run.stderr.strip().splitlines()[-1], run.stderr
+    doc = json.loads(run_stage("ci.check", labelled, "--json").stdout)
+    assert doc["exit_code"] == 1 and doc["result"][0]["ok"] is False and doc["result"][0]["refused"], doc
+    plain = build_wheel(tmp_path / "plain", version="0.1.0", files={"demo/__init__.py": ""})
+    assert check_wheel(plain, "pypi").ok

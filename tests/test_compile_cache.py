@@ -77,13 +77,18 @@ def test_a_bad_url_is_one_line_that_never_shows_it(url, words):
 
 
 def test_the_option_wins_over_the_variable_over_the_table_and_empty_switches_it_off():
-    from wheelci.config.compilecache import resolve
+    from wheelci.config import options
+    from wheelci.plan import run_settings
 
+    table = options.read_table({"compile-cache": "redis://table"})
     env = {"WHEELCI_COMPILE_CACHE": "redis://var"}
-    assert resolve("redis://opt", "redis://table", env) == "redis://opt"
-    assert resolve(None, "redis://table", env) == "redis://var"
-    assert resolve(None, "redis://table", {}) == "redis://table"
-    assert resolve("", "redis://table", env) is None and resolve(None, "redis://t", {"WHEELCI_COMPILE_CACHE": ""}) is None
+
+    def url(given, environ):
+        return run_settings(options.resolve("build", {"compile_cache": given}, environ, table)).compile_cache
+
+    assert url("redis://opt", env) == "redis://opt"
+    assert url(None, env) == "redis://var" and url(None, {}) == "redis://table"
+    assert url("", env) is None and url(None, {"WHEELCI_COMPILE_CACHE": ""}) is None
 
 
 def test_the_dry_run_shows_the_store_and_a_bad_url_is_bad_input():
@@ -207,7 +212,7 @@ def machine(tmp_path: Path, name: str, project: Path) -> tuple[Path, dict[str, s
     from wheelci.util.cache import cache_dir
 
     return checkout, {"HOME": str(root / "home"), "CCACHE_DIR": str(root / "ccache"), "SOURCE_DATE_EPOCH": "1767323045",
-                      "CUDA_WHEEL_CI_CACHE": str(cache_dir())}
+                      "WHEELCI_CACHE_DIR": str(cache_dir())}
 
 
 def build_on(tmp_path: Path, name: str, project: Path, args: list[str], cache: str | None) -> tuple[str, dict]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests._wheels import run_stage
-from wheelci.compile import hints
+from wheelci.compile import hints, progress
 from wheelci.errors import CiError, Finding
 from wheelci.util import log
 from tests import _proc
@@ -93,12 +93,46 @@ def test_what_the_log_does_not_show_is_not_guessed():
 
 
 def test_a_build_tools_count_is_read_from_its_own_lines():
-    assert hints.progress(b"[3/12] Building CXX object CMakeFiles/_C.dir/csrc/op.cpp.o\n") == "3/12 steps"
-    assert hints.progress(b"[0/2] Generating gen.c\n") == "0/2 steps"
-    assert hints.progress(b"[ 42%] Building CXX object CMakeFiles/_C.dir/op.cpp.o\n") == "42%"
-    assert hints.progress(b"[100%] Linking CXX shared module _C.so\n") == "100%"
-    for other in (b"[INFO] compiling\n", b"c++ -c [1/2].cpp\n", b"\n", b"[1/2]\n"):
-        assert hints.progress(other) is None
+    assert progress.read(b"[3/12] Building CXX object CMakeFiles/_C.dir/csrc/op.cpp.o\n") == progress.Count(3, 12, "files")
+    assert progress.read(b"[0/2] Generating gen.c\n") == progress.Count(0, 2, "files")
+    assert progress.read(b"[ 42%] Building CXX object CMakeFiles/_C.dir/op.cpp.o\n") == progress.Count(42, 100, "%")
+    assert progress.read(b"[100%] Linking CXX shared module _C.so\n") == progress.Count(100, 100, "%")
+    for other in (b"[INFO] compiling\n", b"c++ -c [1/2].cpp\n", b"\n", b"[1/2]\n", b"building 'x._C' extension\n"):
+        assert progress.read(other) is None, other
+    # setuptools without ninja: each compiler run it prints is a file compiled, with no total
+    gcc = (b"x86_64-linux-gnu-gcc -Wno-unused-result -fPIC -I/usr/include/python3.11 -c csrc/tiny.cpp "
+           b"-o build/temp.linux-x86_64-cpython-311/csrc/tiny.o -std=c++17\n")
+    nvcc = b"/usr/local/cuda-13.0/bin/nvcc -I/x/include -c csrc/tiny_cuda.cu -o build/t/tiny_cuda.o --use_fast_math\n"
+    first = progress.read(gcc)
+    assert first == progress.Count(1, None, "compiled")
+    assert progress.read(nvcc, first) == progress.Count(2, None, "compiled")
+    assert progress.read(b"g++ -shared build/t/tiny.o -o build/lib/_C.so\n", first) is None  # a link, no source
+
+
+def test_the_time_left_is_projected_at_the_pace_since_the_first_count():
+    c = progress.Count
+    assert progress.estimate((100.0, c(0, 12, "files")), (160.0, c(3, 12, "files"))) == 180.0  # 20 s a file, 9 to go
+    assert progress.estimate((100.0, c(3, 12, "files")), (100.0, c(3, 12, "files"))) is None  # no pace yet
+    assert progress.estimate((0.0, c(1, None, "compiled")), (9.0, c(4, None, "compiled"))) is None  # no total
+    assert progress.estimate((0.0, c(0, 2, "files")), (5.0, c(2, 2, "files"))) is None  # done
+    assert progress.estimate((0.0, c(10, 100, "%")), (60.0, c(40, 100, "%"))) == 120.0
+    assert progress.describe(c(3, 12, "files"), 540.0) == "3 of 12 files, about 9 min 0 s left"
+    assert progress.describe(c(42, 100, "%"), None) == "42% of the steps"
+    assert progress.describe(c(1, None, "compiled"), None) == "1 file compiled"
+    assert progress.describe(c(3, 12, "files"), -5.0) == "3 of 12 files, past the estimate"
+
+
+def test_a_tracker_says_the_status_at_any_moment():
+    now = [0.0]
+    tracker = progress.Tracker(clock=lambda: now[0])
+    assert tracker() == "" and not tracker.feed(b"-- Configuring done\n")
+    now[0] = 30.0  # a configure's time is not the compile's pace
+    assert tracker.feed(b"[0/4] Building CXX object a.o\n")
+    now[0] = 90.0
+    assert tracker.feed(b"[2/4] Building CXX object b.o\n")
+    assert tracker() == "2 of 4 files, about 1 min 0 s left"
+    now[0] = 110.0  # the timer's line a while later: the estimate counts down
+    assert tracker() == "2 of 4 files, about 40 s left"
 
 
 # --- the ticker: a terminal's status line, CI's heartbeat ----------------------------------------
@@ -112,10 +146,11 @@ def voice(monkeypatch):
 
 def test_a_terminal_gets_one_status_line_redrawn_and_cleared(voice, capsys):
     with log.Ticker("compiling", terminal=True) as ticker:
-        ticker.update(hints.progress(b"[12/40] Building CXX object op.cpp.o\n"))
+        tracker = progress.Tracker()
+        ticker.update(tracker if tracker.feed(b"[12/40] Building CXX object op.cpp.o\n") else None)
         ticker.update(None)  # a line with no count changes nothing
     err = capsys.readouterr().err
-    assert re.search(r"\rcompiling, \d+ s, 12/40 steps\033\[K", err) and err.endswith("\r\033[K"), repr(err)
+    assert re.search(r"\rcompiling, \d+ s, 12 of 40 files\033\[K", err) and err.endswith("\r\033[K"), repr(err)
     assert "\n" not in err  # the line is redrawn in place, never added to
 
 
@@ -139,7 +174,7 @@ def test_the_heartbeat_interval_is_set_or_refused(voice, monkeypatch):
     assert log.heartbeat_seconds() == 0.5
     for bad in ("soon", "0", "-1", "nan", "inf"):
         monkeypatch.setenv(log.HEARTBEAT, bad)
-        with pytest.raises(CiError, match=rf"^CI_HEARTBEAT='{bad}': not a number of seconds above 0$"):
+        with pytest.raises(CiError, match=rf"^{log.HEARTBEAT}='{bad}': not a number of seconds above 0$"):
             log.heartbeat_seconds()
     assert [log.duration(s) for s in (0, 59.9, 60, 185, 3725)] == ["0 s", "59 s", "1 min 0 s", "3 min 5 s", "1 h 2 min"]
 

@@ -73,7 +73,7 @@ def test_any_requirement_text_is_answered(requires):
 
 
 def test_the_file_is_named_by_its_content(tmp_path, monkeypatch):
-    monkeypatch.setenv("CUDA_WHEEL_CI_CACHE", str(tmp_path))
+    monkeypatch.setenv("WHEELCI_CACHE_DIR", str(tmp_path))
     a = constraints.ensure_file(["ninja==1.13.2"])
     assert a.read_text() == "ninja==1.13.2\n" and a == constraints.file_for(["ninja==1.13.2"])
     assert constraints.file_for(["ninja==1.11.1"]) != a

@@ -1,5 +1,5 @@
 """The documentation against the code: every link in README.md and docs/ lands on a file and heading
-that exist, docs/reference.md names every option of every stage and every [tool.ci] key, and the
+that exist, docs/reference.md names every option of every stage and every [tool.wheelci] key, and the
 README's first screen shows the two commands a fresh clone runs."""
 
 from __future__ import annotations
@@ -82,9 +82,9 @@ def test_the_reference_names_every_option(stage):
 def test_the_reference_names_every_tool_ci_key():
     from wheelci.config.project import SETTINGS
 
-    table = REFERENCE.read_text().split("## `[tool.ci]`", 1)[1].split("\n## ", 1)[0]
+    table = REFERENCE.read_text().split("## `[tool.wheelci]`", 1)[1].split("\n## ", 1)[0]
     missing = [key for key in SETTINGS if f"| `{key}` |" not in table]
-    assert not missing, f"docs/reference.md's [tool.ci] table lacks {missing}"
+    assert not missing, f"docs/reference.md's [tool.wheelci] table lacks {missing}"
 
 
 def test_the_readme_shows_the_fresh_clone_commands_first():

@@ -239,3 +239,11 @@ def test_the_engine_is_a_type_the_plan_and_the_steps_read():
     assert "made on first use" in Engine.HOST.torch_source and "image" in Engine.DOCKER.torch_source
     assert f"{Engine.HOST}" == str(Engine.HOST) == "host" == Engine("host")
     assert json.dumps({"engine": Engine.PODMAN}) == '{"engine": "podman"}'
+
+
+def test_cibuildwheels_engine_setting_gets_the_runs_label():
+    """The label a stopped build removes its containers by (wheelci.engine.containers_of_this_run) goes
+    into cibuildwheel's create_args, before the plan's own."""
+    assert engine.with_label("docker; create_args: --network=host '--volume=/a b:/c'", "--label=x=1") == \
+        "docker; create_args: --label=x=1 --network=host '--volume=/a b:/c'"
+    assert engine.with_label("podman", "--label=x=1") == "podman; create_args: --label=x=1"

@@ -43,13 +43,17 @@ def tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-def earlier_build(out: Path) -> Path:
-    """-w as a passed earlier build left it: its wheel and the report that vouches for it."""
+def earlier_build(out: Path, manifest: bool = True) -> Path:
+    """-w as a passed earlier build left it: its wheel, the report that vouches for it and the ownership
+    manifest that makes both ours (without it: a user's files that look like ours)."""
     wheel = make_wheel(out, "tiny-ext", {"tiny_ext/__init__.py": b""}, version="0.1.0",
                        tag="cp311-cp311-manylinux_2_28_x86_64")
     report = {"passed": True, "failed_step": None, "wheels": [{"name": wheel.name, "role": "main"}]}
     (out / "report.json").write_text(json.dumps(report))
     (out / "report.md").write_text("## the earlier build: passed\n")
+    if manifest:
+        (out / ".wheelci-owned.json").write_text(json.dumps(
+            {"version": 1, "groups": {"build": [wheel.name], "report": ["report.json", "report.md"]}}))
     return wheel
 
 
@@ -98,6 +102,26 @@ def test_an_interrupted_rebuild_sets_the_earlier_wheel_aside(tmp_path, signum):
     assert not list(out.glob("*.whl")), tree(out)
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] is False and (out / report["set_aside"] / wheel.name).is_file()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_build_replaces_an_earlier_builds_report_with_its_own(tmp_path, signum):
+    """A stopped build left the previous build's report.md in -w, describing another failure as if current."""
+    out, work = tmp_path / "wheelhouse", tmp_path / "work"
+    out.mkdir()
+    (out / "report.json").write_text(json.dumps({"passed": False, "failed_step": "verify", "wheels": []}))
+    (out / "report.md").write_text("## the earlier build\n**Stopped at step verify**: another failure\n")
+    project = failing_project(tmp_path, "import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
+    returncode, stderr = interrupted_build(project, out, work, signum, wait=240)
+    assert returncode == 128 + signum, stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    (compiled,) = [s for s in report["steps"] if s["name"] == "compile"]
+    why = "stopped by SIGTERM" if signum == signal.SIGTERM else "stopped by Ctrl-C (SIGINT)"
+    assert report["failed_step"] == "compile" and report["passed"] is False, report
+    assert compiled["status"] == "interrupted" and compiled["error"] == why, compiled
+    md = (out / "report.md").read_text()
+    assert "another failure" not in md and f"**Stopped at step compile** (interrupted after" in md and why in md, md
+    assert not list(out.glob("*.whl"))
 
 
 def test_a_link_planted_in_the_kept_tree_is_replaced_never_followed(tmp_path):
@@ -222,3 +246,29 @@ def test_a_users_report_md_in_the_wheel_dir_is_refused_not_replaced(tmp_path):
     r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", "host", "-w", out)
     assert r.returncode == 2 and "report.md, which no wheelci build wrote" in error_line(r), r.stderr
     assert (out / "report.md").read_text() == "USER NOTES\n" and sorted(p.name for p in out.iterdir()) == ["report.md"]
+
+
+def test_a_report_shaped_like_ours_without_the_manifest_is_a_users_and_nothing_moves(tmp_path):
+    """A report.json in -w shaped like an earlier build's, naming the user's own wheel: no manifest lists
+    it, so it is the user's: the build is refused in one line, the wheel and the report never moved."""
+    out = tmp_path / "wheelhouse"
+    wheel = earlier_build(out, manifest=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    r = run_stage("ci.build", failing_project(tmp_path), "--cpu", "--engine", "host", "-w", out,
+                  "--work-dir", tmp_path / "work")
+    assert r.returncode == 2 and "which no wheelci build wrote there" in error_line(r), r.stderr[-3000:]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before and (out / wheel.name).is_file()
+
+
+def test_only_the_manifest_makes_a_wheel_ours_to_set_aside(tmp_path):
+    """The manifest lists the report and one wheel: a failed build sets those aside, never the user's
+    other wheel, nor a directory named like a report."""
+    from wheelci.util.owned import output_dir
+
+    out = tmp_path / "wheelhouse"
+    wheel = earlier_build(out)
+    users = make_wheel(out, "users-own", {"users_own/__init__.py": b""}, version="1.0", tag="py3-none-any")
+    with output_dir(out, "-w") as held:
+        assert held.owned == {wheel.name, "report.json", "report.md"}
+        aside = held.set_aside([wheel.name, users.name, "report.json", "report.md"])
+    assert aside and (out / aside / wheel.name).is_file() and (out / users.name).is_file()

@@ -120,7 +120,7 @@ def test_public_image_wins_where_one_fits():
 
 
 def test_registry_prefixes_our_images():
-    env = {"CI_IMAGE_REGISTRY": "ghcr.io/acme/"}
+    env = {"WHEELCI_IMAGE_REGISTRY": "ghcr.io/acme/"}
     assert plan_for("11.8", "2.7.1", env=env).image == "ghcr.io/acme/cuda-wheel-ci/manylinux_2_28_x86_64_cuda_11.8"
     assert plan_for("11.8", "2.5.1", env=env).image == "sameli/manylinux2014_x86_64_cuda_11.8"
 
@@ -129,7 +129,7 @@ def test_the_plan_reads_the_environment_it_is_given_never_the_process_one(monkey
     """make_plan is a function of its inputs: the process's variables change nothing, the given ones do."""
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    given = {"CI_IMAGE_REGISTRY": "ghcr.io/acme", "CCACHE_DIR": str(tmp_path / "cc")}
+    given = {"WHEELCI_IMAGE_REGISTRY": "ghcr.io/acme", "CCACHE_DIR": str(tmp_path / "cc")}
     before = plan_for("11.8", "2.7.1")
     for name, value in {**given, "SSL_CERT_FILE": str(ca)}.items():
         monkeypatch.setenv(name, value)
@@ -318,7 +318,7 @@ def test_the_image_check_names_a_too_new_gcc(tmp_path):
 
 @pytest.mark.parametrize("value", ["BUILD_RUNNER=ON", "a b", "it's", 'say "hi"', "x;y&z|w", "", "$HOME/lib", "a\\b", "it's a\\b"])
 def test_project_env_survives_cibuildwheels_parser(value):
-    """[tool.ci] env / --env reach the container as cibuildwheel itself reads them (its own parser)."""
+    """[tool.wheelci] env / --env reach the container as cibuildwheel itself reads them (its own parser)."""
     from cibuildwheel.environment import parse_environment
 
     plan = pl.make_plan(pl.Request(cuda=None, engine="docker"), run=pl.RunSettings(build_env={"MY_VALUE": value, "OTHER": "1"}))
@@ -328,7 +328,7 @@ def test_project_env_survives_cibuildwheels_parser(value):
 
 @pytest.mark.parametrize("patterns", [["libfoo*.so*"], ["lib bar.so", "it's*.so", "x;rm -rf y"]])
 def test_excludes_reach_the_containers_repair_as_cibuildwheel_runs_it(patterns):
-    """The container's repair command was a fixed string: --exclude and [tool.ci] exclude were
+    """The container's repair command was a fixed string: --exclude and [tool.wheelci] exclude were
     dropped, and auditwheel grafted what the host build would have left out."""
     import shlex
     from cibuildwheel.util.helpers import prepare_command
@@ -403,7 +403,7 @@ def test_the_dry_run_says_a_build_environment_is_reused_only_when_one_is_there(t
     from wheelci.compile.hostenv import STAMP
 
     cache = tmp_path / "cache"
-    r = run_stage("ci.build", "--cpu", "--engine", "host", "--dry-run", env={"CUDA_WHEEL_CI_CACHE": str(cache)})
+    r = run_stage("ci.build", "--cpu", "--engine", "host", "--dry-run", env={"WHEELCI_CACHE_DIR": str(cache)})
     assert r.returncode == 0, r.stderr
     (row,) = [line for line in r.stdout.splitlines() if line.startswith("torch ")]
     assert "none cached yet: this build makes one at " in row and "reused" not in row and "cached build" not in row
@@ -415,7 +415,7 @@ def test_the_dry_run_says_a_build_environment_is_reused_only_when_one_is_there(t
     (root / "bin").mkdir()
     (root / "bin" / "python").symlink_to(sys.executable)
     (root / STAMP).write_text(json.dumps({"site": str(site), "version": "2.13.0+cpu", "cuda": None, "requires": []}))
-    r = run_stage("ci.build", "--cpu", "--engine", "host", "--dry-run", env={"CUDA_WHEEL_CI_CACHE": str(cache)})
+    r = run_stage("ci.build", "--cpu", "--engine", "host", "--dry-run", env={"WHEELCI_CACHE_DIR": str(cache)})
     (row,) = [line for line in r.stdout.splitlines() if line.startswith("torch ")]
     assert f"the cached build environment {root} (torch 2.13.0+cpu), reused" in row
 
@@ -433,7 +433,7 @@ def test_a_setup_py_only_project_is_refused_at_once_for_a_container_build(tmp_pa
     cache, out = tmp_path / "cache", tmp_path / "out"
     args = ["--dry-run"] if dry_run else ["-w", out]
     r = run_stage("ci.build", project, "--cuda", "13.0", "--engine", "docker", *args,
-                  env={"CUDA_WHEEL_CI_CACHE": str(cache)})
+                  env={"WHEELCI_CACHE_DIR": str(cache)})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "setup.py without a pyproject.toml" in r.stderr and "--engine host" in r.stderr, r.stderr
     assert "[build-system] requires lists setuptools and torch" in r.stderr and "Traceback" not in r.stderr

@@ -45,7 +45,7 @@ def test_a_sparse_64_gib_project_file_is_refused_by_its_size(tmp_path):
     big = sparse(p / "data.bin", 64 * 2**30)
     out = tmp_path / "out"
     r = bounded_stage("ci.build", p, "--cpu", "--engine", "host", "-w", out,
-                      env={"CUDA_WHEEL_CI_CACHE": str(tmp_path / "cache")})
+                      env={"WHEELCI_CACHE_DIR": str(tmp_path / "cache")})
     assert r.returncode == 2, r.stderr
     line = one_error_line(r.stderr)
     assert str(big) in line and "64.0 GiB" in line and "4.0 GiB" in line, line
@@ -56,7 +56,7 @@ def test_a_sparse_pyproject_is_refused_in_a_dry_run(tmp_path):
     p = project(tmp_path)
     sparse(p / "pyproject.toml", 64 * 2**30)
     r = bounded_stage("ci.build", p, "--cpu", "--engine", "host", "--dry-run",
-                      env={"CUDA_WHEEL_CI_CACHE": str(tmp_path / "cache")})
+                      env={"WHEELCI_CACHE_DIR": str(tmp_path / "cache")})
     assert r.returncode == 2, r.stderr
     line = one_error_line(r.stderr)
     assert f"{p / 'pyproject.toml'} is {64 * 2**30} bytes" in line and "16 MiB" in line, line

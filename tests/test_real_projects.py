@@ -6,7 +6,8 @@ per layout the generic path once failed on; and a project with a git submodule.
   `[build-system]`, CUDA always (no CPU build), `-fopenmp -lgomp`, `install_requires` torch>=1.1 and
   numpy. No tests in the sdist: `real_projects/check_spatial_correlation.py` checks its kernel.
 - torch-linear-assignment 0.0.6: builds its CUDA backend only when `torch.cuda.is_available()` or
-  `FORCE_CUDA=1`: on a GPU-less builder `--cuda` without the switch is a finding, with it a CUDA wheel.
+  `FORCE_CUDA=1`: the plan sets the switch it reads, so `--cuda` alone makes a CUDA wheel; turned off
+  (`--env FORCE_CUDA=0`), the CPU-only wheel is a finding.
 
 Each sdist is fetched by its pinned sha256 (a different file is refused), cached.
 """
@@ -102,19 +103,23 @@ def test_root_level_cuda_only_module_with_a_pep518_only_pyproject(tmp_path):
     assert "torch==2.13.0" in built["requires"] and "torch>=1.1" not in built["requires"], built["requires"]
 
 
-def test_cuda_only_when_forced_is_a_finding_without_the_switch_and_a_cuda_wheel_with_it(tmp_path):
-    """torch-linear-assignment asks `torch.cuda.is_available()`: False here, so a plain --cuda build
-    makes a CPU-only wheel, which must not pass as +cu130."""
+def test_cuda_only_when_forced_is_forced_by_the_plan_and_a_finding_when_turned_off(tmp_path):
+    """torch-linear-assignment asks `torch.cuda.is_available()`, False here, or FORCE_CUDA: the plan reads
+    its setup.py and sets FORCE_CUDA=1, so a plain --cuda build makes a CUDA wheel; turned off by the
+    user, the CPU-only wheel must not pass as +cu130."""
     source = sdist("torch-linear-assignment")
-    r, _, wheels = build(tmp_path / "plain", source, "--cuda", "13.0", "--arch-list", "9.0")
+    plain = ("--cuda", "13.0", "--arch-list", "9.0")
+    dry = run_stage("ci.build", source, "--engine", "host", *plain, "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout)["switches"] == {"FORCE_CUDA": "1"}, dry.stderr[-2000:]
+    r, _, wheels = build(tmp_path / "off", source, *plain, "--env", "FORCE_CUDA=0")
     assert r.returncode == 1 and not wheels, r.stderr[-3000:]
     last = r.stderr.strip().splitlines()[-1]
-    assert "no device code" in last and "--env FORCE_CUDA=1" in last, last
+    assert "no device code" in last and "FORCE_CUDA=1" in last, last
 
     from tests.test_real_projects_cpu import verified_build  # the CUDA build: once per key, as above
 
     wheel, report, _ = verified_build("torch-linear-assignment", tmp_path / "forced", CHECKS / "check_linear_assignment.py",
-                                      ("--cuda", "13.0", "--arch-list", "9.0", "--env", "FORCE_CUDA=1"))
+                                      plain)
     assert "+pt2.13.0.cu130-" in wheel.name
     checks = report["verify"]
     assert checks["import torch_linear_assignment"] == "ok" and checks["test_command"].startswith("ok"), checks

@@ -259,7 +259,7 @@ def test_a_mirror_with_a_token_is_read_and_the_token_kept_nowhere(index_dir, tmp
         url = server.url.replace("http://", "http://user:s3cr3t-token@") + "simple"
         release = TorchIndex(url, tmp_path / "cache").release("2.99.0")
         p = pl.make_plan(pl.Request(engine="host", cuda="13.3", torch="2.99.0", torch_index_url=url),
-                         project_dir=ROOT, env={"CUDA_WHEEL_CI_CACHE": str(tmp_path / "c2")})
+                         project_dir=ROOT, env={"WHEELCI_CACHE_DIR": str(tmp_path / "c2")})
         with pytest.raises(CiError) as e:
             TorchIndex(url.replace("/simple", "/nowhere"), tmp_path / "cache").release("2.99.0")
     assert release.cuda == "13.3" and "s3cr3t" not in release.source
@@ -268,3 +268,28 @@ def test_a_mirror_with_a_token_is_read_and_the_token_kept_nowhere(index_dir, tmp
     page = json.dumps({"meta": {"api-version": "1.0"}, "name": "torch", "files": [
         {"filename": "torch-2.99.0-cp311-cp311-manylinux_2_28_x86_64.whl", "url": "file:///etc/passwd", "hashes": {}}]})
     assert parse_page(page.encode(), "application/vnd.pypi.simple.v1+json", "http://h/simple/torch/") == []
+
+
+def test_metadata_must_name_torch_and_one_version():
+    """Metadata naming another project, or torch twice, or two Version headers (the second a lie) is no
+    release: refused in one line, whatever the files around it say."""
+    good = metadata_text("torch", "2.99.0", (TOOLKIT,))
+    assert parse_release(good, names("2.99.0"), "s").version == "2.99.0"
+    for text, why in ((metadata_text("torch-lookalike", "2.99.0", (TOOLKIT,)), "not torch"),
+                      (good.replace("Name: torch", "Name: torch\nName: evil"), "not torch"),
+                      (good.replace("Version: 2.99.0", "Version: 2.99.0\nVersion: 2.98.0"), "2 Version headers"),
+                      (good.replace("Name: torch\n", ""), "not torch")):
+        with pytest.raises(CiError, match=why) as e:
+            parse_release(text, names("2.99.0"), "s")
+        assert "\n" not in str(e.value)
+
+
+def test_an_index_whose_metadata_names_another_project_is_refused(index_dir, tmp_path):
+    lying = tmp_path / "lying"
+    shutil.copytree(index_dir, lying)
+    (meta,) = [m for m in lying.glob("torch-2.99.0-cp312*.metadata")]
+    meta.write_text(meta.read_text().replace("Name: torch", "Name: not-torch"))
+    index = TorchIndex((lying / "simple").as_uri(), tmp_path / "cache")
+    with pytest.raises(CiError, match="not torch's metadata"):
+        index.release("2.99.0")
+    assert not list((tmp_path / "cache").rglob("2.99.0.json"))

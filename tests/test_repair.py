@@ -129,7 +129,7 @@ def test_repairing_into_the_inputs_directory_never_replaces_the_input(tmp_path):
 
 
 def test_exclude_keeps_a_library_out_of_the_wheel(tmp_path):
-    """ci.repair --exclude (what the container build passes for --exclude and [tool.ci] exclude):
+    """ci.repair --exclude (what the container build passes for --exclude and [tool.wheelci] exclude):
     libbz2 is grafted by default (no manylinux policy lists it) and left out when excluded."""
     src = tmp_path / "z.c"
     src.write_text("extern const char *BZ2_bzlibVersion(void);\nconst char *v(void) { return BZ2_bzlibVersion(); }\n")

@@ -114,11 +114,16 @@ def test_report_md_stays_bounded_whatever_the_report_holds():
 def test_a_fifo_or_link_in_place_of_the_report_is_no_report_and_never_blocks(tmp_path):
     import os
 
+    import pytest
+
     from wheelci import report
+    from wheelci.errors import CiError
 
     os.mkfifo(tmp_path / "report.json")  # read as a file, it would block until a writer came
-    assert report.vouched(tmp_path) == []
+    with pytest.raises(CiError, match="which no wheelci build wrote"):
+        report.refuse_foreign_reports(tmp_path)
     (tmp_path / "report.json").unlink()
     (tmp_path / "elsewhere.json").write_text('{"wheels": [{"name": "x-1.0-py3-none-any.whl"}]}')
     (tmp_path / "report.json").symlink_to(tmp_path / "elsewhere.json")
-    assert report.vouched(tmp_path) == []
+    with pytest.raises(CiError, match="which no wheelci build wrote"):
+        report.refuse_foreign_reports(tmp_path)

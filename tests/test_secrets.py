@@ -2,7 +2,7 @@
 success and failure paths, with and without --verbose; no canary may appear on stdout, stderr, in any file
 under -w or --work-dir, or in $GITHUB_STEP_SUMMARY.
 
-The inputs: URL userinfo in --torch-index-url, --upload and the PIP_* index URLs; --env and [tool.ci] env
+The inputs: URL userinfo in --torch-index-url, --upload and the PIP_* index URLs; --env and [tool.wheelci] env
 values; TWINE_PASSWORD, a .pypirc password, and a CI token in the environment; a --compile-cache URL's
 password and the S3 keys its store takes from the environment. The build's own compile
 prints every variable it was given (a chatty build backend), so the compile log must be redacted too.
@@ -41,7 +41,7 @@ def leaks(text: str) -> list[str]:
 
 def files_leaks(*roots: Path) -> dict[str, list[str]]:
     """Canaries in the files under roots, less the work directory's copy of the project's own sources
-    (a [tool.ci] env value is in the project's pyproject.toml: the user wrote it there)."""
+    (a [tool.wheelci] env value is in the project's pyproject.toml: the user wrote it there)."""
     out = {}
     for root in roots:
         for path in (p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
@@ -61,14 +61,14 @@ def closed_port() -> int:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """An empty loopback index (pip asks it and finds nothing), the canary environment, a .pypirc, and a
-    copy of tiny_ext whose [tool.ci] env and setup.py carry canaries."""
+    copy of tiny_ext whose [tool.wheelci] env and setup.py carry canaries."""
     tmp = tmp_path_factory.mktemp("secrets")
     (tmp / "empty").mkdir()
     project = tmp / "tiny_ext"
     shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     text = (project / "pyproject.toml").read_text()
     (project / "pyproject.toml").write_text(text.replace(
-        "[tool.ci]\n", f'[tool.ci]\nenv = {{ SERVICE_KEY = "{CANARIES["toolci_env"]}" }}\n'))
+        "[tool.wheelci]\n", f'[tool.wheelci]\nenv = {{ SERVICE_KEY = "{CANARIES["toolci_env"]}" }}\n'))
     with StaticServer(tmp / "empty", tmp / "static.log") as index:
         host = index.url.split("//", 1)[1].rstrip("/")
         env = {
@@ -294,3 +294,33 @@ def test_the_dry_run_names_what_a_host_build_takes_from_the_shell(world):
     assert inherited["CFLAGS"] == "-O2 -march=x86-64-v2" and inherited["MAX_JOBS"] == "1"
     assert inherited["PIP_EXTRA_INDEX_URL"].startswith("http://127.0.0.1:")  # shown, without its password
     assert_clean(r)
+
+
+@pytest.mark.parametrize("name", ["SSH_KEY", "AWS_ACCESS_KEY_ID", "SSH_AUTH_SOCK_PASS", "DEPLOY_KEY", "GH_TOKEN",
+                                  "MY_SECRET_VALUE", "DB_PASSWD", "NPM_AUTH", "GOOGLE_CREDENTIALS", "SSH_PRIVATE"])
+def test_a_variable_named_as_a_secret_is_never_shown(name):
+    """docs/guarantees.md promised `*_KEY` variables are never shown; SSH_KEY and AWS_ACCESS_KEY_ID were:
+    the value, echoed back in the one error line of a bad --cuda, prints as ***."""
+    canary = f"cnry{name.lower().replace('_', '')}Q7zX"
+    r = run_stage("ci.plan", "--cuda", canary, env={name: canary})
+    assert r.returncode == 2 and canary not in r.stdout + r.stderr and "***" in r.stderr, r.stderr
+
+
+def test_ordinary_names_are_not_secrets():
+    from wheelci.util.secret import is_secret_name
+
+    for name in ("PATH", "HOME", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "KEYBOARD", "MONKEY", "SSHD", "CC"):
+        assert not is_secret_name(name), name
+    assert is_secret_name("ssh_key") and is_secret_name("Aws_Secret_Access_Key")
+
+
+def test_the_docs_show_the_secret_name_rule_the_code_applies():
+    """docs/guarantees.md's secret-names section is what wheelci.util.secret generates from its one rule."""
+    import re
+
+    from wheelci.util.secret import names_doc
+
+    text = (ROOT / "docs" / "guarantees.md").read_text()
+    m = re.search(r"<!-- secret-names:[^>]*-->\n(.*?)\n\s*<!-- /secret-names -->", text, re.S)
+    assert m is not None, "docs/guarantees.md lost its secret-names section"
+    assert " ".join(m.group(1).split()) == names_doc()

@@ -1,4 +1,4 @@
-"""[tool.ci] is read into a typed model: unknown keys are refused with a suggestion, each value is
+"""[tool.wheelci] is read into a typed model: unknown keys are refused with a suggestion, each value is
 type-checked, a string where a list is wanted is one item (never one item per character), and
 command-line options win. Checked through `ci.build --dry-run` on a copy of the setuptools fixture."""
 
@@ -21,9 +21,9 @@ def project_with(tmp_path: Path, table: str) -> Path:
     dest = tmp_path / "tiny_ext"
     shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     text = (dest / "pyproject.toml").read_text()
-    start = text.index("[tool.ci]")
+    start = text.index("[tool.wheelci]")
     end = text.index("[tool.pytest")
-    (dest / "pyproject.toml").write_text(text[:start] + "[tool.ci]\n" + table + "\n\n" + text[end:])
+    (dest / "pyproject.toml").write_text(text[:start] + "[tool.wheelci]\n" + table + "\n\n" + text[end:])
     return dest
 
 
@@ -40,15 +40,15 @@ def test_a_list_test_command_runs_each_command(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("table, words", [
-    ('test_command = "pytest"', "unknown key 'test_command' in [tool.ci] (did you mean 'test-command'?)"),
-    ('limt = "pypi"', "unknown key 'limt' in [tool.ci] (did you mean 'limit'?)"),
-    ("limit = true", "[tool.ci] limit must be a size or a profile name (a string), not true"),
-    ("exclude = [1, 2]", "[tool.ci] exclude must be a string or a list of strings"),
-    ("env = { A = 1 }", "[tool.ci] env must be a table of strings"),
-    ('env = { "not a name" = "x" }', "[tool.ci] env: 'not a name' is not a variable name"),
-    ("test-requires = 3", "[tool.ci] test-requires must be a string or a list of strings"),
-    ("test-command = []", "[tool.ci] test-command must be a non-empty string or list of strings"),
-    ('[tool.ci.extra]\nx = 1', "unknown key 'extra' in [tool.ci]"),
+    ('test_command = "pytest"', "unknown key 'test_command' in [tool.wheelci] (did you mean 'test-command'?)"),
+    ('limt = "pypi"', "unknown key 'limt' in [tool.wheelci] (did you mean 'limit'?)"),
+    ("limit = true", "[tool.wheelci] limit must be a size or a profile name (a string), not true"),
+    ("exclude = [1, 2]", "[tool.wheelci] exclude must be a string or a list of strings"),
+    ("env = { A = 1 }", "[tool.wheelci] env must be a table of strings"),
+    ('env = { "not a name" = "x" }', "[tool.wheelci] env: 'not a name' is not a variable name"),
+    ("test-requires = 3", "[tool.wheelci] test-requires must be a string or a list of strings"),
+    ("test-command = []", "[tool.wheelci] test-command must be a non-empty string or list of strings"),
+    ('[tool.wheelci.extra]\nx = 1', "unknown key 'extra' in [tool.wheelci]"),
 ])
 def test_bad_settings_are_one_line_before_anything_runs(tmp_path: Path, table: str, words: str) -> None:
     project = project_with(tmp_path, table)
@@ -61,7 +61,7 @@ def test_bad_settings_are_one_line_before_anything_runs(tmp_path: Path, table: s
 
 def test_a_broken_pyproject_is_one_line(tmp_path: Path) -> None:
     project = project_with(tmp_path, 'limit = "pypi"')
-    (project / "pyproject.toml").write_bytes(b"[tool.ci]\nlimit = \xff\n")
+    (project / "pyproject.toml").write_bytes(b"[tool.wheelci]\nlimit = \xff\n")
     r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run")
     (line,) = r.stderr.strip().splitlines()
     assert r.returncode == 2 and "pyproject.toml" in line and "unexpected" not in line, r.stderr
@@ -181,7 +181,7 @@ def test_an_sdist_made_with_tar_dot_has_a_root_member(tmp_path):
 
 
 def project_file(tmp_path: Path, old: str, new: str) -> Path:
-    """The setuptools fixture with one line of its pyproject.toml (outside [tool.ci]) replaced."""
+    """The setuptools fixture with one line of its pyproject.toml (outside [tool.wheelci]) replaced."""
     dest = project_with(tmp_path, 'test-requires = ["pytest"]')
     text = (dest / "pyproject.toml").read_text()
     assert old in text

@@ -609,12 +609,12 @@ def test_the_builds_split_gives_every_wheel_a_true_sbom(native_wheel: Path, tmp_
     and the main wheel kept the one written before the split (naming a content it no longer has). Now each
     wheel's SBOM is valid and listed in RECORD; the main wheel's is made again for what it holds and names
     its companions; a companion's lists the files it holds, by hash, and refers to the main wheel's SBOM."""
-    import argparse
     import dataclasses
     import hashlib
     import json
 
     from wheelci import build, sbom
+    from wheelci.config.options import Options
     from wheelci.compile.hostenv import BuildEnv
     from wheelci.plan import Request, make_plan
     from wheelci.report import BuildReport
@@ -625,7 +625,7 @@ def test_the_builds_split_gives_every_wheel_a_true_sbom(native_wheel: Path, tmp_
     plan = dataclasses.replace(plan, run=dataclasses.replace(plan.run, limit="300KB", source_date_epoch=1_700_000_000))
     site = tmp_path / "site"
     site.mkdir()
-    b = build.Build(args=argparse.Namespace(), plan=plan, project_dir=tmp_path, out_dir=tmp_path / "w")
+    b = build.Build(options=Options(), plan=plan, project_dir=tmp_path, out_dir=tmp_path / "w")
     b.work, b.env, b.wheels = tmp_path / "work", BuildEnv(tmp_path, tmp_path / "python", site, "2.13.0+cpu", None, []), \
         [native_wheel]
     b.report = BuildReport(plan={})

@@ -59,7 +59,7 @@ def example_cu13(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fixture_cpu(tmp_path_factory):
-    return build(tmp_path_factory.mktemp("fixture-cpu"), str(FIXTURE), "--cpu")  # stable-abi from [tool.ci]
+    return build(tmp_path_factory.mktemp("fixture-cpu"), str(FIXTURE), "--cpu")  # stable-abi from [tool.wheelci]
 
 
 @pytest.fixture(scope="module")

@@ -124,9 +124,9 @@ def test_a_variant_wheel_is_the_plain_wheel_plus_its_variant_json(tmp_path):
 def test_settings_read_variants(tmp_path):
     from wheelci.config.project import read_settings
 
-    (tmp_path / "pyproject.toml").write_text("[tool.ci]\nvariants = true\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.wheelci]\nvariants = true\n")
     assert read_settings(tmp_path).variants is True
-    (tmp_path / "pyproject.toml").write_text('[tool.ci]\nvariants = "yes"\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.wheelci]\nvariants = "yes"\n')
     with pytest.raises(CiError, match="variants must be true or false"):
         read_settings(tmp_path)
 

@@ -45,7 +45,7 @@ def broken_copy(wheel: Path, tmp_path: Path) -> Path:
 
 def test_verify_passes_the_real_wheel_and_fails_a_broken_one(cpu_build, tmp_path):
     site = cpu_torch_site()
-    """The example's own tests run through the generic path (--project: its [tool.ci] test command)."""
+    """The example's own tests run through the generic path (--project: its [tool.wheelci] test command)."""
     good = run_stage("ci.verify", cpu_build.wheel, "--torch-site", site, "--project", ROOT, "--json")
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["checks"][OPS] == "ok"
@@ -151,7 +151,7 @@ def test_pips_progress_never_reaches_stdout_on_a_terminal(tmp_path):
     master, slave = os.openpty()  # stderr is a terminal: pip runs without --quiet
     code = ("from wheelci.compile.hostenv import TorchSpec, ensure_env\n"
             "ensure_env(TorchSpec('0.0.0', None, None, False))\n")
-    env = dict(os.environ, CUDA_WHEEL_CI_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, WHEELCI_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
     try:
         proc = _proc.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=slave, env=env,
                          cwd=tmp_path, timeout=300)
@@ -176,7 +176,7 @@ def test_test_requirements_install_once_and_a_damaged_layer_is_made_again(cpu_bu
     """pip installed pytest into every verify venv (about 4 s a run, asking the index each time). The test
     requirements are now a layer kept in the cache: the second run installs nothing and reports the same
     checks, and a layer that lost a file or a whole distribution is made again, never used."""
-    env = {"CUDA_WHEEL_CI_CACHE": str(tmp_path / "cache")}  # a layer of this test's own
+    env = {"WHEELCI_CACHE_DIR": str(tmp_path / "cache")}  # a layer of this test's own
 
     def verify():
         r = run_stage("ci.verify", cpu_build.wheel, "--torch-site", cpu_torch_site(), "--project", ROOT, "--json",
@@ -244,7 +244,7 @@ def test_nothing_of_the_tests_hides_a_broken_wheel(tmp_path, case):
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
     requires = ["pytest", *([str(project / "req")] if "req/req.py" in files else [])]
-    (project / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "1"\n[tool.ci]\n'
+    (project / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "1"\n[tool.wheelci]\n'
                                             f'test-command = {json.dumps(command)}\n'
                                             f'test-requires = {json.dumps(requires)}\n')
     r = run_stage("ci.verify", wheel, "--torch-site", cpu_torch_site(), "--project", project, "--json")

@@ -17,19 +17,20 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wheelci import cli
+from wheelci.config import options
+from wheelci.config.options import Options
 from wheelci.errors import CiError, Finding
 from wheelci.steps import Step
 from wheelci.util import epoch, log
-from wheelci.util.sizes import parse_limit
 from wheelci.wheel.names import cuda_tag
 
 if TYPE_CHECKING:
     from wheelci.compile.hostenv import BuildEnv
     from wheelci.emulate import Target
-    from wheelci.config.project import Project, Settings
+    from wheelci.config.project import Project
     from wheelci.plan import Plan
     from wheelci.report import BuildReport
     from wheelci.util.owned import OutputDir
@@ -105,41 +106,16 @@ def verify_torches(plan, env, torch_requirement: str | None) -> list[tuple[str, 
     return out
 
 
-def resolve_project(args, work_root: Path) -> tuple["Project", "Settings"]:
-    """The project (an sdist extracted under work_root), its pyproject.toml read once, and its merged settings."""
-    from wheelci.config import project
+def run_build(given: dict[str, Any], project_arg: Path | None, project_dir: Path) -> int:
+    """The project (an sdist extracted into a temporary directory), its pyproject.toml read once, its
+    table resolved with the options and variables, then built."""
+    from wheelci.config import project as projects
 
-    given = Path(args.project) if args.project else args.project_dir
-    found = project.resolve(given, work_root)
-    settings = project.merge(found.settings, test_command=args.test_command,
-                             test_requires=args.test_requires or [], env=args.env or [],
-                             exclude=args.exclude or [], limit=args.limit, stable_abi=args.stable_abi,
-                             variants=args.variant, public_env=args.public_env or [])
-    return found, settings
-
-
-def run_build(args) -> int:
     with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
-        project, settings = resolve_project(args, Path(tmp))
-        return build_project(args, project, settings)
-
-
-def make_build_plan(args, project: "Project", settings) -> "Plan":
-    """The edge: this process's environment and the machine's facts, probed once, into make_plan."""
-    from wheelci.config.compilecache import resolve
-    from wheelci.engine import detect_facts
-    from wheelci.plan import Request, RunSettings, make_plan
-
-    parse_limit(settings.limit)  # a bad limit is bad input now, not after the compile
-    run = RunSettings(build_env=settings.env_for(args.cuda is not None), public_env=settings.public_env, excludes=settings.exclude,
-                      nvcc_source=args.nvcc, allow_no_device_code=args.allow_no_device_code,
-                      local_version=args.local_version, variants=settings.variants, limit=settings.limit,
-                      test_command=settings.test_command, test_requires=settings.test_requires, upload=args.upload,
-                      source_date_epoch=epoch.for_build(os.environ, project.root),
-                      compile_cache=resolve(args.compile_cache, settings.compile_cache, os.environ))
-    facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda, archs=Request.from_args(args, None).archs)
-    return make_plan(Request.from_args(args, settings.stable_abi), project_dir=project.root, run=run,
-                     env=os.environ, facts=facts, project=project)
+        found = projects.resolve(project_arg or project_dir, Path(tmp))
+        o = options.resolve("build", given, os.environ, found.settings.table)
+        from_sdist = project_arg is not None and project_arg.is_file()
+        return build_project(o, found, from_sdist)
 
 
 def host_env_state(plan: "Plan") -> str:
@@ -150,53 +126,57 @@ def host_env_state(plan: "Plan") -> str:
     return env_state(torch_spec(plan))
 
 
-def build_project(args, project: "Project", settings) -> int:
-    from wheelci.plan import format_plan
+def build_project(o: Options, project: "Project", from_sdist: bool = False) -> int:
+    from wheelci.plan import for_the_log, format_plan, plan_for
 
     project_dir = project.root
-    plan = make_build_plan(args, project, settings)
-    if args.dry_run:
-        if args.json:
+    plan = plan_for(o, project, os.environ)
+    if o.dry_run:
+        if o.json:
             cli.emit_json(plan.to_json())
         else:
-            print(format_plan(plan, build_env=None if plan.engine.container else host_env_state(plan)))
+            print(for_the_log(format_plan(plan, build_env=None if plan.engine.container else host_env_state(plan))))
         return 0
-    if args.wheel_dir is None:
+    if o.wheel_dir is None:
         raise CiError("-w/--wheel-dir is required unless --dry-run")
     if len(plan.archs) > 1:
         raise CiError(f"--archs {','.join(plan.archs)}: a build makes and verifies one architecture's wheels "
                       f"(run it once per architecture, as the workflow's jobs do; --dry-run shows them all)")
-    if args.wheel_dir.resolve() == project_dir.resolve():
-        raise CiError(f"-w {args.wheel_dir} is the project itself: its report.json and report.md would replace "
+    if o.wheel_dir.resolve() == project_dir.resolve():
+        raise CiError(f"-w {o.wheel_dir} is the project itself: its report.json and report.md would replace "
                       "the project's files; write the wheels to a directory of their own (e.g. -w wheelhouse)")
     from wheelci.report import refuse_foreign_reports
 
-    refuse_foreign_reports(args.wheel_dir)  # a build writes report.json and report.md there
-    if args.work_dir is not None:
-        work, src = args.work_dir.resolve(), project_dir.resolve()
+    refuse_foreign_reports(o.wheel_dir)  # a build writes report.json and report.md there
+    if o.work_dir is not None:
+        work, src = o.work_dir.resolve(), project_dir.resolve()
         if src.is_relative_to(work):  # inside the project is fine: a marked work directory is never copied
-            raise CiError(f"--work-dir {args.work_dir}: is the project or above it; a build replaces parts of its "
+            raise CiError(f"--work-dir {o.work_dir}: is the project or above it; a build replaces parts of its "
                           "work directory (and copies the project): give a directory of its own")
         from wheelci.util.owned import refuse_nested
 
-        refuse_nested(("-w", args.wheel_dir), ("--work-dir", args.work_dir))
+        refuse_nested(("-w", o.wheel_dir), ("--work-dir", o.work_dir))
         from wheelci.compile.workdir import own_work_dir
 
-        own_work_dir(args.work_dir)
+        own_work_dir(o.work_dir)
     if plan.engine.container:
         from wheelci.compile.container import refuse_unreachable, require_engine
 
         require_engine(plan)  # an engine that is not there is one error line, before any note
         refuse_unreachable(plan)  # nor an architecture this machine cannot run
-    # On the host, the image notes do not apply; the engine choice (auto's fallback) always does.
+    # On the host, the image notes do not apply; the engine choice (auto's fallback) and what the project's
+    # build scripts read (wheelci.config.switches: what the build sets, before the compile) always do.
+    from wheelci.config.switches import SCRIPTS
+
     for note in plan.notes:
-        if plan.engine.container or note.startswith(("engine", "the project requires")):
+        if note.startswith("warning: "):
+            log.warning(note.removeprefix("warning: "))
+        elif plan.engine.container or note.startswith(("engine", "the project requires", *SCRIPTS)):
             log.info(f"note: {note}")
     if not plan.engine.container:
         log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} "
                  "(wheelci/resources/glibc_compat/glibc_compat.h)")
-    from_sdist = args.project is not None and Path(args.project).is_file()
-    return run(Build(args=args, plan=plan, project_dir=project_dir, out_dir=args.wheel_dir, from_sdist=from_sdist))
+    return run(Build(options=o, plan=plan, project_dir=project_dir, out_dir=o.wheel_dir, from_sdist=from_sdist))
 
 
 def run(b: "Build") -> int:
@@ -216,34 +196,32 @@ def _run(b: "Build") -> int:
 
 
 def _run_held(b: "Build", cap: int | None) -> int:
-    from wheelci import report
     from wheelci.util.cache import mark_used
 
-    b.out.adopt(report.vouched(b.out_dir))  # what an earlier build's report lists is ours too
-    temporary = b.args.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
+    temporary = b.options.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
     if temporary:
         b.work = Path(tempfile.mkdtemp(prefix="ci-build-"))
-    elif b.args.work_dir is None:
+    elif b.options.work_dir is None:
         from wheelci.compile.workdir import kept_tree
         from wheelci.util.cache import cache_dir
 
         b.work = kept_tree(cache_dir("builds"), b.project_dir, b.plan)
         mark_used(b.work, measure=False)  # a prune from now on leaves it: used since its scan
     else:
-        b.work = b.args.work_dir
-    keep = b.args.keep_work or not temporary
+        b.work = b.options.work_dir
+    keep = b.options.keep_work or not temporary
     try:
         from wheelci.util.lock import locked_dir
 
         with locked_dir(b.work, f"the build tree {b.work.name}") as b.lock_fd:
             keep = run_in(b) or keep
-            if b.args.work_dir is None and not temporary:
+            if b.options.work_dir is None and not temporary:
                 mark_used(b.work)  # its size now
             keep_cache_under(cap)
     finally:
         if not keep:
             shutil.rmtree(b.work, ignore_errors=True)
-    if b.args.json:
+    if b.options.json:
         cli.emit_json(asdict(b.report))
     return 0
 
@@ -273,7 +251,7 @@ def run_in(b: "Build") -> bool:
     from wheelci.steps import run_steps
     from wheelci.util.owned import drop_links
 
-    if b.args.fresh:
+    if b.options.fresh:
         from wheelci.compile.workdir import clear_work_dir
 
         clear_work_dir(b.work)
@@ -289,9 +267,10 @@ def run_in(b: "Build") -> bool:
         raise
     except (CiError, KeyboardInterrupt):
         # a refusal (an image or engine that is not there, bad input found late) or Ctrl-C/SIGTERM: -w keeps
-        # nothing of this run unless verified wheels already reached it or earlier ones were set aside (then
-        # the report says what failed); a -w this run made goes (wheelci.util.owned, when empty)
-        if set_earlier_aside(b) or b.written:
+        # nothing of this run unless verified wheels already reached it, earlier ones were set aside, or an
+        # earlier build's report is there (then this run's report says where it stopped, never the earlier
+        # one as if current); a -w this run made goes (wheelci.util.owned, when empty)
+        if set_earlier_aside(b) or b.written or earlier_report(b):
             write_report(b)
         raise
     write_report(b)
@@ -305,7 +284,7 @@ ENV_NOISE = frozenset({
     "PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLORTERM", "COLUMNS", "LINES", "PS1", "PS2", "MAIL", "HISTFILE",
     "HISTSIZE", "HISTCONTROL", "LS_COLORS", "DISPLAY", "WINDOWID", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
     "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS", "XDG_SESSION_ID", "XDG_RUNTIME_DIR", "TMUX",
-    "TMUX_PANE", "STY", "INVOCATION_ID", "JOURNAL_STREAM", "PYTEST_CURRENT_TEST", "CI_VERBOSE", "WHEELCI_CACHE_MAX_SIZE",
+    "TMUX_PANE", "STY", "INVOCATION_ID", "JOURNAL_STREAM", "PYTEST_CURRENT_TEST", "CI_VERBOSE", "WHEELCI_VERBOSE", "WHEELCI_CACHE_MAX_SIZE",
     "GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_RUN_ATTEMPT", "GITHUB_JOB", "GITHUB_ACTION", "GITHUB_OUTPUT",
     "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STATE", "GITHUB_STEP_SUMMARY", "GITHUB_TOKEN",
     "BUILD_NUMBER", "BUILD_ID", "BUILD_URL", "BUILD_TAG", "EXECUTOR_NUMBER", "NODE_NAME"})
@@ -367,6 +346,13 @@ def set_earlier_aside(b: "Build") -> bool:
     return aside is not None
 
 
+def earlier_report(b: "Build") -> bool:
+    """An earlier build's report.md or report.json in -w (ours: a user's is refused before any step)."""
+    from wheelci.report import REPORT_FILES
+
+    return any((b.out_dir / name).is_file() for name in REPORT_FILES)
+
+
 def write_report(b: "Build") -> None:
     """report.json and report.md into -w, with where the steps stopped."""
     from wheelci import report
@@ -376,6 +362,7 @@ def write_report(b: "Build") -> None:
     b.report.passed = b.report.passed and not failed
     if not b.report.build_seconds:  # a compile that failed (or was cut off) took its time too
         b.report.build_seconds = sum(s["seconds"] for s in b.report.steps if s["name"] == "compile")
+    b.out.record("report", report.REPORT_FILES)  # ours by the manifest: the next build may replace them
     json_path, md_path = report.write(b.report, b.out_dir)
     # a failure stays one error line: the report's path is shown with --verbose
     (log.debug if failed else log.info)(f"report: {md_path}" + (f" (stopped at {failed[0]})" if failed else ""))
@@ -385,7 +372,7 @@ def write_report(b: "Build") -> None:
 class Build:
     """What the steps of one build share: the inputs, then what each step writes for the next."""
 
-    args: argparse.Namespace
+    options: Options
     plan: "Plan"
     project_dir: Path
     out_dir: Path
@@ -572,7 +559,7 @@ def check_step(b: Build) -> None:
 
     limit = b.plan.run.limit
     for wheel in b.wheels:
-        if limit and not check_wheel(wheel, limit).ok:
+        if limit and check_wheel(wheel, limit).problems:  # over the size (a label PyPI refuses: the plan said)
             from wheelci.split import split_wheel
 
             log.info(f"{wheel.name} is over the {limit} limit: splitting")
@@ -583,6 +570,17 @@ def check_step(b: Build) -> None:
         else:
             b.final.append((wheel, "main"))
     b.report.wheels = [report.wheel_report(w, excluded=b.excluded, role=role) for w, role in b.final]
+    if b.plan.cuda:  # the device code read back (wheelci.native.fatbin), against the arch list asked for
+        from wheelci.native.fatbin import mismatch_warnings
+
+        script = b.plan.script
+        for w in b.report.wheels:
+            for lib, targets in w.device_code.items():
+                log.info(f"device code: {lib.rsplit('/', 1)[-1]}: {' '.join(targets)}")
+            w.warnings = mismatch_warnings(w.device_code, b.plan.arch_list, script.gencodes if script else [],
+                                           script.gencode_scripts if script else [])
+            for warning in w.warnings:
+                log.warning(warning)
 
 
 def abi_step(b: Build) -> None:
@@ -597,6 +595,9 @@ def abi_step(b: Build) -> None:
         b.report.verify[f"abi {wheel.name}"] = f"ok ({abi.kind}, {abi.torch_requirement or 'no torch requirement'})"
 
 
+VERIFY_LOG = "verify.log"
+
+
 def verify_step(b: Build) -> None:
     """Each main wheel installed into a fresh venv over its torch (every torch of a stable wheel's range)."""
     from wheelci import report
@@ -605,6 +606,8 @@ def verify_step(b: Build) -> None:
     start = time.monotonic()
     failures: list[str] = []
     links = sorted({w.parent for w, _ in b.final})
+    output = b.work / VERIFY_LOG  # what verify's commands printed, whole: a failed check shows its cause
+    output.unlink(missing_ok=True)
     torches = verify_torches(b.plan, b.env, b.torch_requirement)
     emulated = emulation_target(b.plan)
     for label, site in torches:
@@ -622,7 +625,7 @@ def verify_step(b: Build) -> None:
             else:
                 result = verify_generic(wheel, site, project_dir=b.project_dir, test_command=b.plan.run.test_command,
                                         test_requires=b.plan.run.test_requires, find_links=links,
-                                        build_dir=b.build_dir)
+                                        build_dir=b.build_dir, log_file=output)
                 if b.plan.archs != ["x86_64"]:  # the report says where an Arm wheel was checked
                     result.checks = {"where": f"{b.plan.archs[0]}, natively on this machine", **result.checks}
             prefix = f"torch {label}: " if len(torches) > 1 else ""
@@ -632,7 +635,8 @@ def verify_step(b: Build) -> None:
     b.report.verify_seconds = round(time.monotonic() - start, 1)
     log.info(f"verify {report.verify_status(b.report) if b.report.passed else 'failed'}")
     if failures:
-        raise Finding(f"verify failed ({'; '.join(failures)}); no wheel written to {b.out_dir}")
+        whole = f"; the whole output: {output}" if output.is_file() else ""
+        raise Finding(f"verify failed ({'; '.join(failures)}); no wheel written to {b.out_dir}{whole}")
 
 
 def write_step(b: Build) -> None:
@@ -655,7 +659,7 @@ def upload_step(b: Build) -> None:
 def wheels_wanted(b: Build) -> bool:
     """Every step after the compile: not for --compile-only, whose compile only fills the compile cache
     (a fan-out job of the workflow: part of the arch list, for the job that builds the wheel)."""
-    return not getattr(b.args, "compile_only", False)
+    return not b.options.compile_only
 
 
 # The build, as data. Each step names what it reads and writes of Build; the report lists each step's
@@ -680,70 +684,21 @@ STEPS: tuple[Step[Build], ...] = (
 
 
 def build_parser() -> cli.Parser:
-    p = cli.parser("build", "Build, repair, check, verify and report a PyTorch extension's wheels.")
+    p = cli.parser("build", "Build, repair, check, verify and report a PyTorch extension's wheels. Each option "
+                   "may also be set by its WHEELCI_* variable or its [tool.wheelci] key (flags > variables > "
+                   "table > defaults).")
     p.add_argument("project", nargs="?", type=Path, help="a project directory or an sdist (.tar.gz); default: the "
-                                              "current directory")
-    what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--cuda", help="CUDA version to build for (see --dry-run for the plan)")
-    what.add_argument("--cpu", action="store_true", help="a CPU-only build")
-    p.add_argument("--torch", help="torch version to build against (default: the matrix row's)")
-    p.add_argument("--torch-index-url", help="where to get that torch (default: the matrix row's index)")
-    p.add_argument("--python", help="comma-separated Python versions (container builds)")
-    p.add_argument("--nvcc", choices=("auto", "host", "wheel"), default="auto",
-                   help="host builds: the host nvcc if its version matches (auto), only it, or NVIDIA's wheels")
-    p.add_argument("--arch-list", help='TORCH_CUDA_ARCH_LIST, e.g. "8.0;9.0" (default: the matrix row\'s)')
-    p.add_argument("--archs", metavar="ARCHS", help="machine architectures, comma-separated: x86_64 (default), "
-                                                  "aarch64, native (cibuildwheel's --archs); another than this "
-                                                  "machine's builds in a container, under QEMU emulation")
-    p.add_argument("--engine", default="auto", help="auto (default), host, docker or podman")
-    p.add_argument("--image", help="container builds: build in this image instead of the matrix's "
-                                   "(a manylinux-layout image with CUDA under /usr/local/cuda)")
-    p.add_argument("--find-links", type=Path, metavar="DIR",
-                   help="container builds: a wheel directory the container's pip uses (mounted read-only); "
-                        "torch comes from it before any index")
-    p.add_argument("--stable-abi", metavar="X.Y", help="build against LibTorch's stable ABI: one wheel per "
-                   "variant (cpu, cu12, cu13) for every torch >= X.Y (>= 2.10; default: [tool.ci] stable-abi)")
-    p.add_argument("--limit", help="size limit per wheel: pypi, github or a size like 3GB (default: [tool.ci] limit)")
-    p.add_argument("--local-version", default="auto", metavar="auto|none|LABEL",
-                   help="local version label: auto (default) names torch and CUDA, e.g. 0.1.0+pt2.13.0.cu130")
-    p.add_argument("--variant", action="store_true",
-                   help="PEP 825 wheel variants (default: [tool.ci] variants): a CUDA build writes a variant wheel "
-                        "(no local label, labelled cu130 / cu13), plus its local-labelled twin unless "
-                        "--local-version none; a CPU build writes the release's plain wheel (auto means none)")
-    p.add_argument("--test-command", help='run in the verify venv after install, e.g. "pytest {project}/tests" '
-                                          "(placeholders {project} and {wheel}; default: [tool.ci] test-command)")
-    p.add_argument("--test-requires", action="append", metavar="REQ", help="installed before the test command")
-    p.add_argument("--env", action="append", metavar="NAME=VALUE", help="set for the build, e.g. FORCE_CUDA=1; "
-                   "shown as NAME=*** unless NAME is public")
-    p.add_argument("--public-env", action="append", metavar="NAME", help="a build variable whose value may be "
-                   "shown (plan, report, logs), e.g. TORCH_CUDA_ARCH_LIST (default: [tool.ci] public-env)")
-    p.add_argument("--allow-no-device-code", action="store_true",
-                   help="accept a --cuda wheel with no compiled device code (kernels compiled at run time)")
-    p.add_argument("--exclude", action="append", metavar="PATTERN",
-                   help="another library pattern auditwheel must not graft (besides torch, CUDA, cuDNN, OpenMP)")
-    p.add_argument("-w", "--wheel-dir", type=Path, help="output directory for wheels and the report")
-    p.add_argument("--dry-run", action="store_true", help="print the plan and run nothing")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-    p.add_argument("--upload", metavar="URL", help="upload the verified wheels to this repository URL")
-    p.add_argument("--compile-cache", metavar="URL", help="share compiles through this remote store with sccache: "
-                   "redis://HOST[:PORT][/DB], http(s)://HOST/PATH (WebDAV), s3://BUCKET[/PREFIX][?endpoint=URL&region=R] "
-                   "or gha (default: $WHEELCI_COMPILE_CACHE, else [tool.ci] compile-cache; empty: none)")
-    p.add_argument("--work-dir", type=Path, help="keep build files here (default: a temporary directory)")
-    p.add_argument("--keep-work", action="store_true", help="keep the temporary work directory of an sdist's build "
-                   "(a project directory's build tree is kept anyway, in the cache)")
-    p.add_argument("--compile-only", action="store_true", help="compile and stop: no repair, verify or wheel "
-                   "in -w (its report says what the compile cache did); with --compile-cache, warms the store for "
-                   "another build (the workflow's arch-jobs)")
-    p.add_argument("--fresh", action="store_true", help="start from an empty build tree and run every step "
-                   "(default: steps whose inputs are unchanged since the last build are reused)")
+                                                         "current directory")
+    options.add_arguments(p, "build")
     p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)
     return p
 
 
-def main(args) -> int:
-    if args.cpu:
-        args.cuda = None
-    return run_build(args)
+def main(args: argparse.Namespace) -> int:
+    given = vars(args)
+    if not options.kind_given(given, os.environ):
+        raise CiError("one of the arguments --cuda --cpu is required (or WHEELCI_CUDA: a CUDA version, or cpu)")
+    return run_build(given, args.project, args.project_dir)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def parser(stage: str, description: str) -> Parser:
     through the console script, `python -m wheelci.check` through that, `python -m ci.check` here."""
     p = Parser(prog=invoked_as(stage), description=description)
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    p.add_argument("--verbose", action="store_true", help="echo each command run, as `+ cmd` (or CI_VERBOSE=1)")
+    p.add_argument("--verbose", action="store_true", help="echo each command run, as `+ cmd` (or WHEELCI_VERBOSE=1)")
     return p
 
 
@@ -118,9 +118,11 @@ def _run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | 
         raise
     for name, value in vars(args).items():
         setattr(args, name, _absolute(value))
-    from wheelci.util import log
+    from wheelci.util import log, variables
 
     log.configure(p.prog.removeprefix("python -m "))
+    for line in variables.deprecations(os.environ):
+        log.warning(line)
     if getattr(args, "verbose", False):
         log.VERBOSE = True
     as_json = bool(getattr(args, "json", False))

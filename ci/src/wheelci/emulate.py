@@ -77,7 +77,8 @@ def verify_in_container(target: Target, wheel: Path, site: Path, *, project_dir:
                         test_command: str | None, test_requires: Sequence[str], ccache: Path, tools: Path,
                         ca: str | None) -> VerifyResult:
     """wheelci.verify's checks and the project's tests, run in `target`'s image by its own interpreter."""
-    from wheelci.engine import Engine
+    from wheelci.engine import Engine, containers_of_this_run
+    from wheelci.util.cause import cause
 
     create, inner = container_options(Engine(target.engine), None, tools, ccache, ca)
     tag = python.replace(".", "")
@@ -85,20 +86,21 @@ def verify_in_container(target: Target, wheel: Path, site: Path, *, project_dir:
               f"--volume={wheel.parent.resolve()}:{_WHEELS}:ro", f"--volume={project_dir.resolve()}:{_PROJECT}:ro"]
     env = {**inner, "PYTHONPATH": f"{CONTAINER_TOOL}:{_DEPS}", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     script = RUN.format(site=_SITE, project=_PROJECT)
-    cmd = [target.engine, "run", "--rm", f"--platform={OCI_PLATFORM[target.arch]}", *create, *mounts,
-           *[f"--env={k}={v}" for k, v in env.items()], f"--workdir={_PROJECT}", target.image,
-           f"/opt/python/cp{tag}-cp{tag}/bin/python", "-c", script, f"{_WHEELS}/{wheel.name}", test_command or "",
-           json.dumps(list(test_requires))]
     log.info(f"verifying {wheel.name} in {target.image} ({target.arch}, {target.engine})")
-    r = proc.run(cmd, what=f"verifying {wheel.name} in {target.arch} emulation", check=False, capture_output=True,
-                 text=True)
+    with containers_of_this_run(target.engine) as label:  # a stopped build leaves no emulated verify running
+        cmd = [target.engine, "run", "--rm", label, f"--platform={OCI_PLATFORM[target.arch]}", *create, *mounts,
+               *[f"--env={k}={v}" for k, v in env.items()], f"--workdir={_PROJECT}", target.image,
+               f"/opt/python/cp{tag}-cp{tag}/bin/python", "-c", script, f"{_WHEELS}/{wheel.name}", test_command or "",
+               json.dumps(list(test_requires))]
+        r = proc.run(cmd, what=f"verifying {wheel.name} in {target.arch} emulation", check=False, capture_output=True,
+                     text=True)
     lines = r.stdout.strip().splitlines()
     try:
         got = json.loads(lines[-1]) if lines else None
     except ValueError:
         got = None
     if not isinstance(got, dict) or not isinstance(got.get("checks"), dict):
-        why = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        why = cause(r.stdout + r.stderr) or "no output"
         return VerifyResult(wheel.name, {"emulated verify": f"FAILED: exit {r.returncode}: {why}"})
     checks = {str(k): v for k, v in got["checks"].items()}
     return VerifyResult(wheel.name, checks, float(got.get("seconds") or 0.0))

@@ -7,14 +7,16 @@ DOCKER_HOST, contexts and credentials. Each probe is bounded by a short timeout 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import re
 import shutil
 import subprocess
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from wheelci.errors import CiError
 from wheelci.util import proc
@@ -274,3 +276,48 @@ if __name__ == "__main__":
     from wheelci.cli import run
 
     run(build_parser(), main)
+
+
+# Every container a build starts carries this label with the run's own value: a stopped build (Ctrl-C, the
+# SIGTERM a CI cancel or a test's time limit sends) removes them, as neither cibuildwheel (its cleanup runs
+# on Ctrl-C only) nor an engine's client (`docker run` killed leaves its container running) does.
+RUN_LABEL = "io.wheelci.run"
+REMOVE_TIMEOUT = 60.0
+
+
+@contextlib.contextmanager
+def containers_of_this_run(engine: str) -> Iterator[str]:
+    """The `--label=...` argument for the containers started inside; every container carrying it is
+    removed when the block ends, however it ends (one that ended as it should is gone already)."""
+    value = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    try:
+        yield f"--label={RUN_LABEL}={value}"
+    finally:
+        remove_labelled(engine, value)
+
+
+def remove_labelled(engine: str, value: str) -> list[str]:
+    """Remove (force: a running one too) every container labelled RUN_LABEL=value; their ids. Best effort:
+    an engine that does not answer leaves them, said on a warning, never an error over the build's own."""
+    from wheelci.util import log
+
+    try:
+        found = proc.run([engine, "ps", "-aq", "--filter", f"label={RUN_LABEL}={value}"], what="listing containers",
+                         check=False, capture_output=True, text=True, timeout=REMOVE_TIMEOUT)
+        ids = found.stdout.split() if found.returncode == 0 else []
+        if ids:
+            log.info(f"removing the {len(ids)} container(s) this build started: {' '.join(ids)}")
+            now = ["--time=0"] if engine == "podman" else []  # podman's --force waits 10 s on a SIGTERM first
+            proc.run([engine, "rm", "--force", *now, *ids], what="removing containers", check=False, capture_output=True,
+                     text=True, timeout=REMOVE_TIMEOUT)
+        return ids
+    except (CiError, OSError, subprocess.TimeoutExpired) as e:
+        log.warning(f"the containers this build started (label {RUN_LABEL}={value}) may still run: {e}")
+        return []
+
+
+def with_label(container_engine: str, label: str) -> str:
+    """cibuildwheel's CIBW_CONTAINER_ENGINE value with `label` added to its create_args."""
+    if "create_args:" in container_engine:
+        return container_engine.replace("create_args:", f"create_args: {label}", 1)
+    return f"{container_engine}; create_args: {label}"

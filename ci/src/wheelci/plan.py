@@ -8,6 +8,7 @@ an engine; what a run uses is in the Plan, and the dry run shows all of it, secr
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -18,12 +19,16 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from wheelci import archs as arch
 from wheelci.config import matrix as mx
+from wheelci.config import options
+from wheelci.config.options import Options
 from wheelci.cibw import before_build, cibw_environment, cibw_quote, environment, image_variable, repair_command
 from wheelci.engine import Engine, Facts
-from wheelci.util import secret
+from wheelci.util import secret, variables
+from wheelci.util.untrusted import one_line
 from wheelci.config.project import Project
 from wheelci.config.releases import TorchIndex, choose_torch, release_note
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
+from wheelci.config.switches import ScriptReading, gencode_note, plan_switches, read_scripts
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
 from wheelci.wheel.names import cuda_tag
@@ -74,10 +79,10 @@ def cpu_view(env: Mapping[str, str], cmake: bool, nvcc_dirs: tuple[str, ...] | l
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What a build does with its wheels, as the settings ([tool.ci] merged with the options) say: the
+    """What a build does with its wheels, as the settings ([tool.wheelci], variables and options, resolved) say: the
     Plan carries it whole, and the dry run shows it."""
 
-    build_env: dict[str, str] = field(default_factory=dict)  # --env and [tool.ci] env, set for the compile
+    build_env: dict[str, str] = field(default_factory=dict)  # --env and [tool.wheelci] env, set for the compile
     public_env: list[str] = field(default_factory=list)  # build_env names whose values may be shown
     excludes: list[str] = field(default_factory=list)  # library patterns repair leaves out (beyond the built-in)
     nvcc_source: str = "auto"  # host CUDA builds: "auto" | "host" | "wheel"
@@ -94,7 +99,7 @@ class RunSettings:
 
 @dataclass(frozen=True)
 class Request:
-    """The target as the user named it (options and [tool.ci]); make_plan resolves it against the matrix.
+    """The target as the user named it (options, variables and [tool.wheelci]); make_plan resolves it against the matrix.
     `image` replaces the matrix's image, `find_links` is a wheel directory the container's pip uses (torch
     then comes from pip's sources, unless `torch_index_url` names an index). `stable_abi` (a torch minor,
     e.g. "2.10") builds one wheel for every torch from it on: `cuda` may then name a major ("13"), built
@@ -112,12 +117,34 @@ class Request:
     archs: tuple[str, ...] = ("x86_64",)  # the machine architectures (wheelci.archs), cibuildwheel's --archs
 
     @classmethod
-    def from_args(cls, args: Any, stable_abi: str | None) -> Request:
-        """From a stage's parsed options (`build` has them all, `plan` no image or wheel sources)."""
-        return cls(cuda=args.cuda, torch=args.torch, python=split_csv(args.python), arch_list=args.arch_list,
-                   engine=args.engine, image=getattr(args, "image", None), find_links=getattr(args, "find_links", None),
-                   torch_index_url=getattr(args, "torch_index_url", None), stable_abi=stable_abi,
-                   archs=tuple(arch.parse(getattr(args, "archs", None))))
+    def from_options(cls, o: Options) -> Request:
+        """The target as the resolved options name it (wheelci.config.options)."""
+        return cls(cuda=o.cuda, torch=o.torch, python=split_csv(o.python), arch_list=o.arch_list, engine=o.engine,
+                   image=o.image, find_links=o.find_links, torch_index_url=o.torch_index_url,
+                   stable_abi=o.stable_abi, archs=tuple(arch.parse(o.archs)))
+
+
+def run_settings(o: Options, source_date_epoch: int | None = None) -> RunSettings:
+    """What the run does with its wheels, as the resolved options say."""
+    return RunSettings(build_env=dict(o.env), public_env=sorted(o.public_env), excludes=list(o.exclude),
+                       nvcc_source=o.nvcc, allow_no_device_code=o.allow_no_device_code,
+                       local_version=o.local_version, variants=o.variant, limit=o.limit,
+                       test_command=o.test_command, test_requires=list(o.test_requires), upload=o.upload,
+                       source_date_epoch=source_date_epoch, compile_cache=(o.compile_cache or "").strip() or None)
+
+
+def plan_for(o: Options, project: Project, environ: Mapping[str, str]) -> Plan:
+    """The edge that `build`, its dry run and `plan` share: this process's environment and the machine's
+    facts, probed once, into make_plan, with the resolved options."""
+    from wheelci.engine import detect_facts
+    from wheelci.util import epoch
+    from wheelci.util.sizes import parse_limit
+
+    parse_limit(o.limit)  # a bad limit is bad input now, not after the compile
+    request = Request.from_options(o)
+    facts = detect_facts(environ, engine=o.engine, cuda=o.cuda, archs=request.archs)
+    return make_plan(request, project_dir=project.root, run=run_settings(o, epoch.for_build(environ, project.root)),
+                     env=environ, facts=facts, project=project)
 
 
 @dataclass(frozen=True)
@@ -154,6 +181,8 @@ class Plan:
     inherited: dict[str, str] = field(default_factory=dict)  # host builds: INHERITED variables the shell sets
     archs: list[str] = field(default_factory=lambda: ["x86_64"])  # the machine architectures built
     reach: dict[str, str] = field(default_factory=dict)  # arch -> "native" | "emulated" | "unavailable" here
+    script: ScriptReading | None = None  # what the project's build scripts read (wheelci.config.switches)
+    switches: dict[str, str] = field(default_factory=dict)  # the build switches the plan sets (in run.build_env)
 
     @property
     def torch_requirement(self) -> str:
@@ -169,12 +198,15 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         """The plan as it may be shown (--dry-run --json, report.json): build variables masked by name
-        unless public, and every registered secret and URL userinfo redacted."""
+        unless public, every registered secret and URL userinfo redacted, and a host build without the
+        container's image and CIBW_* variables, which it does not use."""
         doc = self.flat()
         hidden = {k: v for k, v in self.run.build_env.items() if k not in self.run.public_env}
         doc["build_env"] = secret.masked(self.run.build_env, self.run.public_env)
         doc["environment"] = {k: _mask_assignments(v, hidden) for k, v in self.environment.items()}
         doc["compile_cache"] = self.compile_cache.name if self.compile_cache else None
+        if not self.engine.container:  # what the host build uses: no container image, no CIBW_* variable
+            doc.update(environment={}, image=None, image_origin=None)
         return secret.redact_data(doc)
 
     @property
@@ -236,10 +268,10 @@ def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine
 
 
 def _image_ref(matrix: mx.Matrix, image: mx.Image, env: Mapping[str, str]) -> str:
-    """Our images carry the local repo prefix, and a registry when CI_IMAGE_REGISTRY names one."""
+    """Our images carry the local repo prefix, and a registry when WHEELCI_IMAGE_REGISTRY names one."""
     if image.origin != "ours":
         return image.name
-    registry = env.get("CI_IMAGE_REGISTRY", "").rstrip("/")
+    registry = variables.read(env, variables.IMAGE_REGISTRY).rstrip("/")
     ref = f"{matrix.our_image_repo}/{image.name}"
     return f"{registry}/{ref}" if registry else ref
 
@@ -354,11 +386,18 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
                       "setuptools and torch, or build on this machine with --engine host")
     if request.stable_abi is not None:
         plan = _with_stable(plan, plan_stable(matrix, request.stable_abi, plan.cuda, plan.torch))
-    if run.excludes or plan.stable:  # --exclude and [tool.ci] exclude reach the container's repair too
+    # the project's own build switches, read before any compile: set where the build needs them, the user's win
+    reading = read_scripts(Path(project_dir))
+    found = plan_switches(reading, run.build_env, cuda=plan.cuda is not None)
+    run = replace(run, build_env={**found.sets, **run.build_env}, public_env=sorted({*run.public_env, *found.public}))
+    hardcoded = gencode_note(reading, plan.arch_list) if plan.cuda else None
+    plan = replace(plan, script=reading, switches=dict(found.sets),
+                   notes=[*plan.notes, *found.notes, *([hardcoded] if hardcoded else [])])
+    if run.excludes or plan.stable:  # --exclude and [tool.wheelci] exclude reach the container's repair too
         target = plan.stable.target if plan.stable else None
         plan = replace(plan, environment={**plan.environment, "CIBW_REPAIR_WHEEL_COMMAND_LINUX":
                                           repair_command(list(run.excludes), target)})
-    if run.build_env:  # the project's [tool.ci] env and --env reach the container's build too
+    if run.build_env:  # the project's [tool.wheelci] env and --env reach the container's build too
         cibw = dict(plan.environment)
         cibw["CIBW_ENVIRONMENT_LINUX"] += " " + cibw_environment(run.build_env)
         plan = replace(plan, environment=cibw)
@@ -405,6 +444,25 @@ def variant_label(plan: Plan) -> str:
     return f"pt{plan.torch}.{cuda_tag(plan.cuda)}"
 
 
+PYPI_UPLOAD_HOSTS = ("upload.pypi.org", "test.pypi.org")  # PyPI's and TestPyPI's upload endpoints
+
+
+def pypi_destination(run: RunSettings) -> str | None:
+    """Why the run's wheels are bound for PyPI, which refuses local version labels: an upload to PyPI or
+    TestPyPI, or the pypi limit profile; None when they are not."""
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(run.upload).hostname if run.upload else None
+    except ValueError:
+        host = None
+    if host in PYPI_UPLOAD_HOSTS:
+        return f"--upload to {host}"
+    if run.limit and run.limit.strip().lower() == "pypi":
+        return "the pypi limit"
+    return None
+
+
 def _with_run(plan: Plan, run: RunSettings) -> Plan:
     """The plan with what the run does with its wheels; `auto` resolved to the label (a release with
     variants: its CPU build is the plain wheel, with none)."""
@@ -412,15 +470,26 @@ def _with_run(plan: Plan, run: RunSettings) -> Plan:
 
     if run.nvcc_source not in ("auto", "host", "wheel"):
         raise CiError(f"--nvcc {run.nvcc_source!r}: choose from auto, host, wheel")
+    pypi, notes = pypi_destination(run), list(plan.notes)
     if run.local_version == "auto":
-        label = None if run.variants and plan.cuda is None else variant_label(plan)
+        label = None if (run.variants and plan.cuda is None) or pypi else variant_label(plan)
+        if pypi:
+            notes.append(f"no local version label ({pypi}): PyPI refuses local versions, so the wheel is "
+                         f"{plan.project or 'the project'}'s plain version; every variant of a release then has the same "
+                         "file name, and PyPI takes one of them (publish the others, labelled, to an index of your own)")
     elif run.local_version == "none":
         label = None
     else:
         local_version("0", run.local_version)  # a bad label is refused here, before the dry run shows it
         label = run.local_version
+        if pypi and pypi.startswith("--upload"):
+            raise CiError(f"--local-version {label} with {pypi}: PyPI refuses local version labels (+{label}); use "
+                          "--local-version none (or auto), or upload to an index of your own")
+        if pypi:
+            notes.append(f"warning: the local version label +{label} cannot go to PyPI ({pypi}): PyPI refuses local "
+                         "versions; --local-version none makes a wheel it takes")
     secret.add_variables(run.build_env, run.public_env)
-    return replace(plan, label=label, run=replace(run, build_env=dict(run.build_env), public_env=sorted(run.public_env),
+    return replace(plan, label=label, notes=notes, run=replace(run, build_env=dict(run.build_env), public_env=sorted(run.public_env),
                                                   excludes=list(run.excludes), test_requires=list(run.test_requires)))
 
 
@@ -601,7 +670,8 @@ def format_plan(plan: Plan, build_env: str | None = None) -> str:
                   + f"; {build_env or plan.engine.torch_source}"),
         ("cudnn", plan.cudnn_requirement or "-"),
         ("engine", plan.engine),
-        ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]"),
+        ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]" if plan.engine.container
+                  else f"none (host build: this machine's compilers; repaired to {plan.manylinux})"),
         ("arch list", plan.arch_list or "-"),
         ("nvcc flags", " ".join(plan.nvcc_flags) or "-"),
         ("gcc max", str(plan.gcc_max) if plan.gcc_max else "-"),
@@ -618,10 +688,22 @@ def format_plan(plan: Plan, build_env: str | None = None) -> str:
         rows.insert(2, ("toolchain", plan.cpu_view.describe()))
     rows += _run_rows(plan)
     width = max(len(k) for k, _ in rows)
-    lines = [f"{k:<{width}}  {v}" for k, v in rows]
-    lines += ["environment:"] + [f"  {k}={v}" for k, v in shown["environment"].items()]
-    lines += [f"note: {n}" for n in plan.notes]
+    # every value on its own line's end: a project's name, path, test command or a note cannot start a
+    # line of its own (a forged row, a `::error::` workflow command) nor send a terminal escape
+    lines = [f"{k:<{width}}  {one_line(v)}" for k, v in rows]
+    if shown["environment"]:  # cibuildwheel's variables, for a container build only
+        lines += ["environment:"] + [f"  {one_line(k)}={one_line(v)}" for k, v in shown["environment"].items()]
+    lines += [f"note: {one_line(n)}" for n in plan.notes]
     return secret.redact("\n".join(lines))
+
+
+def for_the_log(text: str) -> str:
+    """The plan as printed: on GitHub Actions between `::stop-commands::` markers of a fresh token, so no
+    line of it runs as a workflow command whatever a value holds (each is one line already)."""
+    from wheelci.util.log import on_github_actions
+    from wheelci.util.untrusted import workflow_commands_off
+
+    return "\n".join(workflow_commands_off(text.splitlines())) if on_github_actions() else text
 
 
 def _run_rows(plan: Plan) -> list[tuple[str, str]]:
@@ -629,6 +711,8 @@ def _run_rows(plan: Plan) -> list[tuple[str, str]]:
     env = secret.masked(plan.run.build_env, plan.run.public_env)
     return [
         ("build env", " ".join(f"{k}={v}" for k, v in env.items()) or "-"),
+        ("switches", " ".join(f"{k}={v}" for k, v in plan.switches.items()) + " (set by the plan: the project's "
+                     "build script reads them; notes say why)" if plan.switches else "-"),
         ("ccache", plan.ccache_dir or "-"),
         ("compile cache", _cache_row(plan)),
         ("nvcc", f"{plan.run.nvcc_source} (host builds: the host nvcc if its version matches, else NVIDIA's wheels)"
@@ -659,75 +743,51 @@ def split_csv(text: str | None) -> list[str] | None:
     return [p.strip() for p in text.split(",") if p.strip()] if text else None
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
+    given = vars(args)
+    if args.workflow_matrix:  # on a bare Python: the table and wheel.py-api only (checking the rest takes packaging)
+        return _workflow_matrix(given, args.project or args.project_dir)
     from wheelci.cli import emit_json
+    from wheelci.config.project import resolve as find_project
 
-    from wheelci.config.project import read_project, read_settings
+    import tempfile
 
-    if args.workflow_matrix:  # on a bare Python: [tool.ci] and wheel.py-api only (checking the rest takes packaging)
-        from wheelci.config.project import read_py_api
-
-        settings = read_settings(args.project_dir)
-        stable = args.stable_abi or settings.stable_abi
-        jobs = workflowmatrix.workflow_matrix(
-            stable, split_csv(args.cuda), args.variant or settings.variants, torch=args.torch,
-            python=None if args.python is None else split_csv(args.python) or [],
-            py_api=read_py_api(args.project_dir) if args.python is not None else "",
-            archs=arch.parse(args.archs))
-        if args.arch_jobs is not None:
-            jobs = workflowmatrix.warm_matrix(jobs, args.arch_jobs, stable)
-        print(json.dumps(jobs))
-        return 0
-    project = read_project(args.project_dir)  # the one read of pyproject.toml
-    settings = project.settings
-    stable = args.stable_abi or settings.stable_abi
-    from wheelci.engine import detect_facts
-
-    from wheelci.config.compilecache import resolve
-
-    run = RunSettings(build_env=settings.env_for(args.cuda is not None), public_env=settings.public_env, excludes=settings.exclude,
-                      variants=settings.variants, limit=settings.limit, test_command=settings.test_command,
-                      test_requires=settings.test_requires,
-                      compile_cache=resolve(None, settings.compile_cache, os.environ))
-    facts = detect_facts(os.environ, engine=args.engine, cuda=args.cuda, archs=Request.from_args(args, None).archs)
-    plan = make_plan(Request.from_args(args, stable), project_dir=args.project_dir, run=run, env=os.environ, facts=facts,
-                     project=project)
-    if args.json:
+    with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
+        project = find_project(args.project or args.project_dir, Path(tmp))  # the one read of pyproject.toml
+        o = options.resolve("plan", given, os.environ, project.settings.table)
+        plan = plan_for(o, project, os.environ)
+    if o.json:
         emit_json(plan.to_json())
     else:
-        print(format_plan(plan))
+        print(for_the_log(format_plan(plan)))
     return 0
 
 
-def build_parser():
+def _workflow_matrix(given: dict[str, Any], project_dir: Path) -> int:
+    from wheelci.config.project import read_py_api, read_settings
+
+    o = options.resolve("plan", given, os.environ, read_settings(project_dir).table)
+    jobs = workflowmatrix.workflow_matrix(
+        o.stable_abi, split_csv(o.cuda), o.variant, torch=o.torch,
+        python=None if o.python is None else split_csv(o.python) or [],
+        py_api=read_py_api(project_dir) if o.python is not None else "", archs=arch.parse(o.archs))
+    if o.arch_jobs is not None:  # the fan-out's compile-only jobs instead
+        if not o.arch_jobs.strip().isdigit():
+            raise CiError(f"--arch-jobs {o.arch_jobs[:16]!r}: want a number of jobs, 2 to 16")
+        jobs = workflowmatrix.warm_matrix(jobs, int(o.arch_jobs), o.stable_abi)
+    print(json.dumps(jobs))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
     from wheelci.cli import command, parser
 
-    p = parser("plan", "Print the build plan (image, torch, arch list, CIBW_* environment) for a CUDA "
-                       f"version without running anything; {command('build')} --dry-run prints the same.")
-    p.add_argument("--cuda", help=f"CUDA version ({', '.join(mx.load().versions)}); omit for a CPU build. With "
-                                  "--workflow-matrix: a comma list of the jobs to keep (CUDA versions, or cpu)")
-    p.add_argument("--torch", help="torch version (default: the matrix row's). With --workflow-matrix: every job "
-                                   "builds against it (without --cuda: the jobs that have a build of it)")
-    p.add_argument("--python", help="comma-separated Python versions, e.g. 3.10,3.11. With --workflow-matrix: a job "
-                                    "per Python, or one where the wheel serves them all (py3, abi3)")
-    p.add_argument("--arch-list", help="TORCH_CUDA_ARCH_LIST (default: the matrix row's)")
-    p.add_argument("--archs", metavar="ARCHS", help="machine architectures, comma-separated: x86_64 (default), "
-                                                  "aarch64, native (cibuildwheel's --archs); another than this "
-                                                  "machine's builds in a container, under QEMU emulation")
-    p.add_argument("--engine", default="auto", choices=ENGINES)
-    p.add_argument("--stable-abi", metavar="X.Y", help="a stable-ABI build for every torch >= X.Y "
-                                                       "(default: [tool.ci] stable-abi)")
-    p.add_argument("--project-dir", type=Path, default=Path("."), help="where pyproject.toml is")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--workflow-matrix", action="store_true",
-                   help="print the CI jobs the project needs as a GitHub Actions matrix (JSON): one per CUDA "
-                        "version, or one per variant for stable-ABI wheels")
-    p.add_argument("--arch-jobs", type=int, metavar="N",
-                   help="with --workflow-matrix: the fan-out instead, each CUDA job's arch list dealt into N "
-                        "compile-only jobs (their --arch-list in `arch_list`) that fill a remote compile cache")
-    p.add_argument("--variant", action="store_true",
-                   help="with --workflow-matrix: the jobs of a PEP 825 variant set (each job --variant, the CPU "
-                        "job's plain wheel always in; default: [tool.ci] variants)")
+    p = parser("plan", "Print the build plan (image, torch, arch list, CIBW_* environment) without running "
+                       f"anything; {command('build')} --dry-run prints the same, from the same options.")
+    p.add_argument("project", nargs="?", type=Path, help="a project directory or an sdist (.tar.gz); default: "
+                                                         "--project-dir, else the current directory")
+    p.add_argument("--project-dir", type=Path, default=Path("."), help="where pyproject.toml is (as PROJECT)")
+    options.add_arguments(p, "plan")
     return p
 
 

@@ -11,8 +11,10 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from wheelci.util import secret
+from wheelci.util import secret, untrusted
+from wheelci.util.untrusted import code
 from wheelci.util.atomic import write_text
+from wheelci.util.owned import RECORDED_FILES
 from wheelci.util.sizes import format_size
 
 
@@ -27,6 +29,8 @@ class WheelReport:
     excluded: list[str] = field(default_factory=list)  # NEEDED libs provided by torch/CUDA wheels
     requires: list[str] = field(default_factory=list)  # Requires-Dist
     role: str = "main"  # "main" or "companion" (a split-off library wheel)
+    device_code: dict[str, list[str]] = field(default_factory=dict)  # library -> sm_80, compute_90 (its fat binaries)
+    warnings: list[str] = field(default_factory=list)  # device code other than the arch list asked for
 
 
 @dataclass
@@ -47,46 +51,30 @@ class BuildReport:
     compile_cache: dict | None = None
 
 
-REPORT_FILES = ("report.json", "report.md")
-
-
-def vouched(out_dir: Path) -> list[str]:
-    """The wheels the report in out_dir lists: an earlier build's, which it wrote there."""
-    from wheelci.errors import CiError
-    from wheelci.wheel.ondisk import read_regular
-
-    path = out_dir / REPORT_FILES[0]
-    try:  # a regular file of a bounded size: a FIFO or a link put there is no report of ours
-        data = {} if path.is_symlink() else json.loads(read_regular(path, 64 << 20))
-    except (OSError, ValueError, CiError):
-        return []
-    wheels = data.get("wheels") if isinstance(data, dict) else None
-    return [w["name"] for w in wheels if isinstance(w, dict) and isinstance(w.get("name"), str)] if isinstance(wheels, list) else []
+REPORT_FILES = RECORDED_FILES  # report.json, report.md: recorded in -w's ownership manifest as the build's
 
 
 def refuse_foreign_reports(out_dir: Path) -> None:
-    """A build replaces report.json and report.md in -w: only where they are an earlier build's (its
-    report.json reads back as one), never a user's file of that name, a link or anything else."""
+    """A build replaces report.json and report.md in -w only where -w's ownership manifest
+    (wheelci.util.owned) lists them: an earlier build's. Anything else of that name (a user's file,
+    however much it looks like ours, a link, a directory) is refused untouched."""
     from wheelci.errors import CiError
-    from wheelci.wheel.ondisk import read_regular
+    from wheelci.util.owned import read_manifest
 
     present = [n for n in REPORT_FILES if (out_dir / n).exists() or (out_dir / n).is_symlink()]
     if not present:
         return
-    path = out_dir / REPORT_FILES[0]
-    try:
-        data = None if path.is_symlink() else json.loads(read_regular(path, 64 << 20))
-    except (OSError, ValueError, CiError):
-        data = None
-    ours = isinstance(data, dict) and isinstance(data.get("wheels"), list)  # what vouched() reads
-    if not ours or any((out_dir / n).is_symlink() or not (out_dir / n).is_file() for n in present):
-        raise CiError(f"-w {out_dir} holds {', '.join(present)}, which no wheelci build wrote there; a build "
+    owned = {n for names in read_manifest(out_dir).values() for n in names}
+    foreign = [n for n in present if n not in owned or (out_dir / n).is_symlink() or not (out_dir / n).is_file()]
+    if foreign:
+        raise CiError(f"-w {out_dir} holds {', '.join(foreign)}, which no wheelci build wrote there; a build "
                       "writes its report under those names: move them away, or give another -w")
 
 
 def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "main") -> WheelReport:
     """Describe a wheel from its own bytes: tags from the name, NEEDED from ELF, Requires-Dist from METADATA."""
     from wheelci.native.elf import scan_wheel
+    from wheelci.native.fatbin import wheel_device_code
     from wheelci.wheel.metadata import get_headers
     from wheelci.wheel.zipread import WheelArchive
     from wheelci.wheel.names import WheelName
@@ -95,7 +83,8 @@ def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "
     with WheelArchive.open(path) as wa:
         requires = get_headers(wa.metadata, "Requires-Dist")
     needed = {lib.path: list(lib.needed) for lib in scan_wheel(path)}
-    return WheelReport(path.name, name.tag, path.stat().st_size, needed, sorted(excluded or []), requires, role)
+    return WheelReport(path.name, name.tag, path.stat().st_size, needed, sorted(excluded or []), requires, role,
+                       wheel_device_code(path))
 
 
 # report.md is read by people (and shown as a CI job's summary, which GitHub caps at 1 MiB): what was built,
@@ -111,39 +100,49 @@ CELL = 240  # characters of one table cell
 
 
 def to_markdown(r: BuildReport, out_dir: Path | None = None) -> str:
+    """report.md. Every value from outside (the project's name, its tests' names and output, a wheel's
+    names and libraries, an error's words, paths) goes through wheelci.util.untrusted: one line,
+    escaped, cut; only this function's own text is Markdown. The outcome comes first and the failed
+    checks next, so the bound never cuts them for what follows."""
     plan = r.plan
-    lines = [f"## {plan.get('project') or 'Wheels'}: {_target(plan)}, torch {plan.get('torch')}, "
-             f"engine {plan.get('engine')}", "", _outcome(r)]
+    lines = [f"## {_cell(plan.get('project') or 'Wheels', 100)}: {_target(plan)}, torch {_cell(plan.get('torch'), 40)}, "
+             f"engine {_cell(plan.get('engine'), 40)}", "", _outcome(r)]
     if r.set_aside:
-        lines.append(f"The earlier build's wheels and report were moved to `{r.set_aside}/`: this build does not "
-                     "vouch for them.")
+        lines.append(f"The earlier build's wheels and report were moved to {code(str(r.set_aside) + '/')}: this "
+                     "build does not vouch for them.")
     if out_dir is not None:
-        lines.append(f"Wheels and this report in `{out_dir}`" + (f"; build tree (logs, what the next build reuses) "
-                                                                 f"`{r.work_dir}`." if r.work_dir else "."))
+        lines.append(f"Wheels and this report in {code(out_dir, 1000)}" + (
+            f"; build tree (logs, what the next build reuses) {code(r.work_dir, 1000)}." if r.work_dir else "."))
     reused = [s["name"] for s in r.steps if s["status"] == "reused"]
     if reused:
-        lines.append(f"Reused from the last build, its inputs unchanged: {', '.join(reused)} (`--fresh` runs them).")
+        lines.append(f"Reused from the last build, its inputs unchanged: {_cell(', '.join(reused))} (`--fresh` runs them).")
     if r.compile_cache:
         lines.append(cache_line(r.compile_cache))
+    if r.verify:
+        lines += ["", "| verify check | outcome |", "|---|---|", *_check_rows(r.verify)]
     if r.wheels:
         lines += ["", "| wheel | role | size | requires | left to torch/CUDA (declared instead) |", "|---|---|---:|---|---|"]
-        lines += [f"| `{w.name}` | {w.role} | {format_size(w.size)} | {_cell(', '.join(w.requires) or '-')} "
+        lines += [f"| {code(w.name)} | {_cell(w.role, 20)} | {format_size(w.size)} | {_cell(', '.join(w.requires) or '-')} "
                   f"| {_cell(', '.join(w.excluded) or '-')} |" for w in r.wheels[:SHOWN_WHEELS]]
         if len(r.wheels) > SHOWN_WHEELS:
             lines.append(f"| {len(r.wheels) - SHOWN_WHEELS} more wheels | in report.json | | | |")
     if r.steps:
         lines += ["", "| step | status | seconds | what |", "|---|---|---:|---|"]
-        lines += [f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {_step_line(s)} |" for s in r.steps]
-    if r.verify:
-        lines += ["", "| verify check | outcome |", "|---|---|", *_check_rows(r.verify)]
+        lines += [f"| {_cell(s['name'], 40)} | {_cell(s['status'], 20)} | {s['seconds']:.1f} | {_step_line(s)} |"
+                  for s in r.steps]
     libs = [(lib, needed) for w in r.wheels for lib, needed in w.needed.items()]
-    lines += [f"\n`{lib}` NEEDs: {_cell(', '.join(needed), 1000)}" for lib, needed in libs[:SHOWN_LIBRARIES]]
+    lines += [f"\n{code(lib, 200)} NEEDs: {_cell(', '.join(needed), 1000)}" for lib, needed in libs[:SHOWN_LIBRARIES]]
     if len(libs) > SHOWN_LIBRARIES:
         lines.append(f"\n{len(libs) - SHOWN_LIBRARIES} more libraries: their NEEDED in report.json.")
+    devices = [(lib, targets) for w in r.wheels for lib, targets in w.device_code.items()]
+    lines += [f"\n`{lib}` device code: {_cell(' '.join(targets), 600)}" for lib, targets in devices[:SHOWN_LIBRARIES]]
+    if len(devices) > SHOWN_LIBRARIES:
+        lines.append(f"\n{len(devices) - SHOWN_LIBRARIES} more libraries with device code: in report.json.")
+    lines += [f"\n> warning: {_cell(w, 600)}" for wheel in r.wheels for w in wheel.warnings[:SHOWN_NOTES]]
     lines += [f"\n> {_cell(n, 600)}" for n in r.notes[:SHOWN_NOTES]]
     if len(r.notes) > SHOWN_NOTES:
         lines.append(f"\n> {len(r.notes) - SHOWN_NOTES} more notes in report.json.")
-    tail = ["", "To build it again: `" + _cell(reproduce(plan, out_dir), 2000) + "`"]
+    tail = ["", "To build it again: " + code(reproduce(plan, out_dir), 2000)]
     return _bounded(lines, tail)
 
 
@@ -205,7 +204,7 @@ def _outcome(r: BuildReport) -> str:
                 f"{times}): {_cell(_first_line(failed.get('error')) or 'interrupted')}")
     if r.failed_step:
         return f"**Stopped at step {r.failed_step}** ({times})."
-    return f"Verify **{verify_status(r)}**; {times}."
+    return f"Verify **{_cell(verify_status(r), 300)}**; {times}."
 
 
 def _first_line(text: str | None) -> str:
@@ -213,9 +212,8 @@ def _first_line(text: str | None) -> str:
 
 
 def _cell(text: object, width: int = CELL) -> str:
-    """One Markdown table cell: one line, pipes escaped, cut at width characters."""
-    shown = " ".join(str(text).split()).replace("|", "\\|")
-    return shown if len(shown) <= width else shown[:width - 1] + "…"
+    """One Markdown table cell (or line) of text from outside: one line, escaped, cut at width characters."""
+    return untrusted.markdown(text, width)
 
 
 def _step_line(step: dict) -> str:
@@ -223,7 +221,7 @@ def _step_line(step: dict) -> str:
     if step.get("error"):
         return _cell(_first_line(step["error"]))
     outputs = [str(o) for o in step.get("outputs") or []]
-    named = ", ".join(f"`{_cell(o, 100)}`" for o in outputs[:SHOWN_OUTPUTS])
+    named = ", ".join(code(o, 100) for o in outputs[:SHOWN_OUTPUTS])
     more = len(outputs) - SHOWN_OUTPUTS
     return (named + (f" and {more:,} more (report.json)" if more > 0 else "")) or "-"
 
@@ -246,7 +244,7 @@ def _check_rows(checks: dict) -> list[str]:
 
 def reproduce(plan: dict, out_dir: Path | None = None) -> str:
     """The command that makes this build again, from the plan's own values (build variables are not
-    shown: they may be secrets; [tool.ci] env supplies the project's)."""
+    shown: they may be secrets; [tool.wheelci] env supplies the project's)."""
     from wheelci.cli import command
 
     words = [command("build"), str(plan.get("project_dir") or ".")]

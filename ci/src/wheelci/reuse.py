@@ -103,7 +103,9 @@ class Records:
         self.path = work / RECORD
         self.snapshot, self.restore = snapshot, restore
         try:
-            data = json.loads(self.path.read_text())
+            from wheelci.util.cache import read_stamp
+
+            data = json.loads(read_stamp(self.path, 64 << 20))  # never a link's target, never a FIFO's wait
             self.steps: dict[str, dict] = data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             self.steps = {}

@@ -97,8 +97,11 @@ def run_steps(steps: Sequence[Step[S]], state: S, record: Callable[[Outcome], No
         try:
             with contextlib.nullcontext() if step.quiet else log.step(step.title(state) if step.title else step.name):
                 step.run(state)
-        except KeyboardInterrupt:
-            record(Outcome(step.name, "interrupted", round(time.monotonic() - start, 1)))
+        except KeyboardInterrupt as e:
+            from wheelci.cli import Terminated
+
+            why = f"stopped by {e.args[0]}" if isinstance(e, Terminated) and e.args else "stopped by Ctrl-C (SIGINT)"
+            record(Outcome(step.name, "interrupted", round(time.monotonic() - start, 1), error=why))
             raise
         except Exception as e:
             from wheelci.cli import shown

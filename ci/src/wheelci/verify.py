@@ -25,6 +25,7 @@ from typing import Sequence
 from wheelci import cli
 from wheelci.errors import CiError, Finding
 from wheelci.util import log, proc
+from wheelci.util.cause import cause
 from wheelci.verifyenv import install_fresh, purelib, requirements_for_tests
 from wheelci.wheel.names import WheelName
 
@@ -44,7 +45,6 @@ class VerifyResult:
         return not self.failures
 
 
-TEST_TAIL = 10
 PROBE = Path(__file__).resolve().parent / "resources" / "verify_probe.py"
 
 
@@ -111,11 +111,12 @@ def pytest_results(xml_path: Path) -> dict[str, str]:
 
 
 def run_test_command(command: str, python: Path, project_dir: Path, wheel: Path, cwd: Path,
-                     build_dir: Path | None = None) -> dict[str, str]:
+                     build_dir: Path | None = None, output: Output | None = None) -> dict[str, str]:
     """cibuildwheel's convention: a shell command with {project} and {wheel}, run with the verify
-    venv first on PATH. Returns `test_command` ('ok', or FAILED with the exit status and the output's
-    last lines) and, when the command ran pytest, each test's outcome (through PYTEST_ADDOPTS, which
-    any pytest honours). CI_BUILD_DIR names the build tree, where a project may leave test programs."""
+    venv first on PATH. Returns `test_command` ('ok', or FAILED with the exit status and the cause its
+    output gives, wheelci.util.cause; the whole output goes to `output`) and, when the command ran
+    pytest, each test's outcome (through PYTEST_ADDOPTS, which any pytest honours). CI_BUILD_DIR names
+    the build tree, where a project may leave test programs."""
     text = command.replace("{project}", shlex.quote(str(project_dir))).replace("{wheel}", shlex.quote(str(wheel)))
     venv = python.parent.parent
     junit = cwd / "test-results.xml"
@@ -127,11 +128,13 @@ def run_test_command(command: str, python: Path, project_dir: Path, wheel: Path,
     r = proc.run(["sh", "-c", text], what="the test command", check=False, capture_output=True, text=True, cwd=cwd,
                  env=env)
     lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+    if output is not None:
+        output.add(f"the test command: {command} (exit {r.returncode})", r.stdout + r.stderr)
     if r.returncode == 0:
         summary = lines[-1].strip("= ") if lines and " in " in lines[-1] else ""
         outcome = f"ok ({summary})" if summary else "ok"
     else:
-        outcome = f"FAILED: exit {r.returncode}: " + " | ".join(lines[-TEST_TAIL:])
+        outcome = f"FAILED: exit {r.returncode}: {cause(r.stdout + r.stderr)}"
     return {"test_command": outcome, **pytest_results(junit)}
 
 
@@ -144,15 +147,17 @@ def grafted_runtime(names: list[str]) -> list[str]:
 
 def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_command: str | None = None,
                    test_requires: Sequence[str] = (), find_links: Sequence[Path] = (),
-                   build_dir: Path | None = None) -> VerifyResult:
+                   build_dir: Path | None = None, log_file: Path | None = None) -> VerifyResult:
     """Any extension: install it over its torch, import every top-level package, load every shared
-    library, list the torch.ops namespaces it registers, check it pins torch and grafts none of the
-    runtime; then its test command."""
+    library (wheelci.verify._probe), list the torch.ops namespaces it registers, check it pins torch and
+    grafts none of the runtime; then its test command. With log_file, what the probes and the test
+    command printed is appended there whole, and a failed verify names it (check `log`)."""
     from wheelci.wheel.metadata import get_headers
     from wheelci.wheel.zipread import WheelArchive
 
     start = time.monotonic()
     checks: dict[str, object] = {}
+    output = Output(log_file)
     with WheelArchive.open(wheel) as wa:
         requires = get_headers(wa.metadata, "Requires-Dist")
         names = [m.name for m in wa.files]
@@ -173,9 +178,9 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
         checks["install"] = "ok"
         site = Path(purelib(python))
         # first, in the venv as the wheel's install left it: nothing of the tests' can hide what it lacks
-        checks.update(_probe(python, site, {"imports": importables(names), "libraries": libraries(names)}, tmp))
+        checks.update(_probe(python, site, {"imports": importables(names), "libraries": libraries(names)}, tmp, output))
         if not test_command:
-            checks["test_command"] = "skipped: none given ([tool.ci] test-command or --test-command)"
+            checks["test_command"] = "skipped: none given ([tool.wheelci] test-command or --test-command)"
         else:
             with requirements_for_tests(python, site, list(test_requires), torch_site,
                                         WheelName.parse(wheel.name).distribution) as failed:
@@ -183,9 +188,12 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
                     checks["test_requires"] = failed
                 else:
                     log.info(f"running the test command: {test_command}")
-                    checks.update(run_test_command(test_command, python, project_dir, wheel, tmp, build_dir))
+                    checks.update(run_test_command(test_command, python, project_dir, wheel, tmp, build_dir, output))
     if _device_code(wheel):
         _cuda_wheel_outcomes(checks)
+    result = VerifyResult(wheel.name, checks)
+    if log_file is not None and not result.passed and log_file.is_file():
+        checks["log"] = f"the whole output: {log_file}"
     return VerifyResult(wheel.name, checks, round(time.monotonic() - start, 2))
 
 
@@ -216,24 +224,93 @@ def no_gpu(checks: dict[str, object]) -> str:
             + "CUDA kernels not run")
 
 
-def _own_checks(got: object, request: dict) -> dict | None:
-    """The probe's result when it is exactly the checks the request asks for: what a module it imported
-    printed never adds or overrides another check (`requires_torch`, `install`)."""
-    keys = {"torch", "torch_ops", "gpu", *(f"import {n}" for n in request["imports"]),
-            *(f"load {rel}" for rel in request["libraries"])}
-    return got if isinstance(got, dict) and set(got) == keys else None
+def _probe(python: Path, site: Path, request: dict, cwd: Path, output: "Output") -> dict[str, object]:
+    """The package's own imports in one process; then each library they did not load, in a process of its
+    own, as the package would never load two alternatives (a `_x_cpu.so` and a `_x_cuda.so` registering
+    the same operators) into one. A library that loads nowhere still fails its check."""
+    first, loaded = _probe_once(python, site, request, cwd, output)
+    ops = set(first.pop("torch_ops", None) or [])
+    loads: dict[str, object] = {}
+    for rel in request["libraries"]:
+        if rel in loaded:
+            loads[f"load {rel}"] = "ok"
+            continue
+        alone, _ = _probe_once(python, site, {"load": rel}, cwd, output)
+        loads[f"load {rel}"] = alone.pop(f"load {rel}", "FAILED: the probe printed no result")
+        ops |= set(alone.pop("torch_ops", None) or [])
+        for key in ("torch", "gpu"):  # when the imports' process died before saying
+            if key in alone:
+                first.setdefault(key, alone[key])
+    checks = {k: first.pop(k) for k in ("torch",) if k in first}
+    gpu = {k: first.pop(k) for k in ("gpu",) if k in first}
+    return {**checks, **first, **loads, **({"torch_ops": sorted(ops)} if "torch" in checks else {}), **gpu}
 
 
-def _probe(python: Path, site: Path, request: dict, cwd: Path) -> dict[str, object]:
-    """The probe as a script of its own."""
+def _probe_once(python: Path, site: Path, request: dict, cwd: Path, output: "Output") -> tuple[dict, list[str]]:
+    """One probe process: its checks, and the libraries its imports loaded. A check the process died in
+    (an abort in a library's static initializer, a segfault) fails with the cause its output gives."""
     # -I: the probe's own directory (ci/) is not on sys.path, or ci's `cache` or `errors` module
     # would be imported in place of the wheel's package of that name
-    r = proc.run([python, "-I", PROBE, site, json.dumps(request)], what="probing the installed wheel", check=False,
-                 capture_output=True, text=True, cwd=cwd)
-    lines = r.stdout.strip().splitlines()
-    checks = _own_checks(_json_line(lines[-1]) if lines else None, request)
-    why = (r.stderr.strip().splitlines() or ["it printed no result of its own"])[-1]
-    return checks if checks is not None else {"import": f"FAILED: {why}"}
+    results = cwd / "probe-results.jsonl"
+    results.unlink(missing_ok=True)
+    r = proc.run([python, "-I", PROBE, site, json.dumps(request), results], what="probing the installed wheel",
+                 check=False, capture_output=True, text=True, cwd=cwd)
+    text = r.stdout + r.stderr
+    output.add(f"probe {json.dumps(request)} (exit {r.returncode})", text)
+    allowed = _allowed(request)
+    checks: dict[str, object] = {}
+    loaded: list[str] = []
+    started: str | None = None
+    for line in results.read_text(errors="replace").splitlines() if results.is_file() else []:
+        got = _json_line(line)
+        if not isinstance(got, dict):
+            continue
+        if isinstance(got.get("started"), str) and got["started"] in allowed:
+            started = got["started"]
+        elif isinstance(got.get("loaded"), list):
+            loaded = [rel for rel in got["loaded"] if rel in request.get("libraries", [])]
+        else:  # only the checks asked for: what a module printed never adds or overrides another
+            checks.update({k: v for k, v in got.items() if k in allowed or k in ("torch", "torch_ops", "gpu")})
+            started = None if started in got else started
+    if r.returncode != 0 or not checks:
+        why = f"FAILED: {cause(text) or 'it printed no result of its own'}" + _ended(r.returncode)
+        if started is not None:
+            checks[started] = why
+        elif not any(k in checks for k in allowed):
+            checks["load " + request["load"] if "load" in request else "import"] = why
+    return checks, loaded
+
+
+def _allowed(request: dict) -> set[str]:
+    if "load" in request:
+        return {f"load {request['load']}"}
+    return {f"import {n}" for n in request["imports"]}
+
+
+def _ended(returncode: int) -> str:
+    """How the probe process ended, when a signal ended it (SIGABRT: an uncaught C++ exception)."""
+    import signal
+
+    if returncode >= 0:
+        return ""
+    try:
+        return f" (the process ended with {signal.Signals(-returncode).name})"
+    except ValueError:
+        return f" (the process ended with signal {-returncode})"
+
+
+class Output:
+    """What verify's commands printed, whole, in a log file (a failed check shows one line: its cause)."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+
+    def add(self, title: str, text: str) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8", errors="replace") as f:
+            f.write(f"===== {title}\n{text}{'' if text.endswith(chr(10)) or not text else chr(10)}")
 
 
 def _json_line(line: str) -> object:
@@ -247,9 +324,9 @@ def build_parser() -> cli.Parser:
     p = cli.parser("verify", "install a wheel into a fresh venv over a torch install and test it")
     p.add_argument("wheel", type=Path)
     p.add_argument("--torch-site", type=Path, required=True, help="site-packages holding torch (and its CUDA wheels)")
-    p.add_argument("--project", type=Path, help="the wheel's project: its [tool.ci] test command runs "
+    p.add_argument("--project", type=Path, help="the wheel's project: its [tool.wheelci] test command runs "
                                                 "(placeholder {project})")
-    p.add_argument("--test-command", help="run after the checks (default: the project's [tool.ci] test-command)")
+    p.add_argument("--test-command", help="run after the checks (default: the project's [tool.wheelci] test-command)")
     p.add_argument("--test-requires", action="append", metavar="REQ", help="installed before the test command")
     p.add_argument("--build-dir", type=Path, help="the build tree, passed to the tests as CI_BUILD_DIR")
     p.add_argument("--json", action="store_true")

@@ -301,7 +301,9 @@ def _load_layer(root: Path) -> Layer | None:
     from wheelci.wheel.record import read_record_file
 
     try:
-        stamp = json.loads((root / LAYER_STAMP).read_text())
+        from wheelci.util.cache import read_stamp
+
+        stamp = json.loads(read_stamp(root / LAYER_STAMP, 1 << 20))
         site = Path(stamp["site"])
         if not site.resolve().is_relative_to(root.resolve()):
             return None

@@ -73,7 +73,7 @@ def build(project: Path, tmp: Path, name: str, args: list[str], cache: str | Non
     (root / "home").mkdir(parents=True)
     copy = copy_project(project, root / "project")
     env = {**os.environ, "HOME": str(root / "home"), "CCACHE_DIR": str(root / "ccache"),
-           "CUDA_WHEEL_CI_CACHE": str(cache_dir()), "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+           "WHEELCI_CACHE_DIR": str(cache_dir()), "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
            "WHEELCI_COMPILE_CACHE": cache or ""}
     if cache is None:
         env["CCACHE_DISABLE"] = "1"

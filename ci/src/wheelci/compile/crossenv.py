@@ -52,13 +52,33 @@ def ensure_cross_env(spec: TorchSpec, arch: str, python: str, find_links: str | 
     from wheelci.util.lock import held_for_process
 
     tag = python.replace(".", "")
-    root = cache_dir() / "envs" / f"torch-{spec.version}-{spec.variant}-py{tag}-{arch}"
+    key = _provenance_key(spec, find_links)
+    root = cache_dir() / "envs" / (f"torch-{spec.version}-{spec.variant}-py{tag}-{arch}" + (f"-from-{key}" if key else ""))
     for _ in range(3):
         env = _made(root, spec, arch, python, find_links)
         if held_for_process(root, f"the {arch} torch {spec.version}"):
             mark_used(root, measure=False)
             return env
     raise CiError(f"the {arch} torch {root} was removed by other runs three times while this one used it")
+
+
+def _provenance_key(spec: TorchSpec, find_links: str | None) -> str:
+    """The index's key (hostenv.provenance_key), and with a find-links directory the sha256 of each torch
+    wheel of this version in it: another wheel of the same name is another environment."""
+    import hashlib
+
+    from wheelci.compile.hostenv import provenance_key
+
+    key = provenance_key(spec)
+    if not find_links:
+        return key
+    h = hashlib.sha256(key.encode())
+    for wheel in sorted(Path(find_links).glob(f"torch-{spec.version}*.whl")):
+        h.update(wheel.name.encode() + b"\0")
+        with open(wheel, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    return h.hexdigest()[:12]
 
 
 def _made(root: Path, spec: TorchSpec, arch: str, python: str, find_links: str | None) -> BuildEnv:

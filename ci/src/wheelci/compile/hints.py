@@ -1,19 +1,18 @@
-"""What a compile's output says beyond its exit status: how far it is, and why it failed.
+"""What a compile's output says beyond its exit status: why it failed (how far it is: compile.progress).
 
-Pure functions of the text, shared by the host and the container compile: `progress` reads a build
-tool's step line, `hint` names the likely cause of a failure from the whole log, worded for the build it
-was (a CPU build that reaches for CUDA is a project that does not check for a CUDA torch).
+Pure functions of the text, shared by the host and the container compile: `hint` names the likely
+cause of a failure from the whole log, worded for the build it was (a CPU build that reaches for CUDA is a project that does not check for a CUDA torch).
 """
 
 from __future__ import annotations
 
 import re
 
+from wheelci.util.cause import cause
+
 # torch's own refusal of its classic headers in a stable-ABI build (torch/extension.h)
 CLASSIC_UNDER_TARGET = "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION"
 
-_NINJA = re.compile(rb"^\s*\[(\d+)/(\d+)\] ")  # ninja's [12/40] (cpp_extension, CMake's Ninja generator)
-_MAKE = re.compile(rb"^\s*\[\s*(\d+)%\] ")  # make's [ 42%] (CMake's Makefile generator)
 
 # the first header a compiler could not open: GCC (and nvcc's host pass), Clang, nvcc's front end
 _MISSING_HEADER = re.compile(r"fatal error: (?:'([^'\n]+)' file not found|([^:\s][^:\n]*?): No such file or directory)"
@@ -23,19 +22,12 @@ _NO_NVCC = re.compile(r"\bnvcc: (?:command )?not found|No such file or directory
                       r"|\bnvcc\S*: No such file or directory")
 _NO_CUDA_RUNTIME = "No CUDA runtime is found"
 _COMPILER_ERROR = re.compile(r":\d+(?::\d+)?: (?:fatal )?error:|\berror: \S|\(\d+\): error:")
+# lines that say a tool failed, not why: the linker's driver, setuptools' summary of the compiler's exit
+_SIGN_OFF = re.compile(r"collect2: error: ld returned|error: command '[^'\n]*' failed with exit code")
 # headers of the CUDA toolkit, its libraries and NVIDIA's header-only ones
 _CUDA_HEADER = re.compile(r"(?:^|/)(?:cuda|cublas|cufft|curand|cusparse|cusolver|cudnn|cupti|nccl|nvrtc|nvToolsExt"
                           r"|nvml)\w*\.h$|^(?:thrust|cub|nvtx3|cuda)/")
 NO_CUDA_TORCH = "add the CUDA extension only under a CUDA torch (torch.version.cuda), or build with --cuda X.Y"
-
-
-def progress(line: bytes) -> str | None:
-    """A build tool's count in one output line: `12/40 steps` (ninja), `42%` (make), else None."""
-    if m := _NINJA.match(line):
-        return f"{int(m[1])}/{int(m[2])} steps"
-    if m := _MAKE.match(line):
-        return f"{int(m[1])}%"
-    return None
 
 
 def missing_header(log: str) -> str | None:
@@ -75,10 +67,20 @@ def hint(log: str, *, cuda: str | None, stable: bool = False) -> str | None:
     return None
 
 
+def why_failed(log: str, *, cuda: str | None, stable: bool = False) -> str | None:
+    """What a failed compile is shown by: hint's likely cause, else the first meaningful line of its log
+    (wheelci.util.cause: a setup.py's own exception, a linker's error), never the build tool's sign-off."""
+    if found := hint(log, cuda=cuda, stable=stable):
+        return found
+    line = cause(log)
+    return f"the build's first error: {line}" if line else None
+
+
 def first_compiler_error(log: str, limit: int = 300) -> str | None:
-    """The first line a compiler marks as an error (`tiny.cpp:11:17: error: stray '@'`), cut to `limit`."""
+    """The first line a compiler marks as an error (`tiny.cpp:11:17: error: stray '@'`), cut to `limit`; a
+    sign-off that only says a tool failed is not one (a linker's own error comes from wheelci.util.cause)."""
     for line in log.splitlines():
-        if _COMPILER_ERROR.search(line):
+        if _COMPILER_ERROR.search(line) and not _SIGN_OFF.search(line):
             line = line.strip()
             return line if len(line) <= limit else line[:limit] + "..."
     return None

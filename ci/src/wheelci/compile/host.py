@@ -18,7 +18,7 @@ from pathlib import Path
 
 from wheelci.errors import CiError, Finding
 from wheelci.util import log, proc
-from wheelci.compile import hints
+from wheelci.compile import hints, progress
 from wheelci.compile.sccache import CacheReport
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
@@ -187,7 +187,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
 
     scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
     what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
-    NVCC_APPEND_FLAGS. The plan's build variables (the project's [tool.ci] env and --env) go last. `files`: the
+    NVCC_APPEND_FLAGS. The plan's build variables (the project's [tool.wheelci] env and --env) go last. `files`: the
     project's files as the build's snapshot saw them (the copy must be what the step records); `hold_fds`:
     the work directory's lock, held by the backend too, so a build killed with -9 keeps its tree locked
     while its compile still runs; `configure`: the digest of what a configure reads besides the project
@@ -264,16 +264,18 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     log.info(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
              f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
     start = time.monotonic()
+    tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
     with requirements_held(env, plan) as env_fd, remote_cache(plan, env, work_dir, project_dir, root, cmake, environ,
                                                               launch) as cached:
         cmd = [env.python, "-m", "build", "--no-isolation", "--wheel", "-o", dist, *config, *launch, project_dir]
         with logfile.open("wb") as out, log.Ticker("compiling") as ticker:
             done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ,
-                               pass_fds=(*hold_fds, env_fd), on_line=lambda line: ticker.update(hints.progress(line)))
+                               pass_fds=(*hold_fds, env_fd),
+                               on_line=lambda line: ticker.update(tracker if tracker.feed(line) else None))
     seconds = time.monotonic() - start
     if done.returncode != 0:
         log.info("the last lines of the compile log:\n" + done.stdout.decode(errors="replace"))
-        why = hints.hint(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
+        why = hints.why_failed(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
         raise Finding(f"compile failed after {seconds:.0f} s{f'; {why}' if why else ''} (full log: {logfile})")
     log.info(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)

@@ -22,7 +22,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from wheelci.config import constraints
 from wheelci.engine import host_nvcc, nvcc_version, real_nvcc
@@ -142,7 +142,10 @@ TORCH_REPORT = "torch-install.json"  # pip's install report (--report) of the to
 def torch_source(report: Path | None, uv_args: list[str], version: str) -> str | None:
     """Where the torch install took torch from: the file pip's install report names (an index's wheel URL, or
     a local wheel of a find-links directory). uv writes no report, but is only ever given indexes: the one
-    index, else the first when the version has a local label (PyPI serves none), else both, as uv chose."""
+    index, else the first when the version has a local label (PyPI serves none), else both, as uv chose.
+    Each URL without its userinfo: the stamp keeps this, and a cache holds no credential."""
+    from wheelci.util.http import shown
+
     if report is not None:
         try:
             installed = json.loads(report.read_text()).get("install", [])
@@ -152,24 +155,43 @@ def torch_source(report: Path | None, uv_args: list[str], version: str) -> str |
             name = str((item.get("metadata") or {}).get("name", "")) if isinstance(item, dict) else ""
             url = (item.get("download_info") or {}).get("url") if name.lower() == "torch" else None
             if isinstance(url, str) and url:
-                return url
+                return shown(url)
         return None
-    indexes = [uv_args[i + 1] for i, a in enumerate(uv_args[:-1]) if a in ("--index", "--default-index")] or [PYPI]
+    indexes = [shown(uv_args[i + 1]) for i, a in enumerate(uv_args[:-1]) if a in ("--index", "--default-index")] or [PYPI]
     if len(indexes) == 1 or "+" in version:
         return indexes[0]
     return f"{' or '.join(indexes)} (uv took the best match of these indexes)"
+
+
+def scrub_credentials(path: Path) -> None:
+    """A file the environment keeps (pip's install report) with every URL's userinfo and every registered
+    secret removed: a cache holds no credential."""
+    import re
+
+    from wheelci.util import secret
+    from wheelci.util.atomic import write_text
+
+    try:
+        text = path.read_text(errors="surrogateescape")
+    except OSError:
+        return
+    clean = secret.redact(re.sub(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s'\"@]*@", r"\1", text))
+    if clean != text:
+        write_text(path, clean)
 
 
 def _load_env(root: Path) -> tuple[BuildEnv | None, str]:
     """The environment its stamp describes, or (None, why not): a stamp that is missing, cut off or
     not ours, or an environment that lost its interpreter (the Python it was made from was removed)
     or its torch. Read and checked, never trusted: a broken one is rebuilt, not used."""
+    from wheelci.util.cache import read_stamp
+
     try:
-        raw = (root / STAMP).read_bytes()
+        raw = read_stamp(root / STAMP, 1 << 20)
     except FileNotFoundError:
         return None, "missing"
     except OSError as e:
-        return None, f"its stamp cannot be read ({e.strerror})"
+        return None, f"its stamp cannot be read ({e.strerror or 'not a regular file'})"
     try:
         info = json.loads(raw)
         site, version, cuda, requires = info["site"], info["version"], info["cuda"], info["requires"]
@@ -217,10 +239,35 @@ def cached_env(root: Path, create: Callable[[Path], dict]) -> BuildEnv:
         return env
 
 
-def env_root(spec: TorchSpec) -> Path:
-    """Where the build venv of this torch variant and this Python is cached."""
+def env_root(spec: TorchSpec, env: Mapping[str, str] = os.environ) -> Path:
+    """Where the build venv of this torch variant, this Python and this provenance is cached: an index
+    other than the matrix's own for the variant (a mirror, --torch-index-url, pip's configured index)
+    adds its key, so two indexes never share an environment (the first one's torch would be reused)."""
     tag = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return cache_dir() / "envs" / f"torch-{spec.version}-{spec.variant}-{tag}"
+    key = provenance_key(spec, env)
+    return cache_dir() / "envs" / (f"torch-{spec.version}-{spec.variant}-{tag}" + (f"-from-{key}" if key else ""))
+
+
+def provenance(spec: TorchSpec, env: Mapping[str, str] = os.environ) -> str:
+    """Where this spec's torch comes from, as the environment's key reads it: the index's URL without its
+    credentials, or (no index named) pip's configured indexes and find-links. Never a credential."""
+    from wheelci.util.http import shown
+
+    if spec.index_url:
+        return shown(spec.index_url).rstrip("/")
+    pip = [f"{k}={shown(v) if '://' in v else v}" for k in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS")
+           if (v := env.get(k, "").strip())]
+    return "pip:" + ";".join(pip) if pip else ""
+
+
+def provenance_key(spec: TorchSpec, env: Mapping[str, str] = os.environ) -> str:
+    """"" for the matrix's own index of the variant (or pip's defaults): the name environments always had."""
+    from wheelci.config import matrix as mx
+
+    where = provenance(spec, env)
+    matrix = mx.load()
+    defaults = {"", matrix.cpu_index_url.rstrip("/"), *(r.torch_index_url.rstrip("/") for r in matrix.rows)}
+    return "" if where in defaults else hashlib.sha256(where.encode()).hexdigest()[:12]
 
 
 def ensure_env(spec: TorchSpec) -> BuildEnv:
@@ -281,6 +328,8 @@ def create_env(root: Path, spec: TorchSpec, installer: str = "auto") -> dict:
                  what=f"{what} (the build tools)", stdout=out, stderr=None)
     info = _torch_info(root / "bin" / "python")
     info["source"] = torch_source(report, uv_args(args) if report is None else [], info["version"])
+    if report is not None:
+        scrub_credentials(report)
     got_cuda = info["cuda"]
     want = spec.cuda
     if (want is None) != (got_cuda is None) or (want and not got_cuda.startswith(want)):

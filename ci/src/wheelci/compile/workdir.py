@@ -175,12 +175,12 @@ SEARCHED = ".wheelci-searched"  # in a work directory: what the searched directo
 TREE = ".wheelci-tree.json"  # in a kept build tree: the project it builds
 # What a build writes in its work directory: all that --fresh removes (anything else there is left alone).
 COMPILED_WITH = ".wheelci-compiled-with"  # what a setuptools tree's last compile searched (recompile_if_changed)
-WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compile.log", "cibuildwheel.log", "repaired", "finished",
-                "plain", "variant", "sbom", "split", SOURCES, COPIED, CONFIGURED, BUILT,
+WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compile.log", "cibuildwheel.log", "verify.log", "repaired",
+                "finished", "plain", "variant", "sbom", "split", SOURCES, COPIED, CONFIGURED, BUILT,
                 SEARCHED, COMPILED_WITH, ".wheelci-steps.json")
 
 # Plan fields that do not reach the compile: a build differing only in these reuses its compile.
-AFTER_COMPILE = ("notes", "label", "variants", "limit", "test_command", "test_requires", "upload", "excludes",
+AFTER_COMPILE = ("notes", "script", "label", "variants", "limit", "test_command", "test_requires", "upload", "excludes",
                  "allow_no_device_code", "compile_cache")  # a cache hit never changes the bytes
 # ... and those a build tree does not depend on either: the tree (its object files) is the same, the
 # backend rebuilds what they change; and never a variable's value (a job token would name a new tree per job)
@@ -383,7 +383,9 @@ def _read_json(path: Path) -> dict:
     import json
 
     try:
-        data = json.loads(path.read_text()) if not path.is_symlink() else None
+        from wheelci.util.cache import read_stamp
+
+        data = json.loads(read_stamp(path, 64 << 20))  # never a link's target, never a FIFO's wait
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -1,5 +1,5 @@
-"""A remote compile cache, as the user names it (`--compile-cache URL`, `[tool.ci] compile-cache`,
-`WHEELCI_COMPILE_CACHE`), read into the variables sccache takes: pure, no network.
+"""A remote compile cache, as the user names it (`--compile-cache URL`, `[tool.wheelci] compile-cache`,
+`WHEELCI_COMPILE_CACHE`: wheelci.config.options), read into the variables sccache takes: pure, no network.
 
     redis://[USER:PASSWORD@]HOST[:PORT][/DB]   (rediss:// for TLS)   SCCACHE_REDIS_*
     http(s)://[USER:PASSWORD@]HOST[:PORT]/PATH  a WebDAV store (GET/PUT)   SCCACHE_WEBDAV_*
@@ -21,8 +21,6 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from wheelci.errors import CiError
 from wheelci.util import secret
 
-VARIABLE = "WHEELCI_COMPILE_CACHE"
-KEY = "compile-cache"
 SCHEMES = ("redis", "rediss", "http", "https", "s3", "gha")
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 GHA_VARIABLES = ("ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN")
@@ -132,11 +130,3 @@ def _gha(env: Mapping[str, str]) -> CompileCache:
            if missing else None)
     return CompileCache("gha", "gha (GitHub Actions cache)", out, why)
 
-
-def resolve(option: str | None, table: str | None, env: Mapping[str, str]) -> str | None:
-    """The URL in force: the option, else $WHEELCI_COMPILE_CACHE, else [tool.ci] compile-cache; an empty
-    value switches the cache off (a caller's variable over a project's table)."""
-    for value in (option, env.get(VARIABLE), table):
-        if value is not None:
-            return value.strip() or None
-    return None

@@ -1,16 +1,19 @@
 """What the user asked to build: a project directory or an sdist, its build backend and its settings.
 
 An sdist is checked, bounded and extracted by ci.config.sdist.
-Per-project settings come from `[tool.ci]` in the project's pyproject.toml; command-line options win.
+Per-project settings come from `[tool.wheelci]` in the project's pyproject.toml (the older `[tool.ci]` is
+still read); WHEELCI_* variables and command-line options go over them (wheelci.config.options).
 """
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
+from wheelci.config import options
 from wheelci.config.sdist import extract_sdist, is_sdist
 from wheelci.errors import CiError
 
@@ -40,132 +43,65 @@ PURE_PYTHON_BACKENDS = ("flit_core.buildapi", "hatchling.build", "poetry.core.ma
 
 @dataclass(frozen=True)
 class Settings:
-    """[tool.ci] of the project, merged with command-line options."""
+    """The project's [tool.wheelci] (or older [tool.ci]) table, read against the declarations
+    (wheelci.config.options); command-line options and WHEELCI_* variables go over it in
+    options.resolve. The properties are the table's values by their old names."""
 
-    test_command: str | None = None
-    test_requires: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    exclude: list[str] = field(default_factory=list)
-    limit: str | None = None
-    stable_abi: str | None = None  # "2.10": build stable-ABI wheels serving every torch from it on
-    variants: bool = False  # PEP 825 variant wheels for CUDA builds, the plain wheel for CPU ones
-    public_env: list[str] = field(default_factory=list)  # env names whose values may be shown (the rest: ***)
-    cuda_env: dict[str, str] = field(default_factory=dict)  # [tool.ci.cuda] env: CUDA builds only, over env
-    cpu_env: dict[str, str] = field(default_factory=dict)  # [tool.ci.cpu] env: CPU builds only, over env
-    compile_cache: str | None = None  # a remote compile cache's URL (wheelci.config.compilecache)
+    table: options.Table = field(default_factory=options.Table)
+
+    def _get(self, name: str, default: Any) -> Any:
+        return self.table.values.get(name, default)
+
+    @property
+    def test_command(self) -> str | None:
+        return self._get("test_command", None)
+
+    @property
+    def test_requires(self) -> list[str]:
+        return list(self._get("test_requires", []))
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self._get("env", {}))
+
+    @property
+    def exclude(self) -> list[str]:
+        return list(self._get("exclude", []))
+
+    @property
+    def limit(self) -> str | None:
+        return self._get("limit", None)
+
+    @property
+    def stable_abi(self) -> str | None:  # "2.10": stable-ABI wheels serving every torch from it on
+        return self._get("stable_abi", None)
+
+    @property
+    def variants(self) -> bool:  # PEP 825 variant wheels for CUDA builds, the plain wheel for CPU ones
+        return bool(self._get("variant", False))
+
+    @property
+    def public_env(self) -> list[str]:  # env names whose values may be shown (the rest: ***)
+        return list(self._get("public_env", []))
+
+    @property
+    def cuda_env(self) -> dict[str, str]:  # [tool.wheelci.cuda] env: CUDA builds only, over env
+        return dict(self.table.kinds.get("cuda", {}).get("env", {}))
+
+    @property
+    def cpu_env(self) -> dict[str, str]:  # [tool.wheelci.cpu] env: CPU builds only, over env
+        return dict(self.table.kinds.get("cpu", {}).get("env", {}))
 
     def env_for(self, cuda: bool) -> dict[str, str]:
         """The build variables of a CUDA build (`cuda`) or a CPU one: env, then its kind's table over it
-        (FORCE_CUDA=1 in [tool.ci.cuda] reaches no CPU build)."""
-        return {**self.env, **(self.cuda_env if cuda else self.cpu_env)}
+        (FORCE_CUDA=1 in [tool.wheelci.cuda] reaches no CPU build)."""
+        return dict(self.table.for_kind(cuda).get("env", {}))
 
 
-def _words(key: str, value: object) -> list[str]:
-    """A list of strings; a string is whitespace-separated items (one pattern, one requirement),
-    never one item per character."""
-    if isinstance(value, str):
-        return value.split()
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return list(value)
-    raise CiError(f"[tool.ci] {key} must be a string or a list of strings, not {_toml(value)}")
-
-
-def _command(key: str, value: object) -> str:
-    """One shell command; a list is run in order, stopping at the first that fails."""
-    if isinstance(value, str) and value.strip():
-        return value
-    if isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value):
-        return " && ".join(value)
-    raise CiError(f"[tool.ci] {key} must be a non-empty string or list of strings, not {_toml(value)}")
-
-
-def _env(key: str, value: object) -> dict[str, str]:
-    return _env_table(f"[tool.ci] {key}", value)
-
-
-def _env_table(what: str, value: object) -> dict[str, str]:
-    """A table of build variables (`what` names it in the error): string values under variable names."""
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise CiError(f"{what} must be a table of strings, e.g. {{ FORCE_CUDA = \"1\" }}")
-    for name in value:
-        if not name.isidentifier():
-            raise CiError(f"{what}: {name!r} is not a variable name")
-    return dict(value)
-
-
-def _kind_table(kind: str):
-    """The reader of [tool.ci.cuda] or [tool.ci.cpu]: a table of the settings that differ by build kind
-    (only `env` today), its keys checked as strictly as [tool.ci]'s."""
-
-    def read(key: str, value: object) -> dict[str, str]:
-        from wheelci.config.strict import check_keys
-
-        where = f"[tool.ci.{kind}]"
-        if not isinstance(value, dict):
-            raise CiError(f"{where} must be a table (e.g. {where} env = {{ FORCE_CUDA = \"1\" }}), not {_toml(value)}")
-        check_keys(value, KIND_SETTINGS, where)
-        return _env_table(f"{where} env", value.get("env", {}))
-
-    return read
-
-
-def _limit(key: str, value: object) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)  # a byte count
-    raise CiError(f"[tool.ci] {key} must be a size or a profile name (a string), not {_toml(value)}")
-
-
-def _stable_abi(key: str, value: object) -> str:
-    """A torch minor as a string: a TOML number 2.10 would arrive as 2.1, another torch."""
-    from wheelci.config.stable import parse_target
-
-    if not isinstance(value, str):
-        raise CiError(f'[tool.ci] {key} must be a string such as "2.10" (a TOML number 2.10 reads as 2.1), '
-                      f"not {_toml(value)}")
-    parse_target(value)
-    return value.strip()
-
-
-def _url(key: str, value: object) -> str:
-    """A URL, read as written (wheelci.config.compilecache parses it where the plan is made)."""
-    if not isinstance(value, str):
-        raise CiError(f"[tool.ci] {key} must be a URL (a string), not {type(value).__name__}")
-    return value
-
-
-def _flag(key: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise CiError(f"[tool.ci] {key} must be true or false, not {_toml(value)}")
-    return value
-
-
-def _toml(value: object) -> str:
-    """A value as the user wrote it in TOML (true, not True)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return repr(value)
-
-
-# [tool.ci] key -> (Settings field, reader): the whole schema, as data.
-SETTINGS = {
-    "test-command": ("test_command", _command),
-    "test-requires": ("test_requires", _words),
-    "env": ("env", _env),
-    "exclude": ("exclude", _words),
-    "limit": ("limit", _limit),
-    "stable-abi": ("stable_abi", _stable_abi),
-    "variants": ("variants", _flag),
-    "public-env": ("public_env", _words),
-    "compile-cache": ("compile_cache", _url),
-}
-# [tool.ci.cuda] and [tool.ci.cpu]: what only one kind of build gets, read into Settings.cuda_env / cpu_env
-KIND_TABLES = {
-    "cuda": ("cuda_env", _kind_table("cuda")),
-    "cpu": ("cpu_env", _kind_table("cpu")),
-}
-KIND_SETTINGS = ("env",)  # the keys of those tables
+# the table's keys (options.KEYS) and its per-kind tables: the whole schema, declared in wheelci.config.options
+SETTINGS = {key: option.name for key, option in options.KEYS.items()}
+KIND_TABLES = options.KINDS
+KIND_SETTINGS = tuple(o.key for o in options.OPTIONS if o.per_kind and o.key)  # the keys of those tables
 
 
 PYPROJECT_CAP = 16 * 2**20  # a pyproject.toml is read whole: larger is no configuration file
@@ -188,7 +124,7 @@ def _table(data: dict, key: str, where: Path, parent: str = "") -> dict:
     """data[key], a table ({} when absent); `parent`: where data sits (`tool.`), for the message."""
     value = data.get(key, {})
     if not isinstance(value, dict):
-        raise CiError(f"{where}: [{parent}{key}] must be a table, not {_toml(value)}")
+        raise CiError(f"{where}: [{parent}{key}] must be a table, not {options.toml_text(value)}")
     return value
 
 
@@ -216,25 +152,27 @@ def backend(project_dir: Path) -> Backend:
 
 
 def _settings_of(data: dict | None, path: Path) -> Settings:
-    """[tool.ci] checked against SETTINGS: an unknown key (a typo) is refused with the closest known
-    one, and each value is read by its own reader, so no value is silently misread."""
-    from wheelci.config.strict import check_keys
-
-    table = _table(_table(data or {}, "tool", path), "ci", path, "tool.")
+    """[tool.wheelci] checked against the declarations (wheelci.config.options): an unknown key (a typo) is
+    refused with the closest known one, and each value is read by its option's reader, so no value is
+    silently misread. A project that still has [tool.ci] is read the same way, with one deprecation line
+    once the table is read (an error in it stays the one line)."""
+    tool = _table(data or {}, "tool", path)
+    new, old = "wheelci" in tool, "ci" in tool
+    if new and old:
+        raise CiError(f"{path}: both [tool.wheelci] and [tool.ci]: move [tool.ci]'s keys into [tool.wheelci]")
+    name = "wheelci" if new or not old else "ci"
+    table = _table(tool, name, path, "tool.")
     try:
-        check_keys(table, [*SETTINGS, *KIND_TABLES], "[tool.ci]")
+        read = options.read_table(table, f"[tool.{name}]")
     except CiError as e:
         raise CiError(f"{path}: {e}") from None
-    values = {}
-    for key, value in table.items():
-        name, reader = SETTINGS[key] if key in SETTINGS else KIND_TABLES[key]
-        values[name] = reader(key, value)
-    # each value is its field's reader's result (SETTINGS pairs them), which a dict cannot say
-    return Settings(**values)  # type: ignore[arg-type]
+    if old:
+        options.deprecated(f"[tool.ci] in {path}", "[tool.wheelci]")
+    return Settings(read)
 
 
 def read_settings(project_dir: Path) -> Settings:
-    """[tool.ci] of the project (reads pyproject.toml: a build takes Project.settings)."""
+    """[tool.wheelci] of the project (reads pyproject.toml: a build takes Project.settings)."""
     return _settings_of(load_pyproject(project_dir), project_dir / "pyproject.toml")
 
 
@@ -242,7 +180,7 @@ def read_settings(project_dir: Path) -> Settings:
 class Project:
     """The project as its pyproject.toml says (setup.py's name where it has none): read and checked once
     per build by read_project, then passed along (the plan, the compile and the settings take this, never
-    the file again). Values outside [tool.ci] are checked too: a string `requires` would install one
+    the file again). Values outside [tool.wheelci] are checked too: a string `requires` would install one
     package per letter, and a malformed `requires-python` would fail deep in the plan."""
 
     name: str
@@ -251,7 +189,7 @@ class Project:
     cibw_build: list[str]  # [tool.cibuildwheel] build selectors
     py_api: str = ""  # [tool.scikit-build] wheel.py-api ("py3": one wheel serves every Python)
     backend: Backend = Backend.SCIKIT_BUILD_CORE
-    settings: Settings = field(default_factory=Settings)  # [tool.ci], before command-line options
+    settings: Settings = field(default_factory=Settings)  # [tool.wheelci], before variables and options
     root: Path = Path(".")  # the directory built
     pyproject: bool = True  # False: setup.py alone, no pyproject.toml
 
@@ -270,7 +208,7 @@ class Project:
 
 def _strings(value: object, what: str, path: Path) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise CiError(f"{path}: {what} must be a list of strings, not {_toml(value)}")
+        raise CiError(f"{path}: {what} must be a list of strings, not {options.toml_text(value)}")
     return list(value)
 
 
@@ -298,7 +236,7 @@ def _requires_python(project: dict, path: Path) -> str:
 
     value = project.get("requires-python", "")
     if not isinstance(value, str):
-        raise CiError(f"{path}: [project] requires-python must be a string, not {_toml(value)}")
+        raise CiError(f"{path}: [project] requires-python must be a string, not {options.toml_text(value)}")
     try:
         SpecifierSet(value)
     except InvalidSpecifier as e:
@@ -318,17 +256,43 @@ def read_project(project_dir: Path) -> Project:
     system, meta, tool = (_table(data, key, path) for key in ("build-system", "project", "tool"))
     name = meta.get("name")
     if not name and (project_dir / "setup.py").is_file():
-        # setup.py names the project (a PEP 518-only pyproject.toml, or none): known once built
-        return Project(project_dir.resolve().name, "", _build_requires(system, ["setuptools", "wheel"], path), [],
+        # setup.py names the project (a PEP 518-only pyproject.toml, or none): known once built; until
+        # then the directory's name stands for it, made a valid name (it is shown: a report, a plan)
+        stand_in = re.sub(r"[^A-Za-z0-9._-]+", "-", project_dir.resolve().name).strip("._-")[:100] or "project"
+        return Project(stand_in, "", _build_requires(system, ["setuptools", "wheel"], path), [],
                        "", kind, settings, project_dir, pyproject=has_pyproject)
     if not name:
         raise CiError(f"{path} has no [project] name")
     if not isinstance(name, str):
-        raise CiError(f"{path}: [project] name must be a string, not {_toml(name)}")
+        raise CiError(f"{path}: [project] name must be a string, not {options.toml_text(name)}")
+    _check_name_and_version(name, meta.get("version"), path)
     build = _table(tool, "cibuildwheel", path, "tool.").get("build", "")
     selectors = build.split() if isinstance(build, str) else _strings(build, "[tool.cibuildwheel] build", path)
     return Project(name, _requires_python(meta, path), _build_requires(system, [], path), selectors,
                    _py_api(tool, path), kind, settings, project_dir)
+
+
+# PEP 508's name (as packaging's canonicalize_name(validate=True) reads it), at most 200 characters
+_NAME = re.compile(r"(?i)[A-Z0-9](?:[A-Z0-9._-]{0,198}[A-Z0-9])?")
+
+
+def _check_name_and_version(name: str, version: object, path: Path) -> None:
+    """[project] name a PEP 508 name and a static version a PEP 440 one: checked before either reaches
+    any output (a plan, report.md, the workflow's log), where a newline or markup in them would be
+    lines of their own. Neither is shown as given when refused, only its length."""
+    from packaging.version import InvalidVersion, Version
+
+    if not _NAME.fullmatch(name):
+        raise CiError(f"{path}: [project] name is not a valid project name ({len(name)} characters; PEP 508: "
+                      "letters, digits, `.`, `_` and `-`, starting and ending with a letter or digit)")
+    if version is None:
+        return
+    if not isinstance(version, str):
+        raise CiError(f"{path}: [project] version must be a string, not {options.toml_text(version)}")
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise CiError(f"{path}: [project] version is not a PEP 440 version ({len(version)} characters)") from None
 
 
 def _py_api(tool: dict, path: Path) -> str:
@@ -337,7 +301,7 @@ def _py_api(tool: dict, path: Path) -> str:
     skbuild = _table(tool, "scikit-build", path, "tool.")
     py_api = _table(skbuild, "wheel", path, "tool.scikit-build.").get("py-api", "")
     if not isinstance(py_api, str):
-        raise CiError(f"{path}: [tool.scikit-build] wheel.py-api must be a string, not {_toml(py_api)}")
+        raise CiError(f"{path}: [tool.scikit-build] wheel.py-api must be a string, not {options.toml_text(py_api)}")
     return py_api
 
 
@@ -352,23 +316,21 @@ def read_py_api(project_dir: Path) -> str:
 def merge(settings: Settings, *, test_command: str | None, test_requires: list[str], env: list[str],
           exclude: list[str], limit: str | None, stable_abi: str | None = None, variants: bool = False,
           public_env: Sequence[str] = ()) -> Settings:
-    """Command-line options over [tool.ci]; `--env NAME=VALUE` checked here. A --env variable wins over
-    [tool.ci] env and over [tool.ci.cuda] / [tool.ci.cpu] env alike."""
-    given: dict[str, str] = {}
-    for item in env:
-        name, sep, value = item.partition("=")
-        if not sep:  # the whole word may be the value itself: never echoed
-            raise CiError("bad --env: an item has no '=' (want NAME=VALUE; the item is not shown, it may be a secret)")
-        if not name.isidentifier():
-            raise CiError(f"bad --env {name[:64]!r}=***: {name[:64]!r} is not a variable name (want NAME=VALUE)")
-        given[name] = value
-    return Settings(test_command or settings.test_command, settings.test_requires + list(test_requires),
-                    {**settings.env, **given}, settings.exclude + list(exclude), limit or settings.limit,
-                    _stable_abi("--stable-abi", stable_abi) if stable_abi else settings.stable_abi,
-                    variants or settings.variants, sorted({*settings.public_env, *public_env}),
-                    {**settings.cuda_env, **{k: v for k, v in given.items() if k in settings.cuda_env}},
-                    {**settings.cpu_env, **{k: v for k, v in given.items() if k in settings.cpu_env}},
-                    settings.compile_cache)
+    """Command-line options over the table, as options.resolve takes them (lists add up, single values
+    from the command line win); `--env NAME=VALUE` checked here. A --env variable wins over the table's
+    env and over its .cuda / .cpu env alike."""
+    given = options.parse_assignments(env)
+    values = dict(settings.table.values)
+    values.update({k: v for k, v in (("test_command", test_command), ("limit", limit)) if v})
+    if stable_abi:
+        values["stable_abi"] = options.stable_abi(stable_abi, "--stable-abi")
+    values.update(test_requires=settings.test_requires + list(test_requires), env={**settings.env, **given},
+                  exclude=settings.exclude + list(exclude), variant=variants or settings.variants,
+                  public_env=sorted({*settings.public_env, *public_env}))
+    kinds = {kind: {**table, "env": {**table.get("env", {}), **{k: v for k, v in given.items()
+                                                               if k in table.get("env", {})}}}
+             for kind, table in settings.table.kinds.items()}
+    return Settings(options.Table(values, kinds, settings.table.name))
 
 
 def resolve(project: Path, work: Path) -> Project:

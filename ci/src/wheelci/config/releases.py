@@ -17,7 +17,6 @@ import hashlib
 import io
 import json
 import re
-import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -28,15 +27,15 @@ from typing import Any, Mapping
 
 from wheelci.config import matrix as mx
 from wheelci.errors import CiError
-from wheelci.util.cache import cache_dir
+from wheelci.util import http, variables
+from wheelci.util.cache import cache_dir, read_stamp
 
 INDEX = "https://pypi.org/simple"
-INDEX_VARIABLE = "WHEELCI_TORCH_INDEX"  # another index to read torch releases from (a mirror, a local one)
+INDEX_VARIABLE = variables.TORCH_INDEX  # another index to read torch releases from (a mirror, a local one)
 ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 PAGE_MAX = 64 << 20  # PyPI's torch page is about 4 MB
 METADATA_MAX = 4 << 20
 DIRECTORY_MAX = 16 << 20  # a torch wheel's central directory is about 1 MB
-TIMEOUT = 60
 _WHEEL = re.compile(r"torch-(?P<version>[^-]+)-(?P<python>cp3\d+)-(?P<abi>cp3\d+t?)-(?P<platform>[\w.]+)\.whl")
 # an x86_64 Linux wheel's tag, read as the policy names the matrix uses (manylinux1 and 2_17 are 2014's floor)
 _POLICY = {"manylinux1": "manylinux2014", "manylinux2010": "manylinux2014", "manylinux2014": "manylinux2014",
@@ -78,7 +77,12 @@ def parse_release(metadata: str, filenames: list[str], source: str) -> TorchRele
     from packaging.utils import canonicalize_name
 
     headers = HeaderParser().parsestr(metadata)
-    version = (headers.get("Version") or "").split("+")[0]  # PyTorch's own indexes label it: 2.15.0+cu132
+    names, versions = headers.get_all("Name") or [], headers.get_all("Version") or []
+    if len(names) != 1 or canonicalize_name(names[0].strip()) != "torch":
+        raise CiError(f"{source}: its METADATA names {_named(names)}, not torch once: not torch's metadata")
+    if len(versions) != 1:
+        raise CiError(f"{source}: its METADATA has {len(versions)} Version headers, not one: refused")
+    version = versions[0].strip().split("+")[0]  # PyTorch's own indexes label it: 2.15.0+cu132
     wheels = [m for m in map(_WHEEL.fullmatch, filenames) if m and _base(m["version"]) == version]
     linux = [m for m in wheels if m["platform"].endswith("_x86_64") and "linux" in m["platform"]]
     if not linux:
@@ -113,6 +117,12 @@ def parse_release(metadata: str, filenames: list[str], source: str) -> TorchRele
         elif name.startswith("nvidia-cudnn-cu") and re.fullmatch(r"[0-9.]+", pinned):
             cudnn = f"{name}=={pinned}"
     return TorchRelease(version, cuda, toolkit, cudnn, tuple(pythons), policy, source)
+
+
+def _named(names: list[str]) -> str:
+    from wheelci.util.untrusted import one_line, cut
+
+    return ", ".join(repr(cut(one_line(n), 40)) for n in names[:3]) or "no project"
 
 
 def _base(version: str) -> str:
@@ -164,55 +174,16 @@ def parse_page(body: bytes, content_type: str, base: str) -> list[IndexFile]:
     return files
 
 
-def _request(url: str, headers: Mapping[str, str] = {}, method: str = "GET") -> urllib.request.Request:
-    """A request for url; its userinfo (a mirror's user and token) becomes basic auth, never part of what
-    is shown or kept."""
-    import base64
-
-    try:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("https", "http", "file"):
-            raise CiError(f"{_shown(url)}: the torch index must be an http(s) or file URL")
-        headers = dict(headers)
-        if parts.username is not None:
-            userinfo = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-            headers["Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
-            url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
-        return urllib.request.Request(url, headers=headers, method=method)
-    except ValueError as e:  # urllib's own refusals: a bad port, an unclosed IPv6 bracket
-        raise CiError(f"{_shown(url)}: not a URL ({e})") from None
-
-
-def _open(url: str, headers: Mapping[str, str] = {}, method: str = "GET"):
-    try:
-        return urllib.request.urlopen(_request(url, headers, method), timeout=TIMEOUT)
-    except urllib.error.HTTPError as e:
-        raise CiError(f"{_shown(url)}: HTTP {e.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        raise CiError(f"{_shown(url)}: {getattr(e, 'reason', e)}") from None
-
-
-def _read(response, cap: int, url: str) -> bytes:
-    body = response.read(cap + 1)
-    if len(body) > cap:
-        raise CiError(f"{_shown(url)}: larger than {cap >> 20} MiB, not read")
-    return body
-
-
 def _shown(url: str) -> str:
     """The URL without userinfo (a mirror's token)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "<a malformed URL>"
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1])) if "@" in parts.netloc else url
+    return http.shown(url)
 
 
 class _RangeFile(io.RawIOBase):
     """A remote file read by HTTP range requests, as zipfile seeks it: only what it reads is fetched."""
 
-    def __init__(self, url: str, size: int) -> None:
-        self.url, self.size, self.pos, self.fetched = url, size, 0, 0
+    def __init__(self, client: http.Client, url: str, size: int) -> None:
+        self.client, self.url, self.size, self.pos, self.fetched = client, url, size, 0, 0
 
     def readable(self) -> bool:
         return True
@@ -235,28 +206,32 @@ class _RangeFile(io.RawIOBase):
         if self.fetched > DIRECTORY_MAX + METADATA_MAX:
             raise CiError(f"{_shown(self.url)}: reading its METADATA took more than "
                           f"{(DIRECTORY_MAX + METADATA_MAX) >> 20} MiB of range requests")
-        with _open(self.url, {"Range": f"bytes={self.pos}-{self.pos + want - 1}"}) as r:
-            if r.status != 206:
-                raise CiError(f"{_shown(self.url)}: the server ignores range requests and serves no metadata")
-            data = r.read(want)
+        try:
+            data = self.client.get(self.url, {"Range": f"bytes={self.pos}-{self.pos + want - 1}"}, cap=want,
+                                   ok=(206,)).body
+        except http.HttpError as e:
+            if e.status == 200:  # the whole wheel, unread
+                raise CiError(f"{_shown(self.url)}: the server ignores range requests and serves no metadata") from None
+            raise
         buffer[:len(data)] = data
         self.pos += len(data)
         return len(data)
 
 
-def _wheel_metadata(url: str) -> str:
+def _wheel_metadata(client: http.Client | None, url: str) -> str:
     """METADATA of a remote wheel: the zip's end, its directory, then one member (zipfile's reads)."""
     import zipfile  # a remote archive: wheelci.wheel.zipread reads local files by descriptor
 
     if urllib.parse.urlsplit(url).scheme == "file":
         stream: Any = open(urllib.request.url2pathname(urllib.parse.urlsplit(url).path), "rb")
     else:
-        with _open(url, method="HEAD") as r:
-            try:
-                size = int(r.headers.get("Content-Length") or 0)
-            except ValueError:
-                raise CiError(f"{_shown(url)}: no usable Content-Length") from None
-        stream = io.BufferedReader(_RangeFile(url, size), 1 << 16)
+        assert client is not None
+        head = client.get(url, method="HEAD")
+        try:
+            size = int(head.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise CiError(f"{_shown(url)}: no usable Content-Length") from None
+        stream = io.BufferedReader(_RangeFile(client, url, size), 1 << 16)
     try:
         with stream, zipfile.ZipFile(stream) as z:
             names = [i for i in z.infolist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", i.filename)]
@@ -265,6 +240,28 @@ def _wheel_metadata(url: str) -> str:
             return z.read(names[0]).decode("utf-8", "replace")
     except zipfile.BadZipFile as e:
         raise CiError(f"{_shown(url)}: not a wheel ({e})") from None
+
+
+def _local_text(url: str, cap: int) -> str:
+    """A file of a local (file:) index, at most `cap` bytes, never a FIFO's wait."""
+    import os
+    import stat
+
+    path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CiError(f"{url}: not a regular file")
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read(cap + 1)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise CiError(f"{url}: {e.strerror}") from None
+    if len(data) > cap:
+        raise CiError(f"{url}: larger than {cap >> 20} MiB, not read")
+    return data.decode("utf-8", "replace")
 
 
 def _checked(doc: object, version: str) -> TorchRelease | None:
@@ -284,8 +281,10 @@ def _checked(doc: object, version: str) -> TorchRelease | None:
 class TorchIndex:
     """Where torch releases are read: an index URL and the cache of what was read from it."""
 
-    def __init__(self, url: str = INDEX, cache: Path | None = None) -> None:
-        self.url = url.rstrip("/")
+    def __init__(self, url: str = INDEX, cache: Path | None = None, deadline: float = http.DEADLINE) -> None:
+        url = url.strip().rstrip("/")
+        self.client = None if urllib.parse.urlsplit(url).scheme == "file" else http.Client(url, deadline)
+        self.url = self.client.base if self.client else url  # credentials live in the client only
         key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
         self.cache = (cache or cache_dir("torch-releases")) / f"v1-{key}"
         self._files: list[IndexFile] | None = None  # the torch page, read once per TorchIndex
@@ -311,8 +310,9 @@ class TorchIndex:
             if found is None:
                 raise CiError(f"{page}: no torch page in that index")
             return parse_page(found.read_bytes(), "json" if found.suffix == ".json" else "html", found.as_uri())
-        with _open(page, {"Accept": ACCEPT}) as r:
-            return parse_page(_read(r, PAGE_MAX, page), r.headers.get("Content-Type", ""), r.url)
+        assert self.client is not None
+        r = self.client.get(page, {"Accept": ACCEPT}, cap=PAGE_MAX)
+        return parse_page(r.body, r.headers.get("Content-Type", ""), r.url)
 
     def versions(self, files: list[IndexFile] | None = None) -> list[str]:
         """The final releases with an x86_64 Linux wheel, oldest first."""
@@ -330,7 +330,7 @@ class TorchIndex:
         """The release, from the cache or else from the index (then cached)."""
         cached = self.cache / f"{version}.json"
         try:
-            found = _checked(json.loads(cached.read_text()), version)
+            found = _checked(json.loads(read_stamp(cached, METADATA_MAX)), version)  # a FIFO never blocks
         except (OSError, ValueError):
             found = None
         if found is not None:
@@ -347,12 +347,15 @@ class TorchIndex:
                 and m["platform"].endswith("_x86_64") and "linux" in m["platform"]]
         # served metadata first, then a GIL-ful CPython's wheel (every one of a release names the same pins)
         pick = max(ours, key=lambda f: (f.metadata, not f.filename.split("-")[3].endswith("t"), f.filename))
-        if pick.metadata:
-            with _open(pick.url + ".metadata") as r:
-                text = _read(r, METADATA_MAX, pick.url + ".metadata").decode("utf-8", "replace")
+        if pick.metadata and self.client is None:
+            text = _local_text(pick.url + ".metadata", METADATA_MAX)
+            source = pick.url + ".metadata"
+        elif pick.metadata:
+            assert self.client is not None
+            text = self.client.get(pick.url + ".metadata", cap=METADATA_MAX).body.decode("utf-8", "replace")
             source = pick.url + ".metadata"
         else:
-            text, source = _wheel_metadata(pick.url), pick.url
+            text, source = _wheel_metadata(self.client, pick.url), pick.url
         release = parse_release(text, [f.filename for f in files], _shown(source))
         if release.version != version:
             raise CiError(f"{_shown(source)} says it is torch {release.version or '?'}, not {version}")

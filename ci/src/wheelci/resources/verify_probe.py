@@ -1,10 +1,17 @@
 """Generic checks for any extension wheel, run inside the verify venv (stdlib and torch only).
 
-    python -I verify_probe.py SITE_PACKAGES '{"imports": [NAME...], "libraries": [PATH...]}'
+    python -I verify_probe.py SITE_PACKAGES '{"imports": [NAME...], "libraries": [PATH...]}' RESULTS
+    python -I verify_probe.py SITE_PACKAGES '{"load": PATH}' RESULTS
 
-Prints one JSON line: each name imported (after torch), each shared library loaded (paths relative to
-SITE_PACKAGES), the torch it ran with, the torch.ops namespaces that importing them registered, and
-whether a CUDA device is there to run kernels on.
+The first form imports each name (after torch), as a user of the package would, and says which of the
+wheel's shared libraries (paths relative to SITE_PACKAGES) those imports loaded: the package's own
+choice among alternatives (a `_x_cpu.so` and a `_x_cuda.so` registering the same operators, only the one
+that fits loaded). The second loads one library the imports did not, after torch, in a process of its
+own: two alternatives loaded into one process abort it, which says nothing about the wheel.
+Each result is appended to RESULTS as one JSON line as soon as it is known (`{"started": CHECK}` before a
+check that may abort the process), so a process that dies names the check it died in; stdout is the
+package's own. The torch it ran with, the torch.ops namespaces registered, and whether a CUDA device is
+there to run kernels on come last.
 Run with -I: this file's directory must not shadow what the wheel installs.
 """
 
@@ -31,28 +38,58 @@ def gpu(torch):
     return f"ok ({torch.cuda.get_device_name(0)})"
 
 
-def main(site, probe):
-    import torch  # first, as a user of the extension would
+def mapped():
+    """The real paths of every file mapped into this process (what the dynamic loader has loaded)."""
+    found = set()
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        for line in maps:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/"):
+                path = parts[5].rstrip("\n")
+                found.add(os.path.realpath(path[:-len(" (deleted)")] if path.endswith(" (deleted)") else path))
+    return found
 
-    checks, before = {"torch": torch.__version__}, namespaces()
-    for name in probe["imports"]:
+
+def failed(e):
+    return "FAILED: " + traceback.format_exception_only(type(e), e)[-1].strip()
+
+
+def imports(site, names, libraries, say):
+    for name in names:
+        say({"started": f"import {name}"})
         try:
             importlib.import_module(name)
-            checks[f"import {name}"] = "ok"
+            say({f"import {name}": "ok"})
         except BaseException as e:  # noqa: BLE001  (reported, not raised)
-            last = traceback.format_exception_only(type(e), e)[-1].strip()
-            checks[f"import {name}"] = f"FAILED: {last}"
-    for rel in probe["libraries"]:
-        try:
-            ctypes.CDLL(os.path.join(site, rel))
-            result = "ok"
-        except OSError as e:
-            result = f"FAILED: {e}"
-        checks[f"load {rel}"] = result
-    checks["torch_ops"] = sorted(namespaces() - before)
-    checks["gpu"] = gpu(torch)
-    print(json.dumps(checks))
+            say({f"import {name}": failed(e)})
+    loaded = mapped()
+    say({"loaded": [rel for rel in libraries if os.path.realpath(os.path.join(site, rel)) in loaded]})
+
+
+def load(site, rel, say):
+    say({"started": f"load {rel}"})
+    try:
+        ctypes.CDLL(os.path.join(site, rel))
+        say({f"load {rel}": "ok"})
+    except OSError as e:
+        say({f"load {rel}": f"FAILED: {e}"})
+
+
+def main(site, probe, results):
+    with open(results, "a", encoding="utf-8") as out:
+        def say(result):
+            out.write(json.dumps(result) + "\n")
+            out.flush()
+
+        import torch  # first, as a user of the extension would
+
+        before = namespaces()
+        if "load" in probe:
+            load(site, probe["load"], say)
+        else:
+            imports(site, probe["imports"], probe["libraries"], say)
+        say({"torch": torch.__version__, "torch_ops": sorted(namespaces() - before), "gpu": gpu(torch)})
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], json.loads(sys.argv[2]))
+    main(sys.argv[1], json.loads(sys.argv[2]), sys.argv[3])

@@ -1,6 +1,6 @@
 """The one cache directory every stage and test shares: build envs, downloaded wheels, ccache; and its bound.
 
-$CUDA_WHEEL_CI_CACHE, else $XDG_CACHE_HOME/cuda-wheel-ci, else ~/.cache/cuda-wheel-ci. Kept outside
+$WHEELCI_CACHE_DIR (formerly $CUDA_WHEEL_CI_CACHE), else $XDG_CACHE_HOME/cuda-wheel-ci, else ~/.cache/cuda-wheel-ci. Kept outside
 the checkout so a fresh clone (and CI on the same machine) reuses the ~3 GB CUDA environment.
 
 What a build remakes when it is missing (KINDS: kept build trees, build environments, verify's layers of
@@ -27,18 +27,19 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from wheelci.errors import CiError
+from wheelci.util import variables
 
 KINDS = ("builds", "envs", "test-layers")  # what a prune may remove: what a build remakes when missing
 USED = ".wheelci-used"  # in an entry: written when a build uses it (its time) with the entry's size
 ASIDE = ".pruning"  # in the cache: entries renamed out of their kind, being removed
-MAX_SIZE_VARIABLE = "WHEELCI_CACHE_MAX_SIZE"
+MAX_SIZE_VARIABLE = variables.CACHE_MAX_SIZE
 DEFAULT_MAX_SIZE = 20 * 2**30
 
 
 def cache_dir(*parts: str, env: Mapping[str, str] | None = None) -> Path:
     """A path in the cache; `env` is the environment to read (default: this process's)."""
     env = os.environ if env is None else env
-    base = env.get("CUDA_WHEEL_CI_CACHE")
+    base = variables.read(env, variables.CACHE_DIR)
     root = Path(base) if base else Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cuda-wheel-ci"
     return root.expanduser().joinpath(*parts)
 
@@ -101,17 +102,25 @@ def mark_used(entry: Path, *, measure: bool = True) -> None:
         write_text(entry / USED, json.dumps({"size": size}))
 
 
-def _small_regular(path: Path, cap: int = 1 << 16) -> bytes:
-    """A stamp's bytes: a regular file, not a link, at most cap bytes (OSError otherwise): a FIFO planted
-    in its place never blocks a build's end."""
+def read_stamp(path: Path, cap: int = 1 << 16) -> bytes:
+    """A cache file's bytes (a stamp, a record, a cached release): a regular file, not a link, at most cap
+    bytes (OSError otherwise). Every read of a cache file goes through here: a FIFO planted in its place
+    never blocks a build or a plan, a link never reads another file."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
             raise OSError(f"{path}: not a stamp")
-        return os.read(fd, cap)
+        chunks, left = [], cap
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+_small_regular = read_stamp
 
 
 def _stamped_size(entry: Path) -> int | None:
@@ -143,14 +152,31 @@ def real_dir(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink()
 
 
+# What makes a directory under a kind the tool's own entry: the stamp a build writes when it uses one
+# (USED), or what the tool writes in one it makes (an environment's or a layer's completion stamp, a kept
+# build tree's record and mark), a regular file each. Anything else there is someone else's: never
+# listed, measured, stamped or removed.
+MARKERS = {"builds": (USED, ".wheelci-tree.json", ".wheelci-work"), "envs": (USED, ".complete.json"),
+           "test-layers": (USED, ".complete.json")}
+
+
+def ours(kind: str, path: Path) -> bool:
+    for name in MARKERS.get(kind, (USED,)):
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(path / name).st_mode):
+                return True
+    return False
+
+
 def entry_dirs(root: Path) -> Iterator[tuple[str, Path]]:
-    """(kind, directory) of each entry of KINDS: their lock files and hidden names are no entries."""
+    """(kind, directory) of each entry of KINDS that carries the tool's marker: their lock files, hidden
+    names and directories the tool did not make are no entries."""
     for kind in KINDS:
         if not real_dir(root / kind):  # a link in place of a kind's directory: nothing behind it is ours
             continue
         with contextlib.suppress(OSError):
             for path in sorted((root / kind).iterdir()):
-                if path.is_dir() and not path.is_symlink() and not path.name.startswith("."):
+                if path.is_dir() and not path.is_symlink() and not path.name.startswith(".") and ours(kind, path):
                     yield kind, path
 
 

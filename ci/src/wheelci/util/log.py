@@ -15,17 +15,18 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 from wheelci.errors import CiError
+from wheelci.util import variables
 
-# --verbose or CI_VERBOSE=1: debug lines and each command run (util.proc) are shown
-VERBOSE = os.environ.get("CI_VERBOSE", "") not in ("", "0")
+# --verbose or WHEELCI_VERBOSE=1: debug lines and each command run (util.proc) are shown
+VERBOSE = variables.read(os.environ, variables.VERBOSE) not in ("", "0")
 
 _voice = "ci"
 _open_steps = 0
 _lock = threading.Lock()  # a Ticker's thread and the step it watches write lines to the same stderr
-HEARTBEAT = "CI_HEARTBEAT"  # seconds between a Ticker's lines in logs and CI (default HEARTBEAT_SECONDS)
+HEARTBEAT = variables.HEARTBEAT  # seconds between a Ticker's lines in logs and CI (default HEARTBEAT_SECONDS)
 HEARTBEAT_SECONDS = 60.0
 
 
@@ -64,7 +65,7 @@ def info(message: str) -> None:
 
 
 def debug(message: str) -> None:
-    """A line only --verbose (or CI_VERBOSE=1) shows: where to look, beside a failure's one error line."""
+    """A line only --verbose (or WHEELCI_VERBOSE=1) shows: where to look, beside a failure's one error line."""
     if VERBOSE:
         info(message)
 
@@ -111,8 +112,8 @@ def duration(seconds: float) -> str:
 
 
 def heartbeat_seconds(env=os.environ) -> float:
-    """The interval of a Ticker's lines in logs and CI: CI_HEARTBEAT seconds, else one minute."""
-    raw = env.get(HEARTBEAT, "")
+    """The interval of a Ticker's lines in logs and CI: WHEELCI_HEARTBEAT seconds, else one minute."""
+    raw = variables.read(env, HEARTBEAT)
     if not raw:
         return HEARTBEAT_SECONDS
     try:
@@ -129,14 +130,14 @@ class Ticker:
     minutes on one file and print nothing (torch-cluster), and a CI log that stays silent that long
     looks hung, or is killed by a runner's no-output timeout.
 
-    On a terminal one status line (`compiling, 1 min 12 s, 12/40 steps`) is redrawn every second and on
-    each count; in logs and CI the same status is a line of its own every `interval` seconds (CI_HEARTBEAT,
+    On a terminal one status line (`compiling, 1 min 12 s, 12 of 40 files, about 3 min left`) is redrawn every second and on
+    each count; in logs and CI the same status is a line of its own every `interval` seconds (WHEELCI_HEARTBEAT,
     default 60). `live=False` leaves the terminal alone, for a step whose own output streams there."""
 
     def __init__(self, doing: str, *, interval: float | None = None, terminal: bool | None = None,
                  live: bool = True) -> None:
         self.doing = doing
-        self.count = ""  # the step's own progress, as the tool reports it (`12/40 steps`, `42%`)
+        self.count: str | Callable[[], str] = ""  # the step's own progress (`3 of 12 files, about 9 min left`)
         self.terminal = on_terminal() if terminal is None else terminal
         self.silent = self.terminal and not live  # the step's own output is on the terminal already
         self.interval = 1.0 if self.terminal else (interval or heartbeat_seconds())
@@ -145,10 +146,12 @@ class Ticker:
         self._thread = threading.Thread(target=self._beat, name=f"ticker: {doing}", daemon=True)
 
     def status(self) -> str:
-        return ", ".join([self.doing, duration(time.monotonic() - self._start)] + ([self.count] if self.count else []))
+        count = self.count() if callable(self.count) else self.count
+        return ", ".join([self.doing, duration(time.monotonic() - self._start)] + ([count] if count else []))
 
-    def update(self, count: str | None) -> None:
-        """The tool's newest count (None: this line held none); a terminal shows it at once."""
+    def update(self, count: str | Callable[[], str] | None) -> None:
+        """The tool's newest count (None: this line held none), or what says it at each line drawn (a
+        compile's Tracker: its estimate moves with the clock); a terminal shows it at once."""
         if count is None:
             return
         self.count = count

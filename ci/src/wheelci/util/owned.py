@@ -31,6 +31,7 @@ from wheelci.errors import CiError
 
 MANIFEST = ".wheelci-owned.json"  # {"version": 1, "groups": {who: [names]}}: what this tool wrote here
 LEGACY_MANIFESTS = (".wheelci-split.json",)  # the same record, as earlier releases of split kept it
+RECORDED_FILES = ("report.json", "report.md")  # besides wheels, the names a manifest may list: a build's report
 ASIDE = ".wheelci-previous-"  # a directory of what a failed run set aside: ASIDE + a UTC time
 HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
@@ -88,6 +89,12 @@ class OutputDir:
         """Names an earlier run vouched for in a record of its own (written before this manifest existed)."""
         self.adopted |= {n for n in names if _plain_name(n)}
 
+    def record(self, who: str, names: Iterable[str]) -> None:
+        """Record names as `who`'s before writing them in place (a build's report): ownership first, so a
+        cut-short run leaves what it wrote ours, and only what the manifest lists is ever replaced or moved."""
+        with signals_held():
+            self._record({**self.groups, who: sorted({*self.groups.get(who, []), *names})})
+
     @contextlib.contextmanager
     def staging(self) -> Iterator[Path]:
         """A directory beside the outputs (the same filesystem: the commit is renames), removed after."""
@@ -123,8 +130,10 @@ class OutputDir:
     def set_aside(self, names: Iterable[str]) -> str | None:
         """Move these entries (ours) into a new ASIDE directory here, in one held step; its name, or None
         when none of them is there. What is set aside is no longer in the manifest: it is the user's."""
-        present = [n for n in dict.fromkeys(names) if _plain_name(n) and ((self.path / n).exists()
-                                                                           or (self.path / n).is_symlink())]
+        owned = self.owned  # never a name no record of ours lists, whoever asks
+        present = [n for n in dict.fromkeys(names) if _plain_name(n) and n in owned and ((self.path / n).exists()
+                                                                           or (self.path / n).is_symlink())
+                   and not ((self.path / n).is_dir() and not (self.path / n).is_symlink())]  # a directory: the user's
         if not present:
             return None
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -163,9 +172,9 @@ def read_manifest(path: Path) -> dict[str, list[str]]:
         except (OSError, ValueError):
             continue
         groups = data.get("groups") if name == MANIFEST and isinstance(data, dict) else data
-        if isinstance(groups, dict):  # what this tool records is wheels: no other name is taken from a manifest
-            return {str(k): [n for n in v if _plain_name(n) and n.endswith(".whl")] for k, v in groups.items()
-                    if isinstance(v, list)}
+        if isinstance(groups, dict):  # what this tool records is wheels and a build's report: no other name
+            return {str(k): [n for n in v if _plain_name(n) and (n.endswith(".whl") or n in RECORDED_FILES)]
+                    for k, v in groups.items() if isinstance(v, list)}
     return {}
 
 

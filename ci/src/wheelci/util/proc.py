@@ -2,7 +2,7 @@
 
 A failed tool is one error line that says what the run was for, which tool failed and its last line
 of stderr (`creating the build environment: pip failed with exit status 1: No matching distribution
-found for torch==9`), instead of a CalledProcessError each caller words differently. `CI_VERBOSE=1`
+found for torch==9`), instead of a CalledProcessError each caller words differently. `WHEELCI_VERBOSE=1`
 (or a stage's `--verbose`) echoes each command as `+ cmd` on stderr first, as `sh -x` does.
 """
 

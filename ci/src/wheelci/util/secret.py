@@ -1,7 +1,7 @@
 """Secrets: one registry of values a run must never show, and one redaction every channel applies.
 
 A credential reaches a run in a URL's userinfo (--torch-index-url, --upload, PIP_*_URL and any other
-URL given), in an --env or [tool.ci] env value, or through twine (TWINE_*, .pypirc, keyring). Each is
+URL given), in an --env or [tool.wheelci] env value, or through twine (TWINE_*, .pypirc, keyring). Each is
 registered where it enters (`add`, `add_url`, `add_environ`); every writer passes its text through
 `redact`: the CLI's stdout and stderr (every progress line, `+ cmd` echo, error line and --json
 document), report.json and report.md, the job summary and the tool logs in the work directory. A
@@ -23,8 +23,25 @@ MIN_LENGTH = 6
 # greedy up to the last `@` before the path: a password may hold `@` (pip and urllib read it so)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s'\"]*@")
 _URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"]+")
-# names whose values are credentials wherever they appear (a CI's tokens, twine's password, S3 keys)
-_CREDENTIAL_NAME = re.compile(r"(?i)(TOKEN|PASSWORD|PASSWD|SECRET|API_?KEY|ACCESS_?KEY|AUTH|CREDENTIAL|PRIVATE_?KEY)")
+# The one rule for which variables are secrets by their name (a CI's tokens, twine's password, a cloud's
+# key pair, an SSH key), as shell patterns over the upper-cased name; docs/guarantees.md shows it as
+# names_doc() writes it (a test keeps the two equal).
+SECRET_NAMES = ("*_KEY", "*_KEY_ID", "*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*AUTH*", "*CREDENTIAL*",
+                "SSH_*", "*API_KEY*", "*APIKEY*", "*PRIVATE_KEY*", "*PRIVATEKEY*")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable of this name holds a credential, by SECRET_NAMES (case-insensitive)."""
+    from fnmatch import fnmatchcase
+
+    upper = name.upper()
+    return any(fnmatchcase(upper, pattern) for pattern in SECRET_NAMES)
+
+
+def names_doc() -> str:
+    """SECRET_NAMES as docs/guarantees.md shows them, between its secret-names markers."""
+    return ("A variable is a secret when its name, upper-cased, matches one of: "
+            + ", ".join(f"`{p}`" for p in SECRET_NAMES) + ".")
 
 _values: set[str] = set()
 _users: set[str] = set()
@@ -81,12 +98,12 @@ def add_environ(env: Mapping[str, str]) -> None:
     name says it is a credential (GITHUB_TOKEN, TWINE_PASSWORD, PRIVATE_INDEX_PASSWORD)."""
     for name, value in env.items():
         add_text(value)
-        if _CREDENTIAL_NAME.search(name):
+        if is_secret_name(name):
             add(value)
 
 
 def add_variables(env: Mapping[str, str], public: Iterable[str] = ()) -> None:
-    """Build variables (--env, [tool.ci] env): every value is secret unless its name is declared public."""
+    """Build variables (--env, [tool.wheelci] env): every value is secret unless its name is declared public."""
     shown = set(public)
     for name, value in env.items():
         add_text(value)

@@ -1,0 +1,198 @@
+"""The build switches a project's build script reads, found before anything compiles.
+
+Real CUDA extensions decide in their setup.py whether to compile their kernels, and most decide by
+asking `torch.cuda.is_available()`, which is False on every builder without a GPU (a container's, a CI
+runner's, a laptop's). Each family of projects then reads a variable of its own to force the build, or
+downloads a prebuilt wheel unless told otherwise. CONVENTIONS holds those variables as data, each with
+the project that showed it; `read_script` finds them (and the guard, a wheel download and hard-coded
+`-gencode` flags) in the script's text, and `plan_switches` says what a build sets, what it leaves to the
+user, and why. The values are build switches, not credentials: the plan shows them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+# the build scripts read, and how much of each (a setup.py of megabytes is no setup.py worth reading whole)
+SCRIPTS = ("setup.py", "CMakeLists.txt")  # pyproject.toml is read once, by config.project
+MAX_SCRIPT = 1 << 20
+
+
+@dataclass(frozen=True)
+class Convention:
+    """A variable some projects read to decide their build: `pattern` matches its name (fullmatch),
+    `role` what setting it does: "builds" (the plan sets `value` so the kernels are compiled here),
+    "skips" (set truthy, the build leaves the CUDA code out: the plan never sets it and warns when given),
+    "named" (shown, left to the user). Every convention's variable is public: its value is shown. `cuda_only`: a "builds" switch a CPU build leaves unset."""
+
+    pattern: str
+    role: str
+    value: str
+    does: str
+    shown_by: str
+    cuda_only: bool = True
+
+
+CONVENTIONS: tuple[Convention, ...] = (
+    Convention("FORCE_CUDA", "builds", "1", "builds the CUDA extension even where torch.cuda.is_available() is False",
+               "torch-scatter, torch-sparse, torch-cluster (PyG), detectron2, torchvision"),
+    Convention("FORCE_ONLY_CUDA", "named", "1", "builds the CUDA library alone, without its CPU twin",
+               "torch-scatter, torch-sparse (PyG)"),
+    Convention("FORCE_ONLY_CPU", "skips", "1", "builds the CPU library alone", "torch-scatter, torch-sparse (PyG)"),
+    Convention(r"[A-Z][A-Z0-9_]*_FORCE_BUILD", "builds", "TRUE",
+               "compiles the extension instead of downloading a prebuilt wheel",
+               "flash-attn (FLASH_ATTENTION_FORCE_BUILD), mamba-ssm, causal-conv1d", cuda_only=False),
+    Convention(r"[A-Z][A-Z0-9_]*_SKIP_CUDA_BUILD", "skips", "TRUE", "builds without the CUDA kernels",
+               "flash-attn (FLASH_ATTENTION_SKIP_CUDA_BUILD), mamba-ssm, causal-conv1d"),
+)
+
+# an environment read: os.getenv("X"...), os.environ.get("X"...), os.environ["X"], "X" in os.environ,
+# and CMake's $ENV{X}; with the literal it is compared to, where the script writes one
+_READ = re.compile(r"""(?:getenv|environ\.get)\(\s*(?P<q>["'])(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P=q)"""
+                   r"""(?P<rest>[^)\n]{0,80}\)(?:\s*\.\s*\w+\(\s*\))*\s*==\s*(?P<q2>["'])(?P<value>[^"'\n]{1,32})(?P=q2))?"""
+                   r"""|environ\[\s*["'](?P<name2>[A-Za-z_][A-Za-z0-9_]*)["']\s*\]"""
+                   r"""|["'](?P<name3>[A-Za-z_][A-Za-z0-9_]*)["']\s+in\s+os\.environ"""
+                   r"""|\$ENV\{(?P<name4>[A-Za-z_][A-Za-z0-9_]*)\}""")
+_GUARD = re.compile(r"torch\.cuda\.is_available\(\s*\)")
+_DOWNLOAD = re.compile(r"\b(?:urlopen|urlretrieve|requests\.get|wget)\b")
+_WHEEL_URL = re.compile(r"\.whl\b|wheel_url|wheel_filename")
+# -gencode arch=compute_80,code=sm_80 | code=[sm_80,compute_80] | code="sm_90a"; nvcc's -arch=sm_80
+_GENCODE = re.compile(r"arch=compute_(\d{2,3}[af]?)\s*,\s*code=\\?[\[\"']?((?:sm|compute)_\d{2,3}[af]?"
+                      r"(?:\s*,\s*(?:sm|compute)_\d{2,3}[af]?)*)")
+_ARCH_FLAG = re.compile(r"-arch[= ](sm_\d{2,3}[af]?)\b")
+_CMAKE_ARCHS = re.compile(r"set\s*\(\s*CMAKE_CUDA_ARCHITECTURES\s+\"?([0-9;a-z\s-]+?)\"?\s*\)", re.I)
+_TRUE = {"1", "true", "yes", "on", "y"}
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A convention's variable one of the scripts reads: its name, what the script compares it to (the
+    value that turns it on, where written), and the convention."""
+
+    name: str
+    compared: str | None
+    convention: Convention
+    script: str  # the file that reads it
+
+    @property
+    def on(self) -> str:
+        """The value that turns it on: the script's own comparison, else the convention's."""
+        return self.compared if self.compared is not None else self.convention.value
+
+
+@dataclass(frozen=True)
+class ScriptReading:
+    """What the project's build scripts say about its build, before it runs."""
+
+    scripts: list[str] = field(default_factory=list)  # the files read
+    switches: list[Switch] = field(default_factory=list)
+    cuda_guard: list[str] = field(default_factory=list)  # the scripts that ask torch.cuda.is_available()
+    downloads_wheel: list[str] = field(default_factory=list)  # the scripts that download a wheel
+    gencodes: list[str] = field(default_factory=list)  # hard-coded device code targets: sm_80, compute_90
+    gencode_scripts: list[str] = field(default_factory=list)  # the scripts that hard-code them
+
+
+def convention_of(name: str) -> Convention | None:
+    """The convention a variable's name follows, None for any other variable."""
+    return next((c for c in CONVENTIONS if re.fullmatch(c.pattern, name)), None)
+
+
+def read_script(text: str, script: str = "setup.py") -> ScriptReading:
+    """What one build script's text says: the conventions' variables it reads (with the value each is
+    compared to), whether it asks torch for a GPU, downloads a wheel, or hard-codes device targets."""
+    text = text[:MAX_SCRIPT]
+    found: dict[str, Switch] = {}
+    for m in _READ.finditer(text):
+        name = m["name"] or m["name2"] or m["name3"] or m["name4"]
+        convention = convention_of(name)
+        if convention is None:
+            continue
+        compared = m["value"] if m["name"] else None
+        if name not in found or found[name].compared is None:
+            found[name] = Switch(name, compared, convention, script)
+    gencodes = [code.strip() for m in _GENCODE.finditer(text) for code in m[2].split(",")]
+    gencodes += [m[1] for m in _ARCH_FLAG.finditer(text)]
+    gencodes += [f"sm_{a.split('-')[0]}" for m in _CMAKE_ARCHS.finditer(text) for a in re.split(r"[;\s]+", m[1])
+                 if re.fullmatch(r"\d{2,3}[af]?(?:-real|-virtual)?", a)]
+    downloads = bool(_DOWNLOAD.search(text) and _WHEEL_URL.search(text))
+    return ScriptReading([script], list(found.values()), [script] if _GUARD.search(text) else [],
+                         [script] if downloads else [], list(dict.fromkeys(gencodes)), [script] if gencodes else [])
+
+
+def merge(readings: list[ScriptReading]) -> ScriptReading:
+    switches: dict[str, Switch] = {}
+    for r in readings:
+        for s in r.switches:
+            switches.setdefault(s.name, s)
+    return ScriptReading([s for r in readings for s in r.scripts], list(switches.values()),
+                         [s for r in readings for s in r.cuda_guard], [s for r in readings for s in r.downloads_wheel],
+                         list(dict.fromkeys(g for r in readings for g in r.gencodes)),
+                         [s for r in readings for s in r.gencode_scripts])
+
+
+def read_scripts(project_dir: Path) -> ScriptReading:
+    """The edge: the project's build scripts (SCRIPTS, those present as regular files), read as text."""
+    readings = []
+    for name in SCRIPTS:
+        path = Path(project_dir) / name
+        if path.is_file() and not path.is_symlink():
+            with open(path, "rb") as f:
+                readings.append(read_script(f.read(MAX_SCRIPT).decode("utf-8", "replace"), name))
+    return merge(readings)
+
+
+@dataclass(frozen=True)
+class SwitchPlan:
+    """What a build does with the switches found: the variables it sets, and the notes saying why."""
+
+    sets: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    public: list[str] = field(default_factory=list)  # every convention variable the build has: shown, not masked
+
+
+def plan_switches(reading: ScriptReading, given: Mapping[str, str], *, cuda: bool) -> SwitchPlan:
+    """The variables a build sets from what its scripts read (`given`: the user's --env and settings,
+    which always win), and what the plan says before any compile: a builder has no GPU for the build's
+    torch (a container never has one), so a CUDA build sets the project's force switch; a skip switch
+    the user sets is a warning; a script that asks for a GPU and reads no switch we know is named."""
+    sets: dict[str, str] = {}
+    notes: list[str] = []
+    for s in reading.switches:
+        c = s.convention
+        where = f"{s.script} reads {s.name} ({c.does}; shown by {c.shown_by})"
+        if s.name in given:
+            if c.role == "skips" and cuda and given[s.name].strip().lower() in (_TRUE | {s.on.lower()}):
+                notes.append(f"warning: {where}: {s.name}={given[s.name]} as given leaves the CUDA kernels out "
+                             "of this --cuda build")
+            else:
+                notes.append(f"{where}: {s.name}={given[s.name]} as given")
+        elif c.role == "builds" and (cuda or not c.cuda_only):
+            sets[s.name] = s.on
+            why = ("this builder's torch sees no GPU" if c.cuda_only else "a download is not a build")
+            notes.append(f"{where}: the build sets {s.name}={s.on} ({why}; --env {s.name}=... to choose otherwise)")
+        elif c.role == "named" and cuda:
+            notes.append(f"{where}: not set (--env {s.name}={s.on} to)")
+    forced = [s for s in reading.switches if s.convention.role == "builds" and (s.name in sets or s.name in given)]
+    if cuda and reading.cuda_guard and not forced:
+        notes.append(f"warning: {', '.join(reading.cuda_guard)} asks torch.cuda.is_available(), False on a "
+                     "builder without a GPU, and reads no switch we know to force the CUDA build "
+                     f"({', '.join(c.pattern for c in CONVENTIONS if c.role == 'builds')}): the wheel may hold no "
+                     "device code; give the project's own switch with --env NAME=VALUE")
+    if reading.downloads_wheel and not any(s.convention.role == "builds" and not s.convention.cuda_only
+                                           for s in reading.switches):
+        notes.append(f"warning: {', '.join(reading.downloads_wheel)} downloads a prebuilt wheel (urlopen/urlretrieve "
+                     "of a .whl) and reads no switch we know to build instead: what it downloads is not built here")
+    public = sorted({*sets, *(n for n in given if convention_of(n))})
+    return SwitchPlan(sets, notes, public)
+
+
+def gencode_note(reading: ScriptReading, arch_list: str) -> str | None:
+    """The plan's word on device targets the scripts hard-code: TORCH_CUDA_ARCH_LIST does not reach them."""
+    if not reading.gencodes:
+        return None
+    return (f"{', '.join(reading.gencode_scripts)} hard-codes device targets ({' '.join(reading.gencodes)}): the compile "
+            f"may build those whatever the arch list ({arch_list or '-'}) says; the device code read after the "
+            "compile shows what was built")
