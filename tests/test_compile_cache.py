@@ -76,7 +76,7 @@ def test_a_bad_url_is_one_line_that_never_shows_it(url, words):
     assert words in str(e.value) and "pa55word" not in str(e.value) and "\n" not in str(e.value)
 
 
-def test_the_option_wins_over_the_variable_over_the_table_and_empty_switches_it_off():
+def test_the_option_wins_over_the_variable_over_the_table():
     from wheelci.config import options
     from wheelci.plan import run_settings
 
@@ -88,7 +88,6 @@ def test_the_option_wins_over_the_variable_over_the_table_and_empty_switches_it_
 
     assert url("redis://opt", env) == "redis://opt"
     assert url(None, env) == "redis://var" and url(None, {}) == "redis://table"
-    assert url("", env) is None and url(None, {"WHEELCI_COMPILE_CACHE": ""}) is None
 
 
 def test_the_dry_run_shows_the_store_and_a_bad_url_is_bad_input():

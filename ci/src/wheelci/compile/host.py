@@ -185,13 +185,12 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
                  configure: str | None = None) -> CompileResult:
     """Build the project's wheel for `plan` on this machine; raises Finding if the build fails.
 
-    scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
-    what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
-    NVCC_APPEND_FLAGS. The plan's build variables (the project's [tool.wheelci] env and --env) go last. `files`: the
+    scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) what that
+    reads from the environment (CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS, NVCC_APPEND_FLAGS). The plan's build variables (the project's [tool.wheelci] env and --env) go last. `files`: the
     project's files as the build's snapshot saw them (the copy must be what the step records); `hold_fds`:
     the work directory's lock, held by the backend too, so a build killed with -9 keeps its tree locked
     while its compile still runs; `configure`: the digest of what a configure reads besides the project
-    (workdir.configure_inputs; default: of this process's environment)."""
+    (workdir.configure_inputs; default: of this process's environment). A remote compile cache: remote_cache."""
     env = env or ensure_env(torch_spec(plan))
     from wheelci.config.project import Backend
 
