@@ -342,6 +342,7 @@ def test_build_step_runs_wheelci_build_per_job(build):
     # the matrix's engine, or the host with a remote compile cache (sccache runs there)
     assert runs.count('wheelci build "${args[@]}" --engine "$BUILD_ENGINE"') == 2
     assert 'engine=$ENGINE' in runs and 'echo "BUILD_ENGINE=$engine" >> "$GITHUB_ENV"' in runs
+    assert 'echo "WHEELCI_COMPILE_CACHE=$COMPILE_CACHE" >> "$GITHUB_ENV"' in runs  # set only when there is one
     assert "--dry-run" in runs  # the plan is printed in the log before the build
     assert runs.count('-w wheelhouse -- "$PROJECT"') == 1  # the project is never read as an option
     assert '--dry-run -- "$PROJECT"' in runs and '"$PROJECT"' not in runs.replace('-- "$PROJECT"', "")
