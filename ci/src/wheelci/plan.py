@@ -16,7 +16,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from wheelci import archs as arch
 from wheelci.config import matrix as mx
@@ -35,6 +35,9 @@ from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
 from wheelci.wheel.names import cuda_tag
 from wheelci import workflowmatrix
+
+if TYPE_CHECKING:
+    from wheelci.config.compilecache import CompileCache
 
 ENGINES = ("auto", *(e.value for e in Engine))
 AUTO_NEEDS_CONTAINER = ("no container engine responds, and CUDA {cuda} needs docker or podman: the host "
@@ -93,6 +96,7 @@ class RunSettings:
     test_requires: list[str] = field(default_factory=list)
     upload: str | None = None  # the repository the verified wheels go to
     source_date_epoch: int | None = None  # every timestamp written (SOURCE_DATE_EPOCH, else the commit's time)
+    compile_cache: str | None = None  # a remote compile cache's URL, as given (shown only by its storage's name)
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ def run_settings(o: Options, source_date_epoch: int | None = None) -> RunSetting
                        nvcc_source=o.nvcc, allow_no_device_code=o.allow_no_device_code,
                        local_version=o.local_version, variants=o.variant, limit=o.limit,
                        test_command=o.test_command, test_requires=list(o.test_requires), upload=o.upload,
-                       source_date_epoch=source_date_epoch)
+                       source_date_epoch=source_date_epoch, compile_cache=(o.compile_cache or "").strip() or None)
 
 
 def plan_for(o: Options, project: Project, environ: Mapping[str, str]) -> Plan:
@@ -200,10 +204,18 @@ class Plan:
         hidden = {k: v for k, v in self.run.build_env.items() if k not in self.run.public_env}
         doc["build_env"] = secret.masked(self.run.build_env, self.run.public_env)
         doc["environment"] = {k: _mask_assignments(v, hidden) for k, v in self.environment.items()}
+        doc["compile_cache"] = self.compile_cache.name if self.compile_cache else None
         if not self.engine.container:  # what the host build uses: no container image, no CIBW_* variable
             doc.update(environment={}, image=None, image_origin=None)
         shown: dict[str, Any] = secret.redact_data(doc)
         return shown
+
+    @property
+    def compile_cache(self) -> "CompileCache | None":
+        """The remote compile cache the run names, read (its URL was checked when the plan was made)."""
+        from wheelci.config.compilecache import parse
+
+        return parse(self.run.compile_cache, os.environ) if self.run.compile_cache else None
 
 
 def _mask_assignments(text: str, hidden: Mapping[str, str]) -> str:
@@ -383,6 +395,10 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     plan = replace(plan, script=reading, switches=dict(found.sets),
                    notes=[*plan.notes, *found.notes, *([hardcoded] if hardcoded else [])])
     plan = _with_run(plan, run)
+    if run.compile_cache:  # a bad URL is bad input now, before the dry run shows anything
+        from wheelci.config.compilecache import parse
+
+        parse(run.compile_cache, env)
     if not plan.engine.container:
         plan = replace(plan, inherited={k: env[k] for k in INHERITED if env.get(k)})
     if request.image is not None:
@@ -694,6 +710,7 @@ def _run_rows(plan: Plan) -> list[tuple[str, str]]:
         ("switches", " ".join(f"{k}={v}" for k, v in plan.switches.items()) + " (set by the plan: the project's "
                      "build script reads them; notes say why)" if plan.switches else "-"),
         ("ccache", plan.ccache_dir or "-"),
+        ("compile cache", _cache_row(plan)),
         ("nvcc", f"{plan.run.nvcc_source} (host builds: the host nvcc if its version matches, else NVIDIA's wheels)"
                  if plan.cuda and not plan.engine.container else "-"),
         ("excludes", " ".join(plan.run.excludes) or "-"),
@@ -708,6 +725,14 @@ def _run_rows(plan: Plan) -> list[tuple[str, str]]:
         ("timestamps", f"{plan.run.source_date_epoch} (SOURCE_DATE_EPOCH)" if plan.run.source_date_epoch is not None
                        else "now (no SOURCE_DATE_EPOCH and no git commit)"),
     ]
+
+
+def _cache_row(plan: Plan) -> str:
+    cache = plan.compile_cache
+    if cache is None:
+        return "- (no remote store: ccache on this machine)"
+    where = "" if not plan.engine.container else " (container builds: not yet; compiled with ccache)"
+    return f"{cache.name} through sccache{where}" + (f"; unusable here: {cache.unusable}" if cache.unusable else "")
 
 
 def split_csv(text: str | None) -> list[str] | None:
@@ -736,10 +761,15 @@ def _workflow_matrix(given: dict[str, Any], project_dir: Path) -> int:
     from wheelci.config.project import read_py_api, read_settings
 
     o = options.resolve("plan", given, os.environ, read_settings(project_dir).table)
-    print(json.dumps(workflowmatrix.workflow_matrix(
+    jobs = workflowmatrix.workflow_matrix(
         o.stable_abi, split_csv(o.cuda), o.variant, torch=o.torch,
         python=None if o.python is None else split_csv(o.python) or [],
-        py_api=read_py_api(project_dir) if o.python is not None else "", archs=arch.parse(o.archs))))
+        py_api=read_py_api(project_dir) if o.python is not None else "", archs=arch.parse(o.archs))
+    if o.arch_jobs is not None:  # the fan-out's compile-only jobs instead
+        if not o.arch_jobs.strip().isdigit():
+            raise CiError(f"--arch-jobs {o.arch_jobs[:16]!r}: want a number of jobs, 2 to 16")
+        jobs = workflowmatrix.warm_matrix(jobs, int(o.arch_jobs), o.stable_abi)
+    print(json.dumps(jobs))
     return 0
 
 

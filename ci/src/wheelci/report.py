@@ -46,6 +46,9 @@ class BuildReport:
     failed_step: str | None = None  # where the build stopped, if it did
     work_dir: str = ""  # the build tree: its logs, and what the next build reuses
     set_aside: str | None = None  # a failed build: where in -w the earlier build's wheels and report went
+    # what the remote compile cache did (wheelci.compile.sccache.CacheReport as data): storage by name, compile
+    # requests, device and host hits and misses; None: no remote store, or the compile was reused
+    compile_cache: dict | None = None
 
 
 REPORT_FILES = RECORDED_FILES  # report.json, report.md: recorded in -w's ownership manifest as the build's
@@ -113,6 +116,8 @@ def to_markdown(r: BuildReport, out_dir: Path | None = None) -> str:
     reused = [s["name"] for s in r.steps if s["status"] == "reused"]
     if reused:
         lines.append(f"Reused from the last build, its inputs unchanged: {_cell(', '.join(reused))} (`--fresh` runs them).")
+    if r.compile_cache:
+        lines.append(cache_line(r.compile_cache))
     if r.verify:
         lines += ["", "| verify check | outcome |", "|---|---|", *_check_rows(r.verify)]
     if r.wheels:
@@ -139,6 +144,17 @@ def to_markdown(r: BuildReport, out_dir: Path | None = None) -> str:
         lines.append(f"\n> {len(r.notes) - SHOWN_NOTES} more notes in report.json.")
     tail = ["", "To build it again: " + code(reproduce(plan, out_dir), 2000)]
     return _bounded(lines, tail)
+
+
+def cache_line(c: dict) -> str:
+    """The compile cache's line of report.md: its storage (never a credential) and its counts."""
+    if not c.get("used"):
+        return f"Compile cache {_cell(c.get('storage'))}: not used, {_cell(c.get('note'))}."
+    dev, host = c.get("device") or {}, c.get("host") or {}
+    line = (f"Compile cache {_cell(c.get('storage'))}: {c.get('requests', 0)} compile requests; device code "
+            f"{dev.get('hits', 0)} hits, {dev.get('misses', 0)} misses; host code {host.get('hits', 0)} hits, "
+            f"{host.get('misses', 0)} misses.")
+    return line + (f" {_cell(c['note'])}." if c.get("note") else "")
 
 
 def _bounded(lines: list[str], tail: list[str]) -> str:

@@ -207,3 +207,31 @@ def _rows(matrix: mx.Matrix, job: Job, pythons: list[str] | None, py_api: str) -
         raise CiError(f"--python {', '.join(missing)}: torch {job.torch} has no wheels for Python "
                       f"{', '.join(missing)} (it has {', '.join(line.python)})")
     return [{**row, "name": f"{job.name}-py{p}", "python": p} for p in python_rows(pythons, py_api)]
+
+
+def arch_parts(arch_list: str, parts: int) -> list[str]:
+    """TORCH_CUDA_ARCH_LIST dealt into at most `parts` lists, in turn (8.0;9.0;10.0 in 2: 8.0;10.0 and 9.0),
+    each entry whole (12.0+PTX stays one: its PTX is the compute_120 step the full list takes too)."""
+    archs = [a for a in re.split(r"[;\s]+", arch_list.strip()) if a]
+    return [";".join(archs[i::parts]) for i in range(min(parts, len(archs)))]
+
+
+def warm_matrix(jobs: dict[str, list[dict[str, str]]], parts: int, stable_abi: str | None = None) -> dict:
+    """The fan-out of `jobs` (workflow_matrix's): each CUDA row's arch list dealt into `parts` compile-only
+    jobs (`arch_list`, `part`), which fill the remote compile cache for the row's own job, which then builds
+    the full list from it; CPU rows have none (an empty list where no CUDA row is left: the workflow then
+    runs no fan-out job)."""
+    if not 2 <= parts <= 16:
+        raise CiError(f"--arch-jobs {parts}: give 2 to 16 (1 is the row's own job alone)")
+    matrix = mx.load()
+    out = []
+    for row in jobs["include"]:
+        if row["kind"] != "cuda":
+            continue
+        key = re.search(r"--cuda (\S+)", row["args"])
+        assert key is not None, row
+        cuda = pick_row(matrix, key[1], parse_target(stable_abi)) if stable_abi else matrix.row(key[1])
+        split = arch_parts(cuda.arch_list, parts)
+        out += [{**row, "name": f"{row['name']}-arch{i + 1}of{len(split)}", "arch_list": arch, "part": str(i + 1)}
+                for i, arch in enumerate(split)]
+    return {"include": out}

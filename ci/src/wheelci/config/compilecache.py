@@ -1,0 +1,132 @@
+"""A remote compile cache, as the user names it (`--compile-cache URL`, `[tool.wheelci] compile-cache`,
+`WHEELCI_COMPILE_CACHE`: wheelci.config.options), read into the variables sccache takes: pure, no network.
+
+    redis://[USER:PASSWORD@]HOST[:PORT][/DB]   (rediss:// for TLS)   SCCACHE_REDIS_*
+    http(s)://[USER:PASSWORD@]HOST[:PORT]/PATH  a WebDAV store (GET/PUT)   SCCACHE_WEBDAV_*
+    s3://BUCKET[/PREFIX][?endpoint=URL&region=R&no-credentials=1]   SCCACHE_BUCKET, SCCACHE_ENDPOINT, ...
+        keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (never in the URL)
+    gha                                         GitHub Actions' cache (ACTIONS_RESULTS_URL, ACTIONS_RUNTIME_TOKEN)
+
+A credential (the URL's user and password, the S3 keys, the Actions token) is registered as a secret here,
+where it enters, and is never part of `name`, the only form of the storage anything shows. sccache splits
+nvcc into its per-architecture steps and caches each, so builds of different arch lists share them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from wheelci.errors import CiError
+from wheelci.util import secret
+
+SCHEMES = ("redis", "rediss", "http", "https", "s3", "gha")
+S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+GHA_VARIABLES = ("ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN")
+S3_QUERY = ("endpoint", "region", "no-credentials")
+
+
+@dataclass(frozen=True)
+class CompileCache:
+    kind: str  # "redis" | "webdav" | "s3" | "gha"
+    name: str  # the storage as shown (report, plan, logs): no user, password or query
+    environ: dict[str, str] = field(default_factory=dict)  # sccache's variables (credentials among them: never shown)
+    unusable: str | None = None  # why this machine cannot reach it (gha outside Actions): the build compiles locally
+
+
+def _bad(what: str) -> CiError:
+    return CiError(f"bad --compile-cache: {what} (want redis://HOST[:PORT][/DB], http(s)://HOST/PATH (WebDAV), "
+                   "s3://BUCKET[/PREFIX][?endpoint=URL&region=R] or gha; the URL is not shown, it may hold a password)")
+
+
+def parse(url: str, env: Mapping[str, str]) -> CompileCache:
+    """The storage `url` names, and sccache's variables for it; `env` is where the S3 keys and the Actions
+    tokens come from. Bad input raises CiError with one line that never repeats the URL (it may hold a password)."""
+    text = url.strip()
+    secret.add_url(text)
+    if text in ("gha", "gha:", "gha://"):
+        return _gha(env)
+    try:
+        parts = urlsplit(text)
+        port, user, password = parts.port, parts.username, parts.password
+    except ValueError:
+        raise _bad("not a URL") from None
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES or not (parts.hostname or scheme == "s3" and parts.netloc):
+        raise _bad(f"scheme {scheme!r} with no host" if scheme in SCHEMES else f"unknown scheme {scheme[:16]!r}")
+    user, password = unquote(user or ""), unquote(password or "")
+    secret.add(user, password)
+    host = parts.hostname or ""
+    hostport = f"[{host}]" if ":" in host else host
+    hostport += f":{port}" if port is not None else ""
+    if scheme in ("redis", "rediss"):
+        return _redis(scheme, hostport, parts.path, user, password)
+    if scheme == "s3":
+        if user or password or "@" in parts.netloc:
+            raise _bad("an s3:// URL takes no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+        return _s3(parts.netloc, parts.path, parts.query, env)
+    endpoint = f"{scheme}://{hostport}{parts.path or '/'}"
+    out = {"SCCACHE_WEBDAV_ENDPOINT": endpoint}
+    if user:
+        out["SCCACHE_WEBDAV_USERNAME"] = user
+    if password:
+        out["SCCACHE_WEBDAV_PASSWORD"] = password
+    return CompileCache("webdav", f"webdav {endpoint}", out)
+
+
+def _redis(scheme: str, hostport: str, path: str, user: str, password: str) -> CompileCache:
+    db = path.strip("/")
+    if db and not db.isdigit():
+        raise _bad("a redis:// URL's path is a database number (redis://HOST:PORT/1)")
+    endpoint = f"{scheme}://{hostport}"
+    out = {"SCCACHE_REDIS_ENDPOINT": endpoint}
+    if user:
+        out["SCCACHE_REDIS_USERNAME"] = user
+    if password:
+        out["SCCACHE_REDIS_PASSWORD"] = password
+    if db:
+        out["SCCACHE_REDIS_DB"] = db
+    return CompileCache("redis", f"redis {endpoint}{f'/{db}' if db else ''}", out)
+
+
+def _s3(bucket: str, path: str, query: str, env: Mapping[str, str]) -> CompileCache:
+    try:
+        given = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise _bad("an s3:// URL's query is endpoint=URL&region=R") from None
+    unknown = sorted(set(given) - set(S3_QUERY))
+    if unknown or any(len(v) != 1 for v in given.values()):
+        raise _bad(f"an s3:// URL takes each of {', '.join(S3_QUERY)} once" + (f", not {unknown[0][:32]!r}" if unknown else ""))
+    q = {k: v[0] for k, v in given.items()}
+    out = {"SCCACHE_BUCKET": bucket}
+    prefix = path.strip("/")
+    if prefix:
+        out["SCCACHE_S3_KEY_PREFIX"] = prefix
+    endpoint = q.get("endpoint", "")
+    if endpoint:
+        secret.add_url(endpoint)
+        if urlsplit(endpoint).username or urlsplit(endpoint).password:
+            raise _bad("an s3:// URL's endpoint takes no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+        out["SCCACHE_ENDPOINT"] = endpoint
+        out["SCCACHE_S3_USE_SSL"] = "false" if endpoint.lower().startswith("http://") else "true"
+    if q.get("region"):
+        out["SCCACHE_REGION"] = q["region"]
+    if q.get("no-credentials", "").lower() in ("1", "true", "yes"):
+        out["SCCACHE_S3_NO_CREDENTIALS"] = "true"
+    for name in S3_KEYS:
+        if env.get(name):
+            secret.add(env[name])
+            out[name] = env[name]
+    where = f" at {endpoint}" if endpoint else ""
+    return CompileCache("s3", f"s3 {bucket}{f'/{prefix}' if prefix else ''}{where}", out)
+
+
+def _gha(env: Mapping[str, str]) -> CompileCache:
+    missing = [v for v in GHA_VARIABLES if not env.get(v)]
+    out = {"SCCACHE_GHA_ENABLED": "on", **{v: env[v] for v in GHA_VARIABLES if env.get(v)}}
+    secret.add(env.get("ACTIONS_RUNTIME_TOKEN"))
+    why = (f"{' and '.join(missing)} not set (outside GitHub Actions, or a job that does not expose them)"
+           if missing else None)
+    return CompileCache("gha", "gha (GitHub Actions cache)", out, why)
+

