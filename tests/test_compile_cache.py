@@ -232,14 +232,14 @@ def build_on(tmp_path: Path, name: str, project: Path, args: list[str], cache: s
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # three CUDA builds, two of them compiling everything
-@pytest.mark.parametrize("store", ["redis", "webdav"])
-@pytest.mark.parametrize("project,args", [
-    (TINY, ["--cuda", "13.0", "--arch-list", "9.0"]),
-    (ROOT, ["--cuda", "13.0", "--arch-list", "9.0"]),
-], ids=["setuptools", "example"])
+@pytest.mark.parametrize("project,args,store", [
+    (TINY, ["--cuda", "13.0", "--arch-list", "9.0"], "redis"),
+    (ROOT, ["--cuda", "13.0", "--arch-list", "9.0"], "webdav"),
+], ids=["setuptools-redis", "example-webdav"])
 def test_a_second_machine_takes_every_compile_from_the_store_and_writes_the_same_bytes(tmp_path, store, project, args):
     """Two machines share only the store: the first fills it, the second takes every device compile (PTX and
-    cubin) and every host compile from it, and its wheel is the cold build's (no cache at all), by sha256."""
+    cubin) and every host compile from it, and its wheel is the cold build's (no cache at all), by sha256.
+    Each store with one of the two build systems: every pairing would be twelve CUDA builds a run."""
     from tests._servers import DavStore, Redis
 
     server = Redis(tmp_path / "redis") if store == "redis" else DavStore(tmp_path / "dav")
