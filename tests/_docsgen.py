@@ -1,11 +1,12 @@
-"""docs/reference.md's generated parts, made from what the code declares: the stages (wheelci.__main__),
+"""docs/reference.md's generated parts and the shipped JSON schema of [tool.wheelci]
+(wheelci/resources/wheelci.schema.json, wheelci.config.schema), made from what the code declares: the stages (wheelci.__main__),
 the benchmarks, the options of `build` and `plan` and the `[tool.wheelci]` keys (wheelci.config.options),
 the tool's variables (wheelci.util.variables) and the CUDA matrix's rows (matrix.toml). The prose around
 them is written by hand; each part sits between `<!-- begin generated: NAME -->` and
 `<!-- end generated: NAME -->`.
 
-    python -m tests._docsgen          # rewrite docs/reference.md's generated parts
-    python -m tests._docsgen --check  # exit 1 when they are stale (tests/test_docs.py checks the same)
+    python -m tests._docsgen          # rewrite docs/reference.md's generated parts and the schema
+    python -m tests._docsgen --check  # exit 1 when either is stale (tests/test_docs.py, test_schema.py check the same)
 """
 
 from __future__ import annotations
@@ -129,14 +130,22 @@ def parts(text: str) -> list[str]:
     return [m.group("name") for m in BLOCK.finditer(text)]
 
 
+SCHEMA = ROOT / "ci" / "src" / "wheelci" / "resources" / "wheelci.schema.json"
+
+
 def main(argv: list[str]) -> int:
-    text = REFERENCE.read_text()
-    new = render(text)
-    if "--check" in argv:
-        print(f"{REFERENCE}: {'stale: run python -m tests._docsgen' if new != text else 'up to date'}")
-        return int(new != text)
-    REFERENCE.write_text(new)
-    return 0
+    from wheelci.config import schema
+
+    stale = 0
+    for path, new in ((REFERENCE, render(REFERENCE.read_text())), (SCHEMA, schema.text())):
+        old = path.read_text() if path.is_file() else None
+        if "--check" in argv:
+            print(f"{path}: {'stale: run python -m tests._docsgen' if new != old else 'up to date'}")
+            stale |= new != old
+        elif new != old:
+            path.write_text(new)
+            print(f"wrote {path}")
+    return stale
 
 
 if __name__ == "__main__":

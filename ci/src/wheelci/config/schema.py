@@ -1,17 +1,15 @@
 """The JSON schema of `[tool.wheelci]`, made from the declarations (wheelci.config.options) and shipped as
 wheelci/resources/wheelci.schema.json, as cibuildwheel ships its own.
 
-validate-pyproject reads it through the `validate_pyproject.tool_schema` entry point (get_schema), and an
-editor through a `$schema`-aware TOML plugin. `python -m wheelci.config.schema` writes the resource
-again after a declaration changed; tests/test_options.py fails while the shipped file is stale.
+validate-pyproject reads it through the `validate_pyproject.tool_schema` entry point (get_schema).
+`python -m tests._docsgen` (in the repository) writes the resource again after a declaration changed;
+tests/test_schema.py fails while the shipped file is stale.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from wheelci.config import options
@@ -68,20 +66,3 @@ def get_schema(tool_name: str = "wheelci") -> dict[str, Any]:
         raise KeyError(f"no schema for [tool.{tool_name}]: this plugin validates [tool.wheelci]")
     data: dict[str, Any] = json.loads(resources.files("wheelci.resources").joinpath(RESOURCE).read_text())
     return data
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Write the resource from the declarations (`--check`: exit 1 when the shipped file differs)."""
-    argv = sys.argv[1:] if argv is None else argv
-    path = Path(__file__).resolve().parent.parent / "resources" / RESOURCE
-    if "--check" in argv:
-        stale = not path.is_file() or path.read_text() != text()
-        print(f"{path}: {'stale: run python -m wheelci.config.schema' if stale else 'up to date'}")
-        return 1 if stale else 0
-    path.write_text(text())
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
