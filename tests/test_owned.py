@@ -108,10 +108,10 @@ def test_an_interrupted_rebuild_sets_the_earlier_wheel_aside(tmp_path, signum):
 def test_an_interrupted_build_replaces_an_earlier_builds_report_with_its_own(tmp_path, signum):
     """A stopped build left the previous build's report.md in -w, describing another failure as if current."""
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
-    out.mkdir()
-    (out / "report.json").write_text(json.dumps({"passed": False, "failed_step": "verify", "wheels": []}))
-    (out / "report.md").write_text("## the earlier build\n**Stopped at step verify**: another failure\n")
-    project = failing_project(tmp_path, "import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
+    project = failing_project(tmp_path)  # the earlier build: its compile fails at once, its report in -w
+    earlier = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", out, "--work-dir", work)
+    assert earlier.returncode == 1 and "no build today" in (out / "report.md").read_text(), earlier.stderr[-3000:]
+    (project / "setup.py").write_text("import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
     returncode, stderr = interrupted_build(project, out, work, signum, wait=240)
     assert returncode == 128 + signum, stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
@@ -120,7 +120,7 @@ def test_an_interrupted_build_replaces_an_earlier_builds_report_with_its_own(tmp
     assert report["failed_step"] == "compile" and report["passed"] is False, report
     assert compiled["status"] == "interrupted" and compiled["error"] == why, compiled
     md = (out / "report.md").read_text()
-    assert "another failure" not in md and f"**Stopped at step compile** (interrupted after" in md and why in md, md
+    assert "no build today" not in md and f"**Stopped at step compile** (interrupted after" in md and why in md, md
     assert not list(out.glob("*.whl"))
 
 
