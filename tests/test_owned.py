@@ -111,6 +111,7 @@ def test_an_interrupted_build_replaces_an_earlier_builds_report_with_its_own(tmp
     out.mkdir()
     (out / "report.json").write_text(json.dumps({"passed": False, "failed_step": "verify", "wheels": []}))
     (out / "report.md").write_text("## the earlier build\n**Stopped at step verify**: another failure\n")
+    (out / ".wheelci-owned.json").write_text(json.dumps({"version": 1, "groups": {"report": ["report.json", "report.md"]}}))
     project = failing_project(tmp_path, "import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
     returncode, stderr = interrupted_build(project, out, work, signum, wait=240)
     assert returncode == 128 + signum, stderr[-2000:]
