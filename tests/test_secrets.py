@@ -255,6 +255,44 @@ def test_the_dry_run_names_what_a_host_build_takes_from_the_shell(world):
     assert_clean(r)
 
 
+@pytest.mark.parametrize("how", ["cli", "environ", "project"])
+def test_public_env_never_unmasks_a_variable_named_as_a_secret(world, tmp_path, how):
+    """A project's `public-env` (or --public-env, WHEELCI_PUBLIC_ENV) naming GH_TOKEN showed its value:
+    the secret rule wins, the plan says so once, and the value is redacted wherever it appears."""
+    tmp, project, env, index = world
+    canary = "cnryghtokenpublicQ7z"
+    proj = tmp_path / "p"
+    shutil.copytree(project, proj)
+    args = ["--env", f"GH_TOKEN={canary}", "--env", "TORCH_CUDA_ARCH_LIST=8.0"]
+    extra_env = dict(env)
+    if how == "cli":
+        args += ["--public-env", "GH_TOKEN", "--public-env", "TORCH_CUDA_ARCH_LIST"]
+    elif how == "environ":
+        extra_env["WHEELCI_PUBLIC_ENV"] = "GH_TOKEN TORCH_CUDA_ARCH_LIST"
+    else:
+        text = (proj / "pyproject.toml").read_text()
+        (proj / "pyproject.toml").write_text(text.replace(
+            "[tool.wheelci]\n", '[tool.wheelci]\npublic-env = ["GH_TOKEN", "TORCH_CUDA_ARCH_LIST"]\n'))
+    for out in ([], ["--json"]):
+        r = run_stage("ci.build", proj, "--cpu", "--engine", "host", "--dry-run", *out, *args, env=extra_env)
+        assert r.returncode == 0, r.stderr
+        assert canary not in r.stdout + r.stderr, r.stdout
+        assert (r.stdout + r.stderr).count("public-env names GH_TOKEN") == 1, r.stdout + r.stderr
+        if out:
+            plan = json.loads(r.stdout)
+            assert plan["build_env"]["GH_TOKEN"] == "***" and plan["build_env"]["TORCH_CUDA_ARCH_LIST"] == "8.0"
+            assert plan["public_env"] == ["TORCH_CUDA_ARCH_LIST"]
+
+
+def test_a_secret_named_value_is_registered_whatever_public_says():
+    from wheelci.util import secret
+
+    secret.add_variables({"MY_API_KEY": "cnryregisteredQ7z", "ARCHS": "8.0;9.0"}, public=["MY_API_KEY", "ARCHS"])
+    assert secret.redact("x cnryregisteredQ7z y") == "x *** y"
+    assert secret.masked({"MY_API_KEY": "v", "ARCHS": "8.0"}, ["MY_API_KEY", "ARCHS"]) == {"MY_API_KEY": "***",
+                                                                                         "ARCHS": "8.0"}
+
+
 @pytest.mark.parametrize("name", ["SSH_KEY", "AWS_ACCESS_KEY_ID", "SSH_AUTH_SOCK_PASS", "DEPLOY_KEY", "GH_TOKEN",
                                   "MY_SECRET_VALUE", "DB_PASSWD", "NPM_AUTH", "GOOGLE_CREDENTIALS", "SSH_PRIVATE"])
 def test_a_variable_named_as_a_secret_is_never_shown(name):

@@ -102,9 +102,16 @@ def add_environ(env: Mapping[str, str]) -> None:
             add(value)
 
 
+def shown_names(public: Iterable[str]) -> set[str]:
+    """The names declared public whose values may be shown: never one named as a secret (SECRET_NAMES),
+    whatever public-env says."""
+    return {name for name in public if not is_secret_name(name)}
+
+
 def add_variables(env: Mapping[str, str], public: Iterable[str] = ()) -> None:
-    """Build variables (--env, [tool.wheelci] env): every value is secret unless its name is declared public."""
-    shown = set(public)
+    """Build variables (--env, [tool.wheelci] env): every value is secret unless its name is declared public
+    (and is not named as a secret)."""
+    shown = shown_names(public)
     for name, value in env.items():
         add_text(value)
         if name not in shown:
@@ -112,8 +119,8 @@ def add_variables(env: Mapping[str, str], public: Iterable[str] = ()) -> None:
 
 
 def masked(env: Mapping[str, str], public: Iterable[str] = ()) -> dict[str, str]:
-    """Variables as they are shown: NAME=*** unless NAME is declared public."""
-    shown = set(public)
+    """Variables as they are shown: NAME=*** unless NAME is declared public (and not named as a secret)."""
+    shown = shown_names(public)
     return {k: redact(v) if k in shown else MASK for k, v in env.items()}
 
 
