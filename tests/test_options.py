@@ -160,3 +160,14 @@ def test_the_table_the_variables_and_the_flags_make_the_same_plan(tmp_path):
     assert by_plan == by_flags
     # and the comparison can fail: one setting left out changes the plan
     assert _plan_json(project, "--cpu", "--limit", "pypi") != by_flags
+
+
+@pytest.mark.parametrize("name, value", [("WHEELCI_HEARTBEAT", "nan"), ("WHEELCI_HEARTBEAT", "-1"),
+                                         ("WHEELCI_CACHE_MAX_SIZE", "lots")])
+@pytest.mark.parametrize("stage", [["ci.plan"], ["ci.build", "--cpu", "--engine", "host", "--dry-run"]])
+def test_a_bad_tool_setting_stops_the_plan_and_the_dry_run_in_one_line(name, value, stage):
+    """WHEELCI_HEARTBEAT=nan and WHEELCI_CACHE_MAX_SIZE=lots passed plan and the dry run with exit 0:
+    the build then stopped on them. Refused where the options are resolved."""
+    r = run_stage(*stage, env={name: value})
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert name in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
