@@ -321,3 +321,15 @@ def test_the_docs_show_the_secret_name_rule_the_code_applies():
     m = re.search(r"<!-- secret-names:[^>]*-->\n(.*?)\n\s*<!-- /secret-names -->", text, re.S)
     assert m is not None, "docs/guarantees.md lost its secret-names section"
     assert " ".join(m.group(1).split()) == names_doc()
+
+
+@pytest.mark.parametrize("query", ["access_token=QSECRETvalue1", "a=1&api_key=QSECRETvalue1", "X-Amz-Signature=QSECRETvalue1",
+                                   "sig=QSECRETvalue1&x=y", "key=QSECRETvalue1", "auth=QSECRETvalue1"])
+def test_a_secret_in_an_index_urls_query_is_masked_in_the_plan(world, query):
+    """PIP_EXTRA_INDEX_URL='https://h/simple?access_token=...' was shown whole in the plan's
+    "from shell" row."""
+    tmp, project, env, index = world
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run",
+                  env={**env, "PIP_EXTRA_INDEX_URL": f"https://h.example/simple?{query}"})
+    assert r.returncode == 0, r.stderr
+    assert "QSECRET" not in r.stdout + r.stderr and "h.example" in r.stdout, r.stdout

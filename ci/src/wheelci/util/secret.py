@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import re
 from typing import Any, Iterable, Mapping
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 MASK = "***"
 MIN_LENGTH = 6
@@ -36,6 +36,12 @@ def is_secret_name(name: str) -> bool:
 
     upper = name.upper()
     return any(fnmatchcase(upper, pattern) for pattern in SECRET_NAMES)
+
+
+def secret_query_key(key: str) -> bool:
+    """Whether a URL query's value is a credential by its key (access_token, api_key, X-Amz-Signature, sig)."""
+    name = re.sub(r"[^A-Za-z0-9]", "_", key)
+    return is_secret_name(name) or bool(re.search(r"(?i)(?:^|_)(?:key|sig|signature|password|passwd)(?:$|_)", name))
 
 
 def names_doc() -> str:
@@ -76,6 +82,10 @@ def add_url(url: str | None) -> None:
         password = user = None
     if password:
         add(password, unquote(password), user=user)
+    query = re.split(r"#", url.split("?", 1)[1], maxsplit=1)[0] if "?" in url else ""
+    for key, value in parse_qsl(query, keep_blank_values=False):
+        if secret_query_key(key):
+            add(value, quote(value, safe=""))  # ?access_token=..., a signed URL's X-Amz-Signature
     head = re.split(r"[?#]", url.split("://", 1)[1], maxsplit=1)[0]
     if "@" in head:
         info = head.rsplit("@", 1)[0]
