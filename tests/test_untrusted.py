@@ -144,6 +144,25 @@ def test_stop_commands_wrap_lines_with_a_fresh_token():
     assert untrusted.workflow_commands_off([])[0] != first
 
 
+@pytest.mark.parametrize("value", ["stop-commands", "::stop-commands::", "commands::"])
+def test_a_secret_inside_the_stop_commands_marker_never_rewrites_it(value, monkeypatch):
+    """A secret value that is part of `::stop-commands::TOKEN` rewrote the marker as the output was
+    redacted: the lines it wraps then ran as workflow commands."""
+    import io
+
+    from wheelci.util import secret
+
+    for name in ("_values", "_users", "_needles"):  # this test's odd secret stays in this test
+        monkeypatch.setattr(secret, name, type(getattr(secret, name))(getattr(secret, name)))
+    secret.add(value)
+    out = io.StringIO()
+    secret.RedactingStream(out).write("\n".join(untrusted.workflow_commands_off(["::error::x", f"a {value} b"])) + "\n")
+    first, middle, plain, last = out.getvalue().splitlines()
+    token = first.removeprefix("::stop-commands::")
+    assert re.fullmatch("[0-9a-f]{32}", token) and last == f"::{token}::", out.getvalue()
+    assert plain == "a *** b" and middle == "::error::x"
+
+
 _PLAN = pl.make_plan(pl.Request(cuda=None, engine="host"), project_dir=ROOT)
 text_from_outside = st.text(st.characters(codec="utf-8"), max_size=300) | st.sampled_from(
     ["\n# h", "\n<!--", "\n::error::x", "\r::warning::y", "\u2028## z", "\x1b[1m", "`` ` ``", "|", "<b", "\n>#"])

@@ -134,9 +134,24 @@ def masked(env: Mapping[str, str], public: Iterable[str] = ()) -> dict[str, str]
     return {k: redact(v) if k in shown else MASK for k, v in env.items()}
 
 
+_STOP_COMMANDS = re.compile(r"::stop-commands::([0-9a-f]{32})")
+
+
 def redact(text: str) -> str:
     """The text with every registered value and every URL's userinfo replaced (the values first: a
-    password holding `@` would otherwise be cut in two by the userinfo rule, and half of it kept)."""
+    password holding `@` would otherwise be cut in two by the userinfo rule, and half of it kept). The
+    markers that turn a workflow log's commands off and on again (util.untrusted.workflow_commands_off)
+    are kept whole: a secret such as `stop-commands` would otherwise rewrite them, and the lines between
+    them would run as commands."""
+    tokens = set(_STOP_COMMANDS.findall(text)) if "::stop-commands::" in text else set()
+    if not tokens:
+        return _redact(text)
+    markers = re.compile("(" + "|".join(re.escape(m) for t in sorted(tokens)
+                                         for m in (f"::stop-commands::{t}", f"::{t}::")) + ")")
+    return "".join(part if i % 2 else _redact(part) for i, part in enumerate(markers.split(text)))
+
+
+def _redact(text: str) -> str:
     for needle in _needles:
         if needle in text:
             text = text.replace(needle, MASK)

@@ -63,4 +63,4 @@ def code(text: object, width: int = 240) -> str:
 def workflow_commands_off(lines: Iterable[str]) -> list[str]:
     """The lines between GitHub's stop-commands markers, the token fresh and unguessable."""
     token = secrets.token_hex(16)
-    return [f"::stop-commands::{token}", *lines, f"::{token}::"]
+    return [f"::stop-commands::{token}", *(secret.redact(line) for line in lines), f"::{token}::"]
