@@ -130,11 +130,11 @@ def read_library(stream: BinaryIO) -> list[DeviceImage]:
             if len(ranges) > MAX_SECTIONS:
                 raise CiError(f"more than {MAX_SECTIONS} fat binary sections")
     last_end = -1
-    for (offset, size), name in sorted(ranges.items()):
+    for (offset, size), section in sorted(ranges.items()):
         if offset < last_end:
-            raise CiError(f"{name}: fat binary sections overlap (at offset {offset})")
+            raise CiError(f"{section}: fat binary sections overlap (at offset {offset})")
         last_end = offset + size
-        found += read_fatbins(stream, offset, size, name)
+        found += read_fatbins(stream, offset, size, section)
     return found
 
 
