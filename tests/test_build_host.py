@@ -274,3 +274,21 @@ def test_each_long_step_logs_one_line_with_its_duration(cpu_build):
     for step in (r"compiled in \d+ s", r"ci\.build: compile \(host\): \d+ s", r"built \S+\.whl",
                  r"ci\.build: verify: \d+ s", r"verify passed"):
         assert re.search(step, cpu_build.stderr), (step, cpu_build.stderr[-2000:])
+
+
+def test_an_unreachable_index_of_the_users_is_one_error_never_another_source():
+    """A build environment keyed for a private index was filled from pip's configured indexes when that
+    index was unreachable: a torch from another source, under this index's key."""
+    import socket
+
+    from wheelci.compile.hostenv import TorchSpec, torch_pip_args
+    from wheelci.errors import CiError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nobody answers there
+    for cuda in (None, "13.0"):
+        with pytest.raises(CiError) as e:
+            torch_pip_args(TorchSpec("2.13.0", cuda, f"http://ci:cnryprivQ7z@127.0.0.1:{port}/simple", True))
+        assert f"127.0.0.1:{port}/simple" in str(e.value) and "cnryprivQ7z" not in str(e.value)
+        assert "\n" not in str(e.value)

@@ -352,3 +352,19 @@ def test_the_environments_stamp_and_install_report_keep_no_credential(tmp_path):
     assert token not in (torch_source(report, [], "2.13.0") or "")
     scrub_credentials(report)
     assert token not in report.read_text() and "mirror.example/files/torch-2.13.0" in report.read_text()
+
+
+def test_show_and_prune_print_entry_names_as_text_and_leave_what_is_not_theirs_in_the_aside(root, tmp_path):
+    """An entry named with ESC reached the terminal raw; clear_aside removed whatever was in .pruning."""
+    evil = "evil\x1b[31m::error::x"
+    make_env(root, evil, b"x" * 1024, used=1_000)
+    users = root / cache.ASIDE / "users-own"
+    users.mkdir(parents=True)
+    (users / "f").write_text("mine")
+    r = cache_cli("show", root=root)
+    assert r.returncode == 0 and "\x1b" not in r.stdout + r.stderr and "evil" in r.stdout, r.stdout
+    r = cache_cli("prune", "--max-size", "0", root=root)
+    assert r.returncode == 0 and "\x1b" not in r.stdout + r.stderr and "evil" in r.stdout, r.stdout
+    assert not [ln for ln in r.stdout.splitlines() if ln.startswith("::")]
+    assert (users / "f").read_text() == "mine"  # not the tool's: left where the user put it
+    assert not [p for p in (root / cache.ASIDE).iterdir() if p.name != "users-own"]  # its own, removed

@@ -107,6 +107,10 @@ def test_a_build_tools_count_is_read_from_its_own_lines():
     assert first == progress.Count(1, None, "compiled")
     assert progress.read(nvcc, first) == progress.Count(2, None, "compiled")
     assert progress.read(b"g++ -shared build/t/tiny.o -o build/lib/_C.so\n", first) is None  # a link, no source
+    # a line of `-c`s (under the length a line is read at) is read in one pass, not quadratically
+    for line in (b"gcc " + b" -c" * 2700, b"gcc -x " + b"-c " * 2700 + b"a.cu"):
+        assert progress.read(line) in (None, progress.Count(1, None, "compiled"))
+    assert progress.read(b"gcc -x " + b"-c " * 2700 + b"a.cu") == progress.Count(1, None, "compiled")
 
 
 def test_the_time_left_is_projected_at_the_pace_since_the_first_count():

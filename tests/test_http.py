@@ -148,3 +148,20 @@ def test_a_passing_outage_is_retried_and_a_redirect_off_http_is_refused(index_di
         server.redirect = "file:///etc/"
         with pytest.raises(CiError, match="redirected to a file URL, not followed"):
             http.Client(server.url).get(server.url + "passwd")
+
+
+@pytest.mark.parametrize("location", ["http://127.0.0.1:notaport/", "http://127.0.0.1:99999/", "http://[::1/"])
+def test_a_hostile_redirect_location_is_the_clients_own_one_line_refusal(index_dir, location):
+    """A Location with a port that is no port, or an unclosed IPv6 host, reached the last-resort handler
+    as an unexpected ValueError."""
+    with GuardedServer(index_dir, redirect=location) as hostile:
+        with pytest.raises(http.HttpError, match="malformed URL") as e:
+            http.Client(hostile.url, retries=0).get(hostile.url + "simple/")
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("url", ["https://u:p@[::1/", "http://127.0.0.1:notaport/", "http://h:99999/"])
+def test_a_url_no_host_and_port_can_be_read_from_is_one_line(url):
+    with pytest.raises(CiError) as e:
+        http.Client(url).get(url + "simple/")
+    assert "\n" not in str(e.value) and "p@" not in str(e.value)

@@ -4,10 +4,14 @@ and no module of ci prints its own progress."""
 from __future__ import annotations
 
 import ast
+import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from tests._wheels import run_stage
 from wheelci.util import log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,3 +113,45 @@ def test_the_packages_below_the_stages_never_print():
             if rel not in MAY_WRITE_STDERR and (lines := _prints(path)):
                 found[rel] = lines
     assert found == {}, f"say it through ci.util.log, or return it to the stage: {found}"
+
+
+HOSTILE = "one\n::error title=forged::project text\r::warning::two\u2028::notice::three \x1b]0;pwned\x07\x1b[31mred"
+OWN_COMMAND = re.compile(r"::(?:group::|endgroup::$|warning title=|stop-commands::[0-9a-f]{32}$|[0-9a-f]{32}::$)")
+
+
+def forged(text: str) -> list[str]:
+    """The lines a workflow log would read as a command the tool did not write, or that drive a terminal."""
+    return [ln for ln in text.splitlines() if (ln.startswith("::") and not OWN_COMMAND.match(ln)) or "\x1b" in ln]
+
+
+def test_the_logger_never_lets_a_message_write_a_line_of_its_own(voice, capsys, monkeypatch):
+    for actions in ("", "true"):
+        monkeypatch.setenv("GITHUB_ACTIONS", actions)
+        log.info(f"note: {HOSTILE}")
+        log.warning(HOSTILE)
+        with log.step(HOSTILE):
+            log.info(f"running the test command: {HOSTILE}")
+        err = capsys.readouterr().err
+        assert not forged(err), err
+        assert "project text" in err and "red" in err  # shown, as text
+
+
+def test_a_real_build_prints_project_text_as_text_on_github_actions(tmp_path):
+    """A project's [tool.wheelci] env value, a build switch its setup.py reads, reached a real build's note
+    line raw: its newline started a `::error` workflow command of the project's choosing."""
+    project = tmp_path / "p"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "tiny_ext", project,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    setup = project / "setup.py"
+    setup.write_text('import os\nos.environ.get("MAMBA_FORCE_BUILD")\n' + setup.read_text())
+    text = (project / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(text.replace(
+        "[tool.wheelci]\n", "[tool.wheelci]\nenv = { MAMBA_FORCE_BUILD = " + json.dumps("TRUE" + HOSTILE) + " }\n", 1))
+    (tmp_path / "out").write_text("a file, not a wheel directory: the build stops after its notes\n")
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", tmp_path / "out",
+                  "--public-env", "MAMBA_FORCE_BUILD",
+                  env={"GITHUB_ACTIONS": "true", "WHEELCI_CACHE_DIR": str(tmp_path / "cache"),
+                       "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")})
+    out = r.stdout + r.stderr
+    assert "MAMBA_FORCE_BUILD" in out and "project text" in out, out[-3000:]
+    assert r.returncode != 0 and not forged(out), forged(out)

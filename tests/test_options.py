@@ -170,3 +170,14 @@ def test_the_workflow_s_own_variable_is_known():
     named = set(re.findall(r"\bWHEELCI_[A-Z_]+\b", workflow))
     assert named and named <= set(options.KNOWN_VARIABLES), named - set(options.KNOWN_VARIABLES)
     resolve("build", {"cpu": True}, {"WHEELCI_TOOL_SOURCE": "wheelci==1"})
+
+
+@pytest.mark.parametrize("name, value", [("WHEELCI_HEARTBEAT", "nan"), ("WHEELCI_HEARTBEAT", "-1"),
+                                         ("WHEELCI_CACHE_MAX_SIZE", "lots")])
+@pytest.mark.parametrize("stage", [["ci.plan"], ["ci.build", "--cpu", "--engine", "host", "--dry-run"]])
+def test_a_bad_tool_setting_stops_the_plan_and_the_dry_run_in_one_line(name, value, stage):
+    """WHEELCI_HEARTBEAT=nan and WHEELCI_CACHE_MAX_SIZE=lots passed plan and the dry run with exit 0:
+    the build then stopped on them. Refused where the options are resolved."""
+    r = run_stage(*stage, env={name: value})
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert name in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

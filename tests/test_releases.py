@@ -293,3 +293,22 @@ def test_an_index_whose_metadata_names_another_project_is_refused(index_dir, tmp
     with pytest.raises(CiError, match="not torch's metadata"):
         index.release("2.99.0")
     assert not list((tmp_path / "cache").rglob("2.99.0.json"))
+
+
+def test_a_fifo_in_place_of_a_wheel_in_a_file_index_is_refused_not_waited_on(tmp_path):
+    """A file: index whose torch wheel is a FIFO (and no .metadata): the plan's open waited for a writer
+    forever."""
+    import os
+
+    from tests._wheels import run_stage
+
+    index = tmp_path / "idx"
+    (index / "torch").mkdir(parents=True)
+    wheel = "torch-2.99.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    os.mkfifo(index / "torch" / wheel)
+    (index / "torch" / "index.html").write_text(f'<html><body><a href="{wheel}">{wheel}</a></body></html>')
+    root = Path(__file__).resolve().parent.parent
+    r = run_stage("ci.plan", "--project-dir", root / "tests" / "fixtures" / "tiny_ext", "--cpu", "--torch", "2.99.0",
+                  "--torch-index-url", f"file://{index}", env={"WHEELCI_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 2 and "not a regular file" in r.stderr, (r.stdout, r.stderr)
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -207,10 +207,10 @@ def test_a_compile_that_prints_its_variables_and_fails_leaks_nothing(world, tmp_
                      "print('last words', os.environ.get('API_KEY'), os.environ.get('SERVICE_KEY'))\n"
                      "sys.exit(1)\n")
     out, work = tmp_path / "out", tmp_path / "work"
+    # no --torch-index-url: an index the user names is the only source of torch (unreachable, an error
+    # before any compile); the PyTorch index's CPU fallback (pip's configuration) gives this build its torch
     r = run_stage("ci.build", chatty, "--cpu", "--engine", "host", "-w", out, "--work-dir", work, *verbose,
                   "--env", f"API_KEY={CANARIES['cli_env']}", env={**env, "GITHUB_ACTIONS": "true"})
-    # no --torch-index-url here: a build environment is keyed by where its torch comes from, so an index that
-    # serves no torch stops the build before its compile (the plan's canary tests cover that URL)
     assert r.returncode == 1, r.stderr[-2000:]  # a finding: the project's compile failed
     assert "last words *** ***" in r.stderr
     logs = list(work.rglob("*.log"))
@@ -297,6 +297,44 @@ def test_the_dry_run_names_what_a_host_build_takes_from_the_shell(world):
     assert_clean(r)
 
 
+@pytest.mark.parametrize("how", ["cli", "environ", "project"])
+def test_public_env_never_unmasks_a_variable_named_as_a_secret(world, tmp_path, how):
+    """A project's `public-env` (or --public-env, WHEELCI_PUBLIC_ENV) naming GH_TOKEN showed its value:
+    the secret rule wins, the plan says so once, and the value is redacted wherever it appears."""
+    tmp, project, env, index = world
+    canary = "cnryghtokenpublicQ7z"
+    proj = tmp_path / "p"
+    shutil.copytree(project, proj)
+    args = ["--env", f"GH_TOKEN={canary}", "--env", "TORCH_CUDA_ARCH_LIST=8.0"]
+    extra_env = dict(env)
+    if how == "cli":
+        args += ["--public-env", "GH_TOKEN", "--public-env", "TORCH_CUDA_ARCH_LIST"]
+    elif how == "environ":
+        extra_env["WHEELCI_PUBLIC_ENV"] = "GH_TOKEN TORCH_CUDA_ARCH_LIST"
+    else:
+        text = (proj / "pyproject.toml").read_text()
+        (proj / "pyproject.toml").write_text(text.replace(
+            "[tool.wheelci]\n", '[tool.wheelci]\npublic-env = ["GH_TOKEN", "TORCH_CUDA_ARCH_LIST"]\n'))
+    for out in ([], ["--json"]):
+        r = run_stage("ci.build", proj, "--cpu", "--engine", "host", "--dry-run", *out, *args, env=extra_env)
+        assert r.returncode == 0, r.stderr
+        assert canary not in r.stdout + r.stderr, r.stdout
+        assert (r.stdout + r.stderr).count("public-env names GH_TOKEN") == 1, r.stdout + r.stderr
+        if out:
+            plan = json.loads(r.stdout)
+            assert plan["build_env"]["GH_TOKEN"] == "***" and plan["build_env"]["TORCH_CUDA_ARCH_LIST"] == "8.0"
+            assert plan["public_env"] == ["TORCH_CUDA_ARCH_LIST"]
+
+
+def test_a_secret_named_value_is_registered_whatever_public_says():
+    from wheelci.util import secret
+
+    secret.add_variables({"MY_API_KEY": "cnryregisteredQ7z", "ARCHS": "8.0;9.0"}, public=["MY_API_KEY", "ARCHS"])
+    assert secret.redact("x cnryregisteredQ7z y") == "x *** y"
+    assert secret.masked({"MY_API_KEY": "v", "ARCHS": "8.0"}, ["MY_API_KEY", "ARCHS"]) == {"MY_API_KEY": "***",
+                                                                                         "ARCHS": "8.0"}
+
+
 @pytest.mark.parametrize("name", ["SSH_KEY", "AWS_ACCESS_KEY_ID", "SSH_AUTH_SOCK_PASS", "DEPLOY_KEY", "GH_TOKEN",
                                   "MY_SECRET_VALUE", "DB_PASSWD", "NPM_AUTH", "GOOGLE_CREDENTIALS", "SSH_PRIVATE"])
 def test_a_variable_named_as_a_secret_is_never_shown(name):
@@ -325,3 +363,15 @@ def test_the_docs_show_the_secret_name_rule_the_code_applies():
     m = re.search(r"<!-- secret-names:[^>]*-->\n(.*?)\n\s*<!-- /secret-names -->", text, re.S)
     assert m is not None, "docs/guarantees.md lost its secret-names section"
     assert " ".join(m.group(1).split()) == names_doc()
+
+
+@pytest.mark.parametrize("query", ["access_token=QSECRETvalue1", "a=1&api_key=QSECRETvalue1", "X-Amz-Signature=QSECRETvalue1",
+                                   "sig=QSECRETvalue1&x=y", "key=QSECRETvalue1", "auth=QSECRETvalue1"])
+def test_a_secret_in_an_index_urls_query_is_masked_in_the_plan(world, query):
+    """PIP_EXTRA_INDEX_URL='https://h/simple?access_token=...' was shown whole in the plan's
+    "from shell" row."""
+    tmp, project, env, index = world
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "--dry-run",
+                  env={**env, "PIP_EXTRA_INDEX_URL": f"https://h.example/simple?{query}"})
+    assert r.returncode == 0, r.stderr
+    assert "QSECRET" not in r.stdout + r.stderr and "h.example" in r.stdout, r.stdout

@@ -144,6 +144,18 @@ def test_odd_text_reads_as_nothing_or_something_never_an_error(text):
     assert isinstance(r, sw.ScriptReading)
 
 
+@pytest.mark.parametrize("tail", [" " * sw.MAX_SCRIPT, " \t\n" * (sw.MAX_SCRIPT // 3), "80 " * (sw.MAX_SCRIPT // 3)])
+def test_a_script_of_a_megabyte_is_read_in_one_pass(tmp_path, tail):
+    # whitespace (or words) after `set(CMAKE_CUDA_ARCHITECTURES` with no `)`: a pattern whose two parts both
+    # take whitespace backtracks quadratically (4000 spaces took minutes); read whole, this meets the timeout
+    (tmp_path / "CMakeLists.txt").write_text(("set(CMAKE_CUDA_ARCHITECTURES " + tail)[:sw.MAX_SCRIPT])
+    (tmp_path / "setup.py").write_text(("arch=compute_80,code=sm_80" + " , sm_80" * sw.MAX_SCRIPT)[:sw.MAX_SCRIPT])
+    r = sw.read_scripts(tmp_path)
+    assert r.gencodes == ["sm_80"]
+    closed = sw.read_script("set(CMAKE_CUDA_ARCHITECTURES" + " " * 50 + "\n  86 \"90a\" )\n", "CMakeLists.txt")
+    assert closed.gencodes == ["sm_86", "sm_90a"]
+
+
 def test_unrelated_variables_are_not_switches():
     r = sw.read_script('os.getenv("MAX_JOBS")\nos.environ["CUDA_HOME"]\nos.getenv("FORCE_BUILDX")\n')
     assert r.switches == []

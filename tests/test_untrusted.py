@@ -69,7 +69,8 @@ def build_report(name: str = "tiny-ext", test_output: str = "", check: str = "te
     return report.BuildReport(
         plan={"project": name, "cuda": None, "torch": "2.13.0", "engine": "host", "project_dir": "/p"},
         wheels=[report.WheelReport(f"{name}-1.0-py3-none-any.whl", "py3-none-any", 10, {f"lib{name}.so": [name]},
-                                   [name], [f"{name}; extra == '{test_output}'"])],
+                                   [name], [f"{name}; extra == '{test_output}'"],
+                                   device_code={f"{name}/lib{test_output}.so": ["sm_80"]})],
         verify=checks, passed=False, notes=[note or name],
         steps=[{"name": "compile", "status": "ok", "seconds": 1.0, "outputs": [name, test_output]},
                {"name": "verify", "status": "failed", "seconds": 2.0, "error": test_output or "1 test failed"}])
@@ -94,6 +95,33 @@ def test_report_md_shows_a_forged_name_and_hostile_test_output_as_text():
     assert "E assert 1 == 2" in md and "&lt;script&gt;" in md  # shown, as text
 
 
+def test_report_md_shows_a_librarys_path_in_its_device_code_line_as_text():
+    lib = "pkg/x`<img src=x onerror=alert(1)>` [click](https://evil.example) `.so\n## Forged heading\n<!--"
+    md = report.to_markdown(dataclasses.replace(build_report("p"), wheels=[dataclasses.replace(
+        build_report("p").wheels[0], device_code={lib: ["sm_80"]})]))
+    assert not own_lines(md), own_lines(md)
+    assert "[click](" not in CODE_SPAN.sub("", md)
+
+
+@pytest.mark.parametrize("secret_value", ["Pa#ss&w*rd|CANARY9", "a<b>c~d\\e[f]g_CANARY", "CANARYtokenABCDEFGHIJ"])
+def test_report_md_and_the_job_summary_redact_a_secret_before_escaping_or_cutting(tmp_path, monkeypatch, secret_value):
+    """Redacted after escaping, a secret holding Markdown's or HTML's characters no longer matched its
+    registered value, and one cut at a cell's edge left its prefix: both reached report.md."""
+    from wheelci.util import secret
+
+    secret.add(secret_value)
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    r = dataclasses.replace(build_report("p", f"login with {secret_value} refused"), verify={
+        "test_login": f"FAILED: login with {secret_value} refused",
+        "test_cut": "FAILED: " + "x" * (report.CELL - 20) + " " + secret_value})
+    (tmp_path / "out").mkdir()
+    _, md_path = report.write(r, tmp_path / "out")
+    for text in (md_path.read_text(), summary.read_text()):
+        assert "CANARY" not in text, [ln for ln in text.splitlines() if "CANARY" in ln]
+        assert "CANARY" not in text.replace("\\", "").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
+
+
 def test_report_md_keeps_the_outcome_and_failures_whatever_the_names_length():
     r = build_report("n" * 17000, "boom " * 5000, many=300)
     md = report.to_markdown(r)
@@ -114,6 +142,25 @@ def test_stop_commands_wrap_lines_with_a_fresh_token():
     token = first.removeprefix("::stop-commands::")
     assert len(token) >= 32 and last == f"::{token}::" and middle == ["::error::x", "plain"]
     assert untrusted.workflow_commands_off([])[0] != first
+
+
+@pytest.mark.parametrize("value", ["stop-commands", "::stop-commands::", "commands::"])
+def test_a_secret_inside_the_stop_commands_marker_never_rewrites_it(value, monkeypatch):
+    """A secret value that is part of `::stop-commands::TOKEN` rewrote the marker as the output was
+    redacted: the lines it wraps then ran as workflow commands."""
+    import io
+
+    from wheelci.util import secret
+
+    for name in ("_values", "_users", "_needles"):  # this test's odd secret stays in this test
+        monkeypatch.setattr(secret, name, type(getattr(secret, name))(getattr(secret, name)))
+    secret.add(value)
+    out = io.StringIO()
+    secret.RedactingStream(out).write("\n".join(untrusted.workflow_commands_off(["::error::x", f"a {value} b"])) + "\n")
+    first, middle, plain, last = out.getvalue().splitlines()
+    token = first.removeprefix("::stop-commands::")
+    assert re.fullmatch("[0-9a-f]{32}", token) and last == f"::{token}::", out.getvalue()
+    assert plain == "a *** b" and middle == "::error::x"
 
 
 _PLAN = pl.make_plan(pl.Request(cuda=None, engine="host"), project_dir=ROOT)

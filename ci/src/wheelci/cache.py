@@ -20,6 +20,7 @@ from wheelci import cli
 from wheelci.errors import CiError
 from wheelci.util import cache
 from wheelci.util.sizes import format_size, parse_size
+from wheelci.util.untrusted import one_line
 
 
 def when(ns: int) -> str:
@@ -49,7 +50,7 @@ def show(root: Path, cap: int | None, as_json: bool) -> int:
                        "max_size": cap, "others": rest})
         return 0
     print(f"cache: {root}")
-    rows = [(e.kind, e.name, format_size(e.size), when(e.last_used_ns), "in use" if e.in_use else "")
+    rows = [(e.kind, one_line(e.name), format_size(e.size), when(e.last_used_ns), "in use" if e.in_use else "")
             for e in sorted(entries, key=lambda e: (e.kind, -e.last_used_ns))]
     header = ("kind", "entry", "size", "last used", "")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
@@ -59,7 +60,7 @@ def show(root: Path, cap: int | None, as_json: bool) -> int:
     print(f"total: {format_size(total)} in {len(entries)} entries (a file several share counted once); "
           f"cap {shown_cap}")
     if rest:
-        print("not pruned: " + ", ".join(f"{name} {format_size(size)}" for name, size in rest.items()))
+        print("not pruned: " + ", ".join(f"{one_line(name)} {format_size(size)}" for name, size in rest.items()))
     return 0
 
 
@@ -71,9 +72,9 @@ def prune(root: Path, cap: int, as_json: bool) -> int:
                        "in_use": [entry_json(e) for e in pruned.in_use]})
         return 0
     for e in pruned.removed:
-        print(f"removed {e.kind}/{e.name} ({format_size(e.size)}, last used {when(e.last_used_ns)})")
+        print(f"removed {e.kind}/{one_line(e.name)} ({format_size(e.size)}, last used {when(e.last_used_ns)})")
     for e in pruned.in_use:
-        print(f"kept {e.kind}/{e.name} ({format_size(e.size)}): in use by a running build")
+        print(f"kept {e.kind}/{one_line(e.name)} ({format_size(e.size)}): in use by a running build")
     over = " (still over: the rest is in use)" if pruned.after > cap else ""
     print(f"cache: {format_size(pruned.before)} -> {format_size(pruned.after)}, cap {format_size(cap)}{over}")
     return 0

@@ -201,7 +201,7 @@ class Plan:
         unless public, every registered secret and URL userinfo redacted, and a host build without the
         container's image and CIBW_* variables, which it does not use."""
         doc = self.flat()
-        hidden = {k: v for k, v in self.run.build_env.items() if k not in self.run.public_env}
+        hidden = {k: v for k, v in self.run.build_env.items() if k not in secret.shown_names(self.run.public_env)}
         doc["build_env"] = secret.masked(self.run.build_env, self.run.public_env)
         doc["environment"] = {k: _mask_assignments(v, hidden) for k, v in self.environment.items()}
         doc["compile_cache"] = self.compile_cache.name if self.compile_cache else None
@@ -497,6 +497,9 @@ def _with_run(plan: Plan, run: RunSettings) -> Plan:
         if pypi:
             notes.append(f"warning: the local version label +{label} cannot go to PyPI ({pypi}): PyPI refuses local "
                          "versions; --local-version none makes a wheel it takes")
+    if refused := sorted(set(run.public_env) - secret.shown_names(run.public_env)):
+        notes.append(f"public-env names {', '.join(refused)}: a secret by its name, never shown (masked as {secret.MASK})")
+        run = replace(run, public_env=sorted(secret.shown_names(run.public_env)))
     secret.add_variables(run.build_env, run.public_env)
     return replace(plan, label=label, notes=notes, run=replace(run, build_env=dict(run.build_env), public_env=sorted(run.public_env),
                                                   excludes=list(run.excludes), test_requires=list(run.test_requires)))

@@ -135,7 +135,7 @@ def to_markdown(r: BuildReport, out_dir: Path | None = None) -> str:
     if len(libs) > SHOWN_LIBRARIES:
         lines.append(f"\n{len(libs) - SHOWN_LIBRARIES} more libraries: their NEEDED in report.json.")
     devices = [(lib, targets) for w in r.wheels for lib, targets in w.device_code.items()]
-    lines += [f"\n`{lib}` device code: {_cell(' '.join(targets), 600)}" for lib, targets in devices[:SHOWN_LIBRARIES]]
+    lines += [f"\n{code(lib, 200)} device code: {_cell(' '.join(targets), 600)}" for lib, targets in devices[:SHOWN_LIBRARIES]]
     if len(devices) > SHOWN_LIBRARIES:
         lines.append(f"\n{len(devices) - SHOWN_LIBRARIES} more libraries with device code: in report.json.")
     lines += [f"\n> warning: {_cell(w, 600)}" for wheel in r.wheels for w in wheel.warnings[:SHOWN_NOTES]]

@@ -88,9 +88,13 @@ def uv_binary() -> str | None:
         return shutil.which("uv")
 
 
+PYTORCH_INDEX = "https://download.pytorch.org/"  # the PyTorch indexes, which others may stand in for
+
+
 def torch_pip_args(spec: TorchSpec) -> tuple[list[str], str]:
     """pip arguments that install exactly this torch variant, and a line saying where it comes from.
 
+    An index of the user's (not PYTORCH_INDEX) is the only source: unreachable, it is one error line.
     Prefers the PyTorch index of the variant; when that is unreachable, falls back to PyPI where
     PyPI's default build is this variant (cu130 for 2.13.0), and for CPU builds to pip's own
     configuration (a mirror or find-links); the installed build is checked afterwards either way.
@@ -99,6 +103,13 @@ def torch_pip_args(spec: TorchSpec) -> tuple[list[str], str]:
     req = f"torch=={spec.version}"
     if spec.index_url and reachable(spec.index_url):
         return ["--isolated", "--index-url", spec.index_url, "--extra-index-url", PYPI, req], spec.index_url
+    if spec.index_url and not spec.index_url.startswith(PYTORCH_INDEX):
+        # an index of the user's (a mirror, a private index): the environment is keyed for it, so a torch
+        # from anywhere else never fills it
+        from wheelci.util.http import shown
+
+        raise CiError(f"the torch index {shown(spec.index_url)} is unreachable from here: torch {spec.version} is "
+                      "installed from that index only; check its address and the network")
     if spec.cuda is not None and spec.on_pypi:
         return ["--isolated", req], f"PyPI (its default Linux build of torch {spec.version} is {spec.variant})"
     if spec.cuda is None:

@@ -18,8 +18,9 @@ from typing import Callable
 _NINJA = re.compile(rb"^\s*\[(\d+)/(\d+)\] ")  # ninja's [12/40]
 _MAKE = re.compile(rb"^\s*\[\s*(\d+)%\] ")  # make's [ 42%] (CMake's Makefile generator)
 # a compiler run on one source, as setuptools prints it (gcc, g++, c++, clang, nvcc; a path, a version suffix)
-_COMPILE = re.compile(rb"^\S*(?:gcc|g\+\+|c\+\+|cc|clang|clang\+\+|nvcc)(?:-\d+(?:\.\d+)*)?\s.*\s-c\s+(?:\S+\s+)*?"
-                      rb"\S+\.(?:c|cc|cpp|cxx|cu)(?:\s|$)")
+# read word by word (a pattern with `.*\s-c\s+(?:\S+\s+)*?` backtracks quadratically on a line of `-c`s)
+_COMPILER = re.compile(rb"\S*(?:gcc|g\+\+|c\+\+|cc|clang|clang\+\+|nvcc)(?:-\d+(?:\.\d+)*)?")
+_SOURCE = (b".c", b".cc", b".cpp", b".cxx", b".cu")
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,18 @@ def read(line: bytes, last: Count | None = None) -> Count | None:
         return Count(int(m[1]), int(m[2]), "files")
     if m := _MAKE.match(line):
         return Count(int(m[1]), 100, "%")
-    if len(line) < 8192 and _COMPILE.match(line):
+    if len(line) < 8192 and _compiles(line):
         return Count((last.done if last and last.unit == "compiled" else 0) + 1, None, "compiled")
     return None
+
+
+def _compiles(line: bytes) -> bool:
+    """A compiler run on a source: the compiler first, then (past its first option) `-c`, then a source."""
+    words = line.split()
+    if not words or line[:1].isspace() or not _COMPILER.fullmatch(words[0]) or b"-c" not in words[2:]:
+        return False
+    after = words[words.index(b"-c", 2) + 1:]
+    return any(len(w) > len(ext) and w.endswith(ext) for w in after for ext in _SOURCE)
 
 
 def estimate(first: tuple[float, Count], last: tuple[float, Count]) -> float | None:

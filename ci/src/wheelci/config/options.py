@@ -477,6 +477,13 @@ def check_variables(environ: Mapping[str, str]) -> None:
             close = difflib.get_close_matches(name, KNOWN_VARIABLES, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(KNOWN_VARIABLES)})"
             raise CiError(f"unknown variable {name}{hint}")
+    # the tool's own settings read later (a build's heartbeat, its cache cap): bad input now, one line, not a
+    # plan or dry run that passes and a build that stops on them
+    from wheelci.util.cache import max_size
+    from wheelci.util.log import heartbeat_seconds
+
+    heartbeat_seconds(environ)
+    max_size(environ)
 
 
 # ---------------------------------------------------------------- the command line

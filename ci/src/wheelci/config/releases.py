@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from email.parser import HeaderParser
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Mapping
 
 from wheelci.config import matrix as mx
 from wheelci.errors import CiError
@@ -223,7 +223,7 @@ def _wheel_metadata(client: http.Client | None, url: str) -> str:
     import zipfile  # a remote archive: wheelci.wheel.zipread reads local files by descriptor
 
     if urllib.parse.urlsplit(url).scheme == "file":
-        stream: Any = open(urllib.request.url2pathname(urllib.parse.urlsplit(url).path), "rb")
+        stream: Any = _local_file(url)
     else:
         assert client is not None
         head = client.get(url, method="HEAD")
@@ -240,6 +240,27 @@ def _wheel_metadata(client: http.Client | None, url: str) -> str:
             return z.read(names[0]).decode("utf-8", "replace")
     except zipfile.BadZipFile as e:
         raise CiError(f"{_shown(url)}: not a wheel ({e})") from None
+
+
+def _local_file(url: str) -> BinaryIO:
+    """A wheel of a local (file:) index opened for reading: a regular file only, the open never waiting
+    (a FIFO in its place would hold the plan forever)."""
+    import os
+    import stat
+
+    path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        raise CiError(f"{_shown(url)}: {e.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CiError(f"{_shown(url)}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _local_text(url: str, cap: int) -> str:

@@ -59,11 +59,14 @@ _READ = re.compile(r"""(?:getenv|environ\.get)\(\s*(?P<q>["'])(?P<name>[A-Za-z_]
 _GUARD = re.compile(r"torch\.cuda\.is_available\(\s*\)")
 _DOWNLOAD = re.compile(r"\b(?:urlopen|urlretrieve|requests\.get|wget)\b")
 _WHEEL_URL = re.compile(r"\.whl\b|wheel_url|wheel_filename")
-# -gencode arch=compute_80,code=sm_80 | code=[sm_80,compute_80] | code="sm_90a"; nvcc's -arch=sm_80
+# -gencode arch=compute_80,code=sm_80 | code=[sm_80,compute_80] | code="sm_90a"; nvcc's -arch=sm_80.
+# Every pattern here reads a file of up to MAX_SCRIPT in linear time: no two adjacent parts take the same
+# characters (`\s+` then a class holding `\s`), and a repetition or a run of any character is bounded.
 _GENCODE = re.compile(r"arch=compute_(\d{2,3}[af]?)\s*,\s*code=\\?[\[\"']?((?:sm|compute)_\d{2,3}[af]?"
-                      r"(?:\s*,\s*(?:sm|compute)_\d{2,3}[af]?)*)")
+                      r"(?:\s*,\s*(?:sm|compute)_\d{2,3}[af]?){0,32})")
 _ARCH_FLAG = re.compile(r"-arch[= ](sm_\d{2,3}[af]?)\b")
-_CMAKE_ARCHS = re.compile(r"set\s*\(\s*CMAKE_CUDA_ARCHITECTURES\s+\"?([0-9;a-z\s-]+?)\"?\s*\)", re.I)
+# set(CMAKE_CUDA_ARCHITECTURES "80;90-real"): what stands before the `)` (bounded), split into words after
+_CMAKE_ARCHS = re.compile(r"set\s*\(\s*CMAKE_CUDA_ARCHITECTURES\b([^()]{0,256})\)", re.I)
 _TRUE = {"1", "true", "yes", "on", "y"}
 
 
@@ -115,7 +118,7 @@ def read_script(text: str, script: str = "setup.py") -> ScriptReading:
             found[name] = Switch(name, compared, convention, script)
     gencodes = [code.strip() for m in _GENCODE.finditer(text) for code in m[2].split(",")]
     gencodes += [m[1] for m in _ARCH_FLAG.finditer(text)]
-    gencodes += [f"sm_{a.split('-')[0]}" for m in _CMAKE_ARCHS.finditer(text) for a in re.split(r"[;\s]+", m[1])
+    gencodes += [f"sm_{a.split('-')[0]}" for m in _CMAKE_ARCHS.finditer(text) for a in re.split(r"[;\s\"]+", m[1])
                  if re.fullmatch(r"\d{2,3}[af]?(?:-real|-virtual)?", a)]
     downloads = bool(_DOWNLOAD.search(text) and _WHEEL_URL.search(text))
     return ScriptReading([script], list(found.values()), [script] if _GUARD.search(text) else [],

@@ -33,6 +33,8 @@ _CONTAINER = struct.Struct("<IHHQ")  # magic, version, header size, size of the 
 _ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")  # kind, version, header size, payload size, compressed size, -,
 # PTX minor, major, SM, name offset, name size, flags, -, uncompressed size
 ALIGN = 8
+PADDING_CHUNK = 1 << 16  # bytes of padding read at once
+MAX_SECTIONS = 256  # fat binary sections read in one library (a real one has one or two)
 
 
 @dataclass(frozen=True, order=True)
@@ -59,8 +61,8 @@ def read_fatbins(stream: BinaryIO, offset: int, size: int, what: str = ".nv_fatb
         head = elfread.read_at(stream, pos, _CONTAINER.size, end, what)
         magic, _version, header_size, body = _CONTAINER.unpack(head)
         if magic != MAGIC:
-            if head[:ALIGN] == bytes(ALIGN):  # padding between containers, or after the last
-                pos += ALIGN
+            if head[:ALIGN] == bytes(ALIGN):  # padding between containers, or after the last: skipped whole
+                pos += _zeros(stream, pos, end, what)
                 continue
             raise CiError(f"{what}: no fat binary container at offset {pos - offset} (magic {magic:#x})")
         if header_size < _CONTAINER.size or pos + header_size + body > end:
@@ -70,6 +72,19 @@ def read_fatbins(stream: BinaryIO, offset: int, size: int, what: str = ".nv_fatb
         pos += header_size + body
         pos += -(pos - offset) % ALIGN
     return found
+
+
+def _zeros(stream: BinaryIO, pos: int, end: int, what: str) -> int:
+    """How many bytes of zero padding (whole ALIGN steps, at least one) start at pos: read in chunks and
+    scanned in C, each byte once, not ALIGN bytes a step."""
+    skipped = 0
+    while pos + skipped < end:
+        chunk = elfread.read_at(stream, pos + skipped, min(PADDING_CHUNK, end - pos - skipped), end, what)
+        zeros = len(chunk) - len(chunk.lstrip(b"\0"))
+        skipped += zeros - zeros % ALIGN
+        if zeros < len(chunk):
+            break
+    return max(skipped, ALIGN)
 
 
 def _entries(stream: BinaryIO, pos: int, end: int, what: str) -> list[DeviceImage]:
@@ -105,10 +120,21 @@ def read_library(stream: BinaryIO) -> list[DeviceImage]:
         return []
     found: list[DeviceImage] = []
     wanted = [n.encode() for n in SECTIONS]
+    # each byte of the file is read once: a range named twice is read once, one that overlaps another is
+    # refused, and so is a library of more fat binary sections than any build makes
+    ranges: dict[tuple[int, int], str] = {}
     for s in secs:
         name = table.is_one_of(s.name, wanted)
-        if name is not None and s.type != 8:  # SHT_NOBITS holds no bytes
-            found += read_fatbins(stream, s.offset, s.size, name.decode())
+        if name is not None and s.type != 8 and s.size:  # SHT_NOBITS holds no bytes
+            ranges.setdefault((s.offset, s.size), name.decode())
+            if len(ranges) > MAX_SECTIONS:
+                raise CiError(f"more than {MAX_SECTIONS} fat binary sections")
+    last_end = -1
+    for (offset, size), section in sorted(ranges.items()):
+        if offset < last_end:
+            raise CiError(f"{section}: fat binary sections overlap (at offset {offset})")
+        last_end = offset + size
+        found += read_fatbins(stream, offset, size, section)
     return found
 
 

@@ -31,6 +31,7 @@ from wheelci.util import variables
 
 KINDS = ("builds", "envs", "test-layers")  # what a prune may remove: what a build remakes when missing
 USED = ".wheelci-used"  # in an entry: written when a build uses it (its time) with the entry's size
+ASIDE_MARK = ".wheelci-pruning"  # in an entry renamed aside by remove_entry
 ASIDE = ".pruning"  # in the cache: entries renamed out of their kind, being removed
 MAX_SIZE_VARIABLE = variables.CACHE_MAX_SIZE
 DEFAULT_MAX_SIZE = 20 * 2**30
@@ -267,24 +268,26 @@ def remove_entry(root: Path, entry: Entry) -> bool:
         if not free or _used_ns(entry.path) != entry.last_used_ns:
             return False
         aside.parent.mkdir(exist_ok=True)
+        (entry.path / ASIDE_MARK).touch()  # what clear_aside may finish removing: ours, nothing else
         os.rename(entry.path, aside)
     shutil.rmtree(aside, ignore_errors=True)
     return True
 
 
 def clear_aside(root: Path) -> None:
-    """What an interrupted prune renamed aside and did not finish removing (a link planted in its place is
-    removed, never followed)."""
+    """What an interrupted prune renamed aside and did not finish removing: the directories that carry its
+    mark (ASIDE_MARK, a regular file), nothing else put there (a link planted in ASIDE's place is removed,
+    never followed)."""
     aside = root / ASIDE
     if aside.is_symlink():
         aside.unlink()
         return
     with contextlib.suppress(OSError):
-        for path in (root / ASIDE).iterdir():
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+        for path in aside.iterdir():
+            with contextlib.suppress(OSError):
+                if (path.is_dir() and not path.is_symlink()
+                        and stat.S_ISREG(os.lstat(path / ASIDE_MARK).st_mode)):
+                    shutil.rmtree(path, ignore_errors=True)
 
 
 def keep_under(root: Path, cap: int | None) -> Pruned | None:

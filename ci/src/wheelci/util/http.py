@@ -54,8 +54,11 @@ class Origin:
 
     @classmethod
     def of(cls, url: str) -> Origin:
-        parts = urlsplit(url)
-        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+        try:
+            parts = urlsplit(url)
+            port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+        except ValueError:
+            raise HttpError(f"{shown(url)}: no host and port can be read from it") from None
         return cls(parts.scheme.lower(), (parts.hostname or "").lower(), port)
 
 
@@ -211,8 +214,15 @@ class Client:
                     # a refusal's body is not read: its status is the whole answer
                     body = _body(r, url, cap, deadline) if method == "GET" and r.status_code in ok else b""
                     return Answer(url, r.status_code, r.headers.copy(), body)  # case-insensitive, as HTTP's names are
-            nxt = shown(urljoin(url, location))
-            if urlsplit(nxt).scheme not in ("http", "https"):
+            try:  # a hostile Location (`http://h:notaport/`, `:99999`, `http://[::1/`) is the server's fault
+                nxt = urljoin(url, location)
+                usable = urlsplit(nxt)
+                usable.port  # noqa: B018  raises on a port that is no port
+            except ValueError:
+                raise HttpError(f"{url}: redirected to a malformed URL (no host and port can be read), not "
+                                "followed") from None
+            nxt = shown(nxt)
+            if usable.scheme not in ("http", "https"):
                 raise HttpError(f"{url}: redirected to a {urlsplit(nxt).scheme or 'relative'} URL, not followed")
             if nxt in seen:
                 raise HttpError(f"{url}: a redirect loop (back to {nxt})")
@@ -228,8 +238,12 @@ class Client:
         # another origin gets _NO_AUTH, not None: requests would add netrc's entry for that host (netrc
         # is per host, an origin per port too)
         auth = self.credentials_for(url) or _NO_AUTH
-        return session.request(method, url, headers=headers, auth=auth, allow_redirects=False,
-                                     stream=True, timeout=(min(left, self.read_timeout), min(left, self.read_timeout)))
+        try:
+            return session.request(method, url, headers=headers, auth=auth, allow_redirects=False,
+                                   stream=True, timeout=(min(left, self.read_timeout), min(left, self.read_timeout)))
+        except ValueError:  # requests reads an answer's Location as it comes (`http://[::1/`: no host to read)
+            raise HttpError(f"{url}: a malformed URL in the request or its answer's redirect (no host and port can "
+                            "be read), not followed") from None
 
 
 def _no_auth(request: Any) -> Any:

@@ -3,7 +3,10 @@
 Library code says what it does through info, warning and step, and never prints: stdout belongs to a
 stage's result (`--json` must stay parseable). The CLI names the voice (configure). Under GitHub
 Actions a step is a collapsible `::group::` and a warning a `::warning::` annotation, as cibuildwheel's
-own log does. A step reports its time when it ends; a failed one says nothing more, since the error
+own log does. Every message may hold text from outside (a project's names and settings, a tool's output
+tail): each of its lines is made safe here, the one place (`_safe_lines`): redacted, terminal escapes and
+control characters gone, and every line starts with the voice, so none is a workflow command (`::error`)
+of the text's choosing. A step reports its time when it ends; a failed one says nothing more, since the error
 line says it. A long step that prints little (a compile) shows it is alive through a Ticker.
 """
 
@@ -18,7 +21,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from wheelci.errors import CiError
-from wheelci.util import variables
+from wheelci.util import secret, untrusted, variables
 
 # --verbose or WHEELCI_VERBOSE=1: debug lines and each command run (util.proc) are shown
 VERBOSE = variables.read(os.environ, variables.VERBOSE) not in ("", "0")
@@ -60,8 +63,15 @@ def passthrough(data: bytes) -> None:
         sys.stderr.flush()
 
 
+def _safe_lines(message: object) -> list[str]:
+    """A message's lines as they may be shown: redacted (before anything changes a secret's characters),
+    each on one line without escapes or control characters; blank lines dropped, at least one line."""
+    lines = [untrusted.one_line(ln) for ln in secret.redact(str(message)).splitlines()]
+    return [ln for ln in lines if ln] or [""]
+
+
 def info(message: str) -> None:
-    _emit(f"{_voice}: {message}")
+    _emit("\n".join(f"{_voice}: {line}" for line in _safe_lines(message)))
 
 
 def debug(message: str) -> None:
@@ -72,7 +82,7 @@ def debug(message: str) -> None:
 
 def warning(message: str) -> None:
     if on_github_actions():
-        _emit(f"::warning title={_command_data(_voice)}::{_command_data(message)}")
+        _emit(f"::warning title={_command_data(_voice)}::{_command_data(chr(10).join(_safe_lines(message)))}")
     else:
         info(f"warning: {message}")
 
@@ -84,7 +94,7 @@ def step(title: str) -> Iterator[None]:
     global _open_steps
     group = on_github_actions() and _open_steps == 0
     if group:
-        _emit(f"::group::{_command_data(title)}")
+        _emit(f"::group::{_command_data(' '.join(_safe_lines(title)))}")
     _open_steps += 1
     start = time.monotonic()
     try:
@@ -93,7 +103,7 @@ def step(title: str) -> Iterator[None]:
         _open_steps -= 1
         if group:
             _emit("::endgroup::")
-    info(f"{title}: {time.monotonic() - start:.0f} s")
+    info(f"{' '.join(_safe_lines(title))}: {time.monotonic() - start:.0f} s")
 
 
 def on_terminal() -> bool:

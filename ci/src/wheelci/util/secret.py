@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import re
 from typing import Any, Iterable, Mapping
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 MASK = "***"
 MIN_LENGTH = 6
@@ -36,6 +36,12 @@ def is_secret_name(name: str) -> bool:
 
     upper = name.upper()
     return any(fnmatchcase(upper, pattern) for pattern in SECRET_NAMES)
+
+
+def secret_query_key(key: str) -> bool:
+    """Whether a URL query's value is a credential by its key (access_token, api_key, X-Amz-Signature, sig)."""
+    name = re.sub(r"[^A-Za-z0-9]", "_", key)
+    return is_secret_name(name) or bool(re.search(r"(?i)(?:^|_)(?:key|sig|signature|password|passwd)(?:$|_)", name))
 
 
 def names_doc() -> str:
@@ -76,6 +82,10 @@ def add_url(url: str | None) -> None:
         password = user = None
     if password:
         add(password, unquote(password), user=user)
+    query = re.split(r"#", url.split("?", 1)[1], maxsplit=1)[0] if "?" in url else ""
+    for key, value in parse_qsl(query, keep_blank_values=False):
+        if secret_query_key(key):
+            add(value, quote(value, safe=""))  # ?access_token=..., a signed URL's X-Amz-Signature
     head = re.split(r"[?#]", url.split("://", 1)[1], maxsplit=1)[0]
     if "@" in head:
         info = head.rsplit("@", 1)[0]
@@ -102,9 +112,16 @@ def add_environ(env: Mapping[str, str]) -> None:
             add(value)
 
 
+def shown_names(public: Iterable[str]) -> set[str]:
+    """The names declared public whose values may be shown: never one named as a secret (SECRET_NAMES),
+    whatever public-env says."""
+    return {name for name in public if not is_secret_name(name)}
+
+
 def add_variables(env: Mapping[str, str], public: Iterable[str] = ()) -> None:
-    """Build variables (--env, [tool.wheelci] env): every value is secret unless its name is declared public."""
-    shown = set(public)
+    """Build variables (--env, [tool.wheelci] env): every value is secret unless its name is declared public
+    (and is not named as a secret)."""
+    shown = shown_names(public)
     for name, value in env.items():
         add_text(value)
         if name not in shown:
@@ -112,14 +129,29 @@ def add_variables(env: Mapping[str, str], public: Iterable[str] = ()) -> None:
 
 
 def masked(env: Mapping[str, str], public: Iterable[str] = ()) -> dict[str, str]:
-    """Variables as they are shown: NAME=*** unless NAME is declared public."""
-    shown = set(public)
+    """Variables as they are shown: NAME=*** unless NAME is declared public (and not named as a secret)."""
+    shown = shown_names(public)
     return {k: redact(v) if k in shown else MASK for k, v in env.items()}
+
+
+_STOP_COMMANDS = re.compile(r"::stop-commands::([0-9a-f]{32})")
 
 
 def redact(text: str) -> str:
     """The text with every registered value and every URL's userinfo replaced (the values first: a
-    password holding `@` would otherwise be cut in two by the userinfo rule, and half of it kept)."""
+    password holding `@` would otherwise be cut in two by the userinfo rule, and half of it kept). The
+    markers that turn a workflow log's commands off and on again (util.untrusted.workflow_commands_off)
+    are kept whole: a secret such as `stop-commands` would otherwise rewrite them, and the lines between
+    them would run as commands."""
+    tokens = set(_STOP_COMMANDS.findall(text)) if "::stop-commands::" in text else set()
+    if not tokens:
+        return _redact(text)
+    markers = re.compile("(" + "|".join(re.escape(m) for t in sorted(tokens)
+                                         for m in (f"::stop-commands::{t}", f"::{t}::")) + ")")
+    return "".join(part if i % 2 else _redact(part) for i, part in enumerate(markers.split(text)))
+
+
+def _redact(text: str) -> str:
     for needle in _needles:
         if needle in text:
             text = text.replace(needle, MASK)

@@ -4,10 +4,11 @@ words) made safe for each place it is shown, so that it stays data there.
 - `one_line`: terminal escapes (ANSI CSI/OSC sequences) removed, every other control character, line or
   paragraph separator turned to a space: nothing can write a line of its own (a forged `ok`, a
   `::error::` workflow command at a line's start) or drive the terminal.
-- `markdown`: one line, then HTML's `&`, `<`, `>` as entities and Markdown's punctuation backslashed:
+- `markdown`: redacted (util.secret: before anything changes the secret's characters or cuts it), one
+  line, then HTML's `&`, `<`, `>` as entities and Markdown's punctuation backslashed:
   a cell of report.md (and the job summary) cannot open a tag or a comment that hides the outcome,
   a link, an image, emphasis or a table column.
-- `code`: one line in an inline code span whose fence outlasts any backtick run inside it (pipes still
+- `code`: redacted, one line in an inline code span whose fence outlasts any backtick run inside it (pipes still
   escaped: GitHub's tables split on them even in code).
 - `workflow_commands_off`: lines a workflow log shows between `::stop-commands::TOKEN` and `::TOKEN::`
   (GitHub's own switch), a token the text cannot know, so that no line of it runs as a command.
@@ -18,6 +19,8 @@ from __future__ import annotations
 import re
 import secrets
 from typing import Iterable
+
+from wheelci.util import secret
 
 # CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), other two-character escapes, and C1's CSI
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
@@ -40,16 +43,17 @@ def cut(text: str, width: int) -> str:
 
 
 def markdown(text: object, width: int = 240) -> str:
-    """Plain text for a Markdown line or table cell, cut at `width` characters before escaping (an
-    escape is never cut in half)."""
-    s = cut(one_line(text), width)
+    """Plain text for a Markdown line or table cell: redacted first (an escaped or cut secret no longer
+    matches its registered value), then cut at `width` characters before escaping (an escape is never cut
+    in half)."""
+    s = cut(one_line(secret.redact(str(text))), width)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _MARKDOWN.sub(lambda m: "\\" + m.group(0), s)
 
 
 def code(text: object, width: int = 240) -> str:
     """Text as inline code: its own fence, longer than any run of backticks in it."""
-    s = cut(one_line(text), width).replace("|", "\\|")
+    s = cut(one_line(secret.redact(str(text))), width).replace("|", "\\|")
     longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if s.startswith("`") or s.endswith("`") or not s.strip() else ""
@@ -59,4 +63,4 @@ def code(text: object, width: int = 240) -> str:
 def workflow_commands_off(lines: Iterable[str]) -> list[str]:
     """The lines between GitHub's stop-commands markers, the token fresh and unguessable."""
     token = secrets.token_hex(16)
-    return [f"::stop-commands::{token}", *lines, f"::{token}::"]
+    return [f"::stop-commands::{token}", *(secret.redact(line) for line in lines), f"::{token}::"]
