@@ -67,12 +67,14 @@ def parse(url: str, env: Mapping[str, str]) -> CompileCache:
             raise _bad("an s3:// URL takes no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
         return _s3(parts.netloc, parts.path, parts.query, env)
     endpoint = f"{scheme}://{hostport}{parts.path or '/'}"
-    out = {"SCCACHE_WEBDAV_ENDPOINT": endpoint}
-    if user:
-        out["SCCACHE_WEBDAV_USERNAME"] = user
-    if password:
-        out["SCCACHE_WEBDAV_PASSWORD"] = password
+    out = {"SCCACHE_WEBDAV_ENDPOINT": endpoint, **_login("WEBDAV", user, password)}
     return CompileCache("webdav", f"webdav {endpoint}", out)
+
+
+def _login(store: str, user: str, password: str) -> dict[str, str]:
+    """sccache's variables for a store's user and password, only those the URL gave."""
+    given = {f"SCCACHE_{store}_USERNAME": user, f"SCCACHE_{store}_PASSWORD": password}
+    return {k: v for k, v in given.items() if v}
 
 
 def _redis(scheme: str, hostport: str, path: str, user: str, password: str) -> CompileCache:
@@ -80,11 +82,7 @@ def _redis(scheme: str, hostport: str, path: str, user: str, password: str) -> C
     if db and not db.isdigit():
         raise _bad("a redis:// URL's path is a database number (redis://HOST:PORT/1)")
     endpoint = f"{scheme}://{hostport}"
-    out = {"SCCACHE_REDIS_ENDPOINT": endpoint}
-    if user:
-        out["SCCACHE_REDIS_USERNAME"] = user
-    if password:
-        out["SCCACHE_REDIS_PASSWORD"] = password
+    out = {"SCCACHE_REDIS_ENDPOINT": endpoint, **_login("REDIS", user, password)}
     if db:
         out["SCCACHE_REDIS_DB"] = db
     return CompileCache("redis", f"redis {endpoint}{f'/{db}' if db else ''}", out)
