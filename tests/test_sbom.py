@@ -279,7 +279,9 @@ def test_the_sbom_names_the_torch_the_build_environment_installed(tmp_path, monk
     wheel = build_wheel(links, "torch", version, {
         "torch/__init__.py": f"__version__ = {version!r}\n\n\nclass version:\n    cuda = None\n"})
     monkeypatch.setenv("PIP_FIND_LINKS", str(links))
-    spec = hostenv.TorchSpec("0.0.0", None, "http://127.0.0.1:9/simple", False)  # nothing listens on 9
+    # the PyTorch CPU index (unreachable here): only for it does pip's own configuration stand in (an index of
+    # the user's is the only source of its torch)
+    spec = hostenv.TorchSpec("0.0.0", None, hostenv.PYTORCH_INDEX + "whl/cpu", False)
     root = tmp_path / "envs" / "torch-0.0.0-cpu"
     made = hostenv.cached_env(root, lambda where: hostenv.create_env(where, spec))
     env = hostenv.cached_env(root, lambda where: pytest.fail("made twice"))  # as a later build reads it
