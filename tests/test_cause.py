@@ -19,6 +19,13 @@ frame #36: __libc_start_main + 0x85 (0x7f1c60a2ad85 in /lib64/libc.so.6)
 frame #37: _start + 0x21 (0x55d0b2a3c0a1 in /venv/bin/python)
 """
 
+# a test command's last stdout line, then torch's import warning that stderr delivered after it
+WARNED_LAST = """\
+tiny says no
+/venv/torch/_subclasses/functional_tensor.py:368: UserWarning: Failed to initialize NumPy: No module named 'numpy'
+  cpu = _conversion_method_template(device=torch.device("cpu"))
+"""
+
 PYTHON_TRACEBACK = """\
 Traceback (most recent call last):
   File "/venv/lib/python3.11/site-packages/pair_ext/__init__.py", line 5, in <module>
@@ -178,9 +185,10 @@ KILLED = "compiling 3 of 9 files\nKilled\n"
     (CMAKE_MAKE, "/p/csrc/op.cpp:3:10: fatal error: cutlass/gemm.h: No such file or directory"),
     (PIP, "ModuleNotFoundError: No module named 'torch'"),
     (KILLED, "Killed"),
+    (WARNED_LAST, "tiny says no"),
     ("", ""),
 ], ids=["c10-terminate", "python-oserror", "torch-runtime-error", "chained", "pytest-failed", "pytest-collection",
-        "ninja-gcc", "nvcc", "nvcc-fatal", "linker", "cmake-make", "pip-boxed", "killed", "empty"])
+        "ninja-gcc", "nvcc", "nvcc-fatal", "linker", "cmake-make", "pip-boxed", "killed", "warning-after-stdout", "empty"])
 def test_the_cause_is_the_first_meaningful_line(output, expected):
     got = cause(output)
     assert got.startswith(expected) if expected else got == "", got

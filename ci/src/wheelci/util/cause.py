@@ -66,7 +66,15 @@ def _exception_line(lines: list[str]) -> str | None:
     return _first(lines, _EXCEPTION) if not starts else None
 
 
+# a Python warning (`file.py:368: UserWarning: ...`) and the source line it quotes, indented below it: on
+# stderr it can land after the failing command's last stdout line, and it is never why the command failed
+_WARNING = re.compile(r"^\S+:\d+: \w*Warning: ")
+
+
 def _last_meaningful(lines: list[str]) -> str:
-    """No convention matched: the last line that is not noise (a backtrace frame, a tool's sign-off)."""
-    meaningful = [ln for ln in lines if not _NOISE.match(ln)]
+    """No convention matched: the last line that is not noise (a backtrace frame, a tool's sign-off, a
+    Python warning and the source line it quotes)."""
+    warned = {i + 1 for i, ln in enumerate(lines) if _WARNING.match(ln)}
+    meaningful = [ln for i, ln in enumerate(lines)
+                  if not _NOISE.match(ln) and not _WARNING.match(ln) and not (i in warned and ln[:1].isspace())]
     return (meaningful or lines or [""])[-1]
