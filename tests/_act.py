@@ -229,23 +229,6 @@ else {
 """
 
 
-GITHUB_SCRIPT_ACTION = """\
-name: github-script (offline stand-in)
-description: Runs its script with the one `core` call the workflows use, exportVariable.
-inputs:
-  script: {required: true}
-runs:
-  using: node24
-  main: main.js
-"""
-
-GITHUB_SCRIPT_MAIN = """\
-const fs = require("fs");
-const core = {exportVariable: (name, value) => fs.appendFileSync(process.env.GITHUB_ENV, `${name}=${value}\\n`)};
-eval(process.env.INPUT_SCRIPT || "");
-"""
-
-
 @dataclass(frozen=True)
 class Standins:
     """The stand-in actions and the directories they keep their state in."""
@@ -268,7 +251,6 @@ def write_standins(root: Path, artifacts: Path, caches: Path) -> Standins:
                                  "upload.py": UPLOAD_PY},
              "download-artifact": {"action.yml": DOWNLOAD_ACTION.replace("{store}", json.dumps(str(artifacts))),
                                    "download.py": DOWNLOAD_PY},
-             "github-script": {"action.yml": GITHUB_SCRIPT_ACTION, "main.js": GITHUB_SCRIPT_MAIN},
              "cache": {"action.yml": CACHE_ACTION,
                        "restore.js": CACHE_COMMON.format(store=json.dumps(str(caches))) + CACHE_RESTORE,
                        "save.js": CACHE_COMMON.format(store=json.dumps(str(caches))) + CACHE_SAVE}}

@@ -119,13 +119,12 @@ def test_build_is_a_reusable_workflow_with_its_inputs_and_secrets(build):
         "project": ("string", "."), "cuda": ("string", ""), "stable-abi": ("string", ""),
         "publish": ("boolean", False), "variants": ("boolean", False), "python": ("string", ""),
         "torch": ("string", ""), "env": ("string", ""), "cuda-env": ("string", ""), "cpu-env": ("string", ""),
-        "archs": ("string", ""), "compile-cache": ("string", ""), "arch-jobs": ("number", 1),
+        "archs": ("string", ""),
         # empty: the tool comes from this workflow's own repository at the caller's ref, no index release
         "wheelci": ("string", "")}
     assert not any(v["required"] for v in inputs.values())
     secrets = call["workflow_call"]["secrets"]
-    assert set(secrets) == {"PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN", "COMPILE_CACHE_URL",
-                            "COMPILE_CACHE_AWS_ACCESS_KEY_ID", "COMPILE_CACHE_AWS_SECRET_ACCESS_KEY"}
+    assert set(secrets) == {"PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN"}
     assert not any(v["required"] for v in secrets.values())  # a build without publishing needs none
     # the inputs reach the scripts through the environment, never pasted into a script's text
     assert build["env"] == {**build["env"], "PROJECT": "${{ inputs.project }}", "CUDA": "${{ inputs.cuda }}",
@@ -133,7 +132,7 @@ def test_build_is_a_reusable_workflow_with_its_inputs_and_secrets(build):
                             "PYTHON_VERSIONS": "${{ inputs.python }}", "TORCH_VERSION": "${{ inputs.torch }}",
                             "BUILD_VARS": "${{ inputs.env }}", "CUDA_BUILD_VARS": "${{ inputs.cuda-env }}",
                             "CPU_BUILD_VARS": "${{ inputs.cpu-env }}", "WHEELCI": "${{ inputs.wheelci }}",
-                            "ARCHS": "${{ inputs.archs }}", "ARCH_JOBS": "${{ inputs.arch-jobs }}"}
+                            "ARCHS": "${{ inputs.archs }}"}
     for job in build["jobs"].values():
         assert not [r for r in run_lines(job) if "inputs." in r or "secrets." in r]
 
@@ -143,7 +142,7 @@ def test_wheels_yml_calls_build_yml(caller, build):
     assert on["push"] == {"branches": ["main"], "tags": ["v*"]} and "pull_request" in on
     dispatch = on["workflow_dispatch"]["inputs"]
     assert set(dispatch) == {"project", "stable-abi", "cuda", "publish", "variants", "python", "torch", "env",
-                             "cuda-env", "cpu-env", "archs", "compile-cache", "arch-jobs"}
+                             "cuda-env", "cpu-env", "archs"}
     assert dispatch["publish"]["type"] == "boolean" and dispatch["publish"]["default"] is False
     assert dispatch["cuda"]["default"] == ""  # the whole matrix
     (job,) = caller["jobs"].values()
@@ -154,12 +153,11 @@ def test_wheels_yml_calls_build_yml(caller, build):
     assert job["with"]["wheelci"] == "./ci"  # this repository builds with the tool from its own checkout
     assert job["with"]["cuda"] == "${{ inputs.cuda || '' }}"
     # a called workflow sees none of its caller's inputs unless the caller passes each on
-    for name in ("python", "torch", "env", "cuda-env", "cpu-env", "archs", "compile-cache"):
+    for name in ("python", "torch", "env", "cuda-env", "cpu-env", "archs"):
         assert job["with"][name] == f"${{{{ inputs.{name} || '' }}}}", name
     # the secrets are named one by one, not `inherit`ed: the called workflow gets these three only
     assert job["secrets"] == {k: f"${{{{ secrets.{k} }}}}" for k in
-                              ("PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN", "COMPILE_CACHE_URL",
-                               "COMPILE_CACHE_AWS_ACCESS_KEY_ID", "COMPILE_CACHE_AWS_SECRET_ACCESS_KEY")}
+                              ("PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN")}
     # a tag publishes; a dispatch when asked (tests/test_act.py runs both)
     assert "refs/tags/v" in job["with"]["publish"] and "inputs.publish" in job["with"]["publish"]
 
@@ -170,7 +168,7 @@ def test_matrix_is_the_cuda_matrix_or_the_stable_variants(build):
     from wheelci.workflowmatrix import workflow_matrix
 
     job = build["jobs"]["wheels"]
-    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}" and job["needs"] == ["plan", "warm"]
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}" and job["needs"] == "plan"
     plan_runs = "\n".join(run_lines(build["jobs"]["plan"]))
     assert 'matrix=$("$RUNNER_TEMP/wheelci/bin/wheelci" plan "${args[@]}")' in plan_runs
     assert 'args+=(--cuda "$CUDA")' in plan_runs
@@ -339,10 +337,7 @@ def test_build_step_runs_wheelci_build_per_job(build):
     assert 'read -ra args <<< "$BUILD_ARGS"' in step_script(build, "wheels", "Build arguments")
     # the row's arguments, torch, Python and build variables, as the Build arguments step wrote them
     assert runs.count('mapfile -d \'\' -t args < "$RUNNER_TEMP/build-args"') == 2
-    # the matrix's engine, or the host with a remote compile cache (sccache runs there)
-    assert runs.count('wheelci build "${args[@]}" --engine "$BUILD_ENGINE"') == 2
-    assert 'engine=$ENGINE' in runs and 'echo "BUILD_ENGINE=$engine" >> "$GITHUB_ENV"' in runs
-    assert 'echo "WHEELCI_COMPILE_CACHE=$COMPILE_CACHE" >> "$GITHUB_ENV"' in runs  # set only when there is one
+    assert runs.count('wheelci build "${args[@]}" --engine "$ENGINE"') == 2
     assert "--dry-run" in runs  # the plan is printed in the log before the build
     assert runs.count('-w wheelhouse -- "$PROJECT"') == 1  # the project is never read as an option
     assert '--dry-run -- "$PROJECT"' in runs and '"$PROJECT"' not in runs.replace('-- "$PROJECT"', "")
@@ -493,12 +488,9 @@ def test_the_build_gets_the_rows_torch_python_and_build_variables_by_kind(build,
     (bin_dir / "wheelci").chmod(0o755)
     env = {"KIND": kind, "RUNNER_TEMP": str(temp), "BUILD_VARS": "  A=1 \r\n\nB=two words\n",
            "CUDA_BUILD_VARS": "FORCE_CUDA=1", "CPU_BUILD_VARS": "CPU_ONLY=1\n", "ROW_TORCH": "2.13.0",
-           "ROW_PYTHON": python, "BUILD_ARGS": f"--{kind} --variant", "ENGINE": "host", "PROJECT": ".",
-           "GITHUB_ENV": str(tmp_path / "github-env")}
+           "ROW_PYTHON": python, "BUILD_ARGS": f"--{kind} --variant", "ENGINE": "host", "PROJECT": "."}
     r, _ = run_step(step_script(build, "wheels", "Build arguments"), env, tmp_path)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "github-env").read_text() == "BUILD_ENGINE=host\n"  # the row's engine: no compile cache
-    env["BUILD_ENGINE"] = "host"
     assert f"{len(expected)} build variable(s) for this {kind} job" in r.stdout
     for step in ("Plan", "Build"):
         r, _ = run_step(step_script(build, "wheels", step), {**env, "PATH": f"{bin_dir}:/usr/bin:/bin"}, tmp_path)
@@ -601,18 +593,13 @@ def test_a_publish_without_its_secrets_stops_first(build):
 
 
 def test_secret_values_only_in_the_upload_step():
-    """Outside the Upload step the workflows pass secrets on (the call) or test them for emptiness; the
-    compile cache's reach the jobs that compile (the fan-out's and the build's), in their environment."""
-    values = re.compile(r"\$\{\{\s*secrets\.(\w+)\s*(?:\|\|[^}]*)?\}\}")
+    """Outside the Upload step the workflows pass secrets on (the call) or test them for emptiness."""
+    values = re.compile(r"\$\{\{\s*secrets\.(\w+)\s*\}\}")
     text = BUILD.read_text()
     upload = text.index("      - name: Upload\n")
     assert sorted(values.findall(text[upload:])) == ["PRIVATE_INDEX_TOKEN", "PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER"]
-    cache = ["COMPILE_CACHE_AWS_ACCESS_KEY_ID", "COMPILE_CACHE_AWS_SECRET_ACCESS_KEY", "COMPILE_CACHE_URL"]
-    assert sorted(values.findall(text[:upload])) == sorted(cache * 2)
-    build = load_yaml(BUILD)
-    for job in ("warm", "wheels"):
-        assert sorted(values.findall(json.dumps(build["jobs"][job]["env"]))) == cache
-    assert len(re.findall(r"secrets\.\w+\b(?! != '')", text[:upload])) == 6
+    assert values.findall(text[:upload]) == []
+    assert re.findall(r"secrets\.\w+\b(?! != '')", text[:upload]) == []
 
 
 def test_least_privilege(build, caller):
@@ -640,8 +627,7 @@ def test_the_documented_caller(actionlint, tmp_path, build):
     (job,) = load_yaml(path)["jobs"].values()
     assert job["uses"].endswith(f"/.github/workflows/build.yml@v{wheelci.__version__}")
     call = triggers(build)["workflow_call"]
-    publish = {"PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN"}
-    assert set(job["with"]) <= set(call["inputs"]) and publish <= set(job["secrets"]) <= set(call["secrets"])
+    assert set(job["with"]) <= set(call["inputs"]) and set(job["secrets"]) == set(call["secrets"])
 
 
 def test_the_documented_caller_that_forwards_its_dispatch_inputs(actionlint, tmp_path, build):
