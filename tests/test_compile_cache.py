@@ -231,6 +231,8 @@ def build_on(tmp_path: Path, name: str, project: Path, args: list[str], cache: s
 
 
 @pytest.mark.slow
+@pytest.mark.skip(reason="the two-machine CUDA builds through sccache have not yet been seen passing end to end "
+                         "(six CUDA builds); the remote compile cache is open work until they have")
 @pytest.mark.timeout(3600)  # three CUDA builds, two of them compiling everything
 @pytest.mark.parametrize("project,args,store", [
     (TINY, ["--cuda", "13.0", "--arch-list", "9.0"], "redis"),
