@@ -56,6 +56,17 @@ def wait_http(url: str, proc: subprocess.Popen | None = None, timeout: float = 3
             time.sleep(0.05)
 
 
+class Daemon:
+    """A server this suite starts as a child process: stopped (terminated, then reaped) when its block ends."""
+
+    proc: subprocess.Popen | None = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
 def write_htpasswd(path: Path, user: str, password: str) -> Path:
     import warnings
     with warnings.catch_warnings():  # passlib imports the deprecated crypt module
@@ -179,7 +190,7 @@ class KillingProxy:
         self.sock.close()
 
 
-class StaticServer:
+class StaticServer(Daemon):
     """`python -m http.server` over root; `requests()` returns the paths it served (its access log)."""
 
     def __init__(self, root: Path, log: Path) -> None:
@@ -200,10 +211,6 @@ class StaticServer:
         wait_http(self.url, self.proc)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait()
 
     def requests(self) -> list[str]:
         """Paths of GET requests answered 200, from the access log."""
@@ -434,7 +441,7 @@ def doc_block(lang: str, page: str) -> str:
     return blocks[0]
 
 
-class Nginx:
+class Nginx(Daemon):
     """Debian's nginx on 127.0.0.1 serving `root` with docs/publishing.md's server configuration, which is
     used as written except for its `root` (ours) and a `listen` on a free loopback port."""
 
@@ -481,10 +488,6 @@ class Nginx:
         wait_http(self.url, self.proc)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
 
 
 DEVPI = ("devpi-server==6.20.3", "devpi-client==7.3.0")
@@ -507,7 +510,7 @@ def devpi_tools() -> Path:
     return venv / "bin"
 
 
-class DevpiServer:
+class DevpiServer(Daemon):
     """devpi-server on 127.0.0.1 with a user and a non-volatile index without bases (no PyPI mirror),
     set up through devpi's own client: a second kind of private index beside pypiserver."""
 
@@ -551,14 +554,10 @@ class DevpiServer:
         self._devpi("index", "-c", "dev", "bases=", "volatile=False")
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
         self.log.close()
 
 
-class Registry:
+class Registry(Daemon):
     """Debian's docker-registry (CNCF distribution) on 127.0.0.1, storing into `work`: the registry
     `ci.image --push` talks to, over plain http on loopback (which Docker allows for 127.0.0.0/8, and
     Podman when registries.conf marks it insecure: `registries_conf` writes that file)."""
@@ -605,13 +604,9 @@ class Registry:
         wait_http(f"http://{self.host}/v2/", self.proc)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
 
 
-class Redis:
+class Redis(Daemon):
     """Debian's redis-server on a free loopback port, nothing saved to disk; `password` sets the default
     user's password (redis://default:PASSWORD@...)."""
 
@@ -639,16 +634,12 @@ class Redis:
             time.sleep(0.1)
         raise AssertionError("redis-server did not listen within 30 s")
 
-    def __exit__(self, *exc: object) -> None:
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
 
 
 DAV_EXT = Path("/usr/lib/nginx/modules/ngx_http_dav_ext_module.so")
 
 
-class DavStore:
+class DavStore(Daemon):
     """Debian's nginx as a WebDAV store on a free loopback port: PUT, MKCOL (its dav module) and PROPFIND
     (libnginx-mod-http-dav-ext, which sccache's client asks before it writes) under /cache/."""
 
@@ -700,7 +691,3 @@ class DavStore:
         wait_http(f"http://127.0.0.1:{self.port}/", self.proc)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)

@@ -331,3 +331,15 @@ def interrupted_build(project: Path, out: Path, work: Path, signum: int, wait: f
             proc.kill()
             proc.communicate()
     return proc.returncode, stderr
+
+
+def without_metadata(index_dir: Path, served: Path) -> Path:
+    """A copy of a static index that serves no PEP 658 metadata: the files gone, the pages announcing none."""
+    import shutil
+
+    shutil.copytree(index_dir, served)
+    for meta in served.glob("*.metadata"):
+        meta.unlink()
+    for page in served.glob("simple/torch/index.*"):
+        page.write_text(page.read_text().replace("data-core-metadata", "data-x").replace('"core-metadata"', '"x"'))
+    return served

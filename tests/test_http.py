@@ -6,7 +6,6 @@ private index that wants Basic auth on every path, one that redirects to another
 from __future__ import annotations
 
 import base64
-import shutil
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 
 from tests import _proc
 from tests._servers import GuardedServer
-from tests._wheels import build_wheel
+from tests._wheels import build_wheel, without_metadata
 from wheelci.config.releases import TorchIndex
 from wheelci.errors import CiError
 from wheelci.util import http
@@ -35,15 +34,6 @@ def index_dir(tmp_path_factory) -> Path:
     return dist
 
 
-def no_metadata(index_dir: Path, served: Path) -> Path:
-    shutil.copytree(index_dir, served)
-    for meta in served.glob("*.metadata"):
-        meta.unlink()
-    for page in served.glob("simple/torch/index.*"):
-        page.write_text(page.read_text().replace("data-core-metadata", "data-x").replace('"core-metadata"', '"x"'))
-    return served
-
-
 def with_userinfo(url: str, user: str, password: str) -> str:
     from urllib.parse import quote
 
@@ -54,7 +44,7 @@ def with_userinfo(url: str, user: str, password: str) -> str:
 def test_a_private_index_gets_its_credentials_on_every_request(index_dir, tmp_path, metadata):
     """The page, the `.metadata` file and each range read all carry the credentials; a password holding
     `/`, `#` and `@` works percent-encoded."""
-    root = index_dir if metadata else no_metadata(index_dir, tmp_path / "served")
+    root = index_dir if metadata else without_metadata(index_dir, tmp_path / "served")
     password = f"p/a#s@s-{CANARY}"
     with GuardedServer(root, "ci-user", password) as server:
         release = TorchIndex(with_userinfo(server.url, "ci-user", password) + "simple", tmp_path / "c").release("2.99.0")

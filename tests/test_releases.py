@@ -14,7 +14,7 @@ import pytest
 
 from tests import _proc
 from tests._servers import NegotiatingServer, Nginx
-from tests._wheels import build_wheel, metadata_text
+from tests._wheels import build_wheel, metadata_text, without_metadata
 from wheelci import plan as pl
 from wheelci.config import matrix as mx
 from wheelci.config.releases import TorchIndex, parse_page, parse_release
@@ -107,16 +107,6 @@ def test_a_release_the_index_does_not_have_is_one_error(index_dir, tmp_path):
     index = TorchIndex((index_dir / "simple").as_uri(), tmp_path / "cache")
     with pytest.raises(CiError, match=r"torch 9\.9\.9 is not on file://.* \(newest there: 2\.99\.0\)"):
         index.release("9.9.9")
-
-
-def without_metadata(index_dir: Path, served: Path) -> Path:
-    """A copy of the index that serves no PEP 658 metadata: the files gone, the pages announcing none."""
-    shutil.copytree(index_dir, served)
-    for meta in served.glob("*.metadata"):
-        meta.unlink()
-    for page in served.glob("simple/torch/index.*"):
-        page.write_text(page.read_text().replace("data-core-metadata", "data-x").replace('"core-metadata"', '"x"'))
-    return served
 
 
 def test_over_http_the_wheel_is_read_by_ranges_when_no_metadata_is_served(index_dir, tmp_path):
@@ -230,14 +220,19 @@ def test_hostile_metadata_is_refused_or_read_safely():
     assert (odd.cuda, odd.cudnn, odd.python) == (None, "nvidia-cudnn-cu13==9.30.0.1", ok)
 
 
-def test_an_index_that_names_another_version_is_refused(index_dir, tmp_path):
-    """The .metadata of torch 2.99.0 saying 2.98.0 must not plan, nor be cached as 2.99.0, 2.98.0."""
+@pytest.mark.parametrize("lie,refusal", [
+    (("Version: 2.99.0", "Version: 2.98.0"), r"says it is torch 2\.98\.0, not 2\.99\.0"),
+    (("Name: torch", "Name: not-torch"), "not torch's metadata"),
+], ids=["another-version", "another-project"])
+def test_an_index_whose_metadata_lies_is_refused(index_dir, tmp_path, lie, refusal):
+    """The .metadata of torch 2.99.0 naming another version or another project must not plan, nor be
+    cached as 2.99.0."""
     lying = tmp_path / "lying"
     shutil.copytree(index_dir, lying)
     (meta,) = [m for m in lying.glob("torch-2.99.0-cp312*.metadata")]
-    meta.write_text(meta.read_text().replace("Version: 2.99.0", "Version: 2.98.0"))
+    meta.write_text(meta.read_text().replace(*lie))
     index = TorchIndex((lying / "simple").as_uri(), tmp_path / "cache")
-    with pytest.raises(CiError, match=r"says it is torch 2\.98\.0, not 2\.99\.0"):
+    with pytest.raises(CiError, match=refusal):
         index.release("2.99.0")
     assert not list((tmp_path / "cache").rglob("2.99.0.json"))
 
@@ -282,17 +277,6 @@ def test_metadata_must_name_torch_and_one_version():
         with pytest.raises(CiError, match=why) as e:
             parse_release(text, names("2.99.0"), "s")
         assert "\n" not in str(e.value)
-
-
-def test_an_index_whose_metadata_names_another_project_is_refused(index_dir, tmp_path):
-    lying = tmp_path / "lying"
-    shutil.copytree(index_dir, lying)
-    (meta,) = [m for m in lying.glob("torch-2.99.0-cp312*.metadata")]
-    meta.write_text(meta.read_text().replace("Name: torch", "Name: not-torch"))
-    index = TorchIndex((lying / "simple").as_uri(), tmp_path / "cache")
-    with pytest.raises(CiError, match="not torch's metadata"):
-        index.release("2.99.0")
-    assert not list((tmp_path / "cache").rglob("2.99.0.json"))
 
 
 def test_a_fifo_in_place_of_a_wheel_in_a_file_index_is_refused_not_waited_on(tmp_path):
