@@ -200,6 +200,24 @@ def test_a_long_line_is_cut_to_the_limit():
     assert len(got) == LIMIT + 3 and got.endswith("...")
 
 
+def test_a_secret_is_redacted_before_the_line_is_cut():
+    """Cut first, a secret past the limit would be shown in half, which redaction no longer recognises."""
+    from wheelci.util import secret
+
+    token = "ghp_S3cretTokenValue0123456789ab"
+    secret.add(token)
+    got = cause("E   AssertionError: " + "x" * (LIMIT - 10) + f" token={token}")
+    assert "ghp_S3cret" not in got and "S3cret" not in got, got
+
+
+def test_many_tracebacks_without_an_exception_line_are_read_in_one_pass():
+    """A hostile output of tracebacks that never end in an exception line was read once per traceback
+    (hours for a few MB of log); each traceback is read up to the next one now. The test's time limit
+    would stop the quadratic reading; the answer is the last meaningful line, as for any output."""
+    got = cause("ValueError: before them all\n" + "Traceback (most recent call last)\n  x\n" * 200_000)
+    assert got == "x"
+
+
 def test_only_backtrace_frames_leave_the_last_line_as_it_is():
     """Nothing but noise: the last line, rather than nothing."""
     assert cause("frame #0: a + 0x1\nframe #1: _start + 0x21\n") == "frame #1: _start + 0x21"

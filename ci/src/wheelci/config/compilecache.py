@@ -50,13 +50,15 @@ def parse(url: str, env: Mapping[str, str]) -> CompileCache:
     try:
         parts = urlsplit(text)
         port, user, password = parts.port, parts.username, parts.password
-    except ValueError:
-        raise _bad("not a URL") from None
+    except ValueError:  # a port that is not a number: `user:pa/ss@host` read as host `user`
+        raise _bad("not a URL (percent-encode `/`, `#`, `?` and `@` in its user or password)") from None
+    if parts.fragment or "@" in parts.path or "@" in parts.query:  # a strict reader would take another host
+        raise _bad("a `#` or `@` after its host (percent-encode `/`, `#`, `?` and `@` in its user or password)")
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES or not (parts.hostname or scheme == "s3" and parts.netloc):
         raise _bad(f"scheme {scheme!r} with no host" if scheme in SCHEMES else f"unknown scheme {scheme[:16]!r}")
     user, password = unquote(user or ""), unquote(password or "")
-    secret.add(user, password)
+    secret.add(password, user=user)  # the user name stays readable, as everywhere
     host = parts.hostname or ""
     hostport = f"[{host}]" if ":" in host else host
     hostport += f":{port}" if port is not None else ""

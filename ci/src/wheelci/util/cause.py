@@ -10,7 +10,10 @@ goes to a log file the report names, so nothing is lost by showing one line.
 
 from __future__ import annotations
 
+import itertools
 import re
+
+from wheelci.util import secret
 
 LIMIT = 300  # characters of the line shown
 
@@ -36,7 +39,7 @@ def cause(output: str, limit: int = LIMIT) -> str:
     lines = [ln.rstrip() for ln in output.splitlines() if ln.strip()]
     found = (_summary_line(lines) or _first(lines, _WHAT, group=1) or _first(lines, _COMPILER)
              or _first(lines, _LINKER) or _exception_line(lines) or _last_meaningful(lines))
-    found = found.strip()
+    found = secret.redact(found.strip())  # before the cut: half a secret is no longer one redact finds
     return found if len(found) <= limit else found[:limit] + "..."
 
 
@@ -59,10 +62,12 @@ def _exception_line(lines: list[str]) -> str | None:
     """The exception a Python traceback ends with (the last traceback's: the one that was raised), its
     message's first line; a message's own continuation lines are indented or follow on."""
     starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")]
+    end = len(lines)  # each traceback is read up to the next one's start: one pass, whatever the output
     for start in reversed(starts):
-        for line in lines[start + 1:]:
+        for line in itertools.islice(lines, start + 1, end):
             if not line.startswith((" ", "\t")) and _EXCEPTION.match(line):
                 return line
+        end = start
     return _first(lines, _EXCEPTION) if not starts else None
 
 
