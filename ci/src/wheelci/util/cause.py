@@ -10,7 +10,6 @@ goes to a log file the report names, so nothing is lost by showing one line.
 
 from __future__ import annotations
 
-import itertools
 import re
 
 from wheelci.util import secret
@@ -64,9 +63,9 @@ def _exception_line(lines: list[str]) -> str | None:
     starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")]
     end = len(lines)  # each traceback is read up to the next one's start: one pass, whatever the output
     for start in reversed(starts):
-        for line in itertools.islice(lines, start + 1, end):
-            if not line.startswith((" ", "\t")) and _EXCEPTION.match(line):
-                return line
+        for i in range(start + 1, end):
+            if not lines[i].startswith((" ", "\t")) and _EXCEPTION.match(lines[i]):
+                return lines[i]
         end = start
     return _first(lines, _EXCEPTION) if not starts else None
 
