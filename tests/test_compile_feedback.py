@@ -97,7 +97,9 @@ def test_a_build_tools_count_is_read_from_its_own_lines():
     assert progress.read(b"[0/2] Generating gen.c\n") == progress.Count(0, 2, "files")
     assert progress.read(b"[ 42%] Building CXX object CMakeFiles/_C.dir/op.cpp.o\n") == progress.Count(42, 100, "%")
     assert progress.read(b"[100%] Linking CXX shared module _C.so\n") == progress.Count(100, 100, "%")
-    for other in (b"[INFO] compiling\n", b"c++ -c [1/2].cpp\n", b"\n", b"[1/2]\n", b"building 'x._C' extension\n"):
+    for other in (b"[INFO] compiling\n", b"c++ -c [1/2].cpp\n", b"\n", b"[1/2]\n", b"building 'x._C' extension\n",
+                  # a number no build tool counts to: past int()'s digit limit, or one the estimate overflows on
+                  b"[" + b"1" * 5000 + b"/2] x\n", b"[1/" + b"9" * 400 + b"] a\n", b"[" + b"9" * 4 + b"%] a\n"):
         assert progress.read(other) is None, other
     # setuptools without ninja: each compiler run it prints is a file compiled, with no total
     gcc = (b"x86_64-linux-gnu-gcc -Wno-unused-result -fPIC -I/usr/include/python3.11 -c csrc/tiny.cpp "

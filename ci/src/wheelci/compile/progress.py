@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-_NINJA = re.compile(rb"^\s*\[(\d+)/(\d+)\] ")  # ninja's [12/40]
-_MAKE = re.compile(rb"^\s*\[\s*(\d+)%\] ")  # make's [ 42%] (CMake's Makefile generator)
+_NINJA = re.compile(rb"^\s*\[(\d{1,9})/(\d{1,9})\] ")  # ninja's [12/40]; a longer number is no count
+_MAKE = re.compile(rb"^\s*\[\s*(\d{1,3})%\] ")  # make's [ 42%] (CMake's Makefile generator)
 # a compiler run on one source, as setuptools prints it (gcc, g++, c++, clang, nvcc; a path, a version suffix)
 # read word by word (a pattern with `.*\s-c\s+(?:\S+\s+)*?` backtracks quadratically on a line of `-c`s)
 _COMPILER = re.compile(rb"\S*(?:gcc|g\+\+|c\+\+|cc|clang|clang\+\+|nvcc)(?:-\d+(?:\.\d+)*)?")
