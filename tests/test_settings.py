@@ -46,6 +46,8 @@ def test_a_list_test_command_runs_each_command(tmp_path: Path) -> None:
     ("exclude = [1, 2]", "[tool.wheelci] exclude must be a string or a list of strings"),
     ("env = { A = 1 }", "[tool.wheelci] env must be a table of strings"),
     ('env = { "not a name" = "x" }', "[tool.wheelci] env: 'not a name' is not a variable name"),
+    ('env = { X = "a\\u0000b" }', "[tool.wheelci] env: X's value holds a NUL character"),
+    ('test-command = "pytest\\u0000x"', "[tool.wheelci] test-command must be a non-empty string"),
     ("test-requires = 3", "[tool.wheelci] test-requires must be a string or a list of strings"),
     ("test-command = []", "[tool.wheelci] test-command must be a non-empty string or list of strings"),
     ('[tool.wheelci.extra]\nx = 1', "unknown key 'extra' in [tool.wheelci]"),

@@ -209,9 +209,9 @@ def _csv(value: object, what: str) -> str:
 
 def _command(value: object, what: str) -> str:
     """One shell command; a list is run in order, stopping at the first that fails."""
-    if isinstance(value, str) and value.strip():
+    if isinstance(value, str) and value.strip() and "\0" not in value:
         return value
-    if isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value):
+    if isinstance(value, list) and value and all(isinstance(v, str) and v.strip() and "\0" not in v for v in value):
         return " && ".join(value)
     raise CiError(f"{what} must be a non-empty string or list of strings, not {toml_text(value)}")
 
@@ -220,9 +220,11 @@ def env_table(value: object, what: str) -> dict[str, str]:
     """A table of build variables: string values under variable names."""
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise CiError(f"{what} must be a table of strings, e.g. {{ FORCE_CUDA = \"1\" }}")
-    for name in value:
+    for name, text in value.items():
         if not name.isidentifier():
             raise CiError(f"{what}: {name!r} is not a variable name")
+        if "\0" in text:  # no process environment can hold it: refused here, not at the compile
+            raise CiError(f"{what}: {name}'s value holds a NUL character (the value is not shown)")
     return dict(value)
 
 
@@ -312,6 +314,8 @@ def parse_assignments(items: Sequence[str], what: str = "--env") -> dict[str, st
             raise CiError(f"bad {what}: an item has no '=' (want NAME=VALUE; the item is not shown, it may be a secret)")
         if not name.isidentifier():
             raise CiError(f"bad {what} {name[:64]!r}=***: {name[:64]!r} is not a variable name (want NAME=VALUE)")
+        if "\0" in value:
+            raise CiError(f"bad {what} {name}=***: the value holds a NUL character (it is not shown)")
         given[name] = value
     return given
 
