@@ -201,3 +201,29 @@ def test_on_github_actions_the_plan_is_printed_with_workflow_commands_off(tmp_pa
     token = lines[0].removeprefix("::stop-commands::")
     assert lines[0] != token and len(token) >= 32 and lines[-1] == f"::{token}::"
     assert any(ln.startswith("project ") for ln in lines[1:-1])
+
+
+HOSTILE_TOOL = (r"import sys; w = sys.stdout.write; w('::error title=wheelci::build OK\n'); "
+                r"w('\x1b]52;c;ZXZpbA==\x07\x1b[2K\x1b[1;1Hok \x1b[32mgreen\x1b[0m\n'); w('::add-mask::report\n')")
+
+
+@pytest.mark.parametrize("actions", [True, False], ids=["github-actions", "terminal"])
+def test_a_tools_streamed_output_keeps_its_colours_and_drives_nothing(capfd, monkeypatch, actions):
+    """A project's setup.py or tests print what they like while the tool streams them: on GitHub Actions no
+    line of it runs as a workflow command (GitHub's stop-commands switch around it), and anywhere only its
+    colours reach the terminal (no clipboard write, no cursor move or cleared line to redraw it)."""
+    from wheelci.util import proc
+
+    monkeypatch.setenv("GITHUB_ACTIONS", "true" if actions else "false")
+    proc.stream([sys.executable, "-c", HOSTILE_TOOL], what="a hostile tool")
+    err = capfd.readouterr().err
+    assert "\x1b]52" not in err and "\x1b[2K" not in err and "\x1b[1;1H" not in err
+    assert "ok \x1b[32mgreen\x1b[0m" in err
+    lines = err.splitlines()
+    commands = [i for i, ln in enumerate(lines) if ln.startswith(("::error", "::add-mask"))]
+    if actions:
+        (start,) = [i for i, ln in enumerate(lines) if ln.startswith("::stop-commands::")]
+        token = lines[start].removeprefix("::stop-commands::")
+        assert len(token) == 32 and start < min(commands) and max(commands) < lines.index(f"::{token}::")
+    else:
+        assert not any("stop-commands" in ln for ln in lines)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import sys
 import threading
 import time
@@ -59,8 +60,23 @@ def passthrough(data: bytes) -> None:
     cut by a Ticker's line."""
     with _lock:
         sys.stderr.flush()
-        sys.stderr.buffer.write(data)
+        sys.stderr.buffer.write(untrusted.terminal_bytes(data))
         sys.stderr.flush()
+
+
+@contextmanager
+def tool_output(show: bool = True) -> Iterator[None]:
+    """Where a tool's own output streams (its build backend, the project's setup.py and tests): on GitHub
+    Actions between `::stop-commands::` markers of a fresh token, so that no line of it is a workflow command."""
+    if not (show and on_github_actions()):
+        yield
+        return
+    token = secrets.token_hex(16)
+    _emit(f"::stop-commands::{token}")
+    try:
+        yield
+    finally:
+        _emit(f"::{token}::")
 
 
 def _safe_lines(message: object) -> list[str]:

@@ -71,7 +71,8 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
     tail: deque[bytes] = deque(maxlen=keep)
     try:
         kw.setdefault("start_new_session", True)  # a group of its own, stopped whole (_stopped_with)
-        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw) as p, _stopped_with(p):
+        with _log.tool_output(show), subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw) as p, \
+                _stopped_with(p):
             assert p.stdout is not None, "stdout=PIPE gives the process a pipe"
             for line in p.stdout:
                 if log is not None:

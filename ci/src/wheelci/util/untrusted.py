@@ -10,6 +10,8 @@ words) made safe for each place it is shown, so that it stays data there.
   a link, an image, emphasis or a table column.
 - `code`: redacted, one line in an inline code span whose fence outlasts any backtick run inside it (pipes still
   escaped: GitHub's tables split on them even in code).
+- `terminal_bytes`: a tool's own output as it streams, its colours kept (SGR) and every other escape
+  removed: it cannot set the clipboard or a title (OSC), move the cursor or clear a line to redraw it.
 - `workflow_commands_off`: lines a workflow log shows between `::stop-commands::TOKEN` and `::TOKEN::`
   (GitHub's own switch), a token the text cannot know, so that no line of it runs as a command.
 """
@@ -29,6 +31,15 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|
 # table column, and the backslash itself; `_` only where it can open or close emphasis (not inside a
 # word, as in test_name or ops_cpu, which GFM never reads as emphasis)
 _MARKDOWN = re.compile(r"([\\`*\[\]#|~]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z]))")
+
+
+# the escapes a tool's streamed output keeps: SGR (colours, bold), CSI sequences ending in `m`
+_NOT_SGR = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-ln-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+
+
+def terminal_bytes(data: bytes) -> bytes:
+    """A tool's output as a terminal or a log may show it: every escape but colours removed."""
+    return _NOT_SGR.sub(b"", data) if b"\x1b" in data else data
 
 
 def one_line(text: object) -> str:
