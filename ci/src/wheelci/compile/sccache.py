@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from wheelci.config.compilecache import CompileCache
-from wheelci.util import log
+from wheelci.util import log, secret
 
 STARTUP_TIMEOUT = 20.0  # seconds for the server to answer (sccache's own store check included)
 STOP_TIMEOUT = 20.0
@@ -152,6 +152,16 @@ def serving(cache: CompileCache, sccache: Path, work_dir: Path, bases: str,
         if server.poll() is None:
             _ask(sccache, port, "--stop-server", timeout=STOP_TIMEOUT)
         _end(server)
+        _redact_log(work_dir / "sccache-server.log")
+
+
+def _redact_log(path: Path) -> None:
+    """The server's log, which sccache writes itself (its errors may quote the store's endpoint), redacted
+    once the server is gone, like every log the tool keeps."""
+    with contextlib.suppress(OSError):
+        data = path.read_bytes()
+        if (clean := secret.redact_bytes(data)) != data:
+            path.write_bytes(clean)
 
 
 def _answers(port: int, server: subprocess.Popen, timeout: float) -> bool:
