@@ -61,6 +61,8 @@ BAD = {
                             "runs past its container"),
     "entry header cut": (container(entry(2, 80)[:40]), "runs past its container"),
     "garbage after a container": (container(entry(2, 80)) + b"\x01" * 16, "no fat binary container at offset"),
+    # empty images, 64 bytes each: a 1 GiB section (a few MB compressed in a wheel) would be 16M of them
+    "too many images": (container(*[entry(2, 80, b"")] * (fb.MAX_ENTRIES + 1)), "device images in one fat binary"),
 }
 
 

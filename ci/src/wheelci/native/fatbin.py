@@ -34,6 +34,7 @@ _ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")  # kind, version, header size, payload
 # PTX minor, major, SM, name offset, name size, flags, -, uncompressed size
 ALIGN = 8
 PADDING_CHUNK = 1 << 16  # bytes of padding read at once
+MAX_ENTRIES = 4096  # images in one container: one per architecture and kind, for each kernel's file at most
 MAX_SECTIONS = 256  # fat binary sections read in one library (a real one has one or two)
 
 
@@ -88,8 +89,10 @@ def _zeros(stream: BinaryIO, pos: int, end: int, what: str) -> int:
 
 
 def _entries(stream: BinaryIO, pos: int, end: int, what: str) -> list[DeviceImage]:
-    out = []
+    out: list[DeviceImage] = []
     while pos < end:
+        if len(out) >= MAX_ENTRIES:
+            raise CiError(f"{what}: more than {MAX_ENTRIES} device images in one fat binary")
         if pos + _ENTRY.size > end:
             if elfread.read_at(stream, pos, end - pos, end, what) == bytes(end - pos):
                 break  # padding
