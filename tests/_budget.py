@@ -4,8 +4,9 @@
 Each argument is one tier's JUnit report (pytest --junitxml), named after the tier. It prints each
 tier's wall time and counts, the 15 slowest tests of the run and the disk the caches hold, so the next
 change sees where its time and disk went. With --keep-under, the test inputs only the suite uses (real
-torch releases, the wheel corpus, ...) are removed, largest first, until the caches fit; the tool's own
-build environments, which every build reuses, are never removed. With --docs it also writes the tiers'
+torch releases, the wheel corpus, ...) and the build environments no build of the run used (keyed by a
+test's loopback index, or a torch no test asks for now) are removed, largest first, until the caches fit;
+the build environments the run used are never removed. With --docs it also writes the tiers'
 table into docs/contributing.md, between the markers test_suite_budget checks.
 """
 
@@ -18,6 +19,7 @@ import shutil
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
@@ -35,6 +37,7 @@ class Tier:
     failed: int
     skipped: int
     cases: list[tuple[float, str]]  # (seconds, node id): setup, call and teardown together
+    started: float = 0.0  # when the tier started (epoch seconds; 0 where its report does not say)
 
 
 def read_tier(report: Path) -> Tier:
@@ -45,8 +48,9 @@ def read_tier(report: Path) -> Tier:
         node = f"{case.get('classname')}::{case.get('name')}"
         cases.append((float(case.get("time") or 0), node))
     count = lambda key: sum(int(s.get(key) or 0) for s in suites)  # noqa: E731
+    stamps = [datetime.fromisoformat(t).timestamp() for s in suites if (t := s.get("timestamp"))]
     return Tier(report.stem, sum(float(s.get("time") or 0) for s in suites), count("tests"),
-                count("failures") + count("errors"), count("skipped"), cases)
+                count("failures") + count("errors"), count("skipped"), cases, min(stamps, default=0.0))
 
 
 def caches() -> dict[str, Path]:
@@ -80,14 +84,24 @@ def freed_by_removing(top: Path) -> int:
     return sum(st.st_blocks * 512 for st in entries(top, dirs=False) if st.st_nlink == 1)
 
 
-def evict(cache: Path, over: int) -> list[tuple[Path, int]]:
-    """Remove test inputs from `cache`, the one freeing most first, until `over` bytes are gone (or none is
-    left)."""
+def unused_envs(cache: Path, since: float) -> list[Path]:
+    """The build environments no build of this run used (their marker older than the run's start): one keyed
+    by an index that no longer exists (a test's loopback port), or a torch no test asks for any more."""
+    from wheelci.util.cache import USED
+
+    return [d for d in cache.glob("envs/*") if d.is_dir() and not d.is_symlink()
+            and (d / USED).is_file() and (d / USED).stat().st_mtime < since]
+
+
+def evict(cache: Path, over: int, since: float = 0.0) -> list[tuple[Path, int]]:
+    """Remove test inputs from `cache`, and the build environments this run (started at `since`) did not
+    use, the one freeing most first, until `over` bytes are gone (or none is left)."""
     top = cache.resolve()
-    for pattern in TEST_INPUTS:  # what an interrupted eviction left aside
+    for pattern in (*TEST_INPUTS, "envs/*"):  # what an interrupted eviction left aside
         for left in glob.glob(str((top / pattern).parent / ".evicted-*")):
             shutil.rmtree(left, ignore_errors=True)
     found = [Path(p) for pattern in TEST_INPUTS for p in glob.glob(str(top / pattern))]
+    found += unused_envs(top, since) if since else []
     # a link (or a parent that is one) points out of the cache: not the suite's to remove
     found = [p for p in found if not p.is_symlink() and p.resolve().parent.is_relative_to(top)]
     sized = sorted(((p, freed_by_removing(p)) for p in found), key=lambda t: -t[1])
@@ -166,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     tiers = [read_tier(r) for r in args.reports if r.is_file()]
     used, evicted = disk_use(caches()), []
     if args.keep_under is not None and sum(used.values()) > args.keep_under * 2**30:
-        evicted = evict(caches()["the tool's cache"], sum(used.values()) - int(args.keep_under * 2**30))
+        since = min((t.started for t in tiers if t.started), default=0.0)
+        evicted = evict(caches()["the tool's cache"], sum(used.values()) - int(args.keep_under * 2**30), since)
         used = disk_use(caches())
     print(report(tiers, used, evicted))
     if args.docs:

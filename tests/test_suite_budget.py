@@ -157,6 +157,24 @@ def test_keeping_under_the_budget_removes_test_inputs_largest_first_never_build_
     assert (outside / "2.1.2" / "data").exists()
 
 
+def test_a_build_environment_the_run_did_not_use_is_evicted_one_it_used_never(tmp_path):
+    """An environment keyed by a test's loopback index (a new port each run) is never used again: past the
+    budget it goes, by its marker older than the run's start; one a build of this run used stays."""
+    from wheelci.util.cache import USED
+
+    cache = tmp_path / "cache"
+    for name, used_at in (("torch-2.13.0-cpu-py311-from-0123456789ab", 1000.0), ("torch-2.13.0-cpu-py311", 5000.0)):
+        env = cache / "envs" / name
+        env.mkdir(parents=True)
+        (env / "data").write_bytes(os.urandom(1 << 20))
+        (env / USED).write_text("1")
+        os.utime(env / USED, (used_at, used_at))
+    gone = _budget.evict(cache, over=10 << 20, since=3000.0)
+    assert [p.name for p, _ in gone] == ["torch-2.13.0-cpu-py311-from-0123456789ab"]
+    assert (cache / "envs" / "torch-2.13.0-cpu-py311" / "data").exists()
+    assert _budget.evict(cache, over=10 << 20) == []  # no run's start known: no environment is touched
+
+
 def test_a_timeout_stops_what_the_command_started_too(tmp_path):
     """A build's compile, a server: the command's whole session goes, not only the command."""
     pidfile = tmp_path / "grandchild"
