@@ -1,11 +1,11 @@
-"""The one command: `wheelci STAGE ARGS...` runs `python -m wheelci.STAGE ARGS...` in this process."""
+"""The one command: `wheelci STAGE ARGS...` runs the stage's command (wheelci.commands.STAGE) in this process."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-# subcommand -> module: the stages a user runs, in pipeline order, then the tools around them
+# subcommand -> its module in wheelci.commands: the stages a user runs, in pipeline order, then the tools around them
 STAGES = {name: name for name in ("build", "plan", "repair", "check", "split", "patch", "preload", "index",
                                   "upload", "verify", "abi", "image", "engine", "cache", "bench")}
 
@@ -36,9 +36,10 @@ def main(argv: list[str] | None = None) -> None:
             emit_json({"ok": False, "error": error, "exit_code": 2, "stage": None})
         raise SystemExit(2)
     from wheelci import cli
+    from wheelci.util import invocation
 
-    cli.COMMAND = f"wheelci {argv[0]}"
-    module = importlib.import_module(f"wheelci.{STAGES[argv[0]]}")
+    invocation.COMMAND = f"wheelci {argv[0]}"
+    module = importlib.import_module(f"wheelci.commands.{STAGES[argv[0]]}")
     if hasattr(module, "build_parser"):
         cli.run(module.build_parser(), module.main, argv[1:])
     raise SystemExit(module.main(argv[1:]))

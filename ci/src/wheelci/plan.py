@@ -8,19 +8,15 @@ an engine; what a run uses is in the Plan, and the dry run shows all of it, secr
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from wheelci import archs as arch
 from wheelci.config import matrix as mx
-from wheelci.config import options
 from wheelci.config.options import Options
 from wheelci.cibw import ContainerInputs, cibw_quote, container_environment
 from wheelci.engine import Engine, Facts, detect_facts
@@ -34,7 +30,7 @@ from wheelci.config.switches import ScriptReading, gencode_note, plan_switches, 
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
 from wheelci.wheel.names import cuda_tag
-from wheelci import workflowmatrix
+from wheelci.util.invocation import command
 
 if TYPE_CHECKING:
     from wheelci.config.compilecache import CompileCache
@@ -260,8 +256,6 @@ def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine
             raise CiError(f"--python {', '.join(wanted)}: a build of another architecture makes one Python's "
                           "wheel (its torch is installed for that Python); run one build per Python")
     elif others and project.py_api != "py3":  # a py3 wheel installs anywhere; a cp3X wheel only there
-        from wheelci.cli import command
-
         raise CiError(f"--python {', '.join(others)}: verify installs each wheel with this pipeline's Python "
                       f"{here}, so a {project.name} wheel for Python {others[0]} could only fail after its "
                       f"build; build --python {here}, or run {command('build')} with Python {others[0]}")
@@ -547,8 +541,6 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str,
     image, notes = pick_image(matrix, row, line, build.version)
     ref = _image_ref(matrix, image, machine.env)
     if image.origin == "ours" and "x86_64" in request.archs:
-        from wheelci.cli import command
-
         notes.append(f"{ref} is built from docker/ (`{command('image')} build --cuda {cuda}`): "
                      f"no public {image.manylinux} image has CUDA {cuda}")
     if line.cxx11_abi and any(not i.cxx11_abi for i in row.images):
@@ -648,8 +640,6 @@ def arch_notes(matrix: mx.Matrix, archs: tuple[str, ...], engine: Engine, facts:
         served = "; ".join(f"{names} {cap}: {how}" for cap, names, how in arch.gpu_coverage(arch_list, matrix.arm_gpus))
         notes.append(f"aarch64 (sbsa) GPUs: {served}")
         if engine.container and "aarch64" in images:
-            from wheelci.cli import command
-
             notes.append(f"{images['aarch64']} is built from docker/ on the aarch64 manylinux base "
                          f"(`{command('image')} build --cuda {cuda} --archs aarch64`)")
         elif facts.machine == "aarch64":
@@ -742,53 +732,7 @@ def split_csv(text: str | None) -> list[str] | None:
     return [p.strip() for p in text.split(",") if p.strip()] if text else None
 
 
-def main(args: argparse.Namespace) -> int:
-    given = vars(args)
-    if args.workflow_matrix:  # on a bare Python: the table and wheel.py-api only (checking the rest takes packaging)
-        return _workflow_matrix(given, args.project or args.project_dir)
-    from wheelci.cli import emit_json
-    from wheelci.config.project import resolve as find_project
+if __name__ == "__main__":  # `python -m wheelci.plan` (`python -m ci.plan` here): the command line runs it
+    import runpy
 
-    with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
-        project = find_project(args.project or args.project_dir, Path(tmp))  # the one read of pyproject.toml
-        o = options.resolve("plan", given, os.environ, project.settings.table)
-        plan = plan_for(o, project, os.environ)
-    if o.json:
-        emit_json(plan.to_json())
-    else:
-        print(for_the_log(format_plan(plan)))
-    return 0
-
-
-def _workflow_matrix(given: dict[str, Any], project_dir: Path) -> int:
-    from wheelci.config.project import read_py_api, read_settings
-
-    o = options.resolve("plan", given, os.environ, read_settings(project_dir).table)
-    jobs = workflowmatrix.workflow_matrix(
-        o.stable_abi, split_csv(o.cuda), o.variant, torch=o.torch,
-        python=None if o.python is None else split_csv(o.python) or [],
-        py_api=read_py_api(project_dir) if o.python is not None else "", archs=arch.parse(o.archs))
-    if o.arch_jobs is not None:  # the fan-out's compile-only jobs instead
-        if not o.arch_jobs.strip().isdigit():
-            raise CiError(f"--arch-jobs {o.arch_jobs[:16]!r}: want a number of jobs, 2 to 16")
-        jobs = workflowmatrix.warm_matrix(jobs, int(o.arch_jobs), o.stable_abi)
-    print(json.dumps(jobs))
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from wheelci.cli import command, parser
-
-    p = parser("plan", "Print the build plan (image, torch, arch list, CIBW_* environment) without running "
-                       f"anything; {command('build')} --dry-run prints the same, from the same options.")
-    p.add_argument("project", nargs="?", type=Path, help="a project directory or an sdist (.tar.gz); default: "
-                                                         "--project-dir, else the current directory")
-    p.add_argument("--project-dir", type=Path, default=Path("."), help="where pyproject.toml is (as PROJECT)")
-    options.add_arguments(p, "plan")
-    return p
-
-
-if __name__ == "__main__":
-    from wheelci.cli import run
-
-    run(build_parser(), main)
+    runpy.run_module("wheelci.commands.plan", run_name="__main__")

@@ -16,6 +16,7 @@ from wheelci.util.untrusted import code
 from wheelci.util.atomic import write_text
 from wheelci.util.owned import RECORDED_FILES
 from wheelci.util.sizes import format_size
+from wheelci.util.invocation import command
 
 
 @dataclass
@@ -245,8 +246,6 @@ def _check_rows(checks: dict) -> list[str]:
 def reproduce(plan: dict, out_dir: Path | None = None) -> str:
     """The command that makes this build again, from the plan's own values (build variables are not
     shown: they may be secrets; [tool.wheelci] env supplies the project's)."""
-    from wheelci.cli import command
-
     words = [command("build"), str(plan.get("project_dir") or ".")]
     words += ["--cuda", str(plan["cuda"])] if plan.get("cuda") else ["--cpu"]
     words += ["--torch", str(plan.get("torch")), "--engine", str(plan.get("engine"))]

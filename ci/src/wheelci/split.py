@@ -59,7 +59,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AbstractSet, Callable, Sequence
 
-from wheelci import cli
 from wheelci.errors import CiError, Finding
 from wheelci.native.loadorder import SPLIT_MODULE_NAME
 from wheelci.native.splitplan import (BASE_OVERHEAD, Lib, SplitPlan, loaded_by_path, member_overhead, new_rpaths,
@@ -67,6 +66,8 @@ from wheelci.native.splitplan import (BASE_OVERHEAD, Lib, SplitPlan, loaded_by_p
 from wheelci.util import log
 from wheelci.util import proc
 from wheelci.util.sizes import format_size
+from wheelci.util.invocation import command
+from wheelci.util.output import shown
 
 PRELOAD_MODULE = SPLIT_MODULE_NAME  # beside the package's ci.native.loadorder.MODULE_NAME, if it has one
 PY_SOURCE_CAP = 32 << 20  # per .py file read whole; torch's largest is 1.4 MB
@@ -144,7 +145,7 @@ def _staged(out_dir: Path, key: str, make) -> list[Path]:
     from wheelci.util.owned import output_dir
 
     with output_dir(out_dir, "the output directory") as out, out.staging() as stage:
-        return out.commit(make(stage), key, replace_group=True, writer=cli.command("split"))
+        return out.commit(make(stage), key, replace_group=True, writer=command("split"))
 
 
 def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str],
@@ -162,10 +163,10 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
         return made
     written = _staged(out_dir, wa.path.name, make)
     for lib, py in sorted(choice.pinned.items()):  # once it worked: bad input stays one line
-        why = f"{cli.shown(py)} loads it by path" if py else "it has no SONAME and nothing in the wheel needs it"
-        log.info(f"note: kept {cli.shown(lib)} in {wa.name.project}: {why}")
+        why = f"{shown(py)} loads it by path" if py else "it has no SONAME and nothing in the wheel needs it"
+        log.info(f"note: kept {shown(lib)} in {wa.name.project}: {why}")
     for ext in sorted(choice.extensions):
-        log.info(f"note: kept {cli.shown(ext)} in {wa.name.project}: a Python extension module (it exports "
+        log.info(f"note: kept {shown(ext)} in {wa.name.project}: a Python extension module (it exports "
                  "PyInit_*), which Python finds by its package path")
     return written
 
@@ -194,7 +195,7 @@ def _import_check(wa, written: list[Path], preload_deps: Sequence[Path | str]) -
         unsplit, _ = importcheck.lay_out([wa.path, *dep_wheels], Path(tmp) / "unsplit")
         before = importcheck.failures([unsplit.site, *dep_dirs], wanted, Path(tmp) / "before")
     for name, why in sorted(before.items()):
-        log.info(f"note: {cli.shown(name)} does not import from the unsplit wheel either ({cli.shown(why)})")
+        log.info(f"note: {shown(name)} does not import from the unsplit wheel either ({shown(why)})")
     problems = [f"{name} ({layout}): {why}" for layout, failed in broken.items()
                 for name, why in sorted(failed.items()) if name not in before]
     if problems:
@@ -433,31 +434,7 @@ def _companion_metadata(main_meta: str, project: str, version: str, main_project
     return "\n".join(lines) + "\n\n" + body
 
 
-def main(args) -> int:
-    outputs = split_wheel(Path(args.wheel), args.limit, Path(args.wheel_dir), verify=not args.no_verify,
-                          preload_deps=[Path(p) for p in args.preload_deps or []])
-    if args.json:
-        cli.emit_json({"wheels": [{"path": str(p), "size": p.stat().st_size} for p in outputs]})
-    else:
-        for p in outputs:
-            print(f"{p}\t{format_size(p.stat().st_size)}")
-    return 0
+if __name__ == "__main__":  # `python -m wheelci.split` (`python -m ci.split` here): the command line runs it
+    import runpy
 
-
-def build_parser() -> cli.Parser:
-    p = cli.parser("split", "Move a wheel's largest shared libraries into companion wheels so "
-                   "every output is under a size limit; RPATHs and an import-time preload keep it loading.")
-    p.add_argument("wheel", metavar="WHEEL", type=Path)
-    p.add_argument("--limit", required=True, metavar="pypi|github|SIZE", help="largest allowed wheel size")
-    p.add_argument("-w", "--wheel-dir", metavar="DIR", type=Path, required=True, help="output directory")
-    p.add_argument("--preload-deps", nargs="+", metavar="WHEEL_OR_DIR", type=Path,
-                   help="wheels or install dirs providing libraries the moved ones need (e.g. nvidia-*): "
-                        "preloaded first as well")
-    p.add_argument("--no-verify", action="store_true",
-                   help="do not re-hash members against RECORD before splitting (faster; trusts the input)")
-    p.add_argument("--json", action="store_true", help="print the outputs as JSON")
-    return p
-
-
-if __name__ == "__main__":
-    cli.run(build_parser(), main)
+    runpy.run_module("wheelci.commands.split", run_name="__main__")

@@ -15,6 +15,7 @@ from wheelci.errors import CiError
 from wheelci.util.digest import sha256_file
 from wheelci.wheel.names import WheelName, canonical_version, classify
 from wheelci.wheel.variant import parse_variants_filename
+from wheelci.util.invocation import command
 
 
 @dataclass
@@ -72,8 +73,6 @@ def check_variants(targets: list[Target], warn: Callable[[str], None]) -> None:
     for key, docs in sorted(wheels.items()):
         v.merge(f"{key[0]} {key[1]}", docs)  # the labels agree among themselves
         if key not in given:
-            from wheelci.cli import command
-
             warn(f"warning: {key[0]} {key[1]}: variant wheels without the release's variants file: installers "
                  f"ignore them until the index serves it (give the one {command('index')} wrote once every variant is "
                  "built)")
