@@ -5,14 +5,14 @@ from __future__ import annotations
 import importlib
 import sys
 
+from wheelci import __version__
+
 # subcommand -> its module in wheelci.commands: the stages a user runs, in pipeline order, then the tools around them
 STAGES = {name: name for name in ("build", "plan", "repair", "check", "split", "patch", "preload", "index",
                                   "upload", "verify", "abi", "image", "engine", "cache", "bench")}
 
 
 def usage() -> str:
-    from wheelci import __version__
-
     return (f"usage: wheelci {{{','.join(STAGES)}}} ...  (wheelci {__version__})\n"
             "  each stage has --help; `wheelci build PROJECT --cpu --dry-run` shows a build's plan")
 
@@ -23,8 +23,6 @@ def main(argv: list[str] | None = None) -> None:
         print(usage(), file=sys.stdout if argv else sys.stderr)
         raise SystemExit(0 if argv else 2)
     if argv[0] == "--version":
-        from wheelci import __version__
-
         print(f"wheelci {__version__}")
         raise SystemExit(0)
     if argv[0] not in STAGES:

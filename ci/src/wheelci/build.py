@@ -10,6 +10,7 @@ never holds a half-made or unverified wheel; report.json and report.md are writt
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from wheelci.config import options
 from wheelci.config.options import Options
 from wheelci.errors import CiError, Finding
-from wheelci.steps import Step
+from wheelci.steps import Step, run_steps
 from wheelci.util import epoch, log
 from wheelci.wheel.names import cuda_tag
 from wheelci.util.invocation import command
@@ -251,7 +252,6 @@ def run_in(b: "Build") -> bool:
     from wheelci import report
     from wheelci.compile.workdir import WORK_ENTRIES
     from wheelci.reuse import Records
-    from wheelci.steps import run_steps
     from wheelci.util.owned import drop_links
 
     if b.options.fresh:
@@ -554,8 +554,6 @@ def sbom_step(b: Build) -> None:
 
 def check_step(b: Build) -> None:
     """Each wheel against the size limit; one over it is split into companions."""
-    import functools
-
     from wheelci.check import check_wheel
     from wheelci import report
     from wheelci.sbom import add_split_sboms

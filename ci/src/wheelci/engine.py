@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from wheelci.errors import CiError
-from wheelci.util import proc
+from wheelci.util import proc, log
 
 PROBE_TIMEOUT = 5.0
 PODMAN_ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
@@ -271,8 +271,6 @@ def containers_of_this_run(engine: str) -> Iterator[str]:
 def remove_labelled(engine: str, value: str) -> list[str]:
     """Remove (force: a running one too) every container labelled RUN_LABEL=value; their ids. Best effort:
     an engine that does not answer leaves them, said on a warning, never an error over the build's own."""
-    from wheelci.util import log
-
     try:
         found = proc.run([engine, "ps", "-aq", "--filter", f"label={RUN_LABEL}={value}"], what="listing containers",
                          check=False, capture_output=True, text=True, timeout=REMOVE_TIMEOUT)

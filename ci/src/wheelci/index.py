@@ -55,6 +55,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -151,8 +152,6 @@ class _Read:
 def _read_dists(root: Path, found: dict[str, tuple[str, str, str, os.stat_result]], cache: Cache,
                 jobs: int | None) -> _Read:
     """Records from the cache where it can vouch for the file; the rest hashed and read in threads."""
-    import time
-
     read = _Read()
     todo: list[str] = []
     for rel, (kind, project, version, st) in found.items():

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from wheelci.errors import CiError
-from wheelci.wheel.names import local_version
+from wheelci.wheel.names import local_version, normalize
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _NO_EOL = "\\ No newline at end of file"
@@ -237,7 +237,6 @@ def _requires_edit(remove: Sequence[str], add: Sequence[str], metadata: str, edi
     """A METADATA edit dropping Requires-Dist for the given names and appending new ones (validated)."""
     if not remove and not add:
         return None
-    from wheelci.wheel.names import normalize
     from wheelci.wheel.requirements import parse_requirement
 
     def name(spec: str) -> str:

@@ -14,23 +14,25 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
+from urllib.parse import urlsplit
 
-from wheelci import archs as arch
+from wheelci import archs as arch, engine as eng
 from wheelci.config import matrix as mx
 from wheelci.config.options import Options
 from wheelci.cibw import ContainerInputs, cibw_quote, container_environment
 from wheelci.engine import Engine, Facts, detect_facts
 from wheelci.util import epoch, secret, variables
 from wheelci.util.sizes import parse_limit
-from wheelci.util.untrusted import one_line
+from wheelci.util.untrusted import one_line, workflow_commands_off
 from wheelci.config.project import Project
 from wheelci.config.releases import TorchIndex, choose_torch, release_note
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
 from wheelci.config.switches import ScriptReading, gencode_note, plan_switches, read_scripts
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
-from wheelci.wheel.names import cuda_tag
+from wheelci.wheel.names import cuda_tag, local_version
 from wheelci.util.invocation import command
+from wheelci.util.log import on_github_actions
 
 if TYPE_CHECKING:
     from wheelci.config.compilecache import CompileCache
@@ -324,8 +326,6 @@ def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None, facts:
                                f"{facts.machine} machine needs docker or podman"]
     if cuda is None:
         return Engine.HOST, ["engine auto: CPU builds run on the host"]
-    from wheelci import engine as eng
-
     if facts.engine:
         return Engine(facts.engine), [f"engine auto: {facts.engine} responds"]
     why_not = eng.cannot_build(row, facts)
@@ -453,8 +453,6 @@ PYPI_UPLOAD_HOSTS = ("upload.pypi.org", "test.pypi.org")  # PyPI's and TestPyPI'
 def pypi_destination(run: RunSettings) -> str | None:
     """Why the run's wheels are bound for PyPI, which refuses local version labels: an upload to PyPI or
     TestPyPI, or the pypi limit profile; None when they are not."""
-    from urllib.parse import urlsplit
-
     try:
         host = urlsplit(run.upload).hostname if run.upload else None
     except ValueError:
@@ -469,8 +467,6 @@ def pypi_destination(run: RunSettings) -> str | None:
 def _with_run(plan: Plan, run: RunSettings) -> Plan:
     """The plan with what the run does with its wheels; `auto` resolved to the label (a release with
     variants: its CPU build is the plain wheel, with none)."""
-    from wheelci.wheel.names import local_version
-
     if run.nvcc_source not in ("auto", "host", "wheel"):
         raise CiError(f"--nvcc {run.nvcc_source!r}: choose from auto, host, wheel")
     pypi, notes = pypi_destination(run), list(plan.notes)
@@ -689,9 +685,6 @@ def format_plan(plan: Plan, build_env: str | None = None) -> str:
 def for_the_log(text: str) -> str:
     """The plan as printed: on GitHub Actions between `::stop-commands::` markers of a fresh token, so no
     line of it runs as a workflow command whatever a value holds (each is one line already)."""
-    from wheelci.util.log import on_github_actions
-    from wheelci.util.untrusted import workflow_commands_off
-
     return "\n".join(workflow_commands_off(text.splitlines())) if on_github_actions() else text
 
 

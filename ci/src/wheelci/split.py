@@ -65,9 +65,13 @@ from wheelci.native.splitplan import (BASE_OVERHEAD, Lib, SplitPlan, loaded_by_p
                                       patch_slack, plan_split, refuse_oversized)
 from wheelci.util import log
 from wheelci.util import proc
-from wheelci.util.sizes import format_size
+from wheelci.util.sizes import format_size, parse_limit
 from wheelci.util.invocation import command
 from wheelci.util.output import shown
+from wheelci.native.elf import SYSTEM_LIBS, is_system_lib, scan, scan_archive
+from wheelci.native.loadorder import MODULE_NAME, as_preload, dependency_order, insert_call, runtime_source, top_package
+from wheelci.wheel.metadata import METADATA_CAP, edit_headers, header_lines
+from wheelci.wheel.zipread import WheelArchive
 
 PRELOAD_MODULE = SPLIT_MODULE_NAME  # beside the package's ci.native.loadorder.MODULE_NAME, if it has one
 PY_SOURCE_CAP = 32 << 20  # per .py file read whole; torch's largest is 1.4 MB
@@ -92,8 +96,6 @@ def _set_rpath(path: Path, entries: list[str], force_rpath: bool) -> None:
 def _insert_after_existing_preload(init: str, module: str) -> str:
     """Call our preload first, unless the package already preloads other wheels' libraries (ci.repair):
     then right after that call, since the moved libraries may need what it loads."""
-    from wheelci.native.loadorder import MODULE_NAME, insert_call
-
     call = f"from . import {module} as _p; _p.preload(); del _p  # load split-off libraries first (wheelci split)\n"
     lines = io.StringIO(init, newline="").readlines()  # Python's lines: not at a form feed or U+2028
     for i, line in enumerate(lines):
@@ -111,9 +113,6 @@ def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, veri
     the nvidia-* wheels); those are preloaded first too, so the per-directory layout works.
     `sbom`: gives each output of a split its SBOM before the size and import checks (see SbomHook).
     """
-    from wheelci.util.sizes import parse_limit
-    from wheelci.wheel.zipread import WheelArchive
-
     path, out_dir = Path(path), Path(out_dir)
     limit_b = parse_limit(limit)
     if limit_b is None or limit_b <= 0:
@@ -222,9 +221,6 @@ class _Choice:
 def _choose(wa, size: int, limit: int, verify: bool) -> _Choice:
     """Read the libraries and the Python sources, and plan the split. RECORD is verified after
     planning: a wheel that cannot be split is refused without hashing 1 GB first."""
-    from wheelci.native.elf import scan_archive
-    from wheelci.wheel.metadata import METADATA_CAP
-
     members = {m.name: m.csize for m in wa.files}
     refuse_oversized(members, limit)  # before reading any library
     found = [s for s in scan_archive(wa, executables=True) if ".dist-info/" not in s.path and ".data/" not in s.path]
@@ -288,9 +284,6 @@ class _Preload:
 def _make_preload(wa, c: _Choice, preload_deps: Sequence[Path | str]) -> _Preload:
     """The preload of the moved libraries and what they need from this wheel (and from the
     --preload-deps wheels), dependencies first; a libraries-only wheel gets none (RPATHs only)."""
-    from wheelci.native.elf import SYSTEM_LIBS, is_system_lib, scan
-    from wheelci.native.loadorder import as_preload, dependency_order, runtime_source, top_package
-
     by_path = {s.path: s for s in c.shared}
     relocated = [_as_written(s, c) for s in c.shared]
     provided = {s.name for s in c.shared}
@@ -333,7 +326,6 @@ def _as_written(lib, c: _Choice):
 def _write_outputs(wa, c: _Choice, preload: _Preload, out_dir: Path, sbom: SbomHook | None = None) -> list[Path]:
     """The main wheel (first) and its companions; each is checked against the limit once written,
     and on any failure, Ctrl-C included, every output written so far is removed."""
-    from wheelci.wheel.metadata import edit_headers
     from wheelci.wheel.rewrite import newest_time, rewrite
 
     requires = [("Requires-Dist", f"{p}=={wa.name.version}") for p in c.projects]
@@ -387,7 +379,6 @@ def _write_companion(wa, c: _Choice, i: int, patched: dict[str, Path], *, meta: 
                      when: tuple[int, int], out_dir: Path) -> Path:
     """Companion i: its libraries (patched, else copied as compressed bytes), a package that only
     says where they came from, METADATA naming the main wheel, and the main wheel's WHEEL."""
-    from wheelci.wheel.metadata import METADATA_CAP
     from wheelci.wheel.zipwrite import WheelWriter
 
     cname, version = c.companions[i], wa.name.version
@@ -417,8 +408,6 @@ def _companion_init(project: str, version: str, loader: str) -> bytes:
 
 
 def _companion_metadata(main_meta: str, project: str, version: str, main_project: str, limit: int) -> str:
-    from wheelci.wheel.metadata import header_lines
-
     # as written: a License folded over several lines is copied whole
     copied = header_lines(main_meta, ("Requires-Python", "License", "License-Expression"))
     # License-Expression exists from metadata 2.4 on (PEP 639); declaring less makes twine and PyPI

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -287,8 +288,6 @@ def _allowed(request: dict) -> set[str]:
 
 def _ended(returncode: int) -> str:
     """How the probe process ended, when a signal ended it (SIGABRT: an uncaught C++ exception)."""
-    import signal
-
     if returncode >= 0:
         return ""
     try:

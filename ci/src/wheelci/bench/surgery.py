@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -75,7 +76,6 @@ def floor(wheel: str) -> None:
     import hashlib
     import queue
     import struct
-    import threading
     import zipfile
     from concurrent.futures import ThreadPoolExecutor
 
