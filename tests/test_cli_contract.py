@@ -194,7 +194,7 @@ def test_every_stage_with_json_has_a_failure_case():
     from wheelci.cli import _has_json
 
     with_json = {s for s, m in STAGES.items()
-                 if hasattr(mod := importlib.import_module(f"wheelci.{m}"), "build_parser")
+                 if hasattr(mod := importlib.import_module(f"wheelci.commands.{m}"), "build_parser")
                  and _has_json(mod.build_parser())}
     assert with_json == set(FAILURES)
 
@@ -280,7 +280,7 @@ def test_help_lists_every_stage_and_names_each_wheelci_stage(user_repo):
 # A Python the default torch line has wheels for and this interpreter is not (cibuildwheel would build it).
 OTHER_PYTHON = "3.13" if sys.version_info[:2] == (3, 12) else "3.12"
 # Each way of running `plan`, and how it names a stage: the console entry (`python -m wheelci STAGE` sets
-# cli.COMMAND as the `wheelci` script does), the package's module, and this repository's `ci` package.
+# wheelci.util.invocation.COMMAND as the `wheelci` script does), the package's module, and this repository's `ci` package.
 NAMING = {
     "python -m wheelci STAGE": ([sys.executable, "-m", "wheelci", "plan"], "wheelci {}"),
     "python -m wheelci.STAGE": ([sys.executable, "-m", "wheelci.plan"], "python -m wheelci.{}"),

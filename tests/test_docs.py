@@ -68,7 +68,7 @@ def _options(parser: argparse.ArgumentParser) -> set[str]:
 
 @pytest.mark.parametrize("stage", STAGES_WITH_PARSERS)
 def test_the_reference_names_every_option(stage):
-    module = importlib.import_module(f"wheelci.{stage}")
+    module = importlib.import_module(f"wheelci.commands.{stage}")
     text = REFERENCE.read_text()
     section = text.split(f"## `wheelci {stage}`", 1)
     assert len(section) == 2, f"docs/reference.md has no section for wheelci {stage}"

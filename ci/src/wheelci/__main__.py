@@ -1,18 +1,18 @@
-"""The one command: `wheelci STAGE ARGS...` runs `python -m wheelci.STAGE ARGS...` in this process."""
+"""The one command: `wheelci STAGE ARGS...` runs the stage's command (wheelci.commands.STAGE) in this process."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-# subcommand -> module: the stages a user runs, in pipeline order, then the tools around them
+from wheelci import __version__
+
+# subcommand -> its module in wheelci.commands: the stages a user runs, in pipeline order, then the tools around them
 STAGES = {name: name for name in ("build", "plan", "repair", "check", "split", "patch", "preload", "index",
                                   "upload", "verify", "abi", "image", "engine", "cache", "bench")}
 
 
 def usage() -> str:
-    from wheelci import __version__
-
     return (f"usage: wheelci {{{','.join(STAGES)}}} ...  (wheelci {__version__})\n"
             "  each stage has --help; `wheelci build PROJECT --cpu --dry-run` shows a build's plan")
 
@@ -23,8 +23,6 @@ def main(argv: list[str] | None = None) -> None:
         print(usage(), file=sys.stdout if argv else sys.stderr)
         raise SystemExit(0 if argv else 2)
     if argv[0] == "--version":
-        from wheelci import __version__
-
         print(f"wheelci {__version__}")
         raise SystemExit(0)
     if argv[0] not in STAGES:
@@ -36,9 +34,10 @@ def main(argv: list[str] | None = None) -> None:
             emit_json({"ok": False, "error": error, "exit_code": 2, "stage": None})
         raise SystemExit(2)
     from wheelci import cli
+    from wheelci.util import invocation
 
-    cli.COMMAND = f"wheelci {argv[0]}"
-    module = importlib.import_module(f"wheelci.{STAGES[argv[0]]}")
+    invocation.COMMAND = f"wheelci {argv[0]}"
+    module = importlib.import_module(f"wheelci.commands.{STAGES[argv[0]]}")
     if hasattr(module, "build_parser"):
         cli.run(module.build_parser(), module.main, argv[1:])
     raise SystemExit(module.main(argv[1:]))

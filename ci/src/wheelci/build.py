@@ -10,7 +10,7 @@ never holds a half-made or unverified wheel; report.json and report.md are writt
 
 from __future__ import annotations
 
-import argparse
+import functools
 import os
 import shutil
 import tempfile
@@ -19,13 +19,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from wheelci import cli
 from wheelci.config import options
 from wheelci.config.options import Options
 from wheelci.errors import CiError, Finding
-from wheelci.steps import Step
+from wheelci.steps import Step, run_steps
 from wheelci.util import epoch, log
 from wheelci.wheel.names import cuda_tag
+from wheelci.util.invocation import command
+from wheelci.util.output import emit_json
+from wheelci.util.proc import system_error
 
 if TYPE_CHECKING:
     from wheelci.compile.hostenv import BuildEnv
@@ -134,7 +136,7 @@ def build_project(o: Options, project: "Project", from_sdist: bool = False) -> i
     plan = plan_for(o, project, os.environ)
     if o.dry_run:
         if o.json:
-            cli.emit_json(plan.to_json())
+            emit_json(plan.to_json())
         else:
             print(for_the_log(format_plan(plan, build_env=None if plan.engine.container else host_env_state(plan))))
         return 0
@@ -224,7 +226,7 @@ def _run_held(b: "Build", cap: int | None) -> int:
         if not keep:
             shutil.rmtree(b.work, ignore_errors=True)
     if b.options.json:
-        cli.emit_json(asdict(b.report))
+        emit_json(asdict(b.report))
     return 0
 
 
@@ -237,7 +239,7 @@ def keep_cache_under(cap: int | None) -> None:
     try:
         pruned = keep_under(cache_dir(), cap)
     except OSError as e:  # the build's wheels are made: a cache that cannot be pruned is a warning
-        log.warning(f"the cache was not pruned: {cli.system_error(e)}")
+        log.warning(f"the cache was not pruned: {system_error(e)}")
         return
     if pruned is not None and pruned.removed:
         log.info(f"cache over {format_size(cap or 0)} (${MAX_SIZE_VARIABLE}): removed {len(pruned.removed)} least "
@@ -250,7 +252,6 @@ def run_in(b: "Build") -> bool:
     from wheelci import report
     from wheelci.compile.workdir import WORK_ENTRIES
     from wheelci.reuse import Records
-    from wheelci.steps import run_steps
     from wheelci.util.owned import drop_links
 
     if b.options.fresh:
@@ -553,8 +554,6 @@ def sbom_step(b: Build) -> None:
 
 def check_step(b: Build) -> None:
     """Each wheel against the size limit; one over it is split into companions."""
-    import functools
-
     from wheelci.check import check_wheel
     from wheelci import report
     from wheelci.sbom import add_split_sboms
@@ -647,7 +646,7 @@ def write_step(b: Build) -> None:
     with b.out.staging() as stage:
         for wheel, _ in b.final:
             shutil.copyfile(wheel, stage / wheel.name)
-        b.written = b.out.commit([stage / wheel.name for wheel, _ in b.final], "build", writer=cli.command("build"))
+        b.written = b.out.commit([stage / wheel.name for wheel, _ in b.final], "build", writer=command("build"))
 
 
 def upload_step(b: Build) -> None:
@@ -685,23 +684,7 @@ STEPS: tuple[Step[Build], ...] = (
 )
 
 
-def build_parser() -> cli.Parser:
-    p = cli.parser("build", "Build, repair, check, verify and report a PyTorch extension's wheels. Each option "
-                   "may also be set by its WHEELCI_* variable or its [tool.wheelci] key (flags > variables > "
-                   "table > defaults).")
-    p.add_argument("project", nargs="?", type=Path, help="a project directory or an sdist (.tar.gz); default: the "
-                                                         "current directory")
-    options.add_arguments(p, "build")
-    p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)
-    return p
+if __name__ == "__main__":  # `python -m wheelci.build` (`python -m ci.build` here): the command line runs it
+    import runpy
 
-
-def main(args: argparse.Namespace) -> int:
-    given = vars(args)
-    if not options.kind_given(given, os.environ):
-        raise CiError("one of the arguments --cuda --cpu is required (or WHEELCI_CUDA: a CUDA version, or cpu)")
-    return run_build(given, args.project, args.project_dir)
-
-
-if __name__ == "__main__":
-    cli.run(build_parser(), main)
+    runpy.run_module("wheelci.commands.build", run_name="__main__")

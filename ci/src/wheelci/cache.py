@@ -12,15 +12,13 @@ the cap every build applies at its end); an entry a running build holds is skipp
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
-from wheelci import cli
-from wheelci.errors import CiError
 from wheelci.util import cache
-from wheelci.util.sizes import format_size, parse_size
+from wheelci.util.sizes import format_size
 from wheelci.util.untrusted import one_line
+from wheelci.util.output import emit_json
 
 
 def when(ns: int) -> str:
@@ -46,7 +44,7 @@ def show(root: Path, cap: int | None, as_json: bool) -> int:
     entries = cache.scan(root)
     total, rest = cache.total_size(entries), others(root)
     if as_json:
-        cli.emit_json({"root": str(root), "entries": [entry_json(e) for e in entries], "total": total,
+        emit_json({"root": str(root), "entries": [entry_json(e) for e in entries], "total": total,
                        "max_size": cap, "others": rest})
         return 0
     print(f"cache: {root}")
@@ -67,7 +65,7 @@ def show(root: Path, cap: int | None, as_json: bool) -> int:
 def prune(root: Path, cap: int, as_json: bool) -> int:
     pruned = cache.prune(root, cap)
     if as_json:
-        cli.emit_json({"root": str(root), "max_size": cap, "before": pruned.before, "after": pruned.after,
+        emit_json({"root": str(root), "max_size": cap, "before": pruned.before, "after": pruned.after,
                        "removed": [entry_json(e) for e in pruned.removed],
                        "in_use": [entry_json(e) for e in pruned.in_use]})
         return 0
@@ -80,35 +78,7 @@ def prune(root: Path, cap: int, as_json: bool) -> int:
     return 0
 
 
-def main(args: argparse.Namespace) -> int:
-    import os
+if __name__ == "__main__":  # `python -m wheelci.cache` (`python -m ci.cache` here): the command line runs it
+    import runpy
 
-    root = cache.cache_dir()
-    if args.command != "prune":
-        return show(root, cache.max_size(os.environ), args.json)
-    try:
-        cap = parse_size(args.max_size) if args.max_size is not None else cache.max_size(os.environ)
-    except CiError as e:
-        raise CiError(f"--max-size: {e}") from None
-    if cap is None:
-        raise CiError(f"${cache.MAX_SIZE_VARIABLE} is none (builds never prune): give the size with --max-size")
-    return prune(root, cap, args.json)
-
-
-def build_parser() -> cli.Parser:
-    p = cli.parser("cache", "What the cache holds (kept build trees, build environments, test layers: size, last "
-                            "used, in use), and pruning it to a size, least recently used first.")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    sub = p.add_subparsers(dest="command", metavar="{show,prune}")
-    shown = sub.add_parser("show", help="what the cache holds (the default)")
-    shown.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
-    pruner = sub.add_parser("prune", help="remove least recently used entries until the cache is under a size")
-    pruner.add_argument("--max-size", metavar="SIZE",
-                        help=f"the size to prune to (100MiB, 20GB; default ${cache.MAX_SIZE_VARIABLE}, else "
-                             f"{format_size(cache.DEFAULT_MAX_SIZE)})")
-    pruner.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
-    return p
-
-
-if __name__ == "__main__":
-    cli.run(build_parser(), main)
+    runpy.run_module("wheelci.commands.cache", run_name="__main__")

@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from wheelci import cli
-from wheelci.errors import Finding
 from wheelci.util.sizes import PROFILES, format_size, parse_limit
+from wheelci.util.output import shown
 
 TOP = 10
 
@@ -89,38 +88,12 @@ def render(r: CheckResult) -> str:
         return f"REFUSED {name}: {'; '.join(r.refused)}"
     lines = [f"OVER  {name}: {'; '.join(r.problems + r.refused)}", f"      {len(r.largest)} largest members "
              "(compressed, unpacked):"]
-    lines += [f"      {format_size(m.compressed):>10}  {format_size(m.unpacked):>10}  {cli.shown(m.name)}"
+    lines += [f"      {format_size(m.compressed):>10}  {format_size(m.unpacked):>10}  {shown(m.name)}"
               for m in r.largest]
     return "\n".join(lines)
 
 
-def main(args) -> int:
-    parse_limit(args.limit)  # a bad limit is bad input before any wheel is read
-    unpacked_limit = parse_limit(args.unpacked_limit)
-    results = [check_wheel(w, args.limit, unpacked_limit) for w in args.wheels]
-    if args.json:
-        cli.emit_json([r.to_json() for r in results])
-    else:
-        for r in results:
-            print(render(r))
-    over = [r for r in results if not r.ok]
-    if over:
-        what = "over the limit" if any(r.problems for r in over) else f"refused by {args.limit}"
-        raise Finding(f"{len(over)} of {len(results)} wheel(s) {what}: " + ", ".join(Path(r.wheel).name for r in over))
-    return 0
+if __name__ == "__main__":  # `python -m wheelci.check` (`python -m ci.check` here): the command line runs it
+    import runpy
 
-
-def build_parser() -> cli.Parser:
-    p = cli.parser("check", "Check wheel sizes against a publishing limit, reading only "
-                   "central directories; over a limit, list the 10 largest members and exit 1.")
-    p.add_argument("wheels", metavar="WHEEL", nargs="+", type=Path)
-    p.add_argument("--limit", default="pypi", metavar="pypi|github|SIZE",
-                   help="largest allowed file size: pypi (100 MiB, default; no local version label either), github "
-                        "(2 GiB) or a size like 3GB")
-    p.add_argument("--unpacked-limit", metavar="SIZE", help="largest allowed unpacked (installed) size")
-    p.add_argument("--json", action="store_true", help="print results as JSON")
-    return p
-
-
-if __name__ == "__main__":
-    cli.run(build_parser(), main)
+    runpy.run_module("wheelci.commands.check", run_name="__main__")

@@ -1,4 +1,6 @@
-"""Shared command-line plumbing: one-line errors, exit codes, --debug, --json and paths.
+"""Shared command-line plumbing: one-line errors, exit codes, --debug, --json and paths. The command line
+is a layer of its own: this module, the commands (wheelci.commands, one per subcommand) and the console
+script (wheelci.__main__); the library never imports it, nor sees an argparse.Namespace.
 
 Exit codes (the contract every stage keeps): 0 success, 1 a finding, 2 bad usage or bad input,
 130 on Ctrl-C and 128+N on SIGTERM/SIGHUP (which clean up like Ctrl-C: no partial output is left).
@@ -16,18 +18,24 @@ before the stage sees them: a tool the stage runs in another directory gets the 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
-import errno
 import signal
 import subprocess
 import sys
-import threading
+import traceback
 from pathlib import Path, PurePath
 from typing import Any, Callable, NoReturn, Sequence
 
 from wheelci.errors import CiError
+from wheelci.util import log, output, secret, variables
+from wheelci.util.interrupt import TERMINATING, Terminated, terminate_like_ctrl_c
+from wheelci.util.invocation import command, invoked_as
+from wheelci.util.output import emit_json, shown
+from wheelci.util.proc import system_error
+
+# What the library shares with the command line, named here too: the commands import them from here
+__all__ = ["Parser", "UsageExit", "parser", "run", "command", "invoked_as", "emit_json", "shown", "system_error",
+           "Terminated", "TERMINATING"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -53,22 +61,6 @@ class UsageExit(SystemExit):
         self.message = message
 
 
-COMMAND: str | None = None  # `wheelci STAGE` when the console script runs the stage
-
-
-def command(stage: str) -> str:
-    """Any stage (`index`, `bench`) named the way the user runs the tool now: `wheelci index` under the
-    console script, `python -m wheelci.index` when a `python -m wheelci.X` runs, else `python -m ci.index`
-    (this repository, whose `ci` package is wheelci under the design's stage names). Every message that
-    tells the user to run a stage names it through here, so the command it gives is one they can type."""
-    if COMMAND is not None:
-        return f"wheelci {stage}"
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if spec is not None and spec.name.startswith("wheelci."):
-        return f"python -m wheelci.{stage}"
-    return f"python -m ci.{stage}"
-
-
 def parser(stage: str, description: str) -> Parser:
     """A stage's parser, its prog the stage as the user invoked it (invoked_as): `check` is `wheelci check`
     through the console script, `python -m wheelci.check` through that, `python -m ci.check` here."""
@@ -78,20 +70,12 @@ def parser(stage: str, description: str) -> Parser:
     return p
 
 
-def invoked_as(stage: str) -> str:
-    """The running stage as the user invoked it: command()'s rule, for the stage given by its name
-    (`check`) or by its name in this repository (`ci.check`, `python -m ci.check`)."""
-    return command(stage.split()[-1].rsplit(".", 1)[-1])
-
-
 def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | None],
         argv: Sequence[str] | None = None) -> NoReturn:
     """Parse argv, call main, turn CiError into one stderr line and its exit code (and, with --json,
     into the failure document on stdout). Everything the stage prints passes through the secret
     redaction (wheelci.util.secret): the credentials of the environment and of the arguments are
     registered before anything is parsed or printed."""
-    from wheelci.util import secret
-
     argv = sys.argv[1:] if argv is None else list(argv)
     secret.add_environ(os.environ)
     for word in argv:
@@ -108,7 +92,6 @@ def run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | N
 
 def _run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | None],
          argv: list[str]) -> NoReturn:
-    global _held
     stage = _stage_name(p)
     try:
         args = p.parse_args(argv)
@@ -118,8 +101,6 @@ def _run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | 
         raise
     for name, value in vars(args).items():
         setattr(args, name, _absolute(value))
-    from wheelci.util import log, variables
-
     log.configure(p.prog.removeprefix("python -m "))
     for line in variables.deprecations(os.environ):
         log.warning(line)
@@ -127,15 +108,15 @@ def _run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | 
         log.VERBOSE = True
     as_json = bool(getattr(args, "json", False))
     held: list[Any] = []
-    _held = held if as_json else None
+    output.held = held if as_json else None
     error: str | None = None  # the failure's text, as the stderr line says it
     try:
-        with _terminate_like_ctrl_c():
+        with terminate_like_ctrl_c():
             code = main(args) or 0
-        _held = None
+        output.held = None
         if code == 0:
             for obj in held:
-                _write_json(obj)
+                output.write_json(obj)
         else:
             error = f"failed with exit status {code}"
     except CiError as e:
@@ -165,13 +146,10 @@ def _run(p: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | 
                        "(an input this stage does not handle yet; --debug shows the traceback)"), 2
         print(f"{p.prog}: error: {error}", file=sys.stderr)
     finally:
-        _held = None
+        output.held = None
     if as_json and error is not None:
         _emit_failure(stage, error, code, held)
     sys.exit(code)
-
-
-_held: list[Any] | None = None  # while a --json stage runs: its result, printed once it succeeded
 
 
 def _emit_failure(stage: str, error: str, code: int, results: list[Any]) -> None:
@@ -180,7 +158,7 @@ def _emit_failure(stage: str, error: str, code: int, results: list[Any]) -> None
     if results:
         doc["result"] = results[0] if len(results) == 1 else results
     try:
-        _write_json(doc)
+        output.write_json(doc)
         sys.stdout.flush()
     except OSError:
         pass
@@ -217,98 +195,7 @@ def _absolute(value: Any) -> Any:
     return value
 
 
-# What to do about the errors the machine gives; the rest say what failed and on which path.
-_ADVICE = {
-    errno.ENOSPC: "free space, or point TMPDIR and the output directory at a larger disk",
-    errno.EDQUOT: "free space, or point TMPDIR and the output directory at a larger disk",
-    errno.EACCES: "check the permissions of that path",
-    errno.EPERM: "check the permissions of that path",
-    errno.EROFS: "write the output to a writable file system",
-    errno.ENOTDIR: "a file is where a directory is needed: move it or pick another path",
-    errno.EEXIST: "something is already at that path: move it or pick another path",
-    errno.ENOENT: "check the path",
-}
-
-
-def system_error(e: OSError | subprocess.SubprocessError) -> str:
-    """One line for an OS or tool failure: what failed, on which path, and what to do."""
-    from wheelci.util import proc
-
-    if isinstance(e, subprocess.CalledProcessError):
-        return proc.failure(e.cmd, e)
-    if isinstance(e, subprocess.TimeoutExpired):
-        return f"{proc.tool_name(e.cmd)} did not finish within {e.timeout:g} s"
-    if not isinstance(e, OSError):
-        return str(e)
-    what = e.strerror or str(e)
-    if e.filename is not None:
-        what += f": {str(e.filename)!r}"
-    if e.filename2 is not None:
-        what += f" -> {str(e.filename2)!r}"
-    advice = _ADVICE.get(e.errno or 0)
-    return what + (f" ({advice})" if advice else "")
-
-
-TERMINATING = (signal.SIGTERM, signal.SIGHUP)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP raised where the stage is, as Ctrl-C is: the same cleanup paths (atomic
-    outputs, temporary directories, outputs of a half-done split) run instead of a silent death."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    for s in TERMINATING:  # a second signal must not cut the cleanup of the first short
-        signal.signal(s, signal.SIG_IGN)
-    raise Terminated(signum)
-
-
-@contextlib.contextmanager
-def _terminate_like_ctrl_c():
-    """Install _raise_terminated for SIGTERM/SIGHUP while main runs (main thread only; a signal
-    ignored on entry, as under nohup, stays ignored); the previous handlers come back after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.getsignal(s) for s in TERMINATING}
-    for s, h in old.items():
-        if h is not signal.SIG_IGN:
-            signal.signal(s, _raise_terminated)
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h if h is not None else signal.SIG_DFL)
-
-
-def shown(text: object) -> str:
-    """Text from an input (member and file names, a server's words) made safe to print: control
-    characters, line and paragraph separators escaped, so nothing can start a forged line (an `ok`,
-    a `::error::` workflow command) or send a terminal escape sequence."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
-
-
 def _traceback_if(args: argparse.Namespace) -> None:
     """With --debug, the traceback of the exception being handled (the exit code stays the same)."""
     if getattr(args, "debug", False):
-        import traceback
         traceback.print_exc()
-
-
-def emit_json(obj: Any) -> None:
-    """Print a machine-readable result on stdout (the --json contract). Under run, it is held until
-    the stage has succeeded: a stage that fails after it (an upload after the build's report, a check
-    over its limit) prints the failure document instead, with this result inside."""
-    if _held is not None:
-        _held.append(obj)
-    else:
-        _write_json(obj)
-
-
-def _write_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=True, default=str)
-    sys.stdout.write("\n")

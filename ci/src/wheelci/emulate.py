@@ -21,6 +21,8 @@ from wheelci.cibw import CONTAINER_TOOL, container_options
 from wheelci.util import log, proc
 from wheelci.util.cache import cache_dir
 from wheelci.verify import VerifyResult
+from wheelci.engine import Engine, containers_of_this_run
+from wheelci.util.cause import cause
 
 TOOL_DEPS = ("packaging",)  # what wheelci.verify imports beyond the standard library
 _DEPS, _SITE, _WHEELS, _PROJECT = "/opt/cuda-wheel-ci-deps", "/opt/torch-site", "/opt/wheels", "/project"
@@ -77,9 +79,6 @@ def verify_in_container(target: Target, wheel: Path, site: Path, *, project_dir:
                         test_command: str | None, test_requires: Sequence[str], ccache: Path, tools: Path,
                         ca: str | None) -> VerifyResult:
     """wheelci.verify's checks and the project's tests, run in `target`'s image by its own interpreter."""
-    from wheelci.engine import Engine, containers_of_this_run
-    from wheelci.util.cause import cause
-
     create, inner = container_options(Engine(target.engine), None, tools, ccache, ca)
     tag = python.replace(".", "")
     mounts = [f"--volume={tool_deps()}:{_DEPS}:ro", f"--volume={site.resolve()}:{_SITE}:ro",

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from wheelci.errors import CiError
-from wheelci.util import proc
+from wheelci.util import proc, log
 
 PROBE_TIMEOUT = 5.0
 PODMAN_ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
@@ -238,44 +238,16 @@ def host_cannot_build_cuda(cuda: str | None) -> str | None:
     return host_cannot_build(matrix.load().row(cuda))
 
 
-def main(args) -> int:
-    """`python -m ci.engine`: which engine `--engine auto` would use here, and why the others would not."""
-    from wheelci.cli import emit_json
-
-    reasons = {name: probe() for name, probe in PROBES.items()}
-    found = next((n for n, why in reasons.items() if why is None), None)
-    host = {row.version: host_cannot_build(row) for row in _rows()}
-    if args.json:
-        emit_json({"engine": found, "probes": reasons, "host_cannot_build": host})
-        return 0
-    print(f"container engine: {found or 'none'}")
-    for name, why in reasons.items():
-        if why:
-            print(f"  {name}: {why}")
-    for cuda, why in host.items():
-        print(f"host, CUDA {cuda}: {'can build' if why is None else why}")
-    return 0
 
 
-def _rows():
+def matrix_rows():
     from wheelci.config import matrix
 
     return matrix.load().rows
 
 
-def build_parser():
-    from wheelci.cli import parser
-
-    p = parser("engine", "Detect the container engine (`docker version`, `podman info`) and what the host "
-                         "engine can build, as `--engine auto` sees them.")
-    p.add_argument("--json", action="store_true", help="print the answers as JSON")
-    return p
 
 
-if __name__ == "__main__":
-    from wheelci.cli import run
-
-    run(build_parser(), main)
 
 
 # Every container a build starts carries this label with the run's own value: a stopped build (Ctrl-C, the
@@ -299,8 +271,6 @@ def containers_of_this_run(engine: str) -> Iterator[str]:
 def remove_labelled(engine: str, value: str) -> list[str]:
     """Remove (force: a running one too) every container labelled RUN_LABEL=value; their ids. Best effort:
     an engine that does not answer leaves them, said on a warning, never an error over the build's own."""
-    from wheelci.util import log
-
     try:
         found = proc.run([engine, "ps", "-aq", "--filter", f"label={RUN_LABEL}={value}"], what="listing containers",
                          check=False, capture_output=True, text=True, timeout=REMOVE_TIMEOUT)
@@ -321,3 +291,9 @@ def with_label(container_engine: str, label: str) -> str:
     if "create_args:" in container_engine:
         return container_engine.replace("create_args:", f"create_args: {label}", 1)
     return f"{container_engine}; create_args: {label}"
+
+
+if __name__ == "__main__":  # `python -m wheelci.engine` (`python -m ci.engine` here): the command line runs it
+    import runpy
+
+    runpy.run_module("wheelci.commands.engine", run_name="__main__")

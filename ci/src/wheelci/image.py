@@ -8,10 +8,9 @@ takes the same flags), whose progress streams to stderr; the engine itself judge
 
 from __future__ import annotations
 
-import argparse
 import io
 import shlex
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from wheelci.config import matrix as mx
@@ -159,55 +158,7 @@ def build(cuda: str, manylinux: str | None = None, push: str | None = None, engi
     return push_spec(engine, s, push) if push else s
 
 
-def main(args: argparse.Namespace) -> int:
-    from wheelci.cli import emit_json
+if __name__ == "__main__":  # `python -m wheelci.image` (`python -m ci.image` here): the command line runs it
+    import runpy
 
-    if args.command == "list":
-        specs = [spec(r.version, i.manylinux) for r in mx.load().rows for i in r.images if i.origin == "ours"]
-        if args.json:
-            emit_json([asdict(s) for s in specs])
-        else:
-            for s in specs:
-                print(f"{s.cuda:<5} {s.tag}  " + " ".join(f"{k}={v}" for k, v in s.buildargs.items()))
-        return 0
-    from wheelci import archs
-
-    (arch, *more) = archs.parse(args.archs)
-    if more:
-        raise CiError("--archs: one architecture per image build")
-    if args.dry_run:
-        result = spec(args.cuda, args.manylinux, registry=args.push, arch=arch)
-    else:
-        result = build(args.cuda, args.manylinux, push=args.push, engine=args.engine, arch=arch)
-    if args.json:
-        emit_json(asdict(result))
-    else:
-        print(result.tag)
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from wheelci.cli import parser
-
-    p = parser("image", "Build (and push) our manylinux CUDA build images from docker/, with the build "
-                        "arguments of their CUDA matrix row.")
-    sub = p.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="build the image for one CUDA version")
-    b.add_argument("--cuda", required=True, help=f"CUDA version ({', '.join(mx.load().versions)})")
-    b.add_argument("--manylinux", help="policy, when the row has images of ours for several")
-    b.add_argument("--archs", help="x86_64 (default) or aarch64 (the sbsa toolkit on the aarch64 base; "
-                                   "under QEMU on an x86_64 machine)")
-    b.add_argument("--push", metavar="REGISTRY", help="also tag as REGISTRY/... and push there")
-    b.add_argument("--engine", choices=("auto", "docker", "podman"), default="auto",
-                   help="the engine that builds it (default: the first that responds, docker then podman)")
-    b.add_argument("--dry-run", action="store_true", help="print what would be built; needs no Docker")
-    b.add_argument("--json", action="store_true", help="print the image spec as JSON")
-    ls = sub.add_parser("list", help="list the images of ours the matrix uses")
-    ls.add_argument("--json", action="store_true")
-    return p
-
-
-if __name__ == "__main__":
-    from wheelci.cli import run
-
-    run(build_parser(), main)
+    runpy.run_module("wheelci.commands.image", run_name="__main__")

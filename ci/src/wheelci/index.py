@@ -52,10 +52,10 @@ near interpreter start-up time.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -152,8 +152,6 @@ class _Read:
 def _read_dists(root: Path, found: dict[str, tuple[str, str, str, os.stat_result]], cache: Cache,
                 jobs: int | None) -> _Read:
     """Records from the cache where it can vouch for the file; the rest hashed and read in threads."""
-    import time
-
     read = _Read()
     todo: list[str] = []
     for rel, (kind, project, version, st) in found.items():
@@ -238,34 +236,7 @@ def _sidecars(root: Path, chosen: list[Dist], read: _Read) -> dict[str, bytes | 
     return sidecars
 
 
-def main(args: argparse.Namespace) -> int:
-    result = build_index(args.dir, args.out, args.base_url, args.jobs, args.legacy_metadata_keys)
-    if args.json:
-        from wheelci.cli import emit_json
-        emit_json(asdict(result))
-    else:
-        print(f"indexed {result.files} files in {result.projects} projects into {result.out} "
-              f"({result.hashed} read, {result.cached} cached, {len(result.written)} written, "
-              f"{len(result.removed)} removed, {len(result.skipped)} skipped)")
-    return 0
+if __name__ == "__main__":  # `python -m wheelci.index` (`python -m ci.index` here): the command line runs it
+    import runpy
 
-
-def build_parser() -> argparse.ArgumentParser:
-    from wheelci.cli import parser
-    p = parser("index", "Write a static PEP 503/658/691 simple index for the wheels and sdists "
-                        "in DIR (incremental; pip, uv and rules_python read it).")
-    p.add_argument("dir", metavar="DIR", type=Path, help="directory holding the distributions (searched recursively)")
-    p.add_argument("--out", metavar="DIR", type=Path, help="where the pages go (default: DIR/simple)")
-    p.add_argument("--base-url", metavar="URL",
-                   help="absolute URL where DIR is served; default: links relative to the pages")
-    p.add_argument("-j", "--jobs", type=int, default=None, help="hashing threads (default: cores, max 8)")
-    p.add_argument("--legacy-metadata-keys", action="store_true",
-                   help="also announce metadata with the pre-PEP 714 keys (data-dist-info-metadata); "
-                        "pip 22.3-23.1 mishandle them, so only for a client that needs them")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    return p
-
-
-if __name__ == "__main__":
-    from wheelci.cli import run
-    run(build_parser(), main)
+    runpy.run_module("wheelci.commands.index", run_name="__main__")

@@ -8,33 +8,31 @@ an engine; what a run uses is in the Plan, and the dry run shows all of it, secr
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
+from urllib.parse import urlsplit
 
-from wheelci import archs as arch
+from wheelci import archs as arch, engine as eng
 from wheelci.config import matrix as mx
-from wheelci.config import options
 from wheelci.config.options import Options
 from wheelci.cibw import ContainerInputs, cibw_quote, container_environment
 from wheelci.engine import Engine, Facts, detect_facts
 from wheelci.util import epoch, secret, variables
 from wheelci.util.sizes import parse_limit
-from wheelci.util.untrusted import one_line
+from wheelci.util.untrusted import one_line, workflow_commands_off
 from wheelci.config.project import Project
 from wheelci.config.releases import TorchIndex, choose_torch, release_note
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
 from wheelci.config.switches import ScriptReading, gencode_note, plan_switches, read_scripts
 from wheelci.util.cache import cache_dir
 from wheelci.errors import CiError
-from wheelci.wheel.names import cuda_tag
-from wheelci import workflowmatrix
+from wheelci.wheel.names import cuda_tag, local_version
+from wheelci.util.invocation import command
+from wheelci.util.log import on_github_actions
 
 if TYPE_CHECKING:
     from wheelci.config.compilecache import CompileCache
@@ -260,8 +258,6 @@ def _parse_python(python: list[str] | None, project: Project, line: mx.TorchLine
             raise CiError(f"--python {', '.join(wanted)}: a build of another architecture makes one Python's "
                           "wheel (its torch is installed for that Python); run one build per Python")
     elif others and project.py_api != "py3":  # a py3 wheel installs anywhere; a cp3X wheel only there
-        from wheelci.cli import command
-
         raise CiError(f"--python {', '.join(others)}: verify installs each wheel with this pipeline's Python "
                       f"{here}, so a {project.name} wheel for Python {others[0]} could only fail after its "
                       f"build; build --python {here}, or run {command('build')} with Python {others[0]}")
@@ -330,8 +326,6 @@ def resolve_engine(engine: str, cuda: str | None, row: mx.CudaRow | None, facts:
                                f"{facts.machine} machine needs docker or podman"]
     if cuda is None:
         return Engine.HOST, ["engine auto: CPU builds run on the host"]
-    from wheelci import engine as eng
-
     if facts.engine:
         return Engine(facts.engine), [f"engine auto: {facts.engine} responds"]
     why_not = eng.cannot_build(row, facts)
@@ -459,8 +453,6 @@ PYPI_UPLOAD_HOSTS = ("upload.pypi.org", "test.pypi.org")  # PyPI's and TestPyPI'
 def pypi_destination(run: RunSettings) -> str | None:
     """Why the run's wheels are bound for PyPI, which refuses local version labels: an upload to PyPI or
     TestPyPI, or the pypi limit profile; None when they are not."""
-    from urllib.parse import urlsplit
-
     try:
         host = urlsplit(run.upload).hostname if run.upload else None
     except ValueError:
@@ -475,8 +467,6 @@ def pypi_destination(run: RunSettings) -> str | None:
 def _with_run(plan: Plan, run: RunSettings) -> Plan:
     """The plan with what the run does with its wheels; `auto` resolved to the label (a release with
     variants: its CPU build is the plain wheel, with none)."""
-    from wheelci.wheel.names import local_version
-
     if run.nvcc_source not in ("auto", "host", "wheel"):
         raise CiError(f"--nvcc {run.nvcc_source!r}: choose from auto, host, wheel")
     pypi, notes = pypi_destination(run), list(plan.notes)
@@ -547,8 +537,6 @@ def _cuda_plan(matrix: mx.Matrix, project: Project, request: Request, cuda: str,
     image, notes = pick_image(matrix, row, line, build.version)
     ref = _image_ref(matrix, image, machine.env)
     if image.origin == "ours" and "x86_64" in request.archs:
-        from wheelci.cli import command
-
         notes.append(f"{ref} is built from docker/ (`{command('image')} build --cuda {cuda}`): "
                      f"no public {image.manylinux} image has CUDA {cuda}")
     if line.cxx11_abi and any(not i.cxx11_abi for i in row.images):
@@ -648,8 +636,6 @@ def arch_notes(matrix: mx.Matrix, archs: tuple[str, ...], engine: Engine, facts:
         served = "; ".join(f"{names} {cap}: {how}" for cap, names, how in arch.gpu_coverage(arch_list, matrix.arm_gpus))
         notes.append(f"aarch64 (sbsa) GPUs: {served}")
         if engine.container and "aarch64" in images:
-            from wheelci.cli import command
-
             notes.append(f"{images['aarch64']} is built from docker/ on the aarch64 manylinux base "
                          f"(`{command('image')} build --cuda {cuda} --archs aarch64`)")
         elif facts.machine == "aarch64":
@@ -699,9 +685,6 @@ def format_plan(plan: Plan, build_env: str | None = None) -> str:
 def for_the_log(text: str) -> str:
     """The plan as printed: on GitHub Actions between `::stop-commands::` markers of a fresh token, so no
     line of it runs as a workflow command whatever a value holds (each is one line already)."""
-    from wheelci.util.log import on_github_actions
-    from wheelci.util.untrusted import workflow_commands_off
-
     return "\n".join(workflow_commands_off(text.splitlines())) if on_github_actions() else text
 
 
@@ -742,53 +725,7 @@ def split_csv(text: str | None) -> list[str] | None:
     return [p.strip() for p in text.split(",") if p.strip()] if text else None
 
 
-def main(args: argparse.Namespace) -> int:
-    given = vars(args)
-    if args.workflow_matrix:  # on a bare Python: the table and wheel.py-api only (checking the rest takes packaging)
-        return _workflow_matrix(given, args.project or args.project_dir)
-    from wheelci.cli import emit_json
-    from wheelci.config.project import resolve as find_project
+if __name__ == "__main__":  # `python -m wheelci.plan` (`python -m ci.plan` here): the command line runs it
+    import runpy
 
-    with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
-        project = find_project(args.project or args.project_dir, Path(tmp))  # the one read of pyproject.toml
-        o = options.resolve("plan", given, os.environ, project.settings.table)
-        plan = plan_for(o, project, os.environ)
-    if o.json:
-        emit_json(plan.to_json())
-    else:
-        print(for_the_log(format_plan(plan)))
-    return 0
-
-
-def _workflow_matrix(given: dict[str, Any], project_dir: Path) -> int:
-    from wheelci.config.project import read_py_api, read_settings
-
-    o = options.resolve("plan", given, os.environ, read_settings(project_dir).table)
-    jobs = workflowmatrix.workflow_matrix(
-        o.stable_abi, split_csv(o.cuda), o.variant, torch=o.torch,
-        python=None if o.python is None else split_csv(o.python) or [],
-        py_api=read_py_api(project_dir) if o.python is not None else "", archs=arch.parse(o.archs))
-    if o.arch_jobs is not None:  # the fan-out's compile-only jobs instead
-        if not o.arch_jobs.strip().isdigit():
-            raise CiError(f"--arch-jobs {o.arch_jobs[:16]!r}: want a number of jobs, 2 to 16")
-        jobs = workflowmatrix.warm_matrix(jobs, int(o.arch_jobs), o.stable_abi)
-    print(json.dumps(jobs))
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from wheelci.cli import command, parser
-
-    p = parser("plan", "Print the build plan (image, torch, arch list, CIBW_* environment) without running "
-                       f"anything; {command('build')} --dry-run prints the same, from the same options.")
-    p.add_argument("project", nargs="?", type=Path, help="a project directory or an sdist (.tar.gz); default: "
-                                                         "--project-dir, else the current directory")
-    p.add_argument("--project-dir", type=Path, default=Path("."), help="where pyproject.toml is (as PROJECT)")
-    options.add_arguments(p, "plan")
-    return p
-
-
-if __name__ == "__main__":
-    from wheelci.cli import run
-
-    run(build_parser(), main)
+    runpy.run_module("wheelci.commands.plan", run_name="__main__")

@@ -14,8 +14,10 @@ from pathlib import Path
 from wheelci.util import secret, untrusted
 from wheelci.util.untrusted import code
 from wheelci.util.atomic import write_text
-from wheelci.util.owned import RECORDED_FILES
+from wheelci.util.owned import RECORDED_FILES, read_manifest
 from wheelci.util.sizes import format_size
+from wheelci.util.invocation import command
+from wheelci.errors import CiError
 
 
 @dataclass
@@ -58,9 +60,6 @@ def refuse_foreign_reports(out_dir: Path) -> None:
     """A build replaces report.json and report.md in -w only where -w's ownership manifest
     (wheelci.util.owned) lists them: an earlier build's. Anything else of that name (a user's file,
     however much it looks like ours, a link, a directory) is refused untouched."""
-    from wheelci.errors import CiError
-    from wheelci.util.owned import read_manifest
-
     present = [n for n in REPORT_FILES if (out_dir / n).exists() or (out_dir / n).is_symlink()]
     if not present:
         return
@@ -245,8 +244,6 @@ def _check_rows(checks: dict) -> list[str]:
 def reproduce(plan: dict, out_dir: Path | None = None) -> str:
     """The command that makes this build again, from the plan's own values (build variables are not
     shown: they may be secrets; [tool.wheelci] env supplies the project's)."""
-    from wheelci.cli import command
-
     words = [command("build"), str(plan.get("project_dir") or ".")]
     words += ["--cuda", str(plan["cuda"])] if plan.get("cuda") else ["--cpu"]
     words += ["--torch", str(plan.get("torch")), "--engine", str(plan.get("engine"))]

@@ -29,6 +29,8 @@ from wheelci.errors import CiError
 from wheelci.util import proc
 from wheelci.util.secret import redact
 from wheelci.wheel.zipread import WheelArchive
+from wheelci import __version__
+from wheelci.wheel.metadata import get_headers
 
 if TYPE_CHECKING:
     from cyclonedx.model.bom import Bom
@@ -401,8 +403,6 @@ def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: lis
                member: str, sources: Collection[str] | None = None,
                companions: tuple[tuple[str, str], ...] = ()) -> Provenance:
     """The Provenance of one wheel of a build: the plan, the build env, the project's checkout, the wheel."""
-    from wheelci import __version__
-    from wheelci.wheel.metadata import get_headers
     from wheelci.wheel.requirements import requirement_name
 
     revision, note, dirty = git_revision(project_dir, sources)
@@ -449,8 +449,6 @@ def _with_document(wa: WheelArchive, dest_dir: Path, member: str, text: str) -> 
 
 def _name(wa: WheelArchive) -> str:
     """The project's name as METADATA spells it (the file name's form where it has none)."""
-    from wheelci.wheel.metadata import get_headers
-
     return (get_headers(wa.metadata, "Name") or [wa.name.distribution])[0]
 
 
@@ -459,8 +457,6 @@ def add_split_sboms(wheels: list[Path], dest_dir: Path, *, plan: "Plan", env: "B
     """A split's outputs (the main wheel first, then its companions: split.SbomHook) again in dest_dir, each
     with a true SBOM: the main wheel's made again for what it holds now, naming its companions; each
     companion's listing its files and referring to the main wheel's SBOM."""
-    from wheelci import __version__
-
     found = []
     for wheel in wheels[1:]:
         with WheelArchive.open(wheel) as wa:

@@ -59,14 +59,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AbstractSet, Callable, Sequence
 
-from wheelci import cli
 from wheelci.errors import CiError, Finding
 from wheelci.native.loadorder import SPLIT_MODULE_NAME
 from wheelci.native.splitplan import (BASE_OVERHEAD, Lib, SplitPlan, loaded_by_path, member_overhead, new_rpaths,
                                       patch_slack, plan_split, refuse_oversized)
 from wheelci.util import log
 from wheelci.util import proc
-from wheelci.util.sizes import format_size
+from wheelci.util.sizes import format_size, parse_limit
+from wheelci.util.invocation import command
+from wheelci.util.output import shown
+from wheelci.native.elf import SYSTEM_LIBS, is_system_lib, scan, scan_archive
+from wheelci.native.loadorder import MODULE_NAME, as_preload, dependency_order, insert_call, runtime_source, top_package
+from wheelci.wheel.metadata import METADATA_CAP, edit_headers, header_lines
+from wheelci.wheel.zipread import WheelArchive
 
 PRELOAD_MODULE = SPLIT_MODULE_NAME  # beside the package's ci.native.loadorder.MODULE_NAME, if it has one
 PY_SOURCE_CAP = 32 << 20  # per .py file read whole; torch's largest is 1.4 MB
@@ -91,8 +96,6 @@ def _set_rpath(path: Path, entries: list[str], force_rpath: bool) -> None:
 def _insert_after_existing_preload(init: str, module: str) -> str:
     """Call our preload first, unless the package already preloads other wheels' libraries (ci.repair):
     then right after that call, since the moved libraries may need what it loads."""
-    from wheelci.native.loadorder import MODULE_NAME, insert_call
-
     call = f"from . import {module} as _p; _p.preload(); del _p  # load split-off libraries first (wheelci split)\n"
     lines = io.StringIO(init, newline="").readlines()  # Python's lines: not at a form feed or U+2028
     for i, line in enumerate(lines):
@@ -110,9 +113,6 @@ def split_wheel(path: Path | str, limit: int | str, out_dir: Path | str, *, veri
     the nvidia-* wheels); those are preloaded first too, so the per-directory layout works.
     `sbom`: gives each output of a split its SBOM before the size and import checks (see SbomHook).
     """
-    from wheelci.util.sizes import parse_limit
-    from wheelci.wheel.zipread import WheelArchive
-
     path, out_dir = Path(path), Path(out_dir)
     limit_b = parse_limit(limit)
     if limit_b is None or limit_b <= 0:
@@ -144,7 +144,7 @@ def _staged(out_dir: Path, key: str, make) -> list[Path]:
     from wheelci.util.owned import output_dir
 
     with output_dir(out_dir, "the output directory") as out, out.staging() as stage:
-        return out.commit(make(stage), key, replace_group=True, writer=cli.command("split"))
+        return out.commit(make(stage), key, replace_group=True, writer=command("split"))
 
 
 def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str],
@@ -162,10 +162,10 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
         return made
     written = _staged(out_dir, wa.path.name, make)
     for lib, py in sorted(choice.pinned.items()):  # once it worked: bad input stays one line
-        why = f"{cli.shown(py)} loads it by path" if py else "it has no SONAME and nothing in the wheel needs it"
-        log.info(f"note: kept {cli.shown(lib)} in {wa.name.project}: {why}")
+        why = f"{shown(py)} loads it by path" if py else "it has no SONAME and nothing in the wheel needs it"
+        log.info(f"note: kept {shown(lib)} in {wa.name.project}: {why}")
     for ext in sorted(choice.extensions):
-        log.info(f"note: kept {cli.shown(ext)} in {wa.name.project}: a Python extension module (it exports "
+        log.info(f"note: kept {shown(ext)} in {wa.name.project}: a Python extension module (it exports "
                  "PyInit_*), which Python finds by its package path")
     return written
 
@@ -194,7 +194,7 @@ def _import_check(wa, written: list[Path], preload_deps: Sequence[Path | str]) -
         unsplit, _ = importcheck.lay_out([wa.path, *dep_wheels], Path(tmp) / "unsplit")
         before = importcheck.failures([unsplit.site, *dep_dirs], wanted, Path(tmp) / "before")
     for name, why in sorted(before.items()):
-        log.info(f"note: {cli.shown(name)} does not import from the unsplit wheel either ({cli.shown(why)})")
+        log.info(f"note: {shown(name)} does not import from the unsplit wheel either ({shown(why)})")
     problems = [f"{name} ({layout}): {why}" for layout, failed in broken.items()
                 for name, why in sorted(failed.items()) if name not in before]
     if problems:
@@ -221,9 +221,6 @@ class _Choice:
 def _choose(wa, size: int, limit: int, verify: bool) -> _Choice:
     """Read the libraries and the Python sources, and plan the split. RECORD is verified after
     planning: a wheel that cannot be split is refused without hashing 1 GB first."""
-    from wheelci.native.elf import scan_archive
-    from wheelci.wheel.metadata import METADATA_CAP
-
     members = {m.name: m.csize for m in wa.files}
     refuse_oversized(members, limit)  # before reading any library
     found = [s for s in scan_archive(wa, executables=True) if ".dist-info/" not in s.path and ".data/" not in s.path]
@@ -287,9 +284,6 @@ class _Preload:
 def _make_preload(wa, c: _Choice, preload_deps: Sequence[Path | str]) -> _Preload:
     """The preload of the moved libraries and what they need from this wheel (and from the
     --preload-deps wheels), dependencies first; a libraries-only wheel gets none (RPATHs only)."""
-    from wheelci.native.elf import SYSTEM_LIBS, is_system_lib, scan
-    from wheelci.native.loadorder import as_preload, dependency_order, runtime_source, top_package
-
     by_path = {s.path: s for s in c.shared}
     relocated = [_as_written(s, c) for s in c.shared]
     provided = {s.name for s in c.shared}
@@ -332,7 +326,6 @@ def _as_written(lib, c: _Choice):
 def _write_outputs(wa, c: _Choice, preload: _Preload, out_dir: Path, sbom: SbomHook | None = None) -> list[Path]:
     """The main wheel (first) and its companions; each is checked against the limit once written,
     and on any failure, Ctrl-C included, every output written so far is removed."""
-    from wheelci.wheel.metadata import edit_headers
     from wheelci.wheel.rewrite import newest_time, rewrite
 
     requires = [("Requires-Dist", f"{p}=={wa.name.version}") for p in c.projects]
@@ -386,7 +379,6 @@ def _write_companion(wa, c: _Choice, i: int, patched: dict[str, Path], *, meta: 
                      when: tuple[int, int], out_dir: Path) -> Path:
     """Companion i: its libraries (patched, else copied as compressed bytes), a package that only
     says where they came from, METADATA naming the main wheel, and the main wheel's WHEEL."""
-    from wheelci.wheel.metadata import METADATA_CAP
     from wheelci.wheel.zipwrite import WheelWriter
 
     cname, version = c.companions[i], wa.name.version
@@ -416,8 +408,6 @@ def _companion_init(project: str, version: str, loader: str) -> bytes:
 
 
 def _companion_metadata(main_meta: str, project: str, version: str, main_project: str, limit: int) -> str:
-    from wheelci.wheel.metadata import header_lines
-
     # as written: a License folded over several lines is copied whole
     copied = header_lines(main_meta, ("Requires-Python", "License", "License-Expression"))
     # License-Expression exists from metadata 2.4 on (PEP 639); declaring less makes twine and PyPI
@@ -433,31 +423,7 @@ def _companion_metadata(main_meta: str, project: str, version: str, main_project
     return "\n".join(lines) + "\n\n" + body
 
 
-def main(args) -> int:
-    outputs = split_wheel(Path(args.wheel), args.limit, Path(args.wheel_dir), verify=not args.no_verify,
-                          preload_deps=[Path(p) for p in args.preload_deps or []])
-    if args.json:
-        cli.emit_json({"wheels": [{"path": str(p), "size": p.stat().st_size} for p in outputs]})
-    else:
-        for p in outputs:
-            print(f"{p}\t{format_size(p.stat().st_size)}")
-    return 0
+if __name__ == "__main__":  # `python -m wheelci.split` (`python -m ci.split` here): the command line runs it
+    import runpy
 
-
-def build_parser() -> cli.Parser:
-    p = cli.parser("split", "Move a wheel's largest shared libraries into companion wheels so "
-                   "every output is under a size limit; RPATHs and an import-time preload keep it loading.")
-    p.add_argument("wheel", metavar="WHEEL", type=Path)
-    p.add_argument("--limit", required=True, metavar="pypi|github|SIZE", help="largest allowed wheel size")
-    p.add_argument("-w", "--wheel-dir", metavar="DIR", type=Path, required=True, help="output directory")
-    p.add_argument("--preload-deps", nargs="+", metavar="WHEEL_OR_DIR", type=Path,
-                   help="wheels or install dirs providing libraries the moved ones need (e.g. nvidia-*): "
-                        "preloaded first as well")
-    p.add_argument("--no-verify", action="store_true",
-                   help="do not re-hash members against RECORD before splitting (faster; trusts the input)")
-    p.add_argument("--json", action="store_true", help="print the outputs as JSON")
-    return p
-
-
-if __name__ == "__main__":
-    cli.run(build_parser(), main)
+    runpy.run_module("wheelci.commands.split", run_name="__main__")

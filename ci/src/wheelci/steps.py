@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Generic, Protocol, Sequence, TypeVar
 
 from wheelci.util import log
+from wheelci.util.interrupt import Terminated
+from wheelci.util.output import shown
 
 S = TypeVar("S")
 
@@ -98,14 +100,10 @@ def run_steps(steps: Sequence[Step[S]], state: S, record: Callable[[Outcome], No
             with contextlib.nullcontext() if step.quiet else log.step(step.title(state) if step.title else step.name):
                 step.run(state)
         except KeyboardInterrupt as e:
-            from wheelci.cli import Terminated
-
             why = f"stopped by {e.args[0]}" if isinstance(e, Terminated) and e.args else "stopped by Ctrl-C (SIGINT)"
             record(Outcome(step.name, "interrupted", round(time.monotonic() - start, 1), error=why))
             raise
         except Exception as e:
-            from wheelci.cli import shown
-
             record(Outcome(step.name, "failed", round(time.monotonic() - start, 1), error=shown(e)))
             raise
         if memory is not None and inputs is not None:

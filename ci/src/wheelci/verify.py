@@ -15,15 +15,14 @@ import json
 import os
 import re
 import shlex
+import signal
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from wheelci import cli
-from wheelci.errors import CiError, Finding
 from wheelci.util import log, proc
 from wheelci.util.cause import cause
 from wheelci.verifyenv import install_fresh, purelib, requirements_for_tests
@@ -289,8 +288,6 @@ def _allowed(request: dict) -> set[str]:
 
 def _ended(returncode: int) -> str:
     """How the probe process ended, when a signal ended it (SIGABRT: an uncaught C++ exception)."""
-    import signal
-
     if returncode >= 0:
         return ""
     try:
@@ -320,45 +317,7 @@ def _json_line(line: str) -> object:
         return None
 
 
-def build_parser() -> cli.Parser:
-    p = cli.parser("verify", "install a wheel into a fresh venv over a torch install and test it")
-    p.add_argument("wheel", type=Path)
-    p.add_argument("--torch-site", type=Path, required=True, help="site-packages holding torch (and its CUDA wheels)")
-    p.add_argument("--project", type=Path, help="the wheel's project: its [tool.wheelci] test command runs "
-                                                "(placeholder {project})")
-    p.add_argument("--test-command", help="run after the checks (default: the project's [tool.wheelci] test-command)")
-    p.add_argument("--test-requires", action="append", metavar="REQ", help="installed before the test command")
-    p.add_argument("--build-dir", type=Path, help="the build tree, passed to the tests as CI_BUILD_DIR")
-    p.add_argument("--json", action="store_true")
-    return p
+if __name__ == "__main__":  # `python -m wheelci.verify` (`python -m ci.verify` here): the command line runs it
+    import runpy
 
-
-def main(args) -> int:
-    from wheelci.config import project
-
-    if not args.wheel.is_file():
-        raise CiError(f"{args.wheel}: no such file")
-    WheelName.parse(args.wheel.name)
-    if not (args.torch_site / "torch").is_dir():
-        raise CiError(f"{args.torch_site}: no torch installed there")
-    settings = project.Settings()
-    if args.project is not None:
-        if not args.project.is_dir():
-            raise CiError(f"{args.project}: not a project directory")
-        settings = project.read_project(args.project).settings  # refuses a directory that is no project
-    result = verify_generic(args.wheel, args.torch_site, project_dir=(args.project or Path.cwd()).resolve(),
-                            test_command=args.test_command or settings.test_command,
-                            test_requires=settings.test_requires + (args.test_requires or []),
-                            build_dir=args.build_dir)
-    if args.json:
-        cli.emit_json({**asdict(result), "passed": result.passed, "failures": result.failures})
-    else:
-        for k, v in result.checks.items():
-            print(f"{k}: {v}")
-    if not result.passed:
-        raise Finding(f"verify failed for {args.wheel.name}: {'; '.join(result.failures)}")
-    return 0
-
-
-if __name__ == "__main__":
-    cli.run(build_parser(), main)
+    runpy.run_module("wheelci.commands.verify", run_name="__main__")

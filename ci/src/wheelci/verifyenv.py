@@ -23,10 +23,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
+from urllib.parse import unquote, urlsplit
 
 from wheelci.errors import CiError
 from wheelci.util import log, proc
-from wheelci.wheel.names import WheelName
+from wheelci.wheel.names import WheelName, normalize
 
 
 def purelib(python: Path) -> str:
@@ -73,8 +74,6 @@ def torch_stack(site: Path) -> dict[str, str]:
     """Canonical name -> version of the torch install's stack: torch, triton and the nvidia-*/cuda-*
     wheels it holds (pure-Python namesakes it does not hold, nvidia-ml-py, stay ordinary dependencies)."""
     from importlib.metadata import distributions
-
-    from wheelci.wheel.names import normalize
 
     stack: dict[str, str] = {}
     for dist in sorted(distributions(path=[str(site)]), key=lambda d: (d.metadata["Name"] or "", d.version or "")):
@@ -139,7 +138,6 @@ def _stack_requirements_unmet(wheel: Path, stack: dict[str, str]) -> list[str]:
     """The wheel's requirements (for a plain install) on the torch stack that the torch install does not
     meet: torch or triton it lacks, or a version of one of its packages it does not have."""
     from wheelci.wheel.metadata import get_headers
-    from wheelci.wheel.names import normalize
     from wheelci.wheel.requirements import plain_install_requirement
     from wheelci.wheel.zipread import WheelArchive
 
@@ -182,7 +180,6 @@ def cacheable(requires: list[str], own: str) -> bool:
     """Requirements by name (`pytest`, `numpy>=1.26`) only, none of them the wheel's own distribution:
     a path or URL names content that can change under the same text, and `pkg[test]` resolves against
     the wheel installed, so such a set is installed into each verify venv instead, every time."""
-    from wheelci.wheel.names import normalize
     from wheelci.wheel.requirements import read_requirement
 
     parsed = [(text, read_requirement(text)) for text in requires]
@@ -203,8 +200,6 @@ def requirement_files(requires: Sequence[str]) -> dict[str, str]:
     """The requirements given by path (a wheel, an sdist, a project directory, a file: URL; relative to this
     directory, as pip reads them), each by a sha256 of its content: what pip installs from them changes
     with that, not with their text. Requirements by name or by a remote URL are left out."""
-    from urllib.parse import unquote, urlsplit
-
     from wheelci.compile.workdir import linked_files
     from wheelci.util.digest import sha256_file
     from wheelci.wheel.requirements import read_requirement

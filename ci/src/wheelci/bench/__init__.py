@@ -5,6 +5,7 @@ module only dispatches.
 """
 
 from __future__ import annotations
+from wheelci.util.invocation import invoked_as
 
 import importlib
 import sys
@@ -13,8 +14,6 @@ BENCHMARKS = ("surgery", "index", "build", "stable", "pipeline", "env", "compile
 
 
 def main(argv: list[str] | None = None) -> int:
-    from wheelci.cli import invoked_as
-
     argv = sys.argv[1:] if argv is None else argv
     usage = f"usage: {invoked_as('bench')} {{{','.join(BENCHMARKS)}}} [ARGS]"
     if argv and argv[0] in ("-h", "--help"):

@@ -14,6 +14,7 @@ Prints each time, its compile step's seconds, and its ratio to the cold build.
 """
 
 from __future__ import annotations
+from wheelci.util.invocation import command
 
 import argparse
 import os
@@ -24,8 +25,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-from wheelci.cli import command
 
 ROOT = Path(__file__).resolve().parents[3]  # this repository (the benches measure its example)
 # each project, and the source a one-line change goes to

@@ -13,6 +13,7 @@ Prints each compile step's seconds, its ratio to cold, and what sccache counted 
 """
 
 from __future__ import annotations
+from wheelci.util.invocation import command
 
 import argparse
 import json
@@ -25,8 +26,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-from wheelci.cli import command
 
 ROOT = Path(__file__).resolve().parents[3]
 PROJECTS = {"example": ROOT, "tiny_ext": ROOT / "tests" / "fixtures" / "tiny_ext"}

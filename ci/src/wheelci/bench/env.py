@@ -7,6 +7,7 @@ a removed cache entry, a new torch). Prints each time and the ratio.
 """
 
 from __future__ import annotations
+from wheelci.util.invocation import command
 
 import argparse
 import shutil
@@ -14,7 +15,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from wheelci.cli import command
 
 
 def main(argv: list[str]) -> int:

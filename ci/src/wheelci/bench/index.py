@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from wheelci.cli import command
 from wheelci.util.cache import cache_dir
+from wheelci.util.invocation import command
 
 CACHE = cache_dir()
 TORCH = "torch==2.13.0"

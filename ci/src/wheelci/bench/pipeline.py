@@ -13,6 +13,7 @@ without the compile (which is the same compiler on the same files on both sides)
 """
 
 from __future__ import annotations
+from wheelci.util.invocation import command
 
 import argparse
 import json
@@ -24,8 +25,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-from wheelci.cli import command
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "tests" / "fixtures" / "tiny_ext"

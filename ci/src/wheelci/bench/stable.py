@@ -9,6 +9,7 @@ torch releases and CUDA majors: a classic wheel per (torch, CUDA major), a stabl
 """
 
 from __future__ import annotations
+from wheelci.util.invocation import command
 
 import argparse
 import os
@@ -19,8 +20,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-from wheelci.cli import command
 
 ROOT = Path(__file__).resolve().parents[3]  # this repository (the benches measure its example)
 TORCH_SPAN = ("2.11", "2.12", "2.13", "2.14", "2.15")

@@ -25,11 +25,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from wheelci.cli import command
 from wheelci.util.cache import cache_dir
+from wheelci.util.invocation import command
+from wheelci.util.output import emit_json
 
 TORCH = "torch==2.13.0"
 # the steps measured, by the tool's name (the same rows and --json keys however the bench was run)
@@ -74,7 +76,6 @@ def floor(wheel: str) -> None:
     import hashlib
     import queue
     import struct
-    import threading
     import zipfile
     from concurrent.futures import ThreadPoolExecutor
 
@@ -180,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     base = next(iter(times.values()))
     rows = [{"step": k, "seconds": round(v, 3), "speedup": round(base / v, 1)} for k, v in times.items()]
     if args.json:
-        from wheelci.cli import emit_json
         emit_json({"wheel": wheel.name, "size": wheel.stat().st_size, "results": rows,
                    "verify_over_floor": round(times[VERIFYING]
                                               / times["floor: inflate + sha256 of every member, all cores"], 2),

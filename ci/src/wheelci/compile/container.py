@@ -24,6 +24,7 @@ from wheelci.config import constraints
 from wheelci.util import log, proc
 from wheelci.util.owned import output_dir
 from wheelci.plan import AUTO_NEEDS_CONTAINER, Plan
+from wheelci.archs import emulation_hint
 
 
 def require_engine(plan: Plan) -> None:
@@ -62,8 +63,6 @@ def ensure_given_image(plan: Plan) -> None:
 
 def refuse_unreachable(plan: Plan) -> None:
     """A build for an architecture this machine cannot run stops before anything is made."""
-    from wheelci.archs import emulation_hint
-
     unreachable = [a for a in plan.archs if plan.reach.get(a) == "unavailable"]
     if unreachable:
         raise CiError(f"--archs {','.join(unreachable)}: this machine does not run {unreachable[0]} code; "

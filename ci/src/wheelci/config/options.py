@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from wheelci.errors import CiError
 from wheelci.util import log, variables
+from wheelci.util.log import heartbeat_seconds
 
 TABLE = "tool.wheelci"  # the project's table in pyproject.toml
 OLD_TABLE = "tool.ci"  # read, with a deprecation line, when the project has no [tool.wheelci]
@@ -484,7 +485,6 @@ def check_variables(environ: Mapping[str, str]) -> None:
     # the tool's own settings read later (a build's heartbeat, its cache cap): bad input now, one line, not a
     # plan or dry run that passes and a build that stops on them
     from wheelci.util.cache import max_size
-    from wheelci.util.log import heartbeat_seconds
 
     heartbeat_seconds(environ)
     max_size(environ)

@@ -8,8 +8,9 @@ still read); WHEELCI_* variables and command-line options go over them (wheelci.
 from __future__ import annotations
 
 import re
-from enum import Enum
+import sys
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -199,9 +200,6 @@ class Project:
 
     def default_python(self) -> list[str]:
         """Pythons named by [tool.cibuildwheel] build (cp311-... -> 3.11), else the one running this."""
-        import re
-        import sys
-
         found = [f"{m[1]}.{m[2]}" for s in self.cibw_build if (m := re.match(r"cp(3)(\d+)-", s))]
         return found or [f"{sys.version_info.major}.{sys.version_info.minor}"]  # the Python verify uses
 

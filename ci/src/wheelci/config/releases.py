@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
+import stat
 import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -245,9 +247,6 @@ def _wheel_metadata(client: http.Client | None, url: str) -> str:
 def _local_file(url: str) -> BinaryIO:
     """A wheel of a local (file:) index opened for reading: a regular file only, the open never waiting
     (a FIFO in its place would hold the plan forever)."""
-    import os
-    import stat
-
     path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -265,9 +264,6 @@ def _local_file(url: str) -> BinaryIO:
 
 def _local_text(url: str, cap: int) -> str:
     """A file of a local (file:) index, at most `cap` bytes, never a FIFO's wait."""
-    import os
-    import stat
-
     path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)

@@ -20,11 +20,11 @@ Which distribution provides a library: in a wheel, the wheel's project; in a dir
 from __future__ import annotations
 
 import contextlib
-import functools
 import fnmatch
-import re
+import functools
 import io
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, TypeVar
@@ -34,6 +34,7 @@ from wheelci.native import elfread
 from wheelci.wheel.zipformat import Member
 from wheelci.wheel.zipread import WheelArchive
 from wheelci.wheel.names import normalize
+from wheelci.wheel.record import read_record_file
 
 T = TypeVar("T")
 
@@ -315,8 +316,6 @@ def scan_archive(wa: WheelArchive, *, executables: bool = False) -> list[SharedL
 def record_owners(root: Path) -> dict[str, str]:
     """Relative path -> normalized project name, from every `*.dist-info/RECORD` under root."""
     owners: dict[str, str] = {}
-    from wheelci.wheel.record import read_record_file
-
     for record in sorted(root.glob("*.dist-info/RECORD")):
         project = normalize(record.parent.name[: -len(".dist-info")].rsplit("-", 1)[0])
         for rel in read_record_file(record):  # a regular file, size-bounded: never a FIFO or /dev/zero

@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 
 from wheelci.native.elf import SYSTEM_LIBS, SharedLib, is_system_lib, scan
 from wheelci.errors import CiError
+from wheelci.wheel.zipread import WheelArchive
 
 # The one name of the module that preloads a wheel's native dependencies, whichever stage writes it:
 # ci.build (the example's __init__ imports it by this name), ci.preload --inject and ci.patch --preload-from.
@@ -379,7 +380,6 @@ def inject_preload(wheel: Path | str, runtime: Sequence[Preload] | str, out_dir:
     path; the input is never modified, and nothing is left in out_dir on error.
     """
     from wheelci.wheel.rewrite import rewrite
-    from wheelci.wheel.zipread import WheelArchive
 
     wheel, out_dir = Path(wheel), Path(out_dir)
     if out_dir.resolve() == wheel.resolve().parent:

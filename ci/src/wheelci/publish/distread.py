@@ -19,8 +19,8 @@ from typing import IO
 
 from wheelci.util.digest import sha256_file
 from wheelci.errors import CiError
-from wheelci.wheel.names import classify, normalize, same_version
-from wheelci.wheel.variant import parse_variants_filename
+from wheelci.wheel.names import classify, normalize, same_version, WheelName
+from wheelci.wheel.variant import parse_variants_filename, DOC_CAP, dumps, parse, read_wheel
 
 # Sidecar files beside distributions that are ours or expected there: skipped without a warning.
 QUIET_SUFFIXES = (".metadata", ".asc", ".sig", ".publish.attestation")
@@ -135,21 +135,18 @@ def read_dist(root: Path, rel: str, kind: str, project: str, version: str,
 
 
 def _wheel_label(filename: str) -> str | None:
-    from wheelci.wheel.names import WheelName
     return WheelName.parse(filename).variant
 
 
 def wheel_variant(path: Path) -> str:
     """A variant wheel's .dist-info/variant.json, checked against its label (ci.wheel.variant)."""
     from wheelci.wheel.zipread import WheelArchive
-    from wheelci.wheel.variant import dumps, read_wheel
     with WheelArchive.open(path) as wa:
         return dumps(read_wheel(wa)).decode()  # normalized: the same properties compare equal
 
 
 def read_variants_file(path: Path, rel: str, project: str, version: str, st: os.stat_result) -> Dist:
     """A `{name}-{version}-variants.json` found in DIR: checked, hashed and kept whole (a few hundred bytes)."""
-    from wheelci.wheel.variant import DOC_CAP, parse
     with open(path, "rb") as f:
         data = f.read(DOC_CAP + 1)
     try:

@@ -18,6 +18,7 @@ from typing import TypeGuard
 
 from wheelci.errors import CiError
 from wheelci.publish.distread import Dist
+from wheelci.util.invocation import command
 
 CACHE_NAME = ".ci-index-cache.json"
 CACHE_VERSION = 2  # 2: ownership of written files, and the stronger cache key
@@ -46,8 +47,6 @@ def load_cache(path: Path) -> Cache:
         data = json.loads(raw)
         assert isinstance(data, dict) and isinstance(data.get("version"), int)
     except (ValueError, AssertionError):
-        from wheelci.cli import command
-
         raise CiError(f"{path} is not a {command('index')} cache file; refusing to overwrite it") from None
     if data["version"] != CACHE_VERSION:
         return Cache()  # an older format: hash again, and own only what is byte-identical

@@ -24,6 +24,7 @@ from wheelci.util.http import chunks, within
 from wheelci.publish.endpoint import short_reason, strip_userinfo, tls_error
 from wheelci.publish.targets import Target
 from wheelci.wheel.names import normalize
+from wheelci.util.sizes import format_size
 
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 # A simple page lists one project's files, not their bytes: PyPI's largest are a few MiB.
@@ -124,7 +125,6 @@ def _read_page(session, url: str, seconds: float, deadline: float, cap: int):
         for chunk in chunks(r):
             body += chunk
             if len(body) > cap:
-                from wheelci.util.sizes import format_size
                 raise MalformedPage(f"the simple page {strip_userinfo(url)} is over {format_size(cap)}; "
                                     "refused (a listing, not a file)")
             if time.monotonic() > deadline:

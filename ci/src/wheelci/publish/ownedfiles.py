@@ -21,10 +21,11 @@ from wheelci.errors import CiError
 from wheelci.publish.distread import PAGE_NAMES
 from wheelci.publish.indexcache import CACHE_NAME, CACHE_VERSION, Cache
 from wheelci.wheel.variant import FILE_SUFFIX
+from wheelci.util.invocation import command
+from wheelci.util.output import shown
 
 
 def warn(msg: str) -> None:
-    from wheelci.cli import shown
     log.warning(shown(msg))
 
 
@@ -82,8 +83,6 @@ def refuse_unsafe(root: Path, out: Path, cache: Cache, pages: dict[str, str],
     clashes += [(out / rel).as_posix() for rel, text in pages.items()
                 if foreign(out / rel, text.encode(), rel in cache.pages)]
     if clashes:
-        from wheelci.cli import command
-
         more = f" and {len(clashes) - 5} more" if len(clashes) > 5 else ""
         raise CiError(f"refusing to overwrite files {command('index')} did not write: {', '.join(clashes[:5])}{more} "
                       "(choose another --out, or move them away)")

@@ -15,6 +15,8 @@ from wheelci.errors import CiError
 from wheelci.util.digest import sha256_file
 from wheelci.wheel.names import WheelName, canonical_version, classify
 from wheelci.wheel.variant import parse_variants_filename
+from wheelci.util.invocation import command
+from wheelci.wheel import variant as v
 
 
 @dataclass
@@ -51,7 +53,6 @@ def upload_targets(files: Iterable[str | os.PathLike]) -> list[Target]:
 def check_variants(targets: list[Target], warn: Callable[[str], None]) -> None:
     """Each variants file given must agree with the variant wheels given with it (as ci.index checks
     them); a release's variant wheels given without one upload with a warning."""
-    from wheelci.wheel import variant as v
     from wheelci.wheel.zipread import WheelArchive
 
     def release(t: Target) -> tuple[str, str]:
@@ -72,8 +73,6 @@ def check_variants(targets: list[Target], warn: Callable[[str], None]) -> None:
     for key, docs in sorted(wheels.items()):
         v.merge(f"{key[0]} {key[1]}", docs)  # the labels agree among themselves
         if key not in given:
-            from wheelci.cli import command
-
             warn(f"warning: {key[0]} {key[1]}: variant wheels without the release's variants file: installers "
                  f"ignore them until the index serves it (give the one {command('index')} wrote once every variant is "
                  "built)")

@@ -25,6 +25,7 @@ from wheelci.errors import CiError, Finding
 from wheelci.publish.endpoint import answer_text, short_reason, strip_userinfo, tls_error
 from wheelci.publish.listing import Conflict, Listed, MalformedPage, SimpleIndex
 from wheelci.publish.targets import Target
+from wheelci.util.invocation import command
 
 
 @dataclass(frozen=True)
@@ -232,8 +233,6 @@ class Uploader:
 
 def _no_variants() -> str:
     """What a refused variants file is told: the index that would serve it is the index stage's."""
-    from wheelci.cli import command
-
     return ("; this index does not take a release's variants file, so installers cannot choose among variant "
             "wheels there: upload the plain and local-labelled wheels only, or serve the directory with "
             f"{command('index')}")

@@ -21,6 +21,7 @@ from wheelci.errors import CiError
 from wheelci.publish.distread import Dist
 from wheelci.publish.pages import Link, file_url, render
 from wheelci.wheel.names import canonical_version
+from wheelci.wheel import variant as v
 
 
 @dataclass
@@ -41,8 +42,6 @@ def _public(version: str) -> str:
 def plan_variants(dists: list[Dist], given: list[Dist], to_root: str | None, base_url: str | None) -> VariantPlan:
     """Variants files (generated, or the ones DIR holds, checked), what leaves the project pages and
     the per-CUDA roots. CiError for a release whose variants disagree."""
-    from wheelci.wheel import variant as v
-
     plan = VariantPlan()
     wheels = [d for d in dists if d.filename.endswith(".whl")]
     releases: dict[tuple[str, str], list[Dist]] = {}

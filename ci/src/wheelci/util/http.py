@@ -19,6 +19,7 @@ Every refusal is one line (CiError) naming the URL without userinfo; no credenti
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -328,8 +329,6 @@ def _refusal(url: str, answer: Answer, had_credentials: bool) -> str:
 
 def _short_reason(exc: BaseException) -> str:
     """One line for a requests error, without its pool and URL preamble, never a credential."""
-    import re
-
     text = str(exc)
     m = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
     if m:
@@ -342,7 +341,5 @@ def _short_reason(exc: BaseException) -> str:
 
 
 def _tls_reason(exc: BaseException) -> str:
-    import re
-
     m = re.search(r"certificate verify failed: ([^(')\]]+)", str(exc))
     return secret.redact(m.group(1).strip()) if m else _short_reason(exc)

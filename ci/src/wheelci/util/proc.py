@@ -9,6 +9,7 @@ found for torch==9`), instead of a CalledProcessError each caller words differen
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shlex
 import signal
@@ -118,3 +119,33 @@ def failure(cmd: Sequence[object] | str, proc: subprocess.CompletedProcess | sub
     last = [line.strip() for line in err.strip().splitlines() if line.strip()][-1:]
     status = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
     return f"{tool_name(cmd)} failed with {status}" + (f": {last[0]}" if last else "")
+
+
+# What to do about the errors the machine gives; the rest say what failed and on which path.
+_ADVICE = {
+    errno.ENOSPC: "free space, or point TMPDIR and the output directory at a larger disk",
+    errno.EDQUOT: "free space, or point TMPDIR and the output directory at a larger disk",
+    errno.EACCES: "check the permissions of that path",
+    errno.EPERM: "check the permissions of that path",
+    errno.EROFS: "write the output to a writable file system",
+    errno.ENOTDIR: "a file is where a directory is needed: move it or pick another path",
+    errno.EEXIST: "something is already at that path: move it or pick another path",
+    errno.ENOENT: "check the path",
+}
+
+
+def system_error(e: OSError | subprocess.SubprocessError) -> str:
+    """One line for an OS or tool failure: what failed, on which path, and what to do."""
+    if isinstance(e, subprocess.CalledProcessError):
+        return failure(e.cmd, e)
+    if isinstance(e, subprocess.TimeoutExpired):
+        return f"{tool_name(e.cmd)} did not finish within {e.timeout:g} s"
+    if not isinstance(e, OSError):
+        return str(e)
+    what = e.strerror or str(e)
+    if e.filename is not None:
+        what += f": {str(e.filename)!r}"
+    if e.filename2 is not None:
+        what += f" -> {str(e.filename2)!r}"
+    advice = _ADVICE.get(e.errno or 0)
+    return what + (f" ({advice})" if advice else "")

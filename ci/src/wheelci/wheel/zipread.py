@@ -24,8 +24,10 @@ import contextlib
 import hashlib
 import io
 import os
+import queue
 import struct
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
@@ -306,8 +308,6 @@ class WheelArchive:
             for chunk in self.iter_chunks(m):
                 h.update(chunk)
             return f"{algo}={b64(h.digest())}"
-        import queue
-        import threading
         chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
         crc = 0
 
