@@ -18,6 +18,7 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -272,7 +273,7 @@ class ActRun:
 
     returncode: int
     log: str
-    records: list[dict] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def parse(cls, returncode: int, log: str) -> "ActRun":
@@ -285,7 +286,7 @@ class ActRun:
                     pass
         return cls(returncode, log, records)
 
-    def of(self, job: str) -> list[dict]:
+    def of(self, job: str) -> list[dict[str, Any]]:
         return [r for r in self.records if r.get("jobID") == job]
 
     def jobs(self) -> set[str]:
@@ -326,7 +327,7 @@ class ActRun:
 
 
 def run_act(repo: Path, work: Path, standins: Standins, event: str, *, inputs: dict[str, str] | None = None,
-            secrets: dict[str, str] | None = None, payload: dict | None = None, matrix: str = "engine:host",
+            secrets: dict[str, str] | None = None, payload: Mapping[str, object] | None = None, matrix: str = "engine:host",
             env: dict[str, str] | None = None, repositories: dict[str, Path] | None = None,
             timeout: float = 3600) -> ActRun:
     """act EVENT on wheels.yml in `repo`, jobs on this host (`-P ubuntu-latest=-self-hosted`), with the

@@ -150,7 +150,7 @@ class Workspace:
         (self.root / "requirements_lock.txt").write_text(lock)
         self.tests = list(tests)
 
-    def run(self, *args: str) -> subprocess.CompletedProcess:
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         self.user_root.mkdir(parents=True, exist_ok=True)
         # pip inside rules_python must see this index only: no user or site pip configuration.
         env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
@@ -161,7 +161,7 @@ class Workspace:
             cmd += [*self.flags, f"--repository_cache={cache_dir('bazel-repository-cache')}"]
         return _proc.run(cmd, cwd=self.root, env=env, capture_output=True, text=True, timeout=TIMEOUT)
 
-    def test(self) -> subprocess.CompletedProcess:
+    def test(self) -> subprocess.CompletedProcess[str]:
         """`bazel test` of the py_tests written (not the lock's own check, which re-resolves)."""
         return self.run("test", "--test_output=errors", "--nocache_test_results",
                         *(f"//:{name}" for name in self.tests))

@@ -16,7 +16,7 @@ MEMORY = 1 << 30  # address space a stage may use: a few times what one needs
 
 
 def bounded_stage(module: str, *args: str | Path, env: dict[str, str] | None = None,
-                  memory: int = MEMORY, timeout: float = 300) -> subprocess.CompletedProcess:
+                  memory: int = MEMORY, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """`python -m <module> ARGS` from the repository root under RLIMIT_AS `memory`."""
     full_env = dict(os.environ, **(env or {}))
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")])

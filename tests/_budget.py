@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "contributing.md"
@@ -47,7 +47,10 @@ def read_tier(report: Path) -> Tier:
     for case in (c for s in suites for c in s.iter("testcase")):
         node = f"{case.get('classname')}::{case.get('name')}"
         cases.append((float(case.get("time") or 0), node))
-    count = lambda key: sum(int(s.get(key) or 0) for s in suites)  # noqa: E731
+
+    def count(key: str) -> int:
+        return sum(int(s.get(key) or 0) for s in suites)
+
     stamps = [datetime.fromisoformat(t).timestamp() for s in suites if (t := s.get("timestamp"))]
     return Tier(report.stem, sum(float(s.get("time") or 0) for s in suites), count("tests"),
                 count("failures") + count("errors"), count("skipped"), cases, min(stamps, default=0.0))
@@ -146,7 +149,7 @@ def tier_table(tiers: list[Tier]) -> str:
     return "\n".join(rows)
 
 
-def report(tiers: list[Tier], used: dict[str, int], evicted: list[tuple[Path, int]] = ()) -> str:
+def report(tiers: list[Tier], used: dict[str, int], evicted: Sequence[tuple[Path, int]] = ()) -> str:
     lines = ["", "== the suite's budget =="]
     for t in tiers:
         lines.append(f"{t.name:>10}: {minutes(t.seconds)}, {t.tests} tests ({t.failed} failed, {t.skipped} skipped)")

@@ -14,7 +14,10 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from wheelci.config.options import Option
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference.md"
@@ -41,7 +44,7 @@ def bench() -> str:
             "[performance.md](performance.md).\n")
 
 
-def _flag_cell(o) -> str:
+def _flag_cell(o: Option) -> str:
     arg = "" if o.kind == "bool" else " " + (o.metavar or ("{" + ",".join(o.choices) + "}" if o.choices
                                                             else o.name.upper()))
     return ", ".join(f"`{f}{arg}`" for f in o.flags)

@@ -106,7 +106,7 @@ def install_alone(wheel: Path, root: Path) -> Path:
 
 
 def run_python(code: str, path: Sequence[Path | str] = (), cwd: Path | None = None,
-               timeout: float = 600) -> subprocess.CompletedProcess:
+               timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """Run code in a fresh interpreter (dlopen state never leaks between tests) with PYTHONPATH=path."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD")}
     env["PYTHONPATH"] = os.pathsep.join(map(str, path))

@@ -20,6 +20,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
+from typing import BinaryIO, TypedDict, cast
 
 MEMORY_BUDGET = 256 << 20  # address space a case may add to the worker's
 CPU_SECONDS = 10  # per case (a case takes milliseconds); --cpu N sets another
@@ -78,7 +79,8 @@ def exercise(data: bytes) -> str:
     outcome = "clean"
     readers = (
         lambda: elf.read_dynamic(io.BytesIO(data)),
-        lambda: elf.read_dynamic(elf._BlockReader(lambda: elf._ChunkReader(chunks()), len(data))),
+        # the seekable view every reader of a wheel member reads through: a binary stream, typed as its base class
+        lambda: elf.read_dynamic(cast(BinaryIO, elf.member_view(chunks, len(data)))),
         lambda: elf.versioned_references(io.BytesIO(data)),
         lambda: elf.undefined_symbols(io.BytesIO(data)),
         lambda: elf._has_sections(io.BytesIO(data), elf.DEVICE_CODE_SECTIONS),
@@ -104,7 +106,15 @@ def _selftest_case(n: int) -> None:
         pass
 
 
-def run_case(seeds: list[bytes], regions: list[list[tuple[int, int]]], n: int, selftest: bool, cpu: int) -> dict:
+class Case(TypedDict, total=False):
+    """How case `case` ended: the readers' outcome, or the failure the harness caught."""
+
+    case: int
+    outcome: str
+    failure: str
+
+
+def run_case(seeds: list[bytes], regions: list[list[tuple[int, int]]], n: int, selftest: bool, cpu: int) -> Case:
     """Fork; the child sets its budgets and runs case n; the parent reads how it ended."""
     read_end, write_end = os.pipe()
     pid = os.fork()

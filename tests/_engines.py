@@ -25,7 +25,7 @@ class Engines:
     """Which engines respond (name -> None) or why not (name -> reason), and what the suite started."""
 
     why_not: dict[str, str | None] = field(default_factory=dict)
-    started: list[subprocess.Popen] = field(default_factory=list)
+    started: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def stop(self) -> None:
         for proc in self.started:

@@ -13,7 +13,7 @@ import shlex
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, AnyStr, Sequence
 
 import pytest
 
@@ -43,7 +43,7 @@ def default_limit() -> float:
     return TIMEOUT if LIMIT is None else max(1.0, min(TIMEOUT, LIMIT - MARGIN))
 
 
-def stop_group(proc: subprocess.Popen) -> None:
+def stop_group(proc: subprocess.Popen[AnyStr]) -> None:
     """Stop the process and everything in its session: SIGTERM, GRACE seconds, then SIGKILL."""
     for sig, wait in ((signal.SIGTERM, GRACE), (signal.SIGKILL, None)):
         try:
@@ -58,7 +58,7 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 
 def run(cmd: Sequence[str | Path] | str, *, timeout: float | None = None, check: bool = False,
-        capture_output: bool = False, **kwargs: Any) -> subprocess.CompletedProcess:
+        capture_output: bool = False, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
     """subprocess.run with a timeout that is never absent (None: default_limit()), the process in a
     session of its own, stopped whole when its time is up."""
     limit = default_limit() if timeout is None else timeout

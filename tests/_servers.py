@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import signal
@@ -27,7 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable
+from typing import Any, BinaryIO, Callable
 from tests import _proc, _shared
 
 PY = sys.executable
@@ -36,10 +37,11 @@ PY = sys.executable
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # (host, port) for AF_INET
+        return port
 
 
-def wait_http(url: str, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
+def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
     """Until url answers any HTTP status (a liveness wait, not a timed assertion)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -59,7 +61,7 @@ def wait_http(url: str, proc: subprocess.Popen | None = None, timeout: float = 3
 class Daemon:
     """A server this suite starts as a child process: stopped (terminated, then reaped) when its block ends."""
 
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
 
     def __exit__(self, *exc: object) -> None:
         if self.proc and self.proc.poll() is None:
@@ -88,7 +90,7 @@ class PypiServer:
         self.htpasswd = write_htpasswd(root / "htpasswd", user, password)
         self.port = port or free_port()
         self.log = root / "pypiserver.log"
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -197,7 +199,7 @@ class StaticServer(Daemon):
         self.root = root
         self.log = log
         self.port = free_port()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -253,7 +255,7 @@ def build_wheel(tmp: Path, name: str = "tiny_pkg", version: str = "1.0", module:
     return wheel
 
 
-def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
+def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     return _proc.run([PY, "-m", "pip", "--python", str(python), "install", "--isolated",
                       "--no-cache-dir", "--disable-pip-version-check", "-v", *args],
@@ -275,10 +277,10 @@ class NegotiatingServer:
         json_type = self.JSON
 
         class Handler(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *a, **kw) -> None:
+            def __init__(self, *a: Any, **kw: Any) -> None:
                 super().__init__(*a, directory=str(root), **kw)
 
-            def send_head(self):  # noqa: ANN201
+            def send_head(self) -> io.BytesIO | BinaryIO | None:
                 path = self.translate_path(self.path)
                 if os.path.isdir(path) and self.path.endswith("/") and json_type in self.headers.get("Accept", "") \
                         and os.path.exists(os.path.join(path, "index.json")):
@@ -449,7 +451,7 @@ class Nginx(Daemon):
         self.binary = ensure_debian_package("nginx", "nginx-light")
         self.root, self.work = root, work
         self.port = free_port()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -518,7 +520,7 @@ class DevpiServer(Daemon):
         self.bin = devpi_tools()
         self.root, self.user, self.password = root, user, password
         self.port = free_port()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -566,7 +568,7 @@ class Registry(Daemon):
         self.binary = ensure_debian_package("docker-registry", "docker-registry")
         self.work = work
         self.port = free_port()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def host(self) -> str:
@@ -613,7 +615,7 @@ class Redis(Daemon):
     def __init__(self, work: Path, password: str | None = None) -> None:
         self.binary = ensure_debian_package("redis-server", "redis-server")
         self.work, self.password, self.port = work, password, free_port()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -655,7 +657,7 @@ class DavStore(Daemon):
             assert DAV_EXT.exists(), r.stderr[-500:]
         self.work, self.port = work, free_port()
         self.root = work / "root"
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:

@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -49,7 +49,7 @@ def run_root(factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-def once_per_run(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], dict]) -> tuple[Path, dict]:
+def once_per_run(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], dict[str, Any]]) -> tuple[Path, dict[str, Any]]:
     """make(out) -> a JSON-able result, run by one process of this run; every other process waiting for
     it gets the same directory and result. A failed make is recorded as such: every other process of the
     run fails at once with its error, rather than making it again (and again, past its time limit)."""

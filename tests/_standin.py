@@ -25,6 +25,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from wheelci.config import matrix as mx
 from wheelci.util.cache import cache_dir
@@ -97,7 +98,7 @@ def tag(arch: str = "x86_64") -> str:
     return f"{REPO}:{recipe_key(arch)}"
 
 
-def _run(*cmd: str | Path, **kw) -> None:
+def _run(*cmd: str | Path, **kw: Any) -> None:
     r = _proc.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd[:4]))}... failed: {(r.stderr or r.stdout).strip()[-800:]}")

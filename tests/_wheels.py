@@ -96,7 +96,7 @@ def wheel_entries(wheel: Path) -> list[tuple[str, bytes, int]]:
         return [(i.filename, z.read(i), i.external_attr >> 16) for i in z.infolist()]
 
 
-def pip_check_install(wheel: Path, target: Path) -> subprocess.CompletedProcess:
+def pip_check_install(wheel: Path, target: Path) -> subprocess.CompletedProcess[str]:
     """pip install --no-deps --target (pip reads RECORD but does not re-hash: see assert_valid_record)."""
     return _proc.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
                       "--disable-pip-version-check", "--target", str(target), str(wheel)],
@@ -104,7 +104,7 @@ def pip_check_install(wheel: Path, target: Path) -> subprocess.CompletedProcess:
 
 
 def run_stage(module: str, *args: str | Path, env: dict[str, str] | None = None,
-              cwd: Path | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
+              cwd: Path | None = None, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """Run `python -m <module> ARGS` the way a user would (the project root on sys.path)."""
     import os
     root = Path(__file__).resolve().parent.parent
@@ -115,7 +115,7 @@ def run_stage(module: str, *args: str | Path, env: dict[str, str] | None = None,
 
 
 def signal_mid_write(module: str, *args: str | Path, out: Path, signum: int, env: dict[str, str] | None = None,
-                     timeout: float = 120.0) -> subprocess.CompletedProcess:
+                     timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     """Run a stage as run_stage does and send it `signum` once a `.part` file shows in `out` or below (it is
     writing an output). Waits are bounded by `timeout`; nothing here times the stage itself."""
     import os
@@ -206,7 +206,7 @@ BAD_WHEELS = {
 }
 
 
-def _replace_in_entries(entries: list[tuple[str, bytes, int]], suffix: str, data: bytes) -> list:
+def _replace_in_entries(entries: list[tuple[str, bytes, int]], suffix: str, data: bytes) -> list[tuple[str, bytes, int]]:
     return [(n, data if n.endswith(suffix) else d, m) for n, d, m in entries]
 
 
