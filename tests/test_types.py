@@ -1,7 +1,10 @@
 """The wheelci package type-checks: mypy over it, as ci/pyproject.toml's [tool.mypy] configures it, finds
 nothing. Annotations nobody checks drift from the code (a tuple default for a list, a str rebound to a
 Path, a None not ruled out); run here, a change that breaks them fails the suite. Shown able to fail:
-the same configuration on a generated module with a type error and a stale ignore reports both."""
+the same configuration on a generated module with a type error and a stale ignore reports both.
+
+The suite's helper modules (tests/_*.py) get mypy --strict, as the root pyproject.toml's [tool.mypy]
+configures it: what every test runs through (processes, servers, wheels) says what it takes and gives."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "ci" / "pyproject.toml"
+HELPERS_CONFIG = ROOT / "pyproject.toml"  # tests/_*.py, strictly
 
 
 def test_the_package_type_checks(tmp_path):
@@ -49,3 +53,31 @@ def test_the_modules_the_data_flows_through_are_checked_strictly(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "src/wheelci/steps.py:1: error: Function is missing a type annotation  [no-untyped-def]" in r.stdout
     assert "other.py" not in r.stdout, r.stdout
+
+
+def test_the_suite_helpers_type_check_strictly(tmp_path):
+    r = _proc.run([sys.executable, "-m", "mypy", "--config-file", str(HELPERS_CONFIG),
+                   "--cache-dir", str(tmp_path / "cache")],
+                  cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
+    helpers = len(list((ROOT / "tests").glob("_*.py")))
+    assert f"Success: no issues found in {helpers} source files" in r.stdout, r.stdout[-2000:]
+
+
+def test_the_helpers_check_reports_an_untyped_function(tmp_path):
+    """The same configuration over a copy of tests/_proc.py with an untyped function and a bare Popen
+    added: --strict's checks, not mypy's defaults, ran (both pass without them)."""
+    copy = tmp_path / "tree" / "tests" / "_proc.py"
+    copy.parent.mkdir(parents=True)
+    text = (ROOT / "tests" / "_proc.py").read_text()
+    line = text.count("\n") + 3
+    copy.write_text(text + "\n\ndef untyped(x):\n    return x\n\n\ndef bare(p: subprocess.Popen) -> None:\n    pass\n")
+    r = _proc.run([sys.executable, "-m", "mypy", "--config-file", str(HELPERS_CONFIG),
+                   "--cache-dir", str(tmp_path / "cache")],
+                  cwd=copy.parent.parent, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (f"tests/_proc.py:{line}: error: Function is missing a type annotation  [no-untyped-def]"
+            in r.stdout), r.stdout
+    assert (f'tests/_proc.py:{line + 4}: error: Missing type arguments for generic type "Popen"  [type-arg]'
+            in r.stdout), r.stdout
+    assert "Found 2 errors in 1 file (checked 1 source file)" in r.stdout, r.stdout
