@@ -3,7 +3,7 @@ nothing. Annotations nobody checks drift from the code (a tuple default for a li
 Path, a None not ruled out); run here, a change that breaks them fails the suite. Shown able to fail:
 the same configuration on a generated module with a type error and a stale ignore reports both.
 
-The suite's helper modules (tests/_*.py) get mypy --strict, as the root pyproject.toml's [tool.mypy]
+The suite's helper modules (tests/_*.py) get mypy --strict, as tests/mypy.ini
 configures it: what every test runs through (processes, servers, wheels) says what it takes and gives."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "ci" / "pyproject.toml"
-HELPERS_CONFIG = ROOT / "pyproject.toml"  # tests/_*.py, strictly
+HELPERS_CONFIG = ROOT / "tests" / "mypy.ini"  # tests/_*.py, strictly
 
 
 def test_the_package_type_checks(tmp_path):
