@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import socket
 import sys
@@ -49,6 +50,22 @@ def files_leaks(*roots: Path) -> dict[str, list[str]]:
                 continue  # built artefacts: their bytes are checked through the logs that describe them
             if found := leaks(path.read_text(errors="replace")):
                 out[str(path.relative_to(root))] = found
+    return out
+
+
+def cache_leaks() -> dict[str, list[str]]:
+    """Canaries in the tool cache's own files: every stamp, record and marker in its top three levels (an
+    environment's `.complete.json`, a build tree's record), not the packages installed below them."""
+    from wheelci.util.cache import cache_dir
+
+    top, out = cache_dir(), {}
+    for where, dirs, files in os.walk(top):
+        if len(Path(where).relative_to(top).parts) >= 2:
+            dirs.clear()  # envs/NAME/...: the installed packages, pip's own files
+        for name in files:
+            path = Path(where) / name
+            if not path.is_symlink() and path.stat().st_size < 1 << 20 and (found := leaks(path.read_text(errors="replace"))):
+                out[str(path.relative_to(top))] = found
     return out
 
 
@@ -237,6 +254,7 @@ def test_a_whole_build_and_upload_with_canaries_everywhere(world, tmp_path):
         assert_clean(r, out, work, summary=Path(env["GITHUB_STEP_SUMMARY"]))
         (wheel,) = out.glob("*.whl")
         assert (server.packages / wheel.name).is_file()  # it did upload, with the canary password
+    assert not cache_leaks(), cache_leaks()  # no stamp or record the build kept in the tool's cache
     stage_runs = [
         ("ci.check", [wheel, "--limit", "pypi"]), ("ci.check", [tmp_path / "missing.whl"]),
         ("ci.abi", [wheel]), ("ci.abi", [tmp_path / "missing.whl"]),
