@@ -470,9 +470,10 @@ def _with_run(plan: Plan, run: RunSettings) -> Plan:
     if run.nvcc_source not in ("auto", "host", "wheel"):
         raise CiError(f"--nvcc {run.nvcc_source!r}: choose from auto, host, wheel")
     pypi, notes = pypi_destination(run), list(plan.notes)
+    upload = pypi is not None and pypi.startswith("--upload")  # the pypi limit alone is a size: labels stay
     if run.local_version == "auto":
-        label = None if (run.variants and plan.cuda is None) or pypi else variant_label(plan)
-        if pypi:
+        label = None if (run.variants and plan.cuda is None) or upload else variant_label(plan)
+        if upload:
             notes.append(f"no local version label ({pypi}): PyPI refuses local versions, so the wheel is "
                          f"{plan.project or 'the project'}'s plain version; every variant of a release then has the same "
                          "file name, and PyPI takes one of them (publish the others, labelled, to an index of your own)")
@@ -481,12 +482,12 @@ def _with_run(plan: Plan, run: RunSettings) -> Plan:
     else:
         local_version("0", run.local_version)  # a bad label is refused here, before the dry run shows it
         label = run.local_version
-        if pypi and pypi.startswith("--upload"):
+        if upload:
             raise CiError(f"--local-version {label} with {pypi}: PyPI refuses local version labels (+{label}); use "
                           "--local-version none (or auto), or upload to an index of your own")
-        if pypi:
-            notes.append(f"warning: the local version label +{label} cannot go to PyPI ({pypi}): PyPI refuses local "
-                         "versions; --local-version none makes a wheel it takes")
+    if pypi and not upload and label:
+        notes.append(f"warning: the local version label +{label} cannot go to PyPI ({pypi}): PyPI refuses local "
+                     "versions; --local-version none makes a wheel it takes (`wheelci check --limit pypi` refuses it)")
     if refused := sorted(set(run.public_env) - secret.shown_names(run.public_env)):
         notes.append(f"public-env names {', '.join(refused)}: a secret by its name, never shown (masked as {secret.MASK})")
         run = replace(run, public_env=sorted(secret.shown_names(run.public_env)))
