@@ -416,7 +416,7 @@ def watch_slow_build(args: list, env: dict[str, str], logfile: Path, release: Pa
         # the step prints nothing more until released: the lines that still come are the timer's
         err.wait_for(lambda: len(beats()) >= seen + 2, "heartbeat while the compiler is silent", building)
         assert building.poll() is None
-        assert re.search(r", 0/[1-9]\d* steps$", beats()[-1]), beats()[-1]  # ninja's count: none done, one running
+        assert re.search(r", 0 of [1-9]\d* files$", beats()[-1]), beats()[-1]  # ninja's count: none done, one running
     finally:
         release.touch()
         building.wait(timeout=WAIT)
