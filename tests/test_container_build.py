@@ -93,18 +93,19 @@ def error_lines(r: subprocess.CompletedProcess) -> list[str]:
 
 
 def test_failure_inside_the_container_names_the_log(engines, standin, tmp_path):
-    """pip cannot get torch inside (an index that refuses): exit 1, one error line with the log's path,
-    the log's last lines shown, nothing in -w."""
+    """pip cannot get torch inside (no torch in the find-links directory, no index reachable from the
+    container): exit 1, one error line with the log's path, the log's last lines shown, nothing in -w. (An
+    index the user names is checked before the build: unreachable, it is bad input, exit 2.)"""
     need(engines, "docker")
     empty = tmp_path / "links"
     empty.mkdir()
     out = tmp_path / "out"
-    r = build("docker", standin["docker"], empty, out, "--cpu", "--torch-index-url", "http://127.0.0.1:9/simple")
+    r = build("docker", standin["docker"], empty, out, "--cpu")
     assert r.returncode == 1, r.stderr[-3000:]
     (line,) = error_lines(r)
     assert "cibuildwheel failed with exit status" in line and "full log: " in line
     log = Path(line.split("full log: ")[1].strip())
-    assert log.is_file() and "127.0.0.1:9" in log.read_text(errors="replace")
+    assert log.is_file() and "torch" in log.read_text(errors="replace")
     assert "the last lines of cibuildwheel's log" in r.stderr and "Traceback" not in r.stderr
     assert not list(out.glob("*.whl")) and not list(out.glob(".wheelci-stage-*"))
 

@@ -485,7 +485,7 @@ def _with_run(plan: Plan, run: RunSettings) -> Plan:
         if upload:
             raise CiError(f"--local-version {label} with {pypi}: PyPI refuses local version labels (+{label}); use "
                           "--local-version none (or auto), or upload to an index of your own")
-    if pypi and not upload and label:
+    if pypi and not upload and label and run.local_version != "auto":  # one the user chose (auto's: check says)
         notes.append(f"warning: the local version label +{label} cannot go to PyPI ({pypi}): PyPI refuses local "
                      "versions; --local-version none makes a wheel it takes (`wheelci check --limit pypi` refuses it)")
     if refused := sorted(set(run.public_env) - secret.shown_names(run.public_env)):
