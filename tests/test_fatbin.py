@@ -170,7 +170,8 @@ def test_a_wheels_libraries_listed_with_their_device_code(tmp_path):
     w.warnings = fb.mismatch_warnings(w.device_code, "9.0", [], [])
     md = to_markdown(BuildReport(plan={"project": "kpkg", "cuda": "13.0", "torch": "2.13.0"}, wheels=[w]))
     assert "`kpkg/_C.so` device code: sm_80 compute_90" in md, md
-    assert "> warning: _C.so holds device code for sm_80 compute_90, the arch list 9.0 asked for sm_90" in md, md
+    # the warning is text from the wheel, escaped for Markdown: `_C` would open emphasis
+    assert "> warning: \\_C.so holds device code for sm_80 compute_90, the arch list 9.0 asked for sm_90" in md, md
 
 
 def elf_with_fatbins(ranges: list[tuple[int, int]], region: bytes) -> bytes:
