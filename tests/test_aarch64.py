@@ -62,7 +62,8 @@ def arm_tiny(arm_image, arm_cpu_torch, tmp_path_factory) -> Path:
     """tiny_ext built for aarch64 (CPU) in the aarch64 image under QEMU, and verified there: its -w."""
     out = tmp_path_factory.mktemp("arm-tiny") / "wheelhouse"
     r = run_stage("ci.build", TINY, "--cpu", "--archs", "aarch64", "--engine", "docker", "--image", arm_image,
-                  "--torch", CPU_TORCH, "--find-links", arm_cpu_torch, "-w", out, env=EPOCH)
+                  "--torch", CPU_TORCH, "--find-links", arm_cpu_torch, "-w", out, env=EPOCH,
+                  timeout=3600)  # a compile under QEMU: 37 min on a loaded 2-core machine, past a command's default 15
     assert r.returncode == 0, r.stderr[-4000:]
     return out
 
