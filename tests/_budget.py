@@ -101,8 +101,9 @@ def evict(cache: Path, over: int, since: float = 0.0) -> list[tuple[Path, int]]:
     use, the one freeing most first, until `over` bytes are gone (or none is left)."""
     top = cache.resolve()
     for pattern in (*TEST_INPUTS, "envs/*"):  # what an interrupted eviction left aside
-        for left in glob.glob(str((top / pattern).parent / ".evicted-*")):
-            shutil.rmtree(left, ignore_errors=True)
+        for left in map(Path, glob.glob(str((top / pattern).parent / ".evicted-*"))):
+            if not left.is_symlink() and left.resolve().parent.is_relative_to(top):  # never through a link out
+                shutil.rmtree(left, ignore_errors=True)
     found = [Path(p) for pattern in TEST_INPUTS for p in glob.glob(str(top / pattern))]
     found += unused_envs(top, since) if since else []
     # a link (or a parent that is one) points out of the cache: not the suite's to remove

@@ -173,6 +173,12 @@ def test_a_build_environment_the_run_did_not_use_is_evicted_one_it_used_never(tm
     assert [p.name for p, _ in gone] == ["torch-2.13.0-cpu-py311-from-0123456789ab"]
     assert (cache / "envs" / "torch-2.13.0-cpu-py311" / "data").exists()
     assert _budget.evict(cache, over=10 << 20) == []  # no run's start known: no environment is touched
+    outside = tmp_path / "outside" / ".evicted-keep"  # an aside left there, reached through a link: not ours
+    outside.mkdir(parents=True)
+    shutil.rmtree(cache / "envs")
+    (cache / "envs").symlink_to(outside.parent, target_is_directory=True)
+    _budget.evict(cache, over=10 << 20, since=3000.0)
+    assert outside.is_dir()
 
 
 def test_a_timeout_stops_what_the_command_started_too(tmp_path):

@@ -204,7 +204,8 @@ def test_on_github_actions_the_plan_is_printed_with_workflow_commands_off(tmp_pa
 
 
 HOSTILE_TOOL = (r"import sys; w = sys.stdout.write; w('::error title=wheelci::build OK\n'); "
-                r"w('\x1b]52;c;ZXZpbA==\x07\x1b[2K\x1b[1;1Hok \x1b[32mgreen\x1b[0m\n'); w('::add-mask::report\n')")
+                r"w('\x1b]52;c;ZXZpbA==\x07\x1b[2K\x1b[1;1Hok \x1b[32mgreen\x1b[0m\n'); w('::add-mask::report\n'); "
+                r"w('\x1b\x1b]x\x07[2J \x1b\x01]0;t\x07 \xc2\x9b2J\n'); w('::error::no newline at the end')")
 
 
 @pytest.mark.parametrize("actions", [True, False], ids=["github-actions", "terminal"])
@@ -218,6 +219,7 @@ def test_a_tools_streamed_output_keeps_its_colours_and_drives_nothing(capfd, mon
     proc.stream([sys.executable, "-c", HOSTILE_TOOL], what="a hostile tool")
     err = capfd.readouterr().err
     assert "\x1b]52" not in err and "\x1b[2K" not in err and "\x1b[1;1H" not in err
+    assert "\x1b[2J" not in err and "\x1b\x01]" not in err and "\x9b" not in err  # rebuilt or split escapes, C1
     assert "ok \x1b[32mgreen\x1b[0m" in err
     lines = err.splitlines()
     commands = [i for i, ln in enumerate(lines) if ln.startswith(("::error", "::add-mask"))]

@@ -457,6 +457,7 @@ def pypi_destination(run: RunSettings) -> str | None:
         host = urlsplit(run.upload).hostname if run.upload else None
     except ValueError:
         host = None
+    host = host.rstrip(".") if host else None  # upload.pypi.org. is the same host
     if host in PYPI_UPLOAD_HOSTS:
         return f"--upload to {host}"
     if run.limit and run.limit.strip().lower() == "pypi":

@@ -79,8 +79,8 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
                 if log is not None:
                     log.write(secret.redact_bytes(line))
                     log.flush()
-                if show:
-                    passthrough(line)
+                if show:  # a last line without its newline would swallow what comes next (a marker)
+                    passthrough(line if line.endswith(b"\n") else line + b"\n")
                 if on_line is not None:
                     on_line(line)
                 if line.strip():

@@ -33,13 +33,14 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|
 _MARKDOWN = re.compile(r"([\\`*\[\]#|~]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z]))")
 
 
-# the escapes a tool's streamed output keeps: SGR (colours, bold), CSI sequences ending in `m`
-_NOT_SGR = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-ln-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+# what a tool's streamed output loses: every ESC that does not open an SGR sequence (colours, bold), so no
+# escape survives in part or rebuilt from pieces, and the UTF-8 C1 controls (CSI, OSC as one character)
+_NOT_SGR = re.compile(rb"\x1b(?!\[[0-9;:]*m)|\xc2[\x80-\x9f]")
 
 
 def terminal_bytes(data: bytes) -> bytes:
-    """A tool's output as a terminal or a log may show it: every escape but colours removed."""
-    return _NOT_SGR.sub(b"", data) if b"\x1b" in data else data
+    """A tool's output as a terminal or a log may show it: colours kept, no other escape can start."""
+    return _NOT_SGR.sub(b"", data)
 
 
 def one_line(text: object) -> str:
