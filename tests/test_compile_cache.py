@@ -258,3 +258,55 @@ def test_a_second_machine_takes_every_compile_from_the_store_and_writes_the_same
     assert took["used"] and took["device"]["hits"] >= filled["device"]["misses"], took
     assert took["device"]["misses"] == 0 and took["host"]["misses"] == 0 and took["errors"] == 0, took
     assert warm == filled_wheel
+
+
+@pytest.mark.parametrize("backend,config,variables", [
+    ("scikit-build-core", ["-C", "cmake.define.CMAKE_C_COMPILER_LAUNCHER=/x/ccache",
+                           "-C", "cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=/x/ccache",
+                           "-C", "cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=/x/ccache"], set()),
+    ("meson-python", [], set()),  # meson puts ccache in front by itself
+    ("setuptools", [], {"CXX", "PYTORCH_NVCC", "TORCH_NO_COMPILER_WRAPPER"}),
+    ("pep517", [], {"CXX", "PYTORCH_NVCC", "TORCH_NO_COMPILER_WRAPPER"}),
+])
+def test_the_cache_goes_in_front_of_the_compilers_as_each_backend_takes_it(tmp_path, backend, config, variables):
+    from wheelci.compile import launch
+
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    put = launch.launchers(Path("/x/ccache"), backend=backend, cuda=True, cxx=None, path="/usr/bin:/bin",
+                           shim_dir=tmp_path / "shim", nvcc=nvcc)
+    assert put.config == config and set(put.environ) == variables
+    if "CXX" in variables:  # every torch alike: its own wrapper off, ours one word (cpp_extension quotes CXX)
+        assert put.environ["CXX"] == str(tmp_path / "shim" / "c++") and put.environ["TORCH_NO_COMPILER_WRAPPER"] == "1"
+        assert put.environ["PYTORCH_NVCC"] == f"/x/ccache {nvcc}"
+    given = launch.launchers(Path("/x/ccache"), backend="setuptools", cuda=False, cxx="g++ -m64", path="/usr/bin",
+                             shim_dir=tmp_path / "other", nvcc=None)
+    assert "CXX" not in given.environ and not (tmp_path / "other").exists()  # a compiler with its flags: as given
+
+
+def test_a_setuptools_compile_through_the_shim_hits_ccache_from_another_directory(tmp_path):
+    """The one-word CXX runs the real compiler through a real ccache: the same source compiled in a second
+    work directory (the cache's base) is a hit, and the object is the same."""
+    import shutil
+
+    from tests import _proc
+    from wheelci.compile import launch
+
+    ccache = shutil.which("ccache")
+    assert ccache, "ccache is a system package of the suite (scripts/system-packages)"
+    objects = []
+    for n in (1, 2):
+        work = tmp_path / f"work{n}"
+        (work / "src").mkdir(parents=True)
+        (work / "src" / "op.cpp").write_text("int twice(int x) { return 2 * x; }\n")
+        put = launch.launchers(Path(ccache), backend="setuptools", cuda=False, cxx="c++", path="/usr/bin:/bin",
+                               shim_dir=work / "ccache-bin", nvcc=None)
+        env = {"PATH": "/usr/bin:/bin", "CCACHE_DIR": str(tmp_path / "cache"), "CCACHE_BASEDIR": str(work),
+               "CCACHE_NOHASHDIR": "true", **put.environ}
+        r = _proc.run([put.environ["CXX"], "-c", "-O2", "-g", str(work / "src" / "op.cpp"), "-o", str(work / "op.o")],
+                      env=env, capture_output=True, text=True, cwd=work)
+        assert r.returncode == 0, r.stderr
+        objects.append((work / "op.o").read_bytes())
+        stats = _proc.run([ccache, "--print-stats"], env=env, capture_output=True, text=True).stdout
+        counts = dict(line.split("\t", 1) for line in stats.splitlines() if "\t" in line)
+    assert int(counts["direct_cache_hit"]) + int(counts.get("preprocessed_cache_hit", 0)) == 1, stats
+    assert int(counts["cache_miss"]) == 1 and objects[0] == objects[1]

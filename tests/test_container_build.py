@@ -212,7 +212,8 @@ def test_image_builds_through_each_engine_cli(engines, standin, tmp_path, engine
 @pytest.mark.parametrize("engine", ENGINES)
 def test_before_all_scripts_in_the_image(engines, standin, engine):
     """ci/resources/container/*.sh as cibuildwheel runs them: from the read-only mount of ci/, in the image.
-    With no ccache and no yum or dnf, ensure_ccache.sh leaves a pass-through launcher that runs the compiler;
+    With no ccache and no yum or dnf, ensure_ccache.sh leaves a pass-through launcher that runs the compiler,
+    and the one-word CXX of setuptools builds (wheelci.cibw.CONTAINER_CXX) runs c++ through that;
     check_image.sh accepts the image's own CUDA and refuses another."""
     from wheelci import cibw
     from wheelci.engine import PODMAN_ULIMITS
@@ -221,7 +222,7 @@ def test_before_all_scripts_in_the_image(engines, standin, engine):
     root = Path(__file__).resolve().parent.parent
     limits = [f"--ulimit={u}" for u in PODMAN_ULIMITS] if engine == "podman" else []
     script = (f"rm $(command -v ccache) && sh {cibw.CONTAINER_SCRIPTS}/ensure_ccache.sh && command -v ccache "
-              f"&& ccache g++ --version "
+              f"&& ccache g++ --version && {cibw.CONTAINER_CXX} --version "
               f"&& sh {cibw.CONTAINER_SCRIPTS}/check_image.sh {_standin.CUDA} 99 && echo image-ok "
               f"&& ! sh {cibw.CONTAINER_SCRIPTS}/check_image.sh 11.8 99")
     r = _proc.run([engine, "run", "--rm", "--network=host", *limits,
@@ -230,4 +231,5 @@ def test_before_all_scripts_in_the_image(engines, standin, engine):
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "/usr/local/bin/ccache" and lines[1].startswith("g++")  # the shim, running the compiler
+    assert [x for x in lines if x.startswith("c++ ")] == ["c++ " + lines[1].split(" ", 1)[1]]  # CXX: c++, via ccache
     assert "image-ok" in lines and "build image does not have CUDA 11.8:" in lines

@@ -273,7 +273,7 @@ def _run_before_all_script(command: str) -> subprocess.CompletedProcess:
     return _proc.run(["sh", "-c", script], capture_output=True, text=True, env=env)
 
 
-def test_before_all_checks_run_in_a_real_shell():
+def test_before_all_checks_run_in_a_real_shell(tmp_path):
     """Run the image check here, against this machine's own toolkit and compiler, as sh runs it there
     (a machine with no toolkit at /usr/local/cuda fails every row's nvcc check, as an image would)."""
     from wheelci.engine import nvcc_version
@@ -295,7 +295,8 @@ def test_before_all_checks_run_in_a_real_shell():
             assert r.returncode == 0 and r.stdout == "", r.stdout
     cpu = pl.make_plan(pl.Request(cuda=None), project_dir=ROOT).environment["CIBW_BEFORE_ALL_LINUX"]
     assert cpu == f"sh {cibw.CONTAINER_SCRIPTS}/ensure_ccache.sh"
-    assert _run_before_all_script(cpu).returncode == 0
+    assert _run_before_all_script(f"{cpu} {tmp_path}").returncode == 0  # its CXX shim here, not where the image has it
+    assert (tmp_path / "c++").read_text() == '#!/bin/sh\nexec ccache c++ "$@"\n' and os.access(tmp_path / "c++", os.X_OK)
 
 
 def test_the_image_check_names_a_too_new_gcc(tmp_path):

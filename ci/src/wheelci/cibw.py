@@ -14,9 +14,11 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wheelci.config.project import Backend
 from wheelci.engine import CA_VARIABLES, Engine
 
 CONTAINER_CCACHE = "/ccache"
+CONTAINER_CXX = "/usr/local/lib/wheelci-ccache/c++"  # ccache, then c++: written by ensure_ccache.sh
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
 CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount this package read-only (ci.repair runs from it)
 CONTAINER_SCRIPTS = f"{CONTAINER_TOOL}/wheelci/resources/container"  # wheelci/resources/container/*.sh, mounted
@@ -98,17 +100,24 @@ def image_variable(machine: str) -> str:
 
 def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str], before_build: str, cuda: str | None,
                 arch_list: str, nvcc_flags: list[str], tools: Path, ccache: Path, ca: str | None,
-                gcc_max: int | None = None, find_links: Path | None = None) -> dict[str, str]:
+                gcc_max: int | None = None, find_links: Path | None = None, backend: str = "setuptools") -> dict[str, str]:
     """The CIBW_* variables a container build sets (a host build shows what a container one would).
-    `images`: the build image of each machine architecture built (cibuildwheel's CIBW_ARCHS)."""
+    `images`: the build image of each machine architecture built (cibuildwheel's CIBW_ARCHS); `backend`: the
+    project's build backend, which says how ccache goes in front of its compilers (wheelci.compile.launch)."""
     create, extra = container_options(engine, find_links, tools, ccache, ca)
-    inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CMAKE_C_COMPILER_LAUNCHER": "ccache",
-             "CMAKE_CXX_COMPILER_LAUNCHER": "ccache", **extra}
+    # the project is copied to /project in every build: paths below it hash alike from run to run
+    inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CCACHE_BASEDIR": "/project", "CCACHE_NOHASHDIR": "true"}
+    if backend == Backend.SCIKIT_BUILD_CORE:
+        inner |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": "ccache" for lang in ("C", "CXX", *(["CUDA"] if cuda else []))}
+    elif backend != Backend.MESON_PYTHON:  # meson finds ccache by itself
+        inner |= {"CXX": CONTAINER_CXX, "TORCH_NO_COMPILER_WRAPPER": "1"}
+        if cuda:
+            inner["PYTORCH_NVCC"] = f"ccache {CONTAINER_CUDA_HOME}/bin/nvcc"
+    inner |= extra
     before_all = [f"sh {CONTAINER_SCRIPTS}/ensure_ccache.sh"]
     if cuda:
         inner = {"CUDA_HOME": CONTAINER_CUDA_HOME, "PATH": f"{CONTAINER_CUDA_HOME}/bin:$PATH",
-                 "TORCH_CUDA_ARCH_LIST": arch_list, "CUDAFLAGS": " ".join(nvcc_flags),
-                 "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache", **inner}
+                 "TORCH_CUDA_ARCH_LIST": arch_list, "CUDAFLAGS": " ".join(nvcc_flags), **inner}
         before_all[:0] = [f"sh {CONTAINER_SCRIPTS}/check_image.sh {shlex.quote(cuda)} {gcc_max}"]
     env = {
         "CIBW_BUILD": " ".join(identifiers),
@@ -151,6 +160,7 @@ class ContainerInputs:
     stable_abi: str | None = None  # the stable-ABI target: its flags extend the image's
     stable_flags: dict[str, str] = field(default_factory=dict)
     build_env: dict[str, str] = field(default_factory=dict)  # the project's variables, last
+    backend: str = "setuptools"  # the project's build backend (how ccache goes in front of its compilers)
 
 
 def container_environment(c: ContainerInputs) -> dict[str, str]:
@@ -160,7 +170,7 @@ def container_environment(c: ContainerInputs) -> dict[str, str]:
     env = environment(engine=c.engine, images=c.images, identifiers=c.identifiers,
                       before_build=before_build(c.build_requires, c.torch_requirement, c.torch_index, c.cudnn),
                       cuda=c.cuda, arch_list=c.arch_list, nvcc_flags=c.nvcc_flags, tools=c.tools, ccache=c.ccache,
-                      ca=c.ca, gcc_max=c.gcc_max, find_links=c.find_links)
+                      ca=c.ca, gcc_max=c.gcc_max, find_links=c.find_links, backend=c.backend)
     added = {k: (v if k == "CI_STABLE_ABI" else f"${k} {v}") for k, v in c.stable_flags.items()}
     words = [env["CIBW_ENVIRONMENT_LINUX"], *([cibw_environment(added)] if added else []),
              *([cibw_environment(c.build_env)] if c.build_env else [])]

@@ -421,7 +421,8 @@ def container_inputs(plan: Plan, machine: Machine) -> ContainerInputs:
         nvcc_flags=list(plan.nvcc_flags), tools=machine.tools, ccache=machine.ccache, ca=machine.facts.ca_bundle,
         gcc_max=plan.gcc_max, find_links=Path(plan.find_links) if plan.find_links else None,
         excludes=list(plan.run.excludes), stable_abi=plan.stable.target if plan.stable else None,
-        stable_flags=dict(plan.stable_flags), build_env=dict(plan.run.build_env))
+        stable_flags=dict(plan.stable_flags), build_env=dict(plan.run.build_env),
+        backend=plan.backend)
 
 
 @dataclass(frozen=True)

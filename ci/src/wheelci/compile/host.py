@@ -21,7 +21,7 @@ from typing import Iterator
 
 from wheelci.errors import CiError, Finding
 from wheelci.util import log, proc
-from wheelci.compile import hints, progress, sccache
+from wheelci.compile import hints, launch, progress, sccache
 from wheelci.compile.sccache import CacheReport
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
@@ -103,30 +103,29 @@ def requirements_held(env: BuildEnv, plan) -> Iterator[int]:
         install_build_requires(env, plan)  # exclusive, then held shared again above
 
 
-def ccache_environ(plan, work_dir: Path, cmake: bool, config: list[str]) -> dict[str, str]:
-    """ccache as the compiler launcher, where it is installed: CMake launchers for scikit-build-core;
-    torch.utils.cpp_extension puts ccache in front of its compilers and nvcc itself when it finds it
-    (recent torch; CC/CXX must then stay plain, it quotes them as one word), so setuptools projects get
-    only the cache settings. The work directory is ccache's base (paths below it are hashed relative),
-    so a rebuild in a new temporary directory still hits."""
-    if not shutil.which("ccache"):
-        return {}
-    out = {"CCACHE_DIR": plan.ccache_dir, "CCACHE_BASEDIR": str(work_dir.resolve()), "CCACHE_NOHASHDIR": "true"}
-    langs = ["C", "CXX"] + (["CUDA"] if plan.cuda is not None else [])
-    if cmake:
-        config += [arg for lang in langs for arg in ("-C", f"cmake.define.CMAKE_{lang}_COMPILER_LAUNCHER=ccache")]
-    return out
+def ccache_launchers(plan, work_dir: Path, environ: dict[str, str], nvcc: Path | None) -> launch.Launchers:
+    """ccache in front of the compilers, where it is installed (wheelci.compile.launch: every torch alike).
+    The work directory is ccache's base (paths below it are hashed relative), so a rebuild in a new
+    temporary directory still hits."""
+    ccache = shutil.which("ccache")
+    if ccache is None:
+        return launch.Launchers()
+    put = launch.launchers(Path(ccache), backend=plan.backend, cuda=plan.cuda is not None, cxx=environ.get("CXX"),
+                           path=environ.get("PATH"), shim_dir=work_dir / "ccache-bin", nvcc=nvcc)
+    return launch.Launchers(environ={"CCACHE_DIR": plan.ccache_dir, "CCACHE_BASEDIR": str(work_dir.resolve()),
+                                     "CCACHE_NOHASHDIR": "true", **put.environ}, config=put.config)
 
 
 @contextlib.contextmanager
 def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_root: Path | None, cmake: bool,
-                 environ: dict[str, str], launch: list[str]) -> Iterator[list[CacheReport]]:
+                 environ: dict[str, str], local: launch.Launchers) -> Iterator[tuple[list[CacheReport], launch.Launchers]]:
     """The plan's remote compile cache for the compile inside the block (wheelci.compile.sccache): its server
-    up, sccache in front of the compilers in place of ccache (`launch`: CMake's launchers, replaced); the list
-    yielded holds what it did once the block ends. No remote store: nothing changes, the list stays empty."""
+    up, sccache in front of the compilers in place of ccache (`local`); yields what it did (a list filled
+    once the block ends) and the launchers the compile uses. No remote store, or one that does not answer:
+    ccache's launchers, and the list stays empty."""
     cache = plan.compile_cache
     if cache is None:
-        yield []
+        yield [], local
         return
     binary = sccache.binary(env.python)
     if binary is None:  # installed with the build requirements: only a broken environment lacks it
@@ -134,12 +133,12 @@ def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_ro
                       "run again with --fresh")
     bases = sccache.base_dirs(work_dir, project_dir, env.root, cuda_root)
     with sccache.serving(cache, binary, work_dir, bases) as (server, reports):
-        if server is not None:
-            launch.clear()
+        if server is None:
+            yield reports, local
+        else:
             nvcc = cuda_root / "bin" / "nvcc" if cuda_root is not None else None
-            environ.update(sccache.launchers(server, environ, work_dir / "sccache-bin", nvcc, cmake, launch,
-                                             plan.cuda is not None))
-        yield reports
+            yield reports, sccache.launchers(server, backend=plan.backend, cuda=plan.cuda is not None, cxx=environ.get("CXX"),
+                                             path=environ.get("PATH"), shim_dir=work_dir / "sccache-bin", nvcc=nvcc)
     if reports and reports[0].used:  # one that was not used said so when it was passed over
         log.info(f"compile cache: {describe(reports[0])}")
 
@@ -234,8 +233,6 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
             config += ["-C", f"cmake.define.CMAKE_CUDA_FLAGS={' '.join([*plan.nvcc_flags, *cuda_flags])}"]
         else:
             environ["NVCC_APPEND_FLAGS"] = " ".join([*plan.nvcc_flags, *cuda_flags])
-    launch: list[str] = []  # the compiler launchers (ccache's, or sccache's with a remote store)
-    environ.update(ccache_environ(plan, work_dir, cmake, launch))
     if plan.cuda is None:  # a CPU build sees no CUDA toolkit (ci.plan.CpuView)
         view = plan.cpu_view
         assert view is not None, "a host CPU plan carries its toolchain view"
@@ -250,6 +247,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     environ["PATH"] = f"{env.python.parent}{os.pathsep}{environ.get('PATH', '')}"
     environ["PYTHONUNBUFFERED"] = "1"  # the backend's own lines reach the log when said, among the compiler's
     environ.update(plan.run.build_env)
+    local = ccache_launchers(plan, work_dir, environ, root / "bin" / "nvcc" if root is not None else None)
     note_extra_files(work_dir, environ)
     keep_sound(plan, backend, project_dir, work_dir, files, configure, environ)
     dist = work_dir / "dist"
@@ -261,8 +259,11 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     start = time.monotonic()
     tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
     with requirements_held(env, plan) as env_fd, remote_cache(plan, env, work_dir, project_dir, root, cmake, environ,
-                                                              launch) as cached:
-        cmd = [env.python, "-m", "build", "--no-isolation", "--wheel", "-o", dist, *config, *launch, project_dir]
+                                                              local) as (cached, put):
+        # the compile cache's launchers (ccache's, or sccache's with a remote store); the project's own
+        # variables stay, but CXX, which the one-word shim runs
+        environ.update({k: v for k, v in put.environ.items() if k == "CXX" or k not in plan.run.build_env})
+        cmd = [env.python, "-m", "build", "--no-isolation", "--wheel", "-o", dist, *config, *put.config, project_dir]
         with logfile.open("wb") as out, log.Ticker("compiling") as ticker:
             done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ,
                                pass_fds=(*hold_fds, env_fd),

@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
-import shutil
 import socket
 import subprocess
 import time
@@ -23,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from wheelci.compile import launch
 from wheelci.config.compilecache import CompileCache
 from wheelci.util import log, secret
 
@@ -210,27 +209,8 @@ def _end(server: subprocess.Popen) -> None:
             return
 
 
-def launchers(server: Server, environ: dict[str, str], shim_dir: Path, nvcc: Path | None, cmake: bool,
-              config: list[str], cuda: bool) -> dict[str, str]:
-    """sccache in front of the compilers: CMake's launchers for scikit-build-core; for setuptools (torch's
-    cpp_extension, which quotes CXX as one word and would put ccache in front of it), CXX becomes a one-word
-    script that runs the real compiler through sccache, and nvcc comes through PYTORCH_NVCC."""
-    out = dict(server.environ)
-    if cmake:
-        langs = ["C", "CXX"] + (["CUDA"] if cuda else [])
-        config += [a for lang in langs for a in ("-C", f"cmake.define.CMAKE_{lang}_COMPILER_LAUNCHER={server.binary}")]
-        return out
-    out["TORCH_NO_COMPILER_WRAPPER"] = "1"  # ccache would come first, in front of sccache
-    # CXX only: C++ is what cpp_extension compiles, while CC is what it gives nvcc as -ccbin, where a
-    # script that runs sccache again fails nvcc's probe of its host compiler
-    given = environ.get("CXX") or "c++"
-    real = shutil.which(given, path=environ.get("PATH")) if " " not in given.strip() else None
-    if real is not None:  # a compiler given with its flags stays as given, uncached
-        shim_dir.mkdir(parents=True, exist_ok=True)
-        shim = shim_dir / "c++"
-        shim.write_text(f"#!/bin/sh\nexec {shlex.quote(str(server.binary))} {shlex.quote(real)} \"$@\"\n")
-        shim.chmod(0o755)
-        out["CXX"] = str(shim)
-    if nvcc is not None:
-        out["PYTORCH_NVCC"] = shlex.join([str(server.binary), str(nvcc)])
-    return out
+def launchers(server: Server, *, backend: str, cuda: bool, cxx: str | None, path: str | None, shim_dir: Path,
+              nvcc: Path | None) -> launch.Launchers:
+    """sccache in front of the compilers (wheelci.compile.launch), with what a call needs to reach the server."""
+    put = launch.launchers(server.binary, backend=backend, cuda=cuda, cxx=cxx, path=path, shim_dir=shim_dir, nvcc=nvcc)
+    return launch.Launchers(environ={**server.environ, **put.environ}, config=put.config)
