@@ -105,8 +105,11 @@ def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str
     `images`: the build image of each machine architecture built (cibuildwheel's CIBW_ARCHS); `backend`: the
     project's build backend, which says how ccache goes in front of its compilers (wheelci.compile.launch)."""
     create, extra = container_options(engine, find_links, tools, ccache, ca)
-    # the project is copied to /project in every build: paths below it hash alike from run to run
-    inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CCACHE_BASEDIR": "/project", "CCACHE_NOHASHDIR": "true"}
+    # the project is copied to /project in every build: paths below it hash alike from run to run. pip does
+    # not byte-compile the throwaway build environment (three quarters of installing torch; under QEMU,
+    # minutes): the build imports a part of it. PIP_COMPILE=false, as PIP_NO_COMPILE=1 means compile.
+    inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CCACHE_BASEDIR": "/project", "CCACHE_NOHASHDIR": "true",
+             "PIP_COMPILE": "false"}
     if backend == Backend.SCIKIT_BUILD_CORE:
         inner |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": "ccache" for lang in ("C", "CXX", *(["CUDA"] if cuda else []))}
     elif backend != Backend.MESON_PYTHON:  # meson finds ccache by itself
