@@ -278,9 +278,20 @@ def test_the_cache_goes_in_front_of_the_compilers_as_each_backend_takes_it(tmp_p
     if "CXX" in variables:  # every torch alike: its own wrapper off, ours one word (cpp_extension quotes CXX)
         assert put.environ["CXX"] == str(tmp_path / "shim" / "c++") and put.environ["TORCH_NO_COMPILER_WRAPPER"] == "1"
         assert put.environ["PYTORCH_NVCC"] == f"/x/ccache {nvcc}"
+    torch_own = launch.launchers(Path("/x/ccache"), backend=backend, cuda=True, cxx=None, path="/usr/bin:/bin",
+                                 shim_dir=tmp_path / "own", nvcc=nvcc, torch_finds_it=True)
+    assert torch_own.config == config and not torch_own.environ  # torch 2.13 on: its own ccache, ours would be a second
     given = launch.launchers(Path("/x/ccache"), backend="setuptools", cuda=False, cxx="g++ -m64", path="/usr/bin",
                              shim_dir=tmp_path / "other", nvcc=None)
     assert "CXX" not in given.environ and not (tmp_path / "other").exists()  # a compiler with its flags: as given
+
+
+@pytest.mark.parametrize("torch,finds", [("2.12.1", False), ("2.13.0", True), ("2.13.0+cpu", True), ("2.14.1", True),
+                                         ("2.9.1", False), ("3.0", True), ("nightly", False)])
+def test_torch_finds_ccache_itself_from_2_13(torch, finds):
+    from wheelci.config.compilecache import torch_finds_ccache
+
+    assert torch_finds_ccache(torch) is finds
 
 
 def test_a_setuptools_compile_through_the_shim_hits_ccache_from_another_directory(tmp_path):

@@ -459,11 +459,15 @@ def test_the_container_environment_is_made_once_from_the_plan_s_fields(tmp_path)
     assert plan.environment["CIBW_ENVIRONMENT_LINUX"].endswith("A='1'")
 
 
-@pytest.mark.parametrize("backend,cuda", [("setuptools", "13.0"), ("setuptools", None), ("scikit-build-core", "13.0"),
-                                          ("meson-python", None)])
-def test_the_container_puts_ccache_in_front_of_the_compilers_as_the_backend_takes_it(backend, cuda):
-    """Read as cibuildwheel reads it: CMake gets launchers, a setuptools build (whatever its torch) the one-word
-    CXX that ensure_ccache.sh writes and ccache before nvcc, Meson neither; pip byte-compiles nothing."""
+@pytest.mark.parametrize("backend,cuda,torch", [("setuptools", "13.0", "2.11.0"), ("setuptools", None, "2.9.1"),
+                                                ("setuptools", "13.0", "2.13.0"), ("scikit-build-core", "13.0", "2.11.0"),
+                                                ("meson-python", None, "2.9.1")])
+def test_the_container_puts_ccache_in_front_of_the_compilers_as_the_backend_takes_it(backend, cuda, torch):
+    """Read as cibuildwheel reads it: CMake gets launchers; a setuptools build against a torch that does not
+    put ccache in front of its compilers itself (before 2.13) the one-word CXX that ensure_ccache.sh writes
+    and ccache before nvcc, against a newer one nothing (torch's own); Meson neither; pip byte-compiles nothing."""
+    from wheelci.config.compilecache import torch_finds_ccache
+
     from cibuildwheel.environment import parse_environment
 
     from wheelci.engine import Engine
@@ -471,14 +475,14 @@ def test_the_container_puts_ccache_in_front_of_the_compilers_as_the_backend_take
     inputs = cibw.ContainerInputs(engine=Engine("docker"), images={"x86_64": "img"}, identifiers=["cp311-manylinux_x86_64"],
                                   torch_requirement="torch==2.13.0", torch_index=None, cudnn=None, build_requires=[],
                                   cuda=cuda, arch_list="9.0", nvcc_flags=[], tools=Path("/t"), ccache=Path("/c"),
-                                  backend=backend)
+                                  backend=backend, torch_finds_ccache=torch_finds_ccache(torch))
     env = parse_environment(cibw.container_environment(inputs)["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"PATH": "/bin"})
     launchers = {k for k in env if k.endswith("_COMPILER_LAUNCHER")}
     assert env["PIP_COMPILE"] == "false" and env["CCACHE_BASEDIR"] == "/project"
     if backend == "scikit-build-core":
         assert launchers == {"CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_CUDA_COMPILER_LAUNCHER"}
         assert "CXX" not in env
-    elif backend == "setuptools":
+    elif backend == "setuptools" and torch != "2.13.0":
         assert not launchers and env["CXX"] == cibw.CONTAINER_CXX and env["TORCH_NO_COMPILER_WRAPPER"] == "1"
         assert env.get("PYTORCH_NVCC") == (f"ccache {cibw.CONTAINER_CUDA_HOME}/bin/nvcc" if cuda else None)
     else:

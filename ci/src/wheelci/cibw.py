@@ -100,10 +100,12 @@ def image_variable(machine: str) -> str:
 
 def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str], before_build: str, cuda: str | None,
                 arch_list: str, nvcc_flags: list[str], tools: Path, ccache: Path, ca: str | None,
-                gcc_max: int | None = None, find_links: Path | None = None, backend: str = "setuptools") -> dict[str, str]:
+                gcc_max: int | None = None, find_links: Path | None = None, backend: str = "setuptools",
+                torch_finds_ccache: bool = True) -> dict[str, str]:
     """The CIBW_* variables a container build sets (a host build shows what a container one would).
     `images`: the build image of each machine architecture built (cibuildwheel's CIBW_ARCHS); `backend`: the
-    project's build backend, which says how ccache goes in front of its compilers (wheelci.compile.launch)."""
+    project's build backend and `torch_finds_ccache` (the torch built against puts ccache in front of its
+    compilers itself) say how ccache goes in front of the compilers (wheelci.compile.launch)."""
     create, extra = container_options(engine, find_links, tools, ccache, ca)
     # the project is copied to /project in every build: paths below it hash alike from run to run. pip does
     # not byte-compile the throwaway build environment (three quarters of installing torch; under QEMU,
@@ -112,7 +114,7 @@ def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str
              "PIP_COMPILE": "false"}
     if backend == Backend.SCIKIT_BUILD_CORE:
         inner |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": "ccache" for lang in ("C", "CXX", *(["CUDA"] if cuda else []))}
-    elif backend != Backend.MESON_PYTHON:  # meson finds ccache by itself
+    elif backend != Backend.MESON_PYTHON and not torch_finds_ccache:  # meson finds ccache by itself
         inner |= {"CXX": CONTAINER_CXX, "TORCH_NO_COMPILER_WRAPPER": "1"}
         if cuda:
             inner["PYTORCH_NVCC"] = f"ccache {CONTAINER_CUDA_HOME}/bin/nvcc"
@@ -164,6 +166,7 @@ class ContainerInputs:
     stable_flags: dict[str, str] = field(default_factory=dict)
     build_env: dict[str, str] = field(default_factory=dict)  # the project's variables, last
     backend: str = "setuptools"  # the project's build backend (how ccache goes in front of its compilers)
+    torch_finds_ccache: bool = True  # the torch built against puts ccache in front of its compilers itself
 
 
 def container_environment(c: ContainerInputs) -> dict[str, str]:
@@ -173,7 +176,8 @@ def container_environment(c: ContainerInputs) -> dict[str, str]:
     env = environment(engine=c.engine, images=c.images, identifiers=c.identifiers,
                       before_build=before_build(c.build_requires, c.torch_requirement, c.torch_index, c.cudnn),
                       cuda=c.cuda, arch_list=c.arch_list, nvcc_flags=c.nvcc_flags, tools=c.tools, ccache=c.ccache,
-                      ca=c.ca, gcc_max=c.gcc_max, find_links=c.find_links, backend=c.backend)
+                      ca=c.ca, gcc_max=c.gcc_max, find_links=c.find_links, backend=c.backend,
+                      torch_finds_ccache=c.torch_finds_ccache)
     added = {k: (v if k == "CI_STABLE_ABI" else f"${k} {v}") for k, v in c.stable_flags.items()}
     words = [env["CIBW_ENVIRONMENT_LINUX"], *([cibw_environment(added)] if added else []),
              *([cibw_environment(c.build_env)] if c.build_env else [])]

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from wheelci import archs as arch, engine as eng
 from wheelci.config import matrix as mx
+from wheelci.config.compilecache import torch_finds_ccache
 from wheelci.config.options import Options
 from wheelci.cibw import ContainerInputs, cibw_quote, container_environment
 from wheelci.engine import Engine, Facts, detect_facts
@@ -422,7 +423,7 @@ def container_inputs(plan: Plan, machine: Machine) -> ContainerInputs:
         gcc_max=plan.gcc_max, find_links=Path(plan.find_links) if plan.find_links else None,
         excludes=list(plan.run.excludes), stable_abi=plan.stable.target if plan.stable else None,
         stable_flags=dict(plan.stable_flags), build_env=dict(plan.run.build_env),
-        backend=plan.backend)
+        backend=plan.backend, torch_finds_ccache=torch_finds_ccache(plan.torch))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from wheelci.compile.sccache import CacheReport
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
 from wheelci.config import constraints
+from wheelci.config.compilecache import torch_finds_ccache
 from wheelci.engine import nvcc_dirs
 
 # headers force-included into host builds: they keep the wheel within torch's manylinux policy
@@ -103,7 +104,7 @@ def requirements_held(env: BuildEnv, plan) -> Iterator[int]:
         install_build_requires(env, plan)  # exclusive, then held shared again above
 
 
-def ccache_launchers(plan, work_dir: Path, environ: dict[str, str], nvcc: Path | None) -> launch.Launchers:
+def ccache_launchers(plan, env: BuildEnv, work_dir: Path, environ: dict[str, str], nvcc: Path | None) -> launch.Launchers:
     """ccache in front of the compilers, where it is installed (wheelci.compile.launch: every torch alike).
     The work directory is ccache's base (paths below it are hashed relative), so a rebuild in a new
     temporary directory still hits."""
@@ -111,7 +112,8 @@ def ccache_launchers(plan, work_dir: Path, environ: dict[str, str], nvcc: Path |
     if ccache is None:
         return launch.Launchers()
     put = launch.launchers(Path(ccache), backend=plan.backend, cuda=plan.cuda is not None, cxx=environ.get("CXX"),
-                           path=environ.get("PATH"), shim_dir=work_dir / "ccache-bin", nvcc=nvcc)
+                           path=environ.get("PATH"), shim_dir=work_dir / "ccache-bin", nvcc=nvcc,
+                           torch_finds_it=torch_finds_ccache(env.torch_version))
     return launch.Launchers(environ={"CCACHE_DIR": plan.ccache_dir, "CCACHE_BASEDIR": str(work_dir.resolve()),
                                      "CCACHE_NOHASHDIR": "true", **put.environ}, config=put.config)
 
@@ -247,7 +249,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     environ["PATH"] = f"{env.python.parent}{os.pathsep}{environ.get('PATH', '')}"
     environ["PYTHONUNBUFFERED"] = "1"  # the backend's own lines reach the log when said, among the compiler's
     environ.update(plan.run.build_env)
-    local = ccache_launchers(plan, work_dir, environ, root / "bin" / "nvcc" if root is not None else None)
+    local = ccache_launchers(plan, env, work_dir, environ, root / "bin" / "nvcc" if root is not None else None)
     note_extra_files(work_dir, environ)
     keep_sound(plan, backend, project_dir, work_dir, files, configure, environ)
     dist = work_dir / "dist"

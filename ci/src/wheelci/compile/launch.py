@@ -1,10 +1,12 @@
 """A compile cache (ccache, or sccache over a remote store) in front of the project's compilers.
 
-CMake takes it as CMAKE_<LANG>_COMPILER_LAUNCHER. torch's cpp_extension (setuptools) quotes CXX as one
-word and, from torch 2.13, puts whatever ccache it finds in front of its compilers by itself, while older
-torch puts nothing: so CXX becomes a one-word script that runs the real compiler through the cache, nvcc
-comes through PYTORCH_NVCC, and torch's own wrapper is off (TORCH_NO_COMPILER_WRAPPER). Every torch then
-gets the same cache, and never two caches in a row. Meson finds ccache by itself. CC stays plain: cpp_extension gives it to nvcc as
+CMake takes it as CMAKE_<LANG>_COMPILER_LAUNCHER; Meson finds ccache by itself. torch's cpp_extension
+(setuptools) puts the ccache it finds in front of its compilers by itself from torch 2.13
+(wheelci.config.compilecache.torch_finds_ccache), nvcc and its one-file-at-a-time path included, and puts
+nothing before: there, and for sccache (which torch's wrapper would put behind ccache), CXX becomes a
+one-word script (cpp_extension quotes CXX as one word) that runs the real compiler through the cache, nvcc
+comes through PYTORCH_NVCC, and torch's own wrapper is off (TORCH_NO_COMPILER_WRAPPER): never two caches
+in a row. (Through those, only the ninja path is cached: the other compiles C++ with CC.) CC stays plain: cpp_extension gives it to nvcc as
 -ccbin, where a script fails nvcc's probe of its host compiler.
 """
 
@@ -38,13 +40,13 @@ def shim_text(launcher: str, compiler: str) -> str:
 
 
 def launchers(launcher: Path, *, backend: str, cuda: bool, cxx: str | None, path: str | None, shim_dir: Path,
-              nvcc: Path | None) -> Launchers:
+              nvcc: Path | None, torch_finds_it: bool = False) -> Launchers:
     """`launcher` in front of a host build's compilers, as the project's build `backend` takes it. `cxx`:
     the CXX the build would use (None: c++), resolved on `path`; a compiler given with its flags (more than
-    one word) stays as given, uncached."""
+    one word) stays as given, uncached. `torch_finds_it`: the build's torch puts `launcher` there itself."""
     if backend == Backend.SCIKIT_BUILD_CORE:
         return Launchers(config=cmake_config(str(launcher), cuda))
-    if backend == Backend.MESON_PYTHON:
+    if backend == Backend.MESON_PYTHON or torch_finds_it:
         return Launchers()
     out = {"TORCH_NO_COMPILER_WRAPPER": "1"}
     given = (cxx or "c++").strip()
