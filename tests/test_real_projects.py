@@ -8,6 +8,11 @@ per layout the generic path once failed on; and a project with a git submodule.
 - torch-linear-assignment 0.0.6: builds its CUDA backend only when `torch.cuda.is_available()` or
   `FORCE_CUDA=1`: the plan sets the switch it reads, so `--cuda` alone makes a CUDA wheel; turned off
   (`--env FORCE_CUDA=0`), the CPU-only wheel is a finding.
+- torch-spline-conv 1.2.2, a PyG-family project (as torch-scatter, torch-sparse, torch-cluster): with
+  `FORCE_CUDA=1` (read from its setup.py by the plan) each op is two libraries, `_basis_cpu` and
+  `_basis_cuda`, that register the same operators; the package loads only the one that fits. Verify loads
+  the package as it loads itself and every other library in a process of its own: loading both into one
+  process aborts ("Tried to register an operator ... multiple times").
 
 Each sdist is fetched by its pinned sha256 (a different file is refused), cached.
 """
@@ -21,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -44,6 +50,8 @@ SDISTS = {
     # CPU builds, in test_real_projects_cpu.py
     "torchsort": ("torchsort-0.1.10.tar.gz", "416a7dd2ab88332b27e98318d7fb2e0243b9fb6f1fffcf77760d63103d70dd04"),
     "torch-cluster": ("torch_cluster-1.6.3.tar.gz", "78d5a930a5bbd0d8788df8c6d66addd68d6dd292fe3edb401e3dacba26308152"),
+    "torch-spline-conv": ("torch_spline_conv-1.2.2.tar.gz",
+                          "ed45a81da29f774665dbdd4709d7e534cdf16d2e7006dbd06957f35bd09661b2"),
 }
 
 
@@ -123,6 +131,29 @@ def test_cuda_only_when_forced_is_forced_by_the_plan_and_a_finding_when_turned_o
     assert "+pt2.13.0.cu130-" in wheel.name
     checks = report["verify"]
     assert checks["import torch_linear_assignment"] == "ok" and checks["test_command"].startswith("ok"), checks
+    assert "libcudart.so.13" in report["wheels"][0]["excluded"]
+
+
+def test_a_pyg_family_cuda_wheel_with_alternative_libraries_verifies(tmp_path):
+    """torch-spline-conv's CUDA wheel from its sdist (host engine, one arch): six libraries, each op's CPU
+    and CUDA alternatives side by side; verified as its package loads them, then its report read back."""
+    from tests.test_real_projects_cpu import verified_build
+
+    args = ("--cuda", "13.0", "--arch-list", "9.0")
+    dry = run_stage("ci.build", sdist("torch-spline-conv"), "--engine", "host", *args, "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout)["switches"] == {"FORCE_CUDA": "1"}, dry.stderr[-2000:]
+    wheel, report, built = verified_build("torch-spline-conv", tmp_path, CHECKS / "check_spline_conv.py", args)
+    print(f"torch-spline-conv: {'built and cached' if built else 'reused the cached'} {wheel.name}, "
+          f"build {report.get('build_seconds')} s")
+    assert wheel.name.startswith("torch_spline_conv-1.2.2+pt2.13.0.cu130-cp311-cp311-manylinux_"), wheel.name
+    with zipfile.ZipFile(wheel) as z:
+        libraries = sorted(n.rsplit("/", 1)[-1].split(".")[0] for n in z.namelist() if n.endswith(".so"))
+    assert libraries == sorted(f"_{op}_{kind}" for op in ("basis", "version", "weighting") for kind in ("cpu", "cuda"))
+    checks = report["verify"]
+    assert checks["import torch_spline_conv"] == "ok" and checks["test_command"].startswith("ok"), checks
+    # each library the package did not load was loaded in a process of its own, and loads
+    alone = {k: v for k, v in checks.items() if k.startswith("load ")}
+    assert alone and all(v == "ok" for v in alone.values()), checks
     assert "libcudart.so.13" in report["wheels"][0]["excluded"]
 
 
