@@ -87,9 +87,10 @@ def _pip_config(key: str) -> str | None:
     return None
 
 
-def build(tmp: Path, source: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict, list[Path]]:
+def build(tmp: Path, source: Path, *args: str, timeout: float | None = None) -> tuple[subprocess.CompletedProcess, dict, list[Path]]:
     out = tmp / "out"
-    r = run_stage("ci.build", source, "--engine", "host", "-w", out, "--work-dir", tmp / "work", *args)
+    r = run_stage("ci.build", source, "--engine", "host", "-w", out, "--work-dir", tmp / "work", *args,
+                  **({"timeout": timeout} if timeout else {}))
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {}
     return r, report, sorted(out.glob("*.whl"))
 
@@ -134,6 +135,7 @@ def test_cuda_only_when_forced_is_forced_by_the_plan_and_a_finding_when_turned_o
     assert "libcudart.so.13" in report["wheels"][0]["excluded"]
 
 
+@pytest.mark.timeout(3600)  # cold: twelve files, one at a time (use_ninja=False), on a busy 2-core machine
 def test_a_pyg_family_cuda_wheel_with_alternative_libraries_verifies(tmp_path):
     """torch-spline-conv's CUDA wheel from its sdist (host engine, one arch): six libraries, each op's CPU
     and CUDA alternatives side by side; verified as its package loads them, then its report read back."""
@@ -142,7 +144,8 @@ def test_a_pyg_family_cuda_wheel_with_alternative_libraries_verifies(tmp_path):
     args = ("--cuda", "13.0", "--arch-list", "9.0")
     dry = run_stage("ci.build", sdist("torch-spline-conv"), "--engine", "host", *args, "--dry-run", "--json")
     assert dry.returncode == 0 and json.loads(dry.stdout)["switches"] == {"FORCE_CUDA": "1"}, dry.stderr[-2000:]
-    wheel, report, built = verified_build("torch-spline-conv", tmp_path, CHECKS / "check_spline_conv.py", args)
+    wheel, report, built = verified_build("torch-spline-conv", tmp_path, CHECKS / "check_spline_conv.py", args,
+                                          timeout=3300)
     print(f"torch-spline-conv: {'built and cached' if built else 'reused the cached'} {wheel.name}, "
           f"build {report.get('build_seconds')} s")
     assert wheel.name.startswith("torch_spline_conv-1.2.2+pt2.13.0.cu130-cp311-cp311-manylinux_"), wheel.name

@@ -116,16 +116,18 @@ def store(entry: Path, wheel: Path, key: dict, report: dict | None = None) -> No
         shutil.rmtree(part, ignore_errors=True)
 
 
-def verified_build(project: str, tmp: Path, check: Path, args: tuple[str, ...] = BUILD_ARGS) -> tuple[Path, dict, bool]:
+def verified_build(project: str, tmp: Path, check: Path, args: tuple[str, ...] = BUILD_ARGS,
+                   timeout: float | None = None) -> tuple[Path, dict, bool]:
     """The project's verified wheel and its build's report, from the cache or built now (then cached);
-    and whether it was built now. The CUDA builds of test_real_projects.py use it too."""
+    and whether it was built now (`timeout`: the build's, where a cold one takes longer than a command's
+    default). The CUDA builds of test_real_projects.py use it too."""
     source = sdist(project)
     key = build_key(source, args)
     entry = cache_dir("real-project-wheels", f"{project}-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}")
     wheel = cached_wheel(entry, key)
     if wheel is not None:
         return wheel, cached_report(entry), False
-    r, report, wheels = build(tmp, source, *args, "--test-command", f"python {check}")
+    r, report, wheels = build(tmp, source, *args, "--test-command", f"python {check}", timeout=timeout)
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(wheels) == 1, wheels
     assert report["passed"] and report["verify"]["test_command"].startswith("ok"), report["verify"]
