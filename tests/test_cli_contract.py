@@ -182,6 +182,7 @@ FAILURES: dict[str, list[tuple[list[str], int]]] = {
               (["build", "--json"], 2)],
     "engine": [(["--json", "--no-such-option"], 2)],
     "cache": [(["prune", "--max-size", "lots", "--json"], 2)],
+    "bench": [(["surgery", "--json", "--split-limit"], 2)],
 }
 CASES = [(stage, args, code) for stage, cases in FAILURES.items() for args, code in cases]
 

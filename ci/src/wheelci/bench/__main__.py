@@ -1,7 +1,5 @@
-"""`python -m wheelci.bench` (and `python -m ci.bench` in this repository)."""
+"""`python -m wheelci.bench` (and `python -m ci.bench` in this repository): the command line runs it."""
 
-import sys
+import runpy
 
-from wheelci.bench import main
-
-sys.exit(main())
+runpy.run_module("wheelci.commands.bench", run_name="__main__")

@@ -16,7 +16,6 @@ Prints each time, its compile step's seconds, and its ratio to the cold build.
 from __future__ import annotations
 from wheelci.util.invocation import command
 
-import argparse
 import os
 import re
 import shutil
@@ -75,17 +74,14 @@ def measure(name: str, variant: str) -> list[tuple[str, float, float]]:
     return rows
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"{command('bench')} build", description=__doc__.splitlines()[0])
-    p.add_argument("--project", choices=sorted(PROJECTS), action="append", help="default: all")
-    p.add_argument("--variant", choices=sorted(VARIANTS), action="append", help="default: all")
-    args = p.parse_args(argv)
+def run(*, projects: list[str] | None = None, variants: list[str] | None = None) -> int:
+    """Each project and variant given (default: all), one after the other."""
     if not shutil.which("ccache"):
         print(f"{command('bench')} build: no ccache here (scripts/bootstrap installs it as root): no ccache row",
               file=sys.stderr)
     print(f"{'project':<10} {'variant':<7} {'build':<9} {'seconds':>8} {'compile s':>10} {'of cold':>8}")
-    for name in args.project or sorted(PROJECTS):
-        for variant in args.variant or sorted(VARIANTS):
+    for name in projects or sorted(PROJECTS):
+        for variant in variants or sorted(VARIANTS):
             rows = measure(name, variant)
             cold = rows[0][1]
             for kind, total, compiled in rows:

@@ -15,7 +15,6 @@ Prints each compile step's seconds, its ratio to cold, and what sccache counted 
 from __future__ import annotations
 from wheelci.util.invocation import command
 
-import argparse
 import json
 import os
 import re
@@ -92,36 +91,32 @@ def halves(arch_list: str) -> list[str]:
     return arch_parts(arch_list, 2)
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"{command('bench')} compile-cache", description=__doc__.splitlines()[0])
-    p.add_argument("--project", choices=sorted(PROJECTS), default="example")
-    p.add_argument("--cuda", default="13.0")
-    p.add_argument("--arch-list", help="default: the matrix row's (the fan-out splits it in two)")
-    args = p.parse_args(argv)
+def run(*, project: str = "example", cuda: str = "13.0", arch_list: str | None = None) -> int:
+    """The project's compile step cold, on a first and a second machine, and after a fan-out."""
     from wheelci.config import matrix
 
-    arch_list = args.arch_list or matrix.load().row(args.cuda).arch_list
-    base = ["--cuda", args.cuda, "--arch-list", arch_list]
+    arch_list = arch_list or matrix.load().row(cuda).arch_list
+    base = ["--cuda", cuda, "--arch-list", arch_list]
     rows: list[tuple[str, float, dict]] = []
     with tempfile.TemporaryDirectory(prefix="bench-compile-cache-") as tmp_name:
-        tmp, project = Path(tmp_name), PROJECTS[args.project]
-        rows.append(("cold", *build(project, tmp, "cold", base, None)))
+        tmp, project_dir = Path(tmp_name), PROJECTS[project]
+        rows.append(("cold", *build(project_dir, tmp, "cold", base, None)))
         store = Store(tmp / "redis")
         try:
-            rows.append(("first machine", *build(project, tmp, "first", base, store.url)))
-            rows.append(("second machine", *build(project, tmp, "second", base, store.url)))
+            rows.append(("first machine", *build(project_dir, tmp, "first", base, store.url)))
+            rows.append(("second machine", *build(project_dir, tmp, "second", base, store.url)))
         finally:
             store.close()
         fan = Store(tmp / "redis-fanout")
         try:
             for i, part in enumerate(halves(arch_list)):
-                rows.append((f"fan-out job {i + 1} ({part})", *build(project, tmp, f"part{i}",
-                             ["--cuda", args.cuda, "--arch-list", part], fan.url)))
-            rows.append(("full list after fan-out", *build(project, tmp, "full", base, fan.url)))
+                rows.append((f"fan-out job {i + 1} ({part})", *build(project_dir, tmp, f"part{i}",
+                             ["--cuda", cuda, "--arch-list", part], fan.url)))
+            rows.append(("full list after fan-out", *build(project_dir, tmp, "full", base, fan.url)))
         finally:
             fan.close()
     cold = rows[0][1] or 1.0
-    print(f"{args.project}, CUDA {args.cuda}, arch list {arch_list}: compile step (--compile-only)")
+    print(f"{project}, CUDA {cuda}, arch list {arch_list}: compile step (--compile-only)")
     print(f"{'build':<36} {'compile s':>9} {'of cold':>8} {'device hits/misses':>19} {'host hits/misses':>17}")
     for name, seconds, c in rows:
         dev, host = c.get("device") or {}, c.get("host") or {}

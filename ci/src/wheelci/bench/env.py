@@ -9,7 +9,6 @@ a removed cache entry, a new torch). Prints each time and the ratio.
 from __future__ import annotations
 from wheelci.util.invocation import command
 
-import argparse
 import shutil
 import tempfile
 import time
@@ -17,18 +16,14 @@ from pathlib import Path
 
 
 
-def main(argv: list[str]) -> int:
+def run(*, torch: str = "2.14.1", cuda: str = "13.0", repeat: int = 2) -> int:
+    """`repeat` rounds of pip and uv each making the environment of PyPI's torch `torch` (CUDA `cuda`)."""
     from wheelci.compile.hostenv import TorchSpec, create_env
 
-    p = argparse.ArgumentParser(prog=command("bench") + " env", description=__doc__.splitlines()[0])
-    p.add_argument("--torch", default="2.14.1", help="a torch release PyPI's default build serves (default 2.14.1)")
-    p.add_argument("--cuda", default="13.0", help="that build's CUDA (default 13.0)")
-    p.add_argument("--repeat", type=int, default=2, help="rounds, each pip then uv or uv then pip (default 2)")
-    args = p.parse_args(argv)
-    spec = TorchSpec(args.torch, args.cuda, None, True)  # PyPI's own build: both installers name that index
+    spec = TorchSpec(torch, cuda, None, True)  # PyPI's own build: both installers name that index
     times: dict[str, list[float]] = {"pip": [], "uv": []}
     with tempfile.TemporaryDirectory(prefix="wheelci-bench-env-") as tmp:
-        for round_ in range(args.repeat):
+        for round_ in range(repeat):
             for installer in ("pip", "uv") if round_ % 2 == 0 else ("uv", "pip"):
                 root = Path(tmp) / f"{installer}-{round_}"
                 start = time.monotonic()
@@ -37,6 +32,6 @@ def main(argv: list[str]) -> int:
                 print(f"round {round_ + 1}: {installer} {times[installer][-1]:.1f} s", flush=True)
                 shutil.rmtree(root)
     pip, uv = min(times["pip"]), min(times["uv"])
-    print(f"torch {args.torch} (CUDA {args.cuda}) environment, best of {args.repeat}: pip {pip:.1f} s, "
+    print(f"torch {torch} (CUDA {cuda}) environment, best of {repeat}: pip {pip:.1f} s, "
           f"uv {uv:.1f} s, uv/pip {uv / pip:.2f} ({pip / uv:.1f}x faster)")
     return 0

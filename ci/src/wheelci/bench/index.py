@@ -17,7 +17,6 @@ meets a warm page cache. Reported: median seconds over --repeat rounds and the r
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -66,13 +65,13 @@ def fetch(req: str, isolated: bool = True) -> Path:
     return found[0]
 
 
-def inputs(args: argparse.Namespace) -> list[Path]:
-    if args.wheels:
-        files = sorted(p for p in Path(args.wheels).iterdir() if p.name.endswith((".whl", ".tar.gz")))
+def inputs(wheels: str | None, *, no_torch: bool = False) -> list[Path]:
+    if wheels:
+        files = sorted(p for p in Path(wheels).iterdir() if p.name.endswith((".whl", ".tar.gz")))
         if not files:
-            raise SystemExit(f"bench index: no wheels in {args.wheels}")
+            raise SystemExit(f"bench index: no wheels in {wheels}")
         return files
-    files = [fetch(TORCH, isolated=False)] if not args.no_torch else []
+    files = [fetch(TORCH, isolated=False)] if not no_torch else []
     return files + [fetch(r) for r in NVIDIA + SMALL]
 
 
@@ -109,14 +108,11 @@ FEATURES = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=f"{command('bench')} index", description=__doc__.splitlines()[0])
-    p.add_argument("--wheels", metavar="DIR", help="index these wheels instead of the default set")
-    p.add_argument("--repeat", type=int, default=3, help="rounds; the median is reported (default 3)")
-    p.add_argument("--no-torch", action="store_true", help="leave out the 192 MB torch wheel")
-    args = p.parse_args(argv)
+def run(*, wheels: str | None = None, repeat: int = 3, no_torch: bool = False) -> int:
+    """Each tool's first run and re-run over the wheels in `wheels` (default: torch, unless `no_torch`,
+    and a set from PyPI), the median of `repeat` rounds."""
 
-    files = inputs(args)
+    files = inputs(wheels, no_torch=no_torch)
     total = sum(f.stat().st_size for f in files)
     print(f"{len(files)} wheels, {total / 2**20:.0f} MiB: "
           + ", ".join(f.name.split("-")[0] for f in files))
@@ -130,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     inproc: dict[str, list[float]] = {"first": [], "rerun": []}
     from wheelci.index import build_index
     with tempfile.TemporaryDirectory(prefix="bench-index-") as tmp:
-        for rnd in range(args.repeat):
+        for rnd in range(repeat):
             for tool, cmd in TOOLS.items():
                 if tool in broken:
                     continue
@@ -166,9 +162,6 @@ def main(argv: list[str] | None = None) -> int:
         if base in med:
             print(f"{base} / {OURS}, first run: {med[base]['first'] / ours['first']:.2f}x   "
                   f"re-run: {med[base]['rerun'] / ours['rerun']:.1f}x")
-    print(f"(median of {args.repeat}; ratio > 1 means {OURS} is faster)")
+    print(f"(median of {repeat}; ratio > 1 means {OURS} is faster)")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,7 +15,6 @@ without the compile (which is the same compiler on the same files on both sides)
 from __future__ import annotations
 from wheelci.util.invocation import command
 
-import argparse
 import json
 import os
 import resource
@@ -85,17 +84,15 @@ def by_hand(project: Path, work: Path, env) -> tuple[dict[str, float], float, fl
     return steps, time.monotonic() - wall, _cpu() - cpu
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"{command('bench')} pipeline", description=__doc__.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=1, help="alternated rounds; the fastest of each side is shown")
-    args = p.parse_args(argv)
+def run(*, repeat: int = 1) -> int:
+    """`repeat` alternated rounds (at least one) of each side; the fastest of each is shown."""
     from wheelci.compile.host import torch_spec
     from wheelci.compile.hostenv import ensure_env
     from wheelci.plan import Request, make_plan
 
     env = ensure_env(torch_spec(make_plan(Request(engine="host"), project_dir=TINY)))
     best: dict[str, tuple[dict[str, float], float, float]] = {}
-    for _ in range(max(1, args.repeat)):
+    for _ in range(max(1, repeat)):
         for side in ("wheelci", "by hand"):
             with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp_name:
                 tmp = Path(tmp_name)

@@ -11,7 +11,6 @@ torch releases and CUDA majors: a classic wheel per (torch, CUDA major), a stabl
 from __future__ import annotations
 from wheelci.util.invocation import command
 
-import argparse
 import os
 import re
 import shutil
@@ -59,15 +58,12 @@ def matrix_sizes(torch: tuple[str, ...] = TORCH_SPAN, majors: tuple[str, ...] = 
     return len(torch) * len(majors), len(majors)
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"{command('bench')} stable", description=__doc__.splitlines()[0])
-    p.add_argument("--target", default="2.10", help="the stable-ABI target (default 2.10)")
-    p.add_argument("--skip-build", action="store_true", help="only the matrix sizes")
-    args = p.parse_args(argv)
-    if not args.skip_build:
+def run(*, target: str = "2.10", skip_build: bool = False) -> int:
+    """Both builds and the op's source alone (unless `skip_build`), then the matrix sizes."""
+    if not skip_build:
         print(f"{'example (cpu)':<16} {'compile s':>10} {'whole build s':>14}")
         times = {}
-        for mode, extra in (("classic", []), ("stable", ["--stable-abi", args.target])):
+        for mode, extra in (("classic", []), ("stable", ["--stable-abi", target])):
             with tempfile.TemporaryDirectory(prefix="bench-stable-") as tmp:
                 total, compile_s = build(["--cpu", *extra], Path(tmp) / "ccache", Path(tmp) / "out")
             times[mode] = compile_s
@@ -82,9 +78,9 @@ def main(argv: list[str]) -> int:
         include = ensure_env(TorchSpec("2.14.1", "13.0", None, True)).site / "torch" / "include"
         from wheelci.config.stable import parse_target, target_define
 
-        target = target_define(parse_target(args.target))
+        define = target_define(parse_target(target))
         classic = source_seconds(include, ROOT / "csrc" / "ops.cpp", [])
-        stable = source_seconds(include, ROOT / "csrc" / "stable" / "ops.cpp", [target])
+        stable = source_seconds(include, ROOT / "csrc" / "stable" / "ops.cpp", [define])
         print(f"\nthe op's source alone (torch 2.14.1 headers): classic csrc/ops.cpp {classic:.1f} s, "
               f"stable csrc/stable/ops.cpp {stable:.1f} s: {classic / stable:.1f}x")
     classic, stable = matrix_sizes()

@@ -18,7 +18,6 @@ verifying ci.patch within 1.25x of the floor, --no-verify at least 30x faster th
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import os
 import shutil
@@ -152,14 +151,11 @@ def baseline(wheel: Path, patch: Path, work: Path) -> float:
     return elapsed
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=f"{command('bench')} surgery", description=__doc__.splitlines()[0])
-    p.add_argument("--wheel", type=Path, help="wheel to use (default: the torch 2.13.0 CPU wheel via pip)")
-    p.add_argument("--split-limit", default="120MB", help="limit for the split step (default 120MB)")
-    p.add_argument("--skip-split", action="store_true", help="leave out the split step")
-    p.add_argument("--json", action="store_true", help="print the timings as JSON")
-    args = p.parse_args(argv)
-    wheel = args.wheel or fetch_wheel()
+def run(*, wheel: Path | None = None, split_limit: str = "120MB", skip_split: bool = False,
+        as_json: bool = False) -> int:
+    """Each step's seconds on `wheel` (default: the torch 2.13.0 CPU wheel via pip), the split step unless
+    `skip_split`; with `as_json` the timings as one JSON document."""
+    wheel = wheel or fetch_wheel()
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="bench-surgery-") as tmp:
         work = Path(tmp)
@@ -175,12 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         times["wheelci check"] = timed([py, "-m", "wheelci.check", str(wheel), "--limit", "pypi"])
         times["floor: inflate + sha256 of every member, all cores"] = timed(
             [py, "-c", f"from wheelci.bench.surgery import floor; floor({str(wheel)!r})"])
-        if not args.skip_split:
-            times[f"wheelci split --limit {args.split_limit}"] = timed(
-                [py, "-m", "wheelci.split", str(wheel), "--limit", args.split_limit, "-w", str(work / "split")])
+        if not skip_split:
+            times[f"wheelci split --limit {split_limit}"] = timed(
+                [py, "-m", "wheelci.split", str(wheel), "--limit", split_limit, "-w", str(work / "split")])
     base = next(iter(times.values()))
     rows = [{"step": k, "seconds": round(v, 3), "speedup": round(base / v, 1)} for k, v in times.items()]
-    if args.json:
+    if as_json:
         emit_json({"wheel": wheel.name, "size": wheel.stat().st_size, "results": rows,
                    "verify_over_floor": round(times[VERIFYING]
                                               / times["floor: inflate + sha256 of every member, all cores"], 2),
@@ -196,6 +192,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"baseline / wheelci patch --no-verify: {fast:.1f}x (target >= 30x: {'met' if fast >= 30 else 'MISSED'})")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
