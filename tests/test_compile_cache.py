@@ -321,3 +321,28 @@ def test_a_setuptools_compile_through_the_shim_hits_ccache_from_another_director
         counts = dict(line.split("\t", 1) for line in stats.splitlines() if "\t" in line)
     assert int(counts["direct_cache_hit"]) + int(counts.get("preprocessed_cache_hit", 0)) == 1, stats
     assert int(counts["cache_miss"]) == 1 and objects[0] == objects[1]
+
+
+def test_the_compiler_script_runs_the_real_compiler_by_its_own_name(tmp_path):
+    """A `c++` that is ccache's compiler link (/usr/lib/ccache) is passed over: in front of it, ccache would
+    take the link for the compiler and keep its objects when the compiler changes. The script bears the
+    compiler's name, by which torch picks GCC's or clang's version limits."""
+    import shutil
+
+    from wheelci.compile import launch
+
+    links, real = tmp_path / "ccache-links", tmp_path / "compilers"
+    links.mkdir()
+    real.mkdir()
+    (links / "c++").symlink_to(shutil.which("ccache") or "/usr/bin/ccache")
+    for name in ("c++", "clang++"):
+        (real / name).write_text("#!/bin/sh\nexec g++ \"$@\"\n")
+        (real / name).chmod(0o755)
+    path = f"{links}:{real}"
+    assert launch.real_compiler("c++", path) == str(real / "c++")
+    assert launch.real_compiler(str(links / "c++"), path) is None  # named outright, and a cache: left as given
+    for name in ("c++", "clang++"):
+        put = launch.launchers(Path("/x/ccache"), backend="setuptools", cuda=False, cxx=name, path=path,
+                               shim_dir=tmp_path / name, nvcc=None)
+        assert put.environ["CXX"] == str(tmp_path / name / name)
+        assert (tmp_path / name / name).read_text() == f'#!/bin/sh\nexec /x/ccache {real / name} "$@"\n'

@@ -221,7 +221,8 @@ def test_before_all_scripts_in_the_image(engines, standin, engine):
     need(engines, engine)
     root = Path(__file__).resolve().parent.parent
     limits = [f"--ulimit={u}" for u in PODMAN_ULIMITS] if engine == "podman" else []
-    script = (f"rm $(command -v ccache) && sh {cibw.CONTAINER_SCRIPTS}/ensure_ccache.sh && command -v ccache "
+    shims = str(Path(cibw.CONTAINER_CXX).parent)
+    script = (f"rm $(command -v ccache) && sh {cibw.CONTAINER_SCRIPTS}/ensure_ccache.sh {shims} && command -v ccache "
               f"&& ccache g++ --version && {cibw.CONTAINER_CXX} --version "
               f"&& sh {cibw.CONTAINER_SCRIPTS}/check_image.sh {_standin.CUDA} 99 && echo image-ok "
               f"&& ! sh {cibw.CONTAINER_SCRIPTS}/check_image.sh 11.8 99")

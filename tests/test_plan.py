@@ -283,8 +283,8 @@ def test_before_all_checks_run_in_a_real_shell(tmp_path):
     gcc = int(_proc.run(["g++", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0])
     for row in (mx.load().row(v) for v in BUILT):
         steps = plan_for(row.version).environment["CIBW_BEFORE_ALL_LINUX"].split(" && ")
-        assert steps == [f"sh {cibw.CONTAINER_SCRIPTS}/check_image.sh {row.version} {row.gcc_max}",
-                         f"sh {cibw.CONTAINER_SCRIPTS}/ensure_ccache.sh"]
+        assert steps[0] == f"sh {cibw.CONTAINER_SCRIPTS}/check_image.sh {row.version} {row.gcc_max}"
+        assert steps[1].startswith(f"sh {cibw.CONTAINER_SCRIPTS}/ensure_ccache.sh") and len(steps) == 2, steps
         r = _run_before_all_script(steps[0])
         if row.version != have:
             assert r.returncode == 1 and f"build image does not have CUDA {row.version}:" in r.stdout, r.stdout
@@ -478,12 +478,14 @@ def test_the_container_puts_ccache_in_front_of_the_compilers_as_the_backend_take
                                   backend=backend, torch_finds_ccache=torch_finds_ccache(torch))
     env = parse_environment(cibw.container_environment(inputs)["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"PATH": "/bin"})
     launchers = {k for k in env if k.endswith("_COMPILER_LAUNCHER")}
-    assert env["PIP_COMPILE"] == "false" and env["CCACHE_BASEDIR"] == "/project"
+    assert env["PIP_COMPILE"] == "false" and "CCACHE_BASEDIR" not in env  # relative paths would change the wheel
     if backend == "scikit-build-core":
         assert launchers == {"CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_CUDA_COMPILER_LAUNCHER"}
         assert "CXX" not in env
     elif backend == "setuptools" and torch != "2.13.0":
         assert not launchers and env["CXX"] == cibw.CONTAINER_CXX and env["TORCH_NO_COMPILER_WRAPPER"] == "1"
+        script = cibw.container_environment(inputs)["CIBW_BEFORE_ALL_LINUX"].split(" && ")[-1]
+        assert script == f"sh {cibw.CONTAINER_SCRIPTS}/ensure_ccache.sh /usr/local/lib/wheelci-ccache"
         assert env.get("PYTORCH_NVCC") == (f"ccache {cibw.CONTAINER_CUDA_HOME}/bin/nvcc" if cuda else None)
     else:
         assert not launchers and "CXX" not in env and "TORCH_NO_COMPILER_WRAPPER" not in env

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from wheelci.config.project import Backend
 from wheelci.engine import CA_VARIABLES, Engine
 
 CONTAINER_CCACHE = "/ccache"
-CONTAINER_CXX = "/usr/local/lib/wheelci-ccache/c++"  # ccache, then c++: written by ensure_ccache.sh
+CONTAINER_CXX = "/usr/local/lib/wheelci-ccache/c++"  # ccache, then c++: written by ensure_ccache.sh DIR
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
 CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount this package read-only (ci.repair runs from it)
 CONTAINER_SCRIPTS = f"{CONTAINER_TOOL}/wheelci/resources/container"  # wheelci/resources/container/*.sh, mounted
@@ -107,11 +107,11 @@ def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str
     project's build backend and `torch_finds_ccache` (the torch built against puts ccache in front of its
     compilers itself) say how ccache goes in front of the compilers (wheelci.compile.launch)."""
     create, extra = container_options(engine, find_links, tools, ccache, ca)
-    # the project is copied to /project in every build: paths below it hash alike from run to run. pip does
-    # not byte-compile the throwaway build environment (three quarters of installing torch; under QEMU,
-    # minutes): the build imports a part of it. PIP_COMPILE=false, as PIP_NO_COMPILE=1 means compile.
-    inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CCACHE_BASEDIR": "/project", "CCACHE_NOHASHDIR": "true",
-             "PIP_COMPILE": "false"}
+    # The project is copied to /project in every build, so no CCACHE_BASEDIR: it would make the compiler's
+    # paths relative, and the wheel differ from one built without ccache. pip does not byte-compile the
+    # throwaway build environment (three quarters of installing torch; under QEMU, minutes): the build
+    # imports a part of it. PIP_COMPILE=false, as PIP_NO_COMPILE=1 means compile.
+    inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CCACHE_NOHASHDIR": "true", "PIP_COMPILE": "false"}
     if backend == Backend.SCIKIT_BUILD_CORE:
         inner |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": "ccache" for lang in ("C", "CXX", *(["CUDA"] if cuda else []))}
     elif backend != Backend.MESON_PYTHON and not torch_finds_ccache:  # meson finds ccache by itself
@@ -119,7 +119,8 @@ def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str
         if cuda:
             inner["PYTORCH_NVCC"] = f"ccache {CONTAINER_CUDA_HOME}/bin/nvcc"
     inner |= extra
-    before_all = [f"sh {CONTAINER_SCRIPTS}/ensure_ccache.sh"]
+    script = f" {shlex.quote(str(PurePosixPath(CONTAINER_CXX).parent))}" if inner.get("CXX") == CONTAINER_CXX else ""
+    before_all = [f"sh {CONTAINER_SCRIPTS}/ensure_ccache.sh{script}"]
     if cuda:
         inner = {"CUDA_HOME": CONTAINER_CUDA_HOME, "PATH": f"{CONTAINER_CUDA_HOME}/bin:$PATH",
                  "TORCH_CUDA_ARCH_LIST": arch_list, "CUDAFLAGS": " ".join(nvcc_flags), **inner}

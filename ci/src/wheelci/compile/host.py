@@ -112,7 +112,8 @@ def ccache_launchers(plan, env: BuildEnv, work_dir: Path, environ: dict[str, str
     if ccache is None:
         return launch.Launchers()
     put = launch.launchers(Path(ccache), backend=plan.backend, cuda=plan.cuda is not None, cxx=environ.get("CXX"),
-                           path=environ.get("PATH"), shim_dir=work_dir / "ccache-bin", nvcc=nvcc,
+                           path=environ.get("PATH"), shim_dir=work_dir / "ccache-bin",
+                           nvcc=None if environ.get("PYTORCH_NVCC") else nvcc,
                            torch_finds_it=torch_finds_ccache(env.torch_version))
     return launch.Launchers(environ={"CCACHE_DIR": plan.ccache_dir, "CCACHE_BASEDIR": str(work_dir.resolve()),
                                      "CCACHE_NOHASHDIR": "true", **put.environ}, config=put.config)
@@ -140,7 +141,8 @@ def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_ro
         else:
             nvcc = cuda_root / "bin" / "nvcc" if cuda_root is not None else None
             yield reports, sccache.launchers(server, backend=plan.backend, cuda=plan.cuda is not None, cxx=environ.get("CXX"),
-                                             path=environ.get("PATH"), shim_dir=work_dir / "sccache-bin", nvcc=nvcc)
+                                             path=environ.get("PATH"), shim_dir=work_dir / "sccache-bin",
+                                             nvcc=None if environ.get("PYTORCH_NVCC") else nvcc)
     if reports and reports[0].used:  # one that was not used said so when it was passed over
         log.info(f"compile cache: {describe(reports[0])}")
 

@@ -3,21 +3,26 @@
 CMake takes it as CMAKE_<LANG>_COMPILER_LAUNCHER; Meson finds ccache by itself. torch's cpp_extension
 (setuptools) puts the ccache it finds in front of its compilers by itself from torch 2.13
 (wheelci.config.compilecache.torch_finds_ccache), nvcc and its one-file-at-a-time path included, and puts
-nothing before: there, and for sccache (which torch's wrapper would put behind ccache), CXX becomes a
-one-word script (cpp_extension quotes CXX as one word) that runs the real compiler through the cache, nvcc
-comes through PYTORCH_NVCC, and torch's own wrapper is off (TORCH_NO_COMPILER_WRAPPER): never two caches
-in a row. (Through those, only the ninja path is cached: the other compiles C++ with CC.) CC stays plain: cpp_extension gives it to nvcc as
--ccbin, where a script fails nvcc's probe of its host compiler.
+nothing before. There, and for sccache (which torch's wrapper would put behind ccache), CXX becomes a
+one-word script that runs the real compiler through the cache (torch 2.13 quotes CXX as one word; older
+torch writes it into its ninja file as is), named as the compiler is (torch picks GCC's or clang's limits
+by that name), nvcc comes through PYTORCH_NVCC unless the user set it, and torch's own wrapper is off
+(TORCH_NO_COMPILER_WRAPPER): never two caches in a row. Only the ninja path is cached so: the other
+compiles C++ with CC, which stays plain (cpp_extension gives it to nvcc as -ccbin).
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelci.config.project import Backend
+
+
+CACHES = ("ccache", "sccache")
 
 
 @dataclass(frozen=True)
@@ -39,21 +44,35 @@ def shim_text(launcher: str, compiler: str) -> str:
     return f'#!/bin/sh\nexec {shlex.quote(launcher)} {shlex.quote(compiler)} "$@"\n'
 
 
+def real_compiler(name: str, path: str | None) -> str | None:
+    """`name` on `path`, passing over ccache's and sccache's compiler links (/usr/lib/ccache/c++): in front
+    of one, the cache would take the link for the compiler and keep its objects when the compiler changes."""
+    if "/" in name:
+        found = shutil.which(name)
+        return found if found and Path(found).resolve().name not in CACHES else None
+    for folder in (path or "").split(os.pathsep):
+        found = shutil.which(name, path=folder) if folder else None
+        if found and Path(found).resolve().name not in CACHES:
+            return found
+    return None
+
+
 def launchers(launcher: Path, *, backend: str, cuda: bool, cxx: str | None, path: str | None, shim_dir: Path,
               nvcc: Path | None, torch_finds_it: bool = False) -> Launchers:
     """`launcher` in front of a host build's compilers, as the project's build `backend` takes it. `cxx`:
     the CXX the build would use (None: c++), resolved on `path`; a compiler given with its flags (more than
-    one word) stays as given, uncached. `torch_finds_it`: the build's torch puts `launcher` there itself."""
+    one word) stays as given, uncached. `nvcc`: None where the user named their own (PYTORCH_NVCC).
+    `torch_finds_it`: the build's torch puts `launcher` there itself."""
     if backend == Backend.SCIKIT_BUILD_CORE:
         return Launchers(config=cmake_config(str(launcher), cuda))
     if backend == Backend.MESON_PYTHON or torch_finds_it:
         return Launchers()
     out = {"TORCH_NO_COMPILER_WRAPPER": "1"}
     given = (cxx or "c++").strip()
-    real = shutil.which(given, path=path) if given and " " not in given else None
+    real = real_compiler(given, path) if given and " " not in given else None
     if real is not None:
         shim_dir.mkdir(parents=True, exist_ok=True)
-        shim = shim_dir / "c++"  # torch checks the compiler by its name (c++, g++)
+        shim = shim_dir / Path(given).name  # torch checks the compiler by its name (c++, g++, clang++)
         shim.write_text(shim_text(str(launcher), real))
         shim.chmod(0o755)
         out["CXX"] = str(shim)

@@ -24,19 +24,6 @@ from wheelci.util import secret
 SCHEMES = ("redis", "rediss", "http", "https", "s3", "gha")
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 GHA_VARIABLES = ("ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN")
-# From this torch on, cpp_extension puts the ccache it finds in front of its compilers, nvcc included and on
-# both its ninja and its one-file-at-a-time paths (torch 2.12 and older: none; wheelci.compile.launch).
-TORCH_FINDS_CCACHE = "2.13"
-
-
-def torch_finds_ccache(torch: str) -> bool:
-    """Whether this torch release puts ccache in front of its compilers by itself."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(torch).release >= Version(TORCH_FINDS_CCACHE).release
-    except InvalidVersion:
-        return False
 S3_QUERY = ("endpoint", "region", "no-credentials")
 
 
@@ -143,3 +130,17 @@ def _gha(env: Mapping[str, str]) -> CompileCache:
            if missing else None)
     return CompileCache("gha", "gha (GitHub Actions cache)", out, why)
 
+
+# From this torch on, cpp_extension puts the ccache it finds in front of its compilers, nvcc included and on
+# both its ninja and its one-file-at-a-time paths (torch 2.12 and older: none; wheelci.compile.launch).
+TORCH_FINDS_CCACHE = "2.13"
+
+
+def torch_finds_ccache(torch: str) -> bool:
+    """Whether this torch release puts ccache in front of its compilers by itself."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(torch).release >= Version(TORCH_FINDS_CCACHE).release
+    except InvalidVersion:
+        return False
