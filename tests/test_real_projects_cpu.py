@@ -139,8 +139,10 @@ def verified_build(project: str, tmp: Path, check: Path, args: tuple[str, ...] =
 
 
 def verified_wheel(project: str, tmp: Path, check: Path) -> tuple[Path, bool]:
-    """The project's verified CPU wheel, from the cache or built now (then cached); and whether built."""
-    wheel, _, built = verified_build(project, tmp, check)
+    """The project's verified CPU wheel, from the cache or built now (then cached); and whether built. A
+    cold build gets most of the test's hour: torch-cluster's nine libraries, one file at a time, took
+    over a command's default 15 min on a busy 2-core machine, so it failed and was never cached."""
+    wheel, _, built = verified_build(project, tmp, check, timeout=3300)
     return wheel, built
 
 
@@ -164,6 +166,7 @@ def install_and_check(wheel: Path, tmp: Path, check: Path) -> str:
 
 @pytest.mark.slow
 @pytest.mark.network
+@pytest.mark.timeout(3600)  # a cold build: see verified_wheel
 @pytest.mark.parametrize("project, check, version", [
     ("torchsort", "check_torchsort.py", "0.1.10"),
     ("torch-cluster", "check_torch_cluster.py", "1.6.3"),
