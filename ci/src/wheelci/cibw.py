@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from wheelci.config.project import Backend
+from wheelci.config.compilecache import cache_goes
 from wheelci.engine import CA_VARIABLES, Engine
 
 CONTAINER_CCACHE = "/ccache"
@@ -112,14 +112,16 @@ def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str
     # throwaway build environment (three quarters of installing torch; under QEMU, minutes): the build
     # imports a part of it. PIP_COMPILE=false, as PIP_NO_COMPILE=1 means compile.
     inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CCACHE_NOHASHDIR": "true", "PIP_COMPILE": "false"}
-    if backend == Backend.SCIKIT_BUILD_CORE:
+    how = cache_goes(backend, torch_finds_ccache)
+    script = ""  # ensure_ccache.sh writes the CXX script into the directory it is given
+    if how == "cmake":
         inner |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": "ccache" for lang in ("C", "CXX", *(["CUDA"] if cuda else []))}
-    elif backend != Backend.MESON_PYTHON and not torch_finds_ccache:  # meson finds ccache by itself
+    elif how == "cxx":
         inner |= {"CXX": CONTAINER_CXX, "TORCH_NO_COMPILER_WRAPPER": "1"}
         if cuda:
             inner["PYTORCH_NVCC"] = f"ccache {CONTAINER_CUDA_HOME}/bin/nvcc"
+        script = f" {shlex.quote(str(PurePosixPath(CONTAINER_CXX).parent))}"
     inner |= extra
-    script = f" {shlex.quote(str(PurePosixPath(CONTAINER_CXX).parent))}" if inner.get("CXX") == CONTAINER_CXX else ""
     before_all = [f"sh {CONTAINER_SCRIPTS}/ensure_ccache.sh{script}"]
     if cuda:
         inner = {"CUDA_HOME": CONTAINER_CUDA_HOME, "PATH": f"{CONTAINER_CUDA_HOME}/bin:$PATH",

@@ -106,8 +106,8 @@ def requirements_held(env: BuildEnv, plan) -> Iterator[int]:
 
 def ccache_launchers(plan, env: BuildEnv, work_dir: Path, environ: dict[str, str], nvcc: Path | None) -> launch.Launchers:
     """ccache in front of the compilers, where it is installed (wheelci.compile.launch: every torch alike).
-    The work directory is ccache's base (paths below it are hashed relative), so a rebuild in a new
-    temporary directory still hits."""
+    The work directory is ccache's base (paths below it are hashed relative); the prefix maps still name
+    it, so a rebuild hits in the same work directory (the default one stays put), not in a new one."""
     ccache = shutil.which("ccache")
     if ccache is None:
         return launch.Launchers()
@@ -120,7 +120,7 @@ def ccache_launchers(plan, env: BuildEnv, work_dir: Path, environ: dict[str, str
 
 
 @contextlib.contextmanager
-def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_root: Path | None, cmake: bool,
+def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_root: Path | None,
                  environ: dict[str, str], local: launch.Launchers) -> Iterator[tuple[list[CacheReport], launch.Launchers]]:
     """The plan's remote compile cache for the compile inside the block (wheelci.compile.sccache): its server
     up, sccache in front of the compilers in place of ccache (`local`); yields what it did (a list filled
@@ -262,7 +262,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
              f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
     start = time.monotonic()
     tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
-    with requirements_held(env, plan) as env_fd, remote_cache(plan, env, work_dir, project_dir, root, cmake, environ,
+    with requirements_held(env, plan) as env_fd, remote_cache(plan, env, work_dir, project_dir, root, environ,
                                                               local) as (cached, put):
         # the compile cache's launchers (ccache's, or sccache's with a remote store); the project's own
         # variables stay, but CXX, which the one-word shim runs

@@ -19,7 +19,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wheelci.config.project import Backend
+from wheelci.config.compilecache import cache_goes
 
 
 CACHES = ("ccache", "sccache")
@@ -63,9 +63,10 @@ def launchers(launcher: Path, *, backend: str, cuda: bool, cxx: str | None, path
     the CXX the build would use (None: c++), resolved on `path`; a compiler given with its flags (more than
     one word) stays as given, uncached. `nvcc`: None where the user named their own (PYTORCH_NVCC).
     `torch_finds_it`: the build's torch puts `launcher` there itself."""
-    if backend == Backend.SCIKIT_BUILD_CORE:
+    how = cache_goes(backend, torch_finds_it)
+    if how == "cmake":
         return Launchers(config=cmake_config(str(launcher), cuda))
-    if backend == Backend.MESON_PYTHON or torch_finds_it:
+    if how == "itself":
         return Launchers()
     out = {"TORCH_NO_COMPILER_WRAPPER": "1"}
     given = (cxx or "c++").strip()

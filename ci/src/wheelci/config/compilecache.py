@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from wheelci.config.project import Backend
 from wheelci.errors import CiError
 from wheelci.util import secret
 
@@ -134,6 +135,15 @@ def _gha(env: Mapping[str, str]) -> CompileCache:
 # From this torch on, cpp_extension puts the ccache it finds in front of its compilers, nvcc included and on
 # both its ninja and its one-file-at-a-time paths (torch 2.12 and older: none; wheelci.compile.launch).
 TORCH_FINDS_CCACHE = "2.13"
+
+
+def cache_goes(backend: str, torch_finds_it: bool) -> str:
+    """How a compile cache goes in front of a build's compilers (wheelci.compile.launch), host and container
+    alike: "cmake" (CMake's launchers), "itself" (Meson, or a torch that puts ccache there), or "cxx" (the
+    one-word CXX script, PYTORCH_NVCC and torch's own wrapper off)."""
+    if backend == Backend.SCIKIT_BUILD_CORE:
+        return "cmake"
+    return "itself" if backend == Backend.MESON_PYTHON or torch_finds_it else "cxx"
 
 
 def torch_finds_ccache(torch: str) -> bool:
