@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]  # this repository (the benches measure its example)
+ROOT = Path(__file__).resolve().parents[4]  # this repository (the benches measure its example)
 # each project, and the source a one-line change goes to
 PROJECTS = {"example": (ROOT, "csrc/ops.cpp"), "tiny_ext": (ROOT / "tests" / "fixtures" / "tiny_ext", "csrc/tiny.cpp")}
 VARIANTS = {"cpu": ["--cpu"], "cu130": ["--cuda", "13.0", "--arch-list", "9.0"]}

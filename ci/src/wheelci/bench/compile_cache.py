@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 PROJECTS = {"example": ROOT, "tiny_ext": ROOT / "tests" / "fixtures" / "tiny_ext"}
 
 

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
 TORCH_LIBS = ("libtorch.so", "libtorch_cpu.so", "libtorch_python.so", "libc10.so", "libgomp.so.1")
 

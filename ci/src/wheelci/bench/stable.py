@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]  # this repository (the benches measure its example)
+ROOT = Path(__file__).resolve().parents[4]  # this repository (the benches measure its example)
 TORCH_SPAN = ("2.11", "2.12", "2.13", "2.14", "2.15")
 CUDA_MAJORS = ("cu12", "cu13")
 
