@@ -52,7 +52,10 @@ def test_each_benchmarks_help_names_its_options(entry, name):
 @pytest.mark.parametrize("args, prog, says", [
     (("surgeon",), "", "invalid choice: 'surgeon'"),
     ((), "", "the following arguments are required"),
-    (("index", "--repeat", "x"), " index", "argument --repeat: invalid int value: 'x'"),
+    (("index", "--repeat", "x"), " index", "argument --repeat: not a count of at least 1: 'x'"),
+    (("env", "--repeat", "0"), " env", "argument --repeat: not a count of at least 1: '0'"),
+    # read before the steps ahead of the split run, and without the credential a URL-shaped value holds
+    (("surgery", "--split-limit", "https://u:s3cr3tTOKEN@h"), " surgery", "argument --split-limit: not a size"),
     (("build", "--variant", "rocm"), " build", "argument --variant: invalid choice: 'rocm'"),
     (("stable", "--no-such-option"), "", "unrecognized arguments: --no-such-option"),
 ])
@@ -60,7 +63,7 @@ def test_bad_usage_is_one_line_and_exit_2(entry, args, prog, says):
     r = run_stage(*ENTRIES[entry], *args, timeout=60)
     assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
     (line,) = r.stderr.splitlines()
-    assert line.startswith(f"{entry}{prog}: error: ") and says in line, line
+    assert line.startswith(f"{entry}{prog}: error: ") and says in line and "s3cr3t" not in line, line
 
 
 @pytest.mark.parametrize("entry", ENTRIES)

@@ -341,6 +341,15 @@ def test_the_compiler_script_runs_the_real_compiler_by_its_own_name(tmp_path):
     path = f"{links}:{real}"
     assert launch.real_compiler("c++", path) == str(real / "c++")
     assert launch.real_compiler(str(links / "c++"), path) is None  # named outright, and a cache: left as given
+    first = launch.launchers(Path("/x/ccache"), backend="setuptools", cuda=False, cxx="c++", path=path,
+                             shim_dir=tmp_path / "again", nvcc=None)
+    # the script's own directory on PATH (a second build in the same work directory): never itself
+    again = launch.launchers(Path("/x/ccache"), backend="setuptools", cuda=False, cxx="c++",
+                             path=f"{tmp_path / 'again'}:{path}", shim_dir=tmp_path / "again", nvcc=None)
+    assert again == first and str(real / "c++") in (tmp_path / "again" / "c++").read_text()
+    named = launch.launchers(Path("/x/ccache"), backend="setuptools", cuda=False, cxx=first.environ["CXX"],
+                             path=path, shim_dir=tmp_path / "again", nvcc=None)  # CXX naming the script itself
+    assert "CXX" not in named.environ and str(real / "c++") in (tmp_path / "again" / "c++").read_text()
     for name in ("c++", "clang++"):
         put = launch.launchers(Path("/x/ccache"), backend="setuptools", cuda=False, cxx=name, path=path,
                                shim_dir=tmp_path / name, nvcc=None)

@@ -44,16 +44,23 @@ def shim_text(launcher: str, compiler: str) -> str:
     return f'#!/bin/sh\nexec {shlex.quote(launcher)} {shlex.quote(compiler)} "$@"\n'
 
 
-def real_compiler(name: str, path: str | None) -> str | None:
-    """`name` on `path`, passing over ccache's and sccache's compiler links (/usr/lib/ccache/c++): in front
-    of one, the cache would take the link for the compiler and keep its objects when the compiler changes."""
+def real_compiler(name: str, path: str | None, shim_dir: Path | None = None) -> str | None:
+    """`name` on `path`, as an absolute path, passing over ccache's and sccache's compiler links
+    (/usr/lib/ccache/c++: in front of one, the cache would take the link for the compiler and keep its
+    objects when the compiler changes) and our own scripts in `shim_dir` (one would run itself forever)."""
+    ours = shim_dir.resolve() if shim_dir is not None else None
+
+    def usable(found: str | None) -> bool:
+        real = Path(found).resolve() if found else None
+        return real is not None and real.name not in CACHES and real.parent != ours
+
     if "/" in name:
         found = shutil.which(name)
-        return found if found and Path(found).resolve().name not in CACHES else None
+        return os.path.abspath(found) if found and usable(found) else None
     for folder in (path or "").split(os.pathsep):
         found = shutil.which(name, path=folder) if folder else None
-        if found and Path(found).resolve().name not in CACHES:
-            return found
+        if found and usable(found):
+            return os.path.abspath(found)
     return None
 
 
@@ -70,7 +77,7 @@ def launchers(launcher: Path, *, backend: str, cuda: bool, cxx: str | None, path
         return Launchers()
     out = {"TORCH_NO_COMPILER_WRAPPER": "1"}
     given = (cxx or "c++").strip()
-    real = real_compiler(given, path) if given and " " not in given else None
+    real = real_compiler(given, path, shim_dir) if given and not any(c.isspace() for c in given) else None
     if real is not None:
         shim_dir.mkdir(parents=True, exist_ok=True)
         shim = shim_dir / Path(given).name  # torch checks the compiler by its name (c++, g++, clang++)
