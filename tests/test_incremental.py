@@ -119,10 +119,14 @@ def test_reruns_reuse_what_did_not_change_and_rebuild_what_did(tmp_path):
     assert "tiny_ext/dropped.py" in zipfile.ZipFile(next((tmp_path / "o1").glob("*.whl"))).namelist()
     log = (tree / "compile.log").read_text()
     assert "[1/1]" in log and "extra.cpp" in log and "tiny.cpp" not in log.split("[1/1]")[1].split("\n")[0], log
+    # the frontend's check of the backend's requirements passed in this tree with the same answer: not run
+    # again (for setuptools it runs setup.py once more, and so imports torch)
+    assert "Getting build dependencies" not in log, log[:2000]
 
     # --fresh: an empty tree, every step run, the same bytes as the incremental build
     fresh, report6, fresh_seconds = build(project, tmp_path / "o6", "--fresh")
     assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert "Getting build dependencies" in (tree / "compile.log").read_text()  # a new tree checks them again
     assert all(statuses(report6)[s] == "ok" for s in REUSABLE), report6["steps"]
     assert digest(tmp_path / "o6") == digest(tmp_path / "o5")
     print(f"\ntiny_ext CPU: first build {first_seconds:.1f} s, unchanged rerun {rerun_seconds:.1f} s "

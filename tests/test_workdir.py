@@ -303,3 +303,30 @@ def test_a_setuptools_tree_forgets_its_ninja_logs_when_what_it_searched_changed(
     outside.write_text("not ours\n")
     (tree / ".ninja_log").symlink_to(outside)  # planted: never followed, never removed through
     assert not recompile_if_changed([tree], record, "three") and outside.read_text() == "not ours\n"
+
+
+def test_the_requirements_check_runs_again_when_its_answer_may_differ(tmp_path):
+    """A kept tree skips `python -m build`'s check of the backend's requirements (for setuptools a second run
+    of setup.py, which imports torch) only where the last compile passed it with the same inputs."""
+    from types import SimpleNamespace
+
+    from wheelci import plan as pl
+    from wheelci.compile.host import requirements_check_key
+
+    project = tmp_path / "p"
+    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    plan = pl.make_plan(pl.Request(cuda=None, engine="host"), project_dir=project)
+    env = SimpleNamespace(root=tmp_path / "env", torch_version="2.13.0")
+
+    def key(plan=plan, env=env, configure="c1") -> str:
+        return requirements_check_key(plan, env, project, configure)
+
+    base = key()
+    assert key() == base
+    assert key(configure="c2") != base  # a variable or a searched directory changed
+    assert key(env=SimpleNamespace(root=tmp_path / "env2", torch_version="2.13.0")) != base
+    forced = pl.make_plan(pl.Request(cuda=None, engine="host"), project_dir=project,
+                          run=pl.RunSettings(build_env={"FORCE_CUDA": "1"}))
+    assert key(plan=forced) != base
+    (project / "setup.py").write_text((project / "setup.py").read_text() + "\n# setup_requires may change here\n")
+    assert key() != base

@@ -1,23 +1,26 @@
-"""Benchmark the remote compile cache: `python -m ci.bench compile-cache`.
+"""Benchmark the remote compile cache and the developer's loop: `python -m ci.bench compile-cache`.
 
-The example (or the setuptools fixture) built with `wheelci build --engine host --compile-only`, each build
-a "machine" of its own (its own copy of the project, HOME, ccache and build tree), against a Redis started on
-loopback (Debian's redis-server):
+The example (or the setuptools fixture), each build a "machine" of its own: its own HOME, ccache and
+output, the project checked out and built at the one path every machine uses (a CI runner's workspace is
+the same path on every runner, and sccache's hits need it: docs/building.md), the previous machine's tree
+gone first. The store is a Redis started on loopback (Debian's redis-server). Compile-only builds
+(`wheelci build --engine host --compile-only`):
 
 - cold: no cache at all (ccache off);
 - first machine: the store empty, sccache filling it;
 - second machine: the store warm, every compile a hit;
 - fan-out: a fresh store warmed by two compile-only jobs of half the arch list each, then the full list.
 
+Then the developer's loop, whole builds (compile, repair, check, verify) on one machine with ccache: the
+first build, then one C++ source changed by a line and built again into a verified wheel.
+
 Prints each compile step's seconds, its ratio to cold, and what sccache counted (device and host hits).
 """
 
 from __future__ import annotations
-from wheelci.util.invocation import command
 
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -26,8 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from wheelci.util.invocation import command
+
 ROOT = Path(__file__).resolve().parents[4]
-PROJECTS = {"example": ROOT, "tiny_ext": ROOT / "tests" / "fixtures" / "tiny_ext"}
+# each project, and the source the loop's one-line change goes to
+PROJECTS = {"example": (ROOT, "csrc/ops.cpp"), "tiny_ext": (ROOT / "tests" / "fixtures" / "tiny_ext", "csrc/tiny.cpp")}
+CHANGE = "\nint wheelci_bench_one_line_change() { return 1; }\n"
+# the example's own files (what its build and its tests read), not this repository's tooling
+EXAMPLE = ("CMakeLists.txt", "pyproject.toml", "README.md", "csrc", "src", "example_tests")
 
 
 class Store:
@@ -62,27 +71,48 @@ class Store:
         self.proc.wait(timeout=30)
 
 
-def build(project: Path, tmp: Path, name: str, args: list[str], cache: str | None) -> tuple[float, dict]:
-    """One machine's compile-only build: its compile step's seconds and what the cache did."""
-    from wheelci.bench.build import copy_project
-    from wheelci.util.cache import cache_dir
+class Machines:
+    """Builds on fresh machines that share one checkout path and work directory (and nothing else)."""
 
-    root = tmp / name
-    (root / "home").mkdir(parents=True)
-    copy = copy_project(project, root / "project")
-    env = {**os.environ, "HOME": str(root / "home"), "CCACHE_DIR": str(root / "ccache"),
-           "WHEELCI_CACHE_DIR": str(cache_dir()), "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
-           "WHEELCI_COMPILE_CACHE": cache or ""}
-    if cache is None:
-        env["CCACHE_DISABLE"] = "1"
-    r = subprocess.run([sys.executable, "-m", "wheelci.build", str(copy), *args, "--engine", "host", "--compile-only",
-                        "-w", str(root / "out"), "--work-dir", str(root / "work")], capture_output=True, text=True,
-                       env=env, cwd=ROOT)
-    if r.returncode != 0:
-        raise SystemExit(f"{command('bench')} compile-cache: the {name} build failed:\n{r.stderr[-2000:]}")
-    m = re.search(r"compiled in (\d+) s", r.stderr)
-    report = json.loads((root / "out" / "report.json").read_text())
-    return float(m[1]) if m else report["build_seconds"], report.get("compile_cache") or {}
+    def __init__(self, tmp: Path, project: Path) -> None:
+        self.tmp, self.project = tmp, project
+        self.checkout = tmp / "runner" / "checkout" / project.name
+        self.work = tmp / "runner" / "work"
+
+    def build(self, name: str, args: list[str], cache: str | None, *, compile_only: bool = True,
+              ccache: bool = False, fresh_tree: bool = True) -> tuple[float, float, dict]:
+        """One build: its wall seconds, its compile step's seconds, and its report.json."""
+        from wheelci.bench.build import copy_project
+        from wheelci.util.cache import cache_dir
+
+        own = self.tmp / name
+        if fresh_tree:  # the last machine's checkout and tree are gone: only the store carries over
+            shutil.rmtree(self.tmp / "runner", ignore_errors=True)
+            if self.project == ROOT:
+                for entry in EXAMPLE:
+                    copy = shutil.copytree if (ROOT / entry).is_dir() else shutil.copy2
+                    self.checkout.mkdir(parents=True, exist_ok=True)
+                    copy(ROOT / entry, self.checkout / entry)
+            else:
+                copy_project(self.project, self.checkout)
+        (own / "home").mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "HOME": str(own / "home"), "CCACHE_DIR": str(own / "ccache"),
+               "WHEELCI_CACHE_DIR": str(cache_dir()), "WHEELCI_CACHE_MAX_SIZE": "none",
+               "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "WHEELCI_COMPILE_CACHE": cache or ""}
+        if not ccache and cache is None:
+            env["CCACHE_DISABLE"] = "1"
+        out = own / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [sys.executable, "-m", "wheelci.build", str(self.checkout), *args, "--engine", "host",
+               "-w", str(out), "--work-dir", str(self.work), *(["--compile-only"] if compile_only else [])]
+        start = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+        wall = time.monotonic() - start
+        if r.returncode != 0:
+            raise SystemExit(f"{command('bench')} compile-cache: the {name} build failed:\n{r.stderr[-2000:]}")
+        report = json.loads((out / "report.json").read_text())
+        step = {s["name"]: s.get("seconds") or 0.0 for s in report.get("steps", [])}
+        return wall, float(step.get("compile", 0.0)), report
 
 
 def halves(arch_list: str) -> list[str]:
@@ -91,36 +121,57 @@ def halves(arch_list: str) -> list[str]:
     return arch_parts(arch_list, 2)
 
 
+def _counts(report: dict) -> tuple[str, str]:
+    c = report.get("compile_cache") or {}
+    if not c.get("used"):
+        return "-", "-"
+    dev, host = c.get("device") or {}, c.get("host") or {}
+    return f"{dev.get('hits', 0)}/{dev.get('misses', 0)}", f"{host.get('hits', 0)}/{host.get('misses', 0)}"
+
+
 def run(*, project: str = "example", cuda: str = "13.0", arch_list: str | None = None) -> int:
-    """The project's compile step cold, on a first and a second machine, and after a fan-out."""
+    """The project's compile step cold, on a first and a second machine, and after a fan-out; then the
+    developer's loop."""
     from wheelci.config import matrix
 
     arch_list = arch_list or matrix.load().row(cuda).arch_list
     base = ["--cuda", cuda, "--arch-list", arch_list]
+    source, changed = PROJECTS[project]
     rows: list[tuple[str, float, dict]] = []
     with tempfile.TemporaryDirectory(prefix="bench-compile-cache-") as tmp_name:
-        tmp, project_dir = Path(tmp_name), PROJECTS[project]
-        rows.append(("cold", *build(project_dir, tmp, "cold", base, None)))
-        store = Store(tmp / "redis")
+        machines = Machines(Path(tmp_name), source)
+        _, seconds, report = machines.build("cold", base, None)
+        rows.append(("cold", seconds, report))
+        store = Store(Path(tmp_name) / "redis")
         try:
-            rows.append(("first machine", *build(project_dir, tmp, "first", base, store.url)))
-            rows.append(("second machine", *build(project_dir, tmp, "second", base, store.url)))
+            for name in ("first machine", "second machine"):
+                _, seconds, report = machines.build(name.split()[0], base, store.url)
+                rows.append((name, seconds, report))
         finally:
             store.close()
-        fan = Store(tmp / "redis-fanout")
+        fan = Store(Path(tmp_name) / "redis-fanout")
         try:
             for i, part in enumerate(halves(arch_list)):
-                rows.append((f"fan-out job {i + 1} ({part})", *build(project_dir, tmp, f"part{i}",
-                             ["--cuda", cuda, "--arch-list", part], fan.url)))
-            rows.append(("full list after fan-out", *build(project_dir, tmp, "full", base, fan.url)))
+                _, seconds, report = machines.build(f"part{i}", ["--cuda", cuda, "--arch-list", part], fan.url)
+                rows.append((f"fan-out job {i + 1} ({part})", seconds, report))
+            _, seconds, report = machines.build("full", base, fan.url)
+            rows.append(("full list after fan-out", seconds, report))
         finally:
             fan.close()
+        # the developer's loop: a whole build, then one source changed by a line, in the same tree
+        first, _, _ = machines.build("dev", base, None, compile_only=False, ccache=True)
+        with (machines.checkout / changed).open("a") as f:
+            f.write(CHANGE)
+        again, _, report = machines.build("dev", base, None, compile_only=False, ccache=True, fresh_tree=False)
+        verified = report.get("passed") is True
     cold = rows[0][1] or 1.0
     print(f"{project}, CUDA {cuda}, arch list {arch_list}: compile step (--compile-only)")
     print(f"{'build':<36} {'compile s':>9} {'of cold':>8} {'device hits/misses':>19} {'host hits/misses':>17}")
-    for name, seconds, c in rows:
-        dev, host = c.get("device") or {}, c.get("host") or {}
-        counts = (f"{dev.get('hits', 0)}/{dev.get('misses', 0)}", f"{host.get('hits', 0)}/{host.get('misses', 0)}") \
-            if c.get("used") else ("-", "-")
-        print(f"{name:<36} {seconds:>9.0f} {seconds / cold:>7.0%} {counts[0]:>19} {counts[1]:>17}", flush=True)
+    for name, seconds, report in rows:
+        device, host = _counts(report)
+        print(f"{name:<36} {seconds:>9.1f} {seconds / cold:>7.0%} {device:>19} {host:>17}", flush=True)
+    print(f"\nthe developer's loop, whole builds to a verified wheel (ccache, the tree kept):")
+    print(f"{'first build':<36} {first:>9.1f} {'100%':>8}")
+    print(f"{'one C++ file changed (' + changed + ')':<36} {again:>9.1f} {again / first:>7.0%}"
+          f"{'' if verified else '  (verify did not pass)'}", flush=True)
     return 0

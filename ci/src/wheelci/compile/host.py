@@ -27,6 +27,7 @@ from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cp
                                      ensure_env, find_nvcc)
 from wheelci.config import constraints
 from wheelci.config.compilecache import torch_finds_ccache
+from wheelci.compile.workdir import CHECKED, configure_inputs
 from wheelci.engine import nvcc_dirs
 
 # headers force-included into host builds: they keep the wheel within torch's manylinux policy
@@ -229,14 +230,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
         for var in ("CFLAGS", "CXXFLAGS"):
             environ[var] = f"{environ.get(var, '')} {host_flags}".strip()
     if plan.cuda is not None:
-        nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=plan.run.nvcc_source)
-        root = assemble_cuda_root(env, nvcc)
-        environ.update(cuda_build_environ(root, plan.arch_list))
-        if cmake:
-            config += ["-C", f"cmake.define.CUDA_TOOLKIT_ROOT_DIR={root}"]
-            config += ["-C", f"cmake.define.CMAKE_CUDA_FLAGS={' '.join([*plan.nvcc_flags, *cuda_flags])}"]
-        else:
-            environ["NVCC_APPEND_FLAGS"] = " ".join([*plan.nvcc_flags, *cuda_flags])
+        root = cuda_toolkit(plan, env, environ, config, cuda_flags, cmake=cmake)
     if plan.cuda is None:  # a CPU build sees no CUDA toolkit (ci.plan.CpuView)
         view = plan.cpu_view
         assert view is not None, "a host CPU plan carries its toolchain view"
@@ -260,6 +254,10 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     logfile = work_dir / "compile.log"
     log.info(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
              f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
+    # the frontend's check of the backend's requirements, once per tree and answer (requirements_check_key)
+    checked = work_dir / CHECKED
+    check_key = requirements_check_key(plan, env, project_dir, configure or configure_inputs(environ))
+    skip = ["--skip-dependency-check"] if checked.is_file() and checked.read_text() == check_key else []
     start = time.monotonic()
     tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
     with requirements_held(env, plan) as env_fd, remote_cache(plan, env, work_dir, project_dir, root, environ,
@@ -267,7 +265,8 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
         # the compile cache's launchers (ccache's, or sccache's with a remote store); the project's own
         # variables stay, but CXX, which the one-word shim runs
         environ.update({k: v for k, v in put.environ.items() if k == "CXX" or k not in plan.run.build_env})
-        cmd = [env.python, "-m", "build", "--no-isolation", "--wheel", "-o", dist, *config, *put.config, project_dir]
+        cmd = [env.python, "-m", "build", "--no-isolation", *skip, "--wheel", "-o", dist, *config, *put.config,
+               project_dir]
         with logfile.open("wb") as out, log.Ticker("compiling") as ticker:
             done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ,
                                pass_fds=(*hold_fds, env_fd),
@@ -276,11 +275,43 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     if done.returncode != 0:
         log.info("the last lines of the compile log:\n" + done.stdout.decode(errors="replace"))
         why = hints.why_failed(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
+        checked.unlink(missing_ok=True)
         raise Finding(f"compile failed after {seconds:.0f} s{f'; {why}' if why else ''} (full log: {logfile})")
+    checked.write_text(check_key)
     log.info(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
     return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env, cached[0] if cached else None)
+
+
+def cuda_toolkit(plan, env: BuildEnv, environ: dict[str, str], config: list[str], cuda_flags: list[str], *,
+                 cmake: bool) -> Path:
+    """The CUDA root a host build compiles with (the host's nvcc or NVIDIA's wheels), put where the backend
+    reads it: CMake definitions (into `config`), or cpp_extension's variables (into `environ`)."""
+    nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=plan.run.nvcc_source)
+    root = assemble_cuda_root(env, nvcc)
+    environ.update(cuda_build_environ(root, plan.arch_list))
+    if cmake:
+        config += ["-C", f"cmake.define.CUDA_TOOLKIT_ROOT_DIR={root}"]
+        config += ["-C", f"cmake.define.CMAKE_CUDA_FLAGS={' '.join([*plan.nvcc_flags, *cuda_flags])}"]
+    else:
+        environ["NVCC_APPEND_FLAGS"] = " ".join([*plan.nvcc_flags, *cuda_flags])
+    return root
+
+
+def requirements_check_key(plan, env: BuildEnv, project_dir: Path, configure: str) -> str:
+    """What `python -m build`'s check of the backend's build requirements answers from: the environment and
+    the set installed into it, the files a backend reads its requirements from, the build's own variables and
+    what a configure reads (`configure`: a setup.py may read them). A kept tree whose last compile passed the
+    check with the same answer skips it: for setuptools the check runs setup.py once more, which imports
+    torch (seconds of every rebuild)."""
+    _, _, installed = _requirements_key(plan)
+    given = sorted(plan.run.build_env.items())
+    h = hashlib.sha256(json.dumps([str(env.root), env.torch_version, installed, given, configure]).encode())
+    for name in ("pyproject.toml", "setup.py", "setup.cfg"):
+        path = project_dir / name
+        h.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"-") + b"\0")
+    return h.hexdigest()
 
 
 def describe(r: CacheReport) -> str:

@@ -175,9 +175,10 @@ SEARCHED = ".wheelci-searched"  # in a work directory: what the searched directo
 TREE = ".wheelci-tree.json"  # in a kept build tree: the project it builds
 # What a build writes in its work directory: all that --fresh removes (anything else there is left alone).
 COMPILED_WITH = ".wheelci-compiled-with"  # what a setuptools tree's last compile searched (recompile_if_changed)
+CHECKED = ".wheelci-requirements-checked"  # what the build frontend's check of the backend's requirements passed with
 WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compile.log", "cibuildwheel.log", "verify.log", "repaired",
                 "finished", "plain", "variant", "sbom", "split", SOURCES, COPIED, CONFIGURED, BUILT,
-                SEARCHED, COMPILED_WITH, ".wheelci-steps.json")
+                SEARCHED, COMPILED_WITH, CHECKED, ".wheelci-steps.json")
 
 # Plan fields that do not reach the compile: a build differing only in these reuses its compile.
 AFTER_COMPILE = ("notes", "script", "label", "variants", "limit", "test_command", "test_requires", "upload", "excludes",
