@@ -98,8 +98,11 @@ class Machines:
         (own / "home").mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "HOME": str(own / "home"), "CCACHE_DIR": str(own / "ccache"),
                "WHEELCI_CACHE_DIR": str(cache_dir()), "WHEELCI_CACHE_MAX_SIZE": "none",
-               "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "WHEELCI_COMPILE_CACHE": cache or ""}
-        if not ccache and cache is None:
+               "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        env.pop("WHEELCI_COMPILE_CACHE", None)
+        if cache is not None:
+            env["WHEELCI_COMPILE_CACHE"] = cache
+        elif not ccache:
             env["CCACHE_DISABLE"] = "1"
         out = own / "out"
         shutil.rmtree(out, ignore_errors=True)
