@@ -355,3 +355,83 @@ def test_the_compiler_script_runs_the_real_compiler_by_its_own_name(tmp_path):
                                shim_dir=tmp_path / name, nvcc=None)
         assert put.environ["CXX"] == str(tmp_path / name / name)
         assert (tmp_path / name / name).read_text() == f'#!/bin/sh\nexec /x/ccache {real / name} "$@"\n'
+
+
+@pytest.mark.parametrize("arch_list", ["7.5;8.0;8.6;9.0;10.0;12.0+PTX", "9.0a;8.0", "12.0f+PTX;7.5"])
+def test_the_arch_list_macro_is_nvccs(tmp_path, arch_list):
+    """__CUDA_ARCH_LIST__ as this machine's nvcc defines it for the gencodes of that arch list (its dry run)."""
+    import re
+    import shutil
+
+    from tests import _proc
+    from wheelci.config.matrix import arch_code, arch_list_macro, split_arch_list
+
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    source = tmp_path / "k.cu"
+    source.write_text("__global__ void k() {}\n")
+    gencodes = [f"-gencode=arch=compute_{arch_code(a)},code=sm_{arch_code(a)}" for a in split_arch_list(arch_list)]
+    r = _proc.run([nvcc, "--dryrun", "-c", str(source), *gencodes, "-o", str(tmp_path / "k.o")],
+                  capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert set(re.findall(r"-D__CUDA_ARCH_LIST__=([\d,]+)", r.stderr)) == {arch_list_macro(arch_list)}
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--warm-for", "8.0;9.0"], "only with --compile-only and --compile-cache"),
+    (["--compile-only", "--warm-for", "8.0;9.0"], "only with --compile-only and --compile-cache"),
+    (["--compile-only", "--compile-cache", "redis://127.0.0.1:1", "--warm-for", "8.0"], "lacks 9.0"),
+    (["--compile-only", "--compile-cache", "redis://127.0.0.1:1", "--warm-for", "8.0;4.2"], "rejects arch 4.2"),
+])
+def test_warm_for_is_read_before_any_compile(tmp_path, args, words):
+    r = run_stage("ci.build", TINY, "--cuda", "13.0", "--arch-list", "9.0", "--engine", "host", "--dry-run", *args)
+    assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_part_of_the_arch_list_fills_the_store_with_the_whole_lists_device_compiles(tmp_path):
+    """CUB and Thrust (torch's CUDA headers include them) open an inline namespace named after the whole
+    arch list, so each architecture's device code of a part differs from the whole list's build of it, and
+    that build takes nothing from a store its parts filled. Compiled as the whole list compiles them (the
+    launcher's warm arguments), the parts leave every PTX and cubin step the whole list asks for. A real
+    sccache and nvcc, a store on the local disk; the control is a part compiled plainly."""
+    import os
+    import shutil
+
+    from tests import _proc
+    from wheelci.compile import launch, sccache
+
+    source = tmp_path / "k.cu"
+    source.write_text("#include <thrust/complex.h>\n__global__ void scale(float* x, float a) {\n"
+                      "  x[threadIdx.x] *= thrust::complex<float>(a, 0.f).real();\n}\n")
+    gencode = {a: f"-gencode=arch=compute_{a.replace('.', '')},code=sm_{a.replace('.', '')}" for a in ("8.0", "9.0")}
+    binary, port = sccache_binary(), closed_port()
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+
+    def stats(store: Path, *compiles: tuple[list[str], list[str]]):
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("SCCACHE_")}, "SCCACHE_DIR": str(store),
+               "SCCACHE_SERVER_PORT": str(port), "SCCACHE_IDLE_TIMEOUT": "0"}
+        _proc.run([str(binary), "--start-server"], env=env, check=True, capture_output=True)
+        try:
+            for launcher, archs in compiles:
+                r = _proc.run([*launcher, nvcc, "-c", str(source), *archs, "-o", str(tmp_path / "k.o")],
+                              env=env, capture_output=True, text=True, cwd=tmp_path)
+                assert r.returncode == 0, r.stderr[-2000:]
+            shown = _proc.run([str(binary), "--show-stats", "--stats-format=json"], env=env, check=True,
+                              capture_output=True, text=True)
+            _proc.run([str(binary), "--zero-stats"], env=env, check=True, capture_output=True)
+            return sccache.read_stats("disk", json.loads(shown.stdout))
+        finally:
+            _proc.run([str(binary), "--stop-server"], env=env, capture_output=True)
+
+    put = launch.launchers(binary, backend="scikit-build-core", cuda=True, cxx=None, path=None,
+                           shim_dir=tmp_path / "bin", nvcc=None, nvcc_args=sccache.warm_args("8.0;9.0"))
+    warm = [put.config[-1].split("=", 1)[1]]  # CMAKE_CUDA_COMPILER_LAUNCHER: the script
+    assert warm != [str(binary)]
+    whole = ([str(binary)], [gencode["8.0"], gencode["9.0"]])
+    stats(tmp_path / "warmed", (warm, [gencode["8.0"]]), (warm, [gencode["9.0"]]))
+    took = stats(tmp_path / "warmed", whole)
+    assert took.device.misses == 0 and took.device.hits >= 4, took  # each architecture's PTX and cubin
+    stats(tmp_path / "plain", ([str(binary)], [gencode["9.0"]]))
+    plain = stats(tmp_path / "plain", whole)
+    assert plain.device.hits == 0 and plain.device.misses >= 4, plain

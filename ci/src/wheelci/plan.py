@@ -96,6 +96,7 @@ class RunSettings:
     upload: str | None = None  # the repository the verified wheels go to
     source_date_epoch: int | None = None  # every timestamp written (SOURCE_DATE_EPOCH, else the commit's time)
     compile_cache: str | None = None  # a remote compile cache's URL, as given (shown only by its storage's name)
+    warm_for: str | None = None  # compile-only, filling the store for a build of this arch list (--warm-for)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,18 @@ def run_settings(o: Options, source_date_epoch: int | None = None) -> RunSetting
                        nvcc_source=o.nvcc, allow_no_device_code=o.allow_no_device_code,
                        local_version=o.local_version, variants=o.variant, limit=o.limit,
                        test_command=o.test_command, test_requires=list(o.test_requires), upload=o.upload,
-                       source_date_epoch=source_date_epoch, compile_cache=(o.compile_cache or "").strip() or None)
+                       source_date_epoch=source_date_epoch, compile_cache=(o.compile_cache or "").strip() or None,
+                       warm_for=warm_for(o))
+
+
+def warm_for(o: Options) -> str | None:
+    """--warm-for, which only a compile-only build that fills a store takes (its objects are never shipped)."""
+    if o.warm_for is None:
+        return None
+    if not o.compile_only or not (o.compile_cache or "").strip():
+        raise CiError("--warm-for: only with --compile-only and --compile-cache (it fills the store for another "
+                      "build; its own objects are not that build's)")
+    return o.warm_for
 
 
 def plan_for(o: Options, project: Project, environ: Mapping[str, str]) -> Plan:
@@ -394,11 +406,24 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
         from wheelci.config.compilecache import parse
 
         parse(run.compile_cache, env)
+    if run.warm_for is not None:
+        plan = _with_run(plan, replace(run, warm_for=warm_list(plan, run.warm_for)))
     if not plan.engine.container:
         plan = replace(plan, inherited={k: env[k] for k in INHERITED if env.get(k)})
     if request.image is not None:
         plan = _with_image(plan, request.image)
     return replace(plan, environment=container_environment(container_inputs(plan, machine)))
+
+
+def warm_list(plan: Plan, whole: str) -> str:
+    """--warm-for's arch list, checked: a CUDA build's, holding every architecture of the build's own part."""
+    if plan.cuda is None:
+        raise CiError("--warm-for: a CUDA build's option (a CPU build compiles no device code)")
+    full = mx.check_arch_list(plan.cuda, whole)
+    missing = [a for a in mx.split_arch_list(plan.arch_list) if a not in mx.split_arch_list(full)]
+    if missing:
+        raise CiError(f"--warm-for {full}: lacks {', '.join(missing)} of --arch-list {plan.arch_list} (a part of it)")
+    return full
 
 
 def _with_image(plan: Plan, image: str) -> Plan:

@@ -143,7 +143,8 @@ def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_ro
             nvcc = cuda_root / "bin" / "nvcc" if cuda_root is not None else None
             yield reports, sccache.launchers(server, backend=plan.backend, cuda=plan.cuda is not None, cxx=environ.get("CXX"),
                                              path=environ.get("PATH"), shim_dir=work_dir / "sccache-bin",
-                                             nvcc=None if environ.get("PYTORCH_NVCC") else nvcc)
+                                             nvcc=None if environ.get("PYTORCH_NVCC") else nvcc,
+                                             warm_for=plan.run.warm_for)
     if reports and reports[0].used:  # one that was not used said so when it was passed over
         log.info(f"compile cache: {describe(reports[0])}")
 

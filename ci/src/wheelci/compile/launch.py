@@ -33,15 +33,25 @@ class Launchers:
     config: list[str] = field(default_factory=list)  # -C cmake.define.CMAKE_<LANG>_COMPILER_LAUNCHER=...
 
 
-def cmake_config(launcher: str, cuda: bool) -> list[str]:
-    """scikit-build-core's settings putting `launcher` in front of CMake's compilers."""
-    langs = ["C", "CXX"] + (["CUDA"] if cuda else [])
-    return [a for lang in langs for a in ("-C", f"cmake.define.CMAKE_{lang}_COMPILER_LAUNCHER={launcher}")]
+def cmake_config(launcher: str, cuda: bool, cuda_launcher: str | None = None) -> list[str]:
+    """scikit-build-core's settings putting `launcher` in front of CMake's compilers (`cuda_launcher` in
+    front of nvcc, where given)."""
+    given = {"C": launcher, "CXX": launcher, **({"CUDA": cuda_launcher or launcher} if cuda else {})}
+    return [a for lang, run in given.items() for a in ("-C", f"cmake.define.CMAKE_{lang}_COMPILER_LAUNCHER={run}")]
 
 
-def shim_text(launcher: str, compiler: str) -> str:
-    """The one-word CXX: `launcher compiler ARGS...`."""
-    return f'#!/bin/sh\nexec {shlex.quote(launcher)} {shlex.quote(compiler)} "$@"\n'
+def shim_text(launcher: str, compiler: str | None, extra: tuple[str, ...] = ()) -> str:
+    """A one-word compiler: `launcher [compiler] ARGS... [extra]` (no compiler: a launcher, given it first)."""
+    words = " ".join(shlex.quote(w) for w in (launcher, *([compiler] if compiler else [])))
+    after = "".join(f" {shlex.quote(a)}" for a in extra)
+    return f'#!/bin/sh\nexec {words} "$@"{after}\n'
+
+
+def _script(path: Path, text: str) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
 
 
 def real_compiler(name: str, path: str | None, shim_dir: Path | None = None) -> str | None:
@@ -65,25 +75,25 @@ def real_compiler(name: str, path: str | None, shim_dir: Path | None = None) -> 
 
 
 def launchers(launcher: Path, *, backend: str, cuda: bool, cxx: str | None, path: str | None, shim_dir: Path,
-              nvcc: Path | None, torch_finds_it: bool = False) -> Launchers:
+              nvcc: Path | None, torch_finds_it: bool = False, nvcc_args: tuple[str, ...] = ()) -> Launchers:
     """`launcher` in front of a host build's compilers, as the project's build `backend` takes it. `cxx`:
     the CXX the build would use (None: c++), resolved on `path`; a compiler given with its flags (more than
     one word) stays as given, uncached. `nvcc`: None where the user named their own (PYTORCH_NVCC).
-    `torch_finds_it`: the build's torch puts `launcher` there itself."""
+    `torch_finds_it`: the build's torch puts `launcher` there itself. `nvcc_args`: added to every nvcc call,
+    by a script (neither CMake's flags nor cpp_extension's PYTORCH_NVCC keep a word's backslash)."""
     how = cache_goes(backend, torch_finds_it)
     if how == "cmake":
-        return Launchers(config=cmake_config(str(launcher), cuda))
+        cuda_launcher = _script(shim_dir / "nvcc-launcher", shim_text(str(launcher), None, nvcc_args)) \
+            if cuda and nvcc_args else None
+        return Launchers(config=cmake_config(str(launcher), cuda, cuda_launcher))
     if how == "itself":
         return Launchers()
     out = {"TORCH_NO_COMPILER_WRAPPER": "1"}
     given = (cxx or "c++").strip()
     real = real_compiler(given, path, shim_dir) if given and not any(c.isspace() for c in given) else None
-    if real is not None:
-        shim_dir.mkdir(parents=True, exist_ok=True)
-        shim = shim_dir / Path(given).name  # torch checks the compiler by its name (c++, g++, clang++)
-        shim.write_text(shim_text(str(launcher), real))
-        shim.chmod(0o755)
-        out["CXX"] = str(shim)
+    if real is not None:  # torch checks the compiler by its name (c++, g++, clang++)
+        out["CXX"] = _script(shim_dir / Path(given).name, shim_text(str(launcher), real))
     if nvcc is not None:
-        out["PYTORCH_NVCC"] = shlex.join([str(launcher), str(nvcc)])
+        out["PYTORCH_NVCC"] = (_script(shim_dir / "nvcc", shim_text(str(launcher), str(nvcc), nvcc_args)) if nvcc_args
+                               else shlex.join([str(launcher), str(nvcc)]))
     return Launchers(environ=out)

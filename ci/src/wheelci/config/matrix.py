@@ -194,6 +194,13 @@ def arch_code(entry: str) -> str:
     return f"{m[1]}{m[2]}{m[3]}"
 
 
+def arch_list_macro(text: str) -> str:
+    """nvcc's __CUDA_ARCH_LIST__ for a build of this arch list: each architecture's number once, ascending
+    ('8.6;9.0a+PTX;7.5' -> '750,860,900': arch-specific and family targets count as their number)."""
+    numbers = {int(re.match(r"\d+", arch_code(e))[0]) * 10 for e in split_arch_list(text)}  # type: ignore[index]
+    return ",".join(str(n) for n in sorted(numbers))
+
+
 def check_arch_list(cuda: str, text: str) -> str:
     """Validate an arch list against nvcc's accepted archs; return it normalized with ';'."""
     entries = split_arch_list(text)

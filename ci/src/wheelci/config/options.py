@@ -156,6 +156,10 @@ OPTIONS: tuple[Option, ...] = (
     _opt("compile_only", "bool", "compile and stop: no repair, verify or wheel in -w (the report says what the "
          "compile cache did); with --compile-cache it warms the store for another build (the workflow's "
          "arch-jobs)", "run", commands=("build",), key=False, variable=False),
+    _opt("warm_for", "str", "with --compile-only and --compile-cache: the arch list of the build this one fills the "
+         "store for, --arch-list being its part (the workflow's arch-jobs): each architecture's device code is "
+         "compiled as that build compiles it, so it takes them from the store", "run", commands=("build",),
+         key=False, variable=False, metavar="ARCH_LIST"),
     _opt("arch_jobs", "str", "with --workflow-matrix: the fan-out instead, each CUDA job's arch list dealt into N "
          "(2 to 16) compile-only jobs, each naming its part (arch_list), that fill a remote compile cache", "run",
          commands=("plan",), key=False, variable=False, metavar="N"),
@@ -407,6 +411,7 @@ class Options:
     workflow_matrix: bool = False
     compile_cache: str | None = None  # a remote compile cache's URL (wheelci.config.compilecache); "" is none
     compile_only: bool = False
+    warm_for: str | None = None
     arch_jobs: str | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
