@@ -9,7 +9,8 @@ gone first. The store is a Redis started on loopback (Debian's redis-server). Co
 - cold: no cache at all (ccache off);
 - first machine: the store empty, sccache filling it;
 - second machine: the store warm, every compile a hit;
-- fan-out: a fresh store warmed by two compile-only jobs of half the arch list each, then the full list.
+- fan-out: a fresh store warmed by two compile-only jobs of half the arch list each (`--warm-for` the
+  whole list, as the workflow's arch-jobs run them), then the full list.
 
 Then the developer's loop, whole builds (compile, repair, check, verify) on one machine with ccache: the
 first build, then one C++ source changed by a line and built again into a verified wheel.
@@ -155,7 +156,8 @@ def run(*, project: str = "example", cuda: str = "13.0", arch_list: str | None =
         fan = Store(Path(tmp_name) / "redis-fanout")
         try:
             for i, part in enumerate(halves(arch_list)):
-                _, seconds, report = machines.build(f"part{i}", ["--cuda", cuda, "--arch-list", part], fan.url)
+                part_args = ["--cuda", cuda, "--arch-list", part, "--warm-for", arch_list]
+                _, seconds, report = machines.build(f"part{i}", part_args, fan.url)
                 rows.append((f"fan-out job {i + 1} ({part})", seconds, report))
             _, seconds, report = machines.build("full", base, fan.url)
             rows.append(("full list after fan-out", seconds, report))
