@@ -282,3 +282,67 @@ def test_another_repository_without_a_source_for_the_tool_stops_in_the_plan_job(
     assert len(said) == 1 and said[0].startswith("no source for the tool: "), said
     assert "pass the input wheelci" in said[0] and "WHEELCI_TOOL_SOURCE" in said[0]
     assert not {"wheels", "publish"} & run.jobs() and not any(standins.artifacts.glob("*"))
+
+
+# ---- the fan-out: compile-only jobs warm a shared compile cache for the job that builds the wheel ----
+
+@pytest.mark.timeout(1800)  # three CUDA compiles of a tiny extension (torch's headers), on a loaded machine
+def test_arch_jobs_warm_the_compile_cache_for_the_wheels_job(checkout, standins, tmp_path):
+    """arch-jobs 2 over the arch list 8.0;9.0, every job on this host (engine host: CUDA from the host's
+    nvcc, torch from the tool cache's build environment), one Redis as the store: a warm job per arch
+    compiles it into the store and nothing more; the wheels job then takes every device compile from the
+    store, repairs, verifies and uploads. The store's password is a secret (COMPILE_CACHE_URL, which wins
+    over the input naming the same Redis without it: a build that took the input would fail every read)."""
+    from tests._servers import Redis
+
+    password = secrets.token_hex(16)
+    with Redis(tmp_path / "redis", password=password) as store:
+        plain = f"redis://127.0.0.1:{store.port}"
+        run = run_act(checkout, tmp_path / "run", standins, "workflow_dispatch",
+                      inputs={"cuda": "13.0", "engine": "host", "project": "tests/fixtures/tiny_ext",
+                              "arch-list": "8.0;9.0", "arch-jobs": "2", "compile-cache": plain},
+                      secrets={"COMPILE_CACHE_URL": store.url},
+                      # the build tree at one path in every job, as RUNNER_TEMP is on every GitHub-hosted
+                      # runner (act gives each job a temporary directory of its own)
+                      env={"WHEELCI_WORK_DIR": str(tmp_path / "tree")})
+    assert run.returncode == 0, run.summary()
+    assert [run.job_result(j) for j in ("plan", "warm", "wheels")] == ["success"] * 3, run.summary()
+    assert "publish" not in run.jobs()
+    warm_rows = json.loads(run.outputs("plan")["warm"])["include"]
+    assert [(r["arch_list"], r["engine"]) for r in warm_rows] == [("8.0", "host"), ("9.0", "host")]
+    (row,) = the_matrix(run)["include"]
+    assert row["engine"] == "host" and row["args"] == "--cuda 13.0"
+
+    # each warm job compiled its part into the store (every device compile a miss there) and kept no wheel
+    stored = sorted(p.name for p in standins.artifacts.iterdir())
+    artifact = f"wheels-{row['name']}-torch{row['torch']}"
+    assert stored == sorted([artifact] + [f"compile-{r['name']}-torch{r['torch']}" for r in warm_rows]), stored
+    for r in warm_rows:
+        part = standins.artifacts / f"compile-{r['name']}-torch{r['torch']}"
+        assert {p.name for p in part.iterdir()} == {"report.json", "report.md"}
+        report = json.loads((part / "report.json").read_text())
+        assert report["plan"]["arch_list"] == r["arch_list"], report["plan"]
+        cache = report["compile_cache"]
+        assert cache["used"] and cache["storage"] == f"redis {plain}" and cache["errors"] == 0, cache
+        assert cache["device"]["misses"] > 0 and cache["device"]["hits"] == 0, cache
+
+    # the wheels job took every device compile of the full list from the store. Its host compiles may
+    # miss: the host half of a .cu file's nvcc compile embeds the fatbinary of every arch, a list no warm
+    # job compiled whole.
+    wheels = standins.artifacts / artifact
+    (wheel,) = wheels.glob("*.whl")
+    report = json.loads((wheels / "report.json").read_text())
+    assert report["plan"]["arch_list"] == "8.0;9.0", report["plan"]
+    cache = report["compile_cache"]
+    assert cache["used"] and cache["storage"] == f"redis {plain}" and cache["errors"] == 0, cache
+    assert cache["device"]["misses"] == 0 and cache["device"]["hits"] >= 2, cache
+    assert report["passed"] is True and report["verify"]["test_command"].startswith("ok ("), report["verify"]
+    assert wheel.name.startswith("tiny_ext-0.1.0+pt") and ".cu130-" in wheel.name, wheel.name
+
+    # the store's password shows nowhere: act's output, the artifacts (wheel members read uncompressed)
+    assert password not in run.log
+    for path in (p for p in standins.artifacts.rglob("*") if p.is_file()):
+        assert password.encode() not in path.read_bytes(), path
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                assert not [n for n in z.namelist() if password.encode() in z.read(n)], path
