@@ -336,8 +336,15 @@ LIGHT = "tests/fixtures/tiny_ext_light"
 
 @pytest.fixture
 def light_checkout(tmp_path) -> Path:
-    """The checkout with LIGHT, tiny_ext of a cheap device compile, committed beside it."""
+    """The checkout with LIGHT, tiny_ext of a cheap device compile, committed beside it; wheels.yml installs
+    the tool editable from the copy's ci/, one path for every job. A store hit needs the compiler's
+    arguments alike, and a build's nvcc and C++ flags name the tool's own glibc_compat header: where the
+    workflow installs the tool, $RUNNER_TEMP/wheelci, is one path on every GitHub-hosted runner, but act
+    gives each job a temporary directory of its own."""
     repo = copy_checkout(tmp_path / "repo-light")
+    caller = repo / ".github" / "workflows" / "wheels.yml"
+    assert caller.read_text().count("wheelci: ./ci\n") == 1
+    caller.write_text(caller.read_text().replace("wheelci: ./ci\n", f"wheelci: --editable={repo / 'ci'}\n"))
     dest = repo / LIGHT
     shutil.copytree(ROOT / "tests" / "fixtures" / "tiny_ext", dest,
                     ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
@@ -391,8 +398,8 @@ def test_arch_jobs_warm_the_compile_cache_for_the_wheels_job(light_checkout, sta
         assert cache["device"]["misses"] > 0 and cache["device"]["hits"] == 0, cache
 
     # the wheels job took every device compile of the full list from the store, and the .cpp file's host
-    # compile (the same in every job: one tree path). The .cu file's host half misses: it embeds the
-    # fatbinary of every arch, a list no warm job compiled whole.
+    # compile; the .cu file's host half misses: it embeds the fatbinary of every arch, a list no warm job
+    # compiled whole.
     wheels = standins.artifacts / artifact
     (wheel,) = wheels.glob("*.whl")
     report = json.loads((wheels / "report.json").read_text())

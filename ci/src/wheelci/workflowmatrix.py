@@ -239,10 +239,12 @@ def warm_matrix(jobs: dict[str, list[dict[str, str]]], parts: int, stable_abi: s
         key = re.search(r"--cuda (\S+)", row["args"])
         assert key is not None, row
         cuda = pick_row(matrix, key[1], parse_target(stable_abi)) if stable_abi else matrix.row(key[1])
-        try:
-            wanted = cuda.arch_list if arch_list is None else mx.check_arch_list(cuda.version, arch_list)
-        except CiError as e:
-            raise CiError(f"--arch-list {arch_list[:64]!r}: {e}") from None
+        wanted = cuda.arch_list
+        if arch_list is not None:
+            try:
+                wanted = mx.check_arch_list(cuda.version, arch_list)
+            except CiError as e:
+                raise CiError(f"--arch-list {arch_list[:64]!r}: {e}") from None
         split = arch_parts(wanted, parts)
         out += [{**row, "name": f"{row['name']}-arch{i + 1}of{len(split)}", "arch_list": arch, "part": str(i + 1)}
                 for i, arch in enumerate(split)]
