@@ -384,7 +384,8 @@ def test_arch_jobs_warm_the_compile_cache_for_the_wheels_job(light_checkout, sta
     (row,) = the_matrix(run)["include"]
     assert row["engine"] == "host" and row["args"] == "--cuda 13.0"
 
-    # each warm job compiled its part into the store (every device compile a miss there) and kept no wheel
+    # each warm job compiled its part into the store and kept no wheel: its arch's PTX and cubin are misses
+    # (the device-side preprocessing, the same for every arch, is a hit in the part that runs second)
     stored = sorted(p.name for p in standins.artifacts.iterdir())
     artifact = f"wheels-{row['name']}-torch{row['torch']}"
     assert stored == sorted([artifact] + [f"compile-{r['name']}-torch{r['torch']}" for r in warm_rows]), stored
@@ -395,7 +396,7 @@ def test_arch_jobs_warm_the_compile_cache_for_the_wheels_job(light_checkout, sta
         assert report["plan"]["arch_list"] == r["arch_list"], report["plan"]
         cache = report["compile_cache"]
         assert cache["used"] and cache["storage"] == f"redis {plain}" and cache["errors"] == 0, cache
-        assert cache["device"]["misses"] > 0 and cache["device"]["hits"] == 0, cache
+        assert cache["device"]["misses"] >= 2, cache
 
     # the wheels job took every device compile of the full list from the store, and the .cpp file's host
     # compile; the .cu file's host half misses: it embeds the fatbinary of every arch, a list no warm job
