@@ -3,7 +3,8 @@
 GitHub is out of reach, so every marketplace action the workflows use is replaced (act's
 --local-repository) by a small stand-in written here that does the same job offline: setup-python puts
 this machine's Python first on PATH, cache restores and saves a directory, upload-artifact stores files
-in a directory the test reads, download-artifact restores them. actions/checkout is act's own (it copies
+in a directory the test reads, download-artifact restores them, github-script runs its script with the
+`core` calls the workflows make. actions/checkout is act's own (it copies
 the repository act runs in). act runs in a copy of the checkout, so nothing it does lands in the checkout.
 """
 
@@ -229,6 +230,33 @@ else {
 }
 """
 
+GITHUB_SCRIPT_ACTION = """\
+name: github-script (offline stand-in)
+description: Runs its script with the `core` calls the workflows use (exportVariable, setSecret).
+inputs:
+  script: {required: true}
+runs:
+  using: node24
+  main: main.js
+"""
+
+# as @actions/core writes them: a variable for the later steps into GITHUB_ENV (a heredoc, so a value
+# may hold a newline), a value to mask as the ::add-mask:: command
+GITHUB_SCRIPT_MAIN = """\
+const fs = require("fs");
+const crypto = require("crypto");
+const core = {
+  exportVariable: (name, value) => {
+    const mark = `ghadelimiter_${crypto.randomUUID()}`;
+    fs.appendFileSync(process.env.GITHUB_ENV, `${name}<<${mark}\\n${value}\\n${mark}\\n`);
+    process.env[name] = value;
+  },
+  setSecret: (value) => console.log(`::add-mask::${value}`),
+};
+(async () => { await eval(`(async () => {${process.env["INPUT_SCRIPT"] || ""}})()`); })()
+  .catch((e) => { console.log(`::error::${e.message}`); process.exitCode = 1; });
+"""
+
 
 @dataclass(frozen=True)
 class Standins:
@@ -252,6 +280,7 @@ def write_standins(root: Path, artifacts: Path, caches: Path) -> Standins:
                                  "upload.py": UPLOAD_PY},
              "download-artifact": {"action.yml": DOWNLOAD_ACTION.replace("{store}", json.dumps(str(artifacts))),
                                    "download.py": DOWNLOAD_PY},
+             "github-script": {"action.yml": GITHUB_SCRIPT_ACTION, "main.js": GITHUB_SCRIPT_MAIN},
              "cache": {"action.yml": CACHE_ACTION,
                        "restore.js": CACHE_COMMON.format(store=json.dumps(str(caches))) + CACHE_RESTORE,
                        "save.js": CACHE_COMMON.format(store=json.dumps(str(caches))) + CACHE_SAVE}}

@@ -282,3 +282,140 @@ def test_another_repository_without_a_source_for_the_tool_stops_in_the_plan_job(
     assert len(said) == 1 and said[0].startswith("no source for the tool: "), said
     assert "pass the input wheelci" in said[0] and "WHEELCI_TOOL_SOURCE" in said[0]
     assert not {"wheels", "publish"} & run.jobs() and not any(standins.artifacts.glob("*"))
+
+
+# ---- the fan-out: compile-only jobs warm a shared compile cache for the job that builds the wheel ----
+
+# tiny_ext with its device code free of torch's headers (cicc over them takes minutes a part on a loaded
+# 2-core machine): the kernel and a launcher in the .cu file, the op and its registration in the .cpp
+LIGHT_CUDA = """\
+#include <cstdint>
+
+namespace {
+__global__ void add_one_kernel(const float* in, float* out, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = in[i] + 1.0f;
+}
+}  // namespace
+
+void tiny_add_one_launch(const float* in, float* out, int64_t n) {
+  const int threads = 256;
+  add_one_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads>>>(in, out, n);
+}
+"""
+LIGHT_CPP = """\
+#include <torch/extension.h>
+
+namespace {
+at::Tensor add_one_cpu(const at::Tensor& x) { return x + 1; }
+}  // namespace
+
+TORCH_LIBRARY(tiny_ext, m) { m.def("add_one(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(tiny_ext, CPU, m) { m.impl("add_one", &add_one_cpu); }
+
+#ifdef WITH_CUDA
+void tiny_add_one_launch(const float* in, float* out, int64_t n);
+
+namespace {
+at::Tensor add_one_cuda(const at::Tensor& x) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "add_one: float32 on CUDA");
+  auto in = x.contiguous();
+  auto out = at::empty_like(in);
+  if (in.numel() > 0) tiny_add_one_launch(in.data_ptr<float>(), out.data_ptr<float>(), in.numel());
+  return out;
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(tiny_ext, CUDA, m) { m.impl("add_one", &add_one_cuda); }
+#endif
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}
+"""
+LIGHT = "tests/fixtures/tiny_ext_light"
+
+
+@pytest.fixture
+def light_checkout(tmp_path) -> Path:
+    """The checkout with LIGHT, tiny_ext of a cheap device compile, committed beside it; wheels.yml installs
+    the tool editable from the copy's ci/, one path for every job. A store hit needs the compiler's
+    arguments alike, and a build's nvcc and C++ flags name the tool's own glibc_compat header: where the
+    workflow installs the tool, $RUNNER_TEMP/wheelci, is one path on every GitHub-hosted runner, but act
+    gives each job a temporary directory of its own."""
+    repo = copy_checkout(tmp_path / "repo-light")
+    caller = repo / ".github" / "workflows" / "wheels.yml"
+    assert caller.read_text().count("wheelci: ./ci\n") == 1
+    caller.write_text(caller.read_text().replace("wheelci: ./ci\n", f"wheelci: --editable={repo / 'ci'}\n"))
+    dest = repo / LIGHT
+    shutil.copytree(ROOT / "tests" / "fixtures" / "tiny_ext", dest,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    (dest / "csrc" / "tiny_cuda.cu").write_text(LIGHT_CUDA)
+    (dest / "csrc" / "tiny.cpp").write_text(LIGHT_CPP)
+    git = ["git", "-C", str(repo), "-c", "user.name=act test", "-c", "user.email=act@example.invalid",
+           "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"]
+    _proc.run([*git, "add", "-A"], check=True)
+    _proc.run([*git, "commit", "-q", "-m", "a tiny extension of a cheap device compile"], check=True)
+    return repo
+
+
+@pytest.mark.timeout(2400)  # CUDA compiles of a tiny extension, on a loaded machine
+def test_arch_jobs_warm_the_compile_cache_for_the_wheels_job(light_checkout, standins, tmp_path):
+    """arch-jobs 2 over the arch list 8.0;9.0, every job on this host (engine host: CUDA from the host's
+    nvcc, torch from the tool cache's build environment), one Redis as the store: a warm job per arch
+    compiles it into the store and nothing more; the wheels job then takes every device compile from the
+    store, repairs, verifies and uploads. The store's password is a secret (COMPILE_CACHE_URL, which wins
+    over the input naming the same Redis without it: a build that took the input would fail every read)."""
+    from tests._servers import Redis
+
+    password = secrets.token_hex(16)
+    with Redis(tmp_path / "redis", password=password) as store:
+        plain = f"redis://127.0.0.1:{store.port}"
+        run = run_act(light_checkout, tmp_path / "run", standins, "workflow_dispatch",
+                      inputs={"cuda": "13.0", "engine": "host", "project": LIGHT,
+                              "arch-list": "8.0;9.0", "arch-jobs": "2", "compile-cache": plain},
+                      secrets={"COMPILE_CACHE_URL": store.url},
+                      # the build tree at one path in every job, as RUNNER_TEMP is on every GitHub-hosted
+                      # runner (act gives each job a temporary directory of its own)
+                      env={"WHEELCI_WORK_DIR": str(tmp_path / "tree")})
+    assert run.returncode == 0, run.summary()
+    assert [run.job_result(j) for j in ("plan", "warm", "wheels")] == ["success"] * 3, run.summary()
+    assert "publish" not in run.jobs()
+    warm_rows = json.loads(run.outputs("plan")["warm"])["include"]
+    assert [(r["arch_list"], r["engine"]) for r in warm_rows] == [("8.0", "host"), ("9.0", "host")]
+    (row,) = the_matrix(run)["include"]
+    assert row["engine"] == "host" and row["args"] == "--cuda 13.0"
+
+    # each warm job compiled its part into the store and kept no wheel: its arch's PTX and cubin are misses
+    # (the device-side preprocessing, the same for every arch, is a hit in the part that runs second)
+    stored = sorted(p.name for p in standins.artifacts.iterdir())
+    artifact = f"wheels-{row['name']}-torch{row['torch']}"
+    assert stored == sorted([artifact] + [f"compile-{r['name']}-torch{r['torch']}" for r in warm_rows]), stored
+    for r in warm_rows:
+        part = standins.artifacts / f"compile-{r['name']}-torch{r['torch']}"
+        assert {p.name for p in part.iterdir()} == {"report.json", "report.md"}
+        report = json.loads((part / "report.json").read_text())
+        assert report["plan"]["arch_list"] == r["arch_list"], report["plan"]
+        cache = report["compile_cache"]
+        assert cache["used"] and cache["storage"] == f"redis {plain}" and cache["errors"] == 0, cache
+        assert cache["device"]["misses"] >= 2, cache
+
+    # the wheels job took every device compile of the full list from the store, and the .cpp file's host
+    # compile; the .cu file's host half misses: it embeds the fatbinary of every arch, a list no warm job
+    # compiled whole.
+    wheels = standins.artifacts / artifact
+    (wheel,) = wheels.glob("*.whl")
+    report = json.loads((wheels / "report.json").read_text())
+    assert report["plan"]["arch_list"] == "8.0;9.0", report["plan"]
+    cache = report["compile_cache"]
+    assert cache["used"] and cache["storage"] == f"redis {plain}" and cache["errors"] == 0, cache
+    assert cache["device"]["misses"] == 0 and cache["device"]["hits"] >= 2, cache
+    assert cache["host"]["hits"] >= 1, cache
+    assert report["passed"] is True and report["verify"]["test_command"].startswith("ok ("), report["verify"]
+    assert wheel.name.startswith("tiny_ext-0.1.0+pt") and ".cu130-" in wheel.name, wheel.name
+
+    # the store's password shows nowhere: act's output, the artifacts (wheel members read uncompressed)
+    assert password not in run.log
+    for path in (p for p in standins.artifacts.rglob("*") if p.is_file()):
+        assert password.encode() not in path.read_bytes(), path
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                assert not [n for n in z.namelist() if password.encode() in z.read(n)], path

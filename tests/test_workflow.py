@@ -28,6 +28,7 @@ CALLER = WORKFLOWS / "wheels.yml"
 ACTIONLINT = Path(sys.executable).with_name("actionlint")
 CLEANUP_STEP = "Free disk space (GitHub-hosted runners only)"
 TOOL_STEP = "Choose the tool's source"
+CACHE_SECRETS = ("COMPILE_CACHE_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
 def load_yaml(path: Path) -> dict:
@@ -119,12 +120,13 @@ def test_build_is_a_reusable_workflow_with_its_inputs_and_secrets(build):
         "project": ("string", "."), "cuda": ("string", ""), "stable-abi": ("string", ""),
         "publish": ("boolean", False), "variants": ("boolean", False), "python": ("string", ""),
         "torch": ("string", ""), "env": ("string", ""), "cuda-env": ("string", ""), "cpu-env": ("string", ""),
-        "archs": ("string", ""),
+        "archs": ("string", ""), "engine": ("string", ""), "arch-list": ("string", ""),
+        "compile-cache": ("string", ""), "arch-jobs": ("string", ""),  # empty: no store, no fan-out
         # empty: the tool comes from this workflow's own repository at the caller's ref, no index release
         "wheelci": ("string", "")}
     assert not any(v["required"] for v in inputs.values())
     secrets = call["workflow_call"]["secrets"]
-    assert set(secrets) == {"PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN"}
+    assert set(secrets) == {"PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN", *CACHE_SECRETS}
     assert not any(v["required"] for v in secrets.values())  # a build without publishing needs none
     # the inputs reach the scripts through the environment, never pasted into a script's text
     assert build["env"] == {**build["env"], "PROJECT": "${{ inputs.project }}", "CUDA": "${{ inputs.cuda }}",
@@ -132,7 +134,8 @@ def test_build_is_a_reusable_workflow_with_its_inputs_and_secrets(build):
                             "PYTHON_VERSIONS": "${{ inputs.python }}", "TORCH_VERSION": "${{ inputs.torch }}",
                             "BUILD_VARS": "${{ inputs.env }}", "CUDA_BUILD_VARS": "${{ inputs.cuda-env }}",
                             "CPU_BUILD_VARS": "${{ inputs.cpu-env }}", "WHEELCI": "${{ inputs.wheelci }}",
-                            "ARCHS": "${{ inputs.archs }}"}
+                            "ARCHS": "${{ inputs.archs }}", "ENGINE_INPUT": "${{ inputs.engine }}",
+                            "ARCH_LIST_INPUT": "${{ inputs.arch-list }}", "ARCH_JOBS": "${{ inputs.arch-jobs }}"}
     for job in build["jobs"].values():
         assert not [r for r in run_lines(job) if "inputs." in r or "secrets." in r]
 
@@ -142,7 +145,7 @@ def test_wheels_yml_calls_build_yml(caller, build):
     assert on["push"] == {"branches": ["main"], "tags": ["v*"]} and "pull_request" in on
     dispatch = on["workflow_dispatch"]["inputs"]
     assert set(dispatch) == {"project", "stable-abi", "cuda", "publish", "variants", "python", "torch", "env",
-                             "cuda-env", "cpu-env", "archs"}
+                             "cuda-env", "cpu-env", "archs", "engine", "arch-list", "compile-cache", "arch-jobs"}
     assert dispatch["publish"]["type"] == "boolean" and dispatch["publish"]["default"] is False
     assert dispatch["cuda"]["default"] == ""  # the whole matrix
     (job,) = caller["jobs"].values()
@@ -153,11 +156,12 @@ def test_wheels_yml_calls_build_yml(caller, build):
     assert job["with"]["wheelci"] == "./ci"  # this repository builds with the tool from its own checkout
     assert job["with"]["cuda"] == "${{ inputs.cuda || '' }}"
     # a called workflow sees none of its caller's inputs unless the caller passes each on
-    for name in ("python", "torch", "env", "cuda-env", "cpu-env", "archs"):
+    for name in ("python", "torch", "env", "cuda-env", "cpu-env", "archs", "engine", "arch-list", "compile-cache",
+                 "arch-jobs"):
         assert job["with"][name] == f"${{{{ inputs.{name} || '' }}}}", name
     # the secrets are named one by one, not `inherit`ed: the called workflow gets these three only
     assert job["secrets"] == {k: f"${{{{ secrets.{k} }}}}" for k in
-                              ("PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN")}
+                              ("PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN", *CACHE_SECRETS)}
     # a tag publishes; a dispatch when asked (tests/test_act.py runs both)
     assert "refs/tags/v" in job["with"]["publish"] and "inputs.publish" in job["with"]["publish"]
 
@@ -168,7 +172,7 @@ def test_matrix_is_the_cuda_matrix_or_the_stable_variants(build):
     from wheelci.workflowmatrix import workflow_matrix
 
     job = build["jobs"]["wheels"]
-    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}" and job["needs"] == "plan"
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}" and job["needs"] == ["plan", "warm"]
     plan_runs = "\n".join(run_lines(build["jobs"]["plan"]))
     assert 'matrix=$("$RUNNER_TEMP/wheelci/bin/wheelci" plan "${args[@]}")' in plan_runs
     assert 'args+=(--cuda "$CUDA")' in plan_runs
@@ -381,8 +385,11 @@ def test_disk_cleanup_only_on_github_hosted_runners(build):
     (cleanup,) = [s for s in steps if "rm -rf" in s.get("run", "") or "docker system prune" in s.get("run", "")]
     assert steps[0] is cleanup and cleanup["name"] == CLEANUP_STEP
     assert cleanup["if"] == "runner.environment == 'github-hosted' && env.ACT != 'true'"
-    for job in build["jobs"].values():  # nothing else deletes or prunes
-        assert not [r for r in run_lines(job) if r is not cleanup["run"] and ("rm -" in r or "prune" in r)]
+    # the warm job's is the same step (a CUDA compile needs the same room); nothing else deletes or prunes
+    assert [s for s in build["jobs"]["warm"]["steps"] if s.get("name") == CLEANUP_STEP] == [cleanup]
+    assert build["jobs"]["warm"]["steps"][0] == cleanup
+    for job in build["jobs"].values():
+        assert not [r for r in run_lines(job) if r != cleanup["run"] and ("rm -" in r or "prune" in r)]
 
 
 @pytest.mark.parametrize("environment, act, deletes", [
@@ -514,7 +521,7 @@ def test_the_build_flags_the_arguments_step_adds_exist():
                           text=True, check=True).stdout
     script = step_script(load_yaml(BUILD), "wheels", "Build arguments")
     added = sorted(set(re.findall(r"args\+=\(\"?(--[a-z][\w-]*)", script)))
-    assert added == ["--env", "--python", "--torch"]
+    assert added == ["--arch-list", "--env", "--python", "--torch"]
     for flag in added:
         assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", help_text), flag
 
@@ -539,7 +546,10 @@ def test_ccache_cache_and_artifacts(build):
 
 def test_publish_only_when_asked_with_the_secrets(build):
     pub = build["jobs"]["publish"]
-    assert pub["needs"] == ["plan", "wheels"] and pub["if"] == "inputs.publish"
+    # its own needs' results decide, not a skipped warm job before the wheels (GitHub skips a job whose
+    # ancestor was skipped unless its `if:` says otherwise)
+    assert pub["needs"] == ["plan", "wheels"]
+    assert pub["if"] == "${{ !cancelled() && inputs.publish && needs.wheels.result == 'success' }}"
     (step,) = [s for s in pub["steps"] if "wheelci upload" in s.get("run", "")]
     assert step["env"] == {"TWINE_REPOSITORY_URL": "${{ secrets.PRIVATE_INDEX_URL }}",
                            "TWINE_USERNAME": "${{ secrets.PRIVATE_INDEX_USER }}",
@@ -592,14 +602,23 @@ def test_a_publish_without_its_secrets_stops_first(build):
     assert first["run"].count("::error::") == 1 and "exit 1" in first["run"]
 
 
-def test_secret_values_only_in_the_upload_step():
-    """Outside the Upload step the workflows pass secrets on (the call) or test them for emptiness."""
-    values = re.compile(r"\$\{\{\s*secrets\.(\w+)\s*\}\}")
+def test_secret_values_only_in_the_upload_step_and_the_compiling_jobs_environment(build):
+    """Outside the Upload step the workflows pass secrets on (the call) or test them for emptiness, except
+    the compile cache's, which reach the jobs that compile (warm, wheels) in their environment alone."""
+    values = re.compile(r"\$\{\{\s*secrets\.(\w+)\s*(?:\|\|[^}]*)?\}\}")
     text = BUILD.read_text()
     upload = text.index("      - name: Upload\n")
     assert sorted(values.findall(text[upload:])) == ["PRIVATE_INDEX_TOKEN", "PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER"]
-    assert values.findall(text[:upload]) == []
-    assert re.findall(r"secrets\.\w+\b(?! != '')", text[:upload]) == []
+    assert sorted(values.findall(text[:upload])) == sorted(CACHE_SECRETS * 2)
+    for job in ("warm", "wheels"):
+        env = build["jobs"][job]["env"]
+        assert sorted(values.findall(json.dumps(env))) == sorted(CACHE_SECRETS), job
+        # the secret's URL wins over the input; the S3 keys under the names sccache reads
+        assert env["COMPILE_CACHE"] == "${{ secrets.COMPILE_CACHE_URL || inputs.compile-cache }}"
+        assert env["AWS_ACCESS_KEY_ID"] == "${{ secrets.AWS_ACCESS_KEY_ID }}"
+        assert env["AWS_SECRET_ACCESS_KEY"] == "${{ secrets.AWS_SECRET_ACCESS_KEY }}"
+        assert not [s for s in build["jobs"][job]["steps"] if "secrets." in json.dumps(s)], job
+    assert len(re.findall(r"secrets\.\w+\b(?! != '')", text[:upload])) == 6
 
 
 def test_least_privilege(build, caller):
@@ -627,7 +646,8 @@ def test_the_documented_caller(actionlint, tmp_path, build):
     (job,) = load_yaml(path)["jobs"].values()
     assert job["uses"].endswith(f"/.github/workflows/build.yml@v{wheelci.__version__}")
     call = triggers(build)["workflow_call"]
-    assert set(job["with"]) <= set(call["inputs"]) and set(job["secrets"]) == set(call["secrets"])
+    publish = {"PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN"}
+    assert set(job["with"]) <= set(call["inputs"]) and publish <= set(job["secrets"]) <= set(call["secrets"])
 
 
 def test_the_documented_caller_that_forwards_its_dispatch_inputs(actionlint, tmp_path, build):
@@ -669,7 +689,10 @@ def test_every_wheelci_flag_the_workflow_uses_exists(build):
     calls = wheelci_invocations(build)
     assert sorted({c[0] for c in calls}) == ["build", "index", "plan", "upload"]
     assert ["plan", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda", "--torch", "--archs",
-            "--python", "--variant"] in calls
+            "--python", "--variant", "--engine", "--arch-list"] in calls
+    assert ["plan", "--arch-jobs", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda", "--torch", "--archs",
+            "--python", "--variant", "--engine", "--arch-list"] in calls
+    assert ["build", "--compile-only", "--engine", "-w", "--"] in calls  # the warm job
     for stage, *flags in calls:
         help_text = _proc.run([sys.executable, "-m", "wheelci", stage, "--help"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout
@@ -695,3 +718,184 @@ def test_a_token_in_the_tool_source_is_not_shown_and_a_blank_input_is_not_a_sour
     r, outputs = run_step(step_script(build, "plan", TOOL_STEP), env, tmp_path)
     assert r.returncode == 0 and outputs == {"tool": env["WHEELCI_TOOL_SOURCE"]}
     assert "ghp_SECRET" not in r.stdout and "the runner's WHEELCI_TOOL_SOURCE: git+https://ghes.example/" in r.stdout
+
+
+# ---- the compile cache and the fan-out (arch-jobs) ----
+
+def test_the_fan_out_without_a_store_stops_the_plan_job_with_one_line(build, tmp_path):
+    """arch-jobs without the input compile-cache or the secret COMPILE_CACHE_URL: every part would compile
+    for nothing. The plan job's step sees whether the secret is set, never its value."""
+    plan = build["jobs"]["plan"]
+    (check,) = [s for s in plan["steps"] if s.get("name") == "Check the fan-out"]
+    assert check["if"] == "inputs.arch-jobs != ''"
+    assert check["env"] == {"CACHE_INPUT": "${{ inputs.compile-cache }}",
+                            "HAS_CACHE_URL": "${{ secrets.COMPILE_CACHE_URL != '' }}"}
+    assert plan["steps"].index(check) < plan["steps"].index(uses(plan, "actions/checkout")[0])
+    r, _ = run_step(check["run"], {"ARCH_JOBS": "2", "CACHE_INPUT": " ", "HAS_CACHE_URL": "false"}, tmp_path)
+    assert r.returncode == 1
+    (line,) = r.stdout.splitlines()
+    assert line.startswith("::error::arch-jobs needs a remote compile cache") and r.stdout.count("::error::") == 1
+    assert "the input compile-cache" in line and "the secret COMPILE_CACHE_URL" in line
+    for given in ({"CACHE_INPUT": "gha", "HAS_CACHE_URL": "false"}, {"CACHE_INPUT": "", "HAS_CACHE_URL": "true"}):
+        r, _ = run_step(check["run"], {"ARCH_JOBS": "2", **given}, tmp_path)
+        assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+
+
+def run_plan_step(build: dict, tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    """The plan job's matrix step with the tool as the job installs it (the real one, on a bare Python)."""
+    tool = tmp_path / "temp" / "wheelci" / "bin" / "wheelci"
+    tool.parent.mkdir(parents=True, exist_ok=True)
+    tool.write_text(f'#!/bin/bash\nPYTHONPATH={shlex.quote(str(ROOT / "ci" / "src"))} exec '
+                    f'{shlex.quote(sys.executable)} -S -m wheelci "$@"\n')
+    tool.chmod(0o755)
+    given = {"PROJECT": "tests/fixtures/tiny_ext", "STABLE_ABI": "", "CUDA": "", "TORCH_VERSION": "", "ARCHS": "",
+             "PYTHON_VERSIONS": "", "VARIANTS": "false", "ENGINE_INPUT": "", "ARCH_LIST_INPUT": "", "ARCH_JOBS": "",
+             "RUNNER_TEMP": str(tmp_path / "temp"), **env}
+    script = f"cd {shlex.quote(str(ROOT))}\n" + step_script(build, "plan", "One job per CUDA version, or per variant "
+                                                                    "for stable-ABI wheels")
+    return run_step(script, given, tmp_path)
+
+
+def test_the_plan_job_gives_the_fan_out_its_own_matrix(build, tmp_path):
+    """With arch-jobs, a second output: each CUDA job's arch list (the arch-list input's here) dealt into
+    compile-only jobs, planned with the same arguments as the jobs they warm (the engine input's too);
+    none where no CUDA job is left, and none without arch-jobs."""
+    assert build["jobs"]["plan"]["outputs"]["warm"] == "${{ steps.matrix.outputs.warm }}"
+    r, out = run_plan_step(build, tmp_path, CUDA="cpu,13.0", ENGINE_INPUT="host", ARCH_LIST_INPUT="8.0;9.0",
+                           ARCH_JOBS="2")
+    assert r.returncode == 0, r.stderr
+    assert [(row["name"], row["engine"]) for row in json.loads(out["matrix"])["include"]] == [
+        ("cpu", "host"), ("cuda13.0", "host")]
+    warm = json.loads(out["warm"])["include"]
+    assert [(row["name"], row["args"], row["engine"], row["arch_list"], row["part"]) for row in warm] == [
+        ("cuda13.0-arch1of2", "--cuda 13.0", "host", "8.0", "1"), ("cuda13.0-arch2of2", "--cuda 13.0", "host", "9.0", "2")]
+    for env in ({"CUDA": "cpu", "ARCH_JOBS": "2"}, {"CUDA": "13.0"}):
+        r, out = run_plan_step(build, tmp_path, **env)
+        assert r.returncode == 0 and "warm" not in out and json.loads(out["matrix"])["include"], r.stderr
+    # without the inputs: each row's engine, each CUDA version's own arch list
+    r, out = run_plan_step(build, tmp_path, CUDA="13.0", ARCH_JOBS="3")
+    assert [row["engine"] for row in json.loads(out["matrix"])["include"]] == ["docker"]
+    dealt = [row["arch_list"] for row in json.loads(out["warm"])["include"]]
+    assert len(dealt) == 3 and sorted(";".join(dealt).split(";")) == sorted(mx.load().row("13.0").arch_list.split(";"))
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--cuda", "13.0", "--arch-jobs", "1"], "--arch-jobs 1: give 2 to 16"),
+    (["--cuda", "13.0", "--arch-jobs", "two"], "--arch-jobs 'two': want a number of jobs, 2 to 16"),
+    (["--cuda", "13.0", "--arch-jobs", "2", "--arch-list", "5.0;9.0"], "--arch-list '5.0;9.0': nvcc 13.0 rejects arch 5.0"),
+    (["--cuda", "13.0", "--engine", "qemu"], "--engine"),
+])
+def test_a_bad_fan_out_is_one_line_and_exit_2(args, words):
+    r = plan_matrix(*args)
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("wheelci plan: ") and words in line, line
+
+
+def test_the_fan_out_deals_the_projects_arch_list_unless_told(tmp_path):
+    """The warm jobs compile what the job they warm compiles: the project's [tool.wheelci] arch-list, which
+    --arch-list overrides; a project's engine key moves no job off its row's engine."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.wheelci]\nengine = "host"\n'
+                                             'arch-list = "8.0;8.6;9.0"\n')
+    r = plan_matrix("--cuda", "13.0", "--arch-jobs", "2", project=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["include"]
+    assert [(row["arch_list"], row["engine"]) for row in rows] == [("8.0;9.0", "docker"), ("8.6", "docker")]
+    r = plan_matrix("--cuda", "13.0", "--arch-jobs", "2", "--arch-list", "10.0 12.0+PTX", project=tmp_path)
+    assert [row["arch_list"] for row in json.loads(r.stdout)["include"]] == ["10.0", "12.0+PTX"]
+
+
+def test_the_warm_jobs_run_before_the_wheels_jobs_which_run_whatever_they_did(build):
+    """warm: only with a fan-out matrix, every part to the end; wheels: after them, also when they are
+    skipped (no arch-jobs) or one failed (it compiles what is missing itself), not when the plan failed."""
+    warm, wheels = build["jobs"]["warm"], build["jobs"]["wheels"]
+    assert warm["needs"] == "plan" and warm["if"] == "needs.plan.outputs.warm != ''"
+    assert warm["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.warm) }}"}
+    assert warm["name"].startswith("Warm the compile cache: ${{ matrix.name }}")
+    assert wheels["needs"] == ["plan", "warm"]
+    assert wheels["if"] == "${{ !cancelled() && needs.plan.result == 'success' }}"
+    # the same row arguments as the wheels job, its part of the arch list in place of the input's
+    assert warm["env"]["ARCH_LIST"] == "${{ matrix.arch_list }}" and wheels["env"]["ARCH_LIST"] == "${{ inputs.arch-list }}"
+    for name in ("BUILD_ARGS", "ROW_TORCH", "ROW_PYTHON", "ENGINE", "KIND", *CACHE_SECRETS[1:], "COMPILE_CACHE"):
+        assert warm["env"][name] == wheels["env"][name], name
+    for step in ("Build arguments", TOOL_STEP, "Install wheelci", "Expose the Actions cache to sccache"):
+        assert [s for s in warm["steps"] if s.get("name") == step] == [s for s in wheels["steps"] if s.get("name") == step]
+    (compile_,) = [s for s in warm["steps"] if "wheelci build" in s.get("run", "")]
+    assert 'wheelci build "${args[@]}" --compile-only --engine "$ENGINE" -w compile-report -- "$PROJECT"' in compile_["run"]
+    # it uploads its report alone, under a name the publish job does not take
+    (upload,) = uses(warm, "actions/upload-artifact")
+    assert upload["with"]["path"] == "compile-report/report.*" and upload["with"]["name"].startswith("compile-")
+    assert uses(build["jobs"]["publish"], "actions/download-artifact")[0]["with"]["pattern"] == "wheels-*"
+    assert not uses(warm, "actions/cache")
+
+
+@pytest.mark.parametrize("store, runner_tree, tree", [
+    ("", "", None),  # no store: the tool's own tree
+    ("redis://cache.internal:6379", "", "TEMP/wheelci-tree"),  # one path on every GitHub-hosted runner
+    ("gha", "/srv/tree", None),  # the runner names one: the tool reads it itself
+])
+def test_the_store_reaches_the_build_in_its_environment(build, tmp_path, store, runner_tree, tree):
+    """The Build arguments step, then Build, with a stand-in wheelci that records its environment: the
+    store reaches the tool as WHEELCI_COMPILE_CACHE only when there is one (the tool refuses an empty one),
+    and with a store every job builds in one tree path."""
+    temp, bin_dir = tmp_path / "temp", tmp_path / "bin"
+    temp.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "wheelci").write_text('#!/bin/bash\nenv | grep -E "^(WHEELCI_|AWS_)" > "$RUNNER_TEMP/env" || true\n')
+    (bin_dir / "wheelci").chmod(0o755)
+    github_env = tmp_path / "github-env"
+    github_env.write_text("")
+    env = {"KIND": "cuda", "RUNNER_TEMP": str(temp), "BUILD_VARS": "", "CUDA_BUILD_VARS": "", "CPU_BUILD_VARS": "",
+           "ROW_TORCH": "2.13.0", "ROW_PYTHON": "", "BUILD_ARGS": "--cuda 13.0", "ENGINE": "host", "PROJECT": ".",
+           "ARCH_LIST": "8.0;9.0", "COMPILE_CACHE": store, "GITHUB_ENV": str(github_env),
+           **({"WHEELCI_WORK_DIR": runner_tree} if runner_tree else {})}
+    r, _ = run_step(step_script(build, "wheels", "Build arguments"), env, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "--cuda 13.0 --torch 2.13.0 --arch-list 8.0;9.0, and 0 build variable(s)" in r.stdout
+    assert (temp / "build-args").read_bytes() == b"--cuda\x0013.0\0--torch\x002.13.0\0--arch-list\x008.0;9.0\0"
+    expected = f"WHEELCI_WORK_DIR={temp}/wheelci-tree\n" if tree else ""
+    assert github_env.read_text() == expected
+    r, _ = run_step(step_script(build, "wheels", "Build"), {**env, "PATH": f"{bin_dir}:/usr/bin:/bin"}, tmp_path)
+    assert r.returncode == 0, r.stderr
+    seen = dict(line.split("=", 1) for line in (temp / "env").read_text().splitlines())
+    assert seen.get("WHEELCI_COMPILE_CACHE") == (store or None)
+    assert store not in r.stdout + r.stderr or not store
+
+
+def test_the_actions_cache_reaches_sccache_through_an_action_step(build, tmp_path):
+    """A run step never sees the runtime's token: with the store gha, an action step (github-script, run
+    here by the offline stand-in tests/test_act.py uses) exports it and the service's URL to the later steps,
+    the token masked; what the tool then hands sccache is SCCACHE_GHA_ENABLED=on and the two. act's own
+    cache server speaks the older protocol of actions/cache, not the cache service sccache's client asks
+    (docs/contributing.md), so no act test fills GitHub's cache."""
+    import shutil
+
+    from tests._act import GITHUB_SCRIPT_MAIN
+    from wheelci.config.compilecache import parse
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node on this machine (the act tests need it too)")
+    for job in ("warm", "wheels"):
+        (step,) = [s for s in build["jobs"][job]["steps"] if s.get("name") == "Expose the Actions cache to sccache"]
+        assert step["if"] == "env.COMPILE_CACHE == 'gha'" and step["uses"] == "actions/github-script@v8"
+        steps = build["jobs"][job]["steps"]
+        assert steps.index(step) < min(i for i, s in enumerate(steps) if "wheelci build" in s.get("run", ""))
+    main, github_env = tmp_path / "main.js", tmp_path / "github-env"
+    main.write_text(GITHUB_SCRIPT_MAIN)
+    github_env.write_text("")
+    token = "tok-" + "x" * 40
+    given = {"ACTIONS_RESULTS_URL": "https://results-receiver.actions.example/", "ACTIONS_RUNTIME_TOKEN": token}
+    r = _proc.run([node, str(main)], capture_output=True, text=True,
+                  env={"PATH": "/usr/bin:/bin", "GITHUB_ENV": str(github_env), "INPUT_SCRIPT": step["with"]["script"],
+                       **given})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"::add-mask::{token}"]  # masked, and shown nowhere else
+    exported = re.findall(r"^(\w+)<<(\S+)\n(.*?)\n\2$", github_env.read_text(), re.M)
+    assert {name: value for name, _, value in exported} == given
+    assert parse("gha", given).environ == {"SCCACHE_GHA_ENABLED": "on", **given}
+    # outside Actions (neither set) it exports nothing
+    github_env.write_text("")
+    r = _proc.run([node, str(main)], capture_output=True, text=True,
+                  env={"PATH": "/usr/bin:/bin", "GITHUB_ENV": str(github_env), "INPUT_SCRIPT": step["with"]["script"]})
+    assert r.returncode == 0 and r.stdout == "" and github_env.read_text() == ""

@@ -185,6 +185,12 @@ def _arm_image_of(matrix: mx.Matrix, job: Job, stable_abi: str | None) -> bool:
     return any(i.origin == "ours" for i in row.images)
 
 
+def on_engine(jobs: dict[str, list[dict[str, str]]], engine: str) -> dict[str, list[dict[str, str]]]:
+    """`jobs` with every row built by `engine` (plan --engine: host runs CUDA jobs on the runner too, with
+    NVIDIA's nvcc wheels, as a runner without a container engine must) instead of the row's own choice."""
+    return {"include": [{**row, "engine": engine} for row in jobs["include"]]}
+
+
 def _on(row: dict[str, str], arch: str) -> dict[str, str]:
     """A row built on `arch`'s runner."""
     if arch == "x86_64":
@@ -216,11 +222,13 @@ def arch_parts(arch_list: str, parts: int) -> list[str]:
     return [";".join(archs[i::parts]) for i in range(min(parts, len(archs)))]
 
 
-def warm_matrix(jobs: dict[str, list[dict[str, str]]], parts: int, stable_abi: str | None = None) -> dict:
+def warm_matrix(jobs: dict[str, list[dict[str, str]]], parts: int, stable_abi: str | None = None,
+                arch_list: str | None = None) -> dict:
     """The fan-out of `jobs` (workflow_matrix's): each CUDA row's arch list dealt into `parts` compile-only
     jobs (`arch_list`, `part`), which fill the remote compile cache for the row's own job, which then builds
     the full list from it; CPU rows have none (an empty list where no CUDA row is left: the workflow then
-    runs no fan-out job)."""
+    runs no fan-out job). `arch_list` (--arch-list, the project's): the list every CUDA job builds instead of
+    its row's, checked against each row's nvcc here, before any job starts."""
     if not 2 <= parts <= 16:
         raise CiError(f"--arch-jobs {parts}: give 2 to 16 (1 is the row's own job alone)")
     matrix = mx.load()
@@ -231,7 +239,13 @@ def warm_matrix(jobs: dict[str, list[dict[str, str]]], parts: int, stable_abi: s
         key = re.search(r"--cuda (\S+)", row["args"])
         assert key is not None, row
         cuda = pick_row(matrix, key[1], parse_target(stable_abi)) if stable_abi else matrix.row(key[1])
-        split = arch_parts(cuda.arch_list, parts)
+        wanted = cuda.arch_list
+        if arch_list is not None:
+            try:
+                wanted = mx.check_arch_list(cuda.version, arch_list)
+            except CiError as e:
+                raise CiError(f"--arch-list {arch_list[:64]!r}: {e}") from None
+        split = arch_parts(wanted, parts)
         out += [{**row, "name": f"{row['name']}-arch{i + 1}of{len(split)}", "arch_list": arch, "part": str(i + 1)}
                 for i, arch in enumerate(split)]
     return {"include": out}

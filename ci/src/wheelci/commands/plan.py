@@ -37,10 +37,15 @@ def _workflow_matrix(given: dict[str, Any], project_dir: Path) -> int:
         o.stable_abi, split_csv(o.cuda), o.variant, torch=o.torch,
         python=None if o.python is None else split_csv(o.python) or [],
         py_api=read_py_api(project_dir) if o.python is not None else "", archs=arch.parse(o.archs))
+    # --engine moves every job (a runner without Docker builds CUDA on the host); a project's engine key
+    # does not: the row's own choice suits the runner it names
+    if o.sources.get("engine") == "flag" and o.engine != "auto":
+        jobs = workflowmatrix.on_engine(jobs, o.engine)
     if o.arch_jobs is not None:  # the fan-out's compile-only jobs instead
         if not o.arch_jobs.strip().isdigit():
             raise CiError(f"--arch-jobs {o.arch_jobs[:16]!r}: want a number of jobs, 2 to 16")
-        jobs = workflowmatrix.warm_matrix(jobs, int(o.arch_jobs), o.stable_abi)
+        # the list the CUDA builds compile: --arch-list, WHEELCI_ARCH_LIST or the project's, else each row's own
+        jobs = workflowmatrix.warm_matrix(jobs, int(o.arch_jobs), o.stable_abi, o.arch_list or None)
     print(json.dumps(jobs))
     return 0
 

@@ -160,11 +160,13 @@ OPTIONS: tuple[Option, ...] = (
          "store for, --arch-list being its part (the workflow's arch-jobs): each architecture's device code is "
          "compiled as that build compiles it, so it takes them from the store", "run", commands=("build",),
          key=False, variable=False, metavar="ARCH_LIST"),
-    _opt("arch_jobs", "str", "with --workflow-matrix: the fan-out instead, each CUDA job's arch list dealt into N "
-         "(2 to 16) compile-only jobs, each naming its part (arch_list), that fill a remote compile cache", "run",
+    _opt("arch_jobs", "str", "with --workflow-matrix: the fan-out instead, each CUDA job's arch list (--arch-list, "
+         "else the project's, else the row's) dealt into N (2 to 16) compile-only jobs, each naming its part "
+         "(arch_list), that fill a remote compile cache", "run",
          commands=("plan",), key=False, variable=False, metavar="N"),
     _opt("workflow_matrix", "bool", "print the CI jobs the project needs as a GitHub Actions matrix (JSON): one "
-         "per CUDA version, or one per variant for stable-ABI wheels", "run", commands=("plan",), key=False,
+         "per CUDA version, or one per variant for stable-ABI wheels; each job's engine is host for CPU, docker "
+         "for CUDA, or --engine's for every job", "run", commands=("plan",), key=False,
          variable=False),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
