@@ -769,6 +769,7 @@ def test_the_plan_job_gives_the_fan_out_its_own_matrix(build, tmp_path):
     warm = json.loads(out["warm"])["include"]
     assert [(row["name"], row["args"], row["engine"], row["arch_list"], row["part"]) for row in warm] == [
         ("cuda13.0-arch1of2", "--cuda 13.0", "host", "8.0", "1"), ("cuda13.0-arch2of2", "--cuda 13.0", "host", "9.0", "2")]
+    assert {row["whole_arch_list"] for row in warm} == {"8.0;9.0"}  # what each part compiles for (--warm-for)
     for env in ({"CUDA": "cpu", "ARCH_JOBS": "2"}, {"CUDA": "13.0"}):
         r, out = run_plan_step(build, tmp_path, **env)
         assert r.returncode == 0 and "warm" not in out and json.loads(out["matrix"])["include"], r.stderr
@@ -821,7 +822,7 @@ def test_the_warm_jobs_run_before_the_wheels_jobs_which_run_whatever_they_did(bu
     for step in ("Build arguments", TOOL_STEP, "Install wheelci", "Expose the Actions cache to sccache"):
         assert [s for s in warm["steps"] if s.get("name") == step] == [s for s in wheels["steps"] if s.get("name") == step]
     (compile_,) = [s for s in warm["steps"] if "wheelci build" in s.get("run", "")]
-    assert 'wheelci build "${args[@]}" --compile-only --engine "$ENGINE" -w compile-report -- "$PROJECT"' in compile_["run"]
+    assert 'wheelci build "${args[@]}" --compile-only --warm-for "$WHOLE_ARCH_LIST" --engine "$ENGINE" -w compile-report -- "$PROJECT"' in compile_["run"]
     # it uploads its report alone, under a name the publish job does not take
     (upload,) = uses(warm, "actions/upload-artifact")
     assert upload["with"]["path"] == "compile-report/report.*" and upload["with"]["name"].startswith("compile-")

@@ -224,8 +224,8 @@ def arch_parts(arch_list: str, parts: int) -> list[str]:
 
 def warm_matrix(jobs: dict[str, list[dict[str, str]]], parts: int, stable_abi: str | None = None,
                 arch_list: str | None = None) -> dict:
-    """The fan-out of `jobs` (workflow_matrix's): each CUDA row's arch list dealt into `parts` compile-only
-    jobs (`arch_list`, `part`), which fill the remote compile cache for the row's own job, which then builds
+    """The fan-out of `jobs` (workflow_matrix's): each CUDA row's arch list (`whole_arch_list`) dealt into
+    `parts` compile-only jobs (`arch_list`, `part`), which fill the remote compile cache for the row's own job, which then builds
     the full list from it; CPU rows have none (an empty list where no CUDA row is left: the workflow then
     runs no fan-out job). `arch_list` (--arch-list, the project's): the list every CUDA job builds instead of
     its row's, checked against each row's nvcc here, before any job starts."""
@@ -246,6 +246,6 @@ def warm_matrix(jobs: dict[str, list[dict[str, str]]], parts: int, stable_abi: s
             except CiError as e:
                 raise CiError(f"--arch-list {arch_list[:64]!r}: {e}") from None
         split = arch_parts(wanted, parts)
-        out += [{**row, "name": f"{row['name']}-arch{i + 1}of{len(split)}", "arch_list": arch, "part": str(i + 1)}
-                for i, arch in enumerate(split)]
+        out += [{**row, "name": f"{row['name']}-arch{i + 1}of{len(split)}", "arch_list": arch,
+                 "whole_arch_list": wanted, "part": str(i + 1)} for i, arch in enumerate(split)]
     return {"include": out}
