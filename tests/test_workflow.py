@@ -692,7 +692,7 @@ def test_every_wheelci_flag_the_workflow_uses_exists(build):
             "--python", "--variant", "--engine", "--arch-list"] in calls
     assert ["plan", "--arch-jobs", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda", "--torch", "--archs",
             "--python", "--variant", "--engine", "--arch-list"] in calls
-    assert ["build", "--compile-only", "--engine", "-w", "--"] in calls  # the warm job
+    assert ["build", "--compile-only", "--warm-for", "--engine", "-w", "--"] in calls  # the warm job
     for stage, *flags in calls:
         help_text = _proc.run([sys.executable, "-m", "wheelci", stage, "--help"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout
