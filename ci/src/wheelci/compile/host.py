@@ -212,7 +212,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
     if plan.run.source_date_epoch is not None:
         environ["SOURCE_DATE_EPOCH"] = str(plan.run.source_date_epoch)
-    compat = GLIBC_COMPAT
+    compat = staged_compat(work_dir)
     maps = prefix_maps(project_dir, work_dir, env.python, compat)
     host_flags = f"-isystem {compat} -include {compat / 'glibc_compat.h'} " + " ".join(maps)
     cuda_flags = ["-isystem", str(compat), f"-Xcompiler=-include,{compat / 'glibc_compat.h'}",
@@ -283,6 +283,21 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
     return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env, cached[0] if cached else None)
+
+
+def staged_compat(work_dir: Path) -> Path:
+    """The force-included headers, copied into the work directory: the compilers' arguments and the
+    preprocessed sources name them, and a compile cache shared by machines hits only where these paths are
+    the same, which the work directory's is and the tool's own install (a venv per CI job) need not be. A
+    copy that is already current is left as it is (its mtime too: ninja would compile everything again)."""
+    staged = work_dir / "compat"
+    for header in sorted(p for p in GLIBC_COMPAT.rglob("*") if p.is_file()):
+        copy = staged / header.relative_to(GLIBC_COMPAT)
+        if copy.is_symlink() or not copy.is_file() or copy.read_bytes() != header.read_bytes():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.unlink(missing_ok=True)
+            shutil.copyfile(header, copy)
+    return staged
 
 
 def cuda_toolkit(plan, env: BuildEnv, environ: dict[str, str], config: list[str], cuda_flags: list[str], *,
