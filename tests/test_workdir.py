@@ -330,3 +330,26 @@ def test_the_requirements_check_runs_again_when_its_answer_may_differ(tmp_path):
     assert key(plan=forced) != base
     (project / "setup.py").write_text((project / "setup.py").read_text() + "\n# setup_requires may change here\n")
     assert key() != base
+
+
+def test_the_force_included_headers_are_staged_in_the_work_dir_never_through_a_planted_link(tmp_path):
+    """The copy keeps its mtime while current (ninja would recompile everything), follows no link planted in
+    the work directory (a build would include what it points to, and write there), and drops what the tool
+    no longer ships."""
+    from wheelci.compile.host import GLIBC_COMPAT, staged_compat
+
+    outside, work = tmp_path / "outside", tmp_path / "work"
+    outside.mkdir()
+    (outside / "glibc_compat.h").write_text("precious\n")
+    work.mkdir()
+    (work / "compat").symlink_to(outside)
+    staged = staged_compat(work)
+    assert (outside / "glibc_compat.h").read_text() == "precious\n" and not (outside / "sys").exists()
+    assert not staged.is_symlink() and (staged / "glibc_compat.h").read_bytes() == (GLIBC_COMPAT / "glibc_compat.h").read_bytes()
+    mtime = (staged / "glibc_compat.h").stat().st_mtime_ns
+    (staged / "old.h").write_text("#error stale\n")
+    (staged / "sys" / "link.h").symlink_to(outside / "glibc_compat.h")
+    staged_compat(work)
+    assert (staged / "glibc_compat.h").stat().st_mtime_ns == mtime
+    assert not (staged / "old.h").exists() and not (staged / "sys" / "link.h").is_symlink()
+    assert (outside / "glibc_compat.h").read_text() == "precious\n"

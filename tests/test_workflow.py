@@ -773,9 +773,12 @@ def test_the_plan_job_gives_the_fan_out_its_own_matrix(build, tmp_path):
     for env in ({"CUDA": "cpu", "ARCH_JOBS": "2"}, {"CUDA": "13.0"}):
         r, out = run_plan_step(build, tmp_path, **env)
         assert r.returncode == 0 and "warm" not in out and json.loads(out["matrix"])["include"], r.stderr
-    # without the inputs: each row's engine, each CUDA version's own arch list
+    # without the engine input a CUDA row builds in a container, which uses no store: refused in one line
     r, out = run_plan_step(build, tmp_path, CUDA="13.0", ARCH_JOBS="3")
-    assert [row["engine"] for row in json.loads(out["matrix"])["include"]] == ["docker"]
+    assert r.returncode != 0 and "container builds do not use the compile store yet" in r.stderr, r.stderr
+    # without the arch-list input: each CUDA version's own arch list
+    r, out = run_plan_step(build, tmp_path, CUDA="13.0", ARCH_JOBS="3", ENGINE_INPUT="host")
+    assert [row["engine"] for row in json.loads(out["matrix"])["include"]] == ["host"]
     dealt = [row["arch_list"] for row in json.loads(out["warm"])["include"]]
     assert len(dealt) == 3 and sorted(";".join(dealt).split(";")) == sorted(mx.load().row("13.0").arch_list.split(";"))
 
@@ -783,7 +786,9 @@ def test_the_plan_job_gives_the_fan_out_its_own_matrix(build, tmp_path):
 @pytest.mark.parametrize("args, words", [
     (["--cuda", "13.0", "--arch-jobs", "1"], "--arch-jobs 1: give 2 to 16"),
     (["--cuda", "13.0", "--arch-jobs", "two"], "--arch-jobs 'two': want a number of jobs, 2 to 16"),
-    (["--cuda", "13.0", "--arch-jobs", "2", "--arch-list", "5.0;9.0"], "--arch-list '5.0;9.0': nvcc 13.0 rejects arch 5.0"),
+    (["--cuda", "13.0", "--arch-jobs", "2", "--engine", "host", "--arch-list", "5.0;9.0"],
+     "--arch-list '5.0;9.0': nvcc 13.0 rejects arch 5.0"),
+    (["--cuda", "13.0", "--arch-jobs", "2"], "container builds do not use the compile store yet"),
     (["--cuda", "13.0", "--engine", "qemu"], "--engine"),
 ])
 def test_a_bad_fan_out_is_one_line_and_exit_2(args, words):
@@ -798,11 +803,14 @@ def test_the_fan_out_deals_the_projects_arch_list_unless_told(tmp_path):
     --arch-list overrides; a project's engine key moves no job off its row's engine."""
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.wheelci]\nengine = "host"\n'
                                              'arch-list = "8.0;8.6;9.0"\n')
-    r = plan_matrix("--cuda", "13.0", "--arch-jobs", "2", project=tmp_path)
+    r = plan_matrix("--cuda", "13.0", "--arch-jobs", "2", project=tmp_path)  # its row's engine: a container
+    assert r.returncode == 2 and "container builds do not use the compile store yet" in r.stderr, r.stderr
+    r = plan_matrix("--cuda", "13.0", "--arch-jobs", "2", "--engine", "host", project=tmp_path)
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["include"]
-    assert [(row["arch_list"], row["engine"]) for row in rows] == [("8.0;9.0", "docker"), ("8.6", "docker")]
-    r = plan_matrix("--cuda", "13.0", "--arch-jobs", "2", "--arch-list", "10.0 12.0+PTX", project=tmp_path)
+    assert [(row["arch_list"], row["engine"]) for row in rows] == [("8.0;9.0", "host"), ("8.6", "host")]
+    r = plan_matrix("--cuda", "13.0", "--arch-jobs", "2", "--engine", "host", "--arch-list", "10.0 12.0+PTX",
+                    project=tmp_path)
     assert [row["arch_list"] for row in json.loads(r.stdout)["include"]] == ["10.0", "12.0+PTX"]
 
 

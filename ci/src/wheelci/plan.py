@@ -419,6 +419,9 @@ def warm_list(plan: Plan, whole: str) -> str:
     """--warm-for's arch list, checked: a CUDA build's, holding every architecture of the build's own part."""
     if plan.cuda is None:
         raise CiError("--warm-for: a CUDA build's option (a CPU build compiles no device code)")
+    if plan.engine.container:
+        raise CiError(f"--warm-for: container builds do not use the compile store yet; build on the host "
+                      f"(--engine host), not {plan.engine.value}")
     full = mx.check_arch_list(plan.cuda, whole)
     missing = [a for a in mx.split_arch_list(plan.arch_list) if a not in mx.split_arch_list(full)]
     if missing:

@@ -28,6 +28,7 @@ from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cp
 from wheelci.config import constraints
 from wheelci.config.compilecache import torch_finds_ccache
 from wheelci.compile.workdir import CHECKED, configure_inputs
+from wheelci.util.atomic import write_text
 from wheelci.engine import nvcc_dirs
 
 # headers force-included into host builds: they keep the wheel within torch's manylinux policy
@@ -258,7 +259,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
     # the frontend's check of the backend's requirements, once per tree and answer (requirements_check_key)
     checked = work_dir / CHECKED
     check_key = requirements_check_key(plan, env, project_dir, configure or configure_inputs(environ))
-    skip = ["--skip-dependency-check"] if checked.is_file() and checked.read_text() == check_key else []
+    skip = ["--skip-dependency-check"] if checked_with(checked, check_key) else []
     start = time.monotonic()
     tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
     with requirements_held(env, plan) as env_fd, remote_cache(plan, env, work_dir, project_dir, root, environ,
@@ -278,7 +279,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
         why = hints.why_failed(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
         checked.unlink(missing_ok=True)
         raise Finding(f"compile failed after {seconds:.0f} s{f'; {why}' if why else ''} (full log: {logfile})")
-    checked.write_text(check_key)
+    write_text(checked, check_key)  # by a rename: a link planted there is replaced, never written through
     log.info(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
@@ -290,13 +291,24 @@ def staged_compat(work_dir: Path) -> Path:
     preprocessed sources name them, and a compile cache shared by machines hits only where these paths are
     the same, which the work directory's is and the tool's own install (a venv per CI job) need not be. A
     copy that is already current is left as it is (its mtime too: ninja would compile everything again)."""
-    staged = work_dir / "compat"
-    for header in sorted(p for p in GLIBC_COMPAT.rglob("*") if p.is_file()):
-        copy = staged / header.relative_to(GLIBC_COMPAT)
+    from wheelci.compile.workdir import _ours
+    from wheelci.util.atomic import atomic_path
+
+    checked: set[Path] = set()
+    shipped = {str(Path("compat") / p.relative_to(GLIBC_COMPAT)) for p in GLIBC_COMPAT.rglob("*") if p.is_file()}
+    for rel in sorted(shipped):
+        copy = _ours(work_dir, rel, checked)  # no link on the way (the file's own: below)
+        header = GLIBC_COMPAT / Path(rel).relative_to("compat")
         if copy.is_symlink() or not copy.is_file() or copy.read_bytes() != header.read_bytes():
             copy.parent.mkdir(parents=True, exist_ok=True)
-            copy.unlink(missing_ok=True)
-            shutil.copyfile(header, copy)
+            if copy.is_dir() and not copy.is_symlink():
+                shutil.rmtree(copy)
+            copy.unlink(missing_ok=True)  # a planted link goes; nothing is written through it
+            with atomic_path(copy) as tmp:
+                shutil.copyfile(header, tmp)
+    staged = work_dir / "compat"
+    for stale in [p for p in staged.rglob("*") if p.is_file() and str(p.relative_to(work_dir)) not in shipped]:
+        stale.unlink()  # a header the tool no longer ships must not stay on the include path
     return staged
 
 
@@ -313,6 +325,14 @@ def cuda_toolkit(plan, env: BuildEnv, environ: dict[str, str], config: list[str]
     else:
         environ["NVCC_APPEND_FLAGS"] = " ".join([*plan.nvcc_flags, *cuda_flags])
     return root
+
+
+def checked_with(record: Path, key: str) -> bool:
+    """Whether this tree's last compile passed the requirements check with this answer (a link planted
+    there, or a file of another size, is not read)."""
+    if not record.is_file() or record.is_symlink() or record.stat().st_size != len(key):
+        return False
+    return record.read_text() == key
 
 
 def requirements_check_key(plan, env: BuildEnv, project_dir: Path, configure: str) -> str:

@@ -94,6 +94,7 @@ def launchers(launcher: Path, *, backend: str, cuda: bool, cxx: str | None, path
     if real is not None:  # torch checks the compiler by its name (c++, g++, clang++)
         out["CXX"] = _script(shim_dir / Path(given).name, shim_text(str(launcher), real))
     if nvcc is not None:
-        out["PYTORCH_NVCC"] = (_script(shim_dir / "nvcc", shim_text(str(launcher), str(nvcc), nvcc_args)) if nvcc_args
-                               else shlex.join([str(launcher), str(nvcc)]))
+        # torch writes it into build.ninja as it is, which a shell runs: quoted
+        out["PYTORCH_NVCC"] = (shlex.quote(_script(shim_dir / "nvcc", shim_text(str(launcher), str(nvcc), nvcc_args)))
+                               if nvcc_args else shlex.join([str(launcher), str(nvcc)]))
     return Launchers(environ=out)

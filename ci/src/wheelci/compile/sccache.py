@@ -82,10 +82,11 @@ def warm_args(arch_list: str) -> tuple[str, ...]:
     Thrust (which torch's CUDA headers include) name an inline namespace after it, so without this no
     device compile of a part would be the whole list's. Only for a compile-only build, whose objects are
     never shipped: the store gets each step as the whole list's build asks for it. nvcc splits an
-    argument's value at commas unless they are escaped."""
+    argument's value at commas unless they are escaped; its own definition is undone first (a redefinition
+    warns, and fails a project's -Werror)."""
     from wheelci.config.matrix import arch_list_macro
 
-    return ("-D__CUDA_ARCH_LIST__=" + arch_list_macro(arch_list).replace(",", "\\,"),)
+    return ("-U__CUDA_ARCH_LIST__", "-D__CUDA_ARCH_LIST__=" + arch_list_macro(arch_list).replace(",", "\\,"))
 
 
 def binary(python: Path) -> Path | None:
