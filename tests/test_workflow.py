@@ -299,10 +299,14 @@ def test_the_torch_input_builds_every_job_against_one_release():
     (["--python", "3.7", "--cuda", "cpu"], "--python 3.7: torch "),
 ])
 def test_a_bad_torch_or_python_is_one_line_and_exit_2(args, words):
-    r = plan_matrix(*args)
+    one_bad_line(plan_matrix(*args), "wheelci plan: error: ", words)
+
+
+def one_bad_line(r, start: str, words: str) -> None:
+    """Bad input: exit 2, nothing on stdout, one line on stderr that starts so and says these words."""
     assert r.returncode == 2 and r.stdout == "", r.stdout
     (line,) = r.stderr.splitlines()
-    assert line.startswith("wheelci plan: error: ") and words in line, line
+    assert line.startswith(start) and words in line, line
 
 
 def project_with_py_api(tmp_path: Path, py_api: str | None) -> Path:
@@ -792,10 +796,7 @@ def test_the_plan_job_gives_the_fan_out_its_own_matrix(build, tmp_path):
     (["--cuda", "13.0", "--engine", "qemu"], "--engine"),
 ])
 def test_a_bad_fan_out_is_one_line_and_exit_2(args, words):
-    r = plan_matrix(*args)
-    assert r.returncode == 2 and r.stdout == "", r.stdout
-    (line,) = r.stderr.splitlines()
-    assert line.startswith("wheelci plan: ") and words in line, line
+    one_bad_line(plan_matrix(*args), "wheelci plan: ", words)
 
 
 def test_the_fan_out_deals_the_projects_arch_list_unless_told(tmp_path):
