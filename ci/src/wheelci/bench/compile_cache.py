@@ -56,6 +56,7 @@ class Store:
         deadline = time.monotonic() + 30
         while not self._listens():
             if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.close()
                 raise SystemExit(f"{command('bench')} compile-cache: redis-server did not start")
             time.sleep(0.1)
 
@@ -69,7 +70,11 @@ class Store:
 
     def close(self) -> None:
         self.proc.terminate()
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class Machines:
@@ -175,7 +180,7 @@ def run(*, project: str = "example", cuda: str = "13.0", arch_list: str | None =
     for name, seconds, report in rows:
         device, host = _counts(report)
         print(f"{name:<36} {seconds:>9.1f} {seconds / cold:>7.0%} {device:>19} {host:>17}", flush=True)
-    print(f"\nthe developer's loop, whole builds to a verified wheel (ccache, the tree kept):")
+    print("\nthe developer's loop, whole builds to a verified wheel (ccache, the tree kept):")
     print(f"{'first build':<36} {first:>9.1f} {'100%':>8}")
     print(f"{'one C++ file changed (' + changed + ')':<36} {again:>9.1f} {again / first:>7.0%}"
           f"{'' if verified else '  (verify did not pass)'}", flush=True)
