@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests._wheels import run_stage
+from tests.test_matrix import nvcc  # noqa: F401 (a fixture: the host's nvcc, else NVIDIA's wheel's)
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
@@ -358,19 +359,17 @@ def test_the_compiler_script_runs_the_real_compiler_by_its_own_name(tmp_path):
 
 
 @pytest.mark.parametrize("arch_list", ["7.5;8.0;8.6;9.0;10.0;12.0+PTX", "9.0a;8.0", "12.0f+PTX;7.5"])
-def test_the_arch_list_macro_is_nvccs(tmp_path, arch_list):
-    """__CUDA_ARCH_LIST__ as this machine's nvcc defines it for the gencodes of that arch list (its dry run)."""
+def test_the_arch_list_macro_is_nvccs(tmp_path, arch_list, nvcc):
+    """__CUDA_ARCH_LIST__ as a real nvcc defines it for the gencodes of that arch list (its dry run)."""
     import re
-    import shutil
 
     from tests import _proc
     from wheelci.config.matrix import arch_code, arch_list_macro, split_arch_list
 
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     source = tmp_path / "k.cu"
     source.write_text("__global__ void k() {}\n")
     gencodes = [f"-gencode=arch=compute_{arch_code(a)},code=sm_{arch_code(a)}" for a in split_arch_list(arch_list)]
-    r = _proc.run([nvcc, "--dryrun", "-c", str(source), *gencodes, "-o", str(tmp_path / "k.o")],
+    r = _proc.run([str(nvcc), "--dryrun", "-c", str(source), *gencodes, "-o", str(tmp_path / "k.o")],
                   capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert set(re.findall(r"-D__CUDA_ARCH_LIST__=([\d,]+)", r.stderr)) == {arch_list_macro(arch_list)}
@@ -396,9 +395,9 @@ def test_a_part_of_the_arch_list_fills_the_store_with_the_whole_lists_device_com
     launcher's warm arguments), the parts leave every PTX and cubin step the whole list asks for. A real
     sccache and nvcc, a store on the local disk; the control is a part compiled plainly."""
     import os
-    import shutil
 
     from tests import _proc
+    from tests.test_fatbin import _nvcc
     from wheelci.compile import launch, sccache
 
     source = tmp_path / "k.cu"
@@ -406,7 +405,7 @@ def test_a_part_of_the_arch_list_fills_the_store_with_the_whole_lists_device_com
                       "  x[threadIdx.x] *= thrust::complex<float>(a, 0.f).real();\n}\n")
     gencode = {a: f"-gencode=arch=compute_{a.replace('.', '')},code=sm_{a.replace('.', '')}" for a in ("8.0", "9.0")}
     binary, port = sccache_binary(), closed_port()
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    nvcc = _nvcc()
 
     def stats(store: Path, *compiles: tuple[list[str], list[str]]):
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("SCCACHE_")}, "SCCACHE_DIR": str(store),
