@@ -27,7 +27,7 @@ from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cp
                                      ensure_env, find_nvcc)
 from wheelci.config import constraints
 from wheelci.config.compilecache import torch_finds_ccache
-from wheelci.compile.workdir import CHECKED, configure_inputs
+from wheelci.compile.workdir import CHECKED, configure_inputs, read_record, stage_files
 from wheelci.util.atomic import write_text
 from wheelci.engine import nvcc_dirs
 
@@ -291,25 +291,7 @@ def staged_compat(work_dir: Path) -> Path:
     preprocessed sources name them, and a compile cache shared by machines hits only where these paths are
     the same, which the work directory's is and the tool's own install (a venv per CI job) need not be. A
     copy that is already current is left as it is (its mtime too: ninja would compile everything again)."""
-    from wheelci.compile.workdir import _ours
-    from wheelci.util.atomic import atomic_path
-
-    checked: set[Path] = set()
-    shipped = {str(Path("compat") / p.relative_to(GLIBC_COMPAT)) for p in GLIBC_COMPAT.rglob("*") if p.is_file()}
-    for rel in sorted(shipped):
-        copy = _ours(work_dir, rel, checked)  # no link on the way (the file's own: below)
-        header = GLIBC_COMPAT / Path(rel).relative_to("compat")
-        if copy.is_symlink() or not copy.is_file() or copy.read_bytes() != header.read_bytes():
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            if copy.is_dir() and not copy.is_symlink():
-                shutil.rmtree(copy)
-            copy.unlink(missing_ok=True)  # a planted link goes; nothing is written through it
-            with atomic_path(copy) as tmp:
-                shutil.copyfile(header, tmp)
-    staged = work_dir / "compat"
-    for stale in [p for p in staged.rglob("*") if p.is_file() and str(p.relative_to(work_dir)) not in shipped]:
-        stale.unlink()  # a header the tool no longer ships must not stay on the include path
-    return staged
+    return stage_files(GLIBC_COMPAT, work_dir, "compat")  # a header no longer shipped leaves the include path
 
 
 def cuda_toolkit(plan, env: BuildEnv, environ: dict[str, str], config: list[str], cuda_flags: list[str], *,
@@ -330,9 +312,9 @@ def cuda_toolkit(plan, env: BuildEnv, environ: dict[str, str], config: list[str]
 def checked_with(record: Path, key: str) -> bool:
     """Whether this tree's last compile passed the requirements check with this answer (a link planted
     there, or a file of another size, is not read)."""
-    if not record.is_file() or record.is_symlink() or record.stat().st_size != len(key):
+    if record.is_file() and record.stat().st_size != len(key):
         return False
-    return record.read_text() == key
+    return read_record(record) == key
 
 
 def requirements_check_key(plan, env: BuildEnv, project_dir: Path, configure: str) -> str:

@@ -278,6 +278,12 @@ def note_searched(path: Path, environ: Mapping[str, str]) -> Path:
     return path
 
 
+def read_record(record: Path) -> str | None:
+    """A record the build keeps in its work directory (a digest), or None: missing, or a link planted
+    there, which is never read through."""
+    return record.read_text() if record.is_file() and not record.is_symlink() else None
+
+
 def reconfigure_if_changed(build_dir: Path, record: Path, inputs: str, *, meson: bool) -> bool:
     """Drop a kept tree's configure results when what the configure read changed since it ran: CMake
     answers find_path/find_package from CMakeCache.txt and reads CC, CFLAGS and LDFLAGS at its first
@@ -286,7 +292,7 @@ def reconfigure_if_changed(build_dir: Path, record: Path, inputs: str, *, meson:
     anew. True when something was dropped."""
     from wheelci.util.atomic import write_text
 
-    kept = record.read_text() if record.is_file() and not record.is_symlink() else None
+    kept = read_record(record)
     dropped = False
     if kept != inputs:
         if meson and build_dir.is_dir():
@@ -306,7 +312,7 @@ def recompile_if_changed(trees: list[Path], record: Path, inputs: str) -> bool:
     keyed by the searched directories too, answers what did not change). True when a log was dropped."""
     from wheelci.util.atomic import write_text
 
-    kept = record.read_text() if record.is_file() and not record.is_symlink() else None
+    kept = read_record(record)
     dropped = False
     if kept != inputs:
         for tree in trees:
@@ -440,6 +446,29 @@ def _ours(dest: Path, rel: str, checked: set[Path]) -> Path:
                 target.unlink()
             checked.add(target)
     return target / Path(rel).name
+
+
+def stage_files(source: Path, work_dir: Path, name: str) -> Path:
+    """The files below `source` copied to work_dir/name, no link on the way followed (a planted one goes), a
+    copy already current left as it is (its mtime too: ninja would compile everything again), and what
+    `source` no longer holds removed."""
+    from wheelci.util.atomic import atomic_path
+
+    checked: set[Path] = set()
+    wanted = {str(Path(name) / p.relative_to(source)) for p in source.rglob("*") if p.is_file()}
+    for rel in sorted(wanted):
+        copy, original = _ours(work_dir, rel, checked), source / Path(rel).relative_to(name)
+        if copy.is_symlink() or not copy.is_file() or copy.read_bytes() != original.read_bytes():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            if copy.is_dir() and not copy.is_symlink():
+                shutil.rmtree(copy)
+            copy.unlink(missing_ok=True)  # a planted link goes; nothing is written through it
+            with atomic_path(copy) as tmp:
+                shutil.copyfile(original, tmp)
+    staged = work_dir / name
+    for stale in [p for p in staged.rglob("*") if p.is_file() and str(p.relative_to(work_dir)) not in wanted]:
+        stale.unlink()
+    return staged
 
 
 def _remove(path: Path) -> None:
