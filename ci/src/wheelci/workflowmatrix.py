@@ -225,8 +225,8 @@ def arch_parts(arch_list: str, parts: int) -> list[str]:
 def warm_matrix(jobs: dict[str, list[dict[str, str]]], parts: int, stable_abi: str | None = None,
                 arch_list: str | None = None) -> dict:
     """The fan-out of `jobs` (workflow_matrix's): each CUDA row's arch list (`whole_arch_list`) dealt into
-    `parts` compile-only jobs (`arch_list`, `part`), which fill the remote compile cache for the row's own job, which then builds
-    the full list from it; CPU rows have none (an empty list where no CUDA row is left: the workflow then
+    `parts` compile-only jobs (`arch_list`, `part`), which fill the remote compile cache for the row's own
+    job, which then builds the full list from it; CPU rows have none (an empty list where no CUDA row is left: the workflow then
     runs no fan-out job). `arch_list` (--arch-list, the project's): the list every CUDA job builds instead of
     its row's, checked against each row's nvcc here, before any job starts."""
     if not 2 <= parts <= 16:

@@ -197,7 +197,7 @@ def arch_code(entry: str) -> str:
 def arch_list_macro(text: str) -> str:
     """nvcc's __CUDA_ARCH_LIST__ for a build of this arch list: each architecture's number once, ascending
     ('8.6;9.0a+PTX;7.5' -> '750,860,900': arch-specific and family targets count as their number)."""
-    numbers = {int(re.match(r"\d+", arch_code(e))[0]) * 10 for e in split_arch_list(text)}  # type: ignore[index]
+    numbers = {int(arch_code(e).rstrip("af")) * 10 for e in split_arch_list(text)}
     return ",".join(str(n) for n in sorted(numbers))
 
 
