@@ -423,7 +423,8 @@ def container_inputs(plan: Plan, machine: Machine) -> ContainerInputs:
         gcc_max=plan.gcc_max, find_links=Path(plan.find_links) if plan.find_links else None,
         excludes=list(plan.run.excludes), stable_abi=plan.stable.target if plan.stable else None,
         stable_flags=dict(plan.stable_flags), build_env=dict(plan.run.build_env),
-        backend=plan.backend, torch_finds_ccache=torch_finds_ccache(plan.torch))
+        backend=plan.backend, torch_finds_ccache=torch_finds_ccache(plan.torch),
+        compile_cache=bool(plan.run.compile_cache))
 
 
 @dataclass(frozen=True)
@@ -721,7 +722,7 @@ def _cache_row(plan: Plan) -> str:
     cache = plan.compile_cache
     if cache is None:
         return "- (no remote store: ccache on this machine)"
-    where = "" if not plan.engine.container else " (container builds: not yet; compiled with ccache)"
+    where = " in the container (its variables through the engine's --env-file)" if plan.engine.container else ""
     return f"{cache.name} through sccache{where}" + (f"; unusable here: {cache.unusable}" if cache.unusable else "")
 
 
