@@ -437,10 +437,13 @@ def container_script(tmp_path: Path, action: str, port: int, **env: str):
     if not launcher.exists():
         launcher.parent.mkdir()
         launcher.write_text('#!/bin/sh\nexec ccache "$@"\n')
-    status = tmp_path / "status"
+    status, site = tmp_path / "status", tmp_path / "site-packages"
     status.mkdir(exist_ok=True)
+    (site / "torch" / "include").mkdir(parents=True, exist_ok=True)
+    (site / "torch" / "include" / "op.h").write_text("#pragma once\n")
     full = {k: v for k, v in os.environ.items() if not k.startswith("SCCACHE_")}
-    full |= {"SCCACHE_SERVER_PORT": str(port), "SCCACHE_DIR": str(tmp_path / "local"), **env}
+    full |= {"SCCACHE_SERVER_PORT": str(port), "SCCACHE_DIR": str(tmp_path / "local"),
+             "WHEELCI_SITE_PACKAGES": str(site), **env}
     r = _proc.run([str(python), str(script), action, str(status), str(launcher)], env=full, capture_output=True,
                   text=True, timeout=120)
     return r, status, launcher
@@ -458,6 +461,10 @@ def test_the_container_script_passes_a_dead_store_over_for_ccache(tmp_path):
     assert launcher.read_text() == '#!/bin/sh\nexec ccache "$@"\n'  # ccache as without a store
     # the build's own sccache set aside: Meson would put it in front of the compilers by itself
     assert not (tmp_path / "py" / "sccache").exists() and (tmp_path / "py" / "sccache.unused").is_symlink()
+    # one time for every installed file: which of two identical headers GCC's #pragma once reads is every
+    # container's same choice, and so is the source sccache hashes
+    times = {p.stat().st_mtime for p in (tmp_path / "site-packages").rglob("*")}
+    assert times == {946684800}, times
 
 
 def test_the_container_script_serves_counts_and_stops(tmp_path):

