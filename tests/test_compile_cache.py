@@ -483,7 +483,7 @@ def test_the_container_script_serves_counts_and_stops(tmp_path):
         assert not (status / "unused").exists() and "sccache" in launcher.read_text()
         (tmp_path / "op.c").write_text("int twice(int x) { return 2 * x; }\n")
         for _ in (1, 2):
-            c = _proc.run([str(launcher), shutil.which("cc") or "cc", "-c", str(tmp_path / "op.c"), "-o",
+            c = _proc.run([str(launcher), shutil.which("g++") or "g++", "-c", str(tmp_path / "op.c"), "-o",
                            str(tmp_path / "op.o")], env={"PATH": "/usr/bin:/bin", "SCCACHE_SERVER_PORT": str(port)},
                           capture_output=True, text=True, timeout=120)
             assert c.returncode == 0, c.stderr
