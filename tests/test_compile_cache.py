@@ -434,3 +434,141 @@ def test_a_part_of_the_arch_list_fills_the_store_with_the_whole_lists_device_com
     stats(tmp_path / "plain", ([str(binary)], [gencode["9.0"]]))
     plain = stats(tmp_path / "plain", whole)
     assert plain.device.hits == 0 and plain.device.misses >= 4, plain
+
+
+def test_a_container_build_gets_the_store_through_the_env_file_only():
+    """The dry run of a container build with a store: sccache installed, started after before-build's installs
+    and stopped after each repair, the compilers through the launcher; the store's variables nowhere in what
+    cibuildwheel prints (CIBW_*) or the plan shows."""
+    from wheelci import cibw
+
+    r = run_stage("ci.build", TINY, "--cuda", "13.0", "--engine", "docker", "--dry-run", "--json",
+                  "--compile-cache", "redis://u:container-secret-1@127.0.0.1:1/2")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    env = plan["environment"]
+    assert "container-secret-1" not in r.stdout + r.stderr and "SCCACHE_REDIS" not in r.stdout
+    before = env["CIBW_BEFORE_BUILD_LINUX"]
+    assert " sccache " in before and before.endswith(f" && {cibw.sccache_server('start')}")
+    assert env["CIBW_REPAIR_WHEEL_COMMAND_LINUX"].endswith(f" && {cibw.sccache_server('stop')}")
+    from cibuildwheel.environment import parse_environment
+
+    inner = parse_environment(env["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"PATH": "/bin"})
+    # torch 2.13 would put ccache in front by itself: with a store, the launcher (sccache once it answers)
+    assert inner["CXX"] == cibw.CONTAINER_CXX and inner["PYTORCH_NVCC"] == f"{cibw.CONTAINER_LAUNCHER} /usr/local/cuda/bin/nvcc"
+    assert env["CIBW_BEFORE_ALL_LINUX"].endswith(f"ensure_ccache.sh {Path(cibw.CONTAINER_LAUNCHER).parent}")
+    assert plan["compile_cache"] == "redis redis://127.0.0.1:1/2"
+    text = run_stage("ci.build", TINY, "--cpu", "--engine", "docker", "--dry-run",
+                     "--compile-cache", "redis://u:container-secret-1@127.0.0.1:1/2")
+    assert "through sccache in the container" in text.stderr + text.stdout
+    assert "container-secret-1" not in text.stdout + text.stderr
+
+
+def test_the_env_file_holds_the_credentials_and_is_gone_after(tmp_path, capsys):
+    """What the engine gets: an --env-file (0600) with the store's variables and the port, a mount for the
+    counts; the file removed when the build ends, the counts of each wheel added up (and removed), the server's
+    log redacted; a store the container passed over said once."""
+    from types import SimpleNamespace
+
+    from wheelci.compile import containercache
+    from wheelci.config.compilecache import parse as parse_url
+    from wheelci.util import log
+
+    log.configure("test")
+    plan = SimpleNamespace(compile_cache=parse_url("redis://ci:env-file-secret-2@127.0.0.1:6379", {}))
+    stats = {"stats": {"compile_requests": 2, "cache_hits": {"counts": {"PTX": 1}}, "cache_misses": {"counts": {"CUBIN": 1}}}}
+    with containercache.serving(plan, tmp_path) as (args, reports):
+        env_file = tmp_path / "compile-cache.env"
+        assert args == [f"--env-file={env_file}", f"--volume={tmp_path / 'compile-cache'}:/ci/compile-cache"]
+        assert env_file.stat().st_mode & 0o777 == 0o600
+        lines = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+        assert lines["SCCACHE_REDIS_PASSWORD"] == "env-file-secret-2" and lines["SCCACHE_SERVER_PORT"].isdigit()
+        assert lines["SCCACHE_BASEDIRS"] == "/project"
+        for n in (1, 2):  # as sccache_server.py stop writes them, one a wheel
+            (tmp_path / "compile-cache" / f"stats-{n}.json").write_text(json.dumps(stats))
+        (tmp_path / "compile-cache" / "sccache-server.log").write_text("error: env-file-secret-2 refused\n")
+    assert not env_file.exists() and not list((tmp_path / "compile-cache").glob("*.json"))
+    assert "env-file-secret-2" not in (tmp_path / "compile-cache" / "sccache-server.log").read_text()
+    (report,) = reports
+    assert report.used and (report.requests, report.device.hits, report.device.misses) == (4, 2, 2)
+    with containercache.serving(plan, tmp_path) as (args, reports):
+        (tmp_path / "compile-cache" / "unused").write_text("the store refused sccache (unreachable or not a cache)\n")
+    assert reports[0].used is False and "compiled locally" in (reports[0].note or "")
+    err = capsys.readouterr().err
+    assert err.count("compiled locally") == 1 and "env-file-secret-2" not in err, err
+
+
+def container_script(tmp_path: Path, action: str, port: int, **env: str):
+    """resources/container/sccache_server.py as before-build and the repair command run it, on an interpreter
+    whose directory holds sccache (as the build's Python holds its wheel's), and a launcher ccache wrote."""
+    import os
+    import sys
+
+    from tests import _proc
+
+    script = ROOT / "ci" / "src" / "wheelci" / "resources" / "container" / "sccache_server.py"
+    python = tmp_path / "py" / "python"
+    if not python.exists():
+        python.parent.mkdir()
+        python.symlink_to(sys.executable)
+        (python.parent / "sccache").symlink_to(sccache_binary())
+    launcher = tmp_path / "launch" / "cache"
+    if not launcher.exists():
+        launcher.parent.mkdir()
+        launcher.write_text('#!/bin/sh\nexec ccache "$@"\n')
+    status, site = tmp_path / "status", tmp_path / "site-packages"
+    status.mkdir(exist_ok=True)
+    (site / "torch" / "include").mkdir(parents=True, exist_ok=True)
+    (site / "torch" / "include" / "op.h").write_text("#pragma once\n")
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SCCACHE_")}
+    full |= {"SCCACHE_SERVER_PORT": str(port), "SCCACHE_DIR": str(tmp_path / "local"),
+             "WHEELCI_SITE_PACKAGES": str(site), **env}
+    r = _proc.run([str(python), str(script), action, str(status), str(launcher)], env=full, capture_output=True,
+                  text=True, timeout=120)
+    return r, status, launcher
+
+
+def test_the_container_script_passes_a_dead_store_over_for_ccache(tmp_path):
+    r, status, launcher = container_script(tmp_path, "start", closed_port(),
+                                           SCCACHE_REDIS_ENDPOINT=f"redis://127.0.0.1:{closed_port()}",
+                                           WHEELCI_SCCACHE_TIMEOUT="3")
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+    assert "compiled locally" not in r.stdout + r.stderr  # the host says it, once
+    # sccache exits, or keeps retrying past the bound: either way, ended and passed over
+    assert (status / "unused").read_text().strip() in ("the store refused sccache (unreachable or not a cache)",
+                                                       "the store did not answer within 3 s")
+    assert launcher.read_text() == '#!/bin/sh\nexec ccache "$@"\n'  # ccache as without a store
+    # the build's own sccache set aside: Meson would put it in front of the compilers by itself
+    assert not (tmp_path / "py" / "sccache").exists() and (tmp_path / "py" / "sccache.unused").is_symlink()
+    # one time for every installed file: which of two identical headers GCC's #pragma once reads is every
+    # container's same choice, and so is the source sccache hashes
+    times = {p.stat().st_mtime for p in (tmp_path / "site-packages").rglob("*")}
+    assert times == {946684800}, times
+
+
+def test_the_container_script_serves_counts_and_stops(tmp_path):
+    """A store sccache answers for (its local disk: no store variables): the launcher runs sccache, a compile
+    through it twice is a miss then a hit, and stop writes the counts the host reads and ends the server."""
+    import shutil
+
+    from tests import _proc
+    from tests._servers import free_port
+    from wheelci.compile.sccache import read_stats
+
+    port = free_port()
+    try:
+        r, status, launcher = container_script(tmp_path, "start", port)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert not (status / "unused").exists() and "sccache" in launcher.read_text()
+        (tmp_path / "op.c").write_text("int twice(int x) { return 2 * x; }\n")
+        for _ in (1, 2):
+            c = _proc.run([str(launcher), shutil.which("g++") or "g++", "-c", str(tmp_path / "op.c"), "-o",
+                           str(tmp_path / "op.o")], env={"PATH": "/usr/bin:/bin", "SCCACHE_SERVER_PORT": str(port)},
+                          capture_output=True, text=True, timeout=120)
+            assert c.returncode == 0, c.stderr
+    finally:
+        stop, status, _ = container_script(tmp_path, "stop", port)
+    assert stop.returncode == 0, stop.stderr
+    (stats,) = status.glob("stats-*.json")
+    report = read_stats("local", json.loads(stats.read_text()))
+    assert (report.requests, report.host.hits, report.host.misses) == (2, 1, 1), report

@@ -144,17 +144,70 @@ def test_another_project_in_container(engines, standin, torch_cpu_wheel, tmp_pat
     no build isolation, then installed and its own tests run on the host."""
     from tests.test_build_project import FIXTURE
 
+    from tests.test_compile_cache import closed_port
+
     need(engines, engine)
     out = tmp_path / "out"
-    r = build(engine, standin[engine], torch_cpu_wheel.parent, out, str(FIXTURE), "--cpu")
+    # a remote compile cache on a closed port: the container compiles with ccache, said once, and succeeds
+    dead = f"redis://ci:pa55-of-a-dead-store@127.0.0.1:{closed_port()}"
+    r = build(engine, standin[engine], torch_cpu_wheel.parent, out, str(FIXTURE), "--cpu", "--compile-cache", dead)
     assert r.returncode == 0, r.stderr[-4000:]
+    said = [ln for ln in r.stderr.splitlines() if "compiled locally" in ln or "compiling locally" in ln]
+    assert len(said) == 1 and said[0].startswith("warning: compile cache redis redis://127.0.0.1:"), said
+    assert "pa55-of-a-dead-store" not in r.stdout + r.stderr
     assert "PYTHONPATH=/opt/cuda-wheel-ci python -m wheelci.repair" in r.stderr
     (wheel,) = sorted(out.glob("*.whl"))
     assert wheel.name.startswith("tiny_ext-0.1.0+pt2.13.0.cpu-cp311-cp311-manylinux_2_")
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] is True and report["verify"]["test_command"].startswith("ok (")
     assert report["verify"]["torch_ops"] == ["tiny_ext"]
+    assert report["compile_cache"]["used"] is False and "compiled locally" in report["compile_cache"]["note"]
     assert not list(FIXTURE.glob("build")) and not list(FIXTURE.glob("*.egg-info"))
+
+
+def cached_build(tmp_path: Path, name: str, image: str, find_links: Path, store: str) -> tuple[str, dict, str]:
+    """A CUDA build of the setuptools fixture in Docker with its own work directory, ccache and output: only
+    the store is shared. Returns the wheel's sha256, report.json, and everything the build wrote where a
+    user or CI could see it (its output, its logs, its reports)."""
+    import hashlib
+
+    from tests.test_build_project import FIXTURE
+
+    own = tmp_path / name
+    # the store's URL (its password) from the environment: a command line the harness may print holds none
+    env = {"CCACHE_DIR": str(own / "ccache"), "SOURCE_DATE_EPOCH": "1767323045", "WHEELCI_COMPILE_CACHE": store}
+    r = run_stage("ci.build", "--engine", "docker", "--image", image, "--find-links", find_links, FIXTURE,
+                  "--cuda", "13.0", "--arch-list", "9.0", "-w", own / "out", "--work-dir", own / "work",
+                  env=env, timeout=1800)  # a CUDA compile of torch's headers, on a loaded machine
+    assert r.returncode == 0, r.stderr[-4000:]
+    (wheel,) = (own / "out").glob("*.whl")
+    assert not [p for p in (own / "out").rglob("*") if "stats" in p.name or "sccache" in p.name]  # counts: outside -w
+    assert not (own / "work" / "compile-cache.env").exists() and not list((own / "work" / "compile-cache").glob("*.json"))
+    shown = r.stdout + r.stderr + "".join(p.read_text(errors="replace") for p in (own / "work").rglob("*.log"))
+    shown += "".join(p.read_text(errors="replace") for p in (own / "out").glob("report.*"))
+    return hashlib.sha256(wheel.read_bytes()).hexdigest(), json.loads((own / "out" / "report.json").read_text()), shown
+
+
+@pytest.mark.timeout(3600)  # two CUDA container builds, the first compiling everything
+def test_two_container_builds_share_only_the_remote_store(engines, standin, cuda_find_links, tmp_path):
+    """sccache in the container over a Redis store on loopback (a password on it): the first build fills the
+    store, the second, with its own work directory and ccache, takes every device compile from it and writes
+    the first's bytes. The password goes in through the engine's --env-file only: never in the output, the
+    logs or the reports."""
+    from tests._servers import Redis
+
+    need(engines, "docker")
+    password = "pa55-of-the-container-store"
+    with Redis(tmp_path / "redis", password=password) as store:
+        filled_wheel, first, shown_first = cached_build(tmp_path, "first", standin["docker"], cuda_find_links, store.url)
+        warm, second, shown_second = cached_build(tmp_path, "second", standin["docker"], cuda_find_links, store.url)
+    filled, took = first["compile_cache"], second["compile_cache"]
+    assert filled["storage"] == f"redis redis://127.0.0.1:{store.port}"
+    assert filled["used"] and filled["device"]["misses"] > 0 and filled["device"]["hits"] == 0, filled
+    assert took["used"] and took["device"]["hits"] >= filled["device"]["misses"], took
+    assert took["device"]["misses"] == 0 and took["host"]["misses"] == 0 and took["errors"] == 0, took
+    assert warm == filled_wheel
+    assert "sccache" in shown_first and password not in shown_first + shown_second
 
 
 

@@ -296,7 +296,8 @@ def test_before_all_checks_run_in_a_real_shell(tmp_path):
     cpu = pl.make_plan(pl.Request(cuda=None), project_dir=ROOT).environment["CIBW_BEFORE_ALL_LINUX"]
     assert cpu == f"sh {cibw.CONTAINER_SCRIPTS}/ensure_ccache.sh"
     assert _run_before_all_script(f"{cpu} {tmp_path}").returncode == 0  # its CXX shim here, not where the image has it
-    assert (tmp_path / "c++").read_text() == '#!/bin/sh\nexec ccache c++ "$@"\n' and os.access(tmp_path / "c++", os.X_OK)
+    assert (tmp_path / "cache").read_text() == '#!/bin/sh\nexec ccache "$@"\n' and os.access(tmp_path / "cache", os.X_OK)
+    assert (tmp_path / "c++").read_text() == f'#!/bin/sh\nexec {tmp_path}/cache c++ "$@"\n' and os.access(tmp_path / "c++", os.X_OK)
 
 
 def test_the_image_check_names_a_too_new_gcc(tmp_path):

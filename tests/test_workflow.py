@@ -779,7 +779,7 @@ def test_the_plan_job_gives_the_fan_out_its_own_matrix(build, tmp_path):
         assert r.returncode == 0 and "warm" not in out and json.loads(out["matrix"])["include"], r.stderr
     # without the engine input a CUDA row builds in a container, which uses no store: refused in one line
     r, out = run_plan_step(build, tmp_path, CUDA="13.0", ARCH_JOBS="3")
-    assert r.returncode != 0 and "container builds do not use the compile store yet" in r.stderr, r.stderr
+    assert r.returncode != 0 and "the fan-out's jobs build on the host" in r.stderr, r.stderr
     # without the arch-list input: each CUDA version's own arch list
     r, out = run_plan_step(build, tmp_path, CUDA="13.0", ARCH_JOBS="3", ENGINE_INPUT="host")
     assert [row["engine"] for row in json.loads(out["matrix"])["include"]] == ["host"]
@@ -792,7 +792,7 @@ def test_the_plan_job_gives_the_fan_out_its_own_matrix(build, tmp_path):
     (["--cuda", "13.0", "--arch-jobs", "two"], "--arch-jobs 'two': want a number of jobs, 2 to 16"),
     (["--cuda", "13.0", "--arch-jobs", "2", "--engine", "host", "--arch-list", "5.0;9.0"],
      "--arch-list '5.0;9.0': nvcc 13.0 rejects arch 5.0"),
-    (["--cuda", "13.0", "--arch-jobs", "2"], "container builds do not use the compile store yet"),
+    (["--cuda", "13.0", "--arch-jobs", "2"], "the fan-out's jobs build on the host"),
     (["--cuda", "13.0", "--engine", "qemu"], "--engine"),
 ])
 def test_a_bad_fan_out_is_one_line_and_exit_2(args, words):
@@ -805,7 +805,7 @@ def test_the_fan_out_deals_the_projects_arch_list_unless_told(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.wheelci]\nengine = "host"\n'
                                              'arch-list = "8.0;8.6;9.0"\n')
     r = plan_matrix("--cuda", "13.0", "--arch-jobs", "2", project=tmp_path)  # its row's engine: a container
-    assert r.returncode == 2 and "container builds do not use the compile store yet" in r.stderr, r.stderr
+    assert r.returncode == 2 and "the fan-out's jobs build on the host" in r.stderr, r.stderr
     r = plan_matrix("--cuda", "13.0", "--arch-jobs", "2", "--engine", "host", project=tmp_path)
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["include"]

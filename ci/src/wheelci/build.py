@@ -31,6 +31,7 @@ from wheelci.util.proc import system_error
 
 if TYPE_CHECKING:
     from wheelci.compile.hostenv import BuildEnv
+    from wheelci.compile.sccache import CacheReport
     from wheelci.emulate import Target
     from wheelci.config.project import Project
     from wheelci.plan import Plan
@@ -495,8 +496,10 @@ def compile_sources(b: Build) -> None:
         from wheelci.compile import container
 
         # cibuildwheel runs the repair too, inside the container (wheelci.repair, mounted read-only)
+        cache: list[CacheReport] = []  # what the remote compile cache did (wheelci.compile.containercache)
         b.compiled = container.compile(b.plan, b.work / "repaired", b.project_dir, logfile=b.work / "cibuildwheel.log",
-                                       files=b.source_files)
+                                       files=b.source_files, cache_reports=cache)
+        b.report.compile_cache = asdict(cache[0]) if cache else None
     b.report.build_seconds = round(time.monotonic() - start, 1)
 
 

@@ -18,11 +18,23 @@ from wheelci.config.compilecache import cache_goes
 from wheelci.engine import CA_VARIABLES, Engine
 
 CONTAINER_CCACHE = "/ccache"
-CONTAINER_CXX = "/usr/local/lib/wheelci-ccache/c++"  # ccache, then c++: written by ensure_ccache.sh DIR
+CONTAINER_CXX = "/usr/local/lib/wheelci-ccache/c++"  # the cache, then c++: written by ensure_ccache.sh DIR
+# the one-word cache the compilers go through where a remote store is named: ccache (ensure_ccache.sh DIR), turned to
+# sccache by sccache_server.py when the store answers
+CONTAINER_LAUNCHER = "/usr/local/lib/wheelci-ccache/cache"
+CONTAINER_COMPILE_CACHE = "/ci/compile-cache"  # mounted from the work directory: sccache's counts, its log, why not
+CONTAINER_PROJECT = "/project"  # where cibuildwheel copies the project: sccache's base directory there
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
 CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount this package read-only (ci.repair runs from it)
 CONTAINER_SCRIPTS = f"{CONTAINER_TOOL}/wheelci/resources/container"  # wheelci/resources/container/*.sh, mounted
 REPAIR_COMMAND = f"PYTHONPATH={CONTAINER_TOOL} python -m wheelci.repair -w {{dest_dir}} {{wheel}}"
+SCCACHE_SERVER = f"python {CONTAINER_SCRIPTS}/sccache_server.py {{}} {CONTAINER_COMPILE_CACHE} {CONTAINER_LAUNCHER}"
+
+
+def sccache_server(action: str) -> str:
+    """The container's side of a remote compile cache (resources/container/sccache_server.py): `start` after
+    before-build's installs, `stop` after each wheel's repair (its counts into the mounted directory)."""
+    return SCCACHE_SERVER.format(action)
 
 
 def repair_command(excludes: list[str], stable_abi: str | None = None) -> str:
@@ -51,15 +63,17 @@ def build_installs(build_requires: list[str], compile_cache: bool = False) -> li
     return [req.strip() for req in build_requires if requirement_name(req) != "torch"] + tools
 
 
-def before_build(build_requires: list[str], torch_req: str, index_url: str | None, cudnn: str | None) -> str:
+def before_build(build_requires: list[str], torch_req: str, index_url: str | None, cudnn: str | None,
+                 compile_cache: bool = False) -> str:
     """Install the pinned torch from its index first, then cuDNN, the project's build requirements and
-    our tools, with our tool versions as constraints (the mounted file).
+    our tools, with our tool versions as constraints (the mounted file); with a remote compile cache, sccache
+    among them, its server started last.
 
     index_url None: pip's own sources in the container (PyPI, and the mounted find-links directory)."""
     torch_cmd = ["pip", "install", torch_req] + (["--index-url", index_url] if index_url else [])
-    rest = build_installs(build_requires) + ([cudnn] if cudnn else [])
+    rest = build_installs(build_requires, compile_cache) + ([cudnn] if cudnn else [])
     cmds = [torch_cmd, ["pip", "install", "-c", CONTAINER_CONSTRAINTS, *rest]]
-    return " && ".join(shlex.join(c) for c in cmds)
+    return " && ".join([*(shlex.join(c) for c in cmds), *([sccache_server("start")] if compile_cache else [])])
 
 
 def cibw_quote(v: str) -> str:
@@ -93,6 +107,12 @@ def container_options(engine: Engine, find_links: Path | None, tools: Path, ccac
     return [*create, *engine.create_args], inner
 
 
+def with_stop(repair: str, compile_cache: bool) -> str:
+    """The repair command, then (with a remote compile cache) the wheel's counts written and sccache's server
+    stopped: cibuildwheel has no step after the last wheel, and the next wheel's before-build starts it again."""
+    return f"{repair} && {sccache_server('stop')}" if compile_cache else repair
+
+
 def image_variable(machine: str) -> str:
     """cibuildwheel's variable naming the manylinux image of one architecture."""
     return f"CIBW_MANYLINUX_{machine.upper()}_IMAGE"
@@ -101,26 +121,30 @@ def image_variable(machine: str) -> str:
 def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str], before_build: str, cuda: str | None,
                 arch_list: str, nvcc_flags: list[str], tools: Path, ccache: Path, ca: str | None,
                 gcc_max: int | None = None, find_links: Path | None = None, backend: str = "setuptools",
-                torch_finds_ccache: bool = True) -> dict[str, str]:
+                torch_finds_ccache: bool = True, compile_cache: bool = False) -> dict[str, str]:
     """The CIBW_* variables a container build sets (a host build shows what a container one would).
     `images`: the build image of each machine architecture built (cibuildwheel's CIBW_ARCHS); `backend`: the
     project's build backend and `torch_finds_ccache` (the torch built against puts ccache in front of its
-    compilers itself) say how ccache goes in front of the compilers (wheelci.compile.launch)."""
+    compilers itself) say how ccache goes in front of the compilers (wheelci.compile.launch). With a remote
+    `compile_cache` they go through CONTAINER_LAUNCHER, ccache or sccache as the store answers (as on the host:
+    torch's own ccache would put sccache behind it). The store's variables are not here: cibuildwheel prints these;
+    they go in through the engine's --env-file (wheelci.compile.containercache)."""
     create, extra = container_options(engine, find_links, tools, ccache, ca)
     # The project is copied to /project in every build, so no CCACHE_BASEDIR: it would make the compiler's
     # paths relative, and the wheel differ from one built without ccache. pip does not byte-compile the
     # throwaway build environment (three quarters of installing torch; under QEMU, minutes): the build
     # imports a part of it. PIP_COMPILE=false, as PIP_NO_COMPILE=1 means compile.
     inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CCACHE_NOHASHDIR": "true", "PIP_COMPILE": "false"}
-    how = cache_goes(backend, torch_finds_ccache)
-    script = ""  # ensure_ccache.sh writes the CXX script into the directory it is given
+    how = cache_goes(backend, torch_finds_ccache and not compile_cache)
+    launcher = CONTAINER_LAUNCHER if compile_cache else "ccache"
+    # ensure_ccache.sh writes the launcher and the CXX script into the directory it is given
+    script = f" {shlex.quote(str(PurePosixPath(CONTAINER_CXX).parent))}" if how == "cxx" or compile_cache else ""
     if how == "cmake":
-        inner |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": "ccache" for lang in ("C", "CXX", *(["CUDA"] if cuda else []))}
+        inner |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": launcher for lang in ("C", "CXX", *(["CUDA"] if cuda else []))}
     elif how == "cxx":
         inner |= {"CXX": CONTAINER_CXX, "TORCH_NO_COMPILER_WRAPPER": "1"}
         if cuda:
-            inner["PYTORCH_NVCC"] = f"ccache {CONTAINER_CUDA_HOME}/bin/nvcc"
-        script = f" {shlex.quote(str(PurePosixPath(CONTAINER_CXX).parent))}"
+            inner["PYTORCH_NVCC"] = f"{launcher} {CONTAINER_CUDA_HOME}/bin/nvcc"
     inner |= extra
     before_all = [f"sh {CONTAINER_SCRIPTS}/ensure_ccache.sh{script}"]
     if cuda:
@@ -136,7 +160,7 @@ def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str
         "CIBW_ENVIRONMENT_LINUX": cibw_environment(inner),
         # torch must be the one before-build pinned, in any project: no isolated build env
         "CIBW_BUILD_FRONTEND": "build; args: --no-isolation",
-        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": REPAIR_COMMAND,
+        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": with_stop(REPAIR_COMMAND, compile_cache),
         "CIBW_BUILD_VERBOSITY": "1",
     }
     if engine.container:
@@ -170,6 +194,7 @@ class ContainerInputs:
     build_env: dict[str, str] = field(default_factory=dict)  # the project's variables, last
     backend: str = "setuptools"  # the project's build backend (how ccache goes in front of its compilers)
     torch_finds_ccache: bool = True  # the torch built against puts ccache in front of its compilers itself
+    compile_cache: bool = False  # a remote compile cache is named: sccache in the container (its store: --env-file)
 
 
 def container_environment(c: ContainerInputs) -> dict[str, str]:
@@ -177,14 +202,16 @@ def container_environment(c: ContainerInputs) -> dict[str, str]:
     stable-ABI flags after what the image sets (their values extend theirs), the project's build variables
     last; the repair command with the project's excludes."""
     env = environment(engine=c.engine, images=c.images, identifiers=c.identifiers,
-                      before_build=before_build(c.build_requires, c.torch_requirement, c.torch_index, c.cudnn),
+                      before_build=before_build(c.build_requires, c.torch_requirement, c.torch_index, c.cudnn,
+                                                c.compile_cache),
                       cuda=c.cuda, arch_list=c.arch_list, nvcc_flags=c.nvcc_flags, tools=c.tools, ccache=c.ccache,
                       ca=c.ca, gcc_max=c.gcc_max, find_links=c.find_links, backend=c.backend,
-                      torch_finds_ccache=c.torch_finds_ccache)
+                      torch_finds_ccache=c.torch_finds_ccache, compile_cache=c.compile_cache)
     added = {k: (v if k == "CI_STABLE_ABI" else f"${k} {v}") for k, v in c.stable_flags.items()}
     words = [env["CIBW_ENVIRONMENT_LINUX"], *([cibw_environment(added)] if added else []),
              *([cibw_environment(c.build_env)] if c.build_env else [])]
     env["CIBW_ENVIRONMENT_LINUX"] = " ".join(words)
     if c.excludes or c.stable_abi:
-        env["CIBW_REPAIR_WHEEL_COMMAND_LINUX"] = repair_command(list(c.excludes), c.stable_abi)
+        env["CIBW_REPAIR_WHEEL_COMMAND_LINUX"] = with_stop(repair_command(list(c.excludes), c.stable_abi),
+                                                           c.compile_cache)
     return env

@@ -420,8 +420,8 @@ def warm_list(plan: Plan, whole: str) -> str:
     if plan.cuda is None:
         raise CiError("--warm-for: a CUDA build's option (a CPU build compiles no device code)")
     if plan.engine.container:
-        raise CiError(f"--warm-for: container builds do not use the compile store yet; build on the host "
-                      f"(--engine host), not {plan.engine.value}")
+        raise CiError(f"--warm-for: a host build's option (the container's compilers take no added nvcc "
+                      f"arguments); build on the host (--engine host), not {plan.engine.value}")
     full = mx.check_arch_list(plan.cuda, whole)
     missing = [a for a in mx.split_arch_list(plan.arch_list) if a not in mx.split_arch_list(full)]
     if missing:
@@ -451,7 +451,8 @@ def container_inputs(plan: Plan, machine: Machine) -> ContainerInputs:
         gcc_max=plan.gcc_max, find_links=Path(plan.find_links) if plan.find_links else None,
         excludes=list(plan.run.excludes), stable_abi=plan.stable.target if plan.stable else None,
         stable_flags=dict(plan.stable_flags), build_env=dict(plan.run.build_env),
-        backend=plan.backend, torch_finds_ccache=torch_finds_ccache(plan.torch))
+        backend=plan.backend, torch_finds_ccache=torch_finds_ccache(plan.torch),
+        compile_cache=bool(plan.run.compile_cache))
 
 
 @dataclass(frozen=True)
@@ -749,7 +750,7 @@ def _cache_row(plan: Plan) -> str:
     cache = plan.compile_cache
     if cache is None:
         return "- (no remote store: ccache on this machine)"
-    where = "" if not plan.engine.container else " (container builds: not yet; compiled with ccache)"
+    where = " in the container (its variables through the engine's --env-file)" if plan.engine.container else ""
     return f"{cache.name} through sccache{where}" + (f"; unusable here: {cache.unusable}" if cache.unusable else "")
 
 

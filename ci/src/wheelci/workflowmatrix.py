@@ -236,10 +236,10 @@ def warm_matrix(jobs: dict[str, list[dict[str, str]]], parts: int, stable_abi: s
     for row in jobs["include"]:
         if row["kind"] != "cuda":
             continue
-        if row["engine"] != "host":  # its jobs would compile into a throwaway local cache
-            raise CiError(f"--arch-jobs: the {row['name']} job builds in a container ({row['engine']}), and "
-                          "container builds do not use the compile store yet: run the CUDA jobs on the host "
-                          "(--engine host; the workflow's engine: host)")
+        if row["engine"] != "host":  # a part's build takes --warm-for, which a container build does not
+            raise CiError(f"--arch-jobs: the {row['name']} job builds in a container ({row['engine']}), and the "
+                          "fan-out's jobs build on the host: run the CUDA jobs there (--engine host; the "
+                          "workflow's engine: host)")
         key = re.search(r"--cuda (\S+)", row["args"])
         assert key is not None, row
         cuda = pick_row(matrix, key[1], parse_target(stable_abi)) if stable_abi else matrix.row(key[1])

@@ -10,6 +10,7 @@ report then run on the host, as after a host build (ci.build chains them).
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -17,7 +18,8 @@ from pathlib import Path
 
 from wheelci import engine as eng
 from wheelci.cibw import image_variable
-from wheelci.compile import hints, progress
+from wheelci.compile import containercache, hints, progress
+from wheelci.compile.sccache import CacheReport
 from wheelci.compile.workdir import stage_project
 from wheelci.errors import CiError, Finding
 from wheelci.config import constraints
@@ -95,11 +97,14 @@ def cibuildwheel_command(project_dir: Path, output_dir: Path) -> list[str]:
 
 
 def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None = None,
-            files: dict[str, str] | None = None) -> list[Path]:
+            files: dict[str, str] | None = None, cache_reports: list[CacheReport] | None = None) -> list[Path]:
     """Build and repair the plan's wheels in containers; return the repaired wheels in wheel_dir.
 
     cibuildwheel's output goes to stderr and to logfile (default: next to wheel_dir); on failure the
-    error names the log and the log's last lines are printed, and wheel_dir gets nothing."""
+    error names the log and the log's last lines are printed, and wheel_dir gets nothing. With a remote
+    compile cache (wheelci.compile.containercache), `cache_reports` gets what it did, and the engine gets
+    its --env-file and the mount its counts come back through (the run's port and work directory: not in
+    the plan's variables)."""
     project_dir = Path(project_dir).resolve()
     if not (project_dir / "pyproject.toml").is_file():
         raise CiError(f"no pyproject.toml in {project_dir}")
@@ -121,11 +126,16 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
             # its output streams to stderr; logs and CI also get a line a minute through a silent compile
             tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
             with logfile.open("wb") as logged, log.Ticker("building in a container", live=False) as ticker, \
-                    eng.containers_of_this_run(plan.engine) as label:  # a stopped build stops its container too
-                env["CIBW_CONTAINER_ENGINE"] = eng.with_label(env.get("CIBW_CONTAINER_ENGINE", str(plan.engine)), label)
+                    eng.containers_of_this_run(plan.engine) as label, \
+                    containercache.serving(plan, logfile.parent) as (cache_args, reports):
+                # a stopped build stops its container too (the label)
+                added = shlex.join([label, *cache_args])
+                env["CIBW_CONTAINER_ENGINE"] = eng.with_label(env.get("CIBW_CONTAINER_ENGINE", str(plan.engine)), added)
                 done = proc.stream(cibuildwheel_command(source, staging), what="building in a container", log=logged,
                                    check=False, cwd=source, env=env,
                                    on_line=lambda line: ticker.update(tracker if tracker.feed(line) else None))
+        if cache_reports is not None:
+            cache_reports.extend(reports)
         if done.returncode != 0:
             tail = done.stdout.decode(errors="replace")
             log.info(f"the last lines of cibuildwheel's log:\n{tail}")

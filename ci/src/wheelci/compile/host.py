@@ -22,7 +22,7 @@ from typing import Iterator
 from wheelci.errors import CiError, Finding
 from wheelci.util import log, proc
 from wheelci.compile import hints, launch, progress, sccache
-from wheelci.compile.sccache import CacheReport
+from wheelci.compile.sccache import CacheReport, describe
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
 from wheelci.config import constraints
@@ -330,14 +330,6 @@ def requirements_check_key(plan, env: BuildEnv, project_dir: Path, configure: st
         path = project_dir / name
         h.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"-") + b"\0")
     return h.hexdigest()
-
-
-def describe(r: CacheReport) -> str:
-    """One line of what the compile cache did."""
-    if not r.used:
-        return f"{r.storage}: not used ({r.note})"
-    return (f"{r.storage}: {r.requests} compile requests; device {r.device.hits} hits, {r.device.misses} misses; "
-            f"host {r.host.hits} hits, {r.host.misses} misses" + (f"; {r.note}" if r.note else ""))
 
 
 def keep_sound(plan, backend, project_dir: Path, work_dir: Path, files: dict[str, str] | None,

