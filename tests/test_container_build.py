@@ -166,7 +166,7 @@ def test_another_project_in_container(engines, standin, torch_cpu_wheel, tmp_pat
 
 
 def cached_build(tmp_path: Path, name: str, image: str, find_links: Path, store: str) -> tuple[str, dict, str]:
-    """A CUDA build of the setuptools fixture in Docker with its own work directory, ccache and output: only
+    """A CPU build of the setuptools fixture in Docker with its own work directory, ccache and output: only
     the store is shared. Returns the wheel's sha256, report.json, and everything the build wrote where a
     user or CI could see it (its output, its logs, its reports)."""
     import hashlib
@@ -177,8 +177,7 @@ def cached_build(tmp_path: Path, name: str, image: str, find_links: Path, store:
     # the store's URL (its password) from the environment: a command line the harness may print holds none
     env = {"CCACHE_DIR": str(own / "ccache"), "SOURCE_DATE_EPOCH": "1767323045", "WHEELCI_COMPILE_CACHE": store}
     r = run_stage("ci.build", "--engine", "docker", "--image", image, "--find-links", find_links, FIXTURE,
-                  "--cuda", "13.0", "--arch-list", "9.0", "-w", own / "out", "--work-dir", own / "work",
-                  env=env, timeout=1800)  # a CUDA compile of torch's headers, on a loaded machine
+                  "--cpu", "-w", own / "out", "--work-dir", own / "work", env=env, timeout=1500)
     assert r.returncode == 0, r.stderr[-4000:]
     (wheel,) = (own / "out").glob("*.whl")
     assert not [p for p in (own / "out").rglob("*") if "stats" in p.name or "sccache" in p.name]  # counts: outside -w
@@ -188,27 +187,31 @@ def cached_build(tmp_path: Path, name: str, image: str, find_links: Path, store:
     return hashlib.sha256(wheel.read_bytes()).hexdigest(), json.loads((own / "out" / "report.json").read_text()), shown
 
 
-@pytest.mark.timeout(3600)  # two CUDA container builds, the first compiling everything
-def test_two_container_builds_share_only_the_remote_store(engines, standin, cuda_find_links, tmp_path):
+@pytest.mark.timeout(3600)
+def test_two_container_builds_share_only_the_remote_store(engines, standin, torch_cpu_wheel, tmp_path):
     """sccache in the container over a Redis store on loopback (a password on it): the first build fills the
-    store, the second, with its own work directory and ccache, takes every device compile from it and writes
-    the first's bytes. The password goes in through the engine's --env-file only: never in the output, the
-    logs or the reports."""
+    store, the second, with its own work directory and ccache, takes every compile from it and writes the
+    first's bytes. The password goes in through the engine's --env-file only: never in the output, the logs
+    or the reports. CPU builds: what is the container's here (the server, the env-file, one time on the
+    installed headers, the counts read back) is the same for nvcc, whose per-architecture device entries the
+    host builds' two-machine tests show (tests/test_compile_cache.py); a CUDA compile of torch's headers
+    would add minutes a build."""
     from tests._servers import Redis
 
     need(engines, "docker")
     password = "pa55-of-the-container-store"
     with Redis(tmp_path / "redis", password=password) as store:
-        filled_wheel, first, shown_first = cached_build(tmp_path, "first", standin["docker"], cuda_find_links, store.url)
-        warm, second, shown_second = cached_build(tmp_path, "second", standin["docker"], cuda_find_links, store.url)
+        filled_wheel, first, shown_first = cached_build(tmp_path, "first", standin["docker"], torch_cpu_wheel.parent,
+                                                        store.url)
+        warm, second, shown_second = cached_build(tmp_path, "second", standin["docker"], torch_cpu_wheel.parent,
+                                                  store.url)
     filled, took = first["compile_cache"], second["compile_cache"]
     assert filled["storage"] == f"redis redis://127.0.0.1:{store.port}"
-    assert filled["used"] and filled["device"]["misses"] > 0 and filled["device"]["hits"] == 0, filled
-    assert took["used"] and took["device"]["hits"] >= filled["device"]["misses"], took
-    assert took["device"]["misses"] == 0 and took["host"]["misses"] == 0 and took["errors"] == 0, took
+    assert filled["used"] and filled["host"]["misses"] > 0 and filled["host"]["hits"] == 0, filled
+    assert took["used"] and took["host"]["hits"] >= filled["host"]["misses"], took
+    assert took["host"]["misses"] == 0 and took["device"]["misses"] == 0 and took["errors"] == 0, took
     assert warm == filled_wheel
     assert "sccache" in shown_first and password not in shown_first + shown_second
-
 
 
 @pytest.mark.parametrize("engine", ENGINES)
