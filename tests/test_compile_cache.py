@@ -64,6 +64,32 @@ def test_s3_keys_and_actions_tokens_come_from_the_environment():
     assert outside.unusable and "ACTIONS_RUNTIME_TOKEN" in outside.unusable  # compiled locally, said once
 
 
+def test_the_projects_build_and_tests_never_get_the_stores_settings(tmp_path, monkeypatch):
+    """The store's URL always, and the S3 keys and the Actions token where the store took them, are withheld
+    from what the project's own code runs with: its tests here, for real (a test command that prints its
+    environment), as its build (wheelci.compile.host) drops the same set."""
+    import sys
+
+    from wheelci.config.compilecache import withheld
+    from wheelci.verify import run_test_command
+
+    keys = {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLEKEY", "AWS_SECRET_ACCESS_KEY": "secretsecret"}
+    assert withheld(None) == {"WHEELCI_COMPILE_CACHE"}
+    assert withheld(parse("redis://u:pw@h:6379", keys)) == {"WHEELCI_COMPILE_CACHE"}  # the keys are the user's
+    assert withheld(parse("s3://b", keys)) == {"WHEELCI_COMPILE_CACHE", *keys}
+    gha = parse("gha", {"ACTIONS_RESULTS_URL": "https://results.example/", "ACTIONS_RUNTIME_TOKEN": "tok-123456"})
+    assert withheld(gha) == {"WHEELCI_COMPILE_CACHE", "ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN"}
+    for name, value in {**keys, "WHEELCI_COMPILE_CACHE": "s3://b", "KEPT_FOR_TESTS": "yes"}.items():
+        monkeypatch.setenv(name, value)
+    seen = tmp_path / "env.txt"
+    checks = run_test_command(f"env > {seen}", Path(sys.executable), tmp_path, tmp_path / "x.whl", tmp_path,
+                              withheld=withheld(parse("s3://b", keys)))
+    assert checks["test_command"].startswith("ok"), checks
+    got = seen.read_text()
+    assert "KEPT_FOR_TESTS=yes" in got and "AKIAEXAMPLEKEY" not in got and "secretsecret" not in got
+    assert "WHEELCI_COMPILE_CACHE" not in got
+
+
 @pytest.mark.parametrize("url,words", [
     ("ftp://u:pa55word-x@host/", "unknown scheme 'ftp'"),
     ("redis://:pa55word-x@host/cache", "database number"),

@@ -606,23 +606,32 @@ def test_a_publish_without_its_secrets_stops_first(build):
     assert first["run"].count("::error::") == 1 and "exit 1" in first["run"]
 
 
-def test_secret_values_only_in_the_upload_step_and_the_compiling_jobs_environment(build):
+STORE = "${{ secrets.COMPILE_CACHE_URL || inputs.compile-cache }}"  # the secret's URL wins over the input
+KEYS = {"AWS_ACCESS_KEY_ID": "${{ secrets.AWS_ACCESS_KEY_ID }}",  # the names sccache reads
+        "AWS_SECRET_ACCESS_KEY": "${{ secrets.AWS_SECRET_ACCESS_KEY }}"}
+
+
+def test_secret_values_only_in_the_upload_step_and_the_steps_running_the_tool(build):
     """Outside the Upload step the workflows pass secrets on (the call) or test them for emptiness, except
-    the compile cache's, which reach the jobs that compile (warm, wheels) in their environment alone."""
+    the compile cache's, which only the steps running the tool get (the tool keeps them from the project's
+    build and tests) and the action step that reads whether the store is gha: never a job's environment,
+    which every step (the tool's install, a checkout) would see."""
     values = re.compile(r"\$\{\{\s*secrets\.(\w+)\s*(?:\|\|[^}]*)?\}\}")
     text = BUILD.read_text()
     upload = text.index("      - name: Upload\n")
     assert sorted(values.findall(text[upload:])) == ["PRIVATE_INDEX_TOKEN", "PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER"]
-    assert sorted(values.findall(text[:upload])) == sorted(CACHE_SECRETS * 2)
-    for job in ("warm", "wheels"):
-        env = build["jobs"][job]["env"]
-        assert sorted(values.findall(json.dumps(env))) == sorted(CACHE_SECRETS), job
-        # the secret's URL wins over the input; the S3 keys under the names sccache reads
-        assert env["COMPILE_CACHE"] == "${{ secrets.COMPILE_CACHE_URL || inputs.compile-cache }}"
-        assert env["AWS_ACCESS_KEY_ID"] == "${{ secrets.AWS_ACCESS_KEY_ID }}"
-        assert env["AWS_SECRET_ACCESS_KEY"] == "${{ secrets.AWS_SECRET_ACCESS_KEY }}"
-        assert not [s for s in build["jobs"][job]["steps"] if "secrets." in json.dumps(s)], job
-    assert len(re.findall(r"secrets\.\w+\b(?! != '')", text[:upload])) == 6
+    given = {"warm": {"Expose the Actions cache to sccache": {"COMPILE_CACHE": STORE},
+                      "Compile part of the arch list into the store": {"COMPILE_CACHE": STORE, **KEYS}},
+             "wheels": {"Expose the Actions cache to sccache": {"COMPILE_CACHE": STORE},
+                        "Plan": {"COMPILE_CACHE": STORE}, "Build": {"COMPILE_CACHE": STORE, **KEYS}}}
+    for job, steps in given.items():
+        assert build["jobs"][job]["env"]["HAS_COMPILE_CACHE"] == (
+            "${{ (secrets.COMPILE_CACHE_URL || inputs.compile-cache) != '' }}")
+        assert not values.findall(json.dumps(build["jobs"][job]["env"])), job
+        with_secrets = {s["name"]: {k: v for k, v in s["env"].items() if "secrets." in v}
+                        for s in build["jobs"][job]["steps"] if "secrets." in json.dumps(s)}
+        assert with_secrets == steps, job
+    assert len(re.findall(r"secrets\.\w+\b(?! != '')", text[:upload])) == 11  # those, and HAS_COMPILE_CACHE's two
 
 
 def test_least_privilege(build, caller):
@@ -826,7 +835,7 @@ def test_the_warm_jobs_run_before_the_wheels_jobs_which_run_whatever_they_did(bu
     assert wheels["if"] == "${{ !cancelled() && needs.plan.result == 'success' }}"
     # the same row arguments as the wheels job, its part of the arch list in place of the input's
     assert warm["env"]["ARCH_LIST"] == "${{ matrix.arch_list }}" and wheels["env"]["ARCH_LIST"] == "${{ inputs.arch-list }}"
-    for name in ("BUILD_ARGS", "ROW_TORCH", "ROW_PYTHON", "ENGINE", "KIND", *CACHE_SECRETS[1:], "COMPILE_CACHE"):
+    for name in ("BUILD_ARGS", "ROW_TORCH", "ROW_PYTHON", "ENGINE", "KIND", "HAS_COMPILE_CACHE"):
         assert warm["env"][name] == wheels["env"][name], name
     for step in ("Build arguments", TOOL_STEP, "Install wheelci", "Expose the Actions cache to sccache"):
         assert [s for s in warm["steps"] if s.get("name") == step] == [s for s in wheels["steps"] if s.get("name") == step]
@@ -857,7 +866,7 @@ def test_the_store_reaches_the_build_in_its_environment(build, tmp_path, store, 
     github_env.write_text("")
     env = {"KIND": "cuda", "RUNNER_TEMP": str(temp), "BUILD_VARS": "", "CUDA_BUILD_VARS": "", "CPU_BUILD_VARS": "",
            "ROW_TORCH": "2.13.0", "ROW_PYTHON": "", "BUILD_ARGS": "--cuda 13.0", "ENGINE": "host", "PROJECT": ".",
-           "ARCH_LIST": "8.0;9.0", "COMPILE_CACHE": store, "GITHUB_ENV": str(github_env),
+           "ARCH_LIST": "8.0;9.0", "HAS_COMPILE_CACHE": "true" if store else "false", "GITHUB_ENV": str(github_env),
            **({"WHEELCI_WORK_DIR": runner_tree} if runner_tree else {})}
     r, _ = run_step(step_script(build, "wheels", "Build arguments"), env, tmp_path)
     assert r.returncode == 0, r.stderr
@@ -865,7 +874,8 @@ def test_the_store_reaches_the_build_in_its_environment(build, tmp_path, store, 
     assert (temp / "build-args").read_bytes() == b"--cuda\x0013.0\0--torch\x002.13.0\0--arch-list\x008.0;9.0\0"
     expected = f"WHEELCI_WORK_DIR={temp}/wheelci-tree\n" if tree else ""
     assert github_env.read_text() == expected
-    r, _ = run_step(step_script(build, "wheels", "Build"), {**env, "PATH": f"{bin_dir}:/usr/bin:/bin"}, tmp_path)
+    r, _ = run_step(step_script(build, "wheels", "Build"), {**env, "COMPILE_CACHE": store,
+                                                            "PATH": f"{bin_dir}:/usr/bin:/bin"}, tmp_path)
     assert r.returncode == 0, r.stderr
     seen = dict(line.split("=", 1) for line in (temp / "env").read_text().splitlines())
     assert seen.get("WHEELCI_COMPILE_CACHE") == (store or None)
@@ -887,7 +897,7 @@ def test_the_actions_cache_reaches_sccache_through_an_action_step(build, tmp_pat
     assert node is not None, "node is not on PATH: scripts/system-packages lists nodejs (./scripts/bootstrap installs it)"
     for job in ("warm", "wheels"):
         (step,) = [s for s in build["jobs"][job]["steps"] if s.get("name") == "Expose the Actions cache to sccache"]
-        assert step["if"] == "env.COMPILE_CACHE == 'gha'" and step["uses"] == "actions/github-script@v8"
+        assert step["if"] == "env.HAS_COMPILE_CACHE == 'true'" and step["uses"] == "actions/github-script@v8"
         steps = build["jobs"][job]["steps"]
         assert steps.index(step) < min(i for i, s in enumerate(steps) if "wheelci build" in s.get("run", ""))
     main, github_env = tmp_path / "main.js", tmp_path / "github-env"
@@ -895,16 +905,18 @@ def test_the_actions_cache_reaches_sccache_through_an_action_step(build, tmp_pat
     github_env.write_text("")
     token = "tok-" + "x" * 40
     given = {"ACTIONS_RESULTS_URL": "https://results-receiver.actions.example/", "ACTIONS_RUNTIME_TOKEN": token}
-    r = _proc.run([node, str(main)], capture_output=True, text=True,
-                  env={"PATH": "/usr/bin:/bin", "GITHUB_ENV": str(github_env), "INPUT_SCRIPT": step["with"]["script"],
-                       **given})
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [f"::add-mask::{token}"]  # masked, and shown nowhere else
+    def script(store: str, **variables: str) -> str:
+        github_env.write_text("")
+        r = _proc.run([node, str(main)], capture_output=True, text=True,
+                      env={"PATH": "/usr/bin:/bin", "GITHUB_ENV": str(github_env), "COMPILE_CACHE": store,
+                           "INPUT_SCRIPT": step["with"]["script"], **variables})
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    assert script(" gha\n", **given).splitlines() == [f"::add-mask::{token}"]  # masked, and shown nowhere else
     exported = re.findall(r"^(\w+)<<(\S+)\n(.*?)\n\2$", github_env.read_text(), re.M)
-    assert {name: value for name, _, value in exported} == given
-    assert parse("gha", given).environ == {"SCCACHE_GHA_ENABLED": "on", **given}
-    # outside Actions (neither set) it exports nothing
-    github_env.write_text("")
-    r = _proc.run([node, str(main)], capture_output=True, text=True,
-                  env={"PATH": "/usr/bin:/bin", "GITHUB_ENV": str(github_env), "INPUT_SCRIPT": step["with"]["script"]})
-    assert r.returncode == 0 and r.stdout == "" and github_env.read_text() == ""
+    assert {name: value for name, _, value in exported} == given  # gha as the tool reads it, blanks and all
+    assert parse(" gha\n", given).environ == {"SCCACHE_GHA_ENABLED": "on", **given}
+    # another store, or outside Actions (neither set): it exports nothing
+    assert script("redis://h:6379", **given) == "" and github_env.read_text() == ""
+    assert script("gha") == "" and github_env.read_text() == ""

@@ -605,6 +605,7 @@ VERIFY_LOG = "verify.log"
 def verify_step(b: Build) -> None:
     """Each main wheel installed into a fresh venv over its torch (every torch of a stable wheel's range)."""
     from wheelci import report
+    from wheelci.config.compilecache import withheld
     from wheelci.verify import verify_generic
 
     start = time.monotonic()
@@ -629,7 +630,8 @@ def verify_step(b: Build) -> None:
             else:
                 result = verify_generic(wheel, site, project_dir=b.project_dir, test_command=b.plan.run.test_command,
                                         test_requires=b.plan.run.test_requires, find_links=links,
-                                        build_dir=b.build_dir, log_file=output)
+                                        build_dir=b.build_dir, log_file=output,
+                                        withheld=withheld(b.plan.compile_cache))
                 if b.plan.archs != ["x86_64"]:  # the report says where an Arm wheel was checked
                     result.checks = {"where": f"{b.plan.archs[0]}, natively on this machine", **result.checks}
             prefix = f"torch {label}: " if len(torches) > 1 else ""

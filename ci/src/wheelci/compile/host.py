@@ -26,7 +26,7 @@ from wheelci.compile.sccache import CacheReport, describe
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
 from wheelci.config import constraints
-from wheelci.config.compilecache import torch_finds_ccache
+from wheelci.config.compilecache import torch_finds_ccache, withheld
 from wheelci.compile.workdir import CHECKED, configure_inputs, read_record, stage_files
 from wheelci.util.atomic import write_text
 from wheelci.engine import nvcc_dirs
@@ -210,7 +210,9 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
         project_dir = sync_project(project_dir, work_dir / "src", files)
         clear_outputs(project_dir, files)
     root: Path | None = None  # a CUDA build's toolkit
-    environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
+    kept = withheld(plan.compile_cache)  # sccache's server has them; the compilers talk to it
+    environ = {**{k: v for k, v in os.environ.items() if k not in kept},
+               "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
     if plan.run.source_date_epoch is not None:
         environ["SOURCE_DATE_EPOCH"] = str(plan.run.source_date_epoch)
     compat = staged_compat(work_dir)

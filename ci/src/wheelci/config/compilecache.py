@@ -132,6 +132,17 @@ def _gha(env: Mapping[str, str]) -> CompileCache:
     return CompileCache("gha", "gha (GitHub Actions cache)", out, why)
 
 
+STORE_VARIABLE = "WHEELCI_COMPILE_CACHE"  # the store's URL, as a variable (wheelci.config.options)
+
+
+def withheld(cache: CompileCache | None) -> frozenset[str]:
+    """The variables the project's own code (its build, its tests: often a third party's) never gets: the
+    store is the tool's, and only sccache's server, started with them, talks to it. The store's URL (it may
+    hold a password) always; the S3 keys and the Actions token where this store took them."""
+    taken = set(cache.environ) & {*S3_KEYS, *GHA_VARIABLES} if cache is not None else set()
+    return frozenset({STORE_VARIABLE, *taken})
+
+
 # From this torch on, cpp_extension puts the ccache it finds in front of its compilers, nvcc included and on
 # both its ninja and its one-file-at-a-time paths (torch 2.12 and older: none; wheelci.compile.launch).
 TORCH_FINDS_CCACHE = "2.13"
