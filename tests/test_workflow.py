@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -754,6 +755,27 @@ def test_the_fan_out_without_a_store_stops_the_plan_job_with_one_line(build, tmp
         assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
 
 
+def test_an_sdists_own_arch_list_is_the_one_the_fan_out_deals(tmp_path):
+    """The workflow's project may be an sdist: its [tool.wheelci] arch-list (not the caller's checkout's) is
+    what the parts compile, read on the plan job's bare Python; a file that is no sdist is one line, exit 2."""
+    import tarfile
+
+    top = tmp_path / "proj-1.0"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "tiny_ext", top)
+    pyproject = top / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("[tool.wheelci]\n", '[tool.wheelci]\narch-list = "8.0;9.0;10.0"\n', 1))
+    sdist = tmp_path / "proj-1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(top, arcname=top.name)
+    r = plan_matrix("--cuda", "13.0", "--engine", "host", "--arch-jobs", "2", project=sdist)
+    assert r.returncode == 0, r.stderr
+    assert [(row["arch_list"], row["whole_arch_list"]) for row in json.loads(r.stdout)["include"]] == [
+        ("8.0;10.0", "8.0;9.0;10.0"), ("9.0", "8.0;9.0;10.0")]
+    (tmp_path / "bad.tar.gz").write_bytes(b"not gzip")
+    r = plan_matrix("--cuda", "13.0", "--engine", "host", "--arch-jobs", "2", project=tmp_path / "bad.tar.gz")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a readable sdist" in r.stderr, r.stderr
+
+
 def run_plan_step(build: dict, tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
     """The plan job's matrix step with the tool as the job installs it (the real one, on a bare Python)."""
     tool = tmp_path / "temp" / "wheelci" / "bin" / "wheelci"
@@ -888,8 +910,6 @@ def test_the_actions_cache_reaches_sccache_through_an_action_step(build, tmp_pat
     the token masked; what the tool then hands sccache is SCCACHE_GHA_ENABLED=on and the two. act's own
     cache server speaks the older protocol of actions/cache, not the cache service sccache's client asks
     (docs/contributing.md), so no act test fills GitHub's cache."""
-    import shutil
-
     from tests._act import GITHUB_SCRIPT_MAIN
     from wheelci.config.compilecache import parse
 

@@ -12,6 +12,7 @@ from typing import Any
 from wheelci import archs as arch, cli, workflowmatrix
 from wheelci.config import options
 from wheelci.config.project import read_py_api, read_settings, resolve as find_project
+from wheelci.config.sdist import extract_sdist, is_sdist
 from wheelci.errors import CiError
 from wheelci.plan import for_the_log, format_plan, plan_for, split_csv
 
@@ -31,7 +32,15 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workflow_matrix(given: dict[str, Any], project_dir: Path) -> int:
+def _workflow_matrix(given: dict[str, Any], project: Path) -> int:
+    """The jobs, from the project's settings: an sdist's own (its arch list, its wheel.py-api), extracted
+    as a build would read it (the standard library's tarfile, with the build's checks)."""
+    with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
+        project_dir = extract_sdist(project, Path(tmp) / "sdist") if project.is_file() and is_sdist(project) else project
+        return _jobs(given, project_dir)
+
+
+def _jobs(given: dict[str, Any], project_dir: Path) -> int:
     o = options.resolve("plan", given, os.environ, read_settings(project_dir).table)
     jobs = workflowmatrix.workflow_matrix(
         o.stable_abi, split_csv(o.cuda), o.variant, torch=o.torch,
