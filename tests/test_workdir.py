@@ -330,6 +330,18 @@ def test_the_requirements_check_runs_again_when_its_answer_may_differ(tmp_path):
     assert key(plan=forced) != base
     (project / "setup.py").write_text((project / "setup.py").read_text() + "\n# setup_requires may change here\n")
     assert key() != base
+    # an in-tree backend answers from its own files: each is an input, a link planted there is not read
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("[build-system]\n", '[build-system]\nbackend-path = ["_b", "../.."]\n', 1))
+    (project / "_b").mkdir()
+    (project / "_b" / "backend.py").write_text("REQUIRES = []\n")
+    (project / "_b" / "elsewhere").symlink_to(tmp_path / "env")
+    with_backend = key()
+    (project / "_b" / "backend.py").write_text("REQUIRES = ['ninja']\n")
+    assert key() != with_backend
+    from wheelci.compile.host import in_tree_backend
+
+    assert in_tree_backend(project) == ["_b/backend.py"]  # nothing outside the project, no link
 
 
 def test_the_force_included_headers_are_staged_in_the_work_dir_never_through_a_planted_link(tmp_path):

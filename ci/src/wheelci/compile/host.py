@@ -328,10 +328,33 @@ def requirements_check_key(plan, env: BuildEnv, project_dir: Path, configure: st
     _, _, installed = _requirements_key(plan)
     given = sorted(plan.run.build_env.items())
     h = hashlib.sha256(json.dumps([str(env.root), env.torch_version, installed, given, configure]).encode())
-    for name in ("pyproject.toml", "setup.py", "setup.cfg"):
+    for name in ("pyproject.toml", "setup.py", "setup.cfg", *in_tree_backend(project_dir)):
         path = project_dir / name
         h.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"-") + b"\0")
     return h.hexdigest()
+
+
+def in_tree_backend(project_dir: Path) -> list[str]:
+    """The files of an in-tree backend ([build-system] backend-path, inside the project; no link followed,
+    no bytecode), relative and sorted: its get_requires_for_build_wheel may answer from any of them."""
+    from wheelci.util import toml
+
+    try:
+        table = toml.loads((project_dir / "pyproject.toml").read_text()).get("build-system", {})
+    except (OSError, ValueError, UnicodeDecodeError):
+        return []
+    paths = table.get("backend-path", []) if isinstance(table, dict) else []
+    top = project_dir.resolve()
+    found: set[str] = set()
+    for entry in paths if isinstance(paths, list) else []:
+        where = (project_dir / str(entry)).resolve()
+        if not where.is_relative_to(top) or not where.is_dir():
+            continue
+        for base, dirs, files in os.walk(where):  # links to directories are not walked into
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            found.update(str((Path(base) / f).relative_to(top)) for f in files
+                         if not (Path(base) / f).is_symlink() and not f.endswith(".pyc"))
+    return sorted(found)
 
 
 def keep_sound(plan, backend, project_dir: Path, work_dir: Path, files: dict[str, str] | None,
