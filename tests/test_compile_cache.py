@@ -90,6 +90,26 @@ def test_the_projects_build_and_tests_never_get_the_stores_settings(tmp_path, mo
     assert "WHEELCI_COMPILE_CACHE" not in got
 
 
+def test_a_build_environment_gets_one_time_and_nothing_outside_it(tmp_path):
+    """wheelci.util.steady, which host and container builds with a store run on their build environment:
+    every entry below it, links themselves and never what they point to; a second pass changes nothing."""
+    import os
+
+    from wheelci.util.steady import STEADY_TIME, steady_times
+
+    env, outside = tmp_path / "env", tmp_path / "outside.h"
+    (env / "include" / "a").mkdir(parents=True)
+    (env / "include" / "a" / "x.h").write_text("#pragma once\n")
+    (env / "include" / "y.h").write_text("#pragma once\n")
+    outside.write_text("not the environment's\n")
+    (env / "include" / "link.h").symlink_to(outside)
+    before = outside.stat().st_mtime
+    assert steady_times(env) == 5  # include, a, x.h, y.h, link.h
+    assert {p.lstat().st_mtime for p in env.rglob("*")} == {STEADY_TIME}
+    assert outside.stat().st_mtime == before and os.lstat(outside).st_mtime != STEADY_TIME
+    assert steady_times(env) == 0
+
+
 @pytest.mark.parametrize("url,words", [
     ("ftp://u:pa55word-x@host/", "unknown scheme 'ftp'"),
     ("redis://:pa55word-x@host/cache", "database number"),

@@ -29,6 +29,7 @@ from wheelci.config import constraints
 from wheelci.config.compilecache import torch_finds_ccache, withheld
 from wheelci.compile.workdir import CHECKED, configure_inputs, read_record, stage_files
 from wheelci.util.atomic import write_text
+from wheelci.util.steady import steady_times
 from wheelci.engine import nvcc_dirs
 
 # headers force-included into host builds: they keep the wheel within torch's manylinux policy
@@ -137,6 +138,10 @@ def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_ro
         raise Finding(f"the build environment {env.root} has no sccache (the compile cache needs it); "
                       "run again with --fresh")
     bases = sccache.base_dirs(work_dir, project_dir, env.root, cuda_root)
+    if not cache.unusable:  # as every other machine's environment reads (wheelci.util.steady)
+        changed = steady_times(env.root)
+        if changed:
+            log.info(f"compile cache: {changed} files of {env.root} given one time, as on every machine")
     with sccache.serving(cache, binary, work_dir, bases) as (server, reports):
         if server is None:
             yield reports, local

@@ -26,20 +26,11 @@ import sysconfig
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the tool's root: the container mounts it whole
+from wheelci.util.steady import steady_times  # noqa: E402 (one time on the build's installed files)
+
 TIMEOUT = 20.0  # as wheelci.compile.sccache.STARTUP_TIMEOUT
 STOP_TIMEOUT = 20.0
-STEADY_TIME = 946684800  # 2000-01-01: the time of every installed file, in every container
-
-
-def steady_times(root: Path) -> None:
-    """One time for every file installed in `root`. GCC's #pragma once takes two headers of the same size, time
-    and content for one file; with the times pip gives when it installs (each container's own), which of torch's
-    identical headers a compile reads differs from one container to the next, and so does the preprocessed
-    source sccache hashes: every compile a miss. With one time, every container reads the same."""
-    for folder, dirs, files in os.walk(root):
-        for name in (*files, *dirs):
-            with contextlib.suppress(OSError):
-                os.utime(os.path.join(folder, name), (STEADY_TIME, STEADY_TIME), follow_symlinks=False)
 
 
 def listens(port: int) -> bool:
