@@ -65,11 +65,14 @@ def test_s3_keys_and_actions_tokens_come_from_the_environment():
 
 
 def test_the_projects_build_and_tests_never_get_the_stores_settings(tmp_path, monkeypatch):
-    """The store's URL always, and the S3 keys and the Actions token where the store took them, are withheld
-    from what the project's own code runs with: its tests here, for real (a test command that prints its
-    environment), as its build (wheelci.compile.host) drops the same set."""
+    """The store's URL always, and the S3 keys and the Actions token where the store took them, leave this
+    process's environment while a build runs (wheelci.build.store_settings_withheld), so nothing it starts,
+    the project's setup.py, verify's imports and tests, inherits them: here a real test command that writes
+    its environment out. They are back afterwards; sccache's server gets them from the plan."""
+    import os
     import sys
 
+    from wheelci.build import store_settings_withheld
     from wheelci.config.compilecache import withheld
     from wheelci.verify import run_test_command
 
@@ -79,34 +82,40 @@ def test_the_projects_build_and_tests_never_get_the_stores_settings(tmp_path, mo
     assert withheld(parse("s3://b", keys)) == {"WHEELCI_COMPILE_CACHE", *keys}
     gha = parse("gha", {"ACTIONS_RESULTS_URL": "https://results.example/", "ACTIONS_RUNTIME_TOKEN": "tok-123456"})
     assert withheld(gha) == {"WHEELCI_COMPILE_CACHE", "ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN"}
-    for name, value in {**keys, "WHEELCI_COMPILE_CACHE": "s3://b", "KEPT_FOR_TESTS": "yes"}.items():
+    given = {**keys, "WHEELCI_COMPILE_CACHE": "s3://b", "KEPT_FOR_TESTS": "yes"}
+    for name, value in given.items():
         monkeypatch.setenv(name, value)
     seen = tmp_path / "env.txt"
-    checks = run_test_command(f"env > {seen}", Path(sys.executable), tmp_path, tmp_path / "x.whl", tmp_path,
-                              withheld=withheld(parse("s3://b", keys)))
+    with store_settings_withheld(parse("s3://b", keys)):
+        checks = run_test_command(f"env > {seen}", Path(sys.executable), tmp_path, tmp_path / "x.whl", tmp_path)
     assert checks["test_command"].startswith("ok"), checks
     got = seen.read_text()
     assert "KEPT_FOR_TESTS=yes" in got and "AKIAEXAMPLEKEY" not in got and "secretsecret" not in got
     assert "WHEELCI_COMPILE_CACHE" not in got
+    assert {k: os.environ.get(k) for k in given} == given
 
 
 def test_a_build_environment_gets_one_time_and_nothing_outside_it(tmp_path):
     """wheelci.util.steady, which host and container builds with a store run on their build environment:
-    every entry below it, links themselves and never what they point to; a second pass changes nothing."""
+    every file and link inside an include directory, links themselves and never what they point to; a file
+    hard-linked from elsewhere (uv's cache) gets a copy of its own first; a second pass changes nothing."""
     import os
 
     from wheelci.util.steady import STEADY_TIME, steady_times
 
-    env, outside = tmp_path / "env", tmp_path / "outside.h"
-    (env / "include" / "a").mkdir(parents=True)
-    (env / "include" / "a" / "x.h").write_text("#pragma once\n")
-    (env / "include" / "y.h").write_text("#pragma once\n")
+    env, outside, cached = tmp_path / "env", tmp_path / "outside.h", tmp_path / "uv-cache-entry.h"
+    (env / "torch" / "include" / "a").mkdir(parents=True)
+    (env / "torch" / "include" / "a" / "x.h").write_text("#pragma once\n")
+    (env / "torch" / "lib.py").write_text("# not a header\n")
     outside.write_text("not the environment's\n")
-    (env / "include" / "link.h").symlink_to(outside)
-    before = outside.stat().st_mtime
-    assert steady_times(env) == 5  # include, a, x.h, y.h, link.h
-    assert {p.lstat().st_mtime for p in env.rglob("*")} == {STEADY_TIME}
-    assert outside.stat().st_mtime == before and os.lstat(outside).st_mtime != STEADY_TIME
+    (env / "torch" / "include" / "link.h").symlink_to(outside)
+    cached.write_text("#pragma once\n// from the cache\n")
+    os.link(cached, env / "torch" / "include" / "linked.h")
+    before = {p: p.stat().st_mtime for p in (outside, cached, env / "torch" / "lib.py")}
+    assert steady_times(env) == 3  # x.h, link.h, linked.h
+    assert {p.lstat().st_mtime for p in (env / "torch" / "include").rglob("*") if not p.is_dir()} == {STEADY_TIME}
+    assert {p: p.stat().st_mtime for p in before} == before  # nothing outside include, nothing outside env
+    assert (env / "torch" / "include" / "linked.h").read_text() == cached.read_text() and cached.stat().st_nlink == 1
     assert steady_times(env) == 0
 
 
@@ -586,9 +595,9 @@ def test_the_container_script_passes_a_dead_store_over_for_ccache(tmp_path):
     assert launcher.read_text() == '#!/bin/sh\nexec ccache "$@"\n'  # ccache as without a store
     # the build's own sccache set aside: Meson would put it in front of the compilers by itself
     assert not (tmp_path / "py" / "sccache").exists() and (tmp_path / "py" / "sccache.unused").is_symlink()
-    # one time for every installed file: which of two identical headers GCC's #pragma once reads is every
+    # one time for every installed header: which of two identical headers GCC's #pragma once reads is every
     # container's same choice, and so is the source sccache hashes
-    times = {p.stat().st_mtime for p in (tmp_path / "site-packages").rglob("*")}
+    times = {p.stat().st_mtime for p in (tmp_path / "site-packages").rglob("*") if p.is_file()}
     assert times == {946684800}, times
 
 

@@ -882,7 +882,7 @@ def test_the_store_reaches_the_build_in_its_environment(build, tmp_path, store, 
     temp, bin_dir = tmp_path / "temp", tmp_path / "bin"
     temp.mkdir()
     bin_dir.mkdir()
-    (bin_dir / "wheelci").write_text('#!/bin/bash\nenv | grep -E "^(WHEELCI_|AWS_)" > "$RUNNER_TEMP/env" || true\n')
+    (bin_dir / "wheelci").write_text('#!/bin/bash\nenv | grep -E "^(WHEELCI_|AWS_|COMPILE_CACHE)" > "$RUNNER_TEMP/env" || true\n')
     (bin_dir / "wheelci").chmod(0o755)
     github_env = tmp_path / "github-env"
     github_env.write_text("")
@@ -901,6 +901,7 @@ def test_the_store_reaches_the_build_in_its_environment(build, tmp_path, store, 
     assert r.returncode == 0, r.stderr
     seen = dict(line.split("=", 1) for line in (temp / "env").read_text().splitlines())
     assert seen.get("WHEELCI_COMPILE_CACHE") == (store or None)
+    assert "COMPILE_CACHE" not in seen  # only under the tool's name, which it keeps from the project's code
     assert store not in r.stdout + r.stderr or not store
 
 
@@ -918,8 +919,8 @@ def test_the_actions_cache_reaches_sccache_through_an_action_step(build, tmp_pat
     for job in ("warm", "wheels"):
         (step,) = [s for s in build["jobs"][job]["steps"] if s.get("name") == "Expose the Actions cache to sccache"]
         assert step["if"] == "env.HAS_COMPILE_CACHE == 'true'" and step["uses"] == "actions/github-script@v8"
-        steps = build["jobs"][job]["steps"]
-        assert steps.index(step) < min(i for i, s in enumerate(steps) if "wheelci build" in s.get("run", ""))
+        steps = build["jobs"][job]["steps"]  # the last before the tool's: no other step gets the token
+        assert steps.index(step) + 1 == min(i for i, s in enumerate(steps) if "wheelci build" in s.get("run", ""))
     main, github_env = tmp_path / "main.js", tmp_path / "github-env"
     main.write_text(GITHUB_SCRIPT_MAIN)
     github_env.write_text("")
@@ -940,3 +941,5 @@ def test_the_actions_cache_reaches_sccache_through_an_action_step(build, tmp_pat
     # another store, or outside Actions (neither set): it exports nothing
     assert script("redis://h:6379", **given) == "" and github_env.read_text() == ""
     assert script("gha") == "" and github_env.read_text() == ""
+    for spelling in ("gha:", "gha://"):  # the tool's other spellings of it
+        assert script(spelling, **given).splitlines() == [f"::add-mask::{token}"]

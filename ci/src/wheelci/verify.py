@@ -21,7 +21,7 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Sequence
+from typing import Sequence
 
 from wheelci.util import log, proc
 from wheelci.util.cause import cause
@@ -110,18 +110,16 @@ def pytest_results(xml_path: Path) -> dict[str, str]:
 
 
 def run_test_command(command: str, python: Path, project_dir: Path, wheel: Path, cwd: Path,
-                     build_dir: Path | None = None, output: Output | None = None,
-                     withheld: Collection[str] = ()) -> dict[str, str]:
+                     build_dir: Path | None = None, output: Output | None = None) -> dict[str, str]:
     """cibuildwheel's convention: a shell command with {project} and {wheel}, run with the verify
     venv first on PATH. Returns `test_command` ('ok', or FAILED with the exit status and the cause its
     output gives, wheelci.util.cause; the whole output goes to `output`) and, when the command ran
     pytest, each test's outcome (through PYTEST_ADDOPTS, which any pytest honours). CI_BUILD_DIR names
-    the build tree, where a project may leave test programs. The `withheld` variables (the compile store's
-    settings, wheelci.config.compilecache.withheld) are not the tests'."""
+    the build tree, where a project may leave test programs."""
     text = command.replace("{project}", shlex.quote(str(project_dir))).replace("{wheel}", shlex.quote(str(wheel)))
     venv = python.parent.parent
     junit = cwd / "test-results.xml"
-    env = {**{k: v for k, v in os.environ.items() if k not in withheld}, "VIRTUAL_ENV": str(venv),
+    env = {**os.environ, "VIRTUAL_ENV": str(venv),
            "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} --junitxml={shlex.quote(str(junit))}".strip()}
     env.pop("PYTHONPATH", None)
@@ -149,8 +147,7 @@ def grafted_runtime(names: list[str]) -> list[str]:
 
 def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_command: str | None = None,
                    test_requires: Sequence[str] = (), find_links: Sequence[Path] = (),
-                   build_dir: Path | None = None, log_file: Path | None = None,
-                   withheld: Collection[str] = ()) -> VerifyResult:
+                   build_dir: Path | None = None, log_file: Path | None = None) -> VerifyResult:
     """Any extension: install it over its torch, import every top-level package, load every shared
     library (wheelci.verify._probe), list the torch.ops namespaces it registers, check it pins torch and
     grafts none of the runtime; then its test command. With log_file, what the probes and the test
@@ -191,8 +188,7 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
                     checks["test_requires"] = failed
                 else:
                     log.info(f"running the test command: {test_command}")
-                    checks.update(run_test_command(test_command, python, project_dir, wheel, tmp, build_dir, output,
-                                                    withheld))
+                    checks.update(run_test_command(test_command, python, project_dir, wheel, tmp, build_dir, output))
     if _device_code(wheel):
         _cuda_wheel_outcomes(checks)
     result = VerifyResult(wheel.name, checks)
@@ -311,8 +307,10 @@ class Output:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        from wheelci.util.secret import redact
+
         with self.path.open("a", encoding="utf-8", errors="replace") as f:
-            f.write(f"===== {title}\n{text}{'' if text.endswith(chr(10)) or not text else chr(10)}")
+            f.write(redact(f"===== {title}\n{text}{'' if text.endswith(chr(10)) or not text else chr(10)}"))
 
 
 def _json_line(line: str) -> object:

@@ -26,7 +26,7 @@ from wheelci.compile.sccache import CacheReport, describe
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
 from wheelci.config import constraints
-from wheelci.config.compilecache import torch_finds_ccache, withheld
+from wheelci.config.compilecache import torch_finds_ccache
 from wheelci.compile.workdir import CHECKED, configure_inputs, read_record, stage_files
 from wheelci.util.atomic import write_text
 from wheelci.util.steady import steady_times
@@ -92,19 +92,38 @@ def install_build_requires(env: BuildEnv, plan) -> None:
 def requirements_held(env: BuildEnv, plan) -> Iterator[int]:
     """The env holding this plan's build requirements for as long as the compile runs: a shared hold, so
     builds needing the same set compile side by side while one needing another set (a project's own
-    `ninja<1.12`) waits to install it, rather than swapping the tools under a running compile. Yields
-    the lock's descriptor, for the compile to hold too (a build killed with -9 leaves it held)."""
+    `ninja<1.12`) waits to install it, rather than swapping the tools under a running compile. With a
+    remote compile cache its headers have one time too (steady_env). Yields the lock's descriptor, for
+    the compile to hold too (a build killed with -9 leaves it held)."""
     from wheelci.util.lock import locked_file
 
     _, _, key = _requirements_key(plan)
-    marker = env.root / ".build-requires"
+    marker, steady = env.root / ".build-requires", env.root / STEADY_MARK
+    wanted = plan.compile_cache is not None and not plan.compile_cache.unusable
     while True:
         with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}",
                          shared=True) as fd:
-            if marker.is_file() and marker.read_text() == key:
+            if marker.is_file() and marker.read_text() == key and (not wanted or read_record(steady) == key):
                 yield fd
                 return
         install_build_requires(env, plan)  # exclusive, then held shared again above
+        if wanted:
+            steady_env(env, key)
+
+
+STEADY_MARK = ".steady-times"  # the requirements key the env's headers were last given one time with
+
+
+def steady_env(env: BuildEnv, key: str) -> None:
+    """The env's headers given one time (wheelci.util.steady: a store's entries are then every machine's),
+    under the env's exclusive lock: never while another build's compile reads them."""
+    from wheelci.util.lock import locked_file
+
+    with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}"):
+        changed = steady_times(env.root)
+        if changed:
+            log.info(f"compile cache: {changed} headers of {env.root} given one time, as on every machine")
+        write_text(env.root / STEADY_MARK, key)
 
 
 def ccache_launchers(plan, env: BuildEnv, work_dir: Path, environ: dict[str, str], nvcc: Path | None) -> launch.Launchers:
@@ -138,10 +157,6 @@ def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_ro
         raise Finding(f"the build environment {env.root} has no sccache (the compile cache needs it); "
                       "run again with --fresh")
     bases = sccache.base_dirs(work_dir, project_dir, env.root, cuda_root)
-    if not cache.unusable:  # as every other machine's environment reads (wheelci.util.steady)
-        changed = steady_times(env.root)
-        if changed:
-            log.info(f"compile cache: {changed} files of {env.root} given one time, as on every machine")
     with sccache.serving(cache, binary, work_dir, bases) as (server, reports):
         if server is None:
             yield reports, local
@@ -215,9 +230,7 @@ def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | Non
         project_dir = sync_project(project_dir, work_dir / "src", files)
         clear_outputs(project_dir, files)
     root: Path | None = None  # a CUDA build's toolkit
-    kept = withheld(plan.compile_cache)  # sccache's server has them; the compilers talk to it
-    environ = {**{k: v for k, v in os.environ.items() if k not in kept},
-               "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
+    environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
     if plan.run.source_date_epoch is not None:
         environ["SOURCE_DATE_EPOCH"] = str(plan.run.source_date_epoch)
     compat = staged_compat(work_dir)
