@@ -66,14 +66,15 @@ def test_s3_keys_and_actions_tokens_come_from_the_environment():
 
 def test_the_projects_build_and_tests_never_get_the_stores_settings(tmp_path, monkeypatch):
     """The store's URL always, and the S3 keys and the Actions token where the store took them, leave this
-    process's environment while a build runs (wheelci.build.store_settings_withheld), so nothing it starts,
-    the project's setup.py, verify's imports and tests, inherits them: here a real test command that writes
-    its environment out. They are back afterwards; sccache's server gets them from the plan."""
+    process's environment while a build runs (wheelci.config.compilecache.withheld_while), so nothing it
+    starts, the project's setup.py, verify's imports and tests, inherits them: here a real test command that
+    writes its environment out. The store read meanwhile (the plan's, which sccache's server gets) keeps
+    its keys, and the environment has them back afterwards."""
     import os
     import sys
 
-    from wheelci.build import store_settings_withheld
-    from wheelci.config.compilecache import withheld
+    from wheelci import plan as pl
+    from wheelci.config.compilecache import withheld, withheld_while
     from wheelci.verify import run_test_command
 
     keys = {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLEKEY", "AWS_SECRET_ACCESS_KEY": "secretsecret"}
@@ -85,9 +86,12 @@ def test_the_projects_build_and_tests_never_get_the_stores_settings(tmp_path, mo
     given = {**keys, "WHEELCI_COMPILE_CACHE": "s3://b", "KEPT_FOR_TESTS": "yes"}
     for name, value in given.items():
         monkeypatch.setenv(name, value)
+    plan = pl.make_plan(pl.Request(cuda=None, engine="host"), project_dir=TINY,
+                        run=pl.RunSettings(compile_cache="s3://b"))
     seen = tmp_path / "env.txt"
-    with store_settings_withheld(parse("s3://b", keys)):
+    with withheld_while(plan.compile_cache):
         checks = run_test_command(f"env > {seen}", Path(sys.executable), tmp_path, tmp_path / "x.whl", tmp_path)
+        assert plan.compile_cache is not None and plan.compile_cache.environ["AWS_SECRET_ACCESS_KEY"] == "secretsecret"
     assert checks["test_command"].startswith("ok"), checks
     got = seen.read_text()
     assert "KEPT_FOR_TESTS=yes" in got and "AKIAEXAMPLEKEY" not in got and "secretsecret" not in got
@@ -96,12 +100,12 @@ def test_the_projects_build_and_tests_never_get_the_stores_settings(tmp_path, mo
 
 
 def test_a_build_environment_gets_one_time_and_nothing_outside_it(tmp_path):
-    """wheelci.util.steady, which host and container builds with a store run on their build environment:
+    """wheelci.resources.container.steady, which host and container builds with a store run on their build environment:
     every file and link inside an include directory, links themselves and never what they point to; a file
     hard-linked from elsewhere (uv's cache) gets a copy of its own first; a second pass changes nothing."""
     import os
 
-    from wheelci.util.steady import STEADY_TIME, steady_times
+    from wheelci.resources.container.steady import STEADY_TIME, steady_times
 
     env, outside, cached = tmp_path / "env", tmp_path / "outside.h", tmp_path / "uv-cache-entry.h"
     (env / "torch" / "include" / "a").mkdir(parents=True)
@@ -551,6 +555,44 @@ def test_the_env_file_holds_the_credentials_and_is_gone_after(tmp_path, capsys):
     assert reports[0].used is False and "compiled locally" in (reports[0].note or "")
     err = capsys.readouterr().err
     assert err.count("compiled locally") == 1 and "env-file-secret-2" not in err, err
+
+
+def test_what_the_container_left_in_the_mount_is_read_as_data_only(tmp_path):
+    """The container's code (the project's, as root) writes in the mounted directory: a link there never
+    shows a host file in the report nor gets a host file rewritten, a FIFO never blocks the build, a huge
+    file is cut, a work directory's planted link in the mount's place is replaced, and a store setting that
+    is not UTF-8 is one line, no file left."""
+    import os
+    from types import SimpleNamespace
+
+    from wheelci.compile import containercache
+    from wheelci.config.compilecache import parse as parse_url
+    from wheelci.errors import CiError
+
+    private = tmp_path / "host-private.txt"
+    private.write_text("HOST-PRIVATE-CONTENT env-file-secret-3\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "compile-cache").symlink_to(tmp_path)  # planted in a kept tree
+    plan = SimpleNamespace(compile_cache=parse_url("redis://ci:env-file-secret-3@127.0.0.1:6379", {}))
+    with containercache.serving(plan, work) as (_, reports):
+        status = work / "compile-cache"
+        assert status.is_dir() and not status.is_symlink()
+        (status / "sccache-server.log").symlink_to(private)
+        os.mkfifo(status / "stats-1.json")
+    assert private.read_text() == "HOST-PRIVATE-CONTENT env-file-secret-3\n"  # not rewritten through the link
+    assert reports[0].note == "sccache's server did not report its counts"  # the FIFO was not waited on
+    with containercache.serving(plan, work) as (_, reports):
+        (work / "compile-cache" / "unused").symlink_to(private)
+    assert "HOST-PRIVATE" not in (reports[0].note or "") and reports[0].used is False
+    with containercache.serving(plan, work) as (_, reports):
+        (work / "compile-cache" / "unused").write_text("why\x1b[31m " + "x" * 100_000)
+    assert len(reports[0].note or "") < 300 and "\x1b" not in (reports[0].note or "")
+    bad = SimpleNamespace(compile_cache=parse_url("s3://b", {"AWS_ACCESS_KEY_ID": "k\udcff", "AWS_SECRET_ACCESS_KEY": "s"}))
+    with pytest.raises(CiError, match="not UTF-8"):
+        with containercache.serving(bad, work):
+            pass
+    assert not (work / "compile-cache.env").exists()
 
 
 def container_script(tmp_path: Path, action: str, port: int, **env: str):

@@ -342,6 +342,9 @@ def test_the_requirements_check_runs_again_when_its_answer_may_differ(tmp_path):
     from wheelci.compile.host import in_tree_backend
 
     assert in_tree_backend(project) == ["_b/backend.py"]  # nothing outside the project, no link
+    pyproject.write_text(pyproject.read_text().replace('backend-path = ["_b", "../.."]', 'backend-path = ["."]'))
+    top = in_tree_backend(project)  # the top's own files: a source edit below it is not a backend change
+    assert "setup.py" in top and not [name for name in top if "/" in name], top
 
 
 def test_the_force_included_headers_are_staged_in_the_work_dir_never_through_a_planted_link(tmp_path):

@@ -774,6 +774,11 @@ def test_an_sdists_own_arch_list_is_the_one_the_fan_out_deals(tmp_path):
     (tmp_path / "bad.tar.gz").write_bytes(b"not gzip")
     r = plan_matrix("--cuda", "13.0", "--engine", "host", "--arch-jobs", "2", project=tmp_path / "bad.tar.gz")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a readable sdist" in r.stderr, r.stderr
+    (tmp_path / "notes.txt").write_text("not a project\n")
+    for path, words in ((tmp_path / "missing", "no such file or directory"),
+                        (tmp_path / "notes.txt", "neither a project directory nor an sdist")):
+        r = plan_matrix("--cuda", "13.0", project=path)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
 
 
 def run_plan_step(build: dict, tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:

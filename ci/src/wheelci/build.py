@@ -10,7 +10,6 @@ never holds a half-made or unverified wheel; report.json and report.md are writt
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import shutil
@@ -18,7 +17,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from wheelci.config import options
 from wheelci.config.options import Options
@@ -33,7 +32,6 @@ from wheelci.util.proc import system_error
 if TYPE_CHECKING:
     from wheelci.compile.hostenv import BuildEnv
     from wheelci.compile.sccache import CacheReport
-    from wheelci.config.compilecache import CompileCache
     from wheelci.emulate import Target
     from wheelci.config.project import Project
     from wheelci.plan import Plan
@@ -189,24 +187,10 @@ def build_project(o: Options, project: "Project", from_sdist: bool = False) -> i
 def run(b: "Build") -> int:
     """Run STEPS over one build in its work directory; the report (with each step's outcome) is written
     whether they pass or not. The wheel writers stamp the Plan's time (wheelci.util.epoch)."""
-    with epoch.fixed(b.plan.run.source_date_epoch), store_settings_withheld(b.plan.compile_cache):
+    from wheelci.config.compilecache import withheld_while
+
+    with epoch.fixed(b.plan.run.source_date_epoch), withheld_while(b.plan.compile_cache):
         return _run(b)
-
-
-@contextlib.contextmanager
-def store_settings_withheld(cache: CompileCache | None) -> Iterator[None]:
-    """This process's environment without the compile store's settings while the build runs
-    (wheelci.config.compilecache.withheld): the plan holds what sccache's server gets, and everything the
-    build starts, the project's setup.py, its build requirements' installs, verify's imports and its tests,
-    inherits the rest. It keeps the store's password out of what they print; a project that means harm can
-    still read its parent's environment."""
-    from wheelci.config.compilecache import withheld
-
-    gone = {k: os.environ.pop(k) for k in withheld(cache) if k in os.environ}
-    try:
-        yield
-    finally:
-        os.environ.update(gone)
 
 
 def _run(b: "Build") -> int:

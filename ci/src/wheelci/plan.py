@@ -224,9 +224,9 @@ class Plan:
     @property
     def compile_cache(self) -> "CompileCache | None":
         """The remote compile cache the run names, read (its URL was checked when the plan was made)."""
-        from wheelci.config.compilecache import parse
+        from wheelci.config.compilecache import for_the_store, parse
 
-        return parse(self.run.compile_cache, os.environ) if self.run.compile_cache else None
+        return parse(self.run.compile_cache, for_the_store(os.environ)) if self.run.compile_cache else None
 
 
 def _mask_assignments(text: str, hidden: Mapping[str, str]) -> str:

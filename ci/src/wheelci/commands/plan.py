@@ -35,8 +35,12 @@ def main(args: argparse.Namespace) -> int:
 def _workflow_matrix(given: dict[str, Any], project: Path) -> int:
     """The jobs, from the project's settings: an sdist's own (its arch list, its wheel.py-api), extracted
     as a build would read it (the standard library's tarfile, with the build's checks)."""
+    if not project.exists():
+        raise CiError(f"{project}: no such file or directory")
+    if not project.is_dir() and not is_sdist(project):
+        raise CiError(f"{project}: neither a project directory nor an sdist (.tar.gz)")
     with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
-        project_dir = extract_sdist(project, Path(tmp) / "sdist") if project.is_file() and is_sdist(project) else project
+        project_dir = project if project.is_dir() else extract_sdist(project, Path(tmp) / "sdist")
         return _jobs(given, project_dir)
 
 

@@ -24,11 +24,15 @@ from wheelci.errors import CiError
 from wheelci.util import log
 
 
-def env_file_text(variables: dict[str, str]) -> str:
-    """The engine's --env-file: NAME=value a line, taken as written (no quoting: a line break cannot be in one)."""
+def env_file_text(variables: dict[str, str]) -> bytes:
+    """The engine's --env-file: NAME=value a line, taken as written (no quoting: a line break cannot be in
+    one), UTF-8 (a value that is not, such as a lone surrogate from the environment, is refused)."""
     if any("\n" in v or "\r" in v for v in variables.values()):
         raise CiError("--compile-cache: a store setting with a line break cannot go into a container")
-    return "".join(f"{k}={v}\n" for k, v in variables.items())
+    try:
+        return "".join(f"{k}={v}\n" for k, v in variables.items()).encode()
+    except UnicodeEncodeError:
+        raise CiError("--compile-cache: a store setting that is not UTF-8 cannot go into a container") from None
 
 
 def container_variables(environ: dict[str, str], port: int, timeout: float) -> dict[str, str]:
@@ -58,17 +62,19 @@ def serving(plan, work_dir: Path,
         log.warning(f"compile cache {cache.name}: {cache.unusable}; compiling locally")
         yield [], reports
         return
+    text = env_file_text(container_variables(cache.environ, sccache.free_port(), timeout))
     status = work_dir / "compile-cache"
+    if status.is_symlink() or status.is_file():  # planted, or left: never followed
+        status.unlink()
     shutil.rmtree(status, ignore_errors=True)  # an earlier build's counts are not this one's
     status.mkdir(parents=True)
     status.chmod(0o777)  # a rootless engine's container user writes there too
     env_file = work_dir / "compile-cache.env"
     env_file.unlink(missing_ok=True)
-    text = env_file_text(container_variables(cache.environ, sccache.free_port(), timeout))
     fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
     try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(text)
         yield create_args(env_file, status), reports
     finally:
         env_file.unlink(missing_ok=True)
@@ -82,16 +88,24 @@ def serving(plan, work_dir: Path,
 
 
 def read_back(storage: str, status: Path) -> CacheReport:
-    """What the container's sccache did, from the mounted directory (its count files removed once read)."""
+    """What the container's sccache did, from the mounted directory (its count files removed once read).
+    The container's code wrote there, as root: only regular files of a bounded size are read, never
+    through a link (which could show a host file in the report) nor from a FIFO (which would block)."""
+    from wheelci.util.cache import read_stamp
+    from wheelci.util.untrusted import cut, one_line
+
     unused = status / "unused"
-    if unused.is_file():
-        why = unused.read_text(errors="replace").strip() or "sccache did not start"
-        return CacheReport(storage, False, f"{why}; compiled locally (ccache)")
+    if unused.exists() or unused.is_symlink():
+        try:
+            why = one_line(read_stamp(unused, 4096).decode(errors="replace"))
+        except OSError:
+            why = ""
+        return CacheReport(storage, False, f"{cut(why, 200) or 'sccache did not start'}; compiled locally (ccache)")
     docs = []
     for path in sorted(status.glob("stats-*.json")):
         try:
-            doc = json.loads(path.read_text())
-        except ValueError:
+            doc = json.loads(read_stamp(path, 1 << 20))
+        except (OSError, ValueError):
             doc = None
         path.unlink(missing_ok=True)
         if isinstance(doc, dict):

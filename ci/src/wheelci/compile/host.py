@@ -29,7 +29,7 @@ from wheelci.config import constraints
 from wheelci.config.compilecache import torch_finds_ccache
 from wheelci.compile.workdir import CHECKED, configure_inputs, read_record, stage_files
 from wheelci.util.atomic import write_text
-from wheelci.util.steady import steady_times
+from wheelci.resources.container.steady import steady_times
 from wheelci.engine import nvcc_dirs
 
 # headers force-included into host builds: they keep the wheel within torch's manylinux policy
@@ -115,7 +115,7 @@ STEADY_MARK = ".steady-times"  # the requirements key the env's headers were las
 
 
 def steady_env(env: BuildEnv, key: str) -> None:
-    """The env's headers given one time (wheelci.util.steady: a store's entries are then every machine's),
+    """The env's headers given one time (wheelci.resources.container.steady: a store's entries are then every machine's),
     under the env's exclusive lock: never while another build's compile reads them."""
     from wheelci.util.lock import locked_file
 
@@ -369,7 +369,8 @@ def in_tree_backend(project_dir: Path) -> list[str]:
         if not where.is_relative_to(top) or not where.is_dir():
             continue
         for base, dirs, files in os.walk(where):  # links to directories are not walked into
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            # the project's own top (backend-path "."): its files only, not every source below it
+            dirs[:] = [] if where == top else [d for d in dirs if d != "__pycache__"]
             found.update(str((Path(base) / f).relative_to(top)) for f in files
                          if not (Path(base) / f).is_symlink() and not f.endswith(".pyc"))
     return sorted(found)

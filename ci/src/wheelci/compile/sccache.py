@@ -188,11 +188,16 @@ def serving(cache: CompileCache, sccache: Path, work_dir: Path, bases: str,
 
 def redact_log(path: Path) -> None:
     """The server's log, which sccache writes itself (its errors may quote the store's endpoint), redacted
-    once the server is gone, like every log the tool keeps."""
+    once the server is gone, like every log the tool keeps: read only as a regular file (a container's
+    may be a planted link or FIFO), replaced by a new file rather than written through."""
+    from wheelci.util.atomic import atomic_path
+    from wheelci.util.cache import read_stamp
+
     with contextlib.suppress(OSError):
-        data = path.read_bytes()
+        data = read_stamp(path, 256 << 20)
         if (clean := secret.redact_bytes(data)) != data:
-            path.write_bytes(clean)
+            with atomic_path(path) as tmp:
+                tmp.write_bytes(clean)
 
 
 def _answers(port: int, server: subprocess.Popen, timeout: float) -> bool:

@@ -176,7 +176,7 @@ TREE = ".wheelci-tree.json"  # in a kept build tree: the project it builds
 # What a build writes in its work directory: all that --fresh removes (anything else there is left alone).
 COMPILED_WITH = ".wheelci-compiled-with"  # what a setuptools tree's last compile searched (recompile_if_changed)
 CHECKED = ".wheelci-requirements-checked"  # what the build frontend's check of the backend's requirements passed with
-WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compat", "compile.log", "cibuildwheel.log", "verify.log", "repaired",
+WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compat", "compile-cache", "compile-cache.env", "compile.log", "cibuildwheel.log", "verify.log", "repaired",
                 "finished", "plain", "variant", "sbom", "split", SOURCES, COPIED, CONFIGURED, BUILT,
                 SEARCHED, COMPILED_WITH, CHECKED, ".wheelci-steps.json")
 

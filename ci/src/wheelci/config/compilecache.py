@@ -1,5 +1,6 @@
 """A remote compile cache, as the user names it (`--compile-cache URL`, `[tool.wheelci] compile-cache`,
-`WHEELCI_COMPILE_CACHE`: wheelci.config.options), read into the variables sccache takes: pure, no network.
+`WHEELCI_COMPILE_CACHE`: wheelci.config.options), read into the variables sccache takes: pure, no network
+(but withheld_while, which takes the store's settings out of this process's environment for a build).
 
     redis://[USER:PASSWORD@]HOST[:PORT][/DB]   (rediss:// for TLS)   SCCACHE_REDIS_*
     http(s)://[USER:PASSWORD@]HOST[:PORT]/PATH  a WebDAV store (GET/PUT)   SCCACHE_WEBDAV_*
@@ -14,8 +15,10 @@ nvcc into its per-architecture steps and caches each, so builds of different arc
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Iterator, Mapping
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from wheelci.config.project import Backend
@@ -133,6 +136,7 @@ def _gha(env: Mapping[str, str]) -> CompileCache:
 
 
 STORE_VARIABLE = "WHEELCI_COMPILE_CACHE"  # the store's URL, as a variable (wheelci.config.options)
+_held: dict[str, str] = {}  # the store's settings this process took out of its environment (withheld_while)
 
 
 def withheld(cache: CompileCache | None) -> frozenset[str]:
@@ -141,6 +145,29 @@ def withheld(cache: CompileCache | None) -> frozenset[str]:
     hold a password) always; the S3 keys and the Actions token where this store took them."""
     taken = set(cache.environ) & {*S3_KEYS, *GHA_VARIABLES} if cache is not None else set()
     return frozenset({STORE_VARIABLE, *taken})
+
+
+def for_the_store(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` with the store's settings this process holds back from its children (withheld_while): what
+    the store is read from while a build runs."""
+    return {**environ, **_held}
+
+
+@contextlib.contextmanager
+def withheld_while(cache: CompileCache | None) -> Iterator[None]:
+    """This process's environment without the store's settings (withheld) for the block, a build: everything
+    it starts, the project's setup.py, its build requirements' installs, verify's imports and its tests,
+    inherits the rest, while sccache's server gets them from the store as read (for_the_store). It keeps the
+    store's password out of what they print; a project that means harm can still read its parent's
+    environment."""
+    gone = {k: os.environ.pop(k) for k in withheld(cache) if k in os.environ}
+    _held.update(gone)
+    try:
+        yield
+    finally:
+        for k in gone:
+            _held.pop(k, None)
+        os.environ.update(gone)
 
 
 # From this torch on, cpp_extension puts the ccache it finds in front of its compilers, nvcc included and on

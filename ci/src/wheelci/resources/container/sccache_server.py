@@ -26,8 +26,12 @@ import sysconfig
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the tool's root: the container mounts it whole
-from wheelci.util.steady import steady_times  # noqa: E402 (one time on the build's installed files)
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wheelci.resources.container.steady import steady_times
+else:  # run as a script, in any image: steady.py beside it (the script's directory is first on sys.path)
+    from steady import steady_times
 
 TIMEOUT = 20.0  # as wheelci.compile.sccache.STARTUP_TIMEOUT
 STOP_TIMEOUT = 20.0

@@ -4,7 +4,8 @@ GCC's `#pragma once` takes two headers of the same size, time and content for on
 headers under several paths, and an install gives each file the time it was written, so which of them a compile
 reads, and so the preprocessed source a compile cache hashes, depends on the second each landed in: two machines
 that installed the same environment miss each other's every compile. With one time, every machine reads the same.
-The standard library only: a container build's own Python runs it too (resources/container/sccache_server.py).
+The standard library only: a container build's own Python runs it (sccache_server.py, beside it), and host builds
+import it (wheelci.compile.host).
 """
 
 from __future__ import annotations
