@@ -118,7 +118,7 @@ def engines():
 # What makes a test slow or networked is what it needs, so the markers follow from that instead of being
 # repeated on every test: a real torch release, a container engine or Bazel, or one of the session's
 # built wheels (a real compile, and on a cold machine a build environment from the package index).
-HEAVY_MARKERS = ("real_torch", "container", "bazel")
+HEAVY_MARKERS = ("real_torch", "container", "bazel", "extended")
 BUILT_FIXTURES = ("cpu_build", "cuda_build", "tiny_cpu_build", "pair_cpu_build", "engines", "torch_cpu_wheel")
 
 # Seconds a test may run (pytest-timeout), its fixtures' setup included (the first user of a session build

@@ -68,6 +68,7 @@ def arm_tiny(arm_image, arm_cpu_torch, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.extended  # torch installed and a compile run under QEMU, about 12 min: outside CI's budget
 def test_tiny_ext_builds_for_aarch64_and_verifies_under_emulation(arm_image, arm_tiny):
     (wheel,) = arm_tiny.glob("*.whl")
     assert re.fullmatch(r"tiny_ext-0\.1\.0\+pt2\.9\.1\.cpu-cp311-cp311-manylinux_2_\d+_aarch64\.whl", wheel.name), wheel.name

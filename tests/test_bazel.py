@@ -33,7 +33,7 @@ from tests._wheels import run_stage
 from tests.test_index import cli as index_cli
 from tests import _proc, _shared
 
-pytestmark = [pytest.mark.bazel, pytest.mark.real_torch]
+pytestmark = [pytest.mark.bazel, pytest.mark.real_torch, pytest.mark.extended]  # about 18 min: outside CI's budget
 
 TORCH_TEST = """\
 import json, os, sys
