@@ -153,7 +153,7 @@ def test_another_project_in_container(engines, standin, torch_cpu_wheel, tmp_pat
     r = build(engine, standin[engine], torch_cpu_wheel.parent, out, str(FIXTURE), "--cpu", "--compile-cache", dead)
     assert r.returncode == 0, r.stderr[-4000:]
     said = [ln for ln in r.stderr.splitlines() if "compiled locally" in ln or "compiling locally" in ln]
-    assert len(said) == 1 and said[0].startswith("warning: compile cache redis redis://127.0.0.1:"), said
+    assert len(said) == 1 and said[0].startswith("ci.build: warning: compile cache redis redis://127.0.0.1:"), said
     assert "pa55-of-a-dead-store" not in r.stdout + r.stderr
     assert "PYTHONPATH=/opt/cuda-wheel-ci python -m wheelci.repair" in r.stderr
     (wheel,) = sorted(out.glob("*.whl"))
