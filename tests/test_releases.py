@@ -170,6 +170,7 @@ def re_versioned_index(torch_cpu_wheel, tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # a build environment of its own and a build: outside CI's budget
 @pytest.mark.network  # the build environment's other packages come from PyPI
 def test_a_torch_release_no_matrix_lists_builds_and_verifies(re_versioned_index, tmp_path):
     """Tomorrow's torch, served from an index: `build --torch 2.99.0 --torch-index-url INDEX` reads the
@@ -191,6 +192,7 @@ def test_a_torch_release_no_matrix_lists_builds_and_verifies(re_versioned_index,
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # a build environment and a CUDA compile of its own: outside CI's budget
 @pytest.mark.network  # torch 2.15.0 and its CUDA 13.2 wheels from PyPI, nvcc 13.2 from NVIDIA's wheels
 def test_torch_2_15_builds_on_cuda_13_2_on_the_host(tmp_path):
     """The newest torch on its own CUDA: the example (CUDA kernels, cuDNN) built on the host with nvcc and
