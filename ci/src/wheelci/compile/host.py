@@ -115,8 +115,8 @@ STEADY_MARK = ".steady-times"  # the requirements key the env's headers were las
 
 
 def steady_env(env: BuildEnv, key: str) -> None:
-    """The env's headers given one time (wheelci.resources.container.steady: a store's entries are then every machine's),
-    under the env's exclusive lock: never while another build's compile reads them."""
+    """The env's headers given one time (wheelci.resources.container.steady: a store's entries are then
+    every machine's), under the env's exclusive lock: never while another build's compile reads them."""
     from wheelci.util.lock import locked_file
 
     with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}"):
@@ -354,7 +354,8 @@ def requirements_check_key(plan, env: BuildEnv, project_dir: Path, configure: st
 
 def in_tree_backend(project_dir: Path) -> list[str]:
     """The files of an in-tree backend ([build-system] backend-path, inside the project; no link followed,
-    no bytecode), relative and sorted: its get_requires_for_build_wheel may answer from any of them."""
+    no bytecode; of the project's top, only the files there), relative and sorted: its
+    get_requires_for_build_wheel may answer from them."""
     from wheelci.util import toml
 
     try:

@@ -140,7 +140,7 @@ _held: dict[str, str] = {}  # the store's settings this process took out of its 
 
 
 def withheld(cache: CompileCache | None) -> frozenset[str]:
-    """The variables the project's own code (its build, its tests: often a third party's) never gets: the
+    """The variables the project's own code (its build, its tests: often a third party's) is not handed: the
     store is the tool's, and only sccache's server, started with them, talks to it. The store's URL (it may
     hold a password) always; the S3 keys and the Actions token where this store took them."""
     taken = set(cache.environ) & {*S3_KEYS, *GHA_VARIABLES} if cache is not None else set()
