@@ -24,6 +24,7 @@ from typing import Iterator, Mapping
 from wheelci.compile import launch
 from wheelci.config.compilecache import CompileCache
 from wheelci.util import log, secret
+from wheelci.resources.container.port import listens
 
 STARTUP_TIMEOUT = 20.0  # seconds for the server to answer (sccache's own store check included)
 STOP_TIMEOUT = 20.0
@@ -176,7 +177,7 @@ def serving(cache: CompileCache, sccache: Path, work_dir: Path, bases: str,
         # does, where none listens) gets a local one in the work directory that ends when idle
         yield Server(sccache, port, {"SCCACHE_SERVER_PORT": str(port), "SCCACHE_IGNORE_SERVER_IO_ERROR": "1",
                                      "SCCACHE_DIR": str(local), "SCCACHE_IDLE_TIMEOUT": "30"}), reports
-        alive = server.poll() is None and _listens(port)
+        alive = server.poll() is None and listens(port)
         reports.append(_final(cache.name, sccache, port) if alive else
                        CacheReport(cache.name, True, "sccache's server ended during the compile (the rest compiled locally)"))
     finally:
@@ -206,20 +207,10 @@ def _answers(port: int, server: subprocess.Popen, timeout: float) -> bool:
     which would start a server of its own (on the local disk) where ours is not up."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and server.poll() is None:
-        if _listens(port):
+        if listens(port):
             return True
         time.sleep(0.1)
     return False
-
-
-def _listens(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1.0)
-        try:
-            s.connect(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _final(storage: str, sccache: Path, port: int) -> CacheReport:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -29,22 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from wheelci.resources.container.port import listens
     from wheelci.resources.container.steady import steady_times
-else:  # run as a script, in any image: steady.py beside it (the script's directory is first on sys.path)
+else:  # run as a script, in any image: the modules beside it (the script's directory is first on sys.path)
+    from port import listens
     from steady import steady_times
 
 TIMEOUT = 20.0  # as wheelci.compile.sccache.STARTUP_TIMEOUT
 STOP_TIMEOUT = 20.0
-
-
-def listens(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1.0)
-        try:
-            s.connect(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _written(path: Path, text: str, mode: int = 0o644) -> None:
