@@ -580,8 +580,14 @@ def test_what_the_container_left_in_the_mount_is_read_as_data_only(tmp_path):
         assert status.is_dir() and not status.is_symlink()
         (status / "sccache-server.log").symlink_to(private)
         os.mkfifo(status / "stats-1.json")
+        (status / "stats-2.json").mkdir()
     assert private.read_text() == "HOST-PRIVATE-CONTENT env-file-secret-3\n"  # not rewritten through the link
-    assert reports[0].note == "sccache's server did not report its counts"  # the FIFO was not waited on
+    assert reports[0].note == "sccache's server did not report its counts"  # neither FIFO nor directory read
+    with containercache.serving(plan, work) as (_, reports):  # a log too large to redact is not kept
+        with (work / "compile-cache" / "sccache-server.log").open("wb") as log_file:
+            log_file.write(b"env-file-secret-3\n")
+            log_file.truncate((256 << 20) + 1)
+    assert not (work / "compile-cache" / "sccache-server.log").exists()
     with containercache.serving(plan, work) as (_, reports):
         (work / "compile-cache" / "unused").symlink_to(private)
     assert "HOST-PRIVATE" not in (reports[0].note or "") and reports[0].used is False

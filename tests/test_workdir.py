@@ -345,6 +345,10 @@ def test_the_requirements_check_runs_again_when_its_answer_may_differ(tmp_path):
     pyproject.write_text(pyproject.read_text().replace('backend-path = ["_b", "../.."]', 'backend-path = ["."]'))
     top = in_tree_backend(project)  # the top's own files: a source edit below it is not a backend change
     assert "setup.py" in top and not [name for name in top if "/" in name], top
+    # ... but the package build-backend names is: its get_requires_for_build_wheel lives there
+    pyproject.write_text(pyproject.read_text().replace("[build-system]\n", '[build-system]\nbuild-backend = "_b.backend"\n', 1)
+                         .replace('build-backend = "setuptools.build_meta"\n', ""))
+    assert "_b/backend.py" in in_tree_backend(project) and "csrc/tiny.cpp" not in in_tree_backend(project)
 
 
 def test_the_force_included_headers_are_staged_in_the_work_dir_never_through_a_planted_link(tmp_path):

@@ -608,8 +608,8 @@ def test_a_publish_without_its_secrets_stops_first(build):
 
 
 STORE = "${{ secrets.COMPILE_CACHE_URL || inputs.compile-cache }}"  # the secret's URL wins over the input
-KEYS = {"AWS_ACCESS_KEY_ID": "${{ secrets.AWS_ACCESS_KEY_ID }}",  # the names sccache reads
-        "AWS_SECRET_ACCESS_KEY": "${{ secrets.AWS_SECRET_ACCESS_KEY }}"}
+KEYS = {name: f"${{{{ startsWith(secrets.COMPILE_CACHE_URL || inputs.compile-cache, 's3://') && secrets.{name} || '' }}}}"
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}  # the names sccache reads; an s3:// store's alone
 
 
 def test_secret_values_only_in_the_upload_step_and_the_steps_running_the_tool(build):
@@ -632,7 +632,7 @@ def test_secret_values_only_in_the_upload_step_and_the_steps_running_the_tool(bu
         with_secrets = {s["name"]: {k: v for k, v in s["env"].items() if "secrets." in v}
                         for s in build["jobs"][job]["steps"] if "secrets." in json.dumps(s)}
         assert with_secrets == steps, job
-    assert len(re.findall(r"secrets\.\w+\b(?! != '')", text[:upload])) == 11  # those, and HAS_COMPILE_CACHE's two
+    assert len(re.findall(r"secrets\.\w+\b(?! != '')", text[:upload])) == 15  # those (the keys' test of the URL too), HAS_COMPILE_CACHE's two
 
 
 def test_least_privilege(build, caller):
@@ -775,8 +775,10 @@ def test_an_sdists_own_arch_list_is_the_one_the_fan_out_deals(tmp_path):
     r = plan_matrix("--cuda", "13.0", "--engine", "host", "--arch-jobs", "2", project=tmp_path / "bad.tar.gz")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a readable sdist" in r.stderr, r.stderr
     (tmp_path / "notes.txt").write_text("not a project\n")
+    os.mkfifo(tmp_path / "fifo.tar.gz")  # never opened: it would block
     for path, words in ((tmp_path / "missing", "no such file or directory"),
-                        (tmp_path / "notes.txt", "neither a project directory nor an sdist")):
+                        (tmp_path / "notes.txt", "neither a project directory nor an sdist"),
+                        (tmp_path / "fifo.tar.gz", "neither a project directory nor an sdist")):
         r = plan_matrix("--cuda", "13.0", project=path)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
 

@@ -37,7 +37,7 @@ def _workflow_matrix(given: dict[str, Any], project: Path) -> int:
     as a build would read it (the standard library's tarfile, with the build's checks)."""
     if not project.exists():
         raise CiError(f"{project}: no such file or directory")
-    if not project.is_dir() and not is_sdist(project):
+    if not project.is_dir() and not (project.is_file() and is_sdist(project)):
         raise CiError(f"{project}: neither a project directory nor an sdist (.tar.gz)")
     with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
         project_dir = project if project.is_dir() else extract_sdist(project, Path(tmp) / "sdist")

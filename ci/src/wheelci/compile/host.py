@@ -354,8 +354,8 @@ def requirements_check_key(plan, env: BuildEnv, project_dir: Path, configure: st
 
 def in_tree_backend(project_dir: Path) -> list[str]:
     """The files of an in-tree backend ([build-system] backend-path, inside the project; no link followed,
-    no bytecode; of the project's top, only the files there), relative and sorted: its
-    get_requires_for_build_wheel may answer from them."""
+    no bytecode; of the project's top, only the files there and the build-backend's package), relative and
+    sorted: its get_requires_for_build_wheel may answer from them."""
     from wheelci.util import toml
 
     try:
@@ -363,6 +363,7 @@ def in_tree_backend(project_dir: Path) -> list[str]:
     except (OSError, ValueError, UnicodeDecodeError):
         return []
     paths = table.get("backend-path", []) if isinstance(table, dict) else []
+    backend = str(table.get("build-backend", "") if isinstance(table, dict) else "").split(":")[0].split(".")[0]
     top = project_dir.resolve()
     found: set[str] = set()
     for entry in paths if isinstance(paths, list) else []:
@@ -370,8 +371,11 @@ def in_tree_backend(project_dir: Path) -> list[str]:
         if not where.is_relative_to(top) or not where.is_dir():
             continue
         for base, dirs, files in os.walk(where):  # links to directories are not walked into
-            # the project's own top (backend-path "."): its files only, not every source below it
-            dirs[:] = [] if where == top else [d for d in dirs if d != "__pycache__"]
+            # the project's own top (backend-path "."): its files and the backend's package, not every
+            # source below it
+            if Path(base) == top:
+                dirs[:] = [d for d in dirs if d == backend] if where == top else dirs
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
             found.update(str((Path(base) / f).relative_to(top)) for f in files
                          if not (Path(base) / f).is_symlink() and not f.endswith(".pyc"))
     return sorted(found)

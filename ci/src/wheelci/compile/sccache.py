@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import socket
+import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from wheelci.resources.container.port import listens
 
 STARTUP_TIMEOUT = 20.0  # seconds for the server to answer (sccache's own store check included)
 STOP_TIMEOUT = 20.0
+LOG_CAP = 256 << 20  # a server log larger than this is removed rather than redacted
 # sccache's stats name a compile's kind; these are nvcc's per-architecture steps (cicc, ptxas) and its device pass
 DEVICE_KINDS = ("PTX", "CUBIN", "CUDA (Device code)")
 
@@ -195,7 +197,10 @@ def redact_log(path: Path) -> None:
     from wheelci.util.cache import read_stamp
 
     with contextlib.suppress(OSError):
-        data = read_stamp(path, 256 << 20)
+        if stat.S_ISREG((st := path.lstat()).st_mode) and st.st_size > LOG_CAP:
+            path.unlink()  # too large to redact: not kept
+            return
+        data = read_stamp(path, LOG_CAP)
         if (clean := secret.redact_bytes(data)) != data:
             with atomic_path(path) as tmp:
                 tmp.write_bytes(clean)
