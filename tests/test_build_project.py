@@ -110,6 +110,7 @@ def test_sdist_cpu(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # CI's heavy tier builds the same wheel twice in test_compile_cache's two machines
 @pytest.mark.network
 def test_directory_cuda(tmp_path):
     out = tmp_path / "out"

@@ -318,6 +318,11 @@ def test_a_second_machine_takes_every_compile_from_the_store_and_writes_the_same
     assert took["used"] and took["device"]["hits"] >= filled["device"]["misses"], took
     assert took["device"]["misses"] == 0 and took["host"]["misses"] == 0 and took["errors"] == 0, took
     assert warm == filled_wheel
+    # a CUDA wheel of a setuptools project from its directory on the host, verified with its tests (the
+    # heavy tier's check of that build; tests/test_build_project.py::test_directory_cuda is extended)
+    for report in (first, second):
+        assert report["passed"] is True and report["verify"]["test_command"].startswith("ok ("), report["verify"]
+        assert "libcudart.so.13" in json.dumps(report["wheels"])  # the kernel was compiled and linked
 
 
 @pytest.mark.parametrize("backend,config,variables", [
