@@ -24,7 +24,6 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
