@@ -500,6 +500,97 @@ def test_a_part_of_the_arch_list_fills_the_store_with_the_whole_lists_device_com
     assert plain.device.hits == 0 and plain.device.misses >= 4, plain
 
 
+@pytest.mark.parametrize("args,compile_args,dep_args", [
+    # CMake's CUDA rule
+    (["-DX", "-MD", "-MT", "o.o", "-MF", "o.o.d", "-x", "cu", "-c", "a.cu", "-o", "o.o"],
+     ["-DX", "-x", "cu", "-c", "a.cu", "-o", "o.o"],
+     ["-DX", "-x", "cu", "a.cu", "-M", "-MT", "o.o", "-MF", "o.o.d", "--threads", "0"]),
+    # torch's cpp_extension: no target named, so nvcc names the object
+    (["--generate-dependencies-with-compile", "--dependency-output", "o.o.d", "-c", "a.cu", "-o", "o.o", "-O3"],
+     ["-c", "a.cu", "-o", "o.o", "-O3"],
+     ["a.cu", "-O3", "-M", "-MT", "o.o", "-MF", "o.o.d", "--threads", "0"]),
+    # the = spellings, system headers left out, phony targets, the caller's own threads
+    (["-MMD", "--dependency-output=o.d", "-MP", "--compile", "a.cu", "--output-file=o.o", "-t", "4"],
+     ["--compile", "a.cu", "--output-file", "o.o", "-t", "4"],
+     ["a.cu", "-t", "4", "-MM", "-MT", "o.o", "-MF", "o.d", "-MP"]),
+    # the host compiler's flags stay the host compiler's
+    (["-Xcompiler", "-MD", "-MD", "-MF", "o.d", "-Xcompiler", "-c", "-c", "a.cu", "-o", "o.o"],
+     ["-Xcompiler", "-MD", "-Xcompiler", "-c", "-c", "a.cu", "-o", "o.o"],
+     ["-Xcompiler", "-MD", "-Xcompiler", "-c", "a.cu", "-M", "-MT", "o.o", "-MF", "o.d", "--threads", "0"]),
+])
+def test_nvcc_launch_gives_sccache_the_compile_and_nvcc_the_dependency_file(args, compile_args, dep_args):
+    from wheelci.resources.nvcc_launch import split
+
+    assert split(args) == (compile_args, dep_args)
+
+
+@pytest.mark.parametrize("args", [
+    ["-c", "a.cu", "-o", "o.o"],  # no dependency file
+    ["-MD", "-c", "a.cu", "-o", "o.o"],  # nvcc names it: left to nvcc
+    ["-MD", "-MF", "a.d", "-MF", "b.d", "-c", "a.cu", "-o", "o.o"],
+    ["-MD", "-MF", "a.d", "-E", "a.cu"],
+    ["-MD", "-MF", "a.d", "a.cu", "-o", "a.out"],  # a link, not one compile
+    ["-MD", "-MF", "a.d", "-c", "a.cu", "-o", "o.o", "--options-file", "more.txt"],
+    ["-MD", "-c", "a.cu", "-o", "o.o", "-MF"],
+])
+def test_nvcc_launch_leaves_any_other_call_to_sccache_as_given(args):
+    from wheelci.resources.nvcc_launch import split
+
+    assert split(args) is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_nvcc_launch_writes_nvccs_own_object_and_dependency_file(tmp_path):
+    """A compile through nvcc_launch (sccache, a store on the local disk) writes the dependency file plain nvcc
+    writes, a header only one architecture's pass includes among it, on a miss and on a hit; its object is what
+    sccache called directly (the dependency flags its own) then takes from the store, every step a hit.
+    A compile error is the compile's, said as nvcc says it."""
+    import os
+
+    from tests import _proc
+    from tests.test_fatbin import _nvcc
+    from wheelci.compile import sccache
+
+    (tmp_path / "k.h").write_text("#define SCALE 2.f\n")
+    (tmp_path / "hopper.h").write_text("#define SCALE_90 3.f\n")
+    (tmp_path / "k.cu").write_text('#include "k.h"\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n'
+                                   '#include "hopper.h"\n#endif\n__global__ void scale(float* x) { x[0] *= SCALE; }\n')
+    nvcc, binary, port = _nvcc(), sccache_binary(), closed_port()
+    archs = ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90"]
+    compile_args = ["-MD", "-MT", "k.o", "-MF", "k.o.d", *archs, "-x", "cu", "-c", "k.cu", "-o", "k.o"]
+    plain = _proc.run([nvcc, *compile_args], cwd=tmp_path, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+    deps = (tmp_path / "k.o.d").read_bytes()
+    assert b"hopper.h" in deps and b"k.h" in deps
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SCCACHE_")},
+           "SCCACHE_DIR": str(tmp_path / "store"), "SCCACHE_SERVER_PORT": str(port), "SCCACHE_IDLE_TIMEOUT": "0"}
+    launcher = [*sccache.nvcc_front(), str(binary), nvcc]
+
+    def compile_with(*front: str) -> tuple[bytes, bytes]:
+        for name in ("k.o", "k.o.d"):
+            (tmp_path / name).unlink(missing_ok=True)
+        r = _proc.run([*front, nvcc, *compile_args], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return (tmp_path / "k.o").read_bytes(), (tmp_path / "k.o.d").read_bytes()
+
+    _proc.run([str(binary), "--start-server"], env=env, check=True, capture_output=True)
+    try:
+        first = compile_with(*launcher[:-1])
+        assert first[1] == deps
+        assert compile_with(*launcher[:-1]) == first  # a hit
+        assert compile_with(str(binary)) == first  # sccache's own way: the same entries
+        shown = _proc.run([str(binary), "--show-stats", "--stats-format=json"], env=env, check=True,
+                          capture_output=True, text=True)
+        stats = sccache.read_stats("disk", json.loads(shown.stdout))
+        assert stats.device.hits >= 8 and stats.device.misses == stats.device.hits // 2, stats  # PTX, cubin: 2 x 2
+        (tmp_path / "k.cu").write_text("__global__ void broken( {}\n")
+        r = _proc.run([*launcher, *compile_args], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert r.returncode != 0 and "k.cu" in r.stderr and "error" in r.stderr, r.stderr
+    finally:
+        _proc.run([str(binary), "--stop-server"], env=env, capture_output=True)
+
+
 def test_a_container_build_gets_the_store_through_the_env_file_only():
     """The dry run of a container build with a store: sccache installed, started after before-build's installs
     and stopped after each repair, the compilers through the launcher; the store's variables nowhere in what

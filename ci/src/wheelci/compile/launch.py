@@ -40,9 +40,11 @@ def cmake_config(launcher: str, cuda: bool, cuda_launcher: str | None = None) ->
     return [a for lang, run in given.items() for a in ("-C", f"cmake.define.CMAKE_{lang}_COMPILER_LAUNCHER={run}")]
 
 
-def shim_text(launcher: str, compiler: str | None, extra: tuple[str, ...] = ()) -> str:
-    """A one-word compiler: `launcher [compiler] ARGS... [extra]` (no compiler: a launcher, given it first)."""
-    words = " ".join(shlex.quote(w) for w in (launcher, *([compiler] if compiler else [])))
+def shim_text(launcher: str | tuple[str, ...], compiler: str | None, extra: tuple[str, ...] = ()) -> str:
+    """A one-word compiler: `launcher [compiler] ARGS... [extra]` (no compiler: a launcher, given it first).
+    `launcher`: one word, or several (a program and its arguments)."""
+    words = " ".join(shlex.quote(w) for w in ((launcher,) if isinstance(launcher, str) else launcher)
+                     + ((compiler,) if compiler else ()))
     after = "".join(f" {shlex.quote(a)}" for a in extra)
     return f'#!/bin/sh\nexec {words} "$@"{after}\n'
 
@@ -75,16 +77,19 @@ def real_compiler(name: str, path: str | None, shim_dir: Path | None = None) -> 
 
 
 def launchers(launcher: Path, *, backend: str, cuda: bool, cxx: str | None, path: str | None, shim_dir: Path,
-              nvcc: Path | None, torch_finds_it: bool = False, nvcc_args: tuple[str, ...] = ()) -> Launchers:
+              nvcc: Path | None, torch_finds_it: bool = False, nvcc_args: tuple[str, ...] = (),
+              nvcc_front: tuple[str, ...] = ()) -> Launchers:
     """`launcher` in front of a host build's compilers, as the project's build `backend` takes it. `cxx`:
     the CXX the build would use (None: c++), resolved on `path`; a compiler given with its flags (more than
     one word) stays as given, uncached. `nvcc`: None where the user named their own (PYTORCH_NVCC).
     `torch_finds_it`: the build's torch puts `launcher` there itself. `nvcc_args`: added to every nvcc call,
-    by a script (neither CMake's flags nor cpp_extension's PYTORCH_NVCC keep a word's backslash)."""
+    by a script (neither CMake's flags nor cpp_extension's PYTORCH_NVCC keep a word's backslash).
+    `nvcc_front`: a program nvcc's calls go through, given the launcher first (sccache: nvcc_launch)."""
+    nvcc_launcher = (*nvcc_front, str(launcher))
     how = cache_goes(backend, torch_finds_it)
     if how == "cmake":
-        cuda_launcher = _script(shim_dir / "nvcc-launcher", shim_text(str(launcher), None, nvcc_args)) \
-            if cuda and nvcc_args else None
+        cuda_launcher = _script(shim_dir / "nvcc-launcher", shim_text(nvcc_launcher, None, nvcc_args)) \
+            if cuda and (nvcc_args or nvcc_front) else None
         return Launchers(config=cmake_config(str(launcher), cuda, cuda_launcher))
     if how == "itself":
         return Launchers()
@@ -95,6 +100,6 @@ def launchers(launcher: Path, *, backend: str, cuda: bool, cxx: str | None, path
         out["CXX"] = _script(shim_dir / Path(given).name, shim_text(str(launcher), real))
     if nvcc is not None:
         # torch writes it into build.ninja as it is, which a shell runs: quoted
-        out["PYTORCH_NVCC"] = (shlex.quote(_script(shim_dir / "nvcc", shim_text(str(launcher), str(nvcc), nvcc_args)))
-                               if nvcc_args else shlex.join([str(launcher), str(nvcc)]))
+        out["PYTORCH_NVCC"] = (shlex.quote(_script(shim_dir / "nvcc", shim_text(nvcc_launcher, str(nvcc), nvcc_args)))
+                               if nvcc_args or nvcc_front else shlex.join([str(launcher), str(nvcc)]))
     return Launchers(environ=out)

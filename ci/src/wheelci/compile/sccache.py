@@ -17,6 +17,7 @@ import os
 import socket
 import stat
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,10 +243,17 @@ def _end(server: subprocess.Popen) -> None:
             return
 
 
+def nvcc_front() -> tuple[str, ...]:
+    """nvcc's calls go through resources/nvcc_launch.py (its docstring: why), on this Python, isolated."""
+    from importlib.resources import files
+
+    return (sys.executable, "-I", "-S", str(files("wheelci.resources") / "nvcc_launch.py"))
+
+
 def launchers(server: Server, *, backend: str, cuda: bool, cxx: str | None, path: str | None, shim_dir: Path,
               nvcc: Path | None, warm_for: str | None = None) -> launch.Launchers:
     """sccache in front of the compilers (wheelci.compile.launch), with what a call needs to reach the server.
     `warm_for`: the arch list of the build this compile-only one fills the store for (warm_args)."""
     put = launch.launchers(server.binary, backend=backend, cuda=cuda, cxx=cxx, path=path, shim_dir=shim_dir, nvcc=nvcc,
-                           nvcc_args=warm_args(warm_for) if warm_for else ())
+                           nvcc_args=warm_args(warm_for) if warm_for else (), nvcc_front=nvcc_front())
     return launch.Launchers(environ={**server.environ, **put.environ}, config=put.config)
