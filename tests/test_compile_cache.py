@@ -519,7 +519,7 @@ def test_a_part_of_the_arch_list_fills_the_store_with_the_whole_lists_device_com
      ["-Xcompiler", "-MD", "-Xcompiler", "-c", "a.cu", "-M", "-MT", "o.o", "-MF", "o.d", "--threads", "0"]),
 ])
 def test_nvcc_launch_gives_sccache_the_compile_and_nvcc_the_dependency_file(args, compile_args, dep_args):
-    from wheelci.resources.nvcc_launch import split
+    from wheelci.resources.container.nvcc_launch import split
 
     assert split(args) == (compile_args, dep_args)
 
@@ -534,7 +534,7 @@ def test_nvcc_launch_gives_sccache_the_compile_and_nvcc_the_dependency_file(args
     ["-MD", "-c", "a.cu", "-o", "o.o", "-MF"],
 ])
 def test_nvcc_launch_leaves_any_other_call_to_sccache_as_given(args):
-    from wheelci.resources.nvcc_launch import split
+    from wheelci.resources.container.nvcc_launch import split
 
     assert split(args) is None
 
@@ -610,7 +610,7 @@ def test_a_container_build_gets_the_store_through_the_env_file_only():
 
     inner = parse_environment(env["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"PATH": "/bin"})
     # torch 2.13 would put ccache in front by itself: with a store, the launcher (sccache once it answers)
-    assert inner["CXX"] == cibw.CONTAINER_CXX and inner["PYTORCH_NVCC"] == f"{cibw.CONTAINER_LAUNCHER} /usr/local/cuda/bin/nvcc"
+    assert inner["CXX"] == cibw.CONTAINER_CXX and inner["PYTORCH_NVCC"] == f"{cibw.CONTAINER_NVCC_LAUNCHER} /usr/local/cuda/bin/nvcc"
     assert env["CIBW_BEFORE_ALL_LINUX"].endswith(f"ensure_ccache.sh {Path(cibw.CONTAINER_LAUNCHER).parent}")
     assert plan["compile_cache"] == "redis redis://127.0.0.1:1/2"
     text = run_stage("ci.build", TINY, "--cpu", "--engine", "docker", "--dry-run",
@@ -715,6 +715,7 @@ def container_script(tmp_path: Path, action: str, port: int, **env: str):
     if not launcher.exists():
         launcher.parent.mkdir()
         launcher.write_text('#!/bin/sh\nexec ccache "$@"\n')
+        launcher.with_name("nvcc-cache").write_text('#!/bin/sh\nexec ccache "$@"\n')  # as ensure_ccache.sh writes both
     status, site = tmp_path / "status", tmp_path / "site-packages"
     status.mkdir(exist_ok=True)
     (site / "torch" / "include").mkdir(parents=True, exist_ok=True)
@@ -737,6 +738,7 @@ def test_the_container_script_passes_a_dead_store_over_for_ccache(tmp_path):
     assert (status / "unused").read_text().strip() in ("the store refused sccache (unreachable or not a cache)",
                                                        "the store did not answer within 3 s")
     assert launcher.read_text() == '#!/bin/sh\nexec ccache "$@"\n'  # ccache as without a store
+    assert launcher.with_name("nvcc-cache").read_text() == launcher.read_text()
     # the build's own sccache set aside: Meson would put it in front of the compilers by itself
     assert not (tmp_path / "py" / "sccache").exists() and (tmp_path / "py" / "sccache.unused").is_symlink()
     # one time for every installed header: which of two identical headers GCC's #pragma once reads is every
@@ -747,7 +749,8 @@ def test_the_container_script_passes_a_dead_store_over_for_ccache(tmp_path):
 
 def test_the_container_script_serves_counts_and_stops(tmp_path):
     """A store sccache answers for (its local disk: no store variables): the launcher runs sccache, a compile
-    through it twice is a miss then a hit, and stop writes the counts the host reads and ends the server."""
+    through it twice is a miss then a hit, nvcc's launcher (nvcc_launch.py, before sccache) a third compile's
+    hit, and stop writes the counts the host reads and ends the server."""
     import shutil
 
     from tests import _proc
@@ -760,8 +763,10 @@ def test_the_container_script_serves_counts_and_stops(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
         assert not (status / "unused").exists() and "sccache" in launcher.read_text()
         (tmp_path / "op.c").write_text("int twice(int x) { return 2 * x; }\n")
-        for _ in (1, 2):
-            c = _proc.run([str(launcher), shutil.which("g++") or "g++", "-c", str(tmp_path / "op.c"), "-o",
+        nvcc_launcher = launcher.with_name("nvcc-cache")
+        assert "nvcc_launch.py" in nvcc_launcher.read_text()
+        for through in (launcher, launcher, nvcc_launcher):
+            c = _proc.run([str(through), shutil.which("g++") or "g++", "-c", str(tmp_path / "op.c"), "-o",
                            str(tmp_path / "op.o")], env={"PATH": "/usr/bin:/bin", "SCCACHE_SERVER_PORT": str(port)},
                           capture_output=True, text=True, timeout=120)
             assert c.returncode == 0, c.stderr
@@ -770,4 +775,4 @@ def test_the_container_script_serves_counts_and_stops(tmp_path):
     assert stop.returncode == 0, stop.stderr
     (stats,) = status.glob("stats-*.json")
     report = read_stats("local", json.loads(stats.read_text()))
-    assert (report.requests, report.host.hits, report.host.misses) == (2, 1, 1), report
+    assert (report.requests, report.host.hits, report.host.misses) == (3, 2, 1), report

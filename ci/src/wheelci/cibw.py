@@ -22,6 +22,8 @@ CONTAINER_CXX = "/usr/local/lib/wheelci-ccache/c++"  # the cache, then c++: writ
 # the one-word cache the compilers go through where a remote store is named: ccache (ensure_ccache.sh DIR), turned to
 # sccache by sccache_server.py when the store answers
 CONTAINER_LAUNCHER = "/usr/local/lib/wheelci-ccache/cache"
+# nvcc's: ccache too, turned to resources/container/nvcc_launch.py in front of sccache with the launcher above
+CONTAINER_NVCC_LAUNCHER = "/usr/local/lib/wheelci-ccache/nvcc-cache"
 CONTAINER_COMPILE_CACHE = "/ci/compile-cache"  # mounted from the work directory: sccache's counts, its log, why not
 CONTAINER_PROJECT = "/project"  # where cibuildwheel copies the project: sccache's base directory there
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
@@ -137,14 +139,17 @@ def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str
     inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CCACHE_NOHASHDIR": "true", "PIP_COMPILE": "false"}
     how = cache_goes(backend, torch_finds_ccache and not compile_cache)
     launcher = CONTAINER_LAUNCHER if compile_cache else "ccache"
+    nvcc_launcher = CONTAINER_NVCC_LAUNCHER if compile_cache else "ccache"
     # ensure_ccache.sh writes the launcher and the CXX script into the directory it is given
     script = f" {shlex.quote(str(PurePosixPath(CONTAINER_CXX).parent))}" if how == "cxx" or compile_cache else ""
     if how == "cmake":
-        inner |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": launcher for lang in ("C", "CXX", *(["CUDA"] if cuda else []))}
+        inner |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": launcher for lang in ("C", "CXX")}
+        if cuda:
+            inner["CMAKE_CUDA_COMPILER_LAUNCHER"] = nvcc_launcher
     elif how == "cxx":
         inner |= {"CXX": CONTAINER_CXX, "TORCH_NO_COMPILER_WRAPPER": "1"}
         if cuda:
-            inner["PYTORCH_NVCC"] = f"{launcher} {CONTAINER_CUDA_HOME}/bin/nvcc"
+            inner["PYTORCH_NVCC"] = f"{nvcc_launcher} {CONTAINER_CUDA_HOME}/bin/nvcc"
     inner |= extra
     before_all = [f"sh {CONTAINER_SCRIPTS}/ensure_ccache.sh{script}"]
     if cuda:

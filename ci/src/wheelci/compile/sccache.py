@@ -244,10 +244,10 @@ def _end(server: subprocess.Popen) -> None:
 
 
 def nvcc_front() -> tuple[str, ...]:
-    """nvcc's calls go through resources/nvcc_launch.py (its docstring: why), on this Python, isolated."""
+    """nvcc's calls go through resources/container/nvcc_launch.py (its docstring: why), on this Python, isolated."""
     from importlib.resources import files
 
-    return (sys.executable, "-I", "-S", str(files("wheelci.resources") / "nvcc_launch.py"))
+    return (sys.executable, "-I", "-S", str(files("wheelci.resources.container") / "nvcc_launch.py"))
 
 
 def launchers(server: Server, *, backend: str, cuda: bool, cxx: str | None, path: str | None, shim_dir: Path,

@@ -7,7 +7,7 @@
 
 DIR is mounted from the host's work directory: what the host reads afterwards (the counts, or why the store was not
 used, and the server's log). LAUNCHER is the one-word cache the compilers go through (ensure_ccache.sh writes it:
-ccache); once the server answers it runs sccache instead. The store's variables and the port (chosen on the host:
+ccache); once the server answers it runs sccache instead, and nvcc-cache beside it, nvcc's, runs nvcc_launch.py. The store's variables and the port (chosen on the host:
 the container shares its network) are in the container's environment, from the engine's --env-file; no
 SCCACHE_SERVER_PORT there: this build has no store, nothing to do. A store that does not answer within
 WHEELCI_SCCACHE_TIMEOUT seconds leaves ccache in place, and DIR/unused says why. The standard library only: it runs
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -74,6 +75,12 @@ def start(status: Path, launcher: Path, port: int) -> int:
         time.sleep(0.1)
     if server.poll() is None and listens(port):
         _written(launcher, f'#!/bin/sh\nexec {binary} "$@"\n', 0o755)
+        nvcc = launcher.with_name("nvcc-cache")
+        if nvcc.is_file():  # nvcc_launch.py beside this script, on the interpreter behind the build's venv (it
+            # outlives this wheel's venv: the next wheel's build finds the server up and the launchers written)
+            words = [os.path.realpath(sys.executable), "-I", "-S", str(Path(__file__).resolve().with_name("nvcc_launch.py")),
+                     str(binary)]
+            _written(nvcc, f'#!/bin/sh\nexec {shlex.join(words)} "$@"\n', 0o755)
         print(f"compile cache: sccache's server listens on port {port}", flush=True)
         return 0
     why = (f"the store did not answer within {timeout:g} s" if server.poll() is None

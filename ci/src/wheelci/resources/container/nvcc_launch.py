@@ -8,7 +8,8 @@ of the compile's time (the example's CUDA file: 10 of 18 s). Here sccache gets t
 dependency flags, and `nvcc -M`, with its architectures in parallel (--threads 0), writes the same file
 meanwhile. A dependency run that fails costs nothing but time: the compile then runs as given, uncached.
 
-Runs on any Python 3.8 and imports only the standard library (a container's Python runs it too).
+Runs on any Python 3.8 and imports only the standard library: a container build's launcher runs it too
+(sccache_server.py writes that launcher).
 """
 
 from __future__ import annotations
