@@ -504,24 +504,25 @@ def test_a_part_of_the_arch_list_fills_the_store_with_the_whole_lists_device_com
     # CMake's CUDA rule
     (["-DX", "-MD", "-MT", "o.o", "-MF", "o.o.d", "-x", "cu", "-c", "a.cu", "-o", "o.o"],
      ["-DX", "-x", "cu", "-c", "a.cu", "-o", "o.o"],
-     ["-DX", "-x", "cu", "a.cu", "-M", "-MT", "o.o", "-MF", "o.o.d", "--threads", "0"]),
+     ["-DX", "-x", "cu", "a.cu", "-M", "-MT", "o.o", "-MF", "o.o.d"]),
     # torch's cpp_extension: no target named, so nvcc names the object
     (["--generate-dependencies-with-compile", "--dependency-output", "o.o.d", "-c", "a.cu", "-o", "o.o", "-O3"],
      ["-c", "a.cu", "-o", "o.o", "-O3"],
-     ["a.cu", "-O3", "-M", "-MT", "o.o", "-MF", "o.o.d", "--threads", "0"]),
-    # the = spellings, system headers left out, phony targets, the caller's own threads
+     ["a.cu", "-O3", "-M", "-MT", "o.o", "-MF", "o.o.d"]),
+    # the = spellings, system headers left out, phony targets
     (["-MMD", "--dependency-output=o.d", "-MP", "--compile", "a.cu", "--output-file=o.o", "-t", "4"],
      ["--compile", "a.cu", "--output-file", "o.o", "-t", "4"],
      ["a.cu", "-t", "4", "-MM", "-MT", "o.o", "-MF", "o.d", "-MP"]),
     # the host compiler's flags stay the host compiler's
     (["-Xcompiler", "-MD", "-MD", "-MF", "o.d", "-Xcompiler", "-c", "-c", "a.cu", "-o", "o.o"],
      ["-Xcompiler", "-MD", "-Xcompiler", "-c", "-c", "a.cu", "-o", "o.o"],
-     ["-Xcompiler", "-MD", "-Xcompiler", "-c", "a.cu", "-M", "-MT", "o.o", "-MF", "o.d", "--threads", "0"]),
+     ["-Xcompiler", "-MD", "-Xcompiler", "-c", "a.cu", "-M", "-MT", "o.o", "-MF", "o.d"]),
 ])
 def test_nvcc_launch_gives_sccache_the_compile_and_nvcc_the_dependency_file(args, compile_args, dep_args):
     from wheelci.resources.container.nvcc_launch import split
 
-    assert split(args) == (compile_args, dep_args)
+    found = split(args)
+    assert found is not None and (found.compile, found.deps, found.output) == (compile_args, dep_args, "o.o")
 
 
 @pytest.mark.parametrize("args", [
@@ -532,6 +533,8 @@ def test_nvcc_launch_gives_sccache_the_compile_and_nvcc_the_dependency_file(args
     ["-MD", "-MF", "a.d", "a.cu", "-o", "a.out"],  # a link, not one compile
     ["-MD", "-MF", "a.d", "-c", "a.cu", "-o", "o.o", "--options-file", "more.txt"],
     ["-MD", "-c", "a.cu", "-o", "o.o", "-MF"],
+    ["-MD", "-MF", "a.d", "-keep", "-c", "a.cu", "-o", "o.o"],  # both runs would write a.cpp4.ii here
+    ["-MD", "-MF", "a.d", "--time=t.csv", "-c", "a.cu", "-o", "o.o"],
 ])
 def test_nvcc_launch_leaves_any_other_call_to_sccache_as_given(args):
     from wheelci.resources.container.nvcc_launch import split
@@ -545,7 +548,8 @@ def test_nvcc_launch_writes_nvccs_own_object_and_dependency_file(tmp_path):
     """A compile through nvcc_launch (sccache, a store on the local disk) writes the dependency file plain nvcc
     writes, a header only one architecture's pass includes among it, on a miss and on a hit; its object is what
     sccache called directly (the dependency flags its own) then takes from the store, every step a hit.
-    A compile error is the compile's, said as nvcc says it."""
+    A compile error is the compile's, said as nvcc says it; a dependency file nvcc cannot write fails as plain
+    nvcc fails, no object left."""
     import os
 
     from tests import _proc
@@ -584,6 +588,11 @@ def test_nvcc_launch_writes_nvccs_own_object_and_dependency_file(tmp_path):
                           capture_output=True, text=True)
         stats = sccache.read_stats("disk", json.loads(shown.stdout))
         assert stats.device.hits >= 8 and stats.device.misses == stats.device.hits // 2, stats  # PTX, cubin: 2 x 2
+        # a dependency file nvcc cannot write: the compile as given (uncached) fails, and leaves no object
+        (tmp_path / "k.o").unlink()
+        bad = ["-MD", "-MT", "k.o", "-MF", "missing/k.o.d", *archs, "-x", "cu", "-c", "k.cu", "-o", "k.o"]
+        r = _proc.run([*launcher, *bad], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert r.returncode != 0 and "missing/k.o.d" in r.stderr and not (tmp_path / "k.o").exists(), r.stderr
         (tmp_path / "k.cu").write_text("__global__ void broken( {}\n")
         r = _proc.run([*launcher, *compile_args], cwd=tmp_path, env=env, capture_output=True, text=True)
         assert r.returncode != 0 and "k.cu" in r.stderr and "error" in r.stderr, r.stderr
@@ -729,6 +738,9 @@ def container_script(tmp_path: Path, action: str, port: int, **env: str):
 
 
 def test_the_container_script_passes_a_dead_store_over_for_ccache(tmp_path):
+    for script in ("cache", "nvcc-cache"):  # an earlier wheel's start turned them to sccache
+        (tmp_path / "launch").mkdir(exist_ok=True)
+        (tmp_path / "launch" / script).write_text('#!/bin/sh\nexec /usr/local/lib/wheelci-ccache/sccache "$@"\n')
     r, status, launcher = container_script(tmp_path, "start", closed_port(),
                                            SCCACHE_REDIS_ENDPOINT=f"redis://127.0.0.1:{closed_port()}",
                                            WHEELCI_SCCACHE_TIMEOUT="3")

