@@ -6,7 +6,8 @@ the same path on every runner, and sccache's hits need it: docs/building.md), th
 gone first. The store is a Redis started on loopback (Debian's redis-server). Compile-only builds
 (`wheelci build --engine host --compile-only`):
 
-- cold: no cache at all (ccache off);
+- cold: no cache at all (ccache off), twice, the faster one kept (the first of a run also reads torch's
+  headers from the disk, which every later build finds in memory);
 - first machine: the store empty, sccache filling it;
 - second machine: the store warm, every compile a hit;
 - fan-out: a fresh store warmed by two compile-only jobs of half the arch list each (`--warm-for` the
@@ -149,8 +150,9 @@ def run(*, project: str = "example", cuda: str = "13.0", arch_list: str | None =
     rows: list[tuple[str, float, dict]] = []
     with tempfile.TemporaryDirectory(prefix="bench-compile-cache-") as tmp_name:
         machines = Machines(Path(tmp_name), source)
-        _, seconds, report = machines.build("cold", base, None)
-        rows.append(("cold", seconds, report))
+        colds = [machines.build("cold", base, None) for _ in range(2)]
+        _, seconds, report = min(colds, key=lambda c: c[1])
+        rows.append((f"cold (best of {' s, '.join(f'{c[1]:.1f}' for c in colds)} s)", seconds, report))
         store = Store(Path(tmp_name) / "redis")
         try:
             for name in ("first machine", "second machine"):

@@ -114,15 +114,14 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, lambda number, _frame: sys.exit(128 + number))
     quiet = subprocess.DEVNULL  # its errors, if any, are the compile's own, shown by the compile
     deps = subprocess.Popen([nvcc, *parts.deps], stdin=quiet, stdout=quiet, stderr=quiet, start_new_session=True)
-    code = 1
     try:
         code = subprocess.call([cache, nvcc, *parts.compile])  # on an exception: its child killed, then raised
+        if code != 0:
+            return _exit_code(code)
+        deps_code = deps.wait()
     finally:
-        if code != 0:  # failed or interrupted: the file is not needed
-            _stop(deps)
-    if code != 0:
-        return _exit_code(code)
-    if deps.wait() != 0:  # the compile as it was given, uncached: its own object, dependency file and errors
+        _stop(deps)  # failed or interrupted: the file is not needed (ended: nothing to do)
+    if deps_code != 0:  # the compile as it was given, uncached: its own object, dependency file and errors
         try:
             os.unlink(parts.output)  # a failing nvcc leaves no object: neither does this
         except OSError:
