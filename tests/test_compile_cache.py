@@ -549,8 +549,11 @@ def test_nvcc_launch_writes_nvccs_own_object_and_dependency_file(tmp_path):
     writes, a header only one architecture's pass includes among it, on a miss and on a hit; its object is what
     sccache called directly (the dependency flags its own) then takes from the store, every step a hit.
     A compile error is the compile's, said as nvcc says it; a dependency file nvcc cannot write fails as plain
-    nvcc fails, no object left."""
+    nvcc fails, no object left; a launcher stopped mid-compile leaves nothing of it running."""
     import os
+    import signal
+    import subprocess
+    import time
 
     from tests import _proc
     from tests.test_fatbin import _nvcc
@@ -593,6 +596,19 @@ def test_nvcc_launch_writes_nvccs_own_object_and_dependency_file(tmp_path):
         bad = ["-MD", "-MT", "k.o", "-MF", "missing/k.o.d", *archs, "-x", "cu", "-c", "k.cu", "-o", "k.o"]
         r = _proc.run([*launcher, *bad], cwd=tmp_path, env=env, capture_output=True, text=True)
         assert r.returncode != 0 and "missing/k.o.d" in r.stderr and not (tmp_path / "k.o").exists(), r.stderr
+        # stopped mid-compile: gone as by that signal, nothing of it left running
+        name = f"stopped{os.getpid()}.cu"  # a name only this compile's processes carry
+        (tmp_path / name).write_text((tmp_path / "k.cu").read_text() + "// stopped\n")
+        stopped = [name if a == "k.cu" else a for a in compile_args]
+        started = subprocess.Popen([*launcher, *stopped], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        time.sleep(1.5)
+        assert _proc.run(["pgrep", "-f", name], capture_output=True).returncode == 0  # still compiling
+        started.send_signal(signal.SIGTERM)
+        assert started.wait(timeout=60) == -signal.SIGTERM
+        time.sleep(3)
+        left = _proc.run(["pgrep", "-af", name], capture_output=True, text=True)
+        assert left.stdout == "", left.stdout
         (tmp_path / "k.cu").write_text("__global__ void broken( {}\n")
         r = _proc.run([*launcher, *compile_args], cwd=tmp_path, env=env, capture_output=True, text=True)
         assert r.returncode != 0 and "k.cu" in r.stderr and "error" in r.stderr, r.stderr

@@ -19,7 +19,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 MODES = {"-MD": "-M", "--generate-dependencies-with-compile": "-M",
          "-MMD": "-MM", "--generate-nonsystem-dependencies-with-compile": "-MM"}
@@ -88,33 +88,48 @@ def split(args: list[str]) -> Split | None:
     return Split(compile_args, deps, found["output"])
 
 
+class Interrupted(BaseException):
+    """A signal this process was sent: the children ended, then the signal taken as its default says."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.number = number
+
+
+def _interrupted(number: int, _frame: object) -> None:
+    raise Interrupted(number)
+
+
 def _exit_code(code: int) -> int:
     return 128 - code if code < 0 else code  # a child killed by a signal: as a shell says it
 
 
-def _stop(deps: subprocess.Popen) -> None:
-    """The dependency run and the preprocessors it started (its own process group): gone, and waited for."""
-    if deps.poll() is None:
+def _stop(deps: subprocess.Popen | None) -> None:
+    """The dependency run and the preprocessors it started (its own process group) gone: asked as Ctrl-C asks
+    (nvcc then removes its temporary files), then killed."""
+    if deps is None or deps.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGINT, 2.0), (signal.SIGKILL, None)):
         try:
-            os.killpg(deps.pid, signal.SIGKILL)
+            os.killpg(deps.pid, sig)
         except OSError:
             pass
-    deps.wait()
+        try:
+            deps.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            pass
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) < 2:
-        print("usage: nvcc_launch.py SCCACHE NVCC [ARGS...]", file=sys.stderr)
-        return 2
-    cache, nvcc, args = argv[0], argv[1], argv[2:]
+def _run(cache: str, nvcc: str, args: list[str]) -> int:
+    """Runs the call; returns its exit status, or replaces this process with the one that finishes it."""
     parts = split(args)
     if parts is None:
-        os.execv(cache, [cache, nvcc, *args])
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # the children go with this process
-        signal.signal(sig, lambda number, _frame: sys.exit(128 + number))
-    quiet = subprocess.DEVNULL  # its errors, if any, are the compile's own, shown by the compile
-    deps = subprocess.Popen([nvcc, *parts.deps], stdin=quiet, stdout=quiet, stderr=quiet, start_new_session=True)
+        _exec(cache, nvcc, *args)
+    deps = None
     try:
+        quiet = subprocess.DEVNULL  # its errors, if any, are the compile's own, shown by the compile
+        deps = subprocess.Popen([nvcc, *parts.deps], stdin=quiet, stdout=quiet, stderr=quiet, start_new_session=True)
         code = subprocess.call([cache, nvcc, *parts.compile])  # on an exception: its child killed, then raised
         if code != 0:
             return _exit_code(code)
@@ -122,12 +137,36 @@ def main(argv: list[str]) -> int:
     finally:
         _stop(deps)  # failed or interrupted: the file is not needed (ended: nothing to do)
     if deps_code != 0:  # the compile as it was given, uncached: its own object, dependency file and errors
+        print(f"nvcc_launch: nvcc -M failed; compiling {parts.output} again, uncached", file=sys.stderr, flush=True)
         try:
             os.unlink(parts.output)  # a failing nvcc leaves no object: neither does this
         except OSError:
             pass
-        return _exit_code(subprocess.call([nvcc, *args]))
+        _exec(nvcc, *args)
     return 0
+
+
+def _exec(program: str, *args: str) -> NoReturn:
+    try:
+        os.execv(program, [program, *args])
+    except OSError as e:
+        print(f"nvcc_launch: cannot run {program}: {e.strerror}", file=sys.stderr)
+        sys.exit(127)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print("usage: nvcc_launch.py SCCACHE NVCC [ARGS...]", file=sys.stderr)
+        return 2
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # the children end with this process
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # one ignored (nohup) stays ignored
+            signal.signal(sig, _interrupted)
+    try:
+        return _run(argv[0], argv[1], argv[2:])
+    except Interrupted as e:
+        signal.signal(e.number, signal.SIG_DFL)
+        os.kill(os.getpid(), e.number)
+        return 128 + e.number
 
 
 if __name__ == "__main__":
