@@ -542,8 +542,6 @@ def test_nvcc_launch_leaves_any_other_call_to_sccache_as_given(args):
     assert split(args) is None
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
 def running(word: str) -> list[str]:
     """The command lines of this machine's processes that name `word` (from /proc: no procps needed)."""
     found = []
@@ -557,6 +555,8 @@ def running(word: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_nvcc_launch_writes_nvccs_own_object_and_dependency_file(tmp_path):
     """A compile through nvcc_launch (sccache, a store on the local disk) writes the dependency file plain nvcc
     writes, a header only one architecture's pass includes among it, on a miss and on a hit; its object is what
