@@ -176,6 +176,13 @@ def parse_page(body: bytes, content_type: str, base: str) -> list[IndexFile]:
     return files
 
 
+def metadata_url(url: str) -> str:
+    """A file's PEP 658 metadata URL: `.metadata` after its path, before a query the index signs it with
+    (`?access_token=`), which a server reads apart from the path."""
+    head, sep, query = url.partition("?")
+    return f"{head}.metadata{sep}{query}"
+
+
 def _shown(url: str) -> str:
     """The URL without userinfo (a mirror's token)."""
     return http.shown(url)
@@ -365,12 +372,12 @@ class TorchIndex:
         # served metadata first, then a GIL-ful CPython's wheel (every one of a release names the same pins)
         pick = max(ours, key=lambda f: (f.metadata, not f.filename.split("-")[3].endswith("t"), f.filename))
         if pick.metadata and self.client is None:
-            text = _local_text(pick.url + ".metadata", METADATA_MAX)
-            source = pick.url + ".metadata"
+            source = metadata_url(pick.url)
+            text = _local_text(source, METADATA_MAX)
         elif pick.metadata:
             assert self.client is not None
-            text = self.client.get(pick.url + ".metadata", cap=METADATA_MAX).body.decode("utf-8", "replace")
-            source = pick.url + ".metadata"
+            source = metadata_url(pick.url)
+            text = self.client.get(source, cap=METADATA_MAX).body.decode("utf-8", "replace")
         else:
             text, source = _wheel_metadata(self.client, pick.url), pick.url
         release = parse_release(text, [f.filename for f in files], _shown(source))

@@ -72,14 +72,15 @@ class Answer:
 
 
 def shown(url: str) -> str:
-    """The URL as it may be shown or kept: without userinfo (a mirror's token), nor a fragment."""
+    """The URL as it may be shown or kept: without userinfo (a mirror's token), a fragment, or the value of a
+    credential-named query key (an index page's `?access_token=`)."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return "<a malformed URL>"
     if "@" in parts.netloc:
         parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
-    return urlunsplit(parts._replace(fragment=""))
+    return secret.mask_query(urlunsplit(parts._replace(fragment="")))
 
 
 def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:

@@ -23,6 +23,8 @@ MIN_LENGTH = 6
 # greedy up to the last `@` before the path: a password may hold `@` (pip and urllib read it so)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s'\"]*@")
 _URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"]+")
+# A query's key=value pair wherever a URL shows it: raw, HTML-escaped (`&amp;`) or inside JSON (`\u0026`)
+_QUERY_PAIR = re.compile(r"(?i)([?&;]|&amp;|\\u0026)([A-Za-z0-9_.~%+-]{1,100})=([^&#\s'\"<>;\\]*)")
 # The one rule for which variables are secrets by their name (a CI's tokens, twine's password, a cloud's
 # key pair, an SSH key), as shell patterns over the upper-cased name; docs/guarantees.md shows it as
 # names_doc() writes it (a test keeps the two equal).
@@ -157,12 +159,29 @@ def _redact(text: str) -> str:
             text = text.replace(needle, MASK)
     if "@" in text:
         text = _USERINFO.sub(r"\1", text)
+    if "://" in text and "=" in text:
+        text = _URL.sub(lambda m: mask_query(m.group(0)), text)
     return text
+
+
+def mask_query(url: str) -> str:
+    """A URL with the values of its credential-named query keys masked (?access_token=***), whoever
+    gave it: the user, an index page's link, a redirect's Location or a store's error text."""
+    head, sep, tail = url.partition("?")
+    if not sep:
+        return url
+
+    def pair(m: re.Match[str]) -> str:
+        if m.group(3) and secret_query_key(unquote(m.group(2))):
+            return f"{m.group(1)}{m.group(2)}={MASK}"
+        return m.group(0)
+
+    return head + _QUERY_PAIR.sub(pair, "?" + tail)
 
 
 def redact_bytes(data: bytes) -> bytes:
     """redact for a tool's output, whatever its encoding (undecodable bytes pass through)."""
-    if not _needles and b"@" not in data:
+    if not _needles and b"@" not in data and not (b"://" in data and b"=" in data):
         return data
     return redact(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
