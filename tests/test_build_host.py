@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_layout import assert_declared
 from wheelci.native.elf import too_recent_for, scan_wheel
 from wheelci.native.libs import is_excluded
 from wheelci.wheel.metadata import get_headers
@@ -210,6 +211,7 @@ def test_cuda_build_with_a_toolkit_from_wheels_only(tmp_path):
     proc = run_stage("ci.build", *engine, "--cuda", "13.0", "--arch-list", "8.0", "--nvcc", "wheel",
                       "-w", out, "--work-dir", tmp_path / "work")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_declared(tmp_path / "work", out)  # a CUDA build's entries: each one wheelci.util.layout names
     if auto:
         assert "note: engine auto: no container engine responds; building CUDA 13.0 on the host" in proc.stderr
     cache = (tmp_path / "work" / "build" / "CMakeCache.txt").read_text()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests._wheels import interrupted_build, run_stage
+from tests.test_layout import assert_declared
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_ext"
@@ -275,6 +276,7 @@ def test_a_projects_own_tool_bound_wins_and_the_next_build_gets_our_pin_back(tmp
     out, work = tmp_path / "out", tmp_path / "work"
     r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", out, "--work-dir", work)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert_declared(work, out)  # every entry the build wrote is one wheelci.util.layout names
     pinned = constraints.read()["ninja"]
     assert f"note: the project requires ninja<1.12: the pipeline's ninja=={pinned} is set aside" in r.stderr
     used = re_.search(r"^ninja in the build: (\S+)$", (work / "compile.log").read_text(), re_.M)

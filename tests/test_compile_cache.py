@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests._wheels import run_stage
+from tests.test_layout import assert_declared
 from tests.test_matrix import nvcc  # noqa: F401 (a fixture: the host's nvcc, else NVIDIA's wheel's)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -291,6 +292,7 @@ def build_on(tmp_path: Path, name: str, project: Path, args: list[str], cache: s
     r = run_stage("ci.build", checkout, *args, "--engine", "host", "-w", own / "out", "--work-dir", runner / "work",
                   "--compile-cache", cache, env=env, timeout=1500)  # a CUDA compile of torch's headers, loaded machine
     assert r.returncode == 0, r.stderr[-3000:]
+    assert_declared(runner / "work", own / "out")  # with a compile cache: sccache's entries are declared too
     (wheel,) = (own / "out").glob("*.whl")
     return hashlib.sha256(wheel.read_bytes()).hexdigest(), json.loads((own / "out" / "report.json").read_text())
 

@@ -23,7 +23,7 @@ from wheelci.config import options
 from wheelci.config.options import Options
 from wheelci.errors import CiError, Finding
 from wheelci.steps import Step, run_steps
-from wheelci.util import epoch, log
+from wheelci.util import epoch, layout, log
 from wheelci.wheel.names import cuda_tag
 from wheelci.util.invocation import command
 from wheelci.util.output import emit_json
@@ -253,7 +253,6 @@ def run_in(b: "Build") -> bool:
     """The steps, under the work directory's lock, remembered in it (wheelci.reuse). True: keep the
     work directory (a finding's logs live there)."""
     from wheelci import report
-    from wheelci.compile.workdir import WORK_ENTRIES
     from wheelci.reuse import Records
     from wheelci.util.owned import drop_links
 
@@ -261,11 +260,15 @@ def run_in(b: "Build") -> bool:
         from wheelci.compile.workdir import clear_work_dir
 
         clear_work_dir(b.work)
-    drop_links(b.work, WORK_ENTRIES)  # planted in a kept tree: never written through
+    # every entry a build writes (wheelci.util.layout), planted as a link in a kept tree: never written through
+    drop_links(b.work, layout.names(layout.WORK, fresh=True))
     b.report = report.BuildReport(plan=b.plan.to_json(), work_dir=str(b.work))
     memory = Records(b.work, snapshot=report_parts, restore=restore_report_parts)
     try:
-        run_steps(STEPS, b, lambda outcome: b.report.steps.append(asdict(outcome)), memory)
+        try:
+            run_steps(STEPS, b, lambda outcome: b.report.steps.append(asdict(outcome)), memory)
+        finally:
+            log.redact_files(b.work, layout.logs(layout.WORK))
     except Finding:
         log.warning(f"build files kept for inspection: {b.work}")
         set_earlier_aside(b)
@@ -499,7 +502,7 @@ def compile_sources(b: Build) -> None:
 
         # cibuildwheel runs the repair too, inside the container (wheelci.repair, mounted read-only)
         cache: list[CacheReport] = []  # what the remote compile cache did (wheelci.compile.containercache)
-        b.compiled = container.compile(b.plan, b.work / "repaired", b.project_dir, logfile=b.work / "cibuildwheel.log",
+        b.compiled = container.compile(b.plan, b.work / "repaired", b.project_dir, logfile=b.work / layout.CIBUILDWHEEL_LOG,
                                        files=b.source_files, cache_reports=cache)
         b.report.compile_cache = asdict(cache[0]) if cache else None
     b.report.build_seconds = round(time.monotonic() - start, 1)
@@ -601,7 +604,6 @@ def abi_step(b: Build) -> None:
         b.report.verify[f"abi {wheel.name}"] = f"ok ({abi.kind}, {abi.torch_requirement or 'no torch requirement'})"
 
 
-VERIFY_LOG = "verify.log"
 
 
 def verify_step(b: Build) -> None:
@@ -612,7 +614,7 @@ def verify_step(b: Build) -> None:
     start = time.monotonic()
     failures: list[str] = []
     links = sorted({w.parent for w, _ in b.final})
-    output = b.work / VERIFY_LOG  # what verify's commands printed, whole: a failed check shows its cause
+    output = b.work / layout.VERIFY_LOG  # what verify's commands printed, whole: a failed check shows its cause
     output.unlink(missing_ok=True)
     torches = verify_torches(b.plan, b.env, b.torch_requirement)
     emulated = emulation_target(b.plan)

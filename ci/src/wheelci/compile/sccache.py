@@ -30,7 +30,6 @@ from wheelci.resources.container.port import listens
 
 STARTUP_TIMEOUT = 20.0  # seconds for the server to answer (sccache's own store check included)
 STOP_TIMEOUT = 20.0
-LOG_CAP = 256 << 20  # a server log larger than this is removed rather than redacted
 # sccache's stats name a compile's kind; these are nvcc's per-architecture steps (cicc, ptxas) and its device pass
 DEVICE_KINDS = ("PTX", "CUBIN", "CUDA (Device code)")
 
@@ -192,19 +191,8 @@ def serving(cache: CompileCache, sccache: Path, work_dir: Path, bases: str,
 
 def redact_log(path: Path) -> None:
     """The server's log, which sccache writes itself (its errors may quote the store's endpoint), redacted
-    once the server is gone, like every log the tool keeps: read only as a regular file (a container's
-    may be a planted link or FIFO), replaced by a new file rather than written through."""
-    from wheelci.util.atomic import atomic_path
-    from wheelci.util.cache import read_stamp
-
-    with contextlib.suppress(OSError):
-        if stat.S_ISREG((st := path.lstat()).st_mode) and st.st_size > LOG_CAP:
-            path.unlink()  # too large to redact: not kept
-            return
-        data = read_stamp(path, LOG_CAP)
-        if (clean := secret.redact_bytes(data)) != data:
-            with atomic_path(path) as tmp:
-                tmp.write_bytes(clean)
+    in place (wheelci.util.log.redact_file)."""
+    log.redact_file(path)
 
 
 def _answers(port: int, server: subprocess.Popen, timeout: float) -> bool:

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Mapping
 
 from wheelci.errors import CiError
-from wheelci.util import proc
+from wheelci.util import layout, proc
+from wheelci.util.layout import (BUILT, CHECKED, COMPILED_WITH, CONFIGURED, COPIED, SEARCHED, SOURCES, TREE,
+                                 WORK_MARK)
 from wheelci.util.secret import redact
 
 
-WORK_MARK = ".wheelci-work"  # in a --work-dir this tool made: the next build may replace what is in it
 
 
 def own_work_dir(path: Path) -> None:
@@ -167,18 +168,9 @@ def _copy_checked(project_dir: Path, rel: str, target: Path, digest: str) -> Non
 
 # --- the kept build tree -------------------------------------------------------------------------
 
-SOURCES = ".wheelci-sources.json"  # in a work directory: the project's files as last seen, with their digests
-COPIED = ".wheelci-copied.json"  # beside a synced copy: the files the copy holds from the project
-CONFIGURED = ".wheelci-configured"  # in a work directory: the digest of what its build tree's configure read
-BUILT = ".wheelci-built.json"  # in a work directory: the project files its tree was last compiled from, and when
-SEARCHED = ".wheelci-searched"  # in a work directory: what the searched directories hold, as ccache hashes it
-TREE = ".wheelci-tree.json"  # in a kept build tree: the project it builds
-# What a build writes in its work directory: all that --fresh removes (anything else there is left alone).
-COMPILED_WITH = ".wheelci-compiled-with"  # what a setuptools tree's last compile searched (recompile_if_changed)
-CHECKED = ".wheelci-requirements-checked"  # what the build frontend's check of the backend's requirements passed with
-WORK_ENTRIES = ("src", "build", "dist", "cpu-path", "compat", "compile-cache", "compile-cache.env", "compile.log", "cibuildwheel.log", "verify.log", "repaired",
-                "finished", "plain", "variant", "sbom", "split", SOURCES, COPIED, CONFIGURED, BUILT,
-                SEARCHED, COMPILED_WITH, CHECKED, ".wheelci-steps.json")
+# What a build writes in its work directory is declared in wheelci.util.layout (WORK): --fresh removes the
+# entries a build remakes, and every entry's name is stripped of a planted link before a build writes.
+WORK_ENTRIES = layout.names(layout.WORK, fresh=True)
 
 # Plan fields that do not reach the compile: a build differing only in these reuses its compile.
 AFTER_COMPILE = ("notes", "script", "label", "variants", "limit", "test_command", "test_requires", "upload", "excludes",

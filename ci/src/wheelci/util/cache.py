@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from wheelci.errors import CiError
-from wheelci.util import variables
+from wheelci.util import layout, variables
 
-KINDS = ("builds", "envs", "test-layers")  # what a prune may remove: what a build remakes when missing
+KINDS = layout.prunable()  # what a prune may remove: what a build remakes when missing (wheelci.util.layout)
 USED = ".wheelci-used"  # in an entry: written when a build uses it (its time) with the entry's size
 ASIDE_MARK = ".wheelci-pruning"  # in an entry renamed aside by remove_entry
 ASIDE = ".pruning"  # in the cache: entries renamed out of their kind, being removed

@@ -12,16 +12,21 @@ line says it. A long step that prints little (a compile) shows it is alive throu
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import stat
 import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 from wheelci.errors import CiError
 from wheelci.util import secret, untrusted, variables
+from wheelci.util.atomic import atomic_path
+from wheelci.util.cache import read_stamp
 
 # --verbose or WHEELCI_VERBOSE=1: debug lines and each command run (util.proc) are shown
 VERBOSE = variables.read(os.environ, variables.VERBOSE) not in ("", "0")
@@ -211,3 +216,34 @@ class Ticker:
             with _lock:
                 sys.stderr.write("\r\033[K")
                 sys.stderr.flush()
+
+
+LOG_CAP = 256 << 20  # a log larger than this is removed rather than redacted
+
+
+def redact_file(path: Path) -> None:
+    """A log a tool wrote itself (sccache's server, a container's) redacted in place: read only as a regular
+    file (a planted link or FIFO is never followed), replaced by a new file rather than written through,
+    removed when over LOG_CAP."""
+    with contextlib.suppress(OSError):
+        if not stat.S_ISREG((st := path.lstat()).st_mode):
+            return
+        if st.st_size > LOG_CAP:
+            path.unlink()
+            return
+        data = read_stamp(path, LOG_CAP)
+        if (clean := secret.redact_bytes(data)) != data:
+            with atomic_path(path) as tmp:
+                tmp.write_bytes(clean)
+
+
+def redact_files(root: Path, names: Iterable[str]) -> None:
+    """The logs a layout names under root (wheelci.util.layout: entries marked `log`), a directory's files
+    one level down, redacted in place: what a build leaves holds no credential however it wrote it."""
+    for name in names:
+        entry = root / name
+        if entry.is_symlink():
+            continue
+        children = sorted(entry.iterdir()) if entry.is_dir() else [entry]
+        for path in children:
+            redact_file(path)

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from wheelci.errors import CiError
+from wheelci.util import layout
 
-MANIFEST = ".wheelci-owned.json"  # {"version": 1, "groups": {who: [names]}}: what this tool wrote here
+MANIFEST = layout.MANIFEST  # {"version": 1, "groups": {who: [names]}}: what this tool wrote here
 LEGACY_MANIFESTS = (".wheelci-split.json",)  # the same record, as earlier releases of split kept it
-RECORDED_FILES = ("report.json", "report.md")  # besides wheels, the names a manifest may list: a build's report
+RECORDED_FILES = layout.REPORTS  # besides wheels, the names a manifest may list: a build's report
 ASIDE = ".wheelci-previous-"  # a directory of what a failed run set aside: ASIDE + a UTC time
 HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
