@@ -15,9 +15,9 @@ import contextlib
 import json
 import os
 import socket
-import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +25,12 @@ from typing import Iterator, Mapping
 
 from wheelci.compile import launch
 from wheelci.config.compilecache import CompileCache
-from wheelci.util import log, secret
+from wheelci.util import layout, log, proc, secret
 from wheelci.resources.container.port import listens
 
 STARTUP_TIMEOUT = 20.0  # seconds for the server to answer (sccache's own store check included)
 STOP_TIMEOUT = 20.0
+LINE_CAP = 64 << 10  # bytes of one server log line kept (the rest of a longer one is dropped)
 # sccache's stats name a compile's kind; these are nvcc's per-architecture steps (cicc, ptxas) and its device pass
 DEVICE_KINDS = ("PTX", "CUBIN", "CUDA (Device code)")
 
@@ -162,9 +163,11 @@ def serving(cache: CompileCache, sccache: Path, work_dir: Path, bases: str,
            "SCCACHE_NO_DAEMON": "1", "SCCACHE_IDLE_TIMEOUT": "0", "SCCACHE_DIR": str(local)}
     if bases:
         env["SCCACHE_BASEDIRS"] = bases
-    with (work_dir / "sccache-server.log").open("wb") as out:
-        server = subprocess.Popen([str(sccache)], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)
+    # its own session (Ctrl-C reaches it only through us, after its counts are read), bound to our life
+    # (proc.bound: killed when the build dies, however), its output redacted line by line into the log
+    server = subprocess.Popen([str(sccache)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=proc.bound())
+    pump = _logged(server, work_dir / layout.SCCACHE_LOG)
     try:
         if not _answers(port, server, timeout):
             why = (f"the store did not answer within {timeout:g} s" if server.poll() is None
@@ -186,7 +189,32 @@ def serving(cache: CompileCache, sccache: Path, work_dir: Path, bases: str,
         if server.poll() is None:
             _ask(sccache, port, "--stop-server", timeout=STOP_TIMEOUT)
         _end(server)
-        redact_log(work_dir / "sccache-server.log")
+        pump.join(timeout=STOP_TIMEOUT)
+
+
+def _logged(server: subprocess.Popen[bytes], path: Path) -> threading.Thread:
+    """A thread writing the server's output to `path` as it comes, each line redacted before it reaches
+    the disk (a build killed mid-compile leaves no credential in the log). A planted link at `path` is
+    replaced, never written through; a line is bounded (sccache's errors may quote a whole response)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # a link, a FIFO or an earlier log: never written through, never blocked on
+    out = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), "wb")
+
+    def pump() -> None:
+        stream = server.stdout
+        assert stream is not None, "stdout=PIPE"
+        with out, stream:
+            cut = False  # inside a line over the cap: dropped whole (a secret is never kept half)
+            while line := stream.readline(LINE_CAP):
+                whole = line.endswith(b"\n") or len(line) < LINE_CAP
+                if not cut:
+                    out.write(secret.redact_bytes(line) if whole else b"[a line over 64 KiB, not kept]\n")
+                    out.flush()
+                cut = not whole
+
+    thread = threading.Thread(target=pump, name="sccache-log", daemon=True)
+    thread.start()
+    return thread
 
 
 def redact_log(path: Path) -> None:

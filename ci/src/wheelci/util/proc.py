@@ -24,6 +24,38 @@ from wheelci.util import secret
 from wheelci.util import log as _log
 from wheelci.util.log import passthrough
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, loaded before any fork (a child between fork and exec must not load a library)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()
+
+
+def bound(sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A preexec_fn that binds the child's life to this process: the kernel sends it `sig` when we die, however
+    we die (SIGKILL, the OOM killer, a killed process group), so a helper (the compile cache's server, a
+    compile in a session of its own) never outlives the build that started it. A parent already gone between
+    fork and prctl is caught by the parent pid check."""
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if _PRCTL is not None:
+            _PRCTL(PR_SET_PDEATHSIG, int(sig))
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+
+    return preexec
 
 
 def tool_name(cmd: Sequence[object] | str) -> str:
@@ -72,6 +104,7 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
     tail: deque[bytes] = deque(maxlen=keep)
     try:
         kw.setdefault("start_new_session", True)  # a group of its own, stopped whole (_stopped_with)
+        kw.setdefault("preexec_fn", bound(signal.SIGTERM))  # and ended when we die, however (bound)
         with _log.tool_output(show), subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw) as p, \
                 _stopped_with(p):
             assert p.stdout is not None, "stdout=PIPE gives the process a pipe"

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -36,6 +38,7 @@ else:  # run as a script, in any image: the modules beside it (the script's dire
 
 TIMEOUT = 20.0  # as wheelci.compile.sccache.STARTUP_TIMEOUT
 STOP_TIMEOUT = 20.0
+LINE_CAP = 64 << 10  # bytes of one server log line kept (a longer line is dropped whole)
 CCACHE = '#!/bin/sh\nexec ccache "$@"\n'  # the launchers as ensure_ccache.sh writes them
 
 
@@ -71,10 +74,12 @@ def start(status: Path, launcher: Path, port: int) -> int:
     shutil.copy2(found, binary)
     env = {**os.environ, "SCCACHE_START_SERVER": "1", "SCCACHE_NO_DAEMON": "1", "SCCACHE_IDLE_TIMEOUT": "0"}
     timeout = float(os.environ.get("WHEELCI_SCCACHE_TIMEOUT") or TIMEOUT)
-    with (status / "sccache-server.log").open("ab") as out:
-        server = subprocess.Popen([str(binary)], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)
-    (status / "sccache-server.log").chmod(0o644)
+    # the server behind `serve` (this script again, in a session of its own: it outlives this wheel's
+    # before-build, never the container), which masks its output line by line into the mounted log
+    server = subprocess.Popen([sys.executable, "-E", "-s", str(Path(__file__).resolve()), "serve",
+                               str(status / "sccache-server.log"), str(binary)],
+                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and server.poll() is None and not listens(port):
         time.sleep(0.1)
@@ -115,7 +120,49 @@ def stop(status: Path, launcher: Path, port: int) -> int:
     return 0
 
 
+SECRET_WORDS = ("PASSWORD", "TOKEN", "SECRET", "_KEY", "CREDENTIAL", "AUTH")
+USERINFO = re.compile(rb"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s'\"]*@")
+
+
+def masked(line: bytes, secrets: list[bytes]) -> bytes:
+    """A server log line without the store's credentials (the host's redaction is not here to apply)."""
+    for value in secrets:
+        line = line.replace(value, b"***")
+    return USERINFO.sub(rb"\1", line) if b"@" in line else line
+
+
+def _die_with_parent() -> None:
+    """The kernel ends the server when `serve` ends (prctl PR_SET_PDEATHSIG), however it ends."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+
+
+def serve(log: Path, binary: str) -> int:
+    """sccache's server with its output masked into `log` as it comes, line by line (bounded): a container
+    stopped mid-build leaves no credential in the mounted log."""
+    secrets = sorted({v.encode() for k, v in os.environ.items() if len(v) >= 6 and any(w in k.upper() for w in SECRET_WORDS)},
+                     key=len, reverse=True)
+    with contextlib.suppress(FileNotFoundError):
+        log.unlink()
+    with os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as out, \
+            subprocess.Popen([binary], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             preexec_fn=_die_with_parent) as server:
+        assert server.stdout is not None
+        cut = False
+        while line := server.stdout.readline(LINE_CAP):
+            whole = line.endswith(b"\n") or len(line) < LINE_CAP
+            if not cut:
+                out.write(masked(line, secrets) if whole else b"[a line over 64 KiB, not kept]\n")
+                out.flush()
+            cut = not whole
+    return server.returncode
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "serve":
+        return serve(Path(argv[1]), argv[2])
     if len(argv) != 3 or argv[0] not in ("start", "stop"):
         print("usage: sccache_server.py start|stop DIR LAUNCHER", file=sys.stderr)
         return 2
