@@ -98,3 +98,29 @@ def test_a_token_an_index_page_links_with_is_in_no_plan_output_or_cache_record(t
     assert records and any("2.99.0" in t for t in records)
     for text in (*outputs, *records):
         assert "TOKEN-from-the-page" not in text, text
+
+
+@pytest.mark.parametrize("name,value", [
+    (b"MY_TOKEN", b"\xff\xfe-token-not-utf8"),
+    (b"PIP_INDEX_URL", b"https://u:p\xffassword-of-pip@h/"),
+    (b"WHEELCI_TORCH", b"2.\xff"),
+    (b"WHEELCI_CACHE_MAX_SIZE", b"\xc3\x28"),
+    (b"CXXFLAGS", b"-O2 \x01\x1b[31m\xff"),
+    (b"\xffODD_NAME", b"x"),
+])
+def test_any_byte_in_any_variable_is_one_line_or_fine_never_a_traceback(name, value):
+    """The fifth review: a credential-named variable whose value is not UTF-8 crashed every command with a
+    traceback, before its arguments were read. Whatever bytes the environment holds, a command ends 0 or 2
+    in one line, and no credential's readable part is shown (a character printed as a space once cut a URL's
+    userinfo off its `@`)."""
+    import os
+
+    env = {os.fsencode(k): os.fsencode(v) for k, v in os.environ.items() if not k.startswith("WHEELCI_")}
+    env[name] = value
+    r = _proc.run([sys.executable, "-m", "wheelci", "plan", str(ROOT / "tests" / "fixtures" / "tiny_ext"), "--cpu"],
+                  capture_output=True, env=env)
+    out = (r.stdout + r.stderr).decode("utf-8", "replace")
+    assert r.returncode in (0, 2) and "Traceback" not in out, out
+    if r.returncode == 2:
+        assert len(r.stderr.decode(errors="replace").strip().splitlines()) == 1, out
+    assert "token-not-utf8" not in out and "assword-of-pip" not in out

@@ -172,3 +172,24 @@ def test_a_record_whose_report_parts_do_not_read_back_runs_the_step(tmp_path):
     (work / RECORD).write_text(json.dumps(record))
     state, seen = _rerun(work, source)
     assert seen == [("copy", "reused"), ("append", "ok")] and state.out.read_text() == "a!"
+
+
+def test_a_reused_compile_reports_what_its_compile_cache_did():
+    """The fifth review: a reused compile step dropped the compile cache's counts from report.json and
+    report.md. The counts are one of the parts a step adds, recorded and restored with the step."""
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    from wheelci.build import report_parts, restore_report_parts
+    from wheelci.report import BuildReport, to_markdown
+
+    counts = {"storage": "redis redis://127.0.0.1:6379", "used": True, "note": None, "requests": 9,
+              "device": {"hits": 7, "misses": 0}, "host": {"hits": 2, "misses": 0}, "errors": 0}
+    first = SimpleNamespace(report=BuildReport(plan={"project": "p"}, compile_cache=counts))
+    recorded = json.loads(json.dumps(report_parts(first)))  # as the record keeps it
+    again = SimpleNamespace(report=BuildReport(plan={"project": "p"}))
+    restore_report_parts(again, recorded)
+    assert asdict(again.report)["compile_cache"] == counts
+    assert "9 compile requests; device code 7 hits" in to_markdown(again.report)
+    with pytest.raises(ValueError):
+        restore_report_parts(again, {"compile_cache": "7 hits"})

@@ -309,7 +309,7 @@ def inherited_environ(environ: Mapping[str, str]) -> dict[str, str]:
             if k not in ENV_NOISE and not k.startswith(ENV_NOISE_PREFIXES)}
 
 
-REPORT_PARTS = ("build_seconds", "verify_seconds", "verify", "passed", "wheels")  # what steps add to the report
+REPORT_PARTS = ("build_seconds", "verify_seconds", "verify", "passed", "wheels", "compile_cache")  # what steps add to the report
 
 
 def report_parts(b: "Build") -> dict[str, Any]:
@@ -331,6 +331,9 @@ def restore_report_parts(b: "Build", parts: dict[str, Any]) -> None:
             value = float(value)
         elif key == "passed":
             value = bool(value)
+        elif key == "compile_cache":  # what the compile's cache did when it ran: a reused step reports it
+            if value is not None and not isinstance(value, dict):
+                raise ValueError(key)
         else:
             raise ValueError(key)
         values[key] = value

@@ -30,7 +30,17 @@ from wheelci.errors import CiError
 from wheelci.util import log, output, secret, variables
 from wheelci.util.interrupt import TERMINATING, Terminated, terminate_like_ctrl_c
 from wheelci.util.invocation import command, invoked_as
-from wheelci.util.output import emit_json, shown
+from wheelci.util.output import emit_json
+from wheelci.util.output import shown as _shown
+from wheelci.util.untrusted import cut
+
+ERROR_WIDTH = 1000  # characters of an error line at most: a value echoed in it is never a 2 MB line
+
+
+def shown(text: object) -> str:
+    """An error's text as its one line says it: redacted first (escaping or cutting a secret would hide it
+    from the redaction), made safe to print, and bounded (ERROR_WIDTH)."""
+    return cut(_shown(secret.redact(str(text))), ERROR_WIDTH)
 from wheelci.util.proc import system_error
 
 # What the library shares with the command line, named here too: the commands import them from here

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
+from urllib.parse import urlsplit
 
 from wheelci.compile import launch
 from wheelci.config.compilecache import CompileCache
@@ -170,8 +171,8 @@ def serving(cache: CompileCache, sccache: Path, work_dir: Path, bases: str,
     pump = _logged(server, work_dir / layout.SCCACHE_LOG)
     try:
         if not _answers(port, server, timeout):
-            why = (f"the store did not answer within {timeout:g} s" if server.poll() is None
-                   else "the store refused sccache (unreachable or not a cache)")
+            why = (refused(cache) or (f"the store did not answer within {timeout:g} s" if server.poll() is None
+                                      else "the store refused sccache (unreachable or not a cache)"))
             _end(server)
             reports.append(CacheReport(cache.name, False, f"{why}: compiled locally"))
             log.warning(f"compile cache {cache.name}: {why}; compiling locally")
@@ -221,6 +222,29 @@ def redact_log(path: Path) -> None:
     """The server's log, which sccache writes itself (its errors may quote the store's endpoint), redacted
     in place (wheelci.util.log.redact_file)."""
     log.redact_file(path)
+
+
+def refused(cache: CompileCache, timeout: float = 5.0) -> str | None:
+    """Why a Redis store refused its login, asked with Redis's own AUTH (sccache retries a refused password
+    silently until our bound, which would read as a store that never answered); None otherwise."""
+    endpoint = cache.environ.get("SCCACHE_REDIS_ENDPOINT")
+    password = cache.environ.get("SCCACHE_REDIS_PASSWORD")
+    if not endpoint or not password:
+        return None
+    parts = urlsplit(endpoint)
+    if parts.scheme != "redis" or not parts.hostname:  # rediss: TLS first; not asked
+        return None
+    words = [w.encode() for w in ("AUTH", *filter(None, [cache.environ.get("SCCACHE_REDIS_USERNAME")]), password)]
+    command = b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+    try:
+        with socket.create_connection((parts.hostname, parts.port or 6379), timeout=timeout) as s:
+            s.sendall(command)
+            answer = s.recv(512).split(b"\r\n", 1)[0].decode("ascii", "replace")
+    except OSError:
+        return None
+    if answer.startswith(("-WRONGPASS", "-NOAUTH", "-ERR invalid", "-ERR AUTH")):
+        return "the store refused its credentials (wrong user or password)"
+    return None
 
 
 def _answers(port: int, server: subprocess.Popen, timeout: float) -> bool:

@@ -66,6 +66,8 @@ def parse(url: str, env: Mapping[str, str]) -> CompileCache:
     host = parts.hostname or ""
     hostport = f"[{host}]" if ":" in host else host
     hostport += f":{port}" if port is not None else ""
+    if scheme != "s3" and parts.query:  # nothing of a query reaches sccache: refused, never dropped
+        raise _bad(f"a {scheme}:// URL takes no query (sccache has no setting for it); only s3:// takes one")
     if scheme in ("redis", "rediss"):
         return _redis(scheme, hostport, parts.path, user, password)
     if scheme == "s3":
@@ -110,7 +112,14 @@ def _s3(bucket: str, path: str, query: str, env: Mapping[str, str]) -> CompileCa
     endpoint = q.get("endpoint", "")
     if endpoint:
         secret.add_url(endpoint)
-        if urlsplit(endpoint).username or urlsplit(endpoint).password:
+        try:
+            where = urlsplit(endpoint)
+            where.port  # noqa: B018  raises on a port that is not a number
+        except ValueError:
+            raise _bad("an s3:// URL's endpoint is not a URL (endpoint=https://HOST[:PORT])") from None
+        if where.scheme.lower() not in ("http", "https") or not where.hostname:
+            raise _bad("an s3:// URL's endpoint is an http:// or https:// URL with a host (endpoint=https://HOST[:PORT])")
+        if where.username or where.password:
             raise _bad("an s3:// URL's endpoint takes no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
         out["SCCACHE_ENDPOINT"] = endpoint
         out["SCCACHE_S3_USE_SSL"] = "false" if endpoint.lower().startswith("http://") else "true"

@@ -190,10 +190,11 @@ def deprecated(old: str, new: str, warn: Callable[[str], None] | None = None) ->
 
 
 def toml_text(value: object) -> str:
-    """A value as the user wrote it in TOML (true, not True)."""
+    """A value as the user wrote it in TOML (true, not True), at most 80 characters of it (an error echoes it)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return repr(value)
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:79]}… ({type(value).__name__}, {len(text)} characters)"
 
 
 def _words(value: object, what: str) -> list[str]:

@@ -66,9 +66,15 @@ def add(*values: str | None, user: str | None = None) -> None:
     if not new and not user:
         return
     _values.update(new)
-    forms = {f for v in _values for f in (v, quote(v, safe=""), unquote(v))}
-    forms |= {base64.b64encode(f"{u}:{v}".encode()).decode() for u in _users for v in _values}
+    forms = {f for v in _values for f in (v, _quoted(v), unquote(v))}
+    forms |= {base64.b64encode(f"{u}:{v}".encode("utf-8", "surrogateescape")).decode() for u in _users for v in _values}
     _needles[:] = sorted((f for f in forms if len(f) >= MIN_LENGTH), key=len, reverse=True)
+
+
+def _quoted(value: str) -> str:
+    """A value percent-encoded as a URL carries it; any byte, a variable's that is not UTF-8 included (the
+    environment is decoded with surrogateescape)."""
+    return quote(value.encode("utf-8", "surrogateescape"), safe="")
 
 
 def add_url(url: str | None) -> None:
@@ -87,7 +93,7 @@ def add_url(url: str | None) -> None:
     query = re.split(r"#", url.split("?", 1)[1], maxsplit=1)[0] if "?" in url else ""
     for key, value in parse_qsl(query, keep_blank_values=False):
         if secret_query_key(key):
-            add(value, quote(value, safe=""))  # ?access_token=..., a signed URL's X-Amz-Signature
+            add(value, _quoted(value))  # ?access_token=..., a signed URL's X-Amz-Signature
     head = re.split(r"[?#]", url.split("://", 1)[1], maxsplit=1)[0]
     if "@" in head:
         info = head.rsplit("@", 1)[0]

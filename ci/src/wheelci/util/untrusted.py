@@ -1,7 +1,7 @@
 """Text from outside (a project's names and settings, its tests' output, a wheel's members, a server's
 words) made safe for each place it is shown, so that it stays data there.
 
-- `one_line`: terminal escapes (ANSI CSI/OSC sequences) removed, every other control character, line or
+- `one_line`: redacted (util.secret), terminal escapes (ANSI CSI/OSC sequences) removed, every other control character, line or
   paragraph separator turned to a space: nothing can write a line of its own (a forged `ok`, a
   `::error::` workflow command at a line's start) or drive the terminal.
 - `markdown`: redacted (util.secret: before anything changes the secret's characters or cuts it), one
@@ -44,8 +44,10 @@ def terminal_bytes(data: bytes) -> bytes:
 
 
 def one_line(text: object) -> str:
-    """The text on one line: escapes gone, control and separator characters as spaces, runs of spaces one."""
-    s = _ANSI.sub("", str(text))
+    """The text on one line: redacted first (a character turned to a space would hide a registered secret,
+    or cut a URL's userinfo off its `@`), escapes gone, control and separator characters as spaces, runs of
+    spaces one."""
+    s = _ANSI.sub("", secret.redact(str(text)))
     s = "".join(c if c.isprintable() else " " for c in s)
     return " ".join(s.split())
 
