@@ -40,9 +40,32 @@ def test_variables_are_typed():
         resolve("build", {}, {"WHEELCI_ENGINE": "lxc"})
 
 
-def test_an_unknown_variable_gets_the_closest_name():
-    with pytest.raises(CiError, match=r"unknown variable WHEELCI_TEST_COMAND \(did you mean WHEELCI_TEST_COMMAND\?\)"):
-        resolve("build", {}, {"WHEELCI_TEST_COMAND": "true"})
+def test_an_unknown_variable_is_one_warning_with_the_closest_name_never_an_error():
+    """The environment is the user's CI's: a WHEELCI_VERSION pinning the tool's own install, or a typo, is
+    said once with the closest name, and the build goes on (as cibuildwheel and uv do)."""
+    said: list[str] = []
+    o = resolve("build", {}, {"WHEELCI_TEST_COMAND": "true", "WHEELCI_VERSION": "0.5.0", "WHEELCI_TORCH": "2.13.0"},
+                warn=said.append)
+    assert o.torch == "2.13.0" and o.test_command is None
+    assert said == ["WHEELCI_TEST_COMAND is not a variable of this tool (did you mean WHEELCI_TEST_COMMAND?): ignored",
+                    "WHEELCI_VERSION is not a variable of this tool (did you mean WHEELCI_LOCAL_VERSION?): ignored"]
+    resolve("build", {}, {"WHEELCI_TEST_COMAND": "true"}, warn=said.append)
+    assert len(said) == 2  # once per process
+
+
+def test_every_variable_the_tool_reads_or_sets_is_declared():
+    """One list of the tool's variables (the options' and util.variables'): every WHEELCI_* name written
+    anywhere in the package, its resources and its workflows is in it, so none set by the tool itself is
+    ever warned about as unknown (WHEELCI_SCCACHE_TIMEOUT once was refused)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    texts = [p.read_text() for p in (root / "ci" / "src" / "wheelci").rglob("*") if p.suffix in (".py", ".sh", ".json")]
+    texts += [p.read_text() for p in (root / ".github").rglob("*.yml")]
+    names = {n for t in texts for n in re.findall(r"\bWHEELCI_[A-Z0-9_]*[A-Z0-9]\b", t)}
+    assert {"WHEELCI_SCCACHE_TIMEOUT", "WHEELCI_COMPILE_CACHE"} <= names
+    assert not names - set(options.KNOWN_VARIABLES), sorted(names - set(options.KNOWN_VARIABLES))
 
 
 def test_the_kind_table_goes_over_the_table_for_its_kind_only():
@@ -181,3 +204,60 @@ def test_a_bad_tool_setting_stops_the_plan_and_the_dry_run_in_one_line(name, val
     r = run_stage(*stage, env={name: value})
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert name in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_every_field_is_typed_as_its_kind_reads():
+    """No Any between a kind's reader and the field it fills: each Options field's annotation is KIND_TYPES'
+    type for its kind (optional where the default is None)."""
+    import typing
+
+    hints = typing.get_type_hints(options.Options)
+    for o in options.OPTIONS:
+        want = options.KIND_TYPES[o.kind]
+        got = hints[o.name]
+        import types
+
+        union = typing.get_origin(got) in (typing.Union, types.UnionType)
+        origins = {typing.get_origin(a) or a for a in (typing.get_args(got) if union else (got,))} - {type(None)}
+        assert origins == {want}, (o.name, got, want)
+
+
+def test_an_option_added_as_the_guide_says_works_by_flag_variable_and_key(tmp_path):
+    """docs/contributing.md's recipe, followed in a scratch copy of the package: one field of Options, and
+    the option is taken from its flag, its variable and its table key (the recipe once gave a TypeError)."""
+    import re
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from tests import _proc
+
+    root = Path(__file__).resolve().parent.parent
+    guide = (root / "docs" / "contributing.md").read_text()
+    assert "one field of `Options`" in guide and "_opt(kind, help, group" in guide
+    copy = tmp_path / "src"
+    shutil.copytree(root / "ci" / "src" / "wheelci", copy / "wheelci", ignore=shutil.ignore_patterns("__pycache__"))
+    source = copy / "wheelci" / "config" / "options.py"
+    text = source.read_text()
+    anchor = re.search(r"\n    sources: dict\[str, str\] = field", text)
+    assert anchor
+    source.write_text(text[:anchor.start()] + '\n    shiny_level: str | None = _opt("str", "how shiny", "outputs")'
+                      + text[anchor.start():])
+    probe = (
+        "import sys\n"
+        "from wheelci.cli import Parser\n"
+        "from wheelci.config import options\n"
+        "p = Parser(prog='wheelci build')\n"
+        "options.add_arguments(p, 'build')\n"
+        "given = vars(p.parse_args(sys.argv[1:]))\n"
+        "table = options.read_table({'shiny-level': 'from-the-table'})\n"
+        "import os\n"
+        "o = options.resolve('build', given, dict(os.environ), table)\n"
+        "print(o.shiny_level, o.sources['shiny_level'])\n")
+    env = {"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"}
+    runs = {"flag": (["--shiny-level", "from-the-flag"], {}),
+            "variable": ([], {"WHEELCI_SHINY_LEVEL": "from-the-variable"}), "table": ([], {})}
+    for where, (args, extra) in runs.items():
+        r = _proc.run([sys.executable, "-c", probe, *args], env={**env, **extra}, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == [f"from-the-{where}", where], (where, r.stdout, r.stderr)

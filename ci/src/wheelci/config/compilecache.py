@@ -113,13 +113,13 @@ def _s3(bucket: str, path: str, query: str, env: Mapping[str, str]) -> CompileCa
     if endpoint:
         secret.add_url(endpoint)
         try:
-            where = urlsplit(endpoint)
-            where.port  # noqa: B018  raises on a port that is not a number
+            at = urlsplit(endpoint)
+            at.port  # noqa: B018  raises on a port that is not a number
         except ValueError:
             raise _bad("an s3:// URL's endpoint is not a URL (endpoint=https://HOST[:PORT])") from None
-        if where.scheme.lower() not in ("http", "https") or not where.hostname:
+        if at.scheme.lower() not in ("http", "https") or not at.hostname:
             raise _bad("an s3:// URL's endpoint is an http:// or https:// URL with a host (endpoint=https://HOST[:PORT])")
-        if where.username or where.password:
+        if at.username or at.password:
             raise _bad("an s3:// URL's endpoint takes no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
         out["SCCACHE_ENDPOINT"] = endpoint
         out["SCCACHE_S3_USE_SSL"] = "false" if endpoint.lower().startswith("http://") else "true"

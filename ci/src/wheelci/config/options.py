@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import difflib
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from wheelci.errors import CiError
 from wheelci.util import log, variables
 from wheelci.util.log import heartbeat_seconds
+from wheelci.util.untrusted import cut
 
 TABLE = "tool.wheelci"  # the project's table in pyproject.toml
 OLD_TABLE = "tool.ci"  # read, with a deprecation line, when the project has no [tool.wheelci]
@@ -72,103 +73,147 @@ class Option:
         return self.flags[-1]
 
 
-def _opt(name: str, kind: str, help: str, group: str, *, key: bool | str = True, variable: bool | str = True,
-         flags: tuple[str, ...] = (), **kw: Any) -> Option:
-    """An option whose key, variable and flag are its name's (`test_command`: `test-command`,
-    `WHEELCI_TEST_COMMAND`, `--test-command`) unless given or turned off."""
-    dashed = name.replace("_", "-")
-    return Option(name, kind, help, group, flags=flags or (f"--{dashed}",),
-                  key=(dashed if key is True else key or None), variable=(PREFIX + name.upper() if variable is True else variable or None),
-                  **kw)
+OPTION = "wheelci.option"  # the metadata key under which an Options field holds its declaration
 
 
-OPTIONS: tuple[Option, ...] = (
+@dataclass(frozen=True)
+class _Declared:
+    kind: str
+    help: str
+    group: str
+    key: bool | str
+    variable: bool | str
+    flags: tuple[str, ...]
+    commands: tuple[str, ...]
+    default: object
+    metavar: str | None
+    choices: tuple[str, ...] | None
+    per_kind: bool
+
+
+def _opt(kind: str, help: str, group: str, *, key: bool | str = True, variable: bool | str = True,
+         flags: tuple[str, ...] = (), commands: tuple[str, ...] = COMMANDS, default: object = None,
+         metavar: str | None = None, choices: tuple[str, ...] | None = None, per_kind: bool = False) -> Any:
+    """A field of Options that declares its option (as scikit-build-core's settings do): the field's name is
+    the option's, its key, variable and flag are the name's (`test_command`: `test-command`,
+    `WHEELCI_TEST_COMMAND`, `--test-command`) unless given or turned off, and its default is the kind's
+    (an empty list or table, False) unless given."""
+    declared = _Declared(kind, help, group, key, variable, flags, commands, default, metavar, choices, per_kind)
+    meta = {OPTION: declared}
+    if kind == "env":
+        return field(default_factory=dict, metadata=meta)
+    if kind == "words":
+        return field(default=(), metadata=meta)
+    return field(default=bool(default) if kind == "bool" else default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Options:
+    """The settings of one `build` or `plan` run, resolved (see the module's docstring), and the one
+    declaration of each: a field here is an option of the flag, the variable and the table key its
+    declaration names (OPTIONS is read off these fields). The Plan is made from these, never from the
+    parsed arguments. `cuda` None is a CPU build (--cpu, WHEELCI_CUDA=cpu); `compile_cache` "" is none.
+    `sources`: option name -> where its value came from ("flag", "variable", "table", "default"), which
+    the dry run can show."""
+
     # what to build
-    _opt("cuda", "str", "CUDA version to build for (with --stable-abi: a major such as 13); build takes --cuda "
-         "or --cpu, WHEELCI_CUDA a version or cpu; plan --workflow-matrix: a comma list of the jobs to keep "
-         "(CUDA versions, or cpu)", "target", key=False),
-    _opt("cpu", "bool", "a CPU-only build", "target", key=False, variable=False),
-    _opt("torch", "str", "torch version to build against, or latest (default: the matrix row's)", "target"),
-    _opt("torch_index_url", "str", "where to get that torch, and read its metadata (default: the matrix row's index)",
-         "target", metavar="URL"),
-    _opt("python", "csv", "comma-separated Python versions, e.g. 3.10,3.11 (default: [tool.cibuildwheel] build, "
-         "else this Python); verify runs with the Python running wheelci, so a host build of another is refused",
-         "target"),
-    _opt("arch_list", "str", 'TORCH_CUDA_ARCH_LIST, e.g. "8.0;9.0" (default: the matrix row\'s)', "target"),
-    _opt("archs", "csv", "machine architectures, comma-separated: x86_64 (default), aarch64, native "
-         "(cibuildwheel's --archs); another than this machine's builds in a container, under QEMU emulation",
-         "target", metavar="ARCHS"),
-    _opt("stable_abi", "stable_abi", "build against LibTorch's stable ABI: one wheel per variant (cpu, cu12, "
-         "cu13) for every torch >= X.Y (>= 2.10)", "target", metavar="X.Y"),
-    _opt("variant", "bool", "PEP 825 wheel variants: a CUDA build writes a variant wheel (no local label, "
-         "labelled cu130 / cu13), plus its local-labelled twin unless --local-version none; a CPU build writes "
-         "the release's plain wheel (auto means none); plan --workflow-matrix: the jobs of a variant set",
-         "target", key="variants", variable="WHEELCI_VARIANTS", default=False),
+    cuda: str | None = _opt("str", "CUDA version to build for (with --stable-abi: a major such as 13); build takes --cuda "
+        "or --cpu, WHEELCI_CUDA a version or cpu; plan --workflow-matrix: a comma list of the jobs to keep "
+        "(CUDA versions, or cpu)", "target", key=False)
+    cpu: bool = _opt("bool", "a CPU-only build", "target", key=False, variable=False)
+    torch: str | None = _opt("str", "torch version to build against, or latest (default: the matrix row's)", "target")
+    torch_index_url: str | None = _opt("str", "where to get that torch, and read its metadata (default: the matrix row's index)",
+        "target", metavar="URL")
+    python: str | None = _opt("csv", "comma-separated Python versions, e.g. 3.10,3.11 (default: [tool.cibuildwheel] build, "
+        "else this Python); verify runs with the Python running wheelci, so a host build of another is refused",
+        "target")
+    arch_list: str | None = _opt("str", 'TORCH_CUDA_ARCH_LIST, e.g. "8.0;9.0" (default: the matrix row\'s)', "target")
+    archs: str | None = _opt("csv", "machine architectures, comma-separated: x86_64 (default), aarch64, native "
+        "(cibuildwheel's --archs); another than this machine's builds in a container, under QEMU emulation",
+        "target", metavar="ARCHS")
+    stable_abi: str | None = _opt("stable_abi", "build against LibTorch's stable ABI: one wheel per variant (cpu, cu12, "
+        "cu13) for every torch >= X.Y (>= 2.10)", "target", metavar="X.Y")
+    variant: bool = _opt("bool", "PEP 825 wheel variants: a CUDA build writes a variant wheel (no local label, "
+        "labelled cu130 / cu13), plus its local-labelled twin unless --local-version none; a CPU build writes "
+        "the release's plain wheel (auto means none); plan --workflow-matrix: the jobs of a variant set",
+        "target", key="variants", variable="WHEELCI_VARIANTS", default=False)
     # where and how
-    _opt("engine", "choice", "where to build: auto (a responding container engine, else the host when it can), "
-         "host, docker or podman", "where", default="auto", choices=("auto", "host", "docker", "podman")),
-    _opt("image", "str", "container builds: build in this image instead of the matrix's (a manylinux-layout "
-         "image with CUDA under /usr/local/cuda)", "where"),
-    _opt("find_links", "path", "container builds: a wheel directory the container's pip uses (mounted "
-         "read-only); torch comes from it before any index", "where", key=False, metavar="DIR"),
-    _opt("nvcc", "choice", "host builds: the host nvcc if its version matches (auto), only it (host), or "
-         "NVIDIA's wheels (wheel)", "where", default="auto", choices=("auto", "host", "wheel")),
-    _opt("env", "env", "a build variable, e.g. FORCE_CUDA=1 (repeatable); shown as NAME=*** unless NAME is "
-         "public", "where", metavar="NAME=VALUE", per_kind=True),
-    _opt("public_env", "words", "a build variable whose value may be shown (plan, report, logs), e.g. "
-         "TORCH_CUDA_ARCH_LIST (repeatable)", "where", metavar="NAME"),
-    _opt("compile_cache", "str", "share compiles with other machines through a remote store, with sccache (host "
-         "and container builds): redis://HOST[:PORT][/DB], http(s)://HOST/PATH (WebDAV), s3://BUCKET[/PREFIX][?endpoint=URL&"
-         "region=R] (keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or gha", "where",
-         metavar="URL"),
-    _opt("work_dir", "path", "the build tree (default: one per project and plan in the cache); new, empty or made "
-         "by an earlier build; may be inside the project, not inside -w nor hold it", "where",
-         commands=("build",), key=False, metavar="DIR"),
-    _opt("keep_work", "bool", "keep the temporary work directory of an sdist's build (a project directory's "
-         "build tree is kept anyway, in the cache)", "where", commands=("build",), key=False),
-    _opt("fresh", "bool", "start from an empty build tree and run every step (default: steps whose inputs are "
-         "unchanged since the last build are reused)", "where", commands=("build",), key=False),
+    engine: str = _opt("choice", "where to build: auto (a responding container engine, else the host when it can), "
+        "host, docker or podman", "where", default="auto", choices=("auto", "host", "docker", "podman"))
+    image: str | None = _opt("str", "container builds: build in this image instead of the matrix's (a manylinux-layout "
+        "image with CUDA under /usr/local/cuda)", "where")
+    find_links: Path | None = _opt("path", "container builds: a wheel directory the container's pip uses (mounted "
+        "read-only); torch comes from it before any index", "where", key=False, metavar="DIR")
+    nvcc: str = _opt("choice", "host builds: the host nvcc if its version matches (auto), only it (host), or "
+        "NVIDIA's wheels (wheel)", "where", default="auto", choices=("auto", "host", "wheel"))
+    env: dict[str, str] = _opt("env", "a build variable, e.g. FORCE_CUDA=1 (repeatable); shown as NAME=*** unless NAME is "
+        "public", "where", metavar="NAME=VALUE", per_kind=True)
+    public_env: tuple[str, ...] = _opt("words", "a build variable whose value may be shown (plan, report, logs), e.g. "
+        "TORCH_CUDA_ARCH_LIST (repeatable)", "where", metavar="NAME")
+    compile_cache: str | None = _opt("str", "share compiles with other machines through a remote store, with sccache (host "
+        "and container builds): redis://HOST[:PORT][/DB], http(s)://HOST/PATH (WebDAV), s3://BUCKET[/PREFIX][?endpoint=URL&"
+        "region=R] (keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or gha", "where",
+        metavar="URL")
+    work_dir: Path | None = _opt("path", "the build tree (default: one per project and plan in the cache); new, empty or made "
+        "by an earlier build; may be inside the project, not inside -w nor hold it", "where",
+        commands=("build",), key=False, metavar="DIR")
+    keep_work: bool = _opt("bool", "keep the temporary work directory of an sdist's build (a project directory's "
+        "build tree is kept anyway, in the cache)", "where", commands=("build",), key=False)
+    fresh: bool = _opt("bool", "start from an empty build tree and run every step (default: steps whose inputs are "
+        "unchanged since the last build are reused)", "where", commands=("build",), key=False)
     # outputs
-    _opt("wheel_dir", "path", "output directory for wheels and the report", "outputs", commands=("build",),
-         key=False, flags=("-w", "--wheel-dir"), metavar="DIR"),
-    _opt("local_version", "str", "local version label: auto (default) names torch and CUDA, e.g. "
-         "0.1.0+pt2.13.0.cu130; none for no label", "outputs", default="auto", metavar="auto|none|LABEL"),
-    _opt("limit", "limit", "size limit per wheel: pypi, github or a size like 3GB; a wheel over it is split",
-         "outputs"),
-    _opt("exclude", "words", "another library pattern auditwheel must not graft, besides torch, CUDA, cuDNN, "
-         "OpenMP (repeatable)", "outputs", metavar="PATTERN"),
-    _opt("allow_no_device_code", "bool", "accept a --cuda wheel with no compiled device code (kernels compiled at "
-         "run time)", "outputs", default=False),
+    wheel_dir: Path | None = _opt("path", "output directory for wheels and the report", "outputs", commands=("build",),
+        key=False, flags=("-w", "--wheel-dir"), metavar="DIR")
+    local_version: str = _opt("str", "local version label: auto (default) names torch and CUDA, e.g. "
+        "0.1.0+pt2.13.0.cu130; none for no label", "outputs", default="auto", metavar="auto|none|LABEL")
+    limit: str | None = _opt("limit", "size limit per wheel: pypi, github or a size like 3GB; a wheel over it is split",
+        "outputs")
+    exclude: tuple[str, ...] = _opt("words", "another library pattern auditwheel must not graft, besides torch, CUDA, cuDNN, "
+        "OpenMP (repeatable)", "outputs", metavar="PATTERN")
+    allow_no_device_code: bool = _opt("bool", "accept a --cuda wheel with no compiled device code (kernels compiled at "
+        "run time)", "outputs", default=False)
     # verify
-    _opt("test_command", "command", 'run in the verify venv after install, e.g. "pytest {project}/tests" '
-         "(placeholders {project} and {wheel})", "verify", metavar="CMD"),
-    _opt("test_requires", "words", "installed before the test command (repeatable)", "verify", metavar="REQ"),
+    test_command: str | None = _opt("command", 'run in the verify venv after install, e.g. "pytest {project}/tests" '
+        "(placeholders {project} and {wheel})", "verify", metavar="CMD")
+    test_requires: tuple[str, ...] = _opt("words", "installed before the test command (repeatable)", "verify", metavar="REQ")
     # publish
-    _opt("upload", "str", "upload the verified wheels to this repository URL (as wheelci upload --skip-existing: "
-         "a rerun that finds the same file on the index succeeds; a different file under its name fails)",
-         "publish", key=False,
-         metavar="URL"),
+    upload: str | None = _opt("str", "upload the verified wheels to this repository URL (as wheelci upload --skip-existing: "
+        "a rerun that finds the same file on the index succeeds; a different file under its name fails)",
+        "publish", key=False,
+        metavar="URL")
     # the run
-    _opt("dry_run", "bool", "print the plan and run nothing", "run", commands=("build",), key=False,
-         variable=False),
-    _opt("json", "bool", "machine-readable output on stdout (build: the report; with --dry-run and plan: the "
-         "plan)", "run", key=False, variable=False),
-    _opt("compile_only", "bool", "compile and stop: no repair, verify or wheel in -w (the report says what the "
-         "compile cache did); with --compile-cache it warms the store for another build (the workflow's "
-         "arch-jobs)", "run", commands=("build",), key=False, variable=False),
-    _opt("warm_for", "str", "with --compile-only and --compile-cache: the arch list of the build this one fills the "
-         "store for, --arch-list being its part (the workflow's arch-jobs): each architecture's device code is "
-         "compiled as that build compiles it, so it takes them from the store", "run", commands=("build",),
-         key=False, variable=False, metavar="ARCH_LIST"),
-    _opt("arch_jobs", "str", "with --workflow-matrix: the fan-out instead, each CUDA job's arch list (--arch-list, "
-         "else the project's, else the row's) dealt into N (2 to 16) compile-only jobs, each naming its part "
-         "(arch_list), that fill a remote compile cache", "run",
-         commands=("plan",), key=False, variable=False, metavar="N"),
-    _opt("workflow_matrix", "bool", "print the CI jobs the project needs as a GitHub Actions matrix (JSON): one "
-         "per CUDA version, or one per variant for stable-ABI wheels; each job's engine is host for CPU, docker "
-         "for CUDA, or --engine's for every job", "run", commands=("plan",), key=False,
-         variable=False),
-)
+    dry_run: bool = _opt("bool", "print the plan and run nothing", "run", commands=("build",), key=False,
+        variable=False)
+    json: bool = _opt("bool", "machine-readable output on stdout (build: the report; with --dry-run and plan: the "
+        "plan)", "run", key=False, variable=False)
+    compile_only: bool = _opt("bool", "compile and stop: no repair, verify or wheel in -w (the report says what the "
+        "compile cache did); with --compile-cache it warms the store for another build (the workflow's "
+        "arch-jobs)", "run", commands=("build",), key=False, variable=False)
+    warm_for: str | None = _opt("str", "with --compile-only and --compile-cache: the arch list of the build this one fills the "
+        "store for, --arch-list being its part (the workflow's arch-jobs): each architecture's device code is "
+        "compiled as that build compiles it, so it takes them from the store", "run", commands=("build",),
+        key=False, variable=False, metavar="ARCH_LIST")
+    arch_jobs: str | None = _opt("str", "with --workflow-matrix: the fan-out instead, each CUDA job's arch list (--arch-list, "
+        "else the project's, else the row's) dealt into N (2 to 16) compile-only jobs, each naming its part "
+        "(arch_list), that fill a remote compile cache", "run",
+        commands=("plan",), key=False, variable=False, metavar="N")
+    workflow_matrix: bool = _opt("bool", "print the CI jobs the project needs as a GitHub Actions matrix (JSON): one "
+        "per CUDA version, or one per variant for stable-ABI wheels; each job's engine is host for CPU, docker "
+        "for CUDA, or --engine's for every job", "run", commands=("plan",), key=False,
+        variable=False)
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+def _option(f: Field[object]) -> Option:
+    d: _Declared = f.metadata[OPTION]
+    dashed = f.name.replace("_", "-")
+    return Option(f.name, d.kind, d.help, d.group, d.commands, d.flags or (f"--{dashed}",),
+                  dashed if d.key is True else d.key or None,
+                  PREFIX + f.name.upper() if d.variable is True else d.variable or None,
+                  d.default, d.metavar, d.choices, d.per_kind)
+
+
+OPTIONS: tuple[Option, ...] = tuple(_option(f) for f in fields(Options) if OPTION in f.metadata)
 BY_NAME = {o.name: o for o in OPTIONS}
 KEYS = {o.key: o for o in OPTIONS if o.key}
 
@@ -283,6 +328,14 @@ VALUE_KINDS: dict[str, Callable[[object, str], Any]] = {
 }
 
 
+# kind -> the type of the Options field it fills, whichever source the value came from (a test holds every
+# field's annotation to it)
+KIND_TYPES: dict[str, type] = {
+    "str": str, "csv": str, "command": str, "limit": str, "stable_abi": str, "choice": str, "bool": bool,
+    "words": tuple, "env": dict, "path": Path,
+}
+
+
 def read_value(option: Option, value: object, what: str) -> Any:
     """A `[tool.wheelci]` value of `option` checked by its kind's reader; `what` names it in an error."""
     reader = _choice(option) if option.kind == "choice" else VALUE_KINDS[option.kind]
@@ -378,47 +431,6 @@ def _read_kind(value: object, where: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- resolving
 
 
-@dataclass(frozen=True)
-class Options:
-    """The settings of one `build` or `plan` run, resolved (see the module's docstring); the Plan is
-    made from these, never from the parsed arguments. `sources`: option name -> where its value came
-    from ("flag", "variable", "table", "default"), which the dry run can show."""
-
-    cuda: str | None = None  # None: a CPU build (--cpu, WHEELCI_CUDA=cpu)
-    torch: str | None = None
-    torch_index_url: str | None = None
-    python: str | None = None
-    arch_list: str | None = None
-    archs: str | None = None
-    stable_abi: str | None = None
-    variant: bool = False
-    engine: str = "auto"
-    image: str | None = None
-    find_links: Path | None = None
-    nvcc: str = "auto"
-    env: dict[str, str] = field(default_factory=dict)
-    public_env: tuple[str, ...] = ()
-    work_dir: Path | None = None
-    keep_work: bool = False
-    fresh: bool = False
-    wheel_dir: Path | None = None
-    local_version: str = "auto"
-    limit: str | None = None
-    exclude: tuple[str, ...] = ()
-    allow_no_device_code: bool = False
-    test_command: str | None = None
-    test_requires: tuple[str, ...] = ()
-    upload: str | None = None
-    dry_run: bool = False
-    json: bool = False
-    workflow_matrix: bool = False
-    compile_cache: str | None = None  # a remote compile cache's URL (wheelci.config.compilecache); "" is none
-    compile_only: bool = False
-    warm_for: str | None = None
-    arch_jobs: str | None = None
-    sources: dict[str, str] = field(default_factory=dict, compare=False)
-
-
 LISTS = ("words",)  # kinds whose values add up over the sources
 
 
@@ -428,7 +440,7 @@ def resolve(command: str, given: Mapping[str, Any], environ: Mapping[str, str], 
     given), the environment and the project's table. A WHEELCI_* variable no option knows is refused
     with the closest known one; a deprecated one is read with one deprecation line."""
     table = Table() if table is None else table
-    check_variables(environ)
+    check_variables(environ, warn)
     taken = [o for o in OPTIONS if command in o.commands]
     cuda = _cuda(given, environ)
     values = table.for_kind(cuda is not None)
@@ -451,6 +463,10 @@ def resolve(command: str, given: Mapping[str, Any], environ: Mapping[str, str], 
         else:
             out[o.name] = layers[-1][1]
         sources[o.name] = layers[-1][0]
+    out["cpu"] = cuda is None
+    for name, value in out.items():  # each kind's reader fills its field with the field's type (KIND_TYPES)
+        if value is not None and not isinstance(value, KIND_TYPES[BY_NAME[name].kind]):
+            raise TypeError(f"option {name}: its {BY_NAME[name].kind} reader gave a {type(value).__name__}")
     return Options(**out, sources=sources)
 
 
@@ -483,13 +499,16 @@ def kind_given(given: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
     return bool(given.get("cuda") or given.get("cpu") or environ.get("WHEELCI_CUDA", "").strip())
 
 
-def check_variables(environ: Mapping[str, str]) -> None:
-    """A WHEELCI_* variable no option or tool setting knows is a typo: refused with the closest name."""
+def check_variables(environ: Mapping[str, str], warn: Callable[[str], None] | None = None) -> None:
+    """A WHEELCI_* variable no option or tool setting knows: one warning with the closest name, once per
+    process, never an error: the environment is the user's CI's, which may keep a variable of its own under
+    the prefix (cibuildwheel and uv ignore unknown variables of their prefixes)."""
     for name in sorted(environ):
-        if name.startswith(PREFIX) and name not in KNOWN_VARIABLES:
+        if name.startswith(PREFIX) and name not in KNOWN_VARIABLES and name not in _warned:
+            _warned.add(name)
             close = difflib.get_close_matches(name, KNOWN_VARIABLES, n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(KNOWN_VARIABLES)})"
-            raise CiError(f"unknown variable {name}{hint}")
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            (warn or log.warning)(f"{cut(name, 64)} is not a variable of this tool{hint}: ignored")
     # the tool's own settings read later (a build's heartbeat, its cache cap): bad input now, one line, not a
     # plan or dry run that passes and a build that stops on them
     from wheelci.util.cache import max_size

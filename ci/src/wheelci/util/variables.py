@@ -30,6 +30,8 @@ VERBOSE = "WHEELCI_VERBOSE"
 HEARTBEAT = "WHEELCI_HEARTBEAT"
 IMAGE_REGISTRY = "WHEELCI_IMAGE_REGISTRY"
 TOOL_SOURCE = "WHEELCI_TOOL_SOURCE"
+SCCACHE_TIMEOUT = "WHEELCI_SCCACHE_TIMEOUT"
+SITE_PACKAGES = "WHEELCI_SITE_PACKAGES"
 
 VARIABLES = (
     Variable(TORCH_INDEX, "the index a torch release the matrix does not list is read from, when "
@@ -45,6 +47,10 @@ VARIABLES = (
              old="CI_IMAGE_REGISTRY"),
     Variable(TOOL_SOURCE, "read by the reusable workflow, not the tool: on a runner, the pip requirement the tool "
              "is installed from where the platform does not name the workflow's commit (the `wheelci` input wins)"),
+    Variable(SCCACHE_TIMEOUT, "set by the tool, not the user: in a container build's environment, the seconds "
+             "the container's sccache server has to answer for its store (20, as on the host)"),
+    Variable(SITE_PACKAGES, "read inside a container build: the build venv's site-packages whose files the "
+             "compile-cache script gives one time (default: the interpreter's own)"),
 )
 OLD_NAMES = {v.name: v.old for v in VARIABLES if v.old}
 
