@@ -490,3 +490,16 @@ def test_the_container_puts_ccache_in_front_of_the_compilers_as_the_backend_take
         assert env.get("PYTORCH_NVCC") == (f"ccache {cibw.CONTAINER_CUDA_HOME}/bin/nvcc" if cuda else None)
     else:
         assert not launchers and "CXX" not in env and "TORCH_NO_COMPILER_WRAPPER" not in env
+
+
+def test_the_library_builds_from_typed_options_and_prints_no_plan(capsys):
+    """The library's entry: build(Options, Project) -> BuildResult, no dict of parsed arguments, and the
+    printing (the plan, the JSON) is the command's: a dry run through the library returns the plan only."""
+    from wheelci import build
+    from wheelci.config.options import Options
+
+    with build.opened(ROOT / "tests" / "fixtures" / "tiny_ext") as project:
+        result = build.build(Options(cuda=None, dry_run=True, json=True), project)
+    assert isinstance(result, build.BuildResult) and result.report is None and result.wheels == ()
+    assert result.plan.cuda is None and result.plan.project == "tiny-ext"
+    assert capsys.readouterr().out == ""

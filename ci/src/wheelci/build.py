@@ -10,6 +10,7 @@ never holds a half-made or unverified wheel; report.json and report.md are writt
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -17,7 +18,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from wheelci.config import options
 from wheelci.config.options import Options
@@ -26,7 +27,6 @@ from wheelci.steps import Step, run_steps
 from wheelci.util import epoch, layout, log
 from wheelci.wheel.names import cuda_tag
 from wheelci.util.invocation import command
-from wheelci.util.output import emit_json
 from wheelci.util.proc import system_error
 
 if TYPE_CHECKING:
@@ -110,16 +110,37 @@ def verify_torches(plan: "Plan", env: "BuildEnv", torch_requirement: str | None)
     return out
 
 
-def run_build(given: dict[str, Any], project_arg: Path | None, project_dir: Path) -> int:
-    """The project (an sdist extracted into a temporary directory), its pyproject.toml read once, its
-    table resolved with the options and variables, then built."""
+@dataclass(frozen=True)
+class BuildResult:
+    """What a build did: its Plan; its report (None for a dry run, which runs nothing); the wheels it wrote."""
+
+    plan: "Plan"
+    report: "BuildReport | None" = None
+    wheels: tuple[Path, ...] = ()
+
+
+@contextlib.contextmanager
+def opened(project: Path) -> Iterator["Project"]:
+    """The project to build, read once: a directory as it is, an sdist extracted into a temporary directory
+    that lives as long as the block."""
     from wheelci.config import project as projects
 
     with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
-        found = projects.resolve(project_arg or project_dir, Path(tmp))
-        o = options.resolve("build", given, os.environ, found.settings.table)
-        from_sdist = project_arg is not None and project_arg.is_file()
-        return build_project(o, found, from_sdist)
+        yield projects.resolve(project, Path(tmp))
+
+
+def build(o: Options, project: "Project", from_sdist: bool = False) -> BuildResult:
+    """The library's one entry for a build: the Plan from the options and the project, then (unless a dry
+    run) its steps. Raises CiError for bad input, Finding for what the build found; prints progress only
+    (the command prints the plan, the JSON and decides the exit status)."""
+    from wheelci.plan import plan_for
+
+    plan = plan_for(o, project, os.environ)
+    if o.dry_run:
+        return BuildResult(plan)
+    b = prepared(o, project, plan, from_sdist)
+    run(b)
+    return BuildResult(plan, b.report, tuple(b.written))
 
 
 def host_env_state(plan: "Plan") -> str:
@@ -130,17 +151,9 @@ def host_env_state(plan: "Plan") -> str:
     return env_state(torch_spec(plan))
 
 
-def build_project(o: Options, project: "Project", from_sdist: bool = False) -> int:
-    from wheelci.plan import for_the_log, format_plan, plan_for
-
+def prepared(o: Options, project: "Project", plan: "Plan", from_sdist: bool) -> "Build":
+    """The Build of a plan, its directories checked and the plan's notes said: bad input before any step."""
     project_dir = project.root
-    plan = plan_for(o, project, os.environ)
-    if o.dry_run:
-        if o.json:
-            emit_json(plan.to_json())
-        else:
-            print(for_the_log(format_plan(plan, build_env=None if plan.engine.container else host_env_state(plan))))
-        return 0
     if o.wheel_dir is None:
         raise CiError("-w/--wheel-dir is required unless --dry-run")
     if len(plan.archs) > 1:
@@ -181,28 +194,28 @@ def build_project(o: Options, project: "Project", from_sdist: bool = False) -> i
     if not plan.engine.container:
         log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} "
                  "(wheelci/resources/glibc_compat/glibc_compat.h)")
-    return run(Build(options=o, plan=plan, project_dir=project_dir, out_dir=o.wheel_dir, from_sdist=from_sdist))
+    return Build(options=o, plan=plan, project_dir=project_dir, out_dir=o.wheel_dir, from_sdist=from_sdist)
 
 
-def run(b: "Build") -> int:
+def run(b: "Build") -> None:
     """Run STEPS over one build in its work directory; the report (with each step's outcome) is written
     whether they pass or not. The wheel writers stamp the Plan's time (wheelci.util.epoch)."""
     from wheelci.config.compilecache import withheld_while
 
     with epoch.fixed(b.plan.run.source_date_epoch), withheld_while(b.plan.compile_cache):
-        return _run(b)
+        _run(b)
 
 
-def _run(b: "Build") -> int:
+def _run(b: "Build") -> None:
     from wheelci.util.cache import max_size
     from wheelci.util.owned import output_dir
 
     cap = max_size(os.environ)  # a bad $WHEELCI_CACHE_MAX_SIZE is bad input now, not after the build
     with output_dir(b.out_dir, "-w") as b.out:  # held for the whole build: a second build into -w waits
-        return _run_held(b, cap)
+        _run_held(b, cap)
 
 
-def _run_held(b: "Build", cap: int | None) -> int:
+def _run_held(b: "Build", cap: int | None) -> None:
     from wheelci.util.cache import mark_used
 
     temporary = b.options.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
@@ -228,9 +241,6 @@ def _run_held(b: "Build", cap: int | None) -> int:
     finally:
         if not keep:
             shutil.rmtree(b.work, ignore_errors=True)
-    if b.options.json:
-        emit_json(asdict(b.report))
-    return 0
 
 
 def keep_cache_under(cap: int | None) -> None:

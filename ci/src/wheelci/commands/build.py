@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import asdict
 from pathlib import Path
 
-from wheelci import cli
-from wheelci.build import PROJECT_DIR, run_build
+from wheelci import build, cli
+from wheelci.build import PROJECT_DIR
 from wheelci.config import options
 from wheelci.errors import CiError
+from wheelci.plan import for_the_log, format_plan
+from wheelci.util.output import emit_json
 
 
 def build_parser() -> cli.Parser:
@@ -24,10 +27,23 @@ def build_parser() -> cli.Parser:
 
 
 def main(args: argparse.Namespace) -> int:
+    """The arguments resolved into Options over the project's table, the library's build, and what it
+    prints: the plan (a dry run) or the report, as text or JSON."""
     given = vars(args)
     if not options.kind_given(given, os.environ):
         raise CiError("one of the arguments --cuda --cpu is required (or WHEELCI_CUDA: a CUDA version, or cpu)")
-    return run_build(given, args.project, args.project_dir)
+    with build.opened(args.project or args.project_dir) as project:
+        o = options.resolve("build", given, os.environ, project.settings.table)
+        result = build.build(o, project, from_sdist=args.project is not None and args.project.is_file())
+        if result.report is None:  # a dry run; the host build environment's state read while the project is
+            if o.json:
+                emit_json(result.plan.to_json())
+            else:
+                env = None if result.plan.engine.container else build.host_env_state(result.plan)
+                print(for_the_log(format_plan(result.plan, build_env=env)))
+        elif o.json:
+            emit_json(asdict(result.report))
+    return 0
 
 
 if __name__ == "__main__":
