@@ -1,15 +1,16 @@
 """Read the dynamic section of shared libraries in wheels and installed directories.
 
 Only what the dynamic linker uses to find libraries is read: SONAME, DT_NEEDED, DT_RPATH and
-DT_RUNPATH. The program headers (pyelftools structs) locate the dynamic segment and the dynamic
-string table, so the section headers, symbols and debug info of a 1 GB libtorch_cuda.so are never
+DT_RUNPATH. The program headers (read with struct, by wheelci.native.elfread) locate the dynamic segment
+and the dynamic string table, so the section headers, symbols and debug info of a 1 GB libtorch_cuda.so are never
 touched: 3 ms on disk, where iterating its dynamic symbols alone takes 0.6 s.
 
 Wheel members are compressed, and a zip member can only be inflated forwards: a backward seek
-restarts from byte 0, and pyelftools' first act (seek to the end for the length) inflates it all.
+restarts from byte 0, and a reader's first act (pyelftools', under auditwheel: seek to the end for the
+length) inflates it all.
 Reading in file order through `_BlockReader` (known length, cached blocks) inflates a member once,
 up to its dynamic string table, with no temp file: 3 s for the 470 MB libtorch_cuda.so in the torch
-wheel, about one plain inflate, where pyelftools on the raw zip member takes 60 s (measured).
+wheel, about one plain inflate, where auditwheel's pyelftools on the raw zip member takes 60 s (measured).
 Wheels are read through ci.wheel.zipread, as by every other stage: zipfile lists a different member set
 for some crafted zips (duplicate names, symlinks), and what is checked must be what is shipped.
 
