@@ -7,9 +7,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
+
+from tests import _proc
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -130,14 +134,39 @@ def test_the_flow_in_the_docs_is_the_build_step_list():
         assert drawn == [flow], (page.name, drawn, flow)
 
 
-def test_the_reference_s_generated_parts_are_current():
-    """docs/reference.md's options, [tool.wheelci] keys, variables, CUDA rows, stages and benchmarks are made
-    from the code (tests/_docsgen.py); run `python -m tests._docsgen` after changing what they come from."""
-    from tests import _docsgen
+def _docsgen() -> types.ModuleType:
+    """The repository's docs generator (ci/tools/docsgen.py: development tooling, not shipped)."""
+    import importlib.util
 
+    spec = importlib.util.spec_from_file_location("docsgen", ROOT / "ci" / "tools" / "docsgen.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_generated_parts_are_current():
+    """docs/reference.md's options, [tool.wheelci] keys, variables, CUDA rows, stages, benchmarks, and the
+    CUDA lists and store table other pages show, are made from the code (ci/tools/docsgen.py); run
+    `python ci/tools/docsgen.py` after changing what they come from."""
+    gen = _docsgen()
     text = REFERENCE.read_text()
-    assert set(_docsgen.parts(text)) == set(_docsgen.PARTS), _docsgen.parts(text)
-    assert _docsgen.render(text) == text, "docs/reference.md is stale: run `python -m tests._docsgen`"
-    # the check can fail: a hand edit inside a generated part is undone
+    assert set(gen.parts(text)) >= set(gen.PARTS) - {"stores"}, gen.parts(text)
+    seen = {name for page in gen.PAGES for name in gen.parts(page.read_text())}
+    assert seen == set(gen.PARTS) | set(gen.INLINE_PARTS), seen
+    for page in gen.PAGES:
+        assert gen.render(page.read_text()) == page.read_text(), f"{page.name} is stale: run `python ci/tools/docsgen.py`"
+    # the check can fail: a hand edit inside a generated part is undone, a table's or a sentence's
     edited = text.replace("| 11.8 | 2.7.1 |", "| 11.8 | 2.6.0 |")
-    assert edited != text and _docsgen.render(edited) == text
+    assert edited != text and gen.render(edited) == text
+    workflow = (ROOT / "docs" / "workflow.md").read_text()
+    edited = workflow.replace("11.8, 12.6, 12.8, 12.9, 13.0", "11.8, 12.6, 12.8, 13.0")
+    assert edited != workflow and gen.render(edited) == workflow
+
+
+def test_the_generator_is_the_repositorys_not_the_suites():
+    """It writes a shipped resource and the docs: development tooling (ci/tools), not a test helper."""
+    assert not (ROOT / "tests" / "_docsgen.py").exists()
+    r = _proc.run([sys.executable, str(ROOT / "ci" / "tools" / "docsgen.py"), "--check"], capture_output=True,
+                  text=True, cwd=ROOT)
+    assert r.returncode == 0 and "stale" not in r.stdout, r.stdout + r.stderr

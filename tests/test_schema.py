@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_shipped_schema_is_the_generated_one():
     shipped = ROOT / "ci" / "src" / "wheelci" / "resources" / schema.RESOURCE
-    assert shipped.read_text() == schema.text(), "stale: run `python -m tests._docsgen`"
+    assert shipped.read_text() == schema.text(), "stale: run `python ci/tools/docsgen.py`"
     assert schema.get_schema() == schema.schema()
     with pytest.raises(KeyError):
         schema.get_schema("cibuildwheel")

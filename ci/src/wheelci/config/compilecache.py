@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from wheelci.config import stores
 from wheelci.config.project import Backend
 from wheelci.errors import CiError
 from wheelci.util import secret
 
-SCHEMES = ("redis", "rediss", "http", "https", "s3", "gha")
+SCHEMES = stores.SCHEMES
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 GHA_VARIABLES = ("ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN")
 S3_QUERY = ("endpoint", "region", "no-credentials")
@@ -40,8 +41,7 @@ class CompileCache:
 
 
 def _bad(what: str) -> CiError:
-    return CiError(f"bad --compile-cache: {what} (want redis://HOST[:PORT][/DB], http(s)://HOST/PATH (WebDAV), "
-                   "s3://BUCKET[/PREFIX][?endpoint=URL&region=R] or gha; the URL is not shown, it may hold a password)")
+    return CiError(f"bad --compile-cache: {what} (want {stores.forms()}; the URL is not shown, it may hold a password)")
 
 
 def parse(url: str, env: Mapping[str, str]) -> CompileCache:

@@ -26,6 +26,7 @@ from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from wheelci.config import stores
 from wheelci.errors import CiError
 from wheelci.util import log, variables
 from wheelci.util.log import heartbeat_seconds
@@ -151,8 +152,7 @@ class Options:
     public_env: tuple[str, ...] = _opt("words", "a build variable whose value may be shown (plan, report, logs), e.g. "
         "TORCH_CUDA_ARCH_LIST (repeatable)", "where", metavar="NAME")
     compile_cache: str | None = _opt("str", "share compiles with other machines through a remote store, with sccache (host "
-        "and container builds): redis://HOST[:PORT][/DB], http(s)://HOST/PATH (WebDAV), s3://BUCKET[/PREFIX][?endpoint=URL&"
-        "region=R] (keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or gha", "where",
+        f"and container builds): {stores.forms()} (S3 keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)", "where",
         metavar="URL")
     work_dir: Path | None = _opt("path", "the build tree (default: one per project and plan in the cache); new, empty or made "
         "by an earlier build; may be inside the project, not inside -w nor hold it", "where",

@@ -2,7 +2,7 @@
 wheelci/resources/wheelci.schema.json, as cibuildwheel ships its own.
 
 validate-pyproject reads it through the `validate_pyproject.tool_schema` entry point (get_schema).
-`python -m tests._docsgen` (in the repository) writes the resource again after a declaration changed;
+`python ci/tools/docsgen.py` (in the repository) writes the resource again after a declaration changed;
 tests/test_schema.py fails while the shipped file is stale.
 """
 

@@ -1,12 +1,14 @@
-"""docs/reference.md's generated parts and the shipped JSON schema of [tool.wheelci]
+"""The docs' generated parts and the shipped JSON schema of [tool.wheelci]
 (wheelci/resources/wheelci.schema.json, wheelci.config.schema), made from what the code declares: the stages (wheelci.__main__),
 the benchmarks, the options of `build` and `plan` and the `[tool.wheelci]` keys (wheelci.config.options),
-the tool's variables (wheelci.util.variables) and the CUDA matrix's rows (matrix.toml). The prose around
-them is written by hand; each part sits between `<!-- begin generated: NAME -->` and
-`<!-- end generated: NAME -->`.
+the tool's variables (wheelci.util.variables), the CUDA matrix's rows (matrix.toml) and the compile
+cache's stores (wheelci.config.stores), in docs/reference.md and wherever another page names them. The
+prose around them is written by hand; a table sits between `<!-- begin generated: NAME -->` and
+`<!-- end generated: NAME -->`, a list inside a sentence between `<!-- generated: NAME -->` and
+`<!-- /generated -->`. Development tooling of the repository's, not shipped:
 
-    python -m tests._docsgen          # rewrite docs/reference.md's generated parts and the schema
-    python -m tests._docsgen --check  # exit 1 when either is stale (tests/test_docs.py, test_schema.py check the same)
+    python ci/tools/docsgen.py          # rewrite the docs' generated parts and the schema
+    python ci/tools/docsgen.py --check  # exit 1 when any is stale (tests/test_docs.py, test_schema.py check the same)
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:
     from wheelci.config.options import Option
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference.md"
+PAGES = tuple(ROOT / "docs" / name for name in ("reference.md", "workflow.md", "building.md"))  # with generated parts
 BLOCK = re.compile(r"(<!-- begin generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)", re.S)
+INLINE = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->)(?P<body>.*?)(<!-- /generated -->)", re.S)
 
 
 def _cell(text: str) -> str:
@@ -115,9 +119,42 @@ def matrix() -> str:
     return "\n".join(rows) + "\n"
 
 
+def _rows() -> list[str]:
+    from wheelci.config import matrix as mx
+
+    return [r.version for r in mx.load().rows]
+
+
+def cuda_choices() -> str:
+    """The CUDA versions as `--cuda` lists them in its refusal: cpu, then every row."""
+    return ", ".join(["cpu", *_rows()])
+
+
+def cuda_range() -> str:
+    rows = _rows()
+    return f"{rows[0]} to {rows[-1]}"
+
+
+def rows_without_torch() -> str:
+    from wheelci.config import matrix as mx
+
+    return ", ".join(r.version for r in mx.load().rows if not r.default_torch)
+
+
+def stores() -> str:
+    from wheelci.config.stores import STORES
+
+    rows = ["| store | `--compile-cache` | credentials |", "|---|---|---|"]
+    rows += [f"| {s.kind} | `{s.form}` | {s.credentials} |" for s in STORES]
+    return "\n".join(rows) + "\n"
+
+
 PARTS: dict[str, Callable[[], str]] = {
     "stages": stages, "build-options": lambda: _options("build"), "plan-options": lambda: _options("plan"),
-    "tool-wheelci": tool_table, "variables": variables, "matrix": matrix, "bench": bench,
+    "tool-wheelci": tool_table, "variables": variables, "matrix": matrix, "bench": bench, "stores": stores,
+}
+INLINE_PARTS: dict[str, Callable[[], str]] = {
+    "cuda-choices": cuda_choices, "cuda-range": cuda_range, "rows-without-torch": rows_without_torch,
 }
 
 
@@ -126,11 +163,14 @@ def render(text: str) -> str:
     def part(m: re.Match[str]) -> str:
         return m.group(1) + PARTS[m.group("name")]() + m.group(4)
 
-    return BLOCK.sub(part, text)
+    def inline(m: re.Match[str]) -> str:
+        return m.group(1) + INLINE_PARTS[m.group("name")]() + m.group(4)
+
+    return INLINE.sub(inline, BLOCK.sub(part, text))
 
 
 def parts(text: str) -> list[str]:
-    return [m.group("name") for m in BLOCK.finditer(text)]
+    return [m.group("name") for m in (*BLOCK.finditer(text), *INLINE.finditer(text))]
 
 
 SCHEMA = ROOT / "ci" / "src" / "wheelci" / "resources" / "wheelci.schema.json"
@@ -140,10 +180,10 @@ def main(argv: list[str]) -> int:
     from wheelci.config import schema
 
     stale = 0
-    for path, new in ((REFERENCE, render(REFERENCE.read_text())), (SCHEMA, schema.text())):
+    for path, new in (*((page, render(page.read_text())) for page in PAGES), (SCHEMA, schema.text())):
         old = path.read_text() if path.is_file() else None
         if "--check" in argv:
-            print(f"{path}: {'stale: run python -m tests._docsgen' if new != old else 'up to date'}")
+            print(f"{path}: {'stale: run python ci/tools/docsgen.py' if new != old else 'up to date'}")
             stale |= new != old
         elif new != old:
             path.write_text(new)
