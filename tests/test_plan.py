@@ -503,3 +503,30 @@ def test_the_library_builds_from_typed_options_and_prints_no_plan(capsys):
     assert isinstance(result, build.BuildResult) and result.report is None and result.wheels == ()
     assert result.plan.cuda is None and result.plan.project == "tiny-ext"
     assert capsys.readouterr().out == ""
+
+
+def test_an_sdist_builds_with_its_own_time(tmp_path):
+    """An sdist has no git commit: its SOURCE_DATE_EPOCH is its newest member's time (kept by the
+    extraction), the same on every rebuild and machine, not "now"; the variable still wins."""
+    import io
+    import tarfile
+
+    sdist = tmp_path / "tiny_ext-0.1.0.tar.gz"
+    source = ROOT / "tests" / "fixtures" / "tiny_ext"
+    with tarfile.open(sdist, "w:gz") as tar:
+        for i, path in enumerate(sorted(p for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts)):
+            info = tar.gettarinfo(str(path), f"tiny_ext-0.1.0/{path.relative_to(source)}")
+            info.mtime = 1_700_000_000 + i
+            with path.open("rb") as f:
+                tar.addfile(info, f)
+        pkg = b"Metadata-Version: 2.1\nName: tiny_ext\nVersion: 0.1.0\n"
+        info = tarfile.TarInfo("tiny_ext-0.1.0/PKG-INFO")
+        info.size, info.mtime = len(pkg), 1_690_000_000
+        tar.addfile(info, io.BytesIO(pkg))
+    newest = 1_700_000_000 + i
+    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    for extra, want in (({}, newest), ({"SOURCE_DATE_EPOCH": "1234567890"}, 1234567890)):
+        r = _proc.run([sys.executable, "-m", "wheelci", "plan", str(sdist), "--cpu", "--json"],
+                      capture_output=True, text=True, env={**env, **extra}, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["source_date_epoch"] == want

@@ -742,7 +742,7 @@ def _run_rows(plan: Plan) -> list[tuple[str, str]]:
         ("upload", plan.run.upload or "-"),
         ("from shell", " ".join(f"{k}={v}" for k, v in plan.inherited.items()) or "-"),
         ("timestamps", f"{plan.run.source_date_epoch} (SOURCE_DATE_EPOCH)" if plan.run.source_date_epoch is not None
-                       else "now (no SOURCE_DATE_EPOCH and no git commit)"),
+                       else "now (no SOURCE_DATE_EPOCH, no git commit, not an sdist)"),
     ]
 
 
