@@ -27,7 +27,7 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from wheelci.resources.container.port import listens
@@ -131,12 +131,17 @@ def masked(line: bytes, secrets: list[bytes]) -> bytes:
     return USERINFO.sub(rb"\1", line) if b"@" in line else line
 
 
-def _die_with_parent() -> None:
-    """The kernel ends the server when `serve` ends (prctl PR_SET_PDEATHSIG), however it ends."""
-    with contextlib.suppress(ImportError, OSError, AttributeError):  # an image's Python without ctypes: the
-        import ctypes  # container's end still ends the server
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn by which the kernel ends the server when `serve` ends (prctl PR_SET_PDEATHSIG), however it
+    ends; libc's prctl loaded here, before the fork. None on a Python without ctypes: the container's end
+    still ends the server."""
+    try:
+        import ctypes
 
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+        prctl = ctypes.CDLL(None).prctl
+    except (ImportError, OSError, AttributeError):
+        return None
+    return lambda: prctl(1, signal.SIGKILL)
 
 
 def serve(log: Path, binary: str) -> int:
@@ -148,7 +153,7 @@ def serve(log: Path, binary: str) -> int:
         log.unlink()
     with os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as out, \
             subprocess.Popen([binary], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             preexec_fn=_die_with_parent) as server:
+                             preexec_fn=_die_with_parent()) as server:
         assert server.stdout is not None
         cut = False
         while line := server.stdout.readline(LINE_CAP):
