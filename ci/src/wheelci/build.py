@@ -38,9 +38,6 @@ if TYPE_CHECKING:
     from wheelci.report import BuildReport
     from wheelci.util.owned import OutputDir
 
-PROJECT_DIR = Path(".")  # the directory the command runs in: a checkout of the project
-
-
 def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None, cuda_major: int | None = None) -> Path:
     """One rewrite of the repaired wheel: its preload and the local version.
 

@@ -7,12 +7,12 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from wheelci import build, cli
-from wheelci.build import PROJECT_DIR
+from wheelci import cli
 from wheelci.config import options
 from wheelci.errors import CiError
-from wheelci.plan import for_the_log, format_plan
 from wheelci.util.output import emit_json
+
+PROJECT_DIR = Path(".")  # the directory the command runs in: a checkout of the project
 
 
 def build_parser() -> cli.Parser:
@@ -29,6 +29,9 @@ def build_parser() -> cli.Parser:
 def main(args: argparse.Namespace) -> int:
     """The arguments resolved into Options over the project's table, the library's build, and what it
     prints: the plan (a dry run) or the report, as text or JSON."""
+    from wheelci import build  # the library, once the arguments are read: `build --help` never loads it
+    from wheelci.plan import for_the_log, format_plan
+
     given = vars(args)
     if not options.kind_given(given, os.environ):
         raise CiError("one of the arguments --cuda --cpu is required (or WHEELCI_CUDA: a CUDA version, or cpu)")

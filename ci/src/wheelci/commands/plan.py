@@ -9,15 +9,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from wheelci import archs as arch, cli, workflowmatrix
+from wheelci import cli
 from wheelci.config import options
-from wheelci.config.project import read_py_api, read_settings, resolve as find_project
-from wheelci.config.sdist import extract_sdist, is_sdist
 from wheelci.errors import CiError
-from wheelci.plan import for_the_log, format_plan, plan_for, split_csv
 
 
 def main(args: argparse.Namespace) -> int:
+    from wheelci.config.project import resolve as find_project  # the library, once the arguments are read
+    from wheelci.plan import for_the_log, format_plan, plan_for
+
     given = vars(args)
     if args.workflow_matrix:  # on a bare Python: the table and wheel.py-api only (checking the rest takes packaging)
         return _workflow_matrix(given, args.project or args.project_dir)
@@ -35,6 +35,8 @@ def main(args: argparse.Namespace) -> int:
 def _workflow_matrix(given: dict[str, Any], project: Path) -> int:
     """The jobs, from the project's settings: an sdist's own (its arch list, its wheel.py-api), extracted
     as a build would read it (the standard library's tarfile, with the build's checks)."""
+    from wheelci.config.sdist import extract_sdist, is_sdist  # on a bare Python: no wheelci.plan
+
     if not project.exists():
         raise CiError(f"{project}: no such file or directory")
     if not project.is_dir() and not (project.is_file() and is_sdist(project)):
@@ -45,6 +47,10 @@ def _workflow_matrix(given: dict[str, Any], project: Path) -> int:
 
 
 def _jobs(given: dict[str, Any], project_dir: Path) -> int:
+    from wheelci import archs as arch, workflowmatrix
+    from wheelci.config.project import read_py_api, read_settings
+    from wheelci.plan import split_csv
+
     o = options.resolve("plan", given, os.environ, read_settings(project_dir).table)
     jobs = workflowmatrix.workflow_matrix(
         o.stable_abi, split_csv(o.cuda), o.variant, torch=o.torch,
