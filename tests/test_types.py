@@ -1,7 +1,8 @@
-"""The wheelci package type-checks: mypy over it, as ci/pyproject.toml's [tool.mypy] configures it, finds
-nothing. Annotations nobody checks drift from the code (a tuple default for a list, a str rebound to a
-Path, a None not ruled out); run here, a change that breaks them fails the suite. Shown able to fail:
-the same configuration on a generated module with a type error and a stale ignore reports both.
+"""The wheelci package type-checks: mypy over it, as ci/pyproject.toml's [tool.mypy] configures it (--strict's
+checks, in every module), finds nothing. Annotations nobody checks drift from the code (a tuple default for a
+list, a str rebound to a Path, a None not ruled out); run here, a change that breaks them fails the suite. Shown
+able to fail: the same configuration on a generated module with a type error and a stale ignore reports both,
+and on a generated package with an untyped function in any module reports each.
 
 The suite's helper modules (tests/_*.py) get mypy --strict, as tests/mypy.ini
 configures it: what every test runs through (processes, servers, wheels) says what it takes and gives."""
@@ -40,19 +41,31 @@ def test_the_check_reports_a_type_error(tmp_path):
     assert 'generated.py:6: error: Unused "type: ignore" comment  [unused-ignore]' in r.stdout, r.stdout
 
 
-def test_the_modules_the_data_flows_through_are_checked_strictly(tmp_path):
-    """The options, the plan, the build and its steps get mypy --strict's checks (ci/pyproject.toml's
-    override): an untyped function there is an error, the same one elsewhere in the package is not."""
+def test_the_whole_package_is_checked_strictly(tmp_path):
+    """mypy --strict's checks (ci/pyproject.toml's `strict`) in every module of the package, the one the data
+    flows through (steps), any other, and wheelci.resources (no override exempts what runs elsewhere): an
+    untyped function, a generic without its type arguments and a name taken from a module that only imports
+    it are errors anywhere. mypy's defaults pass all three."""
     package = tmp_path / "src" / "wheelci"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    for name in ("steps.py", "other.py"):
+    (package / "resources").mkdir(parents=True)
+    for init in ("__init__.py", "resources/__init__.py"):
+        (package / init).write_text("")
+    untyped = ("steps.py", "other.py", "resources/verify_probe.py")
+    for name in untyped:
         (package / name).write_text("def untyped(x):\n    return x\n")
+    (package / "bare.py").write_text("import subprocess\n\n\ndef bare(p: subprocess.Popen) -> None:\n    pass\n")
+    (package / "reexport.py").write_text("from wheelci.bare import subprocess\n\nsubprocess.run([])\n")
     r = _proc.run([sys.executable, "-m", "mypy", "--config-file", str(CONFIG), "--cache-dir", str(tmp_path / "cache"),
                    "src/wheelci"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "src/wheelci/steps.py:1: error: Function is missing a type annotation  [no-untyped-def]" in r.stdout
-    assert "other.py" not in r.stdout, r.stdout
+    for name in untyped:
+        assert f"src/wheelci/{name}:1: error: Function is missing a type annotation  [no-untyped-def]" in r.stdout, \
+            r.stdout
+    assert 'src/wheelci/bare.py:4: error: Missing type arguments for generic type "Popen"  [type-arg]' in r.stdout, \
+        r.stdout
+    assert ('src/wheelci/reexport.py:1: error: Module "wheelci.bare" does not explicitly export attribute '
+            '"subprocess"  [attr-defined]') in r.stdout, r.stdout
+    assert "Found 5 errors in 5 files (checked 7 source files)" in r.stdout, r.stdout
 
 
 def test_the_suite_helpers_type_check_strictly(tmp_path):

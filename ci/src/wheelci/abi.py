@@ -15,6 +15,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wheelci.errors import CiError
 from wheelci.util import proc
@@ -34,7 +35,7 @@ class AbiReport:
         kinds = {lib.kind for lib in self.libraries} - {"none"}
         return "classic" if "classic" in kinds else ("stable" if kinds else "none")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         libs = [{**asdict(lib), "shims": len(lib.shims), "needs": version_text(lib.needs) if lib.needs else None}
                 for lib in self.libraries]
         return {"wheel": self.wheel, "torch_requirement": self.torch_requirement, "kind": self.kind,

@@ -485,12 +485,12 @@ def foreign_arch(plan: "Plan") -> str | None:
 
 
 def compile_step(b: Build) -> None:
-    from wheelci.compile.workdir import SOURCES, SourcesChanged
+    from wheelci.compile.workdir import SourcesChanged
 
     try:
         compile_sources(b)
     except SourcesChanged:
-        (b.work / SOURCES).unlink(missing_ok=True)  # the next build reads every file again
+        (b.work / layout.SOURCES).unlink(missing_ok=True)  # the next build reads every file again
         raise
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from wheelci.util import cache
 from wheelci.util.sizes import format_size
@@ -25,7 +26,7 @@ def when(ns: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ns / 1e9)) if ns else "never"
 
 
-def entry_json(e: cache.Entry) -> dict:
+def entry_json(e: cache.Entry) -> dict[str, Any]:
     return {"kind": e.kind, "name": e.name, "path": str(e.path), "size": e.size, "last_used": when(e.last_used_ns),
             "last_used_ns": e.last_used_ns, "in_use": e.in_use}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wheelci.util.sizes import PROFILES, format_size, parse_limit
 from wheelci.util.output import shown
@@ -43,7 +44,7 @@ class CheckResult:
     def ok(self) -> bool:
         return not self.problems and not self.refused
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dict(asdict(self), ok=self.ok)
 
 

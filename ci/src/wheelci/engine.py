@@ -16,10 +16,13 @@ import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 from wheelci.errors import CiError
 from wheelci.util import proc, log
+
+if TYPE_CHECKING:
+    from wheelci.config.matrix import CudaRow
 
 PROBE_TIMEOUT = 5.0
 PODMAN_ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
@@ -207,7 +210,7 @@ def detect_facts(env: Mapping[str, str], *, engine: str, cuda: str | None, archs
                  machine=here, emulates=arch.emulated() if foreign else ())
 
 
-def cannot_build(row, facts: Facts) -> str | None:
+def cannot_build(row: CudaRow | None, facts: Facts) -> str | None:
     """Why the host cannot build this CUDA row (None: it can).
 
     It needs nvcc of that version: the host's, or NVIDIA's nvcc wheel where that wheel ships the nvcc
@@ -222,7 +225,7 @@ def cannot_build(row, facts: Facts) -> str | None:
     return None
 
 
-def host_cannot_build(row, env: Mapping[str, str] = os.environ) -> str | None:
+def host_cannot_build(row: CudaRow | None, env: Mapping[str, str] = os.environ) -> str | None:
     """cannot_build, asking this machine."""
     if row is None:
         return None
@@ -240,7 +243,7 @@ def host_cannot_build_cuda(cuda: str | None) -> str | None:
 
 
 
-def matrix_rows():
+def matrix_rows() -> tuple[CudaRow, ...]:
     from wheelci.config import matrix
 
     return matrix.load().rows

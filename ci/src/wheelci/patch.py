@@ -16,10 +16,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 from wheelci.errors import CiError
 from wheelci.wheel.names import local_version, normalize
+
+if TYPE_CHECKING:
+    class EditHeaders(Protocol):
+        """wheelci.wheel.metadata.edit_headers, as _requires_edit is given it."""
+
+        def __call__(self, text: str, *, remove: Callable[[str, str], bool] | None = ...,
+                     append: Iterable[tuple[str, str]] = ...) -> str: ...
+
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _NO_EOL = "\\ No newline at end of file"
@@ -233,7 +241,8 @@ def _read_patch(path: Path) -> str:
         raise CiError(f"cannot read patch {path}: {e}") from None
 
 
-def _requires_edit(remove: Sequence[str], add: Sequence[str], metadata: str, edit_headers):
+def _requires_edit(remove: Sequence[str], add: Sequence[str], metadata: str,
+                   edit_headers: EditHeaders) -> Callable[[str], str] | None:
     """A METADATA edit dropping Requires-Dist for the given names and appending new ones (validated)."""
     if not remove and not add:
         return None

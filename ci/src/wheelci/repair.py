@@ -20,7 +20,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from wheelci.util import proc
 from wheelci.util.atomic import atomic_path
@@ -28,6 +28,10 @@ from wheelci.errors import CiError, Finding
 from wheelci.native.libs import EXCLUDES, excluded_of, is_excluded
 from wheelci.wheel.names import WheelName
 from wheelci.wheel.requirements import plain_install_requirement, requirement_name, without_marker
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
+
 
 @dataclass
 class RepairResult:
@@ -39,7 +43,7 @@ class RepairResult:
     requires_replaced: list[str] = field(default_factory=list)  # the project's own, superseded
     needed: dict[str, list[str]] = field(default_factory=dict)  # library path -> NEEDED
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["wheel"] = str(self.wheel)
         return d
@@ -147,7 +151,7 @@ def _merge_requirements(declared: list[str], wanted: list[str], torch_version: s
     return added, replaced
 
 
-def _narrowed(ours: str, project: list) -> str:
+def _narrowed(ours: str, project: list[Requirement]) -> str:
     """A stable wheel serves every torch from its target on, except those its project rules out: our
     `torch>=2.10` and the project's `torch>=2.12,<3` make `torch<3,>=2.12`. The result always says its
     floor as `>=`, the highest of ours and the project's own lower bounds (`~=2.12` adds `>=2.12`)."""

@@ -10,6 +10,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wheelci.util import secret, untrusted
 from wheelci.util.untrusted import code
@@ -37,20 +38,20 @@ class WheelReport:
 
 @dataclass
 class BuildReport:
-    plan: dict
+    plan: dict[str, Any]
     wheels: list[WheelReport] = field(default_factory=list)
     build_seconds: float = 0.0
     verify_seconds: float = 0.0
-    verify: dict = field(default_factory=dict)  # check -> outcome
+    verify: dict[str, object] = field(default_factory=dict)  # check -> outcome
     passed: bool = True
     notes: list[str] = field(default_factory=list)
-    steps: list[dict] = field(default_factory=list)  # each step's outcome: name, status, seconds, outputs, error
+    steps: list[dict[str, Any]] = field(default_factory=list)  # each step's outcome: name, status, seconds, outputs, error
     failed_step: str | None = None  # where the build stopped, if it did
     work_dir: str = ""  # the build tree: its logs, and what the next build reuses
     set_aside: str | None = None  # a failed build: where in -w the earlier build's wheels and report went
     # what the remote compile cache did (wheelci.compile.sccache.CacheReport as data): storage by name, compile
     # requests, device and host hits and misses; None: no remote store, or the compile was reused
-    compile_cache: dict | None = None
+    compile_cache: dict[str, Any] | None = None
 
 
 REPORT_FILES = RECORDED_FILES  # report.json, report.md: recorded in -w's ownership manifest as the build's
@@ -145,7 +146,7 @@ def to_markdown(r: BuildReport, out_dir: Path | None = None) -> str:
     return _bounded(lines, tail)
 
 
-def cache_line(c: dict) -> str:
+def cache_line(c: dict[str, Any]) -> str:
     """The compile cache's line of report.md: its storage (never a credential) and its counts."""
     if not c.get("used"):
         return f"Compile cache {_cell(c.get('storage'))}: not used, {_cell(c.get('note'))}."
@@ -171,7 +172,7 @@ def _bounded(lines: list[str], tail: list[str]) -> str:
     return "\n".join([*kept, *tail]) + "\n"
 
 
-def _target(plan: dict) -> str:
+def _target(plan: dict[str, Any]) -> str:
     return f"CUDA {plan['cuda']}" if plan.get("cuda") else "CPU"
 
 
@@ -215,7 +216,7 @@ def _cell(text: object, width: int = CELL) -> str:
     return untrusted.markdown(text, width)
 
 
-def _step_line(step: dict) -> str:
+def _step_line(step: dict[str, Any]) -> str:
     """What a step did, in one line: its error, else its first outputs and how many more report.json lists."""
     if step.get("error"):
         return _cell(_first_line(step["error"]))
@@ -225,7 +226,7 @@ def _step_line(step: dict) -> str:
     return (named + (f" and {more:,} more (report.json)" if more > 0 else "")) or "-"
 
 
-def _check_rows(checks: dict) -> list[str]:
+def _check_rows(checks: dict[str, object]) -> list[str]:
     """Failed checks first, then the others, SHOWN_CHECKS rows in all; the rest counted (every failure is
     in report.json, and the build's error line names them)."""
     def shown(v: object) -> str:
@@ -241,7 +242,7 @@ def _check_rows(checks: dict) -> list[str]:
     return rows
 
 
-def reproduce(plan: dict, out_dir: Path | None = None) -> str:
+def reproduce(plan: dict[str, Any], out_dir: Path | None = None) -> str:
     """The command that makes this build again, from the plan's own values (build variables are not
     shown: they may be secrets; [tool.wheelci] env supplies the project's)."""
     words = [command("build"), str(plan.get("project_dir") or ".")]

@@ -99,23 +99,24 @@ class Records:
     `snapshot` and `restore` carry what a step adds to the shared state besides its fields (the report's
     parts): a reused step gives that back too."""
 
-    def __init__(self, work: Path, snapshot: Callable[[Any], dict], restore: Callable[[Any, dict], None]):
+    def __init__(self, work: Path, snapshot: Callable[[Any], dict[str, Any]],
+                 restore: Callable[[Any, dict[str, Any]], None]):
         self.path = work / RECORD
         self.snapshot, self.restore = snapshot, restore
         try:
             from wheelci.util.cache import read_stamp
 
             data = json.loads(read_stamp(self.path, 64 << 20))  # never a link's target, never a FIFO's wait
-            self.steps: dict[str, dict] = data if isinstance(data, dict) else {}
+            self.steps: dict[str, dict[str, Any]] = data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             self.steps = {}
 
-    def inputs(self, step: Step, state: Any) -> str:
+    def inputs(self, step: Step[Any], state: Any) -> str:
         seen = {"tool": tool_digest(), "step": step.name,
                 "reads": {name: fingerprint(getattr(state, name)) for name in step.reads}}
         return hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()
 
-    def recall(self, step: Step, state: Any, inputs: str) -> str | None:
+    def recall(self, step: Step[Any], state: Any, inputs: str) -> str | None:
         """Set the step's recorded outputs on state and return when they were made; None: run it."""
         rec = self.steps.get(step.name)
         if not isinstance(rec, dict) or rec.get("inputs") != inputs:
@@ -129,7 +130,7 @@ class Records:
             setattr(state, name, value)
         return str(rec.get("at", "an earlier build"))
 
-    def keep(self, step: Step, state: Any, inputs: str, before: dict) -> None:
+    def keep(self, step: Step[Any], state: Any, inputs: str, before: dict[str, Any]) -> None:
         """Record a step that ran: its inputs (as they were when it started) and what it wrote."""
         from wheelci.util.atomic import write_text
 

@@ -33,8 +33,12 @@ from wheelci import __version__
 from wheelci.wheel.metadata import get_headers
 
 if TYPE_CHECKING:
+    import subprocess
+
+    from cyclonedx.model import ExternalReference, Property
     from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component
+    from packageurl import PackageURL
 
     from wheelci.compile.hostenv import BuildEnv
     from wheelci.plan import Plan
@@ -109,20 +113,21 @@ class CompanionProvenance:
     tool_version: str = ""
 
 
-def _props(**values: str | None) -> list:
+def _props(**values: str | None) -> list[Property]:
     from cyclonedx.model import Property
 
     return [Property(name=PROP + k.replace("_", "-"), value=v) for k, v in values.items() if v]
 
 
-def _purl(name: str, version: str | None, **qualifiers: str):
+def _purl(name: str, version: str | None, **qualifiers: str) -> PackageURL:
     from packageurl import PackageURL
 
     return PackageURL(type="pypi", name=name.lower().replace("_", "-"), version=version, qualifiers=qualifiers or None)
 
 
 def _component(kind: str, ref: str, name: str, version: str | None = None, *, runtime: bool, purl: bool = False,
-               sha256: str | None = None, refs: list | None = None, **props: str | None) -> "Component":
+               sha256: str | None = None, refs: list[ExternalReference] | None = None,
+               **props: str | None) -> "Component":
     """A component: `runtime` ones the installed wheel needs (scope required), the others what it was
     built with (scope excluded: not part of what runs)."""
     from cyclonedx.model import HashAlgorithm, HashType
@@ -159,7 +164,7 @@ def _compiler(text: str) -> tuple[str, str | None]:
     return name.strip().lower() or text, found[0] if found else None
 
 
-def _build_components(p: Provenance) -> list:
+def _build_components(p: Provenance) -> list[Component]:
     """What the wheel was compiled with: the CUDA toolkit, its image or wheels, the compilers."""
     out = []
     if p.cuda:
@@ -177,7 +182,7 @@ def _build_components(p: Provenance) -> list:
     return out
 
 
-def _runtime_components(p: Provenance) -> list:
+def _runtime_components(p: Provenance) -> list[Component]:
     """What the installed wheel needs: torch, cuDNN, the grafted libraries and those left to other wheels."""
     from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
 
@@ -290,7 +295,7 @@ def git_revision(project_dir: Path, sources: Collection[str] | None = None) -> t
     Dirty: a tracked file differs from the commit, or an untracked, unignored file is among what the build
     read (`sources`, paths relative to the directory: git's tracked and unignored files less -w and the work
     directory; without it, any such file), since the build takes those too."""
-    def git(*args: str):
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
         return proc.run(["git", "-C", project_dir, *args], what="reading the project's git revision", check=False,
                         capture_output=True, text=True)
 

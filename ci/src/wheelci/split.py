@@ -57,7 +57,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AbstractSet, Callable, Sequence
+from typing import AbstractSet, Callable, Sequence, TypedDict
 
 from wheelci.errors import CiError, Finding
 from wheelci.native.loadorder import SPLIT_MODULE_NAME
@@ -68,9 +68,10 @@ from wheelci.util import proc
 from wheelci.util.sizes import format_size, parse_limit
 from wheelci.util.invocation import command
 from wheelci.util.output import shown
-from wheelci.native.elf import SYSTEM_LIBS, is_system_lib, scan, scan_archive
+from wheelci.native.elf import SYSTEM_LIBS, SharedLib, is_system_lib, scan, scan_archive
 from wheelci.native.loadorder import MODULE_NAME, as_preload, dependency_order, insert_call, runtime_source, top_package
 from wheelci.wheel.metadata import METADATA_CAP, edit_headers, header_lines
+from wheelci.wheel.names import WheelName
 from wheelci.wheel.zipread import WheelArchive
 
 PRELOAD_MODULE = SPLIT_MODULE_NAME  # beside the package's ci.native.loadorder.MODULE_NAME, if it has one
@@ -136,7 +137,7 @@ def _copy_into(path: Path, stage: Path) -> Path:
     return dest
 
 
-def _staged(out_dir: Path, key: str, make) -> list[Path]:
+def _staged(out_dir: Path, key: str, make: Callable[[Path], list[Path]]) -> list[Path]:
     """Outputs made in a staging directory inside out_dir, then moved in together under its lock
     (wheelci.util.owned): a run that fails or is refused leaves -w as it was. A name already in -w is
     replaced only when wheelci wrote it, and the earlier outputs of the same input that this run does not
@@ -147,7 +148,7 @@ def _staged(out_dir: Path, key: str, make) -> list[Path]:
         return out.commit(make(stage), key, replace_group=True, writer=command("split"))
 
 
-def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str],
+def _split(wa: WheelArchive, size: int, limit: int, out_dir: Path, verify: bool, preload_deps: Sequence[Path | str],
            sbom: SbomHook | None = None) -> list[Path]:
     """Choose what moves, make the preload that loads it, then write: every refusal comes before the
     first output, and a failed write leaves none behind."""
@@ -170,7 +171,7 @@ def _split(wa, size: int, limit: int, out_dir: Path, verify: bool, preload_deps:
     return written
 
 
-def _import_check(wa, written: list[Path], preload_deps: Sequence[Path | str]) -> None:
+def _import_check(wa: WheelArchive, written: list[Path], preload_deps: Sequence[Path | str]) -> None:
     """Finding when what was written does not import, in either layout, where the unsplit wheel does
     (ci.wheel.importcheck); skipped where this interpreter is not one the wheel is tagged for. The
     --preload-deps wheels and directories are installed beside them in both layouts."""
@@ -209,24 +210,24 @@ class _Choice:
     plan: SplitPlan
     moves: dict[str, str]  # member -> its path in a companion
     rpaths: dict[str, tuple[list[str], bool]]  # member -> (RPATH entries, use DT_RPATH), see new_rpaths
-    companions: list  # the companions' WheelNames
+    companions: list[WheelName]  # the companions' names
     projects: list[str]  # and their project names
-    shared: list  # the ELF scans of the wheel's shared libraries
+    shared: list[SharedLib]  # the ELF scans of the wheel's shared libraries
     pinned: dict[str, str]  # library -> the .py file that loads it by path: it stays
     wheel_file: bytes  # the WHEEL file, which the companions share
     limit: int
     extensions: set[str]  # Python extension modules a plan would have moved: they stay
 
 
-def _choose(wa, size: int, limit: int, verify: bool) -> _Choice:
+def _choose(wa: WheelArchive, size: int, limit: int, verify: bool) -> _Choice:
     """Read the libraries and the Python sources, and plan the split. RECORD is verified after
     planning: a wheel that cannot be split is refused without hashing 1 GB first."""
     members = {m.name: m.csize for m in wa.files}
     refuse_oversized(members, limit)  # before reading any library
     found = [s for s in scan_archive(wa, executables=True) if ".dist-info/" not in s.path and ".data/" not in s.path]
     shared = [s for s in found if not s.program]
-    libs = [Lib(s.path, wa.get(s.path).csize, s.name, s.needed, s.rpath, s.runpath) for s in shared]
-    programs = [Lib(s.path, wa.get(s.path).csize, s.name, s.needed, s.rpath, s.runpath) for s in found if s.program]
+    libs = [Lib(s.path, members[s.path], s.name, s.needed, s.rpath, s.runpath) for s in shared]  # scanned from wa.files
+    programs = [Lib(s.path, members[s.path], s.name, s.needed, s.rpath, s.runpath) for s in found if s.program]
     sources = {m.name: wa.read(m, PY_SOURCE_CAP).decode("utf-8", "replace") for m in wa.files
                if m.name.endswith(".py")}
     wheel_file = wa.read(f"{wa.dist_info}/WHEEL", METADATA_CAP)
@@ -251,7 +252,7 @@ def _choose(wa, size: int, limit: int, verify: bool) -> _Choice:
                    wheel_file, limit, extensions)
 
 
-def _plan_without_extensions(wa, size: int, members: dict[str, int], libs: list[Lib], pinned: dict[str, str],
+def _plan_without_extensions(wa: WheelArchive, size: int, members: dict[str, int], libs: list[Lib], pinned: dict[str, str],
                              limit: int, known: AbstractSet[str] = frozenset()) -> tuple[SplitPlan, set[str]]:
     """The plan, with no Python extension module (ci.native.extension) among what moves: only the
     libraries a plan would move are read for PyInit_*, and the plan is made again without any found.
@@ -281,7 +282,7 @@ class _Preload:
     loader: str  # what loads the companions' libraries, as their docstring says
 
 
-def _make_preload(wa, c: _Choice, preload_deps: Sequence[Path | str]) -> _Preload:
+def _make_preload(wa: WheelArchive, c: _Choice, preload_deps: Sequence[Path | str]) -> _Preload:
     """The preload of the moved libraries and what they need from this wheel (and from the
     --preload-deps wheels), dependencies first; a libraries-only wheel gets none (RPATHs only)."""
     by_path = {s.path: s for s in c.shared}
@@ -310,20 +311,30 @@ def _make_preload(wa, c: _Choice, preload_deps: Sequence[Path | str]) -> _Preloa
     return _Preload({f"{pkg}/__init__.py": init.encode()}, {module_name: preload_src.encode()}, module_name)
 
 
-def _as_written(lib, c: _Choice):
+class _Written(TypedDict, total=False):
+    """The fields of a SharedLib that _as_written changes."""
+
+    path: str
+    distribution: str | None
+    source: str
+    rpath: tuple[str, ...]
+    runpath: tuple[str, ...]
+
+
+def _as_written(lib: SharedLib, c: _Choice) -> SharedLib:
     """A library as the split writes it: where it goes (a companion is its own source: the loader
     finds a library through RPATH only within one wheel in every layout) and the RPATH it gets."""
-    changes: dict[str, object] = {}
+    changes: _Written = {}
     if lib.path in c.moves:
         i = c.plan.moves[lib.path][0]
         changes = {"path": c.moves[lib.path], "distribution": c.projects[i], "source": c.companions[i].filename}
     if lib.path in c.rpaths:
         entries, force = c.rpaths[lib.path]
-        changes.update(rpath=tuple(entries), runpath=()) if force else changes.update(rpath=(), runpath=tuple(entries))
+        changes.update({"rpath": tuple(entries), "runpath": ()} if force else {"rpath": (), "runpath": tuple(entries)})
     return dataclasses.replace(lib, **changes) if changes else lib
 
 
-def _write_outputs(wa, c: _Choice, preload: _Preload, out_dir: Path, sbom: SbomHook | None = None) -> list[Path]:
+def _write_outputs(wa: WheelArchive, c: _Choice, preload: _Preload, out_dir: Path, sbom: SbomHook | None = None) -> list[Path]:
     """The main wheel (first) and its companions; each is checked against the limit once written,
     and on any failure, Ctrl-C included, every output written so far is removed."""
     from wheelci.wheel.rewrite import newest_time, rewrite
@@ -365,17 +376,19 @@ def _with_sboms(written: list[Path], sbom: SbomHook, tmp: Path) -> None:
         os.replace(new, old)
 
 
-def _patch_rpaths(wa, rpaths: dict[str, tuple[list[str], bool]], tmp: Path) -> dict[str, Path]:
+def _patch_rpaths(wa: WheelArchive, rpaths: dict[str, tuple[list[str], bool]], tmp: Path) -> dict[str, Path]:
     """Each member whose RPATH changes, extracted into tmp and patched there: member -> its file."""
     patched: dict[str, Path] = {}
     for old, (entries, force) in sorted(rpaths.items()):
-        f = wa.extract(wa.get(old), tmp / old)
+        m = wa.get(old)
+        assert m is not None, "a library of this wheel (the plan's)"
+        f = wa.extract(m, tmp / old)
         _set_rpath(f, entries, force)
         patched[old] = f
     return patched
 
 
-def _write_companion(wa, c: _Choice, i: int, patched: dict[str, Path], *, meta: str, loader: str,
+def _write_companion(wa: WheelArchive, c: _Choice, i: int, patched: dict[str, Path], *, meta: str, loader: str,
                      when: tuple[int, int], out_dir: Path) -> Path:
     """Companion i: its libraries (patched, else copied as compressed bytes), a package that only
     says where they came from, METADATA naming the main wheel, and the main wheel's WHEEL."""
@@ -388,6 +401,7 @@ def _write_companion(wa, c: _Choice, i: int, patched: dict[str, Path], *, meta: 
         if j != i:
             continue
         m = wa.get(old)
+        assert m is not None, "a library of this wheel (the plan's)"
         if old in patched:
             w.add(new, patched[old], m.mode or 0o100755)
         else:

@@ -63,7 +63,7 @@ class UploadResult:
 # ---------------------------------------------------------------- the upload
 
 
-def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None, *,
+def upload(files: Iterable[str | os.PathLike[str]], repository_url: str | None = None, *,
            repository: str | None = None, skip_existing: bool = False, simple_url: str | None = None,
            config_file: str | None = None, retries: int = 4, backoff: float = 1.0,
            timeout: float = 300.0, check: bool = True,
@@ -83,6 +83,7 @@ def upload(files: Iterable[str | os.PathLike], repository_url: str | None = None
         raise CiError("no index given: pass --repository-url URL or --repository NAME (a .pypirc section)")
     s = twine_settings(repository_url, repository, config_file)
     url = s.repository_config["repository"]  # a .pypirc `repository =` may keep its user:pass@
+    assert url is not None, "twine's settings always hold the repository's URL (or refuse the section)"
     username, password = twine_credentials(s)
     secret.add(password, user=username)  # .pypirc and keyring: every channel redacts them from here on
     secret.add_url(url)

@@ -21,7 +21,7 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from wheelci.util import log, proc
 from wheelci.util.cause import cause
@@ -224,7 +224,7 @@ def no_gpu(checks: dict[str, object]) -> str:
             + "CUDA kernels not run")
 
 
-def _probe(python: Path, site: Path, request: dict, cwd: Path, output: "Output") -> dict[str, object]:
+def _probe(python: Path, site: Path, request: dict[str, Any], cwd: Path, output: "Output") -> dict[str, object]:
     """The package's own imports in one process; then each library they did not load, in a process of its
     own, as the package would never load two alternatives (a `_x_cpu.so` and a `_x_cuda.so` registering
     the same operators) into one. A library that loads nowhere still fails its check."""
@@ -246,7 +246,8 @@ def _probe(python: Path, site: Path, request: dict, cwd: Path, output: "Output")
     return {**checks, **first, **loads, **({"torch_ops": sorted(ops)} if "torch" in checks else {}), **gpu}
 
 
-def _probe_once(python: Path, site: Path, request: dict, cwd: Path, output: "Output") -> tuple[dict, list[str]]:
+def _probe_once(python: Path, site: Path, request: dict[str, Any], cwd: Path,
+                output: "Output") -> tuple[dict[str, Any], list[str]]:
     """One probe process: its checks, and the libraries its imports loaded. A check the process died in
     (an abort in a library's static initializer, a segfault) fails with the cause its output gives."""
     # -I: the probe's own directory (ci/) is not on sys.path, or ci's `cache` or `errors` module
@@ -281,7 +282,7 @@ def _probe_once(python: Path, site: Path, request: dict, cwd: Path, output: "Out
     return checks, loaded
 
 
-def _allowed(request: dict) -> set[str]:
+def _allowed(request: dict[str, Any]) -> set[str]:
     if "load" in request:
         return {f"load {request['load']}"}
     return {f"import {n}" for n in request["imports"]}

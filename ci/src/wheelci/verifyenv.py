@@ -49,13 +49,13 @@ def fresh_venv(path: Path, base_site: Path | None = None) -> Path:
     return python
 
 
-def pip_failure(r: subprocess.CompletedProcess) -> str:
+def pip_failure(r: subprocess.CompletedProcess[str]) -> str:
     """A failed pip install as one check: its first error line (what conflicts, what is missing)."""
     reason = [ln for ln in r.stderr.splitlines() if "ERROR" in ln or "error:" in ln] or r.stderr.strip().splitlines()[-1:]
     return f"FAILED: {reason[0].strip() if reason else 'no output'}"
 
 
-def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
+def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """pip into the verify venv. A constraint from pip's configuration (a machine's cap on torch) is left
     out: verify never resolves torch, it installs over the torch install it is given, and pins that
     install's stack itself where an index is asked (install_fresh)."""

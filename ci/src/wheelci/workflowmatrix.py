@@ -223,7 +223,7 @@ def arch_parts(arch_list: str, parts: int) -> list[str]:
 
 
 def warm_matrix(jobs: dict[str, list[dict[str, str]]], parts: int, stable_abi: str | None = None,
-                arch_list: str | None = None) -> dict:
+                arch_list: str | None = None) -> dict[str, list[dict[str, str]]]:
     """The fan-out of `jobs` (workflow_matrix's): each CUDA row's arch list (`whole_arch_list`) dealt into
     `parts` compile-only jobs (`arch_list`, `part`), which fill the remote compile cache for the row's own
     job, which then builds the full list from it; CPU rows have none (an empty list where no CUDA row is left: the workflow then

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from wheelci.util.invocation import command
 
@@ -87,7 +88,7 @@ class Machines:
         self.work = tmp / "runner" / "work"
 
     def build(self, name: str, args: list[str], cache: str | None, *, compile_only: bool = True,
-              ccache: bool = False, fresh_tree: bool = True) -> tuple[float, float, dict]:
+              ccache: bool = False, fresh_tree: bool = True) -> tuple[float, float, dict[str, Any]]:
         """One build: its wall seconds, its compile step's seconds, and its report.json."""
         from wheelci.bench.build import copy_project
         from wheelci.util.cache import cache_dir
@@ -131,7 +132,7 @@ def halves(arch_list: str) -> list[str]:
     return arch_parts(arch_list, 2)
 
 
-def _counts(report: dict) -> tuple[str, str]:
+def _counts(report: dict[str, Any]) -> tuple[str, str]:
     c = report.get("compile_cache") or {}
     if not c.get("used"):
         return "-", "-"
@@ -147,7 +148,7 @@ def run(*, project: str = "example", cuda: str = "13.0", arch_list: str | None =
     arch_list = arch_list or matrix.load().row(cuda).arch_list
     base = ["--cuda", cuda, "--arch-list", arch_list]
     source, changed = PROJECTS[project]
-    rows: list[tuple[str, float, dict]] = []
+    rows: list[tuple[str, float, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="bench-compile-cache-") as tmp_name:
         machines = Machines(Path(tmp_name), source)
         colds = [machines.build("cold", base, None) for _ in range(2)]

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from wheelci.util.cache import cache_dir
 from wheelci.util.invocation import command
@@ -96,7 +97,7 @@ def timed(cmd: list[str]) -> float:
 
 
 OURS = "wheelci"  # `wheelci index`, by the tool's name: the same rows however the bench was run
-TOOLS = {
+TOOLS: dict[str, Callable[[Path], list[str]]] = {
     OURS: lambda d: [sys.executable, "-m", "wheelci.index", str(d)],
     "simple503": lambda d: [str(BIN / "simple503"), "-S", "-e", str(d)],
     "dir2pi": lambda d: [str(BIN / "dir2pi"), str(d)],

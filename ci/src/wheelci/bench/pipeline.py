@@ -24,6 +24,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from wheelci.compile.hostenv import BuildEnv
 
 ROOT = Path(__file__).resolve().parents[4]
 TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
@@ -35,7 +39,7 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _run(cmd: list, **kw) -> None:
+def _run(cmd: Sequence[object], **kw: Any) -> None:
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     if r.returncode != 0:
         raise SystemExit(f"{command('bench')} pipeline: {' '.join(map(str, cmd[:4]))} failed:\n{r.stderr[-2000:]}")
@@ -53,11 +57,11 @@ def ours(project: Path, out: Path) -> tuple[dict[str, float], float, float]:
     return steps, wall, cpu
 
 
-def by_hand(project: Path, work: Path, env) -> tuple[dict[str, float], float, float]:
+def by_hand(project: Path, work: Path, env: BuildEnv) -> tuple[dict[str, float], float, float]:
     steps: dict[str, float] = {}
     wall, cpu = time.monotonic(), _cpu()
 
-    def step(name: str, cmd: list, **kw) -> None:
+    def step(name: str, cmd: Sequence[object], **kw: Any) -> None:
         start = time.monotonic()
         _run(cmd, **kw)
         steps[name] = steps.get(name, 0.0) + time.monotonic() - start

@@ -76,7 +76,8 @@ def run(*, target: str = "2.10", skip_build: bool = False) -> int:
 
         # the headers of PyPI's torch 2.14.1 (its default build, cu130; the CPU sources need no CUDA)
         include = ensure_env(TorchSpec("2.14.1", "13.0", None, True)).site / "torch" / "include"
-        from wheelci.config.stable import parse_target, target_define
+        from wheelci.config.stable import parse_target
+        from wheelci.native.stable_abi import target_define
 
         define = target_define(parse_target(target))
         classic = source_seconds(include, ROOT / "csrc" / "ops.cpp", [])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from wheelci import cli
@@ -20,7 +21,7 @@ def build_parser() -> cli.Parser:
     return p
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     if not args.wheel.is_file():
         raise CiError(f"{args.wheel}: no such file")
     report = check_abi(args.wheel, torch_include(args.torch_site))

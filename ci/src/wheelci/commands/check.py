@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from wheelci import cli
@@ -10,7 +11,7 @@ from wheelci.errors import Finding
 from wheelci.util.sizes import parse_limit
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     parse_limit(args.limit)  # a bad limit is bad input before any wheel is read
     unpacked_limit = parse_limit(args.unpacked_limit)
     results = [check_wheel(w, args.limit, unpacked_limit) for w in args.wheels]

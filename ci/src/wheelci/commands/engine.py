@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+
 from wheelci import cli
 from wheelci.engine import PROBES, matrix_rows, host_cannot_build
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """`python -m ci.engine`: which engine `--engine auto` would use here, and why the others would not."""
     reasons = {name: probe() for name, probe in PROBES.items()}
     found = next((n for n, why in reasons.items() if why is None), None)
@@ -23,7 +25,7 @@ def main(args) -> int:
     return 0
 
 
-def build_parser():
+def build_parser() -> cli.Parser:
     p = cli.parser("engine", "Detect the container engine (`docker version`, `podman info`) and what the host "
                          "engine can build, as `--engine auto` sees them.")
     p.add_argument("--json", action="store_true", help="print the answers as JSON")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from wheelci import cli
@@ -9,7 +10,7 @@ from wheelci.errors import CiError
 from wheelci.patch import patch_wheel
 
 
-def _patch_files(args) -> list[Path]:
+def _patch_files(args: argparse.Namespace) -> list[Path]:
     if args.patch_dir:
         d = Path(args.patch_dir)
         if not d.is_dir():
@@ -21,7 +22,7 @@ def _patch_files(args) -> list[Path]:
     return [Path(p) for p in args.patch or []]
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     result = patch_wheel(Path(args.wheel), Path(args.wheel_dir), _patch_files(args), label=args.local_version,
                          remove_requires=args.remove_requires or [], add_requires=args.add_requires or [],
                          preload_from=[Path(d) for d in args.preload_from or []], package=args.package,

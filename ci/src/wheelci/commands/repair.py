@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from wheelci import cli
@@ -22,7 +23,7 @@ def build_parser() -> cli.Parser:
     return p
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     result = repair(args.wheel, args.wheel_dir, torch_version=args.torch_version,
                     torch_requires=args.torch_requires, plat=args.plat, excludes=args.exclude,
                     stable_abi=args.stable_abi)

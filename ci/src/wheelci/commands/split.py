@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from wheelci import cli
@@ -9,7 +10,7 @@ from wheelci.split import split_wheel
 from wheelci.util.sizes import format_size
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     outputs = split_wheel(Path(args.wheel), args.limit, Path(args.wheel_dir), verify=not args.no_verify,
                           preload_deps=[Path(p) for p in args.preload_deps or []])
     if args.json:

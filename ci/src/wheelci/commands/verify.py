@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import asdict
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def build_parser() -> cli.Parser:
     return p
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     if not args.wheel.is_file():
         raise CiError(f"{args.wheel}: no such file")
     WheelName.parse(args.wheel.name)

@@ -15,13 +15,16 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from wheelci.cibw import CONTAINER_COMPILE_CACHE, CONTAINER_PROJECT
 from wheelci.compile import sccache
 from wheelci.compile.sccache import CacheReport
 from wheelci.errors import CiError
 from wheelci.util import log
+
+if TYPE_CHECKING:
+    from wheelci.plan import Plan
 
 
 def env_file_text(variables: dict[str, str]) -> bytes:
@@ -48,7 +51,7 @@ def create_args(env_file: Path, status: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def serving(plan, work_dir: Path,
+def serving(plan: Plan, work_dir: Path,
             timeout: float = sccache.STARTUP_TIMEOUT) -> Iterator[tuple[list[str], list[CacheReport]]]:
     """The engine's create arguments for the plan's remote compile cache (none without one, or with one this
     machine cannot use), and a list that gets the build's report when the block ends."""

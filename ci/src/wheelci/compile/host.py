@@ -17,7 +17,7 @@ import shutil as sh
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from wheelci.errors import CiError, Finding
 from wheelci.util import log, proc
@@ -27,10 +27,15 @@ from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cp
                                      ensure_env, find_nvcc)
 from wheelci.config import constraints
 from wheelci.config.compilecache import torch_finds_ccache
-from wheelci.compile.workdir import CHECKED, configure_inputs, read_record, stage_files
+from wheelci.compile.workdir import configure_inputs, read_record, stage_files
 from wheelci.util.atomic import write_text
+from wheelci.util.layout import BUILT, CHECKED, COMPILED_WITH, CONFIGURED, SEARCHED
 from wheelci.resources.container.steady import steady_times
 from wheelci.engine import nvcc_dirs
+
+if TYPE_CHECKING:
+    from wheelci.config.project import Backend
+    from wheelci.plan import Plan
 
 # headers force-included into host builds: they keep the wheel within torch's manylinux policy
 GLIBC_COMPAT = Path(__file__).resolve().parent.parent / "resources" / "glibc_compat"
@@ -44,7 +49,7 @@ class CompileResult:
     cache: CacheReport | None = None  # what the remote compile cache did (None: no remote store)
 
 
-def torch_spec(plan) -> TorchSpec:
+def torch_spec(plan: Plan) -> TorchSpec:
     """The torch a host environment gets: the plan's release, from the index the plan names."""
     return TorchSpec(plan.torch, plan.cuda, plan.torch_index_url, plan.torch_on_pypi)
 
@@ -57,7 +62,7 @@ def toolkit_wheels(cuda: str) -> tuple[str, ...]:
     return (*row.nvcc_wheels, *row.toolkit_wheels) if row.nvcc_wheel_has_nvcc else ()
 
 
-def _requirements_key(plan) -> tuple[list[str], Path, str]:
+def _requirements_key(plan: Plan) -> tuple[list[str], Path, str]:
     from wheelci.cibw import build_installs
 
     reqs = build_installs(plan.build_requires, compile_cache=bool(plan.run.compile_cache))
@@ -65,7 +70,7 @@ def _requirements_key(plan) -> tuple[list[str], Path, str]:
     return reqs, pins, hashlib.sha256("\0".join([*reqs, Path(pins).read_text()]).encode()).hexdigest()
 
 
-def install_build_requires(env: BuildEnv, plan) -> None:
+def install_build_requires(env: BuildEnv, plan: Plan) -> None:
     """The project's [build-system] requires as the plan holds them, torch aside (the env's torch is the
     plan's), and our build tools, into the build env (`build --no-isolation` uses it as it is), under our tool
     constraints less the ones the project excludes. pip leaves what is satisfied alone.
@@ -89,7 +94,7 @@ def install_build_requires(env: BuildEnv, plan) -> None:
 
 
 @contextlib.contextmanager
-def requirements_held(env: BuildEnv, plan) -> Iterator[int]:
+def requirements_held(env: BuildEnv, plan: Plan) -> Iterator[int]:
     """The env holding this plan's build requirements for as long as the compile runs: a shared hold, so
     builds needing the same set compile side by side while one needing another set (a project's own
     `ninja<1.12`) waits to install it, rather than swapping the tools under a running compile. With a
@@ -126,7 +131,7 @@ def steady_env(env: BuildEnv, key: str) -> None:
         write_text(env.root / STEADY_MARK, key)
 
 
-def ccache_launchers(plan, env: BuildEnv, work_dir: Path, environ: dict[str, str], nvcc: Path | None) -> launch.Launchers:
+def ccache_launchers(plan: Plan, env: BuildEnv, work_dir: Path, environ: dict[str, str], nvcc: Path | None) -> launch.Launchers:
     """ccache in front of the compilers, where it is installed (wheelci.compile.launch: every torch alike).
     The work directory is ccache's base (paths below it are hashed relative); the prefix maps still name
     it, so a rebuild hits in the same work directory (the default one stays put), not in a new one."""
@@ -142,7 +147,7 @@ def ccache_launchers(plan, env: BuildEnv, work_dir: Path, environ: dict[str, str
 
 
 @contextlib.contextmanager
-def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_root: Path | None,
+def remote_cache(plan: Plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_root: Path | None,
                  environ: dict[str, str], local: launch.Launchers) -> Iterator[tuple[list[CacheReport], launch.Launchers]]:
     """The plan's remote compile cache for the compile inside the block (wheelci.compile.sccache): its server
     up, sccache in front of the compilers in place of ccache (`local`); yields what it did (a list filled
@@ -173,7 +178,7 @@ def remote_cache(plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_ro
 def note_extra_files(work_dir: Path, environ: dict[str, str]) -> None:
     """ccache hashes the searched directories' digest with every compile (CCACHE_EXTRAFILES)."""
     if shutil.which("ccache"):
-        from wheelci.compile.workdir import SEARCHED, note_searched
+        from wheelci.compile.workdir import note_searched
 
         extra = [environ.get("CCACHE_EXTRAFILES", ""), str(note_searched(work_dir / SEARCHED, environ))]
         environ["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, extra))
@@ -204,7 +209,7 @@ def prefix_maps(project_dir: Path, work_dir: Path, python: Path, compat: Path) -
     return [f"-ffile-prefix-map={old}={new}" for old, new in sorted(pairs.items(), key=lambda p: len(str(p[0])))]
 
 
-def compile_host(plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | None = None,
+def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv | None = None,
                  files: dict[str, str] | None = None, hold_fds: tuple[int, ...] = (),
                  configure: str | None = None) -> CompileResult:
     """Build the project's wheel for `plan` on this machine; raises Finding if the build fails.
@@ -314,10 +319,11 @@ def staged_compat(work_dir: Path) -> Path:
     return stage_files(GLIBC_COMPAT, work_dir, "compat")  # a header no longer shipped leaves the include path
 
 
-def cuda_toolkit(plan, env: BuildEnv, environ: dict[str, str], config: list[str], cuda_flags: list[str], *,
+def cuda_toolkit(plan: Plan, env: BuildEnv, environ: dict[str, str], config: list[str], cuda_flags: list[str], *,
                  cmake: bool) -> Path:
     """The CUDA root a host build compiles with (the host's nvcc or NVIDIA's wheels), put where the backend
     reads it: CMake definitions (into `config`), or cpp_extension's variables (into `environ`)."""
+    assert plan.cuda is not None  # called for a CUDA plan only (compile_host)
     nvcc = find_nvcc(env, plan.cuda, toolkit_wheels(plan.cuda), source=plan.run.nvcc_source)
     root = assemble_cuda_root(env, nvcc)
     environ.update(cuda_build_environ(root, plan.arch_list))
@@ -337,7 +343,7 @@ def checked_with(record: Path, key: str) -> bool:
     return read_record(record) == key
 
 
-def requirements_check_key(plan, env: BuildEnv, project_dir: Path, configure: str) -> str:
+def requirements_check_key(plan: Plan, env: BuildEnv, project_dir: Path, configure: str) -> str:
     """What `python -m build`'s check of the backend's build requirements answers from: the environment and
     the set installed into it, the files a backend reads its requirements from, the build's own variables and
     what a configure reads (`configure`: a setup.py may read them). A kept tree whose last compile passed the
@@ -381,7 +387,7 @@ def in_tree_backend(project_dir: Path) -> list[str]:
     return sorted(found)
 
 
-def keep_sound(plan, backend, project_dir: Path, work_dir: Path, files: dict[str, str] | None,
+def keep_sound(plan: Plan, backend: Backend, project_dir: Path, work_dir: Path, files: dict[str, str] | None,
                configure: str | None, environ: dict[str, str]) -> None:
     """What a kept tree answers from its last compile, dropped where its inputs changed (by backend)."""
     from wheelci.config.project import Backend
@@ -392,10 +398,10 @@ def keep_sound(plan, backend, project_dir: Path, work_dir: Path, files: dict[str
         keep_objects_sound(plan, work_dir, configure, environ)
 
 
-def keep_objects_sound(plan, work_dir: Path, configure: str | None, environ: dict[str, str]) -> None:
+def keep_objects_sound(plan: Plan, work_dir: Path, configure: str | None, environ: dict[str, str]) -> None:
     """A kept setuptools tree: when what its compile searches changed (CPATH, a searched directory's
     headers), every object is compiled again; ninja, which compares mtimes only, would link the old ones."""
-    from wheelci.compile.workdir import COMPILED_WITH, compile_view, configure_inputs, recompile_if_changed
+    from wheelci.compile.workdir import compile_view, configure_inputs, recompile_if_changed
 
     searched = configure or configure_inputs(environ)
     inputs = hashlib.sha256(json.dumps([searched, compile_view(plan)], sort_keys=True, default=str).encode())
@@ -403,13 +409,13 @@ def keep_objects_sound(plan, work_dir: Path, configure: str | None, environ: dic
         log.info("what the compile searches changed since the kept tree's last compile: compiling every object")
 
 
-def keep_tree_sound(plan, project_dir: Path, work_dir: Path, files: dict[str, str] | None, configure: str | None,
+def keep_tree_sound(plan: Plan, project_dir: Path, work_dir: Path, files: dict[str, str] | None, configure: str | None,
                     environ: dict[str, str], *, meson: bool) -> None:
     """A kept CMake or meson tree answers from what its last configure found: another configure input (a
     variable, what a searched directory holds, the compile's part of the Plan) configures it again, and a
     project change ninja cannot see compiles every object again."""
-    from wheelci.compile.workdir import (BUILT, CONFIGURED, compile_view, configure_inputs, forget_unseen_changes,
-                                         reconfigure_if_changed, snapshot_sources)
+    from wheelci.compile.workdir import (compile_view, configure_inputs, forget_unseen_changes, reconfigure_if_changed,
+                                         snapshot_sources)
 
     configure = configure or configure_inputs(environ)
     inputs = hashlib.sha256(json.dumps([configure, compile_view(plan)], sort_keys=True, default=str).encode())

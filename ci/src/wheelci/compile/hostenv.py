@@ -23,7 +23,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from wheelci.config import constraints
 from wheelci.engine import host_nvcc, nvcc_version, real_nvcc
@@ -137,7 +137,7 @@ def uv_args(pip_args: list[str]) -> list[str]:
     return out
 
 
-def _torch_info(python: Path) -> dict:
+def _torch_info(python: Path) -> dict[str, Any]:
     code = (
         "import json, importlib.metadata as m, torch, sysconfig;"
         "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda,"
@@ -145,7 +145,8 @@ def _torch_info(python: Path) -> dict:
     )
     out = proc.run([python, "-c", code], what=f"reading torch's version in {python}", capture_output=True,
                    text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    info: dict[str, Any] = json.loads(out.strip().splitlines()[-1])  # the document `code` prints
+    return info
 
 
 STAMP = ".complete.json"
@@ -216,7 +217,7 @@ def _load_env(root: Path) -> tuple[BuildEnv | None, str]:
     return BuildEnv(root, python, Path(site), version, cuda, requires, source), ""
 
 
-def cached_env(root: Path, create: Callable[[Path], dict]) -> BuildEnv:
+def cached_env(root: Path, create: Callable[[Path], dict[str, Any]]) -> BuildEnv:
     """The ready environment at root, made by create(root) (which returns what the stamp records)
     where it is missing or broken.
 
@@ -291,7 +292,7 @@ def env_state(spec: TorchSpec) -> str:
             else f"the cached one at {root} is not usable ({why}): this build makes it again")
 
 
-def held_env(root: Path, create: Callable[[Path], dict]) -> BuildEnv:
+def held_env(root: Path, create: Callable[[Path], dict[str, Any]]) -> BuildEnv:
     """cached_env, held shared for the rest of this process (no prune removes it under the build) and
     stamped used; made again where a prune removed it between the two."""
     from wheelci.util.lock import held_for_process
@@ -304,7 +305,7 @@ def held_env(root: Path, create: Callable[[Path], dict]) -> BuildEnv:
     raise CiError(f"the build environment {root} was removed by other runs three times while this one used it")
 
 
-def create_env(root: Path, spec: TorchSpec, installer: str = "auto") -> dict:
+def create_env(root: Path, spec: TorchSpec, installer: str = "auto") -> dict[str, Any]:
     """A venv with the spec's torch and the build tools; returns what the stamp records. `installer`:
     auto (uv where the arguments name their index, else pip), or pip or uv (`wheelci bench env`)."""
     args, source = torch_pip_args(spec)

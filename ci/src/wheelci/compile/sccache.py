@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import urlsplit
 
 from wheelci.compile import launch
@@ -62,7 +62,7 @@ class Server:
     environ: dict[str, str]  # what a compiler call needs to reach this server
 
 
-def counts(stats: Mapping, kinds: tuple[str, ...], device: bool) -> CacheCounts:
+def counts(stats: Mapping[str, Any], kinds: tuple[str, ...], device: bool) -> CacheCounts:
     """Hits and misses of the device kinds (`device`) or of every other kind, from sccache's JSON stats."""
     def total(table: str) -> int:
         found = (stats.get(table) or {}).get("counts") or {}
@@ -71,7 +71,7 @@ def counts(stats: Mapping, kinds: tuple[str, ...], device: bool) -> CacheCounts:
     return CacheCounts(total("cache_hits"), total("cache_misses"))
 
 
-def read_stats(storage: str, doc: Mapping) -> CacheReport:
+def read_stats(storage: str, doc: Mapping[str, Any]) -> CacheReport:
     """The report of sccache's `--show-stats --stats-format=json` document (pure)."""
     stats = doc.get("stats") or {}
     errors = int(stats.get("cache_read_errors") or 0) + int(stats.get("cache_write_errors") or 0)
@@ -104,7 +104,7 @@ def describe(r: CacheReport) -> str:
 
 def added(storage: str, reports: list[CacheReport]) -> CacheReport:
     """One report of several servers' (a container build's, one a wheel): counts added, the notes kept (pure)."""
-    def total(get) -> CacheCounts:
+    def total(get: Callable[[CacheReport], CacheCounts]) -> CacheCounts:
         return CacheCounts(sum(get(r).hits for r in reports), sum(get(r).misses for r in reports))
 
     errors = sum(r.errors for r in reports)
@@ -131,7 +131,7 @@ def base_dirs(*dirs: Path | None) -> str:
     return ":".join(sorted(found, key=len, reverse=True))
 
 
-def _ask(sccache: Path, port: int, *args: str, timeout: float) -> subprocess.CompletedProcess | None:
+def _ask(sccache: Path, port: int, *args: str, timeout: float) -> subprocess.CompletedProcess[str] | None:
     """A client call to our server (only while it listens: a client starts a server where none does)."""
     env = {**_client_base(), "SCCACHE_SERVER_PORT": str(port)}
     try:
@@ -247,7 +247,7 @@ def refused(cache: CompileCache, timeout: float = 5.0) -> str | None:
     return None
 
 
-def _answers(port: int, server: subprocess.Popen, timeout: float) -> bool:
+def _answers(port: int, server: subprocess.Popen[bytes], timeout: float) -> bool:
     """Whether our server listens within `timeout`: sccache checks the store (reads and writes a probe
     entry) before it listens, and exits when that fails. Asked over TCP, never through an sccache client,
     which would start a server of its own (on the local disk) where ours is not up."""
@@ -270,7 +270,7 @@ def _final(storage: str, sccache: Path, port: int) -> CacheReport:
     return read_stats(storage, doc)
 
 
-def _end(server: subprocess.Popen) -> None:
+def _end(server: subprocess.Popen[bytes]) -> None:
     """The server (our child, in its own session) gone: asked to stop, then terminated, then killed."""
     with contextlib.suppress(subprocess.TimeoutExpired):
         server.wait(timeout=2)

@@ -13,7 +13,7 @@ import shlex
 import shutil
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from wheelci.errors import CiError
 from wheelci.util import layout, proc
@@ -21,7 +21,8 @@ from wheelci.util.layout import (BUILT, CHECKED, COMPILED_WITH, CONFIGURED, COPI
                                  WORK_MARK)
 from wheelci.util.secret import redact
 
-
+if TYPE_CHECKING:
+    from wheelci.plan import Plan
 
 
 def own_work_dir(path: Path) -> None:
@@ -219,10 +220,10 @@ def search_dirs(environ: Mapping[str, str]) -> list[Path]:
     return dirs
 
 
-def listing(top: Path) -> list[list]:
+def listing(top: Path) -> list[list[str | int | None]]:
     """What lies below top, as a search sees it: each entry's path, kind, size and mtime (a link's
     target), SEARCH_DEPTH deep and SEARCH_ENTRIES long at most (a system prefix is not walked whole)."""
-    seen: list[list] = []
+    seen: list[list[str | int | None]] = []
     for dirpath, dirnames, filenames in os.walk(top):
         here = Path(dirpath)
         depth = len(here.relative_to(top).parts)
@@ -345,12 +346,12 @@ def forget_unseen_changes(project_dir: Path, build_dir: Path, record: Path, file
     return unseen
 
 
-def compile_view(plan) -> dict:
+def compile_view(plan: Plan) -> dict[str, Any]:
     """What of a Plan the compile reads."""
     return {k: v for k, v in plan.flat().items() if k not in AFTER_COMPILE}
 
 
-def tree_key(project_dir: Path, plan) -> str:
+def tree_key(project_dir: Path, plan: Plan) -> str:
     """The kept build tree of a project and a Plan: its directory, and what of the plan shapes the tree."""
     import json
 
@@ -368,7 +369,7 @@ def _safe_rel(rel: object) -> bool:
     return isinstance(rel, str) and bool(rel) and not Path(rel).is_absolute() and ".." not in Path(rel).parts
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     import json
 
     try:
@@ -549,7 +550,7 @@ def clear_work_dir(work: Path) -> None:
             _remove(entry)
 
 
-def kept_tree(root: Path, project_dir: Path, plan) -> Path:
+def kept_tree(root: Path, project_dir: Path, plan: Plan) -> Path:
     """The build tree a build of this project and Plan keeps between runs (made and marked if new). Trees
     whose project directory is gone are removed first, unless a build holds them."""
     import json

@@ -53,9 +53,14 @@ class Settings:
     def _get(self, name: str, default: Any) -> Any:
         return self.table.values.get(name, default)
 
+    def _text(self, name: str) -> str | None:
+        """A string option's value (its reader gave a str), None when unset."""
+        value: str | None = self._get(name, None)
+        return value
+
     @property
     def test_command(self) -> str | None:
-        return self._get("test_command", None)
+        return self._text("test_command")
 
     @property
     def test_requires(self) -> list[str]:
@@ -71,11 +76,11 @@ class Settings:
 
     @property
     def limit(self) -> str | None:
-        return self._get("limit", None)
+        return self._text("limit")
 
     @property
     def stable_abi(self) -> str | None:  # "2.10": stable-ABI wheels serving every torch from it on
-        return self._get("stable_abi", None)
+        return self._text("stable_abi")
 
     @property
     def variants(self) -> bool:  # PEP 825 variant wheels for CUDA builds, the plain wheel for CPU ones
@@ -108,7 +113,7 @@ KIND_SETTINGS = tuple(o.key for o in options.OPTIONS if o.per_kind and o.key)  #
 PYPROJECT_CAP = 16 * 2**20  # a pyproject.toml is read whole: larger is no configuration file
 
 
-def load_pyproject(project_dir: Path) -> dict | None:
+def load_pyproject(project_dir: Path) -> dict[str, Any] | None:
     """The project's pyproject.toml as data (None without one); a broken one is one line."""
     path = project_dir / "pyproject.toml"
     if not path.is_file():
@@ -121,7 +126,7 @@ def load_pyproject(project_dir: Path) -> dict | None:
         raise CiError(f"bad {path}: {e}") from None
 
 
-def _table(data: dict, key: str, where: Path, parent: str = "") -> dict:
+def _table(data: dict[str, Any], key: str, where: Path, parent: str = "") -> dict[str, Any]:
     """data[key], a table ({} when absent); `parent`: where data sits (`tool.`), for the message."""
     value = data.get(key, {})
     if not isinstance(value, dict):
@@ -129,7 +134,7 @@ def _table(data: dict, key: str, where: Path, parent: str = "") -> dict:
     return value
 
 
-def _backend_of(data: dict | None, project_dir: Path) -> Backend:
+def _backend_of(data: dict[str, Any] | None, project_dir: Path) -> Backend:
     """The build system `data` (the pyproject.toml, None without one) names, one of Backend; a pure-Python
     backend is refused (no extension to build)."""
     if data is not None:
@@ -152,7 +157,7 @@ def backend(project_dir: Path) -> Backend:
     return _backend_of(load_pyproject(project_dir), project_dir)
 
 
-def _settings_of(data: dict | None, path: Path) -> Settings:
+def _settings_of(data: dict[str, Any] | None, path: Path) -> Settings:
     """[tool.wheelci] checked against the declarations (wheelci.config.options): an unknown key (a typo) is
     refused with the closest known one, and each value is read by its option's reader, so no value is
     silently misread. A project that still has [tool.ci] is read the same way, with one deprecation line
@@ -210,7 +215,7 @@ def _strings(value: object, what: str, path: Path) -> list[str]:
     return list(value)
 
 
-def _build_requires(system: dict, default: list[str], path: Path) -> list[str]:
+def _build_requires(system: dict[str, Any], default: list[str], path: Path) -> list[str]:
     """[build-system] requires: a list of PEP 508 requirements (a string would be one per letter)."""
     from wheelci.wheel.requirements import parse_requirement
 
@@ -229,7 +234,7 @@ def _build_requires(system: dict, default: list[str], path: Path) -> list[str]:
     return requires
 
 
-def _requires_python(project: dict, path: Path) -> str:
+def _requires_python(project: dict[str, Any], path: Path) -> str:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     value = project.get("requires-python", "")
@@ -293,7 +298,7 @@ def _check_name_and_version(name: str, version: object, path: Path) -> None:
         raise CiError(f"{path}: [project] version is not a PEP 440 version ({len(version)} characters)") from None
 
 
-def _py_api(tool: dict, path: Path) -> str:
+def _py_api(tool: dict[str, Any], path: Path) -> str:
     """[tool.scikit-build] wheel.py-api ("" when unset): "py3" makes one wheel for every Python, "cp3X" an
     abi3 one for every Python from 3.X on."""
     skbuild = _table(tool, "scikit-build", path, "tool.")

@@ -25,12 +25,15 @@ from dataclasses import asdict, dataclass
 from email.parser import HeaderParser
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping
+from typing import TYPE_CHECKING, Any, BinaryIO, Mapping
 
 from wheelci.config import matrix as mx
 from wheelci.errors import CiError
 from wheelci.util import http, variables
 from wheelci.util.cache import cache_dir, read_stamp
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 INDEX = "https://pypi.org/simple"
 INDEX_VARIABLE = variables.TORCH_INDEX  # another index to read torch releases from (a mirror, a local one)
@@ -207,8 +210,9 @@ class _RangeFile(io.RawIOBase):
         self.pos = {0: 0, 1: self.pos, 2: self.size}[whence] + offset
         return self.pos
 
-    def readinto(self, buffer) -> int:
-        want = min(len(buffer), self.size - self.pos)
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer)  # its length and slices read through its view: a buffer need not have them
+        want = min(len(view), self.size - self.pos)
         if want <= 0:
             return 0
         self.fetched += want
@@ -222,7 +226,7 @@ class _RangeFile(io.RawIOBase):
             if e.status == 200:  # the whole wheel, unread
                 raise CiError(f"{_shown(self.url)}: the server ignores range requests and serves no metadata") from None
             raise
-        buffer[:len(data)] = data
+        view[:len(data)] = data
         self.pos += len(data)
         return len(data)
 

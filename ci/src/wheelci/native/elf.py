@@ -28,7 +28,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, TypeVar
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, TypeVar
 
 from wheelci.errors import CiError
 from wheelci.native import elfread
@@ -36,6 +36,9 @@ from wheelci.wheel.zipformat import Member
 from wheelci.wheel.zipread import WheelArchive
 from wheelci.wheel.names import normalize
 from wheelci.wheel.record import read_record_file
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 T = TypeVar("T")
 
@@ -218,7 +221,7 @@ class _BlockReader(io.RawIOBase):
 
     BLOCK = 1 << 16
 
-    def __init__(self, opener, size: int):
+    def __init__(self, opener: Callable[[], _ChunkReader], size: int):
         self._open = opener
         self._size = size
         self._pos = 0
@@ -256,9 +259,9 @@ class _BlockReader(io.RawIOBase):
             self._blocks[index] = data
         return self._blocks[index]
 
-    def readinto(self, buf) -> int:
-        n = min(len(buf), max(0, self._size - self._pos))
-        out = memoryview(buf)
+    def readinto(self, buf: WriteableBuffer) -> int:
+        out = memoryview(buf)  # the buffer's length read through its view: a buffer need not have len()
+        n = min(len(out), max(0, self._size - self._pos))
         done = 0
         while done < n:
             index, skip = divmod(self._pos, self.BLOCK)

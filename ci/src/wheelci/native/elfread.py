@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import dataclass
-from typing import BinaryIO, Iterable, Iterator
+from typing import Iterable, Iterator, Protocol
 
 from wheelci.errors import CiError
 
@@ -27,6 +27,14 @@ SHT_STRTAB, SHT_DYNSYM, SHT_GNU_VERNEED, SHT_GNU_VERSYM = 3, 11, 0x6FFFFFFE, 0x6
 SHN_UNDEF, SHN_XINDEX = 0, 0xFFFF
 NAME_MAX = 4096  # PATH_MAX: a DT_NEEDED or SONAME longer than this is no file the loader can open
 STRING_ALLOWANCE = 64 << 10  # strings beyond twice their table's size: a few long names sharing a tail
+
+
+class Stream(Protocol):
+    """What the readers use of a file: a BinaryIO, or the seekable view of a wheel member (elf.member_view)."""
+
+    def seek(self, offset: int, whence: int = ..., /) -> int: ...
+    def read(self, n: int, /) -> bytes: ...
+
 
 # struct layouts per class: (ELF header after e_ident, program header, section header, dynamic entry, symbol)
 _LAYOUT = {
@@ -74,7 +82,7 @@ class Section:
     entsize: int
 
 
-def read_at(stream: BinaryIO, offset: int, n: int, size: int, what: str) -> bytes:
+def read_at(stream: Stream, offset: int, n: int, size: int, what: str) -> bytes:
     """Exactly n bytes at offset, all inside the file, else CiError naming `what`."""
     if offset < 0 or n < 0 or offset + n > size:
         raise CiError(f"{what}: {n} bytes at offset {offset}, outside the file ({size} bytes)")
@@ -85,7 +93,7 @@ def read_at(stream: BinaryIO, offset: int, n: int, size: int, what: str) -> byte
     return data
 
 
-def read_header(stream: BinaryIO) -> Header | None:
+def read_header(stream: Stream) -> Header | None:
     """The ELF header; None when the stream is not ELF. An ELF file the header makes no sense of is
     a CiError."""
     stream.seek(0)
@@ -102,8 +110,8 @@ def read_header(stream: BinaryIO) -> Header | None:
     return Header(order, wide, etype, phoff, phentsize, phnum, shoff, shentsize, shnum, shstrndx, size)
 
 
-def _table(stream: BinaryIO, h: Header, offset: int, count: int, entsize: int, layout: struct.Struct,
-           what: str) -> Iterator[tuple]:
+def _table(stream: Stream, h: Header, offset: int, count: int, entsize: int, layout: struct.Struct,
+           what: str) -> Iterator[tuple[int, ...]]:
     """`count` fixed-size entries at offset: each entry the size the class defines (as the loader
     requires), the whole table inside the file."""
     if count == 0:
@@ -113,7 +121,7 @@ def _table(stream: BinaryIO, h: Header, offset: int, count: int, entsize: int, l
     return layout.iter_unpack(read_at(stream, offset, count * entsize, h.size, what))
 
 
-def segments(stream: BinaryIO, h: Header) -> list[Segment]:
+def segments(stream: Stream, h: Header) -> list[Segment]:
     layout = h.fmt(1)
     out = []
     for p in _table(stream, h, h.phoff, h.phnum, h.phentsize, layout, "program headers"):
@@ -122,7 +130,7 @@ def segments(stream: BinaryIO, h: Header) -> list[Segment]:
     return out
 
 
-def dynamic_entries(stream: BinaryIO, h: Header, dynamic: Segment) -> list[tuple[int, int]]:
+def dynamic_entries(stream: Stream, h: Header, dynamic: Segment) -> list[tuple[int, int]]:
     """(tag, value) of the dynamic segment, up to DT_NULL: at most one per entry the segment holds."""
     layout = h.fmt(3)
     data = read_at(stream, dynamic.offset, dynamic.filesz - dynamic.filesz % layout.size, h.size,
@@ -153,7 +161,7 @@ class StringTable:
     pyelftools under auditwheel, pays N times) are refused, not read N times.
     """
 
-    def __init__(self, stream: BinaryIO, offset: int, size: int, file_size: int, what: str):
+    def __init__(self, stream: Stream, offset: int, size: int, file_size: int, what: str):
         if offset < 0 or size < 0 or offset + size > file_size:
             raise CiError(f"{what}: {size} bytes at offset {offset}, outside the file ({file_size} bytes)")
         self.stream, self.offset, self.size, self.what = stream, offset, size, what
@@ -206,7 +214,7 @@ class StringTable:
         return next((n for n in names if head[:len(n) + 1] == n + b"\0"), None)
 
 
-def sections(stream: BinaryIO, h: Header) -> list[Section]:
+def sections(stream: Stream, h: Header) -> list[Section]:
     """The section headers (none when the file has none). An e_shnum of 0 with a table present means
     the count is in section 0's sh_size (more than 65279 sections): bounded by the file like any other."""
     if h.shoff == 0:
@@ -225,7 +233,7 @@ def sections(stream: BinaryIO, h: Header) -> list[Section]:
     return out
 
 
-def linked_strings(stream: BinaryIO, h: Header, secs: list[Section], section: Section, what: str) -> StringTable:
+def linked_strings(stream: Stream, h: Header, secs: list[Section], section: Section, what: str) -> StringTable:
     """The string table a section's sh_link names."""
     if not 0 < section.link < len(secs) or secs[section.link].type != SHT_STRTAB:
         raise CiError(f"{what}: sh_link {section.link} is not a string table")
@@ -233,7 +241,7 @@ def linked_strings(stream: BinaryIO, h: Header, secs: list[Section], section: Se
     return StringTable(stream, table.offset, table.size, h.size, f"{what} string table")
 
 
-def section_name_table(stream: BinaryIO, h: Header, secs: list[Section]) -> StringTable | None:
+def section_name_table(stream: Stream, h: Header, secs: list[Section]) -> StringTable | None:
     """The section-name string table (e_shstrndx), None when the file names no sections."""
     index = h.shstrndx if h.shstrndx != SHN_XINDEX else (secs[0].link if secs else 0)
     if not secs or not 0 < index < len(secs):
@@ -242,7 +250,7 @@ def section_name_table(stream: BinaryIO, h: Header, secs: list[Section]) -> Stri
     return StringTable(stream, names.offset, names.size, h.size, "section name table")
 
 
-def section_names(stream: BinaryIO, h: Header, secs: list[Section], wanted: Iterable[bytes]) -> set[str]:
+def section_names(stream: Stream, h: Header, secs: list[Section], wanted: Iterable[bytes]) -> set[str]:
     """Which of the `wanted` section names the file has (each name read no further than the longest)."""
     table = section_name_table(stream, h, secs)
     if table is None:
@@ -255,7 +263,7 @@ def first_of_type(secs: list[Section], kind: int) -> Section | None:
     return next((s for s in secs if s.type == kind), None)
 
 
-def symbols(stream: BinaryIO, h: Header, dynsym: Section) -> list[tuple[int, int]]:
+def symbols(stream: Stream, h: Header, dynsym: Section) -> list[tuple[int, int]]:
     """(st_name, st_shndx) of each symbol of a symbol table section."""
     layout = h.fmt(4)
     rows = _table(stream, h, dynsym.offset, dynsym.size // max(dynsym.entsize, 1), dynsym.entsize, layout,
@@ -263,7 +271,7 @@ def symbols(stream: BinaryIO, h: Header, dynsym: Section) -> list[tuple[int, int
     return [(r[0], r[3]) for r in rows] if h.wide else [(r[0], r[5]) for r in rows]
 
 
-def symbol_versions(stream: BinaryIO, h: Header, versym: Section) -> tuple[int, ...]:
+def symbol_versions(stream: Stream, h: Header, versym: Section) -> tuple[int, ...]:
     """The version index of each dynamic symbol (.gnu.version), hidden bit cleared."""
     n = versym.size // 2
     data = read_at(stream, versym.offset, 2 * n, h.size, "symbol version table")
@@ -274,7 +282,7 @@ _VERNEED = struct.Struct("HHIII")  # vn_version, vn_cnt, vn_file, vn_aux, vn_nex
 _VERNAUX = struct.Struct("IHHII")  # vna_hash, vna_flags, vna_other, vna_name, vna_next
 
 
-def version_needs(stream: BinaryIO, h: Header, secs: list[Section], verneed: Section) -> dict[int, str]:
+def version_needs(stream: Stream, h: Header, secs: list[Section], verneed: Section) -> dict[int, str]:
     """Version index -> version name (GLIBC_2.29, ...) from .gnu.version_r.
 
     Walked as auditwheel (pyelftools) and readelf walk it: sh_info entries, each with vn_cnt

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from wheelci.errors import CiError
 from wheelci.native import elfread
+
+if TYPE_CHECKING:
+    from wheelci.wheel.zipread import WheelArchive
 
 DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_SYMENT, DT_GNU_HASH = 4, 5, 6, 10, 11, 0x6FFFFEF5
 PREFIX = b"PyInit_"
@@ -35,7 +38,7 @@ def _offset(segs: list[elfread.Segment], address: int, what: str) -> int:
     return where[0]
 
 
-def _symbol_count(stream, h: elfread.Header, segs: list[elfread.Segment], tags: dict[int, int],
+def _symbol_count(stream: elfread.Stream, h: elfread.Header, segs: list[elfread.Segment], tags: dict[int, int],
                   entsize: int) -> int:
     """How many dynamic symbols there are: DT_HASH's nchain, else what DT_GNU_HASH's buckets and
     chains reach (as the loader reads them); every step bounded by the file."""
@@ -63,7 +66,7 @@ def _symbol_count(stream, h: elfread.Header, segs: list[elfread.Segment], tags: 
     raise CiError("GNU hash chain: runs past the file")
 
 
-def _exports_pyinit(stream) -> bool:
+def _exports_pyinit(stream: elfread.Stream) -> bool:
     h = elfread.read_header(stream)
     if h is None:
         return False
@@ -109,7 +112,7 @@ def exports_pyinit(chunks: Callable[[], Iterable[bytes]], size: int) -> bool:
         stream.close()
 
 
-def extension_modules(wa, names: Iterable[str]) -> set[str]:
+def extension_modules(wa: WheelArchive, names: Iterable[str]) -> set[str]:
     """The members among `names` of an open wheel (ci.wheel.zipread.WheelArchive) that are Python
     extension modules."""
     found = set()

@@ -352,7 +352,7 @@ def top_package(names: Iterable[str], project: str, package: str | None = None) 
                   f"pass --package")
 
 
-def preload_members(wa, runtime: Sequence[Preload] | str, *, package: str | None = None,
+def preload_members(wa: WheelArchive, runtime: Sequence[Preload] | str, *, package: str | None = None,
                     init_text: str | None = None) -> dict[str, bytes]:
     """The two members that make a wheel's top package preload `runtime` on import, first the
     package's `__init__.py` with the call inserted, then the module itself. `init_text`: that

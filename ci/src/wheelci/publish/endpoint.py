@@ -70,7 +70,7 @@ class _Text(HTMLParser):
         self._skip = 0
         self._in_pre = 0
 
-    def handle_starttag(self, tag: str, attrs: list) -> None:
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self._skip += tag in ("head", "style", "script")
         self._in_pre += tag == "pre"
 

@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 from wheelci.errors import CiError
 from wheelci.publish.distread import Dist
@@ -30,7 +30,7 @@ RACY_NS = 100_000_000
 class Cache:
     """What the last run knew: per distribution its key and record; the files it wrote."""
 
-    files: dict[str, dict] = field(default_factory=dict)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
     pages: set[str] = field(default_factory=set)  # relative to OUT
     metadata: set[str] = field(default_factory=set)  # .metadata sidecars, relative to DIR
 
@@ -56,7 +56,7 @@ def load_cache(path: Path) -> Cache:
     return Cache(files, set(map(str, pages)), set(map(str, meta)))
 
 
-def cached_dist(hit: dict, rel: str) -> Dist | None:
+def cached_dist(hit: dict[str, Any], rel: str) -> Dist | None:
     """The cached record, only when it describes the file at rel (its path decides where the
     .metadata file goes: the cache travels with a copied dist/, so it is input like any other)."""
     try:
@@ -71,7 +71,7 @@ def cache_key(st: os.stat_result) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns]
 
 
-def trusted(hit: dict | None, st: os.stat_result) -> TypeGuard[dict]:
+def trusted(hit: dict[str, Any] | None, st: os.stat_result) -> TypeGuard[dict[str, Any]]:
     """Reuse a cached hash only for the same key, and only when the file was not changed so close to
     the moment it was hashed that a second change could share its timestamp."""
     return (isinstance(hit, dict) and hit.get("key") == cache_key(st)

@@ -16,7 +16,7 @@ import re
 import time
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import unquote, urljoin, urlsplit
 
 from wheelci.errors import CiError, Finding
@@ -25,6 +25,9 @@ from wheelci.publish.endpoint import short_reason, strip_userinfo, tls_error
 from wheelci.publish.targets import Target
 from wheelci.wheel.names import normalize
 from wheelci.util.sizes import format_size
+
+if TYPE_CHECKING:  # the upload's session (twine's): requests loads only when an upload runs
+    import requests
 
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 # A simple page lists one project's files, not their bytes: PyPI's largest are a few MiB.
@@ -115,7 +118,8 @@ def _parse_json_listing(body: str) -> dict[str, Listed]:
     return listing
 
 
-def _read_page(session, url: str, seconds: float, deadline: float, cap: int):
+def _read_page(session: requests.Session, url: str, seconds: float, deadline: float,
+               cap: int) -> tuple[requests.Response, str | None]:
     """GET url; the body (text) of a 200 answer, read until the deadline and at most cap bytes."""
     r = session.get(url, headers={"Accept": ACCEPT}, allow_redirects=False, stream=True)
     with contextlib.closing(r):
@@ -137,7 +141,8 @@ def _too_slow(url: str, seconds: float) -> MalformedPage:
                          "(--timeout bounds the whole page)")
 
 
-def fetch_page(session, url: str, seconds: float, cap: int = PAGE_MAX_BYTES):
+def fetch_page(session: requests.Session, url: str, seconds: float,
+               cap: int = PAGE_MAX_BYTES) -> tuple[requests.Response, str | None]:
     """(response, body or None) for one GET of a simple page, the whole of it within `seconds`, with the
     upload's session (twine's credentials and TLS settings) under the one HTTP client's deadline
     (wheelci.util.http.within): a server trickling a byte a second, or an endless body, is refused."""
@@ -151,7 +156,7 @@ class SimpleIndex:
     """Reads simple pages with the upload's session (same auth and TLS settings), each GET within
     `timeout` seconds in all."""
 
-    def __init__(self, session, simple_url: str, timeout: float = 300.0) -> None:
+    def __init__(self, session: requests.Session, simple_url: str, timeout: float = 300.0) -> None:
         self.session = session
         self.simple_url = simple_url if simple_url.endswith("/") else simple_url + "/"
         self.shown = strip_userinfo(self.simple_url)
@@ -179,6 +184,7 @@ class SimpleIndex:
                 return {}
             if r.status_code != 200:
                 raise Finding(f"cannot read the simple page {strip_userinfo(url)}: HTTP {r.status_code} {r.reason}")
+            assert text is not None, "_read_page reads a 200's body"
             try:
                 return parse_listing(text, r.headers.get("Content-Type", ""))
             except MalformedPage as e:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from wheelci.util import log
 from wheelci.errors import CiError
@@ -89,7 +89,7 @@ def refuse_unsafe(root: Path, out: Path, cache: Cache, pages: dict[str, str],
 
 
 def write_owned(root: Path, out: Path, cache: Cache, pages: dict[str, str], sidecars: dict[str, bytes | None],
-                records: dict[str, dict]) -> tuple[list[str], list[str]]:
+                records: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
     """Write what changed and remove what this command wrote before and no longer needs:
     (written, removed).
 
@@ -112,7 +112,7 @@ def write_owned(root: Path, out: Path, cache: Cache, pages: dict[str, str], side
     return written, removed
 
 
-def _write_cache(path: Path, pages: Iterable[str], metadata: Iterable[str], files: dict[str, dict]) -> None:
+def _write_cache(path: Path, pages: Iterable[str], metadata: Iterable[str], files: dict[str, dict[str, Any]]) -> None:
     """The cache, written atomically: the files this command owns and its per-file records."""
     _write_if_changed(path, json.dumps({"version": CACHE_VERSION, "pages": sorted(pages),
                                         "metadata": sorted(metadata), "files": files}, sort_keys=True).encode())

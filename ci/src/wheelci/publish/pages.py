@@ -67,8 +67,8 @@ def project_json(project: str, dists: list[Dist], to_root: str | None, base_url:
                  legacy_keys: bool = False, links: Iterable[Link] = ()) -> str:
     files = []
     for d in dists:
-        f: dict = {"filename": d.filename, "url": file_url(d, to_root, base_url),
-                   "hashes": {"sha256": d.sha256}, "size": d.size}
+        f: dict[str, object] = {"filename": d.filename, "url": file_url(d, to_root, base_url),
+                                "hashes": {"sha256": d.sha256}, "size": d.size}
         if d.requires_python:
             f["requires-python"] = d.requires_python
         if d.metadata_sha256:

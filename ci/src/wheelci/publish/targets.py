@@ -28,7 +28,7 @@ class Target:
     variants_file: bool = False  # a release's PEP 825 variants file, not a distribution
 
 
-def upload_targets(files: Iterable[str | os.PathLike]) -> list[Target]:
+def upload_targets(files: Iterable[str | os.PathLike[str]]) -> list[Target]:
     """The files to upload, a release's variants files first (see the module docstring)."""
     out: list[Target] = []
     seen: dict[str, Path] = {}
@@ -58,7 +58,7 @@ def check_variants(targets: list[Target], warn: Callable[[str], None]) -> None:
     def release(t: Target) -> tuple[str, str]:
         return t.project, canonical_version(t.version.partition("+")[0])
 
-    wheels: dict[tuple[str, str], list] = {}
+    wheels: dict[tuple[str, str], list[tuple[str, v.VariantDoc]]] = {}
     for t in targets:
         if not t.variants_file and t.path.name.endswith(".whl") and WheelName.parse(t.path.name).variant:
             with WheelArchive.open(t.path) as wa:

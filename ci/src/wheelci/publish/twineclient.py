@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urljoin
 
 from wheelci.errors import CiError, Finding
@@ -26,6 +26,12 @@ from wheelci.publish.endpoint import answer_text, short_reason, strip_userinfo, 
 from wheelci.publish.listing import Conflict, Listed, MalformedPage, SimpleIndex
 from wheelci.publish.targets import Target
 from wheelci.util.invocation import command
+
+if TYPE_CHECKING:  # loaded only when an upload runs (the module docstring)
+    import requests
+    from twine.package import PackageFile
+    from twine.repository import Repository
+    from twine.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ class FileResult:
     attempts: int
 
 
-def twine_settings(repository_url: str | None, repository: str | None, config_file: str | None):
+def twine_settings(repository_url: str | None, repository: str | None, config_file: str | None) -> Settings:
     from twine import exceptions, settings, utils
     make = functools.partial(
         settings.Settings, username=os.environ.get("TWINE_USERNAME"), password=os.environ.get("TWINE_PASSWORD"),
@@ -53,7 +59,7 @@ def twine_settings(repository_url: str | None, repository: str | None, config_fi
         raise CiError(str(e).splitlines()[0]) from None
 
 
-def twine_credentials(s) -> tuple[str | None, str | None]:
+def twine_credentials(s: Settings) -> tuple[str | None, str | None]:
     """Username and password from twine's resolver; none found means an anonymous upload. twine logs a
     keyring it cannot ask with its traceback: a handler on its logger keeps that off stderr."""
     from twine import exceptions
@@ -97,15 +103,17 @@ def twine_check(targets: list[Target], warn: Callable[[str], None]) -> None:
         log.removeHandler(handler)
 
 
-def default_timeout(session, seconds: float) -> None:
+def default_timeout(session: requests.Session, seconds: float) -> None:
     """twine's session has no timeout: a server that accepts and never answers would hang us forever.
     The read timeout bounds each wait for bytes (not the whole transfer), so big uploads still work."""
     request = session.request
 
-    def with_timeout(method, url, **kw):  # noqa: ANN001, ANN202
+    def with_timeout(method: str, url: str | bytes, **kw: Any) -> requests.Response:
         kw.setdefault("timeout", (min(30.0, seconds), seconds))
         return request(method, url, **kw)
-    session.request = with_timeout
+    # this one session's request, for every request twine makes through it; requests' own get and post pass
+    # everything after the URL by keyword, as with_timeout takes it
+    session.request = with_timeout  # type: ignore[assignment]
 
 
 class Uploader:
@@ -113,7 +121,7 @@ class Uploader:
     knows what the index now holds), the simple pages read so far, and the retry policy. Connection
     errors, timeouts and 5xx are retried with backoff; every other answer is final."""
 
-    def __init__(self, repo, url: str, shown: str, index: SimpleIndex, redact: Callable[[str], str],
+    def __init__(self, repo: Repository, url: str, shown: str, index: SimpleIndex, redact: Callable[[str], str],
                  say: Callable[[str], None], *, skip_existing: bool, retries: int, backoff: float) -> None:
         self.repo, self.url, self.shown, self.index = repo, url, shown, index
         self.redact, self.say = redact, say
@@ -175,7 +183,7 @@ class Uploader:
             self.say(self.redact(f"{t.path.name}: {problem}; retrying in {delay:g}s"))
             time.sleep(delay)
 
-    def _attempt(self, t: Target, package, attempt: int) -> str | None:
+    def _attempt(self, t: Target, package: PackageFile | None, attempt: int) -> str | None:
         """One POST. None: the file is on the index; else the passing problem to retry. A TLS error is
         configuration, never retried."""
         import requests
@@ -193,7 +201,7 @@ class Uploader:
             raise self.fail(Finding, f"uploading {t.path.name} failed: {short_reason(e)}") from None
         return self._answer(t, resp, attempt)
 
-    def _answer(self, t: Target, resp, attempt: int) -> str | None:
+    def _answer(self, t: Target, resp: requests.Response, attempt: int) -> str | None:
         """What the index's answer means: None uploaded; a 5xx is a problem to retry; rejected
         credentials and a redirect are configuration (exit 2); any other refusal is a finding."""
         code = resp.status_code
@@ -238,7 +246,7 @@ def _no_variants() -> str:
             f"{command('index')}")
 
 
-def _post_file(repo, url: str, t: Target):
+def _post_file(repo: Repository, url: str, t: Target) -> requests.Response:
     """A variants file through the upload form twine uses for distributions (which its PackageFile
     cannot describe): the index decides whether it takes the name."""
     fields = {":action": "file_upload", "protocol_version": "1", "name": t.project, "version": t.version,

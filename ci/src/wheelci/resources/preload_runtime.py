@@ -24,17 +24,17 @@ import sys
 import threading
 
 # (SONAME, file name, distribution or None, directories to try under each sys.path entry),
-# dependencies before the libraries that need them. (A string annotation: never evaluated, any Python.)
+# dependencies before the libraries that need them. (String annotations: never evaluated, any Python.)
 LIBRARIES: "tuple[tuple[str, str, str | None, tuple[str, ...]], ...]"
 LIBRARIES = ()
 STRICT = True
 # A stable-ABI wheel built for one CUDA major: (distribution, version, variant, CUDA major); else None.
 # Under a torch of another CUDA major its libraries would fail to load, or load a second CUDA runtime.
+VARIANT: "tuple[str, str, str, int] | None"
 VARIANT = None
 
 _LAYOUTS = ("nvidia/*/lib", "*.libs", "*/lib")  # where other wheels keep their libraries, under a sys.path entry
 _MISSING = re.compile(r"(\S+?): cannot open shared object file")
-
 _lock = threading.Lock()
 _done = False
 _handles = []  # type: list[ctypes.CDLL]  # keeps the loaded libraries referenced for the life of the process
@@ -45,7 +45,7 @@ class PreloadError(ImportError):
     found = False  # True: a file was there, but it (or a dependency of it) failed to load
 
 
-def _already_loaded(soname):
+def _already_loaded(soname: str) -> bool:
     """True if the process has a library with this SONAME (RTLD_NOLOAD never loads anything)."""
     try:
         _handles.append(ctypes.CDLL(soname, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL))
@@ -54,7 +54,7 @@ def _already_loaded(soname):
     return True
 
 
-def _record_files(distribution, filename):
+def _record_files(distribution: str, filename: str) -> "list[str]":
     """The copies of `filename` ("*": any file) that the distribution's RECORD lists (any layout)."""
     try:
         from importlib import metadata
@@ -64,9 +64,9 @@ def _record_files(distribution, filename):
     return [str(f.locate()) for f in files if filename in ("*", f.name)]
 
 
-def _find_anywhere(name):
+def _find_anywhere(name: str) -> "list[str]":
     """Files called `name` in the known layouts under every sys.path entry, in sys.path order."""
-    found = []
+    found = []  # type: list[str]
     for entry in sys.path:
         if isinstance(entry, str):
             for layout in _LAYOUTS:
@@ -74,7 +74,7 @@ def _find_anywhere(name):
     return found
 
 
-def _open(path, tried=None):
+def _open(path: str, tried: "set[str] | None" = None) -> str:
     """dlopen `path` (RTLD_GLOBAL); when a dependency of it is missing, find that one in the known
     layouts, load it first, and try again. Raises OSError when that does not help."""
     tried = set() if tried is None else tried
@@ -100,9 +100,9 @@ def _open(path, tried=None):
         return path
 
 
-def _load(soname, filename, distribution, dirs):
+def _load(soname: str, filename: str, distribution: "str | None", dirs: "tuple[str, ...]") -> str:
     """Load one library; return its path, or raise PreloadError listing where it looked."""
-    looked, errors, candidates = [], [], []
+    looked, errors, candidates = [], [], []  # type: list[str], list[str], list[str]
     for entry in sys.path:
         if not isinstance(entry, str):  # bytes or other objects some tools put there
             continue
@@ -136,7 +136,7 @@ def _load(soname, filename, distribution, dirs):
     raise error
 
 
-def _cpu_torch(distribution):
+def _cpu_torch(distribution: "str | None") -> str:
     """The next step when a CUDA library is missing because the installed torch is a CPU build."""
     from importlib import metadata
     try:  # not a CUDA wheel's library, no torch, or a sys.path that metadata cannot read (bytes): nothing to add
@@ -153,7 +153,7 @@ class VariantError(ImportError):
     """torch's CUDA major is not the one this wheel was built for."""
 
 
-def check_variant():
+def check_variant() -> None:
     """Refuse a torch whose CUDA major differs from VARIANT's, naming the variant to install."""
     if VARIANT is None:
         return
@@ -170,7 +170,7 @@ def check_variant():
                 wanted, dist, version.split("+")[0], wanted, major))
 
 
-def preload():
+def preload() -> "list[str]":
     """Load every library in LIBRARIES that the process lacks; return the paths loaded by this call."""
     global _done
     if _done or not sys.platform.startswith("linux"):
@@ -179,7 +179,7 @@ def preload():
         if _done:
             return []
         check_variant()
-        loaded = []
+        loaded = []  # type: list[str]
         for soname, filename, distribution, dirs in LIBRARIES:
             if not _already_loaded(soname):
                 try:

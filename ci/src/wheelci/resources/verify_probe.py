@@ -21,15 +21,22 @@ import json
 import os
 import sys
 import traceback
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # string annotations, never evaluated: any Python the verify venv has
+    from types import ModuleType
+    from typing import Any, Callable
+
+    Say = Callable[[dict[str, object]], None]  # one result to RESULTS
 
 
-def namespaces():
+def namespaces() -> "set[str]":
     import torch
 
     return {name.split("::")[0] for name in torch._C._dispatch_get_all_op_names()}
 
 
-def gpu(torch):
+def gpu(torch: "ModuleType") -> str:
     """Whether CUDA kernels can run here: a CPU torch, a CUDA torch without a device, or the device."""
     if torch.version.cuda is None:
         return "none: a CPU torch"
@@ -38,9 +45,9 @@ def gpu(torch):
     return f"ok ({torch.cuda.get_device_name(0)})"
 
 
-def mapped():
+def mapped() -> "set[str]":
     """The real paths of every file mapped into this process (what the dynamic loader has loaded)."""
-    found = set()
+    found = set()  # type: set[str]
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
         for line in maps:
             parts = line.split(None, 5)
@@ -50,11 +57,11 @@ def mapped():
     return found
 
 
-def failed(e):
+def failed(e: BaseException) -> str:
     return "FAILED: " + traceback.format_exception_only(type(e), e)[-1].strip()
 
 
-def imports(site, names, libraries, say):
+def imports(site: str, names: "list[str]", libraries: "list[str]", say: "Say") -> None:
     for name in names:
         say({"started": f"import {name}"})
         try:
@@ -66,7 +73,7 @@ def imports(site, names, libraries, say):
     say({"loaded": [rel for rel in libraries if os.path.realpath(os.path.join(site, rel)) in loaded]})
 
 
-def load(site, rel, say):
+def load(site: str, rel: str, say: "Say") -> None:
     say({"started": f"load {rel}"})
     try:
         ctypes.CDLL(os.path.join(site, rel))
@@ -75,9 +82,9 @@ def load(site, rel, say):
         say({f"load {rel}": f"FAILED: {e}"})
 
 
-def main(site, probe, results):
+def main(site: str, probe: "dict[str, Any]", results: str) -> None:
     with open(results, "a", encoding="utf-8") as out:
-        def say(result):
+        def say(result: "dict[str, object]") -> None:
             out.write(json.dumps(result) + "\n")
             out.flush()
 

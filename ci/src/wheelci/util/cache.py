@@ -221,7 +221,7 @@ def total_size(entries: list[Entry]) -> int:
     return sum(unique.values())
 
 
-def freed_by(entry: Entry, holders: Counter) -> int:
+def freed_by(entry: Entry, holders: Counter[tuple[int, int]]) -> int:
     """The bytes removing entry frees, given how many entries still hold each inode (updated): a file
     another entry links stays."""
     freed = 0

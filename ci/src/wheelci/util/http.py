@@ -276,7 +276,8 @@ def within(seconds: float, work: Callable[[float], T], name: str) -> T:
         raise TimeoutError(name)
     if "error" in box:
         raise box["error"]
-    return box["value"]
+    value: T = box["value"]  # what work returned, run() put it there
+    return value
 
 
 def chunks(response: Any, size: int = 1 << 16) -> Iterator[bytes]:

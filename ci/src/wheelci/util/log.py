@@ -21,7 +21,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping
 
 from wheelci.errors import CiError
 from wheelci.util import secret, untrusted, variables
@@ -141,7 +141,7 @@ def duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
-def heartbeat_seconds(env=os.environ) -> float:
+def heartbeat_seconds(env: Mapping[str, str] = os.environ) -> float:
     """The interval of a Ticker's lines in logs and CI: WHEELCI_HEARTBEAT seconds, else one minute."""
     raw = variables.read(env, HEARTBEAT)
     if not raw:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 from collections import deque
-from typing import IO, Callable, Iterator, Sequence
+from typing import IO, Any, Callable, Iterator, Literal, Sequence, overload
 
 from wheelci.errors import CiError
 from wheelci.util import secret
@@ -74,7 +74,13 @@ def tool_name(cmd: Sequence[object] | str) -> str:
     return Path(parts[0]).name
 
 
-def run(cmd: Sequence[object], *, what: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+@overload
+def run(cmd: Sequence[object], *, what: str, check: bool = ..., text: Literal[True],
+        **kw: Any) -> subprocess.CompletedProcess[str]: ...
+@overload
+def run(cmd: Sequence[object], *, what: str, check: bool = ..., text: Literal[False] = ...,
+        **kw: Any) -> subprocess.CompletedProcess[bytes]: ...
+def run(cmd: Sequence[object], *, what: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[Any]:
     """subprocess.run for `what`; with check, a non-zero exit is a CiError naming the purpose, the tool
     and its last stderr line (stderr is captured for that unless the caller sends it elsewhere)."""
     argv = [str(c) for c in cmd]
@@ -93,7 +99,7 @@ def run(cmd: Sequence[object], *, what: str, check: bool = True, **kw) -> subpro
 
 def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, check: bool = True,
            keep: int = 15, show: bool = True, on_line: Callable[[bytes], None] | None = None,
-           **kw) -> subprocess.CompletedProcess:
+           **kw: Any) -> subprocess.CompletedProcess[bytes]:
     """Run a long tool (an image build, cibuildwheel, a compile) with its output in log as it comes (flushed
     line by line: a log someone follows, or keeps when the run is killed, is never behind), on stderr too
     with show, and each line to on_line (a progress count); the result's stdout holds its last `keep`
@@ -127,7 +133,7 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
 
 
 @contextlib.contextmanager
-def _stopped_with(p: subprocess.Popen) -> Iterator[None]:
+def _stopped_with(p: subprocess.Popen[bytes]) -> Iterator[None]:
     """Ctrl-C or SIGTERM while a tool streams: the tool is stopped too (TERM, then KILL), rather than
     waited for; a cancelled job must not sit out a compile."""
     try:
@@ -146,7 +152,8 @@ def _stopped_with(p: subprocess.Popen) -> Iterator[None]:
         raise
 
 
-def failure(cmd: Sequence[object] | str, proc: subprocess.CompletedProcess | subprocess.CalledProcessError) -> str:
+def failure(cmd: Sequence[object] | str,
+            proc: subprocess.CompletedProcess[str] | subprocess.CompletedProcess[bytes] | subprocess.CalledProcessError) -> str:
     """`tool failed with exit status N: its last stderr line`."""
     err = proc.stderr.decode(errors="replace") if isinstance(proc.stderr, bytes) else (proc.stderr or "")
     last = [line.strip() for line in err.strip().splitlines() if line.strip()][-1:]

@@ -141,7 +141,8 @@ def failures(paths: Sequence[Path], names: Sequence[str], scratch: Path) -> dict
     except subprocess.TimeoutExpired:
         return {n: f"the imports did not finish within {IMPORT_TIMEOUT:.0f} s" for n in names}
     try:
-        return json.loads(report.read_text())
+        failed: dict[str, str] = json.loads(report.read_text())  # what _SCRIPT dumps: {module: why}
+        return failed
     except (OSError, ValueError):  # the interpreter died (a crash in a native library)
         why = proc.failure(done.args, done)
         return {n: why for n in names}

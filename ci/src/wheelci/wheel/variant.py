@@ -29,10 +29,13 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from wheelci.errors import CiError
 from wheelci.wheel.names import VARIANT_LABEL, WheelName, cuda_tag, escape, is_version, normalize
+
+if TYPE_CHECKING:
+    from wheelci.wheel.zipread import WheelArchive
 
 SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"  # variantlib 0.2.2's; uv 0.13.9 reads it
 NVIDIA = "nvidia"
@@ -56,11 +59,11 @@ Properties = dict[str, dict[str, list[str]]]  # namespace -> feature -> values
 class VariantDoc:
     """The parts of a variant.json or a variants file that must agree across a release."""
 
-    priorities: dict  # default-priorities
-    providers: dict[str, dict]
+    priorities: dict[str, Any]  # default-priorities
+    providers: dict[str, dict[str, Any]]
     variants: dict[str, Properties] = field(default_factory=dict)  # label -> properties
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"$schema": SCHEMA, "default-priorities": self.priorities, "providers": self.providers,
                 "variants": {label: self.variants[label] for label in sorted(self.variants)}}
 
@@ -141,7 +144,7 @@ def parse(data: bytes | str, where: str) -> VariantDoc:
     return VariantDoc(prio, providers, variants)
 
 
-def _check_properties(props: object, providers: dict, where: str) -> None:
+def _check_properties(props: object, providers: dict[str, dict[str, Any]], where: str) -> None:
     if not isinstance(props, dict):
         raise CiError(f"{where}: properties must be a table of namespaces")
     for ns, features in props.items():
@@ -155,8 +158,8 @@ def _check_properties(props: object, providers: dict, where: str) -> None:
                 raise CiError(f"{where}: {ns} :: {feature} must be a non-empty list of values (0-9, a-z, _ and .)")
 
 
-def parse_wheel_doc(data: bytes | str, label: str, where: str) -> VariantDoc:
-    """A wheel's variant.json: exactly one variant, the label its file name carries."""
+def parse_wheel_doc(data: bytes | str, label: str | None, where: str) -> VariantDoc:
+    """A wheel's variant.json: exactly one variant, the label its file name carries (None, no label: refused)."""
     doc = parse(data, where)
     if list(doc.variants) != [label]:
         raise CiError(f"{where}: names variant(s) {', '.join(sorted(doc.variants)) or 'none'}; the file name "
@@ -238,7 +241,7 @@ def plain_name(name: WheelName) -> str:
 # ---------------------------------------------------------------- wheel bytes
 
 
-def read_wheel(wa) -> VariantDoc:
+def read_wheel(wa: WheelArchive) -> VariantDoc:
     """The variant.json of an open variant wheel (ci.wheel.zipread.WheelArchive), checked against its
     file name's label; CiError when it has none or it disagrees."""
     label = wa.name.variant

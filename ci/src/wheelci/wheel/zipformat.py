@@ -13,6 +13,12 @@ from dataclasses import dataclass
 
 from wheelci.errors import CiError
 
+# What the reader and the writer import; inflate_lib, imported below (isal's or zlib), is one of them
+__all__ = ["BATCH", "BLOCK", "CENTRAL", "CHUNK", "COMPRESS_LEVEL", "DEFLATED", "EOCD", "EOCD64", "FLAG_DESCRIPTOR",
+           "FLAG_ENCRYPTED", "FLAG_UTF8", "INFLATE_ERRORS", "LOCAL", "LOCATOR64", "Member", "PIPELINE_MIN",
+           "SIG_CENTRAL", "SIG_EOCD", "SIG_EOCD64", "SIG_LOCAL", "SIG_LOCATOR64", "SMALL", "STORED", "S_IFLNK",
+           "S_IFMT", "S_IFREG", "U16", "U32", "UNIX", "canonical_name", "check_name", "crc32", "inflate_lib"]
+
 # Zip record layouts (APPNOTE.TXT 4.3); little-endian.
 LOCAL = struct.Struct("<IHHHHHIIIHH")  # sig, need, flags, method, time, date, crc, csize, usize, nlen, xlen
 CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")  # ..., made, need, flags, method, time, date, crc, csize,

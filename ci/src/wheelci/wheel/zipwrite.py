@@ -23,7 +23,7 @@ import struct
 import time
 import zlib
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Union
@@ -303,7 +303,7 @@ def _deflate(blocks: Iterable[bytes | memoryview]) -> tuple[list[bytes], int, in
     (compressed parts, crc32, size, sha256 digest)."""
     sha, crc, usize = hashlib.sha256(), 0, 0
     parts: list[bytes] = []
-    pending: deque = deque()
+    pending: deque[Future[bytes]] = deque()
     pool: ThreadPoolExecutor | None = None
     workers = len(os.sched_getaffinity(0))  # the cores this process may use (taskset, cgroups), not the machine's
     try:

@@ -104,7 +104,7 @@ def _exit_code(code: int) -> int:
     return 128 - code if code < 0 else code  # a child killed by a signal: as a shell says it
 
 
-def _stop(deps: subprocess.Popen | None) -> None:
+def _stop(deps: subprocess.Popen[bytes] | None) -> None:
     """The dependency run and the preprocessors it started (its own process group) gone: asked as Ctrl-C asks
     (nvcc then removes its temporary files), then killed."""
     if deps is None or deps.poll() is not None:
