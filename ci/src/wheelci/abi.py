@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from wheelci.errors import CiError
-from wheelci.util import proc
+from wheelci.native.elf import imports
 from wheelci.native.stable_abi import LibraryAbi, classify, problems, shim_versions, version_text
+from wheelci.util import proc
+from wheelci.wheel.metadata import get_headers
 from wheelci.wheel.requirements import plain_install_requirement, requirement_name
+from wheelci.wheel.zipread import WheelArchive
 
 
 @dataclass
@@ -85,9 +88,6 @@ def _py(version: str) -> tuple[int, ...]:
 
 
 def check_abi(wheel: Path, include: Path) -> AbiReport:
-    from wheelci.native.elf import imports
-    from wheelci.wheel.metadata import get_headers
-    from wheelci.wheel.zipread import WheelArchive
 
     with WheelArchive.open(wheel) as wa:
         requires = get_headers(wa.metadata, "Requires-Dist")

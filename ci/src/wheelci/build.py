@@ -20,14 +20,51 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from wheelci.config import options
+from wheelci import report
+from wheelci.abi import check_abi
+from wheelci.check import check_wheel
+from wheelci.compile import container
+from wheelci.compile.container import refuse_unreachable, require_engine
+from wheelci.compile.crossenv import ensure_cross_env
+from wheelci.compile.host import compile_host, dependencies, torch_spec
+from wheelci.compile.hostenv import TorchSpec, ensure_env, env_state
+from wheelci.compile.workdir import (SourcesChanged, clear_work_dir, compile_view, configure_inputs, kept_tree,
+                                     own_work_dir, snapshot_sources)
+from wheelci.config import options, project as projects
+from wheelci.config.compilecache import withheld_while
+from wheelci.config.constraints import ensure_file
 from wheelci.config.options import Options
+from wheelci.config.switches import SCRIPTS
+from wheelci.emulate import Target, pinned_image, verify_in_container
+from wheelci.emulate import describe as describe_target
+from wheelci.engine import CA_VARIABLES
 from wheelci.errors import CiError, Finding
+from wheelci.native.elf import device_code, scan_wheel
+from wheelci.native.fatbin import mismatch_warnings
+from wheelci.native.libs import excluded_of
+from wheelci.native.loadorder import MODULE_NAME, order_for_wheel, preload_members, runtime_source
+from wheelci.plan import plan_for
+from wheelci.repair import repair
+from wheelci.report import REPORT_FILES, WheelReport, refuse_foreign_reports
+from wheelci.reuse import Records
+from wheelci.sbom import add_sbom, add_split_sboms
+from wheelci.split import split_wheel
 from wheelci.steps import Step, run_steps
+from wheelci.upload import upload
 from wheelci.util import epoch, layout, log
-from wheelci.wheel.names import cuda_tag
+from wheelci.util.cache import MAX_SIZE_VARIABLE, cache_dir, keep_under, mark_used, max_size
 from wheelci.util.invocation import command
+from wheelci.util.lock import locked_dir
+from wheelci.util.owned import drop_links, output_dir, refuse_nested
 from wheelci.util.proc import system_error
+from wheelci.util.sizes import format_size
+from wheelci.verify import verify_generic
+from wheelci.verifyenv import requirement_files
+from wheelci.wheel.names import cuda_tag
+from wheelci.wheel.requirements import plain_install_requirement
+from wheelci.wheel.rewrite import rewrite
+from wheelci.wheel.variant import add_variant, cuda_variant, describe
+from wheelci.wheel.zipread import WheelArchive
 
 if TYPE_CHECKING:
     from wheelci.compile.hostenv import BuildEnv
@@ -46,9 +83,6 @@ def finish_wheel(wheel: Path, site: Path, out_dir: Path, local: str | None, cuda
     (ci.native.loadorder.MODULE_NAME) itself, as the example does, gets `<pkg>/_preload.py`; any other gets
     that module and the call injected at the top of its
     `__init__.py`, as `ci.patch --preload-from` does. A wheel with no package gets none, with a note."""
-    from wheelci.native.loadorder import MODULE_NAME, order_for_wheel, preload_members, runtime_source
-    from wheelci.wheel.rewrite import rewrite
-    from wheelci.wheel.zipread import WheelArchive
 
     order = order_for_wheel(wheel, [site])
     with WheelArchive.open(wheel) as wa:
@@ -73,7 +107,6 @@ def variant_wheels(plan: "Plan", built: list[Path], site: Path, work: Path, cuda
     """The PEP 825 variant wheels of a CUDA build: no local label, so every variant of a release shares
     one version; the label (cu130, or cu13 for a stable-ABI wheel) in the file name and the nvidia
     provider's properties in .dist-info/variant.json (see ci.wheel.variant)."""
-    from wheelci.wheel.variant import add_variant, cuda_variant, describe
 
     assert plan.cuda is not None, "variant wheels are made for CUDA builds only (finish_step)"
     doc = cuda_variant(plan.cuda, plan.arch_list, cuda_major)
@@ -88,9 +121,6 @@ def verify_torches(plan: "Plan", env: "BuildEnv", torch_requirement: str | None)
     wheel's torch requirement (as ci.abi read it) rules out: a project that asks for `torch>=2.12` keeps it."""
     if plan.stable is None:
         return [(env.torch_version, env.site)]
-    from wheelci.compile.crossenv import ensure_cross_env
-    from wheelci.compile.hostenv import TorchSpec, ensure_env
-    from wheelci.wheel.requirements import plain_install_requirement
 
     req = plain_install_requirement(torch_requirement) if torch_requirement else None
     out = []
@@ -120,7 +150,6 @@ class BuildResult:
 def opened(project: Path) -> Iterator["Project"]:
     """The project to build, read once: a directory as it is, an sdist extracted into a temporary directory
     that lives as long as the block."""
-    from wheelci.config import project as projects
 
     with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
         yield projects.resolve(project, Path(tmp))
@@ -130,7 +159,6 @@ def build(o: Options, project: "Project", from_sdist: bool = False) -> BuildResu
     """The library's one entry for a build: the Plan from the options and the project, then (unless a dry
     run) its steps. Raises CiError for bad input, Finding for what the build found; prints progress only
     (the command prints the plan, the JSON and decides the exit status)."""
-    from wheelci.plan import plan_for
 
     plan = plan_for(o, project, os.environ)
     if o.dry_run:
@@ -142,8 +170,6 @@ def build(o: Options, project: "Project", from_sdist: bool = False) -> BuildResu
 
 def host_env_state(plan: "Plan") -> str:
     """The dry run's word on the host build environment: reused only where a usable one is cached."""
-    from wheelci.compile.host import torch_spec
-    from wheelci.compile.hostenv import env_state
 
     return env_state(torch_spec(plan))
 
@@ -159,7 +185,6 @@ def prepared(o: Options, project: "Project", plan: "Plan", from_sdist: bool) -> 
     if o.wheel_dir.resolve() == project_dir.resolve():
         raise CiError(f"-w {o.wheel_dir} is the project itself: its report.json and report.md would replace "
                       "the project's files; write the wheels to a directory of their own (e.g. -w wheelhouse)")
-    from wheelci.report import refuse_foreign_reports
 
     refuse_foreign_reports(o.wheel_dir)  # a build writes report.json and report.md there
     if o.work_dir is not None:
@@ -167,20 +192,16 @@ def prepared(o: Options, project: "Project", plan: "Plan", from_sdist: bool) -> 
         if src.is_relative_to(work):  # inside the project is fine: a marked work directory is never copied
             raise CiError(f"--work-dir {o.work_dir}: is the project or above it; a build replaces parts of its "
                           "work directory (and copies the project): give a directory of its own")
-        from wheelci.util.owned import refuse_nested
 
         refuse_nested(("-w", o.wheel_dir), ("--work-dir", o.work_dir))
-        from wheelci.compile.workdir import own_work_dir
 
         own_work_dir(o.work_dir)
     if plan.engine.container:
-        from wheelci.compile.container import refuse_unreachable, require_engine
 
         require_engine(plan)  # an engine that is not there is one error line, before any note
         refuse_unreachable(plan)  # nor an architecture this machine cannot run
     # On the host, the image notes do not apply; the engine choice (auto's fallback) and what the project's
     # build scripts read (wheelci.config.switches: what the build sets, before the compile) always do.
-    from wheelci.config.switches import SCRIPTS
 
     for note in plan.notes:
         if note.startswith("warning: "):
@@ -197,15 +218,12 @@ def prepared(o: Options, project: "Project", plan: "Plan", from_sdist: bool) -> 
 def run(b: "Build") -> None:
     """Run STEPS over one build in its work directory; the report (with each step's outcome) is written
     whether they pass or not. The wheel writers stamp the Plan's time (wheelci.util.epoch)."""
-    from wheelci.config.compilecache import withheld_while
 
     with epoch.fixed(b.plan.run.source_date_epoch), withheld_while(b.plan.compile_cache):
         _run(b)
 
 
 def _run(b: "Build") -> None:
-    from wheelci.util.cache import max_size
-    from wheelci.util.owned import output_dir
 
     cap = max_size(os.environ)  # a bad $WHEELCI_CACHE_MAX_SIZE is bad input now, not after the build
     with output_dir(b.out_dir, "-w") as b.out:  # held for the whole build: a second build into -w waits
@@ -213,14 +231,11 @@ def _run(b: "Build") -> None:
 
 
 def _run_held(b: "Build", cap: int | None) -> None:
-    from wheelci.util.cache import mark_used
 
     temporary = b.options.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
     if temporary:
         b.work = Path(tempfile.mkdtemp(prefix="ci-build-"))
     elif b.options.work_dir is None:
-        from wheelci.compile.workdir import kept_tree
-        from wheelci.util.cache import cache_dir
 
         b.work = kept_tree(cache_dir("builds"), b.project_dir, b.plan)
         mark_used(b.work, measure=False)  # a prune from now on leaves it: used since its scan
@@ -228,7 +243,6 @@ def _run_held(b: "Build", cap: int | None) -> None:
         b.work = b.options.work_dir
     keep = b.options.keep_work or not temporary
     try:
-        from wheelci.util.lock import locked_dir
 
         with locked_dir(b.work, f"the build tree {b.work.name}") as b.lock_fd:
             keep = run_in(b) or keep
@@ -243,8 +257,6 @@ def _run_held(b: "Build", cap: int | None) -> None:
 def keep_cache_under(cap: int | None) -> None:
     """The cache cap at a build's end (wheelci.util.cache): least recently used entries no build holds go
     once the cache is over it; this build's own tree and environments are held, so they stay."""
-    from wheelci.util.cache import MAX_SIZE_VARIABLE, cache_dir, keep_under
-    from wheelci.util.sizes import format_size
 
     try:
         pruned = keep_under(cache_dir(), cap)
@@ -259,12 +271,8 @@ def keep_cache_under(cap: int | None) -> None:
 def run_in(b: "Build") -> bool:
     """The steps, under the work directory's lock, remembered in it (wheelci.reuse). True: keep the
     work directory (a finding's logs live there)."""
-    from wheelci import report
-    from wheelci.reuse import Records
-    from wheelci.util.owned import drop_links
 
     if b.options.fresh:
-        from wheelci.compile.workdir import clear_work_dir
 
         clear_work_dir(b.work)
     # every entry a build writes (wheelci.util.layout), planted as a link in a kept tree: never written through
@@ -326,7 +334,6 @@ def report_parts(b: "Build") -> dict[str, Any]:
 def restore_report_parts(b: "Build", parts: dict[str, Any]) -> None:
     """A reused step's additions to the report, as it recorded them (asdict's form); a record that does not
     read back raises (the step then runs) before anything is set."""
-    from wheelci.report import WheelReport
 
     values = {}
     for key, value in dict(parts).items():
@@ -352,7 +359,6 @@ def set_earlier_aside(b: "Build") -> bool:
     """A failed run: the earlier builds' wheels in -w (ours by the manifest or their report) and that report
     move into a directory the new report names, so the top of -w holds no wheel this run's report does not
     vouch for (`upload wheelhouse/*.whl` never publishes the last good build beside a FAILED report)."""
-    from wheelci.report import REPORT_FILES
 
     written = {w.name for w in b.written}
     earlier = sorted(n for n in b.out.owned if n.endswith(".whl") and n not in written)
@@ -367,14 +373,12 @@ def set_earlier_aside(b: "Build") -> bool:
 
 def earlier_report(b: "Build") -> bool:
     """An earlier build's report.md or report.json in -w (ours: a user's is refused before any step)."""
-    from wheelci.report import REPORT_FILES
 
     return any((b.out_dir / name).is_file() for name in REPORT_FILES)
 
 
 def write_report(b: "Build") -> None:
     """report.json and report.md into -w, with where the steps stopped."""
-    from wheelci import report
 
     failed = [s["name"] for s in b.report.steps if s["status"] in ("failed", "interrupted")]
     b.report.failed_step = failed[0] if failed else None
@@ -417,14 +421,12 @@ class Build:
 
     @property
     def compile_plan(self) -> dict[str, Any]:
-        from wheelci.compile.workdir import compile_view
 
         return compile_view(self.plan)
 
     @property
     def test_inputs(self) -> dict[str, str]:
         """The test requirements given by path, by their content: a changed one verifies again."""
-        from wheelci.verifyenv import requirement_files
 
         return requirement_files(self.plan.run.test_requires)
 
@@ -436,9 +438,7 @@ class Build:
 def sources_step(b: Build) -> None:
     """What the compile and the tests read of the project, as one digest (a file's size and mtime spare
     reading it again)."""
-    from wheelci.compile.workdir import snapshot_sources
 
-    from wheelci.compile.workdir import configure_inputs
 
     b.source_files, b.sources = snapshot_sources(b.project_dir, b.work, leave_out=(b.out_dir, b.work))
     b.environ = inherited_environ(os.environ)
@@ -448,11 +448,8 @@ def sources_step(b: Build) -> None:
 def env_step(b: Build) -> None:
     """The cached build environment of the plan's torch (made on first use); for another machine
     architecture, that architecture's torch installed into a directory (wheelci.compile.crossenv)."""
-    from wheelci.compile.host import torch_spec
-    from wheelci.compile.hostenv import ensure_env
 
     if foreign_arch(b.plan):
-        from wheelci.compile.crossenv import ensure_cross_env
 
         b.env = ensure_cross_env(torch_spec(b.plan), b.plan.archs[0], b.plan.python[0], b.plan.find_links)
     else:
@@ -466,7 +463,6 @@ def emulation_target(plan: "Plan") -> "Target | None":
     arch = foreign_arch(plan)
     if arch is None:
         return None
-    from wheelci.emulate import Target, pinned_image
 
     given = plan.image if plan.image_origin == "given" else None
     return Target(str(plan.engine), given or pinned_image(plan.manylinux, arch), arch)
@@ -474,7 +470,6 @@ def emulation_target(plan: "Plan") -> "Target | None":
 
 def host_ca() -> str | None:
     """The CA bundle this machine's pip trusts, which a container's pip gets too."""
-    from wheelci.engine import CA_VARIABLES
 
     return next((os.environ[v] for v in CA_VARIABLES if os.environ.get(v) and Path(os.environ[v]).is_file()), None)
 
@@ -485,7 +480,6 @@ def foreign_arch(plan: "Plan") -> str | None:
 
 
 def compile_step(b: Build) -> None:
-    from wheelci.compile.workdir import SourcesChanged
 
     try:
         compile_sources(b)
@@ -497,9 +491,7 @@ def compile_step(b: Build) -> None:
 def compile_sources(b: Build) -> None:
     start = time.monotonic()
     if not b.plan.engine.container:
-        from wheelci.compile.host import compile_host
 
-        from wheelci.compile.host import dependencies
 
         comp = compile_host(b.plan, b.project_dir, b.work,
                             env=b.env, files=b.source_files, hold_fds=(b.lock_fd,) if b.lock_fd is not None else (),
@@ -508,7 +500,6 @@ def compile_sources(b: Build) -> None:
         b.deps = dependencies(b.env, b.work)
         b.report.compile_cache = asdict(comp.cache) if comp.cache is not None else None
     else:
-        from wheelci.compile import container
 
         # cibuildwheel runs the repair too, inside the container (wheelci.repair, mounted read-only)
         cache: list[CacheReport] = []  # what the remote compile cache did (wheelci.compile.containercache)
@@ -522,7 +513,6 @@ def repair_step(b: Build) -> None:
     """auditwheel with torch, CUDA, cuDNN and OpenMP left out (declared instead); a --cuda wheel must hold
     device code."""
     if not b.plan.engine.container:  # in a container, cibuildwheel ran our repair already
-        from wheelci.repair import repair
 
         fixed = repair(b.compiled[0], b.work / "repaired", torch_version=b.env.torch_version,
                        torch_requires=b.env.requires, plat=f"{b.plan.manylinux}_{b.plan.archs[0]}",
@@ -532,14 +522,11 @@ def repair_step(b: Build) -> None:
             log.info(f"note: Requires-Dist {', '.join(fixed.requires_added)} replaces the project's "
                      f"{', '.join(fixed.requires_replaced)} (what the binary was built against)")
     else:
-        from wheelci.native.elf import scan_wheel
-        from wheelci.native.libs import excluded_of
 
         # what the container's repair left to torch and the CUDA wheels, as the host path reports it
         b.repaired = list(b.compiled)
         b.excluded = excluded_of(n for w in b.repaired for lib in scan_wheel(w) for n in lib.needed)
     if b.plan.cuda and not b.plan.run.allow_no_device_code:
-        from wheelci.native.elf import device_code
 
         for w in b.repaired:
             if not device_code(w):
@@ -564,7 +551,6 @@ def finish_step(b: Build) -> None:
 def sbom_step(b: Build) -> None:
     """Provenance (wheelci.sbom): a CycloneDX SBOM in each wheel's .dist-info/sboms/, before the size
     check, so the split and verify see the wheel as it ships."""
-    from wheelci.sbom import add_sbom
 
     b.wheels = [add_sbom(w, b.work / "sbom", plan=b.plan, env=b.env, excluded=b.excluded,
                          project_dir=b.project_dir, sources=b.source_files) for w in b.wheels]
@@ -572,14 +558,10 @@ def sbom_step(b: Build) -> None:
 
 def check_step(b: Build) -> None:
     """Each wheel against the size limit; one over it is split into companions."""
-    from wheelci.check import check_wheel
-    from wheelci import report
-    from wheelci.sbom import add_split_sboms
 
     limit = b.plan.run.limit
     for wheel in b.wheels:
         if limit and check_wheel(wheel, limit).problems:  # over the size (a label PyPI refuses: the plan said)
-            from wheelci.split import split_wheel
 
             log.info(f"{wheel.name} is over the {limit} limit: splitting")
             parts = split_wheel(wheel, limit, b.work / "split", preload_deps=[b.env.site], sbom=functools.partial(
@@ -590,7 +572,6 @@ def check_step(b: Build) -> None:
             b.final.append((wheel, "main"))
     b.report.wheels = [report.wheel_report(w, excluded=b.excluded, role=role) for w, role in b.final]
     if b.plan.cuda:  # the device code read back (wheelci.native.fatbin), against the arch list asked for
-        from wheelci.native.fatbin import mismatch_warnings
 
         script = b.plan.script
         for w in b.report.wheels:
@@ -604,7 +585,6 @@ def check_step(b: Build) -> None:
 
 def abi_step(b: Build) -> None:
     """Before any install: a wheel that says the wrong LibTorch ABI fails here, naming symbols."""
-    from wheelci.abi import check_abi
 
     for wheel in b.mains:
         abi = check_abi(wheel, b.env.site / "torch" / "include")
@@ -618,8 +598,6 @@ def abi_step(b: Build) -> None:
 
 def verify_step(b: Build) -> None:
     """Each main wheel installed into a fresh venv over its torch (every torch of a stable wheel's range)."""
-    from wheelci import report
-    from wheelci.verify import verify_generic
 
     start = time.monotonic()
     failures: list[str] = []
@@ -632,14 +610,12 @@ def verify_step(b: Build) -> None:
         for wheel in b.mains:
             log.info(f"verifying {wheel.name} with torch {label}")
             if emulated is not None:
-                from wheelci.config.constraints import ensure_file
-                from wheelci.emulate import describe, verify_in_container
 
                 result = verify_in_container(emulated, wheel, site, project_dir=b.project_dir, python=b.plan.python[0],
                                              test_command=b.plan.run.test_command,
                                              test_requires=b.plan.run.test_requires, ccache=Path(b.plan.ccache_dir),
                                              tools=ensure_file(b.plan.tool_constraints), ca=host_ca())
-                result.checks = {"where": describe(emulated), **result.checks}
+                result.checks = {"where": describe_target(emulated), **result.checks}
             else:
                 result = verify_generic(wheel, site, project_dir=b.project_dir, test_command=b.plan.run.test_command,
                                         test_requires=b.plan.run.test_requires, find_links=links,
@@ -667,7 +643,6 @@ def write_step(b: Build) -> None:
 
 
 def upload_step(b: Build) -> None:
-    from wheelci.upload import upload
 
     # a rerun of the same build sends the same bytes: a file the index has with the same sha256 is done, a
     # different file under its name still fails

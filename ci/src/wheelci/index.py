@@ -61,10 +61,13 @@ from pathlib import Path
 
 from wheelci.errors import CiError
 from wheelci.publish.distread import Dist, read_dist, scan, wheel_metadata
-from wheelci.publish.indexcache import CACHE_NAME, Cache, cache_key, cached_dist, load_cache, trusted
+from wheelci.publish.indexcache import Cache, CACHE_NAME, cache_key, cached_dist, load_cache, trusted
 from wheelci.publish.ownedfiles import refuse_unsafe, warn, write_owned
 from wheelci.publish.pages import render
 from wheelci.publish.variantplan import plan_variants, render_roots
+from wheelci.util.owned import output_dir
+from wheelci.wheel.metadata import METADATA_CAP
+from wheelci.wheel.ondisk import read_regular
 from wheelci.wheel.variant import FILE_SUFFIX
 
 
@@ -98,7 +101,6 @@ def build_index(root: Path | str, out: Path | str | None = None, base_url: str |
         raise CiError(f"--out is not a directory: {out}")
     if base_url is not None and not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", base_url):
         raise CiError(f"--base-url must be an absolute URL (https://..., file://...): {base_url}")
-    from wheelci.util.owned import output_dir
 
     # One run at a time on DIR (its .metadata files) and OUT (the pages, the ownership list): two
     # interleaved runs each write the root page and the cache from what they read, losing projects. An
@@ -213,8 +215,6 @@ def _plan_pages(chosen: list[Dist], root: Path, out: Path, to_root: str | None, 
 def _sidecars(root: Path, chosen: list[Dist], read: _Read) -> dict[str, bytes | None]:
     """The PEP 658 files beside the wheels: {path relative to DIR: bytes to write, or b"" when the one
     there is right}. A cached wheel's METADATA is read again only when its file is missing or stale."""
-    from wheelci.wheel.metadata import METADATA_CAP
-    from wheelci.wheel.ondisk import read_regular
 
     sidecars: dict[str, bytes | None] = {}  # rel to DIR -> bytes (None: cached, read only if needed)
     for d in chosen:

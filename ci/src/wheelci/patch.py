@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 from wheelci.errors import CiError
+from wheelci.native.loadorder import order_for_wheel, preload_members, top_package
+from wheelci.wheel.metadata import edit_headers, get_headers
 from wheelci.wheel.names import local_version, normalize
+from wheelci.wheel.requirements import parse_requirement
+from wheelci.wheel.rewrite import rewrite
+from wheelci.wheel.zipread import WheelArchive
 
 if TYPE_CHECKING:
     class EditHeaders(Protocol):
@@ -183,9 +188,6 @@ def patch_wheel(wheel: Path, out_dir: Path, patches: list[Path], *, label: str |
     """One pass over the wheel: diffs, Requires-Dist edits, a local version and, with `preload_from`
     (the wheels or installed dirs providing its native dependencies), a dependency-order preload
     injected into its top package (ci.preload), so it imports one-directory-per-package."""
-    from wheelci.wheel.metadata import edit_headers
-    from wheelci.wheel.rewrite import rewrite
-    from wheelci.wheel.zipread import WheelArchive
 
     parsed = [fp for p in patches for fp in parse_patch(_read_patch(p), p.name)]
     with WheelArchive.open(wheel) as wa:
@@ -214,7 +216,6 @@ def patch_wheel(wheel: Path, out_dir: Path, patches: list[Path], *, label: str |
             if fp.mode:
                 modes[fp.path] = fp.mode
         if preload_from:
-            from wheelci.native.loadorder import order_for_wheel, preload_members, top_package
 
             init = f"{top_package([m.name for m in wa.members], wa.name.project, package)}/__init__.py"
             order = order_for_wheel(wheel, preload_from)
@@ -246,7 +247,6 @@ def _requires_edit(remove: Sequence[str], add: Sequence[str], metadata: str,
     """A METADATA edit dropping Requires-Dist for the given names and appending new ones (validated)."""
     if not remove and not add:
         return None
-    from wheelci.wheel.requirements import parse_requirement
 
     def name(spec: str) -> str:
         return normalize(parse_requirement(spec).name)
@@ -268,7 +268,6 @@ def _requires_edit(remove: Sequence[str], add: Sequence[str], metadata: str,
 
 
 def _requires(metadata: str) -> list[str]:
-    from wheelci.wheel.metadata import get_headers
     return get_headers(metadata, "Requires-Dist")
 
 

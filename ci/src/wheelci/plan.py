@@ -17,23 +17,23 @@ from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import urlsplit
 
 from wheelci import archs as arch, engine as eng
-from wheelci.config import matrix as mx
-from wheelci.config.compilecache import torch_finds_ccache
-from wheelci.config.options import Options
 from wheelci.cibw import ContainerInputs, cibw_quote, container_environment
-from wheelci.engine import Engine, Facts, detect_facts
-from wheelci.util import epoch, secret, variables
-from wheelci.util.sizes import parse_limit
-from wheelci.util.untrusted import one_line, workflow_commands_off
+from wheelci.config import constraints, matrix as mx
+from wheelci.config.compilecache import for_the_store, parse, torch_finds_ccache
+from wheelci.config.options import Options
 from wheelci.config.project import Project
 from wheelci.config.releases import TorchIndex, choose_torch, release_note
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
 from wheelci.config.switches import ScriptReading, gencode_note, plan_switches, read_scripts
-from wheelci.util.cache import cache_dir
+from wheelci.engine import Engine, Facts, detect_facts
 from wheelci.errors import CiError
-from wheelci.wheel.names import cuda_tag, local_version
+from wheelci.util import epoch, secret, variables
+from wheelci.util.cache import cache_dir
 from wheelci.util.invocation import command
 from wheelci.util.log import on_github_actions
+from wheelci.util.sizes import parse_limit
+from wheelci.util.untrusted import one_line, workflow_commands_off
+from wheelci.wheel.names import cuda_tag, local_version
 
 if TYPE_CHECKING:
     from wheelci.config.compilecache import CompileCache
@@ -224,7 +224,6 @@ class Plan:
     @property
     def compile_cache(self) -> "CompileCache | None":
         """The remote compile cache the run names, read (its URL was checked when the plan was made)."""
-        from wheelci.config.compilecache import for_the_store, parse
 
         return parse(self.run.compile_cache, for_the_store(os.environ)) if self.run.compile_cache else None
 
@@ -378,7 +377,6 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
         if not find_links.is_dir():
             raise CiError(f"--find-links {find_links}: not a directory")
         request = replace(request, find_links=find_links)
-    from wheelci.config import constraints  # packaging: not for --workflow-matrix, which runs on a bare Python
 
     tools = constraints.for_project(project.build_requires)
     machine = Machine(env, facts, ccache_dir(env), constraints.file_for(tools.pins), index)
@@ -403,7 +401,6 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
                    notes=[*plan.notes, *found.notes, *([hardcoded] if hardcoded else [])])
     plan = _with_run(plan, run)
     if run.compile_cache:  # a bad URL is bad input now, before the dry run shows anything
-        from wheelci.config.compilecache import parse
 
         parse(run.compile_cache, env)
     if run.warm_for is not None:

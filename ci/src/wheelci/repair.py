@@ -22,12 +22,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from wheelci.config import matrix as mx
+from wheelci.config.stable import cudnn_floor, parse_target, requirements
+from wheelci.errors import CiError, Finding
+from wheelci.native.elf import check_readable, scan_wheel, too_recent_for
+from wheelci.native.libs import EXCLUDES, excluded_of, is_excluded
 from wheelci.util import proc
 from wheelci.util.atomic import atomic_path
-from wheelci.errors import CiError, Finding
-from wheelci.native.libs import EXCLUDES, excluded_of, is_excluded
+from wheelci.util.owned import output_dir
+from wheelci.wheel.metadata import edit_headers, get_headers
 from wheelci.wheel.names import WheelName
 from wheelci.wheel.requirements import plain_install_requirement, requirement_name, without_marker
+from wheelci.wheel.rewrite import rewrite
+from wheelci.wheel.zipread import WheelArchive
 
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
@@ -71,7 +78,6 @@ def torch_pin(needed: set[str], torch_version: str) -> str:
     m = re.fullmatch(r"cu(\d+)(\d)", local)
     if m is None or not any("cuda" in n or n.startswith(("libcu", "libnv", "libnccl")) for n in needed):
         return f"torch=={base}"
-    from wheelci.config import matrix as mx
 
     cuda = f"{int(m[1])}.{m[2]}"
     row = next((r for r in mx.load().rows if r.version == cuda), None)
@@ -96,8 +102,6 @@ def required_dists(needed: set[str], torch_version: str, torch_requires: list[st
 def stable_dists(needed: set[str], target: str, torch_version: str) -> list[str]:
     """Requires-Dist of a stable-ABI wheel: torch >= target, and the CUDA runtime and cuDNN of the
     CUDA major of the torch it was built against (see ci.config.stable.requirements)."""
-    from wheelci.config import matrix as mx
-    from wheelci.config.stable import cudnn_floor, parse_target, requirements
 
     m = re.search(r"\+cu(\d+)\d$", torch_version)
     major = int(m[1]) if m else None
@@ -109,7 +113,6 @@ def stable_dists(needed: set[str], target: str, torch_version: str) -> list[str]
 def stable_python(target: str) -> str:
     """Requires-Python of a stable wheel whose project declares none: the oldest CPython torch `target`
     has wheels for (a py3 or abi3 tag would otherwise offer the wheel where its torch cannot install)."""
-    from wheelci.config import matrix as mx
 
     line = mx.load().torch_line(target)
     return f">={min(line.python, key=lambda v: tuple(map(int, v.split('.'))))}"
@@ -197,7 +200,6 @@ def _auditwheel(wheel: Path, out: Path, plat: str | None, excludes: Sequence[str
         reason = next((ln for ln in reversed(lines) if "auditwheel: error" in ln), lines[-1] if lines else "")
         why = reason.split('error:')[-1].strip()
         if plat and "too-recent versioned symbols" in why:
-            from wheelci.native.elf import too_recent_for
 
             symbols = too_recent_for(wheel, plat)
             raise CiError(f"{wheel.name} cannot meet {plat}: it references "
@@ -232,16 +234,11 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
            torch_requires: list[str] | None = None, plat: str | None = None,
            excludes: Sequence[str] = (), stable_abi: str | None = None) -> RepairResult:
     """Repair `wheel` into `wheel_dir`; the input is untouched and nothing partial is left behind."""
-    from wheelci.native.elf import scan_wheel
-    from wheelci.wheel.metadata import edit_headers, get_headers
-    from wheelci.wheel.rewrite import rewrite
-    from wheelci.wheel.zipread import WheelArchive
 
     if not wheel.is_file():
         raise CiError(f"{wheel}: no such file")
     with WheelArchive.open(wheel):  # validates the name, the zip and the layout before auditwheel runs
         pass
-    from wheelci.native.elf import check_readable
 
     check_readable(wheel)  # and its libraries: auditwheel's pyelftools loops on crafted version counts
     if torch_version is None or torch_requires is None:
@@ -252,7 +249,6 @@ def repair(wheel: Path, wheel_dir: Path, *, torch_version: str | None = None,
         raise CiError("no torch in this environment to pin against: pass --torch VERSION")
     _check_torch_inputs(torch_version, torch_requires)
 
-    from wheelci.util.owned import output_dir
 
     # -w held while the repair runs; a refused one leaves no directory it made
     with output_dir(wheel_dir, "-w"), tempfile.TemporaryDirectory(prefix="ci-repair-") as tmp_name:

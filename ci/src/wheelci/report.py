@@ -12,13 +12,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wheelci.errors import CiError
+from wheelci.native.elf import scan_wheel
+from wheelci.native.fatbin import wheel_device_code
 from wheelci.util import secret, untrusted
-from wheelci.util.untrusted import code
 from wheelci.util.atomic import write_text
+from wheelci.util.invocation import command
 from wheelci.util.owned import RECORDED_FILES, read_manifest
 from wheelci.util.sizes import format_size
-from wheelci.util.invocation import command
-from wheelci.errors import CiError
+from wheelci.util.untrusted import code
+from wheelci.wheel.metadata import get_headers
+from wheelci.wheel.names import WheelName
+from wheelci.wheel.zipread import WheelArchive
 
 
 @dataclass
@@ -73,11 +78,6 @@ def refuse_foreign_reports(out_dir: Path) -> None:
 
 def wheel_report(path: Path, *, excluded: list[str] | None = None, role: str = "main") -> WheelReport:
     """Describe a wheel from its own bytes: tags from the name, NEEDED from ELF, Requires-Dist from METADATA."""
-    from wheelci.native.elf import scan_wheel
-    from wheelci.native.fatbin import wheel_device_code
-    from wheelci.wheel.metadata import get_headers
-    from wheelci.wheel.zipread import WheelArchive
-    from wheelci.wheel.names import WheelName
 
     name = WheelName.parse(path.name)
     with WheelArchive.open(path) as wa:

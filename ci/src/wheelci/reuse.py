@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 from wheelci.steps import Step
 from wheelci.util import secret
+from wheelci.util.atomic import write_text
+from wheelci.util.cache import read_stamp
 from wheelci.util.digest import sha256_file
 
 RECORD = ".wheelci-steps.json"
@@ -104,7 +106,6 @@ class Records:
         self.path = work / RECORD
         self.snapshot, self.restore = snapshot, restore
         try:
-            from wheelci.util.cache import read_stamp
 
             data = json.loads(read_stamp(self.path, 64 << 20))  # never a link's target, never a FIFO's wait
             self.steps: dict[str, dict[str, Any]] = data if isinstance(data, dict) else {}
@@ -132,7 +133,6 @@ class Records:
 
     def keep(self, step: Step[Any], state: Any, inputs: str, before: dict[str, Any]) -> None:
         """Record a step that ran: its inputs (as they were when it started) and what it wrote."""
-        from wheelci.util.atomic import write_text
 
         after = self.snapshot(state)
         self.steps[step.name] = {

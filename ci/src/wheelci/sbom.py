@@ -25,12 +25,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Collection
 
+from wheelci import __version__
+from wheelci.engine import host_nvcc, nvcc_version
 from wheelci.errors import CiError
+from wheelci.native import elfread
+from wheelci.native.elf import looks_like_shared_lib
+from wheelci.native.libs import TORCH_LIBRARIES
 from wheelci.util import proc
 from wheelci.util.secret import redact
-from wheelci.wheel.zipread import WheelArchive
-from wheelci import __version__
 from wheelci.wheel.metadata import get_headers
+from wheelci.wheel.requirements import read_requirement, requirement_name
+from wheelci.wheel.rewrite import rewrite
+from wheelci.wheel.zipread import WheelArchive
 
 if TYPE_CHECKING:
     import subprocess
@@ -144,7 +150,6 @@ def _requirement(text: str | None) -> tuple[str, str | None] | None:
     """(name, pinned version or None) of a requirement, None when there is none or it does not parse."""
     if not text:
         return None
-    from wheelci.wheel.requirements import read_requirement
 
     req = read_requirement(text)
     if req is None:
@@ -206,7 +211,6 @@ def _runtime_components(p: Provenance) -> list[Component]:
 
 
 def _provider(soname: str) -> str:
-    from wheelci.native.libs import TORCH_LIBRARIES
 
     torch_own = re.match(rf"lib({'|'.join(map(re.escape, TORCH_LIBRARIES))})[-_.]", soname)
     return "torch" if torch_own else "NVIDIA's CUDA wheels, which torch requires"
@@ -315,7 +319,6 @@ def git_revision(project_dir: Path, sources: Collection[str] | None = None) -> t
 
 def comment_strings(stream: BinaryIO) -> list[str]:
     """The strings of an ELF file's .comment section (compilers and linkers record themselves there)."""
-    from wheelci.native import elfread
 
     header = elfread.read_header(stream)
     if header is None:
@@ -335,7 +338,6 @@ def comment_strings(stream: BinaryIO) -> list[str]:
 
 def wheel_compilers(wa: WheelArchive, libs_dir: str) -> list[str]:
     """The compilers of the extension's own libraries (not the grafted ones)."""
-    from wheelci.native.elf import looks_like_shared_lib
 
     found: set[str] = set()
     for m in wa.files:
@@ -373,7 +375,6 @@ def host_nvcc_used(plan: "Plan") -> str | None:
     build env's wheels)."""
     if plan.cuda is None or plan.engine.container:
         return None
-    from wheelci.engine import host_nvcc, nvcc_version
 
     host = host_nvcc()
     if plan.run.nvcc_source in ("auto", "host") and host is not None and nvcc_version(host) == plan.cuda:
@@ -408,7 +409,6 @@ def provenance(wa: WheelArchive, *, plan: "Plan", env: "BuildEnv", excluded: lis
                member: str, sources: Collection[str] | None = None,
                companions: tuple[tuple[str, str], ...] = ()) -> Provenance:
     """The Provenance of one wheel of a build: the plan, the build env, the project's checkout, the wheel."""
-    from wheelci.wheel.requirements import requirement_name
 
     revision, note, dirty = git_revision(project_dir, sources)
     libs_dir = f"{wa.name.distribution}.libs/"
@@ -446,7 +446,6 @@ def add_sbom(wheel: Path, dest_dir: Path, *, plan: "Plan", env: "BuildEnv", excl
 
 def _with_document(wa: WheelArchive, dest_dir: Path, member: str, text: str) -> Path:
     """The wheel again in dest_dir with the document as `member` (replaced if there), in one rewrite."""
-    from wheelci.wheel.rewrite import rewrite
 
     content = {member: text.encode()}
     return rewrite(wa, dest_dir, replace=content) if member in wa else rewrite(wa, dest_dir, add=content)

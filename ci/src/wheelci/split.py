@@ -60,19 +60,23 @@ from pathlib import Path
 from typing import AbstractSet, Callable, Sequence, TypedDict
 
 from wheelci.errors import CiError, Finding
-from wheelci.native.loadorder import SPLIT_MODULE_NAME
+from wheelci.native.elf import SharedLib, SYSTEM_LIBS, is_system_lib, scan, scan_archive
+from wheelci.native.extension import extension_modules
+from wheelci.native.loadorder import (MODULE_NAME, SPLIT_MODULE_NAME, as_preload, dependency_order, insert_call,
+                                      runtime_source, top_package)
 from wheelci.native.splitplan import (BASE_OVERHEAD, Lib, SplitPlan, loaded_by_path, member_overhead, new_rpaths,
                                       patch_slack, plan_split, refuse_oversized)
-from wheelci.util import log
-from wheelci.util import proc
-from wheelci.util.sizes import format_size, parse_limit
+from wheelci.util import log, proc
 from wheelci.util.invocation import command
 from wheelci.util.output import shown
-from wheelci.native.elf import SYSTEM_LIBS, SharedLib, is_system_lib, scan, scan_archive
-from wheelci.native.loadorder import MODULE_NAME, as_preload, dependency_order, insert_call, runtime_source, top_package
+from wheelci.util.owned import output_dir
+from wheelci.util.sizes import format_size, parse_limit
+from wheelci.wheel import importcheck
 from wheelci.wheel.metadata import METADATA_CAP, edit_headers, header_lines
 from wheelci.wheel.names import WheelName
+from wheelci.wheel.rewrite import newest_time, rewrite
 from wheelci.wheel.zipread import WheelArchive
+from wheelci.wheel.zipwrite import WheelWriter
 
 PRELOAD_MODULE = SPLIT_MODULE_NAME  # beside the package's ci.native.loadorder.MODULE_NAME, if it has one
 PY_SOURCE_CAP = 32 << 20  # per .py file read whole; torch's largest is 1.4 MB
@@ -142,7 +146,6 @@ def _staged(out_dir: Path, key: str, make: Callable[[Path], list[Path]]) -> list
     (wheelci.util.owned): a run that fails or is refused leaves -w as it was. A name already in -w is
     replaced only when wheelci wrote it, and the earlier outputs of the same input that this run does not
     write again (a companion that is no longer needed) are removed with it."""
-    from wheelci.util.owned import output_dir
 
     with output_dir(out_dir, "the output directory") as out, out.staging() as stage:
         return out.commit(make(stage), key, replace_group=True, writer=command("split"))
@@ -175,7 +178,6 @@ def _import_check(wa: WheelArchive, written: list[Path], preload_deps: Sequence[
     """Finding when what was written does not import, in either layout, where the unsplit wheel does
     (ci.wheel.importcheck); skipped where this interpreter is not one the wheel is tagged for. The
     --preload-deps wheels and directories are installed beside them in both layouts."""
-    from wheelci.wheel import importcheck
 
     if not importcheck.interpreter_matches([p.name for p in written]):
         log.info(f"not importing the split wheels: this Python ({sys.implementation.cache_tag}) is not one "
@@ -234,7 +236,6 @@ def _choose(wa: WheelArchive, size: int, limit: int, verify: bool) -> _Choice:
     pinned = loaded_by_path(sources, [lib.path for lib in libs])
     # a library with no SONAME that nothing in the wheel needs can only be opened by its path (dlopen,
     # ctypes; pycryptodome builds such paths from dotted names): it stays where that path points
-    from wheelci.native.extension import extension_modules
 
     needed = {n for s in found for n in s.needed}
     unnamed = [s.path for s in shared if not s.soname and s.name not in needed and s.path not in pinned]
@@ -257,7 +258,6 @@ def _plan_without_extensions(wa: WheelArchive, size: int, members: dict[str, int
     """The plan, with no Python extension module (ci.native.extension) among what moves: only the
     libraries a plan would move are read for PyInit_*, and the plan is made again without any found.
     Returns it and the extension modules it would otherwise have moved."""
-    from wheelci.native.extension import extension_modules
 
     checked: set[str] = set(known)
     extensions: set[str] = set(known)
@@ -337,7 +337,6 @@ def _as_written(lib: SharedLib, c: _Choice) -> SharedLib:
 def _write_outputs(wa: WheelArchive, c: _Choice, preload: _Preload, out_dir: Path, sbom: SbomHook | None = None) -> list[Path]:
     """The main wheel (first) and its companions; each is checked against the limit once written,
     and on any failure, Ctrl-C included, every output written so far is removed."""
-    from wheelci.wheel.rewrite import newest_time, rewrite
 
     requires = [("Requires-Dist", f"{p}=={wa.name.version}") for p in c.projects]
     meta = wa.metadata
@@ -392,7 +391,6 @@ def _write_companion(wa: WheelArchive, c: _Choice, i: int, patched: dict[str, Pa
                      when: tuple[int, int], out_dir: Path) -> Path:
     """Companion i: its libraries (patched, else copied as compressed bytes), a package that only
     says where they came from, METADATA naming the main wheel, and the main wheel's WHEEL."""
-    from wheelci.wheel.zipwrite import WheelWriter
 
     cname, version = c.companions[i], wa.name.version
     w = WheelWriter(cname, default_time=when)

@@ -23,10 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from wheelci.native.elf import device_code
+from wheelci.native.libs import is_excluded
 from wheelci.util import log, proc
 from wheelci.util.cause import cause
+from wheelci.util.secret import redact
 from wheelci.verifyenv import install_fresh, purelib, requirements_for_tests
+from wheelci.wheel.metadata import get_headers
 from wheelci.wheel.names import WheelName
+from wheelci.wheel.requirements import plain_install_requirement, requirement_name
+from wheelci.wheel.zipread import WheelArchive
 
 
 @dataclass
@@ -140,7 +146,6 @@ def run_test_command(command: str, python: Path, project_dir: Path, wheel: Path,
 
 def grafted_runtime(names: list[str]) -> list[str]:
     """Libraries auditwheel must never graft (torch's, CUDA's, cuDNN's, OpenMP) found in the wheel."""
-    from wheelci.native.libs import is_excluded
 
     return sorted(n for n in names if ".libs/" in n and is_excluded(n.rsplit("/", 1)[-1]))
 
@@ -152,8 +157,6 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
     library (wheelci.verify._probe), list the torch.ops namespaces it registers, check it pins torch and
     grafts none of the runtime; then its test command. With log_file, what the probes and the test
     command printed is appended there whole, and a failed verify names it (check `log`)."""
-    from wheelci.wheel.metadata import get_headers
-    from wheelci.wheel.zipread import WheelArchive
 
     start = time.monotonic()
     checks: dict[str, object] = {}
@@ -163,7 +166,6 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
         names = [m.name for m in wa.files]
     # torch== for a classic wheel, a range for a stable-ABI one (ci.abi checks which the libraries need);
     # that the torch verified under is inside it, pip's install says
-    from wheelci.wheel.requirements import plain_install_requirement, requirement_name
 
     torch_reqs = [r for line in requires if (r := plain_install_requirement(line)) is not None
                   and requirement_name(line) == "torch" and r.specifier]
@@ -212,7 +214,6 @@ def _cuda_wheel_outcomes(checks: dict[str, object]) -> None:
 
 
 def _device_code(wheel: Path) -> bool:
-    from wheelci.native.elf import device_code
 
     return bool(device_code(wheel))
 
@@ -308,7 +309,6 @@ class Output:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        from wheelci.util.secret import redact
 
         with self.path.open("a", encoding="utf-8", errors="replace") as f:
             f.write(redact(f"===== {title}\n{text}{'' if text.endswith(chr(10)) or not text else chr(10)}"))

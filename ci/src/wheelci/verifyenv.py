@@ -25,9 +25,19 @@ from pathlib import Path
 from typing import Iterator, Sequence
 from urllib.parse import unquote, urlsplit
 
+from wheelci.compile.workdir import linked_files
 from wheelci.errors import CiError
 from wheelci.util import log, proc
+from wheelci.util.atomic import write_text
+from wheelci.util.cache import cache_dir, mark_used, read_stamp
+from wheelci.util.digest import sha256_file
+from wheelci.util.lock import locked_file
+from wheelci.wheel.metadata import get_headers
 from wheelci.wheel.names import WheelName, normalize
+from wheelci.wheel.record import read_record_file
+from wheelci.wheel.requirements import plain_install_requirement, read_requirement
+from wheelci.wheel.variant import plain_name
+from wheelci.wheel.zipread import WheelArchive
 
 
 def purelib(python: Path) -> str:
@@ -94,7 +104,6 @@ def _installable(wheel: Path, tmp: Path) -> Path:
     name = WheelName.parse(wheel.name)
     if not name.variant:
         return wheel
-    from wheelci.wheel.variant import plain_name
 
     (tmp / "plain").mkdir(exist_ok=True)
     plain = tmp / "plain" / plain_name(name)
@@ -137,9 +146,6 @@ def install_fresh(wheel: Path, torch_site: Path, tmp: Path, find_links: Sequence
 def _stack_requirements_unmet(wheel: Path, stack: dict[str, str]) -> list[str]:
     """The wheel's requirements (for a plain install) on the torch stack that the torch install does not
     meet: torch or triton it lacks, or a version of one of its packages it does not have."""
-    from wheelci.wheel.metadata import get_headers
-    from wheelci.wheel.requirements import plain_install_requirement
-    from wheelci.wheel.zipread import WheelArchive
 
     with WheelArchive.open(wheel) as wa:
         requires = get_headers(wa.metadata, "Requires-Dist")
@@ -180,7 +186,6 @@ def cacheable(requires: list[str], own: str) -> bool:
     """Requirements by name (`pytest`, `numpy>=1.26`) only, none of them the wheel's own distribution:
     a path or URL names content that can change under the same text, and `pkg[test]` resolves against
     the wheel installed, so such a set is installed into each verify venv instead, every time."""
-    from wheelci.wheel.requirements import read_requirement
 
     parsed = [(text, read_requirement(text)) for text in requires]
     return all(r is not None and r.url is None and normalize(r.name) != normalize(own) and not names_an_archive(text)
@@ -200,9 +205,6 @@ def requirement_files(requires: Sequence[str]) -> dict[str, str]:
     """The requirements given by path (a wheel, an sdist, a project directory, a file: URL; relative to this
     directory, as pip reads them), each by a sha256 of its content: what pip installs from them changes
     with that, not with their text. Requirements by name or by a remote URL are left out."""
-    from wheelci.compile.workdir import linked_files
-    from wheelci.util.digest import sha256_file
-    from wheelci.wheel.requirements import read_requirement
 
     found: dict[str, str] = {}
     for text in requires:
@@ -245,8 +247,6 @@ def held_layer(requires: list[str], torch_site: Path) -> Iterator[tuple[Layer | 
     """The layer holding these requirements over this torch install, made where missing or damaged, and
     held shared for the body; or (None, why it cannot be made: pip failed, or would put a torch stack
     package of its own there)."""
-    from wheelci.util.cache import cache_dir
-    from wheelci.util.lock import locked_file
 
     stack = torch_stack(torch_site)
     key = hashlib.sha256(json.dumps({"requires": sorted(requires), "torch": str(torch_site.resolve()), "stack": stack,
@@ -257,7 +257,6 @@ def held_layer(requires: list[str], torch_site: Path) -> Iterator[tuple[Layer | 
         with locked_file(lock, what, shared=True):
             layer = _load_layer(root)
             if layer is not None:
-                from wheelci.util.cache import mark_used
 
                 mark_used(root, measure=False)  # the prune's "last used"; a layer never changes
                 yield layer, None
@@ -272,7 +271,6 @@ def held_layer(requires: list[str], torch_site: Path) -> Iterator[tuple[Layer | 
 
 def _make_layer(root: Path, requires: list[str], torch_site: Path, stack: dict[str, str]) -> str | None:
     """The layer at root, stamped last; why not (a FAILED check), with nothing left behind."""
-    from wheelci.util.atomic import write_text
 
     shutil.rmtree(root, ignore_errors=True)
     log.info(f"installing the test requirements once, for every later verify: {' '.join(requires)}")
@@ -293,10 +291,8 @@ def _make_layer(root: Path, requires: list[str], torch_site: Path, stack: dict[s
 def _load_layer(root: Path) -> Layer | None:
     """The layer its stamp describes, or None where it is missing, cut off, or damaged: a distribution
     it installed is gone, or a file one lists in RECORD is gone or another size."""
-    from wheelci.wheel.record import read_record_file
 
     try:
-        from wheelci.util.cache import read_stamp
 
         stamp = json.loads(read_stamp(root / LAYER_STAMP, 1 << 20))
         site = Path(stamp["site"])

@@ -14,6 +14,7 @@ Prints each time, its compile step's seconds, and its ratio to the cold build.
 """
 
 from __future__ import annotations
+from wheelci.compile.workdir import project_files
 from wheelci.util.invocation import command
 
 import os
@@ -47,7 +48,6 @@ def build(project: Path, variant: list[str], ccache: Path, out: Path, *flags: st
 
 def copy_project(src: Path, dest: Path) -> Path:
     """The project's own files (as a build sees them), so the one-line change never touches the checkout."""
-    from wheelci.compile.workdir import project_files
 
     for rel in project_files(src):
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from wheelci.bench.build import copy_project
+from wheelci.config import matrix
+from wheelci.util.cache import cache_dir
 from wheelci.util.invocation import command
+from wheelci.workflowmatrix import arch_parts
 
 ROOT = Path(__file__).resolve().parents[4]
 # each project, and the source the loop's one-line change goes to
@@ -90,8 +94,6 @@ class Machines:
     def build(self, name: str, args: list[str], cache: str | None, *, compile_only: bool = True,
               ccache: bool = False, fresh_tree: bool = True) -> tuple[float, float, dict[str, Any]]:
         """One build: its wall seconds, its compile step's seconds, and its report.json."""
-        from wheelci.bench.build import copy_project
-        from wheelci.util.cache import cache_dir
 
         own = self.tmp / name
         if fresh_tree:  # the last machine's checkout and tree are gone: only the store carries over
@@ -127,7 +129,6 @@ class Machines:
 
 
 def halves(arch_list: str) -> list[str]:
-    from wheelci.workflowmatrix import arch_parts
 
     return arch_parts(arch_list, 2)
 
@@ -143,7 +144,6 @@ def _counts(report: dict[str, Any]) -> tuple[str, str]:
 def run(*, project: str = "example", cuda: str = "13.0", arch_list: str | None = None) -> int:
     """The project's compile step cold, on a first and a second machine, and after a fan-out; then the
     developer's loop."""
-    from wheelci.config import matrix
 
     arch_list = arch_list or matrix.load().row(cuda).arch_list
     base = ["--cuda", cuda, "--arch-list", arch_list]

@@ -7,6 +7,7 @@ a removed cache entry, a new torch). Prints each time and the ratio.
 """
 
 from __future__ import annotations
+from wheelci.compile.hostenv import TorchSpec, create_env
 from wheelci.util.invocation import command
 
 import shutil
@@ -18,7 +19,6 @@ from pathlib import Path
 
 def run(*, torch: str = "2.14.1", cuda: str = "13.0", repeat: int = 2) -> int:
     """`repeat` rounds of pip and uv each making the environment of PyPI's torch `torch` (CUDA `cuda`)."""
-    from wheelci.compile.hostenv import TorchSpec, create_env
 
     spec = TorchSpec(torch, cuda, None, True)  # PyPI's own build: both installers name that index
     times: dict[str, list[float]] = {"pip": [], "uv": []}

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from wheelci.index import build_index
 from wheelci.util.cache import cache_dir
 from wheelci.util.invocation import command
 
@@ -125,7 +126,6 @@ def run(*, wheels: str | None = None, repeat: int = 3, no_torch: bool = False) -
     times: dict[str, dict[str, list[float]]] = {t: {"first": [], "rerun": []} for t in TOOLS}
     broken: dict[str, str] = {}
     inproc: dict[str, list[float]] = {"first": [], "rerun": []}
-    from wheelci.index import build_index
     with tempfile.TemporaryDirectory(prefix="bench-index-") as tmp:
         for rnd in range(repeat):
             for tool, cmd in TOOLS.items():

@@ -13,6 +13,9 @@ without the compile (which is the same compiler on the same files on both sides)
 """
 
 from __future__ import annotations
+from wheelci.compile.host import torch_spec
+from wheelci.compile.hostenv import ensure_env
+from wheelci.plan import Request, make_plan
 from wheelci.util.invocation import command
 
 import json
@@ -90,9 +93,6 @@ def by_hand(project: Path, work: Path, env: BuildEnv) -> tuple[dict[str, float],
 
 def run(*, repeat: int = 1) -> int:
     """`repeat` alternated rounds (at least one) of each side; the fastest of each is shown."""
-    from wheelci.compile.host import torch_spec
-    from wheelci.compile.hostenv import ensure_env
-    from wheelci.plan import Request, make_plan
 
     env = ensure_env(torch_spec(make_plan(Request(engine="host"), project_dir=TINY)))
     best: dict[str, tuple[dict[str, float], float, float]] = {}

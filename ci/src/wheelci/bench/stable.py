@@ -9,6 +9,9 @@ torch releases and CUDA majors: a classic wheel per (torch, CUDA major), a stabl
 """
 
 from __future__ import annotations
+from wheelci.compile.hostenv import TorchSpec, ensure_env
+from wheelci.config.stable import parse_target
+from wheelci.native.stable_abi import target_define
 from wheelci.util.invocation import command
 
 import os
@@ -72,12 +75,9 @@ def run(*, target: str = "2.10", skip_build: bool = False) -> int:
             print("(no ccache installed: compiles were cold anyway)")
         print(f"compile step classic / stable: {times['classic'] / max(times['stable'], 1):.1f}x "
               "(both compile the classic C++ runner; CMake and linking included)")
-        from wheelci.compile.hostenv import TorchSpec, ensure_env
 
         # the headers of PyPI's torch 2.14.1 (its default build, cu130; the CPU sources need no CUDA)
         include = ensure_env(TorchSpec("2.14.1", "13.0", None, True)).site / "torch" / "include"
-        from wheelci.config.stable import parse_target
-        from wheelci.native.stable_abi import target_define
 
         define = target_define(parse_target(target))
         classic = source_seconds(include, ROOT / "csrc" / "ops.cpp", [])

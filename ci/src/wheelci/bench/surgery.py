@@ -31,6 +31,9 @@ from pathlib import Path
 from wheelci.util.cache import cache_dir
 from wheelci.util.invocation import command
 from wheelci.util.output import emit_json
+from wheelci.wheel.names import WheelName
+from wheelci.wheel.zipformat import inflate_lib as _inflate_lib
+from wheelci.wheel.zipread import WheelArchive
 
 TORCH = "torch==2.13.0"
 # the steps measured, by the tool's name (the same rows and --json keys however the bench was run)
@@ -55,7 +58,6 @@ def fetch_wheel() -> Path:
 
 def make_patch(wheel: Path, work: Path) -> Path:
     """A one-line change to one small file, as a -p1 unified diff."""
-    from wheelci.wheel.zipread import WheelArchive
 
     with WheelArchive.open(wheel) as wa:
         member = PATCHED_MEMBER if PATCHED_MEMBER in wa else next(
@@ -78,7 +80,6 @@ def floor(wheel: str) -> None:
     import zipfile
     from concurrent.futures import ThreadPoolExecutor
 
-    from wheelci.wheel.zipformat import inflate_lib as _inflate_lib
 
     with zipfile.ZipFile(wheel) as z:
         infos = sorted((i for i in z.infolist() if not i.is_dir()), key=lambda i: -i.file_size)
@@ -128,7 +129,6 @@ def timed(cmd: list[str], cwd: Path | None = None) -> float:
 
 def baseline(wheel: Path, patch: Path, work: Path) -> float:
     """unpack + patch -p1 + local version by hand + pack."""
-    from wheelci.wheel.names import WheelName
 
     name = WheelName.parse(wheel.name)
     unpack = work / "unpacked"

@@ -16,17 +16,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from wheelci import engine as eng
+from wheelci import engine as eng, image
+from wheelci.archs import emulation_hint
 from wheelci.cibw import image_variable
 from wheelci.compile import containercache, hints, progress
 from wheelci.compile.sccache import CacheReport
 from wheelci.compile.workdir import stage_project
-from wheelci.errors import CiError, Finding
 from wheelci.config import constraints
+from wheelci.errors import CiError, Finding
+from wheelci.plan import AUTO_NEEDS_CONTAINER, Plan
 from wheelci.util import log, proc
 from wheelci.util.owned import output_dir
-from wheelci.plan import AUTO_NEEDS_CONTAINER, Plan
-from wheelci.archs import emulation_hint
 
 
 def require_engine(plan: Plan) -> None:
@@ -47,7 +47,6 @@ PULL_TIMEOUT = 1800  # a CUDA image is several GB
 
 def ensure_given_image(plan: Plan) -> None:
     """An --image must be in the engine's store or pullable: say so before cibuildwheel starts."""
-    from wheelci import image
 
     assert plan.image is not None, "a plan whose image origin is 'given' names its image"
     if image.exists(plan.image, plan.engine):
@@ -78,7 +77,6 @@ def ensure_image(plan: Plan) -> None:
         return ensure_given_image(plan)
     if plan.cuda is None:
         return
-    from wheelci import image
 
     for arch in plan.archs:
         if arch == "x86_64" and plan.image_origin != "ours":

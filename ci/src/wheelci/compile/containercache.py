@@ -22,6 +22,8 @@ from wheelci.compile import sccache
 from wheelci.compile.sccache import CacheReport
 from wheelci.errors import CiError
 from wheelci.util import log
+from wheelci.util.cache import read_stamp
+from wheelci.util.untrusted import cut, one_line
 
 if TYPE_CHECKING:
     from wheelci.plan import Plan
@@ -94,8 +96,6 @@ def read_back(storage: str, status: Path) -> CacheReport:
     """What the container's sccache did, from the mounted directory (its count files removed once read).
     The container's code wrote there, as root: only regular files of a bounded size are read, never
     through a link (which could show a host file in the report) nor from a FIFO (which would block)."""
-    from wheelci.util.cache import read_stamp
-    from wheelci.util.untrusted import cut, one_line
 
     unused = status / "unused"
     if unused.exists() or unused.is_symlink():

@@ -16,11 +16,13 @@ import shutil
 import sys
 from pathlib import Path
 
-from wheelci.compile.hostenv import BuildEnv, TorchSpec, torch_pip_args, provenance_key
+from wheelci.compile.hostenv import BuildEnv, TorchSpec, provenance_key, torch_pip_args
 from wheelci.errors import CiError
 from wheelci.util import log, proc
-from wheelci.util.cache import cache_dir, mark_used
 from wheelci.util.atomic import write_text
+from wheelci.util.cache import cache_dir, mark_used
+from wheelci.util.lock import held_for_process, locked_file
+from wheelci.wheel.metadata import get_headers
 
 STAMP = ".complete.json"
 # the manylinux tags an aarch64 (or x86_64) CPython 3 wheel of torch and the nvidia-* wheels carry
@@ -39,7 +41,6 @@ def _torch_facts(site: Path) -> tuple[str, str | None, list[str]]:
     cuda = re.search(r"^cuda\s*(?::\s*\S+)?\s*=\s*'([^']+)'", text, re.M)
     if version is None:
         raise CiError(f"{site}/torch/version.py names no version")
-    from wheelci.wheel.metadata import get_headers
 
     (meta,) = site.glob("torch-*.dist-info/METADATA")
     requires = get_headers(meta.read_text(errors="replace"), "Requires-Dist")
@@ -50,7 +51,6 @@ def ensure_cross_env(spec: TorchSpec, arch: str, python: str, find_links: str | 
     """The cached site-packages holding `spec`'s torch for `arch` and CPython `python` (e.g. "3.11"),
     made on first use (locked, stamped last: an interrupted one is made again), held for the rest of this
     process and stamped used, as a build environment is (wheelci.compile.hostenv.held_env)."""
-    from wheelci.util.lock import held_for_process
 
     tag = python.replace(".", "")
     key = _provenance_key(spec, find_links)
@@ -79,7 +79,6 @@ def _provenance_key(spec: TorchSpec, find_links: str | None) -> str:
 
 
 def _made(root: Path, spec: TorchSpec, arch: str, python: str, find_links: str | None) -> BuildEnv:
-    from wheelci.util.lock import locked_file
 
     tag = python.replace(".", "")
     site = root / "site"

@@ -19,19 +19,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from wheelci.errors import CiError, Finding
-from wheelci.util import log, proc
+from wheelci.cibw import build_installs
 from wheelci.compile import hints, launch, progress, sccache
-from wheelci.compile.sccache import CacheReport, describe
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
-from wheelci.config import constraints
+from wheelci.compile.sccache import CacheReport, describe
+from wheelci.compile.workdir import (clear_outputs, compile_view, configure_inputs, forget_unseen_changes,
+                                     note_searched, read_record, recompile_if_changed, reconfigure_if_changed,
+                                     snapshot_sources, stage_files, sync_project)
+from wheelci.config import constraints, matrix
 from wheelci.config.compilecache import torch_finds_ccache
-from wheelci.compile.workdir import configure_inputs, read_record, stage_files
+from wheelci.config.project import Backend
+from wheelci.engine import nvcc_dirs
+from wheelci.errors import CiError, Finding
+from wheelci.resources.container.steady import steady_times
+from wheelci.util import log, proc, toml
 from wheelci.util.atomic import write_text
 from wheelci.util.layout import BUILT, CHECKED, COMPILED_WITH, CONFIGURED, SEARCHED
-from wheelci.resources.container.steady import steady_times
-from wheelci.engine import nvcc_dirs
+from wheelci.util.lock import locked_file
 
 if TYPE_CHECKING:
     from wheelci.config.project import Backend
@@ -56,14 +61,12 @@ def torch_spec(plan: Plan) -> TorchSpec:
 
 def toolkit_wheels(cuda: str) -> tuple[str, ...]:
     """NVIDIA's wheels that make a whole nvcc toolkit for this CUDA version (empty where none do)."""
-    from wheelci.config import matrix
 
     row = matrix.load().row(cuda)
     return (*row.nvcc_wheels, *row.toolkit_wheels) if row.nvcc_wheel_has_nvcc else ()
 
 
 def _requirements_key(plan: Plan) -> tuple[list[str], Path, str]:
-    from wheelci.cibw import build_installs
 
     reqs = build_installs(plan.build_requires, compile_cache=bool(plan.run.compile_cache))
     pins = constraints.ensure_file(plan.tool_constraints)
@@ -77,7 +80,6 @@ def install_build_requires(env: BuildEnv, plan: Plan) -> None:
 
     The env records the last set installed into it, by any build: the same set again is already there
     (a warm build skips pip's second of resolving)."""
-    from wheelci.util.lock import locked_file
 
     reqs, pins, key = _requirements_key(plan)
     marker = env.root / ".build-requires"
@@ -100,7 +102,6 @@ def requirements_held(env: BuildEnv, plan: Plan) -> Iterator[int]:
     `ninja<1.12`) waits to install it, rather than swapping the tools under a running compile. With a
     remote compile cache its headers have one time too (steady_env). Yields the lock's descriptor, for
     the compile to hold too (a build killed with -9 leaves it held)."""
-    from wheelci.util.lock import locked_file
 
     _, _, key = _requirements_key(plan)
     marker, steady = env.root / ".build-requires", env.root / STEADY_MARK
@@ -122,7 +123,6 @@ STEADY_MARK = ".steady-times"  # the requirements key the env's headers were las
 def steady_env(env: BuildEnv, key: str) -> None:
     """The env's headers given one time (wheelci.resources.container.steady: a store's entries are then
     every machine's), under the env's exclusive lock: never while another build's compile reads them."""
-    from wheelci.util.lock import locked_file
 
     with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}"):
         changed = steady_times(env.root)
@@ -178,7 +178,6 @@ def remote_cache(plan: Plan, env: BuildEnv, work_dir: Path, project_dir: Path, c
 def note_extra_files(work_dir: Path, environ: dict[str, str]) -> None:
     """ccache hashes the searched directories' digest with every compile (CCACHE_EXTRAFILES)."""
     if shutil.which("ccache"):
-        from wheelci.compile.workdir import note_searched
 
         extra = [environ.get("CCACHE_EXTRAFILES", ""), str(note_searched(work_dir / SEARCHED, environ))]
         environ["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, extra))
@@ -221,14 +220,12 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     while its compile still runs; `configure`: the digest of what a configure reads besides the project
     (workdir.configure_inputs; default: of this process's environment). A remote compile cache: remote_cache."""
     env = env or ensure_env(torch_spec(plan))
-    from wheelci.config.project import Backend
 
     backend = Backend(plan.backend)  # a closed set: each member's treatment below, nothing by default
     if backend in (Backend.SETUPTOOLS, Backend.PEP517):
         # setuptools builds in the source tree (build/, *.egg-info), and so may any other backend: build a
         # copy, so the project is never written to; the copy keeps its build tree, and only what changed in
         # the project is copied again (and so rebuilt)
-        from wheelci.compile.workdir import clear_outputs, snapshot_sources, sync_project
 
         if files is None:
             files, _ = snapshot_sources(project_dir, work_dir)
@@ -362,7 +359,6 @@ def in_tree_backend(project_dir: Path) -> list[str]:
     """The files of an in-tree backend ([build-system] backend-path, inside the project; no link followed,
     no bytecode; of the project's top, only the files there and the build-backend's package), relative and
     sorted: its get_requires_for_build_wheel may answer from them."""
-    from wheelci.util import toml
 
     try:
         table = toml.loads((project_dir / "pyproject.toml").read_text()).get("build-system", {})
@@ -390,7 +386,6 @@ def in_tree_backend(project_dir: Path) -> list[str]:
 def keep_sound(plan: Plan, backend: Backend, project_dir: Path, work_dir: Path, files: dict[str, str] | None,
                configure: str | None, environ: dict[str, str]) -> None:
     """What a kept tree answers from its last compile, dropped where its inputs changed (by backend)."""
-    from wheelci.config.project import Backend
 
     if backend in (Backend.SCIKIT_BUILD_CORE, Backend.MESON_PYTHON):
         keep_tree_sound(plan, project_dir, work_dir, files, configure, environ, meson=backend is Backend.MESON_PYTHON)
@@ -401,7 +396,6 @@ def keep_sound(plan: Plan, backend: Backend, project_dir: Path, work_dir: Path, 
 def keep_objects_sound(plan: Plan, work_dir: Path, configure: str | None, environ: dict[str, str]) -> None:
     """A kept setuptools tree: when what its compile searches changed (CPATH, a searched directory's
     headers), every object is compiled again; ninja, which compares mtimes only, would link the old ones."""
-    from wheelci.compile.workdir import compile_view, configure_inputs, recompile_if_changed
 
     searched = configure or configure_inputs(environ)
     inputs = hashlib.sha256(json.dumps([searched, compile_view(plan)], sort_keys=True, default=str).encode())
@@ -414,8 +408,6 @@ def keep_tree_sound(plan: Plan, project_dir: Path, work_dir: Path, files: dict[s
     """A kept CMake or meson tree answers from what its last configure found: another configure input (a
     variable, what a searched directory holds, the compile's part of the Plan) configures it again, and a
     project change ninja cannot see compiles every object again."""
-    from wheelci.compile.workdir import (compile_view, configure_inputs, forget_unseen_changes, reconfigure_if_changed,
-                                         snapshot_sources)
 
     configure = configure or configure_inputs(environ)
     inputs = hashlib.sha256(json.dumps([configure, compile_view(plan)], sort_keys=True, default=str).encode())

@@ -25,13 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from wheelci.config import constraints
+from wheelci.config import constraints, matrix as mx
 from wheelci.engine import host_nvcc, nvcc_version, real_nvcc
-from wheelci.util import log, proc, share, secret
-from wheelci.util.cache import cache_dir, mark_used, read_stamp
 from wheelci.errors import CiError
-from wheelci.wheel.names import cuda_tag
+from wheelci.plan import CUDA_VARIABLES
+from wheelci.util import log, proc, secret, share
 from wheelci.util.atomic import write_text
+from wheelci.util.cache import cache_dir, mark_used, read_stamp
+from wheelci.util.http import shown
+from wheelci.util.lock import held_for_process, locked_file
+from wheelci.wheel.names import cuda_tag
 
 PYPI = "https://pypi.org/simple"
 
@@ -108,7 +111,6 @@ def torch_pip_args(spec: TorchSpec) -> tuple[list[str], str]:
     if spec.index_url and not spec.index_url.startswith(PYTORCH_INDEX):
         # an index of the user's (a mirror, a private index): the environment is keyed for it, so a torch
         # from anywhere else never fills it
-        from wheelci.util.http import shown
 
         raise CiError(f"the torch index {shown(spec.index_url)} is unreachable from here: torch {spec.version} is "
                       "installed from that index only; check its address and the network")
@@ -158,7 +160,6 @@ def torch_source(report: Path | None, uv_args: list[str], version: str) -> str |
     a local wheel of a find-links directory). uv writes no report, but is only ever given indexes: the one
     index, else the first when the version has a local label (PyPI serves none), else both, as uv chose.
     Each URL without its userinfo: the stamp keeps this, and a cache holds no credential."""
-    from wheelci.util.http import shown
 
     if report is not None:
         try:
@@ -224,7 +225,6 @@ def cached_env(root: Path, create: Callable[[Path], dict[str, Any]]) -> BuildEnv
     Processes preparing the same environment take turns (ci.util.lock): the first creates it and
     the others wait, then use it. The stamp is written last and atomically, so an interrupted
     creation is redone, not reused; a broken environment is removed whole and made again."""
-    from wheelci.util.lock import locked_file
 
     env, _ = _load_env(root)
     if env is not None:
@@ -257,7 +257,6 @@ def env_root(spec: TorchSpec, env: Mapping[str, str] = os.environ) -> Path:
 def provenance(spec: TorchSpec, env: Mapping[str, str] = os.environ) -> str:
     """Where this spec's torch comes from, as the environment's key reads it: the index's URL without its
     credentials, or (no index named) pip's configured indexes and find-links. Never a credential."""
-    from wheelci.util.http import shown
 
     if spec.index_url:
         return shown(spec.index_url).rstrip("/")
@@ -268,7 +267,6 @@ def provenance(spec: TorchSpec, env: Mapping[str, str] = os.environ) -> str:
 
 def provenance_key(spec: TorchSpec, env: Mapping[str, str] = os.environ) -> str:
     """"" for the matrix's own index of the variant (or pip's defaults): the name environments always had."""
-    from wheelci.config import matrix as mx
 
     where = provenance(spec, env)
     matrix = mx.load()
@@ -295,7 +293,6 @@ def env_state(spec: TorchSpec) -> str:
 def held_env(root: Path, create: Callable[[Path], dict[str, Any]]) -> BuildEnv:
     """cached_env, held shared for the rest of this process (no prune removes it under the build) and
     stamped used; made again where a prune removed it between the two."""
-    from wheelci.util.lock import held_for_process
 
     for _ in range(3):
         env = cached_env(root, create)
@@ -371,7 +368,6 @@ def find_nvcc(env: BuildEnv, cuda: str, wheels: tuple[str, ...] = (), *, source:
             return cand
     if not wheels:
         raise CiError(f"no nvcc obtainable for CUDA {cuda}: {have} and NVIDIA ships no nvcc wheel for it")
-    from wheelci.util.lock import locked_file
 
     # The env is shared: two builds installing into it at once would interleave pip's writes.
     with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}"):
@@ -457,7 +453,6 @@ def cpu_environ(environ: dict[str, str], nvcc_dirs: list[str], where: Path) -> d
     """`environ` as a CPU build's compile sees it (ci.plan.CpuView): each PATH entry of `nvcc_dirs`
     replaced by a directory made in `where` of links to everything it holds but nvcc, and no variable
     naming a CUDA toolkit. Links, not a narrower PATH: the same directory may hold the C++ compiler."""
-    from wheelci.plan import CUDA_VARIABLES
 
     if where.exists():
         shutil.rmtree(where)  # a reused work directory: the PATH of an earlier build

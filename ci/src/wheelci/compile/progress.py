@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from wheelci.util.log import duration
+
 _NINJA = re.compile(rb"^\s*\[(\d{1,9})/(\d{1,9})\] ")  # ninja's [12/40]; a longer number is no count
 _MAKE = re.compile(rb"^\s*\[\s*(\d{1,3})%\] ")  # make's [ 42%] (CMake's Makefile generator)
 # a compiler run on one source, as setuptools prints it (gcc, g++, c++, clang, nvcc; a path, a version suffix)
@@ -64,7 +66,6 @@ def estimate(first: tuple[float, Count], last: tuple[float, Count]) -> float | N
 
 def describe(count: Count, left: float | None) -> str:
     """`3 of 12 files, about 9 min left`, `42% of the steps`, `5 files compiled`."""
-    from wheelci.util.log import duration
 
     if count.unit == "%":
         text = f"{count.done}% of the steps"

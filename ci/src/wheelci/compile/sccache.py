@@ -26,8 +26,9 @@ from urllib.parse import urlsplit
 
 from wheelci.compile import launch
 from wheelci.config.compilecache import CompileCache
-from wheelci.util import layout, log, proc, secret
+from wheelci.config.matrix import arch_list_macro
 from wheelci.resources.container.port import listens
+from wheelci.util import layout, log, proc, secret
 
 STARTUP_TIMEOUT = 20.0  # seconds for the server to answer (sccache's own store check included)
 STOP_TIMEOUT = 20.0
@@ -89,7 +90,6 @@ def warm_args(arch_list: str) -> tuple[str, ...]:
     never shipped: the store gets each step as the whole list's build asks for it. nvcc splits an
     argument's value at commas unless they are escaped; its own definition is undone first (a redefinition
     warns, and fails a project's -Werror)."""
-    from wheelci.config.matrix import arch_list_macro
 
     return ("-U__CUDA_ARCH_LIST__", "-D__CUDA_ARCH_LIST__=" + arch_list_macro(arch_list).replace(",", "\\,"))
 

@@ -17,9 +17,14 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from wheelci.errors import CiError
 from wheelci.util import layout, proc
-from wheelci.util.layout import (BUILT, CHECKED, COMPILED_WITH, CONFIGURED, COPIED, SEARCHED, SOURCES, TREE,
-                                 WORK_MARK)
+from wheelci.util.atomic import atomic_path, write_text
+from wheelci.util.cache import read_stamp
+from wheelci.util.digest import sha256_file
+from wheelci.util.layout import BUILT, CHECKED, COMPILED_WITH, CONFIGURED, COPIED, SEARCHED, SOURCES, TREE, WORK_MARK
+from wheelci.util.lock import unless_locked
+from wheelci.util.owned import drop_links
 from wheelci.util.secret import redact
+from wheelci.util.sizes import format_size
 
 if TYPE_CHECKING:
     from wheelci.plan import Plan
@@ -127,7 +132,6 @@ MAX_SOURCES = 16 * 2**30
 
 def check_sizes(project_dir: Path, sizes: dict[str, int]) -> None:
     """Refuse, with one line naming the file or the total and the limit, a project over the bounds above."""
-    from wheelci.util.sizes import format_size
 
     advice = "leave it out of the project's files (.gitignore), or build from a copy without it"
     for rel, size in sizes.items():
@@ -144,7 +148,6 @@ def check_sizes(project_dir: Path, sizes: dict[str, int]) -> None:
 def _digest(path: Path, mode: int) -> str:
     """A source file as the snapshot records it: its bytes (streamed, at most MAX_SOURCE_FILE of them), and
     whether it is executable."""
-    from wheelci.util.digest import sha256_file
 
     return sha256_file(path, MAX_SOURCE_FILE) + ("+x" if mode & 0o111 else "")
 
@@ -265,7 +268,6 @@ def note_searched(path: Path, environ: Mapping[str, str]) -> Path:
     """The searched directories' digest in a file, for ccache to hash with every compile
     (CCACHE_EXTRAFILES): its direct mode checks the headers a compile read last time, so a header that
     appears in a directory searched before theirs would be a stale hit, in a fresh tree too."""
-    from wheelci.util.atomic import write_text
 
     write_text(path, searched(environ) + "\n")
     return path
@@ -283,7 +285,6 @@ def reconfigure_if_changed(build_dir: Path, record: Path, inputs: str, *, meson:
     configure only, meson keeps its first environment and found dependencies in its build directory.
     The object files stay (CMake's; ninja rebuilds what the new configure changes); meson's tree is made
     anew. True when something was dropped."""
-    from wheelci.util.atomic import write_text
 
     kept = read_record(record)
     dropped = False
@@ -303,7 +304,6 @@ def recompile_if_changed(trees: list[Path], record: Path, inputs: str) -> bool:
     mtimes only: when what the compile searches changed since the tree's last compile (a variable such as
     CPATH, what a searched directory holds), ninja's logs go, so every object is compiled again (ccache,
     keyed by the searched directories too, answers what did not change). True when a log was dropped."""
-    from wheelci.util.atomic import write_text
 
     kept = read_record(record)
     dropped = False
@@ -326,7 +326,6 @@ def forget_unseen_changes(project_dir: Path, build_dir: Path, record: Path, file
     True when the log was dropped."""
     import json
 
-    from wheelci.util.atomic import write_text
 
     last = _read_json(record)
     started, built = last.get("started_ns"), last.get("files")
@@ -373,7 +372,6 @@ def _read_json(path: Path) -> dict[str, Any]:
     import json
 
     try:
-        from wheelci.util.cache import read_stamp
 
         data = json.loads(read_stamp(path, 64 << 20))  # never a link's target, never a FIFO's wait
     except (OSError, ValueError):
@@ -399,7 +397,6 @@ def snapshot_sources(project_dir: Path, work: Path, leave_out: tuple[Path, ...] 
     (rsync -a, tar x) still changes the ctime, and an edit right after a snapshot is read again."""
     import json
 
-    from wheelci.util.atomic import write_text
 
     last = _read_json(work / SOURCES)
     taken_ns, known_files = last.get("taken_ns"), last.get("files")
@@ -445,7 +442,6 @@ def stage_files(source: Path, work_dir: Path, name: str) -> Path:
     """The files below `source` copied to work_dir/name, no link on the way followed (a planted one goes), a
     copy already current left as it is (its mtime too: ninja would compile everything again), and what
     `source` no longer holds removed."""
-    from wheelci.util.atomic import atomic_path
 
     checked: set[Path] = set()
     wanted = {str(Path(name) / p.relative_to(source)) for p in source.rglob("*") if p.is_file()}
@@ -484,7 +480,6 @@ def sync_project(project_dir: Path, dest: Path, files: dict[str, str]) -> Path:
     readable record is made anew."""
     import json
 
-    from wheelci.util.atomic import write_text
 
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         dest.unlink()
@@ -555,9 +550,7 @@ def kept_tree(root: Path, project_dir: Path, plan: Plan) -> Path:
     whose project directory is gone are removed first, unless a build holds them."""
     import json
 
-    from wheelci.util.atomic import write_text
 
-    from wheelci.util.owned import drop_links
 
     prune_trees(root)
     tree = root / tree_key(project_dir, plan)
@@ -568,7 +561,6 @@ def kept_tree(root: Path, project_dir: Path, plan: Plan) -> Path:
 
 
 def prune_trees(root: Path) -> None:
-    from wheelci.util.lock import unless_locked
 
     for tree in sorted(root.iterdir()) if root.is_dir() else []:
         project = _read_json(tree / TREE).get("project")

@@ -17,8 +17,10 @@ from typing import Any, Sequence
 from wheelci.config import options
 from wheelci.config.sdist import extract_sdist, is_sdist
 from wheelci.errors import CiError
-
 from wheelci.util import toml as tomllib
+from wheelci.wheel.ondisk import read_regular_text
+from wheelci.wheel.requirements import parse_requirement
+
 
 # build-backend -> the name the plan shows; anything else builds through its backend all the same
 class Backend(str, Enum):
@@ -118,7 +120,6 @@ def load_pyproject(project_dir: Path) -> dict[str, Any] | None:
     path = project_dir / "pyproject.toml"
     if not path.is_file():
         return None
-    from wheelci.wheel.ondisk import read_regular_text
 
     try:
         return tomllib.loads(read_regular_text(path, PYPROJECT_CAP))
@@ -217,7 +218,6 @@ def _strings(value: object, what: str, path: Path) -> list[str]:
 
 def _build_requires(system: dict[str, Any], default: list[str], path: Path) -> list[str]:
     """[build-system] requires: a list of PEP 508 requirements (a string would be one per letter)."""
-    from wheelci.wheel.requirements import parse_requirement
 
     if "requires" not in system:
         return list(default)

@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Mapping
 from wheelci.config import matrix as mx
 from wheelci.errors import CiError
 from wheelci.util import http, variables
+from wheelci.util.atomic import write_text
 from wheelci.util.cache import cache_dir, read_stamp
+from wheelci.util.untrusted import cut, one_line
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -125,7 +127,6 @@ def parse_release(metadata: str, filenames: list[str], source: str) -> TorchRele
 
 
 def _named(names: list[str]) -> str:
-    from wheelci.util.untrusted import one_line, cut
 
     return ", ".join(repr(cut(one_line(n), 40)) for n in names[:3]) or "no project"
 
@@ -387,7 +388,6 @@ class TorchIndex:
         release = parse_release(text, [f.filename for f in files], _shown(source))
         if release.version != version:
             raise CiError(f"{_shown(source)} says it is torch {release.version or '?'}, not {version}")
-        from wheelci.util.atomic import write_text
 
         cached.parent.mkdir(parents=True, exist_ok=True)
         write_text(cached, json.dumps(asdict(release)))

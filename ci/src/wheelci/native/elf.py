@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, TypeVar
 
+from wheelci.archs import of_platform_tag
 from wheelci.errors import CiError
 from wheelci.native import elfread
-from wheelci.wheel.zipformat import Member
-from wheelci.wheel.zipread import WheelArchive
 from wheelci.wheel.names import normalize
 from wheelci.wheel.record import read_record_file
+from wheelci.wheel.zipformat import Member
+from wheelci.wheel.zipread import WheelArchive
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -439,7 +440,6 @@ def libstdcxx_versions(policy: str) -> dict[str, set[str]]:
         return {}
     import json
 
-    from wheelci.archs import of_platform_tag
 
     arch = of_platform_tag(policy)
     arch, name = (arch, policy.removesuffix(f"_{arch}")) if arch != policy else ("x86_64", policy)

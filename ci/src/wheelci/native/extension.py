@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from wheelci.errors import CiError
 from wheelci.native import elfread
+from wheelci.native.elf import member_view
 
 if TYPE_CHECKING:
     from wheelci.wheel.zipread import WheelArchive
@@ -103,7 +104,6 @@ def _exports_pyinit(stream: elfread.Stream) -> bool:
 def exports_pyinit(chunks: Callable[[], Iterable[bytes]], size: int) -> bool:
     """Whether the ELF file (its bytes as chunks, `size` long) exports a PyInit_* function: a Python
     extension module. CiError for a file whose fields point outside it."""
-    from wheelci.native.elf import member_view
 
     stream = member_view(chunks, size)
     try:

@@ -23,6 +23,8 @@ from typing import BinaryIO, Iterable
 
 from wheelci.errors import CiError
 from wheelci.native import elfread
+from wheelci.native.elf import looks_like_shared_lib
+from wheelci.wheel.zipread import WheelArchive
 
 MAGIC = 0xBA55ED50
 SECTIONS = (".nv_fatbin", "__nv_relfatbin")
@@ -152,8 +154,6 @@ def summary(images: Iterable[DeviceImage]) -> tuple[list[str], list[str]]:
 def wheel_device_code(wheel: Path) -> dict[str, list[str]]:
     """Each shared library of a wheel that holds device code -> its targets (`sm_80`, `compute_90`);
     a library whose fat binary cannot be read -> [`unreadable: why`]."""
-    from wheelci.native.elf import looks_like_shared_lib
-    from wheelci.wheel.zipread import WheelArchive
 
     found: dict[str, list[str]] = {}
     with WheelArchive.open(wheel) as wa:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from wheelci.native.elf import SYSTEM_LIBS, SharedLib, is_system_lib, scan
 from wheelci.errors import CiError
+from wheelci.native.elf import SharedLib, SYSTEM_LIBS, is_system_lib, scan
+from wheelci.wheel.rewrite import rewrite
 from wheelci.wheel.zipread import WheelArchive
 
 # The one name of the module that preloads a wheel's native dependencies, whichever stage writes it:
@@ -379,7 +380,6 @@ def inject_preload(wheel: Path | str, runtime: Sequence[Preload] | str, out_dir:
     `runtime`: an order (its module is generated) or a module's source. Returns the new wheel's
     path; the input is never modified, and nothing is left in out_dir on error.
     """
-    from wheelci.wheel.rewrite import rewrite
 
     wheel, out_dir = Path(wheel), Path(out_dir)
     if out_dir.resolve() == wheel.resolve().parent:

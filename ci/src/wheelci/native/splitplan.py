@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from wheelci.errors import CiError
+from wheelci.native.loadorder import components
 from wheelci.util.sizes import format_size
 
 BASE_OVERHEAD = 16 * 1024  # dist-info files, the preload module, central directory slack
@@ -93,7 +94,6 @@ def cycle_groups(libs: Sequence[Lib], stay: Sequence[Lib] = ()) -> list[list[Lib
     other (a DT_NEEDED cycle, like pillow's libfreetype and libharfbuzz), which the dynamic linker
     loads only when each finds the others: they share a companion, or stay together when one of them
     must stay (is in `stay`)."""
-    from wheelci.native.loadorder import components
 
     every = [*libs, *stay]
     provider: dict[str, str] = {}

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from wheelci.wheel.requirements import read_requirement
+
 FLOOR = (2, 10)  # the first torch with the stable ABI: functions declared without a guard are there
 # Headers declaring the shim functions, under torch's include directory.
 SHIM_HEADERS = ("torch/csrc/stable/c/shim.h", "torch/csrc/inductor/aoti_torch/c/shim*.h",
@@ -129,7 +131,6 @@ def classify(path: str, undefined: Iterable[str], needed: Iterable[str], table: 
 def _pin_and_floor(torch_requirement: str | None) -> tuple[bool, Version | None]:
     """(an exact pin: `==X` without a wildcard, or `===`; the lowest torch a range admits, from its
     `>=`, `>`, `~=` and `==X.*` bounds). Any spelling packaging reads: `torch<3,>=2.12`, `torch~=2.12`."""
-    from wheelci.wheel.requirements import read_requirement
 
     req = read_requirement(torch_requirement) if torch_requirement else None
     if torch_requirement and req is None:

@@ -17,10 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from wheelci.util.digest import sha256_file
+from wheelci.config.sdist import open_tar
 from wheelci.errors import CiError
-from wheelci.wheel.names import classify, normalize, same_version, WheelName
-from wheelci.wheel.variant import parse_variants_filename, DOC_CAP, dumps, parse, read_wheel
+from wheelci.util.digest import sha256_file
+from wheelci.wheel.metadata import METADATA_CAP, parse_metadata as read
+from wheelci.wheel.names import WheelName, classify, normalize, same_version
+from wheelci.wheel.variant import DOC_CAP, dumps, parse, parse_variants_filename, read_wheel
+from wheelci.wheel.zipread import WheelArchive
 
 # Sidecar files beside distributions that are ours or expected there: skipped without a warning.
 QUIET_SUFFIXES = (".metadata", ".asc", ".sig", ".publish.attestation")
@@ -56,8 +59,6 @@ def wheel_metadata(path: Path) -> bytes:
     a crafted zip, so ci.index would publish metadata of a wheel ci.check refuses. Capped by the size
     the zip directory gives (and checked while inflating): a deflate bomb is refused, never inflated.
     """
-    from wheelci.wheel.metadata import METADATA_CAP
-    from wheelci.wheel.zipread import WheelArchive
     try:
         with WheelArchive.open(path) as wa:
             name = f"{wa.dist_info}/METADATA"
@@ -83,8 +84,6 @@ def sdist_metadata(path: Path) -> bytes | None:
     METADATA cap: a gzip or deflate bomb never gets more memory than that."""
     import tarfile
     import zipfile
-    from wheelci.config.sdist import open_tar
-    from wheelci.wheel.metadata import METADATA_CAP
     try:
         if path.name.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
@@ -105,7 +104,6 @@ def sdist_metadata(path: Path) -> bytes | None:
 
 def parse_metadata(raw: bytes) -> dict[str, str]:
     """Name, Version and Requires-Python from core metadata (ci.wheel.metadata, the one reader)."""
-    from wheelci.wheel.metadata import parse_metadata as read
     meta = read(raw.decode("utf-8", "replace"))
     return {k: found[0] for k in ("Name", "Version", "Requires-Python") if (found := meta.get_all(k)) and found[0]}
 
@@ -140,7 +138,6 @@ def _wheel_label(filename: str) -> str | None:
 
 def wheel_variant(path: Path) -> str:
     """A variant wheel's .dist-info/variant.json, checked against its label (ci.wheel.variant)."""
-    from wheelci.wheel.zipread import WheelArchive
     with WheelArchive.open(path) as wa:
         return dumps(read_wheel(wa)).decode()  # normalized: the same properties compare equal
 

@@ -16,13 +16,14 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from wheelci.util import log
 from wheelci.errors import CiError
 from wheelci.publish.distread import PAGE_NAMES
-from wheelci.publish.indexcache import CACHE_NAME, CACHE_VERSION, Cache
-from wheelci.wheel.variant import FILE_SUFFIX
+from wheelci.publish.indexcache import Cache, CACHE_NAME, CACHE_VERSION
+from wheelci.util import log
+from wheelci.util.atomic import atomic_path
 from wheelci.util.invocation import command
 from wheelci.util.output import shown
+from wheelci.wheel.variant import FILE_SUFFIX
 
 
 def warn(msg: str) -> None:
@@ -51,7 +52,6 @@ def _differs(path: Path, data: bytes) -> bool:
 def _write_if_changed(path: Path, data: bytes) -> bool:
     if not _differs(path, data):
         return False
-    from wheelci.util.atomic import atomic_path  # tempfile & co. load only when something is written
     with atomic_path(path) as tmp:  # gives the pages open()'s mode: a web server must read them
         tmp.write_bytes(data)
     return True

@@ -13,10 +13,11 @@ from typing import Callable, Iterable
 
 from wheelci.errors import CiError
 from wheelci.util.digest import sha256_file
-from wheelci.wheel.names import WheelName, canonical_version, classify
-from wheelci.wheel.variant import parse_variants_filename
 from wheelci.util.invocation import command
 from wheelci.wheel import variant as v
+from wheelci.wheel.names import WheelName, canonical_version, classify
+from wheelci.wheel.variant import parse_variants_filename
+from wheelci.wheel.zipread import WheelArchive
 
 
 @dataclass
@@ -53,7 +54,6 @@ def upload_targets(files: Iterable[str | os.PathLike[str]]) -> list[Target]:
 def check_variants(targets: list[Target], warn: Callable[[str], None]) -> None:
     """Each variants file given must agree with the variant wheels given with it (as ci.index checks
     them); a release's variant wheels given without one upload with a warning."""
-    from wheelci.wheel.zipread import WheelArchive
 
     def release(t: Target) -> tuple[str, str]:
         return t.project, canonical_version(t.version.partition("+")[0])

@@ -29,6 +29,8 @@ from typing import Iterable, Iterator, Sequence
 
 from wheelci.errors import CiError
 from wheelci.util import layout
+from wheelci.util.atomic import make_dirs, remove_empty, write_text
+from wheelci.util.lock import locked_dirs
 
 MANIFEST = layout.MANIFEST  # {"version": 1, "groups": {who: [names]}}: what this tool wrote here
 LEGACY_MANIFESTS = (".wheelci-split.json",)  # the same record, as earlier releases of split kept it
@@ -147,7 +149,6 @@ class OutputDir:
         return aside.name
 
     def _record(self, groups: dict[str, list[str]]) -> None:
-        from wheelci.util.atomic import write_text
 
         self.groups = {who: names for who, names in groups.items() if names}
         write_text(self.path / MANIFEST, json.dumps({"version": 1, "groups": self.groups}, indent=1, sort_keys=True) + "\n")
@@ -186,8 +187,6 @@ def output_dir(path: Path | str, what: str, *, also_lock: Sequence[Path] = (),
     whole run, and the directories `also_lock` with it (an index's wheel directory); a run that waits for
     another says it is using `using` (default: `what`). A run that fails or is interrupted removes the
     directories it made, where they are empty (never what is in them)."""
-    from wheelci.util.atomic import make_dirs, remove_empty
-    from wheelci.util.lock import locked_dirs
 
     path = Path(path)
     if (path.exists() and not path.is_dir()) or (path.is_symlink() and not path.exists()):

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Sequence
 
 from wheelci.util import proc
+from wheelci.wheel.names import WheelName
+from wheelci.wheel.zipread import WheelArchive
 
 IMPORT_TIMEOUT = 600.0  # seconds for one layout's imports (torch's first import takes ~10 s)
 _DATA = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
@@ -59,7 +61,6 @@ def interpreter_matches(filenames: Sequence[str]) -> bool:
     by ci.wheel.names, which knows PEP 825 variant labels (packaging reads `-cu130` as a bad build tag)."""
     from packaging.tags import parse_tag, sys_tags
 
-    from wheelci.wheel.names import WheelName
 
     ours = set(sys_tags())
     return all(parse_tag(WheelName.parse(n).tag) & ours for n in filenames)
@@ -74,7 +75,6 @@ def _installed(name: str) -> str | None:
 
 def unpack(wheel: Path, dest: Path) -> list[str]:
     """The wheel's importable files laid out as an installer would in dest; returns their paths."""
-    from wheelci.wheel.zipread import WheelArchive
 
     paths = []
     with WheelArchive.open(wheel) as wa:

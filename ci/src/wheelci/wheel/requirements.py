@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from wheelci.errors import CiError
+from wheelci.wheel.names import normalize
 
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
@@ -46,7 +47,6 @@ def without_marker(text: str) -> str:
 def requirement_name(text: str) -> str | None:
     """The normalised project name a requirement names (`Torch[x]>=1` -> `torch`), None when packaging
     cannot read the line (pip reports it in its own words)."""
-    from wheelci.wheel.names import normalize
 
     req = read_requirement(text)
     return None if req is None else normalize(req.name)

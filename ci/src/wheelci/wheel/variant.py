@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from wheelci.errors import CiError
 from wheelci.wheel.names import VARIANT_LABEL, WheelName, cuda_tag, escape, is_version, normalize
+from wheelci.wheel.rewrite import rewrite
+from wheelci.wheel.zipread import WheelArchive
 
 if TYPE_CHECKING:
     from wheelci.wheel.zipread import WheelArchive
@@ -254,8 +256,6 @@ def read_wheel(wa: WheelArchive) -> VariantDoc:
 def add_variant(wheel: Path, out_dir: Path, doc: VariantDoc) -> Path:
     """A copy of a plain wheel as the variant `doc` describes: labelled file name, variant.json added
     (everything else copied as compressed bytes, RECORD regenerated)."""
-    from wheelci.wheel.rewrite import rewrite
-    from wheelci.wheel.zipread import WheelArchive
 
     (label,) = doc.variants
     with WheelArchive.open(wheel) as wa:
