@@ -89,3 +89,42 @@ def test_the_logs_a_build_leaves_are_redacted_in_place_and_links_never_followed(
     assert "pa55" not in (work / "compile.log").read_text()
     assert "zQabcdef1234" not in (work / "compile-cache" / "sccache-server.log").read_text()
     assert outside.read_text().startswith("pa55-of-the-store-991")
+
+
+def test_a_fifo_planted_at_an_entry_is_removed_and_never_blocks(tmp_path):
+    """A FIFO at cpu-path, dist or compile.log once hung a build for good (shutil.rmtree and open wait on it)."""
+    import os
+
+    from wheelci.compile.workdir import WORK_ENTRIES
+    from wheelci.util.owned import drop_links
+
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("cpu-path", "dist", "compile.log"):
+        os.mkfifo(work / name)
+    (work / "src").mkdir()
+    assert sorted(drop_links(work, WORK_ENTRIES)) == ["compile.log", "cpu-path", "dist"]
+    assert [p.name for p in work.iterdir()] == ["src"]
+
+
+def test_a_log_or_a_launcher_is_a_new_file_never_written_through(tmp_path):
+    """A hard link planted at compile.log, and a link planted inside a kept sccache-bin/ at c++, once had the
+    build overwrite (and make executable) the file they named."""
+    import os
+
+    from wheelci.compile.launch import _script
+    from wheelci.util.atomic import fresh_file
+
+    victim = tmp_path / "precious.txt"
+    victim.write_text("the user's")
+    victim.chmod(0o600)
+    work = tmp_path / "work"
+    (work / "sccache-bin").mkdir(parents=True)
+    os.link(victim, work / "compile.log")
+    (work / "sccache-bin" / "c++").symlink_to(victim)
+    with fresh_file(work / "compile.log") as out:
+        out.write(b"compiling\n")
+    _script(work / "sccache-bin" / "c++", "#!/bin/sh\nexec sccache c++ \"$@\"\n")
+    assert victim.read_text() == "the user's" and victim.stat().st_mode & 0o777 == 0o600
+    assert (work / "compile.log").read_text() == "compiling\n" and not (work / "sccache-bin" / "c++").is_symlink()
+    assert os.access(work / "sccache-bin" / "c++", os.X_OK)

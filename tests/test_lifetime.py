@@ -135,3 +135,26 @@ def test_inside_a_container_the_servers_log_is_masked_as_it_comes(tmp_path):
     assert r.returncode == 0, r.stderr
     text = log.read_text()
     assert "redis error at redis://h:1 (key ***)" in text, text
+
+
+def test_a_streamed_tools_own_children_end_with_a_killed_build(tmp_path):
+    """A tool a build streams (a compile: the build frontend, its ninja, its compilers) runs in a session of
+    its own; a SIGKILLed build takes the whole session with it (the group's watcher), not only the tool."""
+    marker = tmp_path / "grandchild.pid"
+    tool = f"import subprocess, time; p = subprocess.Popen(['sleep', '300']); open({str(marker)!r}, 'w').write(str(p.pid)); time.sleep(300)"
+    build = ("import sys\nfrom wheelci.util import proc\n"
+             f"proc.stream([sys.executable, '-c', {tool!r}], what='a compile', show=False)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "ci" / "src")}
+    runner = subprocess.Popen([sys.executable, "-c", build], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (marker.is_file() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        grandchild = int(marker.read_text())
+        runner.kill()
+        runner.wait(timeout=30)
+        assert _gone(grandchild), f"the tool's child {grandchild} outlived the build"
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()

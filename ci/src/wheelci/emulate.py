@@ -68,9 +68,9 @@ def tool_deps() -> Path:
     done = where / ".complete"
     with locked_file(where.with_name(where.name + ".lock"), "the emulated verify's packages"):
         if not done.is_file():
-            proc.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade",
-                      "--no-compile", "--target", where / "site", "-c", constraints.CONSTRAINTS, *TOOL_DEPS],
-                     what="installing the emulated verify's packages", stderr=None)
+            proc.stream([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade",
+                         "--no-compile", "--target", where / "site", "-c", constraints.CONSTRAINTS, *TOOL_DEPS],
+                        what="installing the emulated verify's packages")
             done.write_text("\n".join(TOOL_DEPS) + "\n")
     return where / "site"
 

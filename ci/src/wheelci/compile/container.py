@@ -26,6 +26,7 @@ from wheelci.config import constraints
 from wheelci.errors import CiError, Finding
 from wheelci.plan import AUTO_NEEDS_CONTAINER, Plan
 from wheelci.util import log, proc
+from wheelci.util.atomic import fresh_file
 from wheelci.util.owned import output_dir
 
 
@@ -123,7 +124,7 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
             source = stage_project(project_dir, Path(tmp), files)  # the build's snapshot, when it has one
             # its output streams to stderr; logs and CI also get a line a minute through a silent compile
             tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
-            with logfile.open("wb") as logged, log.Ticker("building in a container", live=False) as ticker, \
+            with fresh_file(logfile) as logged, log.Ticker("building in a container", live=False) as ticker, \
                     eng.containers_of_this_run(plan.engine) as label, \
                     containercache.serving(plan, logfile.parent) as (cache_args, reports):
                 # a stopped build stops its container too (the label)

@@ -92,7 +92,7 @@ def _made(root: Path, spec: TorchSpec, arch: str, python: str, find_links: str |
             cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
                    "--target", site, "--only-binary=:all:", "--implementation", "cp", "--python-version", python,
                    "--abi", f"cp{tag}", *[f"--platform={p}" for p in platforms(arch)], *links, *args]
-            proc.run(cmd, what=f"installing torch {spec.version} for {arch}", stderr=None)
+            proc.stream(cmd, what=f"installing torch {spec.version} for {arch}")  # its output redacted, as every tool's
             version, cuda, requires = _torch_facts(site)
             if (spec.cuda is None) != (cuda is None) or (spec.cuda and not (cuda or "").startswith(spec.cuda)):
                 shutil.rmtree(root, ignore_errors=True)  # not what was asked: never kept for the next run

@@ -34,7 +34,7 @@ from wheelci.engine import nvcc_dirs
 from wheelci.errors import CiError, Finding
 from wheelci.resources.container.steady import steady_times
 from wheelci.util import log, proc, toml
-from wheelci.util.atomic import write_text
+from wheelci.util.atomic import fresh_file, write_text
 from wheelci.util.layout import BUILT, CHECKED, COMPILED_WITH, CONFIGURED, SEARCHED
 from wheelci.util.lock import locked_file
 
@@ -291,7 +291,7 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
         environ.update({k: v for k, v in put.environ.items() if k == "CXX" or k not in plan.run.build_env})
         cmd = [env.python, "-m", "build", "--no-isolation", *skip, "--wheel", "-o", dist, *config, *put.config,
                project_dir]
-        with logfile.open("wb") as out, log.Ticker("compiling") as ticker:
+        with fresh_file(logfile) as out, log.Ticker("compiling") as ticker:
             done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ,
                                pass_fds=(*hold_fds, env_fd),
                                on_line=lambda line: ticker.update(tracker if tracker.feed(line) else None))

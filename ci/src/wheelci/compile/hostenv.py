@@ -311,9 +311,10 @@ def create_env(root: Path, spec: TorchSpec, installer: str = "auto") -> dict[str
     # GBs of downloads: pip's own progress bars on a terminal, one line when done in logs and CI.
     # Its output goes to stderr: stdout belongs to the stage (`--json` must stay parseable).
     quiet = [] if sys.stderr.isatty() else ["--quiet"]
-    out = sys.stderr.fileno()  # progress and pip's errors, live (stderr=None: not captured)
+    # progress and pip's errors, live, through the one redaction (an index page's signed links appear in
+    # them) and bound to this build's life (proc.stream)
     what = f"creating the build environment {root}"
-    proc.run([sys.executable, "-m", "venv", root], what=what, stdout=out, stderr=None)
+    proc.stream([sys.executable, "-m", "venv", root], what=what)
     pip = [root / "bin" / "python", "-m", "pip", "install", *quiet, "--disable-pip-version-check"]
     uv = uv_binary() if args[0] == "--isolated" and installer != "pip" else None  # pip's configuration is pip's
     if installer == "uv" and uv is None:
@@ -324,10 +325,9 @@ def create_env(root: Path, spec: TorchSpec, installer: str = "auto") -> dict[str
         torch_install = [uv, "pip", "install", *quiet, "--python", root / "bin" / "python", *uv_args(args)]
         report = None
     with log.Ticker("creating the build environment", live=False):  # a quiet pip: minutes of silence in CI
-        proc.run(torch_install, what=f"{what} (torch {spec.version} from {source})", stdout=out, stderr=None)
+        proc.stream(torch_install, what=f"{what} (torch {spec.version} from {source})")
         # the tools through pip, from wherever the machine's pip configuration says (a mirror, its CA)
-        proc.run([*pip, "-c", constraints.CONSTRAINTS, *constraints.BUILD_TOOLS],
-                 what=f"{what} (the build tools)", stdout=out, stderr=None)
+        proc.stream([*pip, "-c", constraints.CONSTRAINTS, *constraints.BUILD_TOOLS], what=f"{what} (the build tools)")
     info = _torch_info(root / "bin" / "python")
     info["source"] = torch_source(report, uv_args(args) if report is None else [], info["version"])
     if report is not None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelci.config.compilecache import cache_goes
+from wheelci.util.atomic import fresh_text
 
 
 CACHES = ("ccache", "sccache")
@@ -51,8 +52,7 @@ def shim_text(launcher: str | tuple[str, ...], compiler: str | None, extra: tupl
 
 def _script(path: Path, text: str) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(0o755)
+    fresh_text(path, text, 0o755)  # a link planted in a kept shim directory is replaced, never written through
     return str(path)
 
 

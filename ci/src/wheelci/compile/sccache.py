@@ -29,6 +29,7 @@ from wheelci.config.compilecache import CompileCache
 from wheelci.config.matrix import arch_list_macro
 from wheelci.resources.container.port import listens
 from wheelci.util import layout, log, proc, secret
+from wheelci.util.atomic import fresh_file
 
 STARTUP_TIMEOUT = 20.0  # seconds for the server to answer (sccache's own store check included)
 STOP_TIMEOUT = 20.0
@@ -197,9 +198,7 @@ def _logged(server: subprocess.Popen[bytes], path: Path) -> threading.Thread:
     """A thread writing the server's output to `path` as it comes, each line redacted before it reaches
     the disk (a build killed mid-compile leaves no credential in the log). A planted link at `path` is
     replaced, never written through; a line is bounded (sccache's errors may quote a whole response)."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()  # a link, a FIFO or an earlier log: never written through, never blocked on
-    out = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), "wb")
+    out = fresh_file(path, 0o600)  # a link, a FIFO or an earlier log: never written through, never blocked on
 
     def pump() -> None:
         stream = server.stdout

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 
 @contextlib.contextmanager
@@ -81,3 +81,20 @@ def _umask() -> int:
 def write_text(dest: Path | str, text: str) -> None:
     with atomic_path(dest) as tmp:
         tmp.write_text(text)
+
+
+def fresh_file(path: Path, mode: int = 0o644) -> BinaryIO:
+    """A new file at `path` for writing, whatever was there: a planted link, a hard link to someone's file,
+    a FIFO or an earlier file of ours is unlinked first, never written through, truncated or blocked on
+    (a log a build writes as it goes, where a rename at the end would lose it on a crash)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode & ~_umask())
+    return os.fdopen(fd, "wb")
+
+
+def fresh_text(path: Path, text: str, mode: int = 0o644) -> None:
+    """fresh_file's, written whole with `text` (a launcher script: 0o755)."""
+    with fresh_file(path, mode) as f:
+        f.write(text.encode())
+    os.chmod(path, mode)

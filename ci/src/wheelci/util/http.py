@@ -71,6 +71,18 @@ class Answer:
     body: bytes
 
 
+def _bare(url: str) -> str:
+    """The URL a request goes to: without userinfo (the credentials go in a header, to its origin only) nor
+    a fragment, its query whole (a signed link's token is what the server checks)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+    return urlunsplit(parts._replace(fragment=""))
+
+
 def shown(url: str) -> str:
     """The URL as it may be shown or kept: without userinfo (a mirror's token), a fragment, or the value of a
     credential-named query key (an index page's `?access_token=`)."""
@@ -162,7 +174,7 @@ class Client:
             method: Literal["GET", "HEAD"] = "GET", ok: tuple[int, ...] = (200,)) -> Answer:
         """One request within the deadline: redirects followed (credentials re-decided at each hop),
         passing failures retried; a status outside `ok` or a body over `cap` bytes is one HttpError."""
-        url = shown(url)
+        url = _bare(url)
         try:
             answer = within(self.deadline, lambda deadline: self._with_retries(
                 url, dict(headers or {}), cap, method, deadline, ok), f"http {method}")
@@ -223,7 +235,7 @@ class Client:
             except ValueError:
                 raise HttpError(f"{url}: redirected to a malformed URL (no host and port can be read), not "
                                 "followed") from None
-            nxt = shown(nxt)
+            nxt = _bare(nxt)
             if usable.scheme not in ("http", "https"):
                 raise HttpError(f"{url}: redirected to a {urlsplit(nxt).scheme or 'relative'} URL, not followed")
             if nxt in seen:

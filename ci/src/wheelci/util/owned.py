@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -65,12 +66,17 @@ def refuse_nested(*dirs: tuple[str, Path]) -> None:
 
 
 def drop_links(root: Path, names: Iterable[str]) -> list[str]:
-    """Remove the entries of `root` with these names that are links (this tool never makes one there), so
-    nothing is written through a planted one or fails on a dangling one; the names removed."""
+    """Remove the entries of `root` with these names that are links, FIFOs, sockets or devices (this tool
+    never makes one there), so nothing is written through a planted one, blocks on it (a FIFO's open or
+    shutil.rmtree waits forever) or fails on a dangling one; the names removed."""
     dropped = []
     for name in names:
         entry = root / name
-        if entry.is_symlink():
+        try:
+            kind = entry.lstat().st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(kind) or not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):
             entry.unlink()
             dropped.append(name)
     return dropped

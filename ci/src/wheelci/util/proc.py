@@ -85,9 +85,10 @@ def run(cmd: Sequence[object], *, what: str, check: bool = True, **kw: Any) -> s
     and its last stderr line (stderr is captured for that unless the caller sends it elsewhere)."""
     argv = [str(c) for c in cmd]
     if _log.VERBOSE:
-        print(f"+ {shlex.join(argv)}", file=sys.stderr, flush=True)
+        print(f"+ {shlex.join(secret.redact(a) for a in argv)}", file=sys.stderr, flush=True)  # redacted before quoting
     if check and "stderr" not in kw and not kw.get("capture_output"):
         kw["stderr"] = subprocess.PIPE
+    kw.setdefault("preexec_fn", bound(signal.SIGTERM))  # a tool never outlives the build (bound)
     try:
         proc = subprocess.run(argv, **kw)
     except FileNotFoundError as e:
@@ -106,13 +107,13 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
     non-blank lines, and with check a failure is a CiError naming the last of them, as run() does."""
     argv = [str(c) for c in cmd]
     if _log.VERBOSE:
-        print(f"+ {shlex.join(argv)}", file=sys.stderr, flush=True)
+        print(f"+ {shlex.join(secret.redact(a) for a in argv)}", file=sys.stderr, flush=True)  # redacted before quoting
     tail: deque[bytes] = deque(maxlen=keep)
     try:
         kw.setdefault("start_new_session", True)  # a group of its own, stopped whole (_stopped_with)
         kw.setdefault("preexec_fn", bound(signal.SIGTERM))  # and ended when we die, however (bound)
         with _log.tool_output(show), subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw) as p, \
-                _stopped_with(p):
+                _stopped_with(p), _group_watched(p):
             assert p.stdout is not None, "stdout=PIPE gives the process a pipe"
             for line in p.stdout:
                 if log is not None:
@@ -130,6 +131,54 @@ def stream(cmd: Sequence[object], *, what: str, log: IO[bytes] | None = None, ch
     if check and p.returncode != 0:
         raise CiError(f"{what}: {failure(argv, done)}")
     return done
+
+
+# The watcher of a streamed tool's process group: told by the kernel when the build dies (bound), it stops
+# the whole group, the tool's own children included (a compile's ninja and compilers, which the tool's
+# parent-death signal alone would leave running, reparented to init). Standard library only, no site.
+_WATCHER = """
+import os, signal, sys, time
+group, build = int(sys.argv[1]), int(sys.argv[2])
+def stop(*_):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(group, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        time.sleep(2)
+    os._exit(0)
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+if os.getppid() != build:
+    stop()
+if sys.stdin.buffer.read(1) != b"x":  # the pipe closed without the build's word that its tool ended: it died
+    stop()
+"""
+
+
+@contextlib.contextmanager
+def _group_watched(p: subprocess.Popen[bytes]) -> Iterator[None]:
+    """A watcher for the tool's group (_WATCHER) while it runs, where the platform has the parent-death
+    signal; released (its pipe closed) when the tool is done."""
+    if _PRCTL is None or not hasattr(os, "killpg"):
+        yield
+        return
+    try:
+        watcher = subprocess.Popen([sys.executable, "-S", "-E", "-c", _WATCHER, str(p.pid), str(os.getpid())],
+                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   preexec_fn=bound(signal.SIGTERM))
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            assert watcher.stdin is not None
+            watcher.stdin.write(b"x")  # the tool ended: nothing to stop
+            watcher.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            watcher.wait(timeout=10)
 
 
 @contextlib.contextmanager

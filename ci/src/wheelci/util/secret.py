@@ -14,6 +14,7 @@ log); where such a value is shown as a variable it is masked by name (`masked`).
 from __future__ import annotations
 
 import base64
+import json
 import re
 from typing import Any, Iterable, Mapping
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
@@ -66,9 +67,14 @@ def add(*values: str | None, user: str | None = None) -> None:
     if not new and not user:
         return
     _values.update(new)
-    forms = {f for v in _values for f in (v, _quoted(v), unquote(v))}
+    forms = {f for v in _values for f in (v, _quoted(v), unquote(v), *_escaped(v))}
     forms |= {base64.b64encode(f"{u}:{v}".encode("utf-8", "surrogateescape")).decode() for u in _users for v in _values}
     _needles[:] = sorted((f for f in forms if len(f) >= MIN_LENGTH), key=len, reverse=True)
+
+
+def _escaped(value: str) -> tuple[str, ...]:
+    """The value as a JSON document or a log of one holds it (`"`, `\\` and non-ASCII escaped)."""
+    return tuple(json.dumps(value, ensure_ascii=a)[1:-1] for a in (True, False))
 
 
 def _quoted(value: str) -> str:
