@@ -43,6 +43,8 @@ def test_any_error_line_is_bounded():
     ("s3://bucket?endpoint=ftp://minio:9000", "endpoint is an http:// or https:// URL"),
     ("s3://bucket?endpoint=file:///etc", "endpoint is an http:// or https:// URL"),
     ("s3://bucket?endpoint=http://h:port", "endpoint is not a URL"),
+    ("s3://bucket?endpoint=%20http://h", "endpoint holds a space or a control character"),
+    ("s3://bucket?endpoint=http://h%0d%0aX-Injected:1", "endpoint holds a space or a control character"),
 ])
 def test_a_store_url_refuses_what_sccache_cannot_honour(url, words):
     from wheelci.config.compilecache import parse

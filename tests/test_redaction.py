@@ -20,7 +20,7 @@ from wheelci.util import http, secret
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ("access_token", "token", "api_key", "apikey", "X-Amz-Signature", "sig", "signature", "password", "auth",
-        "private_token", "X-Goog-Credential", "client_secret", "key")
+        "private_token", "X-Goog-Credential", "client_secret", "key", "pwd", "pass", "jwt", "session", "accesskey")
 tokens = st.text("ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz0123456789_-", min_size=6, max_size=40).map(lambda s: "zQ" + s)  # "zQ": in no text around it
 
 
@@ -47,6 +47,7 @@ def _containers(url: str) -> list[str]:
         f"HTTP/1.1 302 Found\r\nLocation: {url}\r\n",
         f"sccache: error: Server startup failed: cache storage failed to read: {url}: connection refused",
         f"'{url}'",
+        f"GET {url.split('://', 1)[1].partition('/')[1]}{url.split('://', 1)[1].partition('/')[2]} HTTP/1.1",  # a path, as a server logs it
     ]
 
 

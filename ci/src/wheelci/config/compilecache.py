@@ -110,6 +110,8 @@ def _s3(bucket: str, path: str, query: str, env: Mapping[str, str]) -> CompileCa
     if prefix:
         out["SCCACHE_S3_KEY_PREFIX"] = prefix
     endpoint = q.get("endpoint", "")
+    if endpoint and (endpoint != endpoint.strip() or any(ord(c) < 0x21 or ord(c) == 0x7f for c in endpoint)):
+        raise _bad("an s3:// URL's endpoint holds a space or a control character")
     if endpoint:
         secret.add_url(endpoint)
         try:

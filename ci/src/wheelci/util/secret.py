@@ -44,7 +44,8 @@ def is_secret_name(name: str) -> bool:
 def secret_query_key(key: str) -> bool:
     """Whether a URL query's value is a credential by its key (access_token, api_key, X-Amz-Signature, sig)."""
     name = re.sub(r"[^A-Za-z0-9]", "_", key)
-    return is_secret_name(name) or bool(re.search(r"(?i)(?:^|_)(?:key|sig|signature|password|passwd)(?:$|_)", name))
+    return is_secret_name(name) or bool(re.search(
+        r"(?i)(?:^|_)(?:key|sig|signature|password|passwd|pass|pwd|jwt|session|sessionid|hmac|accesskey)(?:$|_)", name))
 
 
 def names_doc() -> str:
@@ -171,8 +172,8 @@ def _redact(text: str) -> str:
             text = text.replace(needle, MASK)
     if "@" in text:
         text = _USERINFO.sub(r"\1", text)
-    if "://" in text and "=" in text:
-        text = _URL.sub(lambda m: mask_query(m.group(0)), text)
+    if "=" in text and ("?" in text or "&" in text or ";" in text or "\\u0026" in text):
+        text = _QUERY_PAIR.sub(_pair, text)  # any URL's query, a path's as a server logs it (`GET /x?token=`)
     return text
 
 
@@ -182,13 +183,14 @@ def mask_query(url: str) -> str:
     head, sep, tail = url.partition("?")
     if not sep:
         return url
+    return head + _QUERY_PAIR.sub(_pair, "?" + tail)
 
-    def pair(m: re.Match[str]) -> str:
-        if m.group(3) and secret_query_key(unquote(m.group(2))):
-            return f"{m.group(1)}{m.group(2)}={MASK}"
-        return m.group(0)
 
-    return head + _QUERY_PAIR.sub(pair, "?" + tail)
+def _pair(m: re.Match[str]) -> str:
+    """A query's key=value with the value masked where the key names a credential."""
+    if m.group(3) and m.group(3) != MASK and secret_query_key(unquote(m.group(2))):
+        return f"{m.group(1)}{m.group(2)}={MASK}"
+    return m.group(0)
 
 
 def redact_bytes(data: bytes) -> bytes:
