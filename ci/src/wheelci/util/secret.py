@@ -195,7 +195,7 @@ def _pair(m: re.Match[str]) -> str:
 
 def redact_bytes(data: bytes) -> bytes:
     """redact for a tool's output, whatever its encoding (undecodable bytes pass through)."""
-    if not _needles and b"@" not in data and not (b"://" in data and b"=" in data):
+    if not _needles and b"@" not in data and not (b"=" in data and (b"?" in data or b"&" in data or b";" in data)):
         return data
     return redact(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
