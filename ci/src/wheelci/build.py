@@ -69,7 +69,6 @@ from wheelci.wheel.zipread import WheelArchive
 if TYPE_CHECKING:
     from wheelci.compile.hostenv import BuildEnv
     from wheelci.compile.sccache import CacheReport
-    from wheelci.emulate import Target
     from wheelci.config.project import Project
     from wheelci.plan import Plan
     from wheelci.report import BuildReport
@@ -592,8 +591,6 @@ def abi_step(b: Build) -> None:
         if abi.problems:
             raise Finding(f"ABI check failed for {wheel.name}: {'; '.join(abi.problems)}")
         b.report.verify[f"abi {wheel.name}"] = f"ok ({abi.kind}, {abi.torch_requirement or 'no torch requirement'})"
-
-
 
 
 def verify_step(b: Build) -> None:

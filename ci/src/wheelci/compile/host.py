@@ -39,7 +39,6 @@ from wheelci.util.layout import BUILT, CHECKED, COMPILED_WITH, CONFIGURED, SEARC
 from wheelci.util.lock import locked_file
 
 if TYPE_CHECKING:
-    from wheelci.config.project import Backend
     from wheelci.plan import Plan
 
 # headers force-included into host builds: they keep the wheel within torch's manylinux policy

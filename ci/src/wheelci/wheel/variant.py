@@ -29,15 +29,13 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from wheelci.errors import CiError
 from wheelci.wheel.names import VARIANT_LABEL, WheelName, cuda_tag, escape, is_version, normalize
 from wheelci.wheel.rewrite import rewrite
 from wheelci.wheel.zipread import WheelArchive
 
-if TYPE_CHECKING:
-    from wheelci.wheel.zipread import WheelArchive
 
 SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"  # variantlib 0.2.2's; uv 0.13.9 reads it
 NVIDIA = "nvidia"
