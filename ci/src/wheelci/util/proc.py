@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import shlex
 import signal
@@ -27,6 +28,7 @@ from wheelci.util.log import passthrough
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
+@functools.cache
 def _prctl() -> Callable[..., int] | None:
     """libc's prctl, loaded before any fork (a child between fork and exec must not load a library)."""
     if not sys.platform.startswith("linux"):
@@ -39,19 +41,16 @@ def _prctl() -> Callable[..., int] | None:
         return None
 
 
-_PRCTL = _prctl()
-
-
 def bound(sig: int = signal.SIGKILL) -> Callable[[], None]:
     """A preexec_fn that binds the child's life to this process: the kernel sends it `sig` when we die, however
     we die (SIGKILL, the OOM killer, a killed process group), so a helper (the compile cache's server, a
     compile in a session of its own) never outlives the build that started it. A parent already gone between
     fork and prctl is caught by the parent pid check."""
-    parent = os.getpid()
+    parent, prctl = os.getpid(), _prctl()  # loaded here, before the fork (and not by `--help`)
 
     def preexec() -> None:
-        if _PRCTL is not None:
-            _PRCTL(PR_SET_PDEATHSIG, int(sig))
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(sig))
         if os.getppid() != parent:
             os.kill(os.getpid(), sig)
 
@@ -160,7 +159,7 @@ if sys.stdin.buffer.read(1) != b"x":  # the pipe closed without the build's word
 def _group_watched(p: subprocess.Popen[bytes]) -> Iterator[None]:
     """A watcher for the tool's group (_WATCHER) while it runs, where the platform has the parent-death
     signal; released (its pipe closed) when the tool is done."""
-    if _PRCTL is None or not hasattr(os, "killpg"):
+    if _prctl() is None or not hasattr(os, "killpg"):
         yield
         return
     try:
