@@ -19,7 +19,6 @@ words) made safe for each place it is shown, so that it stays data there.
 from __future__ import annotations
 
 import re
-import secrets
 from typing import Iterable
 
 from wheelci.util import secret
@@ -76,5 +75,7 @@ def code(text: object, width: int = 240) -> str:
 
 def workflow_commands_off(lines: Iterable[str]) -> list[str]:
     """The lines between GitHub's stop-commands markers, the token fresh and unguessable."""
+    import secrets  # hmac and OpenSSL's hashes: not on every command's import (build --help)
+
     token = secrets.token_hex(16)
     return [f"::stop-commands::{token}", *(secret.redact(line) for line in lines), f"::{token}::"]
