@@ -88,7 +88,6 @@ def _py(version: str) -> tuple[int, ...]:
 
 
 def check_abi(wheel: Path, include: Path) -> AbiReport:
-
     with WheelArchive.open(wheel) as wa:
         requires = get_headers(wa.metadata, "Requires-Dist")
         abi = wa.name.abi

@@ -196,7 +196,6 @@ def prepared(o: Options, project: "Project", plan: "Plan", from_sdist: bool) -> 
 
         own_work_dir(o.work_dir)
     if plan.engine.container:
-
         require_engine(plan)  # an engine that is not there is one error line, before any note
         refuse_unreachable(plan)  # nor an architecture this machine cannot run
     # On the host, the image notes do not apply; the engine choice (auto's fallback) and what the project's
@@ -223,26 +222,22 @@ def run(b: "Build") -> None:
 
 
 def _run(b: "Build") -> None:
-
     cap = max_size(os.environ)  # a bad $WHEELCI_CACHE_MAX_SIZE is bad input now, not after the build
     with output_dir(b.out_dir, "-w") as b.out:  # held for the whole build: a second build into -w waits
         _run_held(b, cap)
 
 
 def _run_held(b: "Build", cap: int | None) -> None:
-
     temporary = b.options.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
     if temporary:
         b.work = Path(tempfile.mkdtemp(prefix="ci-build-"))
     elif b.options.work_dir is None:
-
         b.work = kept_tree(cache_dir("builds"), b.project_dir, b.plan)
         mark_used(b.work, measure=False)  # a prune from now on leaves it: used since its scan
     else:
         b.work = b.options.work_dir
     keep = b.options.keep_work or not temporary
     try:
-
         with locked_dir(b.work, f"the build tree {b.work.name}") as b.lock_fd:
             keep = run_in(b) or keep
             if b.options.work_dir is None and not temporary:
@@ -272,7 +267,6 @@ def run_in(b: "Build") -> bool:
     work directory (a finding's logs live there)."""
 
     if b.options.fresh:
-
         clear_work_dir(b.work)
     # every entry a build writes (wheelci.util.layout), planted as a link in a kept tree: never written through
     drop_links(b.work, layout.names(layout.WORK, fresh=True))
@@ -420,7 +414,6 @@ class Build:
 
     @property
     def compile_plan(self) -> dict[str, Any]:
-
         return compile_view(self.plan)
 
     @property
@@ -449,7 +442,6 @@ def env_step(b: Build) -> None:
     architecture, that architecture's torch installed into a directory (wheelci.compile.crossenv)."""
 
     if foreign_arch(b.plan):
-
         b.env = ensure_cross_env(torch_spec(b.plan), b.plan.archs[0], b.plan.python[0], b.plan.find_links)
     else:
         b.env = ensure_env(torch_spec(b.plan))
@@ -479,7 +471,6 @@ def foreign_arch(plan: "Plan") -> str | None:
 
 
 def compile_step(b: Build) -> None:
-
     try:
         compile_sources(b)
     except SourcesChanged:
@@ -490,8 +481,6 @@ def compile_step(b: Build) -> None:
 def compile_sources(b: Build) -> None:
     start = time.monotonic()
     if not b.plan.engine.container:
-
-
         comp = compile_host(b.plan, b.project_dir, b.work,
                             env=b.env, files=b.source_files, hold_fds=(b.lock_fd,) if b.lock_fd is not None else (),
                             configure=b.configure)
@@ -526,7 +515,6 @@ def repair_step(b: Build) -> None:
         b.repaired = list(b.compiled)
         b.excluded = excluded_of(n for w in b.repaired for lib in scan_wheel(w) for n in lib.needed)
     if b.plan.cuda and not b.plan.run.allow_no_device_code:
-
         for w in b.repaired:
             if not device_code(w):
                 raise Finding(
@@ -607,7 +595,6 @@ def verify_step(b: Build) -> None:
         for wheel in b.mains:
             log.info(f"verifying {wheel.name} with torch {label}")
             if emulated is not None:
-
                 result = verify_in_container(emulated, wheel, site, project_dir=b.project_dir, python=b.plan.python[0],
                                              test_command=b.plan.run.test_command,
                                              test_requires=b.plan.run.test_requires, ccache=Path(b.plan.ccache_dir),

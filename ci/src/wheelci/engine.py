@@ -244,7 +244,6 @@ def host_cannot_build_cuda(cuda: str | None) -> str | None:
 
 
 def matrix_rows() -> tuple[CudaRow, ...]:
-
     return matrix.load().rows
 
 

@@ -116,7 +116,6 @@ def pick_engine(requested: str = "auto") -> str:
 
 
 def exists(ref: str, engine: str = "docker") -> bool:
-
     return proc.run([engine, "image", "inspect", ref], what=f"looking up {ref}", check=False,
                     capture_output=True).returncode == 0
 

@@ -216,7 +216,6 @@ def patch_wheel(wheel: Path, out_dir: Path, patches: list[Path], *, label: str |
             if fp.mode:
                 modes[fp.path] = fp.mode
         if preload_from:
-
             init = f"{top_package([m.name for m in wa.members], wa.name.project, package)}/__init__.py"
             order = order_for_wheel(wheel, preload_from)
             injected = preload_members(wa, order, package=package, init_text=contents.get(init))

@@ -200,7 +200,6 @@ def _auditwheel(wheel: Path, out: Path, plat: str | None, excludes: Sequence[str
         reason = next((ln for ln in reversed(lines) if "auditwheel: error" in ln), lines[-1] if lines else "")
         why = reason.split('error:')[-1].strip()
         if plat and "too-recent versioned symbols" in why:
-
             symbols = too_recent_for(wheel, plat)
             raise CiError(f"{wheel.name} cannot meet {plat}: it references "
                           f"{', '.join(symbols[:8]) or 'symbols newer than that policy'}"

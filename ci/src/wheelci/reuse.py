@@ -106,7 +106,6 @@ class Records:
         self.path = work / RECORD
         self.snapshot, self.restore = snapshot, restore
         try:
-
             data = json.loads(read_stamp(self.path, 64 << 20))  # never a link's target, never a FIFO's wait
             self.steps: dict[str, dict[str, Any]] = data if isinstance(data, dict) else {}
         except (OSError, ValueError):

@@ -211,7 +211,6 @@ def _runtime_components(p: Provenance) -> list[Component]:
 
 
 def _provider(soname: str) -> str:
-
     torch_own = re.match(rf"lib({'|'.join(map(re.escape, TORCH_LIBRARIES))})[-_.]", soname)
     return "torch" if torch_own else "NVIDIA's CUDA wheels, which torch requires"
 

@@ -214,7 +214,6 @@ def _cuda_wheel_outcomes(checks: dict[str, object]) -> None:
 
 
 def _device_code(wheel: Path) -> bool:
-
     return bool(device_code(wheel))
 
 

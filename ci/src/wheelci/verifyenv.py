@@ -257,7 +257,6 @@ def held_layer(requires: list[str], torch_site: Path) -> Iterator[tuple[Layer | 
         with locked_file(lock, what, shared=True):
             layer = _load_layer(root)
             if layer is not None:
-
                 mark_used(root, measure=False)  # the prune's "last used"; a layer never changes
                 yield layer, None
                 return
@@ -293,7 +292,6 @@ def _load_layer(root: Path) -> Layer | None:
     it installed is gone, or a file one lists in RECORD is gone or another size."""
 
     try:
-
         stamp = json.loads(read_stamp(root / LAYER_STAMP, 1 << 20))
         site = Path(stamp["site"])
         if not site.resolve().is_relative_to(root.resolve()):

@@ -129,7 +129,6 @@ class Machines:
 
 
 def halves(arch_list: str) -> list[str]:
-
     return arch_parts(arch_list, 2)
 
 

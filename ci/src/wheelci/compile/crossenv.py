@@ -79,7 +79,6 @@ def _provenance_key(spec: TorchSpec, find_links: str | None) -> str:
 
 
 def _made(root: Path, spec: TorchSpec, arch: str, python: str, find_links: str | None) -> BuildEnv:
-
     tag = python.replace(".", "")
     site = root / "site"
     with locked_file(root.with_name(root.name + ".lock"), f"the {arch} torch {spec.version}"):

@@ -66,7 +66,6 @@ def toolkit_wheels(cuda: str) -> tuple[str, ...]:
 
 
 def _requirements_key(plan: Plan) -> tuple[list[str], Path, str]:
-
     reqs = build_installs(plan.build_requires, compile_cache=bool(plan.run.compile_cache))
     pins = constraints.ensure_file(plan.tool_constraints)
     return reqs, pins, hashlib.sha256("\0".join([*reqs, Path(pins).read_text()]).encode()).hexdigest()
@@ -177,7 +176,6 @@ def remote_cache(plan: Plan, env: BuildEnv, work_dir: Path, project_dir: Path, c
 def note_extra_files(work_dir: Path, environ: dict[str, str]) -> None:
     """ccache hashes the searched directories' digest with every compile (CCACHE_EXTRAFILES)."""
     if shutil.which("ccache"):
-
         extra = [environ.get("CCACHE_EXTRAFILES", ""), str(note_searched(work_dir / SEARCHED, environ))]
         environ["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, extra))
 

@@ -372,7 +372,6 @@ def _read_json(path: Path) -> dict[str, Any]:
     import json
 
     try:
-
         data = json.loads(read_stamp(path, 64 << 20))  # never a link's target, never a FIFO's wait
     except (OSError, ValueError):
         return {}
@@ -561,7 +560,6 @@ def kept_tree(root: Path, project_dir: Path, plan: Plan) -> Path:
 
 
 def prune_trees(root: Path) -> None:
-
     for tree in sorted(root.iterdir()) if root.is_dir() else []:
         project = _read_json(tree / TREE).get("project")
         if not (tree / WORK_MARK).is_file() or not isinstance(project, str) or Path(project).is_dir():

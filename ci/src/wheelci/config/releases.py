@@ -127,7 +127,6 @@ def parse_release(metadata: str, filenames: list[str], source: str) -> TorchRele
 
 
 def _named(names: list[str]) -> str:
-
     return ", ".join(repr(cut(one_line(n), 40)) for n in names[:3]) or "no project"
 
 

@@ -155,7 +155,6 @@ class OutputDir:
         return aside.name
 
     def _record(self, groups: dict[str, list[str]]) -> None:
-
         self.groups = {who: names for who, names in groups.items() if names}
         write_text(self.path / MANIFEST, json.dumps({"version": 1, "groups": self.groups}, indent=1, sort_keys=True) + "\n")
         for legacy in LEGACY_MANIFESTS:  # read into this one: ours, and stale from now on
