@@ -113,7 +113,9 @@ def compile(plan: Plan, wheel_dir: Path, project_dir: Path, logfile: Path | None
     constraints.ensure_file(plan.tool_constraints)  # mounted at CONTAINER_CONSTRAINTS by the plan
     Path(plan.ccache_dir).mkdir(parents=True, exist_ok=True)
     wheel_dir = Path(wheel_dir)
-    env = {**os.environ, **plan.environment, "PYTHONUNBUFFERED": "1"}  # cibuildwheel's lines reach the log when said
+    # cibuildwheel's lines reach the log when said; the engine's client takes the store's credentials from
+    # here, which the --env-file names without their values (wheelci.compile.containercache)
+    env = {**os.environ, **plan.environment, "PYTHONUNBUFFERED": "1", **containercache.client_environ(plan)}
     logfile = Path(logfile or wheel_dir.parent / "cibuildwheel.log").resolve()
     # staged beside the outputs (cibuildwheel writes there), committed together (wheelci.util.owned)
     with output_dir(wheel_dir, "the container's wheel directory") as out, out.staging() as staging:

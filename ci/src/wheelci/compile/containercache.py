@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Iterator
 from wheelci.cibw import CONTAINER_COMPILE_CACHE, CONTAINER_PROJECT
 from wheelci.compile import sccache
 from wheelci.compile.sccache import CacheReport
+from wheelci.config.compilecache import GHA_VARIABLES, S3_KEYS
 from wheelci.errors import CiError
-from wheelci.util import log
+from wheelci.util import log, secret
 from wheelci.util.cache import read_stamp
 from wheelci.util.untrusted import cut, one_line
 
@@ -31,13 +32,29 @@ if TYPE_CHECKING:
 
 def env_file_text(variables: dict[str, str]) -> bytes:
     """The engine's --env-file: NAME=value a line, taken as written (no quoting: a line break cannot be in
-    one), UTF-8 (a value that is not, such as a lone surrogate from the environment, is refused)."""
+    one), UTF-8 (a value that is not, such as a lone surrogate from the environment, is refused). A
+    credential is a line of its NAME alone: the engine's client takes its value from its own environment
+    (client_environ), so the file on disk, left by a build killed with -9, holds no credential."""
     if any("\n" in v or "\r" in v for v in variables.values()):
         raise CiError("--compile-cache: a store setting with a line break cannot go into a container")
     try:
-        return "".join(f"{k}={v}\n" for k, v in variables.items()).encode()
+        return "".join(f"{k}\n" if is_credential(k) else f"{k}={v}\n" for k, v in variables.items()).encode()
     except UnicodeEncodeError:
         raise CiError("--compile-cache: a store setting that is not UTF-8 cannot go into a container") from None
+
+
+def is_credential(name: str) -> bool:
+    """A store variable whose value is a credential (a password, a key, a token): never written to a file."""
+    return secret.is_secret_name(name) or name in (*S3_KEYS, *GHA_VARIABLES)
+
+
+def client_environ(plan: Plan) -> dict[str, str]:
+    """What the engine's client (cibuildwheel's docker or podman) needs in its environment: the store's
+    credentials, which the --env-file names without their values."""
+    cache = plan.compile_cache
+    if cache is None or cache.unusable:
+        return {}
+    return {k: v for k, v in cache.environ.items() if is_credential(k)}
 
 
 def container_variables(environ: dict[str, str], port: int, timeout: float) -> dict[str, str]:
