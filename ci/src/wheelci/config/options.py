@@ -437,8 +437,9 @@ LISTS = ("words",)  # kinds whose values add up over the sources
 def resolve(command: str, given: Mapping[str, Any], environ: Mapping[str, str], table: Table | None = None,
             warn: Callable[[str], None] | None = None) -> Options:
     """The Options of `command` from the command line (`given`: option name -> value, None when not
-    given), the environment and the project's table. A WHEELCI_* variable no option knows is refused
-    with the closest known one; a deprecated one is read with one deprecation line."""
+    given), the environment and the project's table. A WHEELCI_* variable no option knows is one
+    warning with the closest known name (check_variables); a deprecated one is read with one deprecation
+    line."""
     table = Table() if table is None else table
     check_variables(environ, warn)
     taken = [o for o in OPTIONS if command in o.commands]
