@@ -71,28 +71,30 @@ class Answer:
     body: bytes
 
 
+def _stripped(url: str) -> str:
+    """The URL without userinfo nor fragment, its query whole; ValueError where it cannot be parsed."""
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+    return urlunsplit(parts._replace(fragment=""))
+
+
 def _bare(url: str) -> str:
     """The URL a request goes to: without userinfo (the credentials go in a header, to its origin only) nor
     a fragment, its query whole (a signed link's token is what the server checks)."""
     try:
-        parts = urlsplit(url)
+        return _stripped(url)
     except ValueError:
         return url
-    if "@" in parts.netloc:
-        parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
-    return urlunsplit(parts._replace(fragment=""))
 
 
 def shown(url: str) -> str:
     """The URL as it may be shown or kept: without userinfo (a mirror's token), a fragment, or the value of a
     credential-named query key (an index page's `?access_token=`)."""
     try:
-        parts = urlsplit(url)
+        return secret.mask_query(_stripped(url))
     except ValueError:
         return "<a malformed URL>"
-    if "@" in parts.netloc:
-        parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
-    return secret.mask_query(urlunsplit(parts._replace(fragment="")))
 
 
 def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
