@@ -100,7 +100,7 @@ def serving(plan: Plan, work_dir: Path,
         yield create_args(env_file, status), reports
     finally:
         env_file.unlink(missing_ok=True)
-        sccache.redact_log(status / "sccache-server.log")
+        log.redact_file(status / "sccache-server.log")  # its errors may quote the store's endpoint
     reports.append(read_back(cache.name, status))
     r = reports[0]
     if r.used:

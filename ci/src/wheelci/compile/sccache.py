@@ -217,12 +217,6 @@ def _logged(server: subprocess.Popen[bytes], path: Path) -> threading.Thread:
     return thread
 
 
-def redact_log(path: Path) -> None:
-    """The server's log, which sccache writes itself (its errors may quote the store's endpoint), redacted
-    in place (wheelci.util.log.redact_file)."""
-    log.redact_file(path)
-
-
 def refused(cache: CompileCache, timeout: float = 5.0) -> str | None:
     """Why a Redis store refused its login, asked with Redis's own AUTH (sccache retries a refused password
     silently until our bound, which would read as a store that never answered); None otherwise."""
