@@ -99,8 +99,10 @@ def test_flash_attn_setup_is_built_not_downloaded_and_its_gencodes_are_named():
     plan = sw.plan_switches(r, {}, cuda=True)
     assert plan.sets == {"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}
     assert not any("downloads a prebuilt wheel" in n for n in plan.notes), plan.notes  # the switch covers it
-    note = sw.gencode_note(r, "9.0")
-    assert note and "sm_80 sm_90" in note and "9.0" in note
+    note = sw.gencode_note(r, "9.0", narrowed=False)
+    assert note and "sm_80 sm_90" in note and "the wheel holds those" in note and "--arch-list narrows" in note
+    note = sw.gencode_note(r, "9.0", narrowed=True)
+    assert note and "sm_80 sm_90" in note and "every nvcc call gets the arch list's (9.0)" in note
 
 
 def test_the_users_value_wins_and_a_skip_switch_is_a_warning():

@@ -117,13 +117,14 @@ class Request:
     torch_index_url: str | None = None
     stable_abi: str | None = None
     archs: tuple[str, ...] = ("x86_64",)  # the machine architectures (wheelci.archs), cibuildwheel's --archs
+    keep_project_archs: bool = False  # the project's own device targets stand, whatever arch_list says
 
     @classmethod
     def from_options(cls, o: Options) -> Request:
         """The target as the resolved options name it (wheelci.config.options)."""
         return cls(cuda=o.cuda, torch=o.torch, python=split_csv(o.python), arch_list=o.arch_list, engine=o.engine,
                    image=o.image, find_links=o.find_links, torch_index_url=o.torch_index_url,
-                   stable_abi=o.stable_abi, archs=tuple(arch.parse(o.archs)))
+                   stable_abi=o.stable_abi, archs=tuple(arch.parse(o.archs)), keep_project_archs=o.keep_project_archs)
 
 
 def run_settings(o: Options, source_date_epoch: int | None = None) -> RunSettings:
@@ -194,6 +195,7 @@ class Plan:
     switches: dict[str, str] = field(default_factory=dict)  # the build switches the plan sets (in run.build_env)
     images: dict[str, str] = field(default_factory=dict)  # arch -> the container's build image (or manylinux policy)
     container_index: str | None = None  # where the container's pip gets torch; None: its own sources, find-links
+    narrowed: bool = False  # every nvcc call's device targets are the arch list's (--arch-list given: the law)
 
     @property
     def torch_requirement(self) -> str:
@@ -396,8 +398,13 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     reading = read_scripts(Path(project_dir))
     found = plan_switches(reading, run.build_env, cuda=plan.cuda is not None)
     run = replace(run, build_env={**found.sets, **run.build_env}, public_env=sorted({*run.public_env, *found.public}))
-    hardcoded = gencode_note(reading, plan.arch_list) if plan.cuda else None
-    plan = replace(plan, script=reading, switches=dict(found.sets),
+    # the host's nvcc narrows (wheelci.compile.launch.narrowing); a container's compilers are the image's
+    narrowed = (bool(plan.cuda) and request.arch_list is not None and not request.keep_project_archs
+                and not plan.engine.container)
+    hardcoded = gencode_note(reading, plan.arch_list, narrowed) if plan.cuda else None
+    if hardcoded and plan.engine.container and request.arch_list is not None and not request.keep_project_archs:
+        hardcoded += f" (in a {plan.engine} build the image's nvcc keeps them: --engine host narrows them)"
+    plan = replace(plan, script=reading, switches=dict(found.sets), narrowed=narrowed,
                    notes=[*plan.notes, *found.notes, *([hardcoded] if hardcoded else [])])
     plan = _with_run(plan, run)
     if run.compile_cache:  # a bad URL is bad input now, before the dry run shows anything
@@ -673,6 +680,17 @@ def arch_notes(matrix: mx.Matrix, archs: tuple[str, ...], engine: Engine, facts:
     return notes
 
 
+def arch_row(plan: Plan) -> str:
+    """The device targets the wheel will hold: the arch list's, or the project's own where its flags name
+    them and the arch list does not replace them (gencode_note says why)."""
+    if not plan.cuda:
+        return "-"
+    own = plan.script.gencodes if plan.script else []
+    if own and not plan.narrowed:
+        return f"{' '.join(own)} (the project's own flags; the arch list {plan.arch_list} does not reach them)"
+    return f"{plan.arch_list} (every nvcc call's targets: the project's own flags replaced)" if own else plan.arch_list
+
+
 def format_plan(plan: Plan, build_env: str | None = None) -> str:
     """The human-readable --dry-run summary: everything the run uses, secrets masked. `build_env`: what the
     build does for its host environment, as the caller found it (reused or made; wheelci.compile.hostenv)."""
@@ -687,7 +705,7 @@ def format_plan(plan: Plan, build_env: str | None = None) -> str:
         ("engine", plan.engine),
         ("image", f"{plan.image or '(cibuildwheel default)'} [{plan.manylinux}]" if plan.engine.container
                   else f"none (host build: this machine's compilers; repaired to {plan.manylinux})"),
-        ("arch list", plan.arch_list or "-"),
+        ("arch list", arch_row(plan)),
         ("nvcc flags", " ".join(plan.nvcc_flags) or "-"),
         ("gcc max", str(plan.gcc_max) if plan.gcc_max else "-"),
         ("python", ", ".join(plan.python)),

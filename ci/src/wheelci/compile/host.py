@@ -173,6 +173,18 @@ def remote_cache(plan: Plan, env: BuildEnv, work_dir: Path, project_dir: Path, c
         log.info(f"compile cache: {describe(reports[0])}")
 
 
+def in_front(plan: Plan, env: BuildEnv, put: launch.Launchers, environ: dict[str, str], *, cmake: bool,
+             root: Path | None, work_dir: Path) -> launch.Launchers:
+    """What goes in front of the compilers, set in `environ`: the compile cache's launchers (ccache's, or
+    sccache's with a remote store; the project's own variables stay, but CXX, which the one-word shim
+    runs), and before them, where the plan narrows, the nvcc that gives every call the asked targets."""
+    environ.update({k: v for k, v in put.environ.items() if k == "CXX" or k not in plan.run.build_env})
+    if plan.narrowed and root is not None:
+        return launch.narrowing(plan.arch_list, env.python, put, environ, cmake=cmake, root=root,
+                                where=work_dir / "nvcc-targets")
+    return put
+
+
 def note_extra_files(work_dir: Path, environ: dict[str, str]) -> None:
     """ccache hashes the searched directories' digest with every compile (CCACHE_EXTRAFILES)."""
     if shutil.which("ccache"):
@@ -283,9 +295,7 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
     with requirements_held(env, plan) as env_fd, remote_cache(plan, env, work_dir, project_dir, root, environ,
                                                               local) as (cached, put):
-        # the compile cache's launchers (ccache's, or sccache's with a remote store); the project's own
-        # variables stay, but CXX, which the one-word shim runs
-        environ.update({k: v for k, v in put.environ.items() if k == "CXX" or k not in plan.run.build_env})
+        put = in_front(plan, env, put, environ, cmake=cmake, root=root, work_dir=work_dir)
         cmd = [env.python, "-m", "build", "--no-isolation", *skip, "--wheel", "-o", dist, *config, *put.config,
                project_dir]
         with fresh_file(logfile) as out, log.Ticker("compiling") as ticker:

@@ -17,6 +17,7 @@ import os
 import shlex
 import shutil
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 
 from wheelci.config.compilecache import cache_goes
@@ -103,3 +104,57 @@ def launchers(launcher: Path, *, backend: str, cuda: bool, cxx: str | None, path
         out["PYTORCH_NVCC"] = (shlex.quote(_script(shim_dir / "nvcc", shim_text(nvcc_launcher, str(nvcc), nvcc_args)))
                                if nvcc_args or nvcc_front else shlex.join([str(launcher), str(nvcc)]))
     return Launchers(environ=out)
+
+
+def _steady_script(path: Path, text: str) -> str:
+    """_script, but a script already holding `text` keeps its mtime: ccache knows a compiler by it."""
+    if path.is_file() and not path.is_symlink() and path.read_text(errors="replace") == text:
+        return str(path)
+    return _script(path, text)
+
+
+def narrowing(arch_list: str, python: Path, put: Launchers, environ: dict[str, str], *, cmake: bool, root: Path,
+              where: Path) -> Launchers:
+    """Every nvcc call of the build through resources/nvcc_targets.py (its docstring: why), in front of the
+    compile cache's launchers `put`, so the cache keys the narrowed call. CMake: as CUDA's launcher.
+    cpp_extension: as PYTORCH_NVCC, and as the nvcc of a CUDA root made of links to `root` (its one-file
+    path runs CUDA_HOME's nvcc); `environ` is pointed at that root. Returns the launchers to use."""
+    front = (str(python), "-I", "-S", str(files("wheelci.resources") / "nvcc_targets.py"), arch_list, "--")
+    if cmake:
+        prefix = "cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER="
+        pairs = list(zip(put.config[::2], put.config[1::2]))
+        given = [v.removeprefix(prefix) for _, v in pairs if v.startswith(prefix)]
+        script = _steady_script(where / "nvcc-launcher", shim_text((*front, *given[:1]), None))
+        rest = [w for k, v in pairs if not v.startswith(prefix) for w in (k, v)]
+        return Launchers(environ=put.environ, config=[*rest, "-C", prefix + script])
+    chain = shlex.split(environ.get("PYTORCH_NVCC", "")) or [str(root / "bin" / "nvcc")]
+    view = where / "cuda-root"
+    nvcc = Path(_steady_script(view / "bin" / "nvcc", shim_text((*front, *chain), None)))
+    _link_view(root, view)
+    for name in ("CUDA_HOME", "CUDA_PATH", "CUDAToolkit_ROOT"):
+        environ[name] = str(view)
+    environ["CUDACXX"] = str(nvcc)
+    environ["PATH"] = os.pathsep.join(str(view / "bin") if p == str(root / "bin") else p
+                                      for p in environ.get("PATH", "").split(os.pathsep))
+    out = dict(put.environ)
+    if "PYTORCH_NVCC" in environ:  # torch's own ccache wrapper (no PYTORCH_NVCC) finds CUDA_HOME's nvcc: this one
+        out["PYTORCH_NVCC"] = environ["PYTORCH_NVCC"] = shlex.quote(str(nvcc))
+    return Launchers(environ=out, config=put.config)
+
+
+def _link_view(root: Path, view: Path) -> None:
+    """`view`: links to every entry of `root`, and of its bin/ but nvcc (already there); stale links go."""
+    for src, dst in ((root, view), (root / "bin", view / "bin")):
+        names = {n for n in os.listdir(src) if not (dst == view and n == "bin") and not (dst.name == "bin" and n == "nvcc")}
+        for old in os.listdir(dst):
+            if (dst / old).is_symlink() and old not in names:
+                (dst / old).unlink()
+        for name in names:
+            link, target = dst / name, src / name
+            if link.is_symlink() and Path(os.readlink(link)) == target:
+                continue
+            if link.is_symlink() or link.is_file():
+                link.unlink()
+            elif link.exists():
+                shutil.rmtree(link)
+            link.symlink_to(target)

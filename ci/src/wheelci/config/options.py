@@ -129,6 +129,8 @@ class Options:
         "else this Python); verify runs with the Python running wheelci, so a host build of another is refused",
         "target")
     arch_list: str | None = _opt("str", 'TORCH_CUDA_ARCH_LIST, e.g. "8.0;9.0" (default: the matrix row\'s)', "target")
+    keep_project_archs: bool = _opt("bool", "keep the device targets the project's own nvcc flags name (-gencode, -arch, "
+        "CMAKE_CUDA_ARCHITECTURES); by default --arch-list, when given, replaces them", "target", default=False)
     archs: str | None = _opt("csv", "machine architectures, comma-separated: x86_64 (default), aarch64, native "
         "(cibuildwheel's --archs); another than this machine's builds in a container, under QEMU emulation",
         "target", metavar="ARCHS")

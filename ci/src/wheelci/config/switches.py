@@ -192,10 +192,15 @@ def plan_switches(reading: ScriptReading, given: Mapping[str, str], *, cuda: boo
     return SwitchPlan(sets, notes, public)
 
 
-def gencode_note(reading: ScriptReading, arch_list: str) -> str | None:
-    """The plan's word on device targets the scripts hard-code: TORCH_CUDA_ARCH_LIST does not reach them."""
+def gencode_note(reading: ScriptReading, arch_list: str, narrowed: bool) -> str | None:
+    """The plan's word on device targets the scripts hard-code: torch's cpp_extension then drops
+    TORCH_CUDA_ARCH_LIST, and CMake's list in a CMakeLists.txt wins over a definition. `narrowed`: the
+    tool's nvcc replaces them by the arch list (resources/nvcc_targets.py)."""
     if not reading.gencodes:
         return None
-    return (f"{', '.join(reading.gencode_scripts)} hard-codes device targets ({' '.join(reading.gencodes)}): the compile "
-            f"may build those whatever the arch list ({arch_list or '-'}) says; the device code read after the "
-            "compile shows what was built")
+    said = f"{', '.join(reading.gencode_scripts)} hard-codes device targets ({' '.join(reading.gencodes)})"
+    if narrowed:
+        return (f"{said}: every nvcc call gets the arch list's ({arch_list}) instead "
+                "(--keep-project-archs keeps the project's)")
+    return (f"{said}: the wheel holds those, not the arch list's ({arch_list or '-'}); --arch-list narrows them "
+            "to what it names")
