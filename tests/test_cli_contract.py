@@ -164,7 +164,7 @@ MISSING = "nowhere-1.0-py3-none-any.whl"
 # For every stage with --json: a failure cheap to reach, and its exit status. Usage errors (argparse's)
 # and the stages' own checks alike; a finding (exit 1) where one needs no torch.
 FAILURES: dict[str, list[tuple[list[str], int]]] = {
-    "build": [(["nowhere", "--cpu", "--dry-run", "--json"], 2),
+    "build": [(["./nowhere", "--cpu", "--dry-run", "--json"], 2),
               (["--json", "--cpu", "--cuda", "13.0"], 2)],
     "plan": [(["--cuda", "10.2", "--json"], 2)],
     "repair": [([MISSING, "-w", "out", "--json"], 2)],

@@ -146,9 +146,9 @@ class BuildResult:
 
 
 @contextlib.contextmanager
-def opened(project: Path) -> Iterator["Project"]:
-    """The project to build, read once: a directory as it is, an sdist extracted into a temporary directory
-    that lives as long as the block."""
+def opened(project: Path | str) -> Iterator["Project"]:
+    """The project to build, read once: a directory as it is, an sdist (or a requirement's, fetched)
+    extracted into a temporary directory that lives as long as the block."""
 
     with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
         yield projects.resolve(project, Path(tmp))

@@ -195,6 +195,18 @@ def _has_json(p: argparse.ArgumentParser) -> bool:
     return False
 
 
+PROJECT_HELP = ("a project directory, an sdist (.tar.gz), or a requirement (NAME, NAME==VERSION) whose sdist is "
+                "fetched from the index (PIP_INDEX_URL, else PyPI); default: the current directory")
+
+
+def project_argument(text: str) -> Path | str:
+    """The project argument: a path, or, where it names no file and reads as no path (no slash, no
+    leading dot: pip's rule), the words of a requirement, kept as given (never made absolute)."""
+    if os.path.lexists(text) or "/" in text or text.startswith(".") or text.endswith((".tar.gz", ".zip")):
+        return Path(text)
+    return text
+
+
 def _absolute(value: Any) -> Any:
     """A Path argument (or a list of them) made absolute against the current directory; the rest as is.
     absolute(), not resolve(): `link/..` keeps meaning what the kernel makes of it."""

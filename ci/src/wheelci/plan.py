@@ -196,6 +196,7 @@ class Plan:
     images: dict[str, str] = field(default_factory=dict)  # arch -> the container's build image (or manylinux policy)
     container_index: str | None = None  # where the container's pip gets torch; None: its own sources, find-links
     narrowed: bool = False  # every nvcc call's device targets are the arch list's (--arch-list given: the law)
+    fetched: dict[str, str] | None = None  # a project named by its requirement: the sdist fetched (wheelci.config.fetch)
 
     @property
     def torch_requirement(self) -> str:
@@ -387,7 +388,8 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
                    backend=project.backend, tool_constraints=list(tools.pins),
                    build_requires=list(project.build_requires),
-                   notes=[*plan.notes, *tools.set_aside], ccache_dir=str(machine.ccache))
+                   notes=[*fetched_notes(project), *plan.notes, *tools.set_aside], ccache_dir=str(machine.ccache),
+                   fetched=fetched_record(project))
     if plan.engine.container and not project.pyproject:  # before any image or environment work, not minutes in
         raise CiError(f"{plan.project_dir}: setup.py without a pyproject.toml: the {plan.engine} build (cibuildwheel) "
                       "takes a project with one; add a pyproject.toml whose [build-system] requires lists "
@@ -678,6 +680,18 @@ def arch_notes(matrix: mx.Matrix, archs: tuple[str, ...], engine: Engine, facts:
         elif facts.machine == "aarch64":
             notes.append("host build on aarch64: nvcc from NVIDIA's aarch64 (sbsa) wheels, else the host's")
     return notes
+
+
+def fetched_record(project: Project) -> dict[str, str] | None:
+    """What a requirement resolved to, as the plan and the report name it."""
+    got = project.fetched
+    return None if got is None else {"requirement": got.requirement, "name": got.name, "version": got.version,
+                                     "filename": got.filename, "url": got.url, "sha256": got.sha256}
+
+
+def fetched_notes(project: Project) -> list[str]:
+    got = project.fetched
+    return [] if got is None else [f"{got.requirement} names no file here: its sdist is {got.describe()}"]
 
 
 def arch_row(plan: Plan) -> str:

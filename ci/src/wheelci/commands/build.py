@@ -19,8 +19,7 @@ def build_parser() -> cli.Parser:
     p = cli.parser("build", "Build, repair, check, verify and report a PyTorch extension's wheels. Each option "
                    "may also be set by its WHEELCI_* variable or its [tool.wheelci] key (flags > variables > "
                    "table > defaults).")
-    p.add_argument("project", nargs="?", type=Path, help="a project directory or an sdist (.tar.gz); default: the "
-                                                         "current directory")
+    p.add_argument("project", nargs="?", type=cli.project_argument, help=cli.PROJECT_HELP)
     options.add_arguments(p, "build")
     p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)
     return p
@@ -37,7 +36,8 @@ def main(args: argparse.Namespace) -> int:
         raise CiError("one of the arguments --cuda --cpu is required (or WHEELCI_CUDA: a CUDA version, or cpu)")
     with build.opened(args.project or args.project_dir) as project:
         o = options.resolve("build", given, os.environ, project.settings.table)
-        result = build.build(o, project, from_sdist=args.project is not None and args.project.is_file())
+        result = build.build(o, project, from_sdist=project.fetched is not None or (args.project is not None
+                                                                                and args.project.is_file()))
         if result.report is None:  # a dry run; the host build environment's state read while the project is
             if o.json:
                 emit_json(result.plan.to_json())

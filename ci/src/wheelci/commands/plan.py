@@ -35,15 +35,10 @@ def main(args: argparse.Namespace) -> int:
 def _workflow_matrix(given: dict[str, Any], project: Path) -> int:
     """The jobs, from the project's settings: an sdist's own (its arch list, its wheel.py-api), extracted
     as a build would read it (the standard library's tarfile, with the build's checks)."""
-    from wheelci.config.sdist import extract_sdist, is_sdist  # on a bare Python: no wheelci.plan
+    from wheelci.config.project import locate  # on a bare Python: no wheelci.plan
 
-    if not project.exists():
-        raise CiError(f"{project}: no such file or directory")
-    if not project.is_dir() and not (project.is_file() and is_sdist(project)):
-        raise CiError(f"{project}: neither a project directory nor an sdist (.tar.gz)")
     with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
-        project_dir = project if project.is_dir() else extract_sdist(project, Path(tmp) / "sdist")
-        return _jobs(given, project_dir)
+        return _jobs(given, locate(project, Path(tmp))[0])
 
 
 def _jobs(given: dict[str, Any], project_dir: Path) -> int:
@@ -72,8 +67,8 @@ def _jobs(given: dict[str, Any], project_dir: Path) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = cli.parser("plan", "Print the build plan (image, torch, arch list, CIBW_* environment) without running "
                        f"anything; {cli.command('build')} --dry-run prints the same, from the same options.")
-    p.add_argument("project", nargs="?", type=Path, help="a project directory or an sdist (.tar.gz); default: "
-                                                         "--project-dir, else the current directory")
+    p.add_argument("project", nargs="?", type=cli.project_argument,
+                   help=cli.PROJECT_HELP.replace("default:", "default: --project-dir, else"))
     p.add_argument("--project-dir", type=Path, default=Path("."), help="where pyproject.toml is (as PROJECT)")
     options.add_arguments(p, "plan")
     return p

@@ -7,12 +7,13 @@ still read); WHEELCI_* variables and command-line options go over them (wheelci.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from wheelci.config import options
 from wheelci.config.sdist import extract_sdist, is_sdist
@@ -20,6 +21,9 @@ from wheelci.errors import CiError
 from wheelci.util import toml as tomllib
 from wheelci.wheel.ondisk import read_regular_text
 from wheelci.wheel.requirements import parse_requirement
+
+if TYPE_CHECKING:
+    from wheelci.config.fetch import Fetched
 
 
 # build-backend -> the name the plan shows; anything else builds through its backend all the same
@@ -199,6 +203,7 @@ class Project:
     settings: Settings = field(default_factory=Settings)  # [tool.wheelci], before variables and options
     root: Path = Path(".")  # the directory built
     pyproject: bool = True  # False: setup.py alone, no pyproject.toml
+    fetched: Fetched | None = None  # named by its requirement: the sdist fetched for it
 
     @classmethod
     def read(cls, project_dir: Path) -> "Project":
@@ -336,12 +341,26 @@ def merge(settings: Settings, *, test_command: str | None, test_requires: list[s
     return Settings(options.Table(values, kinds, settings.table.name))
 
 
-def resolve(project: Path, work: Path) -> Project:
-    """The project to build, read once: the project directory itself, or the sdist extracted into work."""
+def resolve(project: Path | str, work: Path, env: Mapping[str, str] | None = None) -> Project:
+    """The project to build, read once: the project directory itself, or the sdist extracted into work, or
+    a requirement's sdist fetched from the index (wheelci.config.fetch) and extracted."""
+    root, fetched = locate(project, work, env)
+    return replace(read_project(root), fetched=fetched) if fetched else read_project(root)
+
+
+def locate(project: Path | str, work: Path, env: Mapping[str, str] | None = None) -> tuple[Path, Fetched | None]:
+    """The directory the project argument names (an sdist extracted into work), and what was fetched for a
+    requirement: a word that names no file and reads as no path (wheelci.cli.project_argument)."""
+    if isinstance(project, str):
+        # packaging and requests, which the plan job's bare Python lacks, only for a requirement
+        from wheelci.config.fetch import fetch
+
+        got = fetch(project, os.environ if env is None else env)
+        return extract_sdist(got.path, work / "sdist"), got
     if project.is_dir():
-        return read_project(project.resolve())  # refuses a directory that is no project
+        return project.resolve(), None  # read_project refuses a directory that is no project
     if project.is_file() and is_sdist(project):
-        return read_project(extract_sdist(project, work / "sdist"))
+        return extract_sdist(project, work / "sdist"), None
     if not project.exists():
         raise CiError(f"{project}: no such file or directory")
     raise CiError(f"{project}: neither a project directory nor an sdist (.tar.gz)")

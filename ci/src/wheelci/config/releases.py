@@ -142,6 +142,8 @@ class IndexFile:
     filename: str
     url: str
     metadata: bool  # the index serves its PEP 658 metadata at url + ".metadata"
+    sha256: str | None = None  # the digest the index gives (PEP 691 hashes, PEP 503's #sha256= fragment)
+    yanked: bool = False  # PEP 592
 
 
 class _Anchors(HTMLParser):
@@ -160,23 +162,31 @@ def parse_page(body: bytes, content_type: str, base: str) -> list[IndexFile]:
     if "json" in content_type:
         try:
             doc = json.loads(body)
-            entries = [(f["filename"], f["url"], bool(f.get("core-metadata") or f.get("dist-info-metadata")))
-                       for f in doc["files"]]
-        except (ValueError, KeyError, TypeError) as e:
+            entries = [(f["filename"], f["url"], bool(f.get("core-metadata") or f.get("dist-info-metadata")),
+                        (f.get("hashes") or {}).get("sha256"), bool(f.get("yanked"))) for f in doc["files"]]
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CiError(f"{_shown(base)}: not a simple index page ({type(e).__name__})") from None
     else:
         parser = _Anchors()
         parser.feed(body.decode("utf-8", "replace"))
         hrefs = [(a, a["href"]) for a in parser.found if a.get("href")]
         entries = [(urllib.parse.unquote(urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1]), href,
-                    bool(a.get("data-core-metadata") or a.get("data-dist-info-metadata")))
+                    bool(a.get("data-core-metadata") or a.get("data-dist-info-metadata")),
+                    _fragment_sha256(href), "data-yanked" in a)
                    for a, href in hrefs if href]
     local = urllib.parse.urlsplit(base).scheme == "file"
-    for filename, url, metadata in entries:
+    for filename, url, metadata, sha256, yanked in entries:
         url = urllib.parse.urljoin(base, url).split("#")[0]
         if urllib.parse.urlsplit(url).scheme in (("file",) if local else ("http", "https")):
-            files.append(IndexFile(filename, url, metadata))  # a remote page never points at this machine's files
+            # a remote page never points at this machine's files
+            files.append(IndexFile(filename, url, metadata, sha256 if isinstance(sha256, str) else None, yanked))
     return files
+
+
+def _fragment_sha256(href: str) -> str | None:
+    """PEP 503's `#sha256=HEX` (lower-case hex), or None."""
+    m = re.search(r"#sha256=([0-9a-fA-F]{64})$", href)
+    return m[1].lower() if m else None
 
 
 def metadata_url(url: str) -> str:

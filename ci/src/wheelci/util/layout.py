@@ -100,6 +100,7 @@ CACHE = (
     Entry("builds", "kept build trees, one a project and plan", prunable=True),
     Entry("envs", "build environments: a torch release and the build tools", prunable=True),
     Entry("test-layers", "verify's layers of test requirements", prunable=True),
+    Entry("sdists", "sdists fetched for a project named by its requirement, checked by their sha256"),
     Entry("torch-releases", "torch releases read from an index (their metadata and source)"),
     Entry("build-constraints", "the pins of the build tools, as constraint files"),
     Entry("ccache", "ccache's store (CCACHE_DIR unless the user sets one)"),
