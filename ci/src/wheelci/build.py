@@ -29,7 +29,8 @@ from wheelci.compile.crossenv import ensure_cross_env
 from wheelci.compile.host import compile_host, dependencies, torch_spec
 from wheelci.compile.hostenv import TorchSpec, ensure_env, env_state
 from wheelci.compile.workdir import (SourcesChanged, clear_work_dir, compile_view, configure_inputs, kept_tree,
-                                     own_work_dir, snapshot_sources)
+                                     own_work_dir, snapshot_sources, unpack_into)
+from wheelci.util.digest import sha256_file
 from wheelci.config import options, project as projects
 from wheelci.config.compilecache import withheld_while
 from wheelci.config.constraints import ensure_file
@@ -154,15 +155,16 @@ def opened(project: Path | str) -> Iterator["Project"]:
         yield projects.resolve(project, Path(tmp))
 
 
-def build(o: Options, project: "Project", from_sdist: bool = False) -> BuildResult:
+def build(o: Options, project: "Project", sdist: Path | None = None) -> BuildResult:
     """The library's one entry for a build: the Plan from the options and the project, then (unless a dry
     run) its steps. Raises CiError for bad input, Finding for what the build found; prints progress only
-    (the command prints the plan, the JSON and decides the exit status)."""
+    (the command prints the plan, the JSON and decides the exit status). `sdist`: the file `project` was
+    extracted from, where it was one (its build tree is then kept by its digest, the source unpacked in it)."""
 
     plan = plan_for(o, project, os.environ)
     if o.dry_run:
         return BuildResult(plan)
-    b = prepared(o, project, plan, from_sdist)
+    b = prepared(o, project, plan, sdist)
     run(b)
     return BuildResult(plan, b.report, tuple(b.written))
 
@@ -173,7 +175,7 @@ def host_env_state(plan: "Plan") -> str:
     return env_state(torch_spec(plan))
 
 
-def prepared(o: Options, project: "Project", plan: "Plan", from_sdist: bool) -> "Build":
+def prepared(o: Options, project: "Project", plan: "Plan", sdist: Path | None) -> "Build":
     """The Build of a plan, its directories checked and the plan's notes said: bad input before any step."""
     project_dir = project.root
     if o.wheel_dir is None:
@@ -210,7 +212,7 @@ def prepared(o: Options, project: "Project", plan: "Plan", from_sdist: bool) -> 
     if not plan.engine.container:
         log.info(f"note: host engine: repaired to torch {plan.torch}'s policy, {plan.manylinux} "
                  "(wheelci/resources/glibc_compat/glibc_compat.h)")
-    return Build(options=o, plan=plan, project_dir=project_dir, out_dir=o.wheel_dir, from_sdist=from_sdist)
+    return Build(options=o, plan=plan, project_dir=project_dir, out_dir=o.wheel_dir, sdist=sdist)
 
 
 def run(b: "Build") -> None:
@@ -228,24 +230,21 @@ def _run(b: "Build") -> None:
 
 
 def _run_held(b: "Build", cap: int | None) -> None:
-    temporary = b.options.work_dir is None and b.from_sdist  # an sdist unpacks anew each run: nothing to reuse
-    if temporary:
-        b.work = Path(tempfile.mkdtemp(prefix="ci-build-"))
-    elif b.options.work_dir is None:
-        b.work = kept_tree(cache_dir("builds"), b.project_dir, b.plan)
+    """The steps in the build tree: --work-dir, else the one the cache keeps for this project (an sdist's by
+    its digest: a rebuild of the same file reuses its tree and hits its compile cache) and plan. A failed
+    build's tree stays as every tree does, its log and the unpacked source with it, within the cache cap."""
+    if b.options.work_dir is None:
+        b.work = kept_tree(cache_dir("builds"), b.project_dir, b.plan, sdist=sha256_file(b.sdist) if b.sdist else None)
         mark_used(b.work, measure=False)  # a prune from now on leaves it: used since its scan
     else:
         b.work = b.options.work_dir
-    keep = b.options.keep_work or not temporary
-    try:
-        with locked_dir(b.work, f"the build tree {b.work.name}") as b.lock_fd:
-            keep = run_in(b) or keep
-            if b.options.work_dir is None and not temporary:
-                mark_used(b.work)  # its size now
-            keep_cache_under(cap)
-    finally:
-        if not keep:
-            shutil.rmtree(b.work, ignore_errors=True)
+    with locked_dir(b.work, f"the build tree {b.work.name}") as b.lock_fd:
+        if b.sdist is not None:  # one path whatever directory it was first read in: the cache's keys hold it
+            b.project_dir = unpack_into(b.sdist, b.work)
+        run_in(b)
+        if b.options.work_dir is None:
+            mark_used(b.work)  # its size now
+        keep_cache_under(cap)
 
 
 def keep_cache_under(cap: int | None) -> None:
@@ -262,9 +261,8 @@ def keep_cache_under(cap: int | None) -> None:
                  f"recently used entries, {format_size(pruned.before)} -> {format_size(pruned.after)}")
 
 
-def run_in(b: "Build") -> bool:
-    """The steps, under the work directory's lock, remembered in it (wheelci.reuse). True: keep the
-    work directory (a finding's logs live there)."""
+def run_in(b: "Build") -> None:
+    """The steps, under the work directory's lock, remembered in it (wheelci.reuse)."""
 
     if b.options.fresh:
         clear_work_dir(b.work)
@@ -291,7 +289,6 @@ def run_in(b: "Build") -> bool:
             write_report(b)
         raise
     write_report(b)
-    return False
 
 
 # Variables no compile or test reads: a shell session's, and a CI system's per-run and per-job bookkeeping
@@ -392,7 +389,7 @@ class Build:
     plan: "Plan"
     project_dir: Path
     out_dir: Path
-    from_sdist: bool = False  # the project is an sdist unpacked for this run
+    sdist: Path | None = None  # the sdist the project is, unpacked into the work directory
     work: Path = Path()
     report: "BuildReport" = None  # type: ignore[assignment]
     sources: str = ""  # one digest of the project's files and revision (wheelci.compile.workdir)

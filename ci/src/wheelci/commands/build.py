@@ -36,8 +36,8 @@ def main(args: argparse.Namespace) -> int:
         raise CiError("one of the arguments --cuda --cpu is required (or WHEELCI_CUDA: a CUDA version, or cpu)")
     with build.opened(args.project or args.project_dir) as project:
         o = options.resolve("build", given, os.environ, project.settings.table)
-        result = build.build(o, project, from_sdist=project.fetched is not None or (args.project is not None
-                                                                                and args.project.is_file()))
+        result = build.build(o, project, sdist=project.fetched.path if project.fetched else
+                             args.project if isinstance(args.project, Path) and args.project.is_file() else None)
         if result.report is None:  # a dry run; the host build environment's state read while the project is
             if o.json:
                 emit_json(result.plan.to_json())

@@ -28,6 +28,12 @@ _SIGN_OFF = re.compile(r"collect2: error: ld returned|error: command '[^'\n]*' f
 _CUDA_HEADER = re.compile(r"(?:^|/)(?:cuda|cublas|cufft|curand|cusparse|cusolver|cudnn|cupti|nccl|nvrtc|nvToolsExt"
                           r"|nvml)\w*\.h$|^(?:thrust|cub|nvtx3|cuda)/")
 NO_CUDA_TORCH = "add the CUDA extension only under a CUDA torch (torch.version.cuda), or build with --cuda X.Y"
+# the build frontend's check of what the backend asked for (`build --no-isolation`): new and old wording
+_UNMET = re.compile(r"^ERROR (?:Unmet|Missing) dependencies[^\n]*:\n((?:\t.*\n?)+)", re.MULTILINE)
+# CMake's own error, its message on the indented lines below it
+_CMAKE_ERROR = re.compile(r"^CMake Error(?: at ([^\n]*?))?:[^\n]*\n((?:\n?  +\S[^\n]*\n?)+)", re.MULTILINE)
+# what a CUDA-or-GPU failure names: only then is "torch sees no GPU" its cause
+_GPU_WORDS = re.compile(r"cuda|gpu|device|nvidia|is_available", re.IGNORECASE)
 
 
 def missing_header(log: str) -> str | None:
@@ -43,6 +49,9 @@ def hint(log: str, *, cuda: str | None, stable: bool = False) -> str | None:
     the same line means a different fix in each. Causes are tried from the most to the least specific:
     torch's stable-ABI refusal, a missing header, no CUDA toolkit, and last torch's note that it sees no
     GPU, which every CUDA build on a GPU-less machine logs: it is named only where no compiler error is."""
+    if unmet := unmet_dependencies(log):  # the frontend's check runs first: nothing else ran
+        return (f"the build frontend found the build environment without {', '.join(unmet)}, which the project "
+                "asks for to build (its setup_requires or build backend); give them with --build-requires")
     if stable and CLASSIC_UNDER_TARGET in log:
         return ("the project includes classic LibTorch headers (torch/extension.h), which torch refuses under "
                 "TORCH_TARGET_VERSION: port it to torch/csrc/stable, or build without --stable-abi")
@@ -58,7 +67,9 @@ def hint(log: str, *, cuda: str | None, stable: bool = False) -> str | None:
         if cuda is None:
             return f"the project runs nvcc in a CPU build, which has none: {NO_CUDA_TORCH}"
         return "nvcc is not where the build looks for it: it runs nvcc from PATH or $CUDA_HOME/bin"
-    if _NO_CUDA_RUNTIME in log and not _COMPILER_ERROR.search(log):
+    if cmake := cmake_error(log):
+        return f"CMake's first error: {cmake}"
+    if _NO_CUDA_RUNTIME in log and not _COMPILER_ERROR.search(log) and _GPU_WORDS.search(cause(log)):
         return ("torch sees no GPU on this machine (\"No CUDA runtime is found\"): a build that asks "
                 "torch.cuda.is_available() gets False on a GPU-less builder; it should ask torch.version.cuda, "
                 "or read a switch such as FORCE_CUDA=1 (--env FORCE_CUDA=1)")
@@ -74,6 +85,25 @@ def why_failed(log: str, *, cuda: str | None, stable: bool = False) -> str | Non
         return found
     line = cause(log)
     return f"the build's first error: {line}" if line else None
+
+
+def unmet_dependencies(log: str) -> list[str]:
+    """The requirements the build frontend found missing (`psutil`, `pybind11>=2.6`), in its order."""
+    m = _UNMET.search(log)
+    if m is None:
+        return []
+    names = [ln.strip() for ln in m[1].splitlines() if ln.startswith("\t") and not ln.startswith("\t\t")]
+    return list(dict.fromkeys(n for n in names if n and not n.startswith(("wanted:", "found:"))))
+
+
+def cmake_error(log: str, limit: int = 300) -> str | None:
+    """CMake's first error, its place and message as one line (`CMakeLists.txt:12 (message): no CUDA`)."""
+    m = _CMAKE_ERROR.search(log)
+    if m is None:
+        return None
+    text = " ".join(ln.strip() for ln in m[2].splitlines() if ln.strip())
+    line = f"{m[1]}: {text}" if m[1] else text
+    return line if len(line) <= limit else line[:limit] + "..."
 
 
 def first_compiler_error(log: str, limit: int = 300) -> str | None:

@@ -23,6 +23,7 @@ from wheelci.cibw import build_installs
 from wheelci.compile import hints, launch, progress, sccache
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
+from wheelci.compile.overlay import Overlay, changed_by_the_build, fingerprint, overlay
 from wheelci.compile.sccache import CacheReport, describe
 from wheelci.compile.workdir import (clear_outputs, compile_view, configure_inputs, forget_unseen_changes,
                                      note_searched, read_record, recompile_if_changed, reconfigure_if_changed,
@@ -71,51 +72,22 @@ def _requirements_key(plan: Plan) -> tuple[list[str], Path, str]:
     return reqs, pins, hashlib.sha256("\0".join([*reqs, Path(pins).read_text()]).encode()).hexdigest()
 
 
-def install_build_requires(env: BuildEnv, plan: Plan) -> None:
-    """The project's [build-system] requires as the plan holds them, torch aside (the env's torch is the
-    plan's), and our build tools, into the build env (`build --no-isolation` uses it as it is), under our tool
-    constraints less the ones the project excludes. pip leaves what is satisfied alone.
-
-    The env records the last set installed into it, by any build: the same set again is already there
-    (a warm build skips pip's second of resolving)."""
-
-    reqs, pins, key = _requirements_key(plan)
-    marker = env.root / ".build-requires"
-    with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}"):
-        if marker.is_file() and marker.read_text() == key:
-            return
-        marker.unlink(missing_ok=True)
-        try:
-            proc.run([env.python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", pins, *reqs],
-                     what=f"installing the build requirements {', '.join(reqs)}", capture_output=True, text=True)
-        except CiError as e:
-            raise Finding(str(e)) from None
-        marker.write_text(key)
-
-
 @contextlib.contextmanager
-def requirements_held(env: BuildEnv, plan: Plan) -> Iterator[int]:
-    """The env holding this plan's build requirements for as long as the compile runs: a shared hold, so
-    builds needing the same set compile side by side while one needing another set (a project's own
-    `ninja<1.12`) waits to install it, rather than swapping the tools under a running compile. With a
-    remote compile cache its headers have one time too (steady_env). Yields the lock's descriptor, for
-    the compile to hold too (a build killed with -9 leaves it held)."""
+def env_held(env: BuildEnv, plan: Plan) -> Iterator[int]:
+    """The shared environment held for as long as the compile runs (a shared hold: builds compile side by
+    side; nvcc's wheels and the headers' one time are given under the exclusive one). With a remote compile
+    cache its headers have one time first (steady_env). Yields the lock's descriptor, for the compile to
+    hold too (a build killed with -9 leaves it held)."""
 
-    _, _, key = _requirements_key(plan)
-    marker, steady = env.root / ".build-requires", env.root / STEADY_MARK
-    wanted = plan.compile_cache is not None and not plan.compile_cache.unusable
-    while True:
-        with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}",
-                         shared=True) as fd:
-            if marker.is_file() and marker.read_text() == key and (not wanted or read_record(steady) == key):
-                yield fd
-                return
-        install_build_requires(env, plan)  # exclusive, then held shared again above
-        if wanted:
-            steady_env(env, key)
+    steady, key = env.root / STEADY_MARK, fingerprint(env)
+    if plan.compile_cache is not None and not plan.compile_cache.unusable and read_record(steady) != key:
+        steady_env(env, key)
+    with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}",
+                     shared=True) as fd:
+        yield fd
 
 
-STEADY_MARK = ".steady-times"  # the requirements key the env's headers were last given one time with
+STEADY_MARK = ".steady-times"  # the shared environment's fingerprint when its headers were last given one time
 
 
 def steady_env(env: BuildEnv, key: str) -> None:
@@ -145,7 +117,7 @@ def ccache_launchers(plan: Plan, env: BuildEnv, work_dir: Path, environ: dict[st
 
 
 @contextlib.contextmanager
-def remote_cache(plan: Plan, env: BuildEnv, work_dir: Path, project_dir: Path, cuda_root: Path | None,
+def remote_cache(plan: Plan, env: BuildEnv, own: Overlay, work_dir: Path, project_dir: Path, cuda_root: Path | None,
                  environ: dict[str, str], local: launch.Launchers) -> Iterator[tuple[list[CacheReport], launch.Launchers]]:
     """The plan's remote compile cache for the compile inside the block (wheelci.compile.sccache): its server
     up, sccache in front of the compilers in place of ccache (`local`); yields what it did (a list filled
@@ -155,7 +127,7 @@ def remote_cache(plan: Plan, env: BuildEnv, work_dir: Path, project_dir: Path, c
     if cache is None:
         yield [], local
         return
-    binary = sccache.binary(env.python)
+    binary = sccache.binary(own.python) or sccache.binary(env.python)  # the project may pin its own
     if binary is None:  # installed with the build requirements: only a broken environment lacks it
         raise Finding(f"the build environment {env.root} has no sccache (the compile cache needs it); "
                       "run again with --fresh")
@@ -240,6 +212,55 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
             files, _ = snapshot_sources(project_dir, work_dir)
         project_dir = sync_project(project_dir, work_dir / "src", files)
         clear_outputs(project_dir, files)
+    own = overlay(env, work_dir, *_requirements_key(plan)[:2])  # exactly this project's build requirements
+    environ, config, root = compile_environ(plan, env, own, backend, project_dir, work_dir)
+    cmake = backend is Backend.SCIKIT_BUILD_CORE
+    local = ccache_launchers(plan, env, work_dir, environ, root / "bin" / "nvcc" if root is not None else None)
+    note_extra_files(work_dir, environ)
+    keep_sound(plan, backend, project_dir, work_dir, files, configure, environ)
+    dist = work_dir / "dist"
+    shutil.rmtree(dist, ignore_errors=True)  # the wheel is the one this compile makes
+    dist.mkdir(parents=True, exist_ok=True)
+    logfile = work_dir / "compile.log"
+    log.info(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
+             f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
+    # the frontend's check of the backend's requirements, once per tree and answer (requirements_check_key)
+    checked = work_dir / CHECKED
+    check_key = requirements_check_key(plan, env, project_dir, configure or configure_inputs(environ))
+    skip = ["--skip-dependency-check"] if checked_with(checked, check_key) else []
+    start = time.monotonic()
+    tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
+    before = fingerprint(env)
+    with env_held(env, plan) as env_fd, remote_cache(plan, env, own, work_dir, project_dir, root, environ,
+                                                     local) as (cached, put):
+        put = in_front(plan, env, put, environ, cmake=cmake, root=root, work_dir=work_dir)
+        cmd = [own.python, "-m", "build", "--no-isolation", *skip, "--wheel", "-o", dist, *config, *put.config,
+               project_dir]
+        with fresh_file(logfile) as out, log.Ticker("compiling") as ticker:
+            done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ,
+                               pass_fds=(*hold_fds, env_fd),
+                               on_line=lambda line: ticker.update(tracker if tracker.feed(line) else None))
+    seconds = time.monotonic() - start
+    if changed_by_the_build(env, before):
+        log.warning(f"the build changed the shared build environment {env.root} (the project installs packages "
+                    "while it builds, outside its own environment): the next build makes it again")
+    if done.returncode != 0:
+        log.info("the last lines of the compile log:\n" + done.stdout.decode(errors="replace"))
+        why = hints.why_failed(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
+        checked.unlink(missing_ok=True)
+        raise Finding(f"compile failed after {seconds:.0f} s{f'; {why}' if why else ''} (full log: {logfile})")
+    write_text(checked, check_key)  # by a rename: a link planted there is replaced, never written through
+    log.info(f"compiled in {seconds:.0f} s")
+    wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
+    build_dir = work_dir / "build"
+    return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env, cached[0] if cached else None)
+
+
+def compile_environ(plan: Plan, env: BuildEnv, own: Overlay, backend: Backend, project_dir: Path,
+                    work_dir: Path) -> tuple[dict[str, str], list[str], Path | None]:
+    """What the compile runs with: its variables (the toolchain's flags, the CUDA root or a CPU build's view
+    of none, the build's environment first on PATH, the plan's build variables last), the backend's config
+    settings, and a CUDA build's toolkit root."""
     root: Path | None = None  # a CUDA build's toolkit
     environ = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS") or str(max_jobs())}
     if plan.run.source_date_epoch is not None:
@@ -275,44 +296,10 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
         log.info(f"toolchain: {view.describe()}")
     # the build env's own tools first: without ninja on PATH cpp_extension compiles one file at a time,
     # and through setuptools' C++ flags rather than its C ones
-    environ["PATH"] = f"{env.python.parent}{os.pathsep}{environ.get('PATH', '')}"
+    environ["PATH"] = os.pathsep.join([str(own.python.parent), str(env.python.parent), environ.get("PATH", "")])
     environ["PYTHONUNBUFFERED"] = "1"  # the backend's own lines reach the log when said, among the compiler's
     environ.update(plan.run.build_env)
-    local = ccache_launchers(plan, env, work_dir, environ, root / "bin" / "nvcc" if root is not None else None)
-    note_extra_files(work_dir, environ)
-    keep_sound(plan, backend, project_dir, work_dir, files, configure, environ)
-    dist = work_dir / "dist"
-    shutil.rmtree(dist, ignore_errors=True)  # the wheel is the one this compile makes
-    dist.mkdir(parents=True, exist_ok=True)
-    logfile = work_dir / "compile.log"
-    log.info(f"compiling {project_dir} (torch {env.torch_version}, CUDA {plan.cuda or 'none'}"
-             f"{f', arch {plan.arch_list}' if plan.cuda else ''}); log: {logfile}")
-    # the frontend's check of the backend's requirements, once per tree and answer (requirements_check_key)
-    checked = work_dir / CHECKED
-    check_key = requirements_check_key(plan, env, project_dir, configure or configure_inputs(environ))
-    skip = ["--skip-dependency-check"] if checked_with(checked, check_key) else []
-    start = time.monotonic()
-    tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
-    with requirements_held(env, plan) as env_fd, remote_cache(plan, env, work_dir, project_dir, root, environ,
-                                                              local) as (cached, put):
-        put = in_front(plan, env, put, environ, cmake=cmake, root=root, work_dir=work_dir)
-        cmd = [env.python, "-m", "build", "--no-isolation", *skip, "--wheel", "-o", dist, *config, *put.config,
-               project_dir]
-        with fresh_file(logfile) as out, log.Ticker("compiling") as ticker:
-            done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ,
-                               pass_fds=(*hold_fds, env_fd),
-                               on_line=lambda line: ticker.update(tracker if tracker.feed(line) else None))
-    seconds = time.monotonic() - start
-    if done.returncode != 0:
-        log.info("the last lines of the compile log:\n" + done.stdout.decode(errors="replace"))
-        why = hints.why_failed(logfile.read_text(errors="replace"), cuda=plan.cuda, stable=plan.stable is not None)
-        checked.unlink(missing_ok=True)
-        raise Finding(f"compile failed after {seconds:.0f} s{f'; {why}' if why else ''} (full log: {logfile})")
-    write_text(checked, check_key)  # by a rename: a link planted there is replaced, never written through
-    log.info(f"compiled in {seconds:.0f} s")
-    wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
-    build_dir = work_dir / "build"
-    return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env, cached[0] if cached else None)
+    return environ, config, root
 
 
 def staged_compat(work_dir: Path) -> Path:

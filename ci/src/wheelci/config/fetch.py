@@ -25,6 +25,7 @@ from wheelci.errors import CiError
 from wheelci.util import http
 from wheelci.util.atomic import atomic_path
 from wheelci.util.cache import cache_dir
+from wheelci.util.digest import sha256_file
 from wheelci.util.untrusted import cut, one_line
 
 SDIST_MAX = 1 << 30  # the largest sdist read (flash-attn's is 8 MB, with cutlass bundled)
@@ -116,7 +117,7 @@ def fetch(text: str, env: Mapping[str, str], cache: Path | None = None) -> Fetch
     if not chosen.sha256:
         raise CiError(f"{http.shown(chosen.url)}: the index gives no sha256 for it, so it cannot be checked")
     path = (cache or cache_dir("sdists", env=env)) / chosen.filename
-    if not (path.is_file() and not path.is_symlink() and _digest(path) == chosen.sha256):
+    if not (path.is_file() and not path.is_symlink() and sha256_file(path) == chosen.sha256):
         data = client.get(chosen.url, cap=SDIST_MAX).body
         got = hashlib.sha256(data).hexdigest()
         if got != chosen.sha256:
@@ -126,10 +127,3 @@ def fetch(text: str, env: Mapping[str, str], cache: Path | None = None) -> Fetch
     return Fetched(str(req), canonicalize_name(req.name), str(version), chosen.filename, http.shown(chosen.url),
                    chosen.sha256, path)
 
-
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

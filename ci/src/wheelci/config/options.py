@@ -159,8 +159,8 @@ class Options:
     work_dir: Path | None = _opt("path", "the build tree (default: one per project and plan in the cache); new, empty or made "
         "by an earlier build; may be inside the project, not inside -w nor hold it", "where",
         commands=("build",), key=False, metavar="DIR")
-    keep_work: bool = _opt("bool", "keep the temporary work directory of an sdist's build (a project directory's "
-        "build tree is kept anyway, in the cache)", "where", commands=("build",), key=False)
+    keep_work: bool = _opt("bool", "no effect, kept for the scripts that pass it: every build tree is kept, an sdist's "
+        "too (in the cache, by the sdist's digest, within its cap)", "where", commands=("build",), key=False)
     fresh: bool = _opt("bool", "start from an empty build tree and run every step (default: steps whose inputs are "
         "unchanged since the last build are reused)", "where", commands=("build",), key=False)
     # outputs

@@ -53,6 +53,7 @@ WORK = (
     Entry("sdist", "an sdist given as the project, extracted"),
     Entry("build", "the build frontend's tree (CMake's, setuptools')"),
     Entry("dist", "the compiled wheel, before repair"),
+    Entry("build-env", "the build's own environment: its build requirements over the shared torch one"),
     Entry("cpu-path", "the PATH a CPU build compiles with (no nvcc on it)"),
     Entry("compat", "glibc compatibility headers on the include path"),
     Entry("ccache-bin", "ccache's compiler links"),
