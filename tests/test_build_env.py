@@ -8,6 +8,7 @@ interpreter while it builds, as one real backend did."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -109,3 +110,25 @@ def test_a_shared_environment_changed_anyway_is_marked_and_made_again(tmp_path):
     again = overlay.fingerprint(env)
     (site / "sympy-1.14.0.dist-info" / "RECORD").write_text("x\ny\n")
     assert overlay.fingerprint(env) != again
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_what_the_frontend_finds_the_project_asks_for_is_installed_and_remembered(tmp_path):
+    """A setup_requires the build cannot read from [build-system] (flash-attn's psutil): the frontend's
+    check names it, the build installs it into its own environment and compiles again; the next build of
+    the tree has it from the start."""
+    wheel = build_wheel(tmp_path / "wheels", name="asked_for", module="asked_for")
+    root = project(tmp_path, "asker", "setuptools")
+    setup = root / "setup.py"
+    setup.write_text(setup.read_text().replace('py_modules=["asker"])', 'py_modules=["asker"], setup_requires=["asked_for"])'))
+    links = {"PIP_FIND_LINKS": " ".join(filter(None, [os.environ.get("PIP_FIND_LINKS"), str(wheel.parent)]))}
+    env = shared()
+    before = overlay.fingerprint(env)
+    for attempt in range(2):
+        r = run_stage("ci.build", root, "--cpu", "--engine", "host", "--compile-only", "-w", tmp_path / "out",
+                      "--work-dir", tmp_path / "work", env=links)
+        assert r.returncode == 0, r.stderr[-3000:]
+        said = "the project asks for asked_for to build (its setup_requires)" in r.stderr
+        assert said == (attempt == 0), r.stderr[-2000:]
+    assert overlay.fingerprint(env) == before and not list(env.site.glob("asked_for*"))

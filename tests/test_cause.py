@@ -233,6 +233,65 @@ ERROR Backend subprocess exited when trying to invoke build_wheel
 """
 
 
+# python -m build's check under a CUDA torch on a GPU-less builder: torch's no-GPU line comes first
+UNMET = """\
+* Getting build dependencies for wheel...
+No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'
+ERROR Unmet dependencies (checked against /env/bin/python):
+\tnumpy
+\t\twanted: any
+\t\tfound: not installed
+\tpybind11>=2.6
+\t\twanted: >=2.6
+\t\tfound: not installed
+"""
+
+CMAKE = """\
+*** Configuring CMake...
+No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'
+CMake Error at CMakeLists.txt:40 (message):
+  COMPUTE_BACKEND is cpu: set -DCOMPUTE_BACKEND=cuda
+  for the CUDA library
+
+
+-- Configuring incomplete, errors occurred!
+"""
+
+# setup.py raising on a CPU torch, after torch's no-GPU line: the exception is the cause, not the GPU
+NO_GPU_THEN_NAME_ERROR = """\
+No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'
+Traceback (most recent call last):
+  File "setup.py", line 120, in <module>
+    if bare_metal_version >= Version("11.8"):
+NameError: name 'bare_metal_version' is not defined
+"""
+
+NO_GPU_AND_ASKED = """\
+No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'
+Traceback (most recent call last):
+  File "setup.py", line 9, in <module>
+    raise RuntimeError("no GPU: torch.cuda.is_available() is False")
+RuntimeError: no GPU: torch.cuda.is_available() is False
+"""
+
+
+@pytest.mark.parametrize("log, cuda, expected", [
+    (UNMET, "13.0", "the build frontend found the build environment without numpy, pybind11>=2.6, which the project "
+                    "asks for"),
+    (CMAKE, "13.0", "CMake's first error: CMakeLists.txt:40 (message): COMPUTE_BACKEND is cpu: set "
+                    "-DCOMPUTE_BACKEND=cuda for the CUDA library"),
+    (NO_GPU_THEN_NAME_ERROR, "13.0", "the build's first error: NameError: name 'bare_metal_version' is not defined"),
+    (NO_GPU_AND_ASKED, "13.0", "torch sees no GPU on this machine"),
+], ids=["unmet", "cmake", "not-the-gpu", "the-gpu"])
+def test_the_cause_is_the_first_real_error_whichever_stage_printed_it(log, cuda, expected):
+    """The frontend's dependency check, CMake, setup.py: each is named in its own words, and the GPU only
+    where the failure is about it (every CUDA build on a GPU-less machine prints torch's no-GPU line)."""
+    from wheelci.compile.hints import why_failed
+
+    got = why_failed(log, cuda=cuda)
+    assert got and got.startswith(expected), got
+
+
 @pytest.mark.parametrize("log, expected", [
     (NINJA_GCC, "the compiler's first error: /p/csrc/a.cpp:11:17: error: 'y' was not declared in this scope"),
     (SETUP_PY_RAISES, "the build's first error: urllib.error.URLError: <urlopen error [Errno -3] Temporary failure"),

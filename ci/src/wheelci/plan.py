@@ -32,8 +32,9 @@ from wheelci.util.cache import cache_dir
 from wheelci.util.invocation import command
 from wheelci.util.log import on_github_actions
 from wheelci.util.sizes import parse_limit
-from wheelci.util.untrusted import one_line, workflow_commands_off
+from wheelci.util.untrusted import cut, one_line, workflow_commands_off
 from wheelci.wheel.names import cuda_tag, local_version
+from wheelci.wheel.requirements import read_requirement
 
 if TYPE_CHECKING:
     from wheelci.config.compilecache import CompileCache
@@ -97,6 +98,7 @@ class RunSettings:
     source_date_epoch: int | None = None  # every timestamp written (SOURCE_DATE_EPOCH, else the commit's time)
     compile_cache: str | None = None  # a remote compile cache's URL, as given (shown only by its storage's name)
     warm_for: str | None = None  # compile-only, filling the store for a build of this arch list (--warm-for)
+    build_requires: list[str] = field(default_factory=list)  # --build-requires: beside the project's own
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,16 @@ def run_settings(o: Options, source_date_epoch: int | None = None) -> RunSetting
                        local_version=o.local_version, variants=o.variant, limit=o.limit,
                        test_command=o.test_command, test_requires=list(o.test_requires), upload=o.upload,
                        source_date_epoch=source_date_epoch, compile_cache=(o.compile_cache or "").strip() or None,
-                       warm_for=warm_for(o))
+                       warm_for=warm_for(o), build_requires=checked_requirements(o.build_requires))
+
+
+def checked_requirements(given: tuple[str, ...]) -> list[str]:
+    """--build-requires, each a PEP 508 requirement (a typo is bad input now, not pip's error minutes in)."""
+    for text in given:
+        req = read_requirement(text)
+        if req is None or req.url:
+            raise CiError(f"--build-requires {cut(one_line(text), 80)!r}: not a requirement (e.g. psutil, pybind11>=2.6)")
+    return [t.strip() for t in given]
 
 
 def warm_for(o: Options) -> str | None:
@@ -381,13 +392,14 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
             raise CiError(f"--find-links {find_links}: not a directory")
         request = replace(request, find_links=find_links)
 
-    tools = constraints.for_project(project.build_requires)
+    requires = [*project.build_requires, *run.build_requires]
+    tools = constraints.for_project(requires)
     machine = Machine(env, facts, ccache_dir(env), constraints.file_for(tools.pins), index)
     plan = (_cpu_plan(matrix, project, request, machine) if request.cuda is None
             else _cuda_plan(matrix, project, request, request.cuda, machine))
     plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
                    backend=project.backend, tool_constraints=list(tools.pins),
-                   build_requires=list(project.build_requires),
+                   build_requires=requires,
                    notes=[*fetched_notes(project), *plan.notes, *tools.set_aside], ccache_dir=str(machine.ccache),
                    fetched=fetched_record(project))
     if plan.engine.container and not project.pyproject:  # before any image or environment work, not minutes in

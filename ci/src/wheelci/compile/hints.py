@@ -31,7 +31,7 @@ NO_CUDA_TORCH = "add the CUDA extension only under a CUDA torch (torch.version.c
 # the build frontend's check of what the backend asked for (`build --no-isolation`): new and old wording
 _UNMET = re.compile(r"^ERROR (?:Unmet|Missing) dependencies[^\n]*:\n((?:\t.*\n?)+)", re.MULTILINE)
 # CMake's own error, its message on the indented lines below it
-_CMAKE_ERROR = re.compile(r"^CMake Error(?: at ([^\n]*?))?:[^\n]*\n((?:\n?  +\S[^\n]*\n?)+)", re.MULTILINE)
+_CMAKE_ERROR = re.compile(r"^CMake Error at ([^\n]*):[ \t]*\n((?:\n?  +\S[^\n]*\n?)+)|^CMake Error: ([^\n]+)", re.MULTILINE)
 # what a CUDA-or-GPU failure names: only then is "torch sees no GPU" its cause
 _GPU_WORDS = re.compile(r"cuda|gpu|device|nvidia|is_available", re.IGNORECASE)
 
@@ -101,8 +101,7 @@ def cmake_error(log: str, limit: int = 300) -> str | None:
     m = _CMAKE_ERROR.search(log)
     if m is None:
         return None
-    text = " ".join(ln.strip() for ln in m[2].splitlines() if ln.strip())
-    line = f"{m[1]}: {text}" if m[1] else text
+    line = m[3] or f"{m[1]}: " + " ".join(ln.strip() for ln in m[2].splitlines() if ln.strip())
     return line if len(line) <= limit else line[:limit] + "..."
 
 

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import shutil as sh
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from wheelci.cibw import build_installs
 from wheelci.compile import hints, launch, progress, sccache
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
-from wheelci.compile.overlay import Overlay, changed_by_the_build, fingerprint, overlay
+from wheelci.compile.overlay import Overlay, add_asked, changed_by_the_build, fingerprint, overlay
 from wheelci.compile.sccache import CacheReport, describe
 from wheelci.compile.workdir import (clear_outputs, compile_view, configure_inputs, forget_unseen_changes,
                                      note_searched, read_record, recompile_if_changed, reconfigure_if_changed,
@@ -229,17 +230,18 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     check_key = requirements_check_key(plan, env, project_dir, configure or configure_inputs(environ))
     skip = ["--skip-dependency-check"] if checked_with(checked, check_key) else []
     start = time.monotonic()
-    tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
     before = fingerprint(env)
     with env_held(env, plan) as env_fd, remote_cache(plan, env, own, work_dir, project_dir, root, environ,
                                                      local) as (cached, put):
         put = in_front(plan, env, put, environ, cmake=cmake, root=root, work_dir=work_dir)
         cmd = [own.python, "-m", "build", "--no-isolation", *skip, "--wheel", "-o", dist, *config, *put.config,
                project_dir]
-        with fresh_file(logfile) as out, log.Ticker("compiling") as ticker:
-            done = proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ,
-                               pass_fds=(*hold_fds, env_fd),
-                               on_line=lambda line: ticker.update(tracker if tracker.feed(line) else None))
+        done = streamed(cmd, logfile, environ, (*hold_fds, env_fd))
+        asked = hints.unmet_dependencies(logfile.read_text(errors="replace")) if done.returncode else []
+        if asked and add_asked(own, asked, _requirements_key(plan)[1]):  # setup_requires: what the build asks for
+            log.info(f"the project asks for {', '.join(asked)} to build (its setup_requires): installed into the "
+                     "build's own environment, compiling again")
+            done = streamed(cmd, logfile, environ, (*hold_fds, env_fd))
     seconds = time.monotonic() - start
     if changed_by_the_build(env, before):
         log.warning(f"the build changed the shared build environment {env.root} (the project installs packages "
@@ -254,6 +256,14 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
     return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env, cached[0] if cached else None)
+
+
+def streamed(cmd: list[object], logfile: Path, environ: dict[str, str], fds: tuple[int, ...]) -> subprocess.CompletedProcess[bytes]:
+    """One run of the build frontend, its output into the log (made afresh) and its progress shown."""
+    tracker = progress.Tracker()  # the build tool's own count: N of M files, about T left
+    with fresh_file(logfile) as out, log.Ticker("compiling") as ticker:
+        return proc.stream(cmd, what="compiling", log=out, check=False, show=False, env=environ, pass_fds=fds,
+                           on_line=lambda line: ticker.update(tracker if tracker.feed(line) else None))
 
 
 def compile_environ(plan: Plan, env: BuildEnv, own: Overlay, backend: Backend, project_dir: Path,

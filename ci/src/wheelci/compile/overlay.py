@@ -27,10 +27,12 @@ from wheelci.errors import CiError, Finding
 from wheelci.util import proc
 from wheelci.util.atomic import write_text
 from wheelci.util.cache import read_stamp
+from wheelci.wheel.requirements import requirement_name
 
 OVERLAY = "build-env"  # the work directory's entry (wheelci.util.layout)
 MARK = ".wheelci-requires"  # what the venv was made with: the same again is reused as it is
 SHARED_PTH = "_wheelci_shared.pth"
+ASKED = ".wheelci-asked"  # what the frontend found the project asks for beyond its declared requirements
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ def overlay(base: BuildEnv, work_dir: Path, requires: list[str], pins: Path) -> 
     and plan get the same environment, whatever was built before)."""
     root = work_dir / OVERLAY
     python = root / "bin" / "python"
+    asked = _asked(root)
+    requires = [*requires, *(a for a in asked if a not in requires)]  # what an earlier build found it asks for
     key = _key(base, requires, pins)
     done = Overlay(root, python, base, tuple(requires))
     try:
@@ -65,17 +69,46 @@ def overlay(base: BuildEnv, work_dir: Path, requires: list[str], pins: Path) -> 
         shutil.rmtree(root)
     proc.run([base.python, "-m", "venv", "--without-pip", root], what=f"making the build's environment {root}",
              capture_output=True, text=True)
+    if asked:
+        write_text(root / ASKED, json.dumps(asked))
     site = root / base.site.relative_to(base.root)
     # a site directory, not a path line: the shared environment's own .pth files (setuptools' distutils
     # shim, a namespace package's) are read as they are there
     write_text(site / SHARED_PTH, f"import site; site.addsitedir({str(base.site)!r})\n")
+    _install(python, requires, pins)
+    write_text(root / MARK, key)
+    return done
+
+
+def _install(python: Path, requires: list[str], pins: Path) -> None:
     try:
         proc.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", pins, *requires],
                  what=f"installing the build requirements {', '.join(requires)}", capture_output=True, text=True)
     except CiError as e:
         raise Finding(str(e)) from None
-    write_text(root / MARK, key)
-    return done
+
+
+def _asked(root: Path) -> list[str]:
+    try:
+        found = json.loads(read_stamp(root / ASKED, 1 << 16))
+    except (OSError, ValueError):
+        return []
+    return [a for a in found if isinstance(a, str)] if isinstance(found, list) else []
+
+
+def add_asked(own: Overlay, asked: list[str], pins: Path) -> bool:
+    """What the build frontend found the project asks for and the environment lacks (a setup_requires),
+    installed into the build's own environment and remembered there, so the next build of this tree gets
+    it from the start. False where nothing is new (the same lack twice is the project's to fix) or it is
+    torch, which only the shared environment gives."""
+    have = set(_asked(own.root)) | set(own.requires)
+    new = [a for a in asked if a not in have and requirement_name(a) != "torch"]
+    if not new:
+        return False
+    _install(own.python, new, pins)
+    write_text(own.root / ASKED, json.dumps([*_asked(own.root), *new]))
+    write_text(own.root / MARK, _key(own.base, [*own.requires, *new], pins))
+    return True
 
 
 def fingerprint(env: BuildEnv) -> str:

@@ -151,6 +151,9 @@ class Options:
         "NVIDIA's wheels (wheel)", "where", default="auto", choices=("auto", "host", "wheel"))
     env: dict[str, str] = _opt("env", "a build variable, e.g. FORCE_CUDA=1 (repeatable); shown as NAME=*** unless NAME is "
         "public", "where", metavar="NAME=VALUE", per_kind=True)
+    build_requires: tuple[str, ...] = _opt("words", "a build requirement the project does not declare, installed into "
+        "its build environment beside its own (repeatable), e.g. psutil for a setup_requires the build cannot read",
+        "where", metavar="REQ")
     public_env: tuple[str, ...] = _opt("words", "a build variable whose value may be shown (plan, report, logs), e.g. "
         "TORCH_CUDA_ARCH_LIST (repeatable)", "where", metavar="NAME")
     compile_cache: str | None = _opt("str", "share compiles with other machines through a remote store, with sccache (host "
