@@ -42,7 +42,7 @@ from wheelci.engine import CA_VARIABLES
 from wheelci.errors import CiError, Finding
 from wheelci.native.elf import device_code, scan_wheel
 from wheelci.native.fatbin import mismatch_warnings
-from wheelci.native.libs import excluded_of
+from wheelci.native.libs import excluded_of, links_libtorch
 from wheelci.native.loadorder import MODULE_NAME, order_for_wheel, preload_members, runtime_source
 from wheelci.plan import plan_for
 from wheelci.repair import repair
@@ -521,13 +521,30 @@ def repair_step(b: Build) -> None:
                     "--env FORCE_CUDA=1; pass --allow-no-device-code if the kernels are compiled at run time")
 
 
+def truthful_label(plan: "Plan", wheels: list[Path]) -> str | None:
+    """The label the wheels get: the plan's, but `auto` names torch only where a library links LibTorch
+    (one that links only CUDA's is labelled by its CUDA alone, `cu130`; a wheel of no library gets none):
+    a label an installer reads as a torch build must be one."""
+    if plan.run.local_version != "auto" or plan.label is None or plan.stable is not None:
+        return plan.label
+    libs = [lib for w in wheels for lib in scan_wheel(w)]
+    if any(links_libtorch(lib.needed) for lib in libs):
+        return plan.label
+    label = cuda_tag(plan.cuda) if libs and plan.cuda else None
+    log.info(f"note: no library of the wheel links LibTorch: not tied to torch {plan.torch}, labelled "
+             f"{f'+{label}' if label else 'with no local version'}")
+    return label
+
+
 def finish_step(b: Build) -> None:
     """The preload and the version label (or the PEP 825 variant), in one rewrite per wheel."""
-    plan, local = b.plan, b.plan.label
+    plan, local = b.plan, truthful_label(b.plan, b.repaired)
     major = plan.stable.cuda_major if plan.stable else None  # a stable CUDA wheel checks torch's CUDA
     wheels = variant_wheels(plan, b.repaired, b.env.site, b.work, major) if plan.run.variants and plan.cuda else []
+    # a labelled CUDA wheel checks it too: beside a CPU torch, one line names the build to install instead
+    checked = major or (int(plan.cuda.split(".")[0]) if plan.cuda and local else None)
     if local or not wheels:  # a variant's unlabelled twin would take the CPU wheel's name
-        wheels += [finish_wheel(w, b.env.site, b.work / "finished", local, major) for w in b.repaired]
+        wheels += [finish_wheel(w, b.env.site, b.work / "finished", local, checked) for w in b.repaired]
     b.wheels = wheels
     log.info(f"built {', '.join(w.name for w in wheels)}")
 

@@ -26,7 +26,7 @@ from wheelci.config import matrix as mx
 from wheelci.config.stable import cudnn_floor, parse_target, requirements
 from wheelci.errors import CiError, Finding
 from wheelci.native.elf import check_readable, scan_wheel, too_recent_for
-from wheelci.native.libs import EXCLUDES, excluded_of, is_excluded
+from wheelci.native.libs import EXCLUDES, excluded_of, is_excluded, links_libtorch
 from wheelci.util import proc
 from wheelci.util.atomic import atomic_path
 from wheelci.util.owned import output_dir
@@ -87,9 +87,10 @@ def torch_pin(needed: set[str], torch_version: str) -> str:
 
 
 def required_dists(needed: set[str], torch_version: str, torch_requires: list[str]) -> list[str]:
-    """Requires-Dist lines for the excluded libraries: torch (see torch_pin) and, when cuDNN is
-    NEEDed, the cuDNN wheel torch itself pins."""
-    reqs = [torch_pin(needed, torch_version)]
+    """Requires-Dist lines for the excluded libraries: torch (see torch_pin) where LibTorch is NEEDed (a
+    library that links only CUDA's is tied to no torch release) and, when cuDNN is NEEDed, the cuDNN
+    wheel torch itself pins."""
+    reqs = [torch_pin(needed, torch_version)] if links_libtorch(needed) else []  # no libtorch: no torch pin
     if any(n.startswith("libcudnn") for n in needed):
         pins = [without_marker(r) for r in torch_requires
                 if (requirement_name(r) or "").startswith("nvidia-cudnn")]

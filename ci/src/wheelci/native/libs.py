@@ -24,6 +24,12 @@ def is_excluded(soname: str) -> bool:
     return any(fnmatch.fnmatchcase(soname, p) for p in EXCLUDES)
 
 
+def links_libtorch(needed: Iterable[str]) -> bool:
+    """Whether any of these sonames is LibTorch's own (libtorch*, libc10*): a library that links none (a
+    ctypes-loaded CUDA library, bitsandbytes') does not tie its wheel to one torch release."""
+    return any(fnmatch.fnmatchcase(n, p) for n in needed for p in ("libtorch*.so*", "libc10*.so*"))
+
+
 def excluded_of(needed: Iterable[str]) -> list[str]:
     """The NEEDED sonames torch and the CUDA wheels provide (each once, sorted): what a repaired wheel
     leaves to them and declares instead."""

@@ -157,17 +157,22 @@ def check_variant() -> None:
     """Refuse a torch whose CUDA major differs from VARIANT's, naming the variant to install."""
     if VARIANT is None:
         return
-    import torch
+    try:
+        import torch
+    except ImportError:  # a library that links no LibTorch may be used without it: nothing to compare
+        return
 
     dist, version, variant, major = VARIANT
     cuda = torch.version.cuda
     if cuda is None or int(cuda.split(".")[0]) != major:
         wanted = "cpu" if cuda is None else "cu" + cuda.split(".")[0]
+        # the label's CUDA part swapped: pt2.13.0.cu130 -> pt2.13.0.cpu, cu13 -> cu12
+        label = re.sub(r"cu[0-9]+$", wanted, variant) if re.search(r"cu[0-9]+$", variant) else wanted
         raise VariantError(
             "%s %s is the %s build (CUDA %d), but torch %s has %s: install the %s build of %s "
             "(version %s+%s), or a torch with CUDA %d" % (
                 dist, version, variant, major, torch.__version__, "no CUDA" if cuda is None else "CUDA " + cuda,
-                wanted, dist, version.split("+")[0], wanted, major))
+                wanted, dist, version.split("+")[0], label, major))
 
 
 def preload() -> "list[str]":
