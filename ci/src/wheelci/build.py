@@ -314,7 +314,7 @@ def inherited_environ(environ: Mapping[str, str]) -> dict[str, str]:
             if k not in ENV_NOISE and not k.startswith(ENV_NOISE_PREFIXES)}
 
 
-REPORT_PARTS = ("build_seconds", "verify_seconds", "verify", "passed", "wheels", "compile_cache")  # what steps add to the report
+REPORT_PARTS = ("build_seconds", "verify_seconds", "verify", "passed", "wheels", "compile_cache", "probe")  # what steps add to the report
 
 
 def report_parts(b: "Build") -> dict[str, Any]:
@@ -335,7 +335,7 @@ def restore_report_parts(b: "Build", parts: dict[str, Any]) -> None:
             value = float(value)
         elif key == "passed":
             value = bool(value)
-        elif key == "compile_cache":  # what the compile's cache did when it ran: a reused step reports it
+        elif key in ("compile_cache", "probe"):  # what the compile's cache did, what the project said: as it ran
             if value is not None and not isinstance(value, dict):
                 raise ValueError(key)
         else:
@@ -484,6 +484,7 @@ def compile_sources(b: Build) -> None:
         b.build_dir, b.compiled = comp.build_dir, [comp.wheel]
         b.deps = dependencies(b.env, b.work)
         b.report.compile_cache = asdict(comp.cache) if comp.cache is not None else None
+        b.report.probe = comp.probe
     else:
 
         # cibuildwheel runs the repair too, inside the container (wheelci.repair, mounted read-only)

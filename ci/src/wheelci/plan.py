@@ -410,7 +410,8 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
         plan = _with_stable(plan, plan_stable(matrix, request.stable_abi, plan.cuda, plan.torch))
     # the project's own build switches, read before any compile: set where the build needs them, the user's win
     reading = read_scripts(Path(project_dir))
-    found = plan_switches(reading, run.build_env, cuda=plan.cuda is not None)
+    found = plan_switches(reading, run.build_env, cuda=plan.cuda is not None,
+                          arch_list=plan.arch_list if request.arch_list is not None else None)
     run = replace(run, build_env={**found.sets, **run.build_env}, public_env=sorted({*run.public_env, *found.public}))
     # the host's nvcc narrows (wheelci.compile.launch.narrowing); a container's compilers are the image's
     narrowed = (bool(plan.cuda) and request.arch_list is not None and not request.keep_project_archs

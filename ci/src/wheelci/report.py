@@ -57,6 +57,9 @@ class BuildReport:
     # what the remote compile cache did (wheelci.compile.sccache.CacheReport as data): storage by name, compile
     # requests, device and host hits and misses; None: no remote store, or the compile was reused
     compile_cache: dict[str, Any] | None = None
+    # what the project's setup.py said before the compile (wheelci.compile.probe): the variables it read, its
+    # extensions, the device targets its flags name; None: not asked (another backend, or the compile was reused)
+    probe: dict[str, Any] | None = None
 
 
 REPORT_FILES = RECORDED_FILES  # report.json, report.md: recorded in -w's ownership manifest as the build's

@@ -18,10 +18,10 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from wheelci.cibw import build_installs
-from wheelci.compile import hints, launch, progress, sccache
+from wheelci.compile import hints, launch, probe, progress, sccache
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
 from wheelci.compile.overlay import Overlay, add_asked, changed_by_the_build, fingerprint, overlay
@@ -53,6 +53,7 @@ class CompileResult:
     build_dir: Path | None  # the CMake build tree (test programs the project built stay there)
     env: BuildEnv  # the torch it was built against, which verify installs next to it
     cache: CacheReport | None = None  # what the remote compile cache did (None: no remote store)
+    probe: dict[str, Any] | None = None  # what the project's setup.py said before the compile (wheelci.compile.probe)
 
 
 def torch_spec(plan: Plan) -> TorchSpec:
@@ -219,6 +220,7 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     local = ccache_launchers(plan, env, work_dir, environ, root / "bin" / "nvcc" if root is not None else None)
     note_extra_files(work_dir, environ)
     keep_sound(plan, backend, project_dir, work_dir, files, configure, environ)
+    answers = probed(plan, own, backend, project_dir, work_dir, environ)
     dist = work_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)  # the wheel is the one this compile makes
     dist.mkdir(parents=True, exist_ok=True)
@@ -255,7 +257,20 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     log.info(f"compiled in {seconds:.0f} s")
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
-    return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env, cached[0] if cached else None)
+    return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env, cached[0] if cached else None,
+                         answers.to_json() if answers else None)
+
+
+def probed(plan: Plan, own: Overlay, backend: Backend, project_dir: Path, work_dir: Path,
+          environ: dict[str, str]) -> probe.Answers | None:
+    """A setuptools project asked how it builds, in the compile's environment, and every point judged before
+    the compile (wheelci.compile.probe): a build that cannot give a wheel stops here, in seconds."""
+    if backend not in (Backend.SETUPTOOLS, Backend.PEP517):
+        return None
+    answers = probe.ask(own.python, project_dir, environ, work_dir / probe.PROBE_OUT)
+    for note in probe.checked(answers, plan):
+        log.info(f"note: {note}")
+    return answers
 
 
 def streamed(cmd: list[object], logfile: Path, environ: dict[str, str], fds: tuple[int, ...]) -> subprocess.CompletedProcess[bytes]:

@@ -47,7 +47,22 @@ CONVENTIONS: tuple[Convention, ...] = (
                "flash-attn (FLASH_ATTENTION_FORCE_BUILD), mamba-ssm, causal-conv1d", cuda_only=False),
     Convention(r"[A-Z][A-Z0-9_]*_SKIP_CUDA_BUILD", "skips", "TRUE", "builds without the CUDA kernels",
                "flash-attn (FLASH_ATTENTION_SKIP_CUDA_BUILD), mamba-ssm, causal-conv1d"),
+    # the project's own arch list: set from --arch-list where one is given (`value`: how it writes it)
+    Convention("NATTEN_CUDA_ARCH", "arch", "dotted", "builds libnatten for these targets; unset, with no GPU "
+               "visible, it compiles nothing", "natten"),
+    Convention("FLASH_ATTN_CUDA_ARCHS", "arch", "digits", "the device targets it compiles (its default 80;90;100;120; "
+               "TORCH_CUDA_ARCH_LIST is not read)", "flash-attn"),
+    Convention("DS_BUILD_OPS", "builds", "1", "precompiles the ops (by default none: they compile just in time at "
+               "run time, and the wheel holds no device code)", "deepspeed"),
+    Convention("DS_ACCELERATOR", "builds", "cuda", "the accelerator the ops are built for (a builder without a GPU "
+               "detects cpu)", "deepspeed"),
 )
+
+
+def arch_value(convention: Convention, arch_list: str) -> str:
+    """An arch list (`8.0;9.0+PTX`) as a project's own variable writes it: `8.0;9.0` or `80;90`."""
+    entries = [e.removesuffix("+PTX") for e in re.split(r"[;,\s]+", arch_list.strip()) if e]
+    return ";".join(e.replace(".", "") if convention.value == "digits" else e for e in entries)
 
 # an environment read: os.getenv("X"...), os.environ.get("X"...), os.environ["X"], "X" in os.environ,
 # and CMake's $ENV{X}; with the literal it is compared to, where the script writes one
@@ -156,7 +171,8 @@ class SwitchPlan:
     public: list[str] = field(default_factory=list)  # every convention variable the build has: shown, not masked
 
 
-def plan_switches(reading: ScriptReading, given: Mapping[str, str], *, cuda: bool) -> SwitchPlan:
+def plan_switches(reading: ScriptReading, given: Mapping[str, str], *, cuda: bool,
+                  arch_list: str | None = None) -> SwitchPlan:
     """The variables a build sets from what its scripts read (`given`: the user's --env and settings,
     which always win), and what the plan says before any compile: a builder has no GPU for the build's
     torch (a container never has one), so a CUDA build sets the project's force switch; a skip switch
@@ -178,7 +194,12 @@ def plan_switches(reading: ScriptReading, given: Mapping[str, str], *, cuda: boo
             notes.append(f"{where}: the build sets {s.name}={s.on} ({why}; --env {s.name}=... to choose otherwise)")
         elif c.role == "named" and cuda:
             notes.append(f"{where}: not set (--env {s.name}={s.on} to)")
-    forced = [s for s in reading.switches if s.convention.role == "builds" and (s.name in sets or s.name in given)]
+        elif c.role == "arch" and cuda and arch_list:  # --arch-list given: its meaning is certain
+            sets[s.name] = arch_value(c, arch_list)
+            notes.append(f"{where}: the build sets {s.name}={sets[s.name]} (--arch-list {arch_list})")
+        elif c.role == "arch" and cuda:
+            notes.append(f"{where}: not set, the project's own default stands (--arch-list sets it)")
+    forced = [s for s in reading.switches if s.convention.role in ("builds", "arch") and (s.name in sets or s.name in given)]
     if cuda and reading.cuda_guard and not forced:
         notes.append(f"warning: {', '.join(reading.cuda_guard)} asks torch.cuda.is_available(), False on a "
                      "builder without a GPU, and reads no switch we know to force the CUDA build "

@@ -1,0 +1,168 @@
+"""The project asked before it compiles: its setup.py run as the build will run it, setup() answering
+(wheelci/resources/probe_setup.py), and every point judged from what it said.
+
+Why: a setup.py decides at run time what it builds, and a reading of its text guesses (21 of the most-used
+CUDA extensions were planned right on every point for 8). Asked, it says: the extensions it would build
+and their flags (the device targets included), the variables it read and what they held, what it asked
+torch.cuda, the imports that failed, the downloads it tried, or the exception it stops with. The build
+runs the same script in the same environment seconds later, so this adds no trust; the dry run and
+`plan` run none of the project's code and keep the reading.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wheelci.errors import Finding
+from wheelci.util import proc
+from wheelci.util.secret import redact
+
+if TYPE_CHECKING:
+    from wheelci.plan import Plan
+
+PROBE_OUT = ".wheelci-probe.json"  # the work directory's entry (wheelci.util.layout)
+TIMEOUT = 300.0  # a setup.py that imports torch takes seconds; one that hangs is not waited on forever
+
+
+@dataclass(frozen=True)
+class Answers:
+    """What the project's setup.py said (the probe's record, read and checked)."""
+
+    env: dict[str, str | None] = field(default_factory=dict)  # each variable it read, and its value (None: unset)
+    cuda: list[str] = field(default_factory=list)  # torch.cuda questions: "is_available -> False"
+    failed_imports: list[str] = field(default_factory=list)
+    downloads: list[str] = field(default_factory=list)
+    error: str | None = None  # the exception the script stopped with
+    setup_called: bool = False
+    extensions: list[dict[str, Any]] = field(default_factory=list)
+    setup_requires: list[str] = field(default_factory=list)
+
+    @property
+    def device_targets(self) -> list[str]:
+        """The targets the extensions' own nvcc flags name (sm_80, compute_90), in their order."""
+        flags = [a for e in self.extensions for a in _nvcc_flags(e)]
+        return list(dict.fromkeys(re.findall(r"\b(?:sm|compute)_\d{2,3}[af]?\b", " ".join(f for f in flags
+                                                                                   if "arch" in f or "code" in f))))
+
+    @property
+    def builds_cuda(self) -> bool:
+        return any(e.get("kind") == "CUDAExtension" or e.get("cuda_sources", 0) for e in self.extensions)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"env": self.env, "cuda": self.cuda, "failed_imports": self.failed_imports,
+                "downloads": [redact(u) for u in self.downloads], "error": self.error,
+                "setup_called": self.setup_called, "setup_requires": self.setup_requires,
+                "extensions": [{k: e.get(k) for k in ("name", "kind", "sources", "cuda_sources")} for e in self.extensions],
+                "device_targets": self.device_targets}
+
+
+def _nvcc_flags(ext: dict[str, Any]) -> list[str]:
+    args = ext.get("extra_compile_args")
+    flags = args.get("nvcc", []) if isinstance(args, dict) else args if isinstance(args, list) else []
+    return [str(a) for a in flags] if isinstance(flags, list) else []
+
+
+def _strings(value: object) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def parse(doc: object) -> Answers:
+    """The probe's JSON as Answers; what is not of the shape the probe writes is left out (pure)."""
+    if not isinstance(doc, dict):
+        return Answers(error="the probe wrote no answers")
+    env = doc.get("env")
+    setup = doc.get("setup")
+    setup = setup if isinstance(setup, dict) else None
+    exts = setup.get("ext_modules") if setup else None
+    return Answers(
+        env={k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, (str, type(None)))}
+        if isinstance(env, dict) else {},
+        cuda=[f"{c.get('asked')} -> {c.get('answer')}" for c in doc.get("cuda") or [] if isinstance(c, dict)],
+        failed_imports=[n for n in _strings(doc.get("failed_imports")) if n],
+        downloads=_strings(doc.get("downloads")),
+        error=doc["error"] if isinstance(doc.get("error"), str) else None,
+        setup_called=setup is not None,
+        extensions=[e for e in exts if isinstance(e, dict)] if isinstance(exts, list) else [],
+        setup_requires=_strings(setup.get("setup_requires")) if setup else [])
+
+
+def ask(python: Path, project_dir: Path, environ: dict[str, str], out: Path) -> Answers | None:
+    """The project's answers, or None where it has no setup.py to ask (CMake, meson, an in-tree backend:
+    their own configure says what it builds)."""
+    if not (project_dir / "setup.py").is_file():
+        return None
+    out.unlink(missing_ok=True)
+    script = str(files("wheelci.resources") / "probe_setup.py")
+    r = proc.run([python, "-I", script, out, project_dir], what="asking the project how it builds (setup.py, "
+                 "nothing compiled)", check=False, capture_output=True, text=True, env=environ, cwd=project_dir,
+                 timeout=TIMEOUT)
+    try:
+        return parse(json.loads(out.read_text(errors="replace")))
+    except (OSError, ValueError):
+        return Answers(error=f"the probe stopped with exit status {r.returncode} before it answered")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    notes: list[str]
+    refusal: str | None = None  # why no compile can give this build: said in seconds, not after it
+
+
+def judge(answers: Answers, plan: Plan) -> Verdict:
+    """Each point before the compile: whether this build can exist, whether it compiles anything, the
+    device targets the wheel will hold, and what the project tried that the build lacks (pure)."""
+    what = f"a {'CUDA ' + plan.cuda if plan.cuda else 'CPU'} build"
+    notes = [f"the project reads {', '.join(f'{k}={v}' if v is not None else f'{k} (unset)' for k, v in answers.env.items())}"
+             ] if answers.env else []
+    if answers.failed_imports:
+        notes.append(f"its setup.py imports {', '.join(answers.failed_imports)}, which the build environment lacks "
+                     f"(--build-requires adds one)")
+    if answers.downloads:
+        notes.append(f"its setup.py tries to download {', '.join(redact(u) for u in answers.downloads[:3])}: nothing "
+                     "downloaded is built here")
+    if answers.error is not None:
+        if answers.downloads and "URLError" in answers.error:
+            return Verdict(notes + [f"its setup.py stops on a download the probe refused ({answers.error}): the "
+                                    "compile tells"])
+        cpu = "" if plan.cuda else " (a CPU build of it cannot exist: build with --cuda X.Y)"
+        return Verdict(notes, f"{what} of this project cannot run: its setup.py stops before any compile under torch "
+                              f"{plan.torch}: {answers.error}{cpu}")
+    if not answers.setup_called:
+        return Verdict(notes + ["its setup.py never called setup(): the compile tells what it builds"])
+    if not answers.extensions:
+        read = [k for k, v in answers.env.items() if v is None]
+        why = f"; it reads {', '.join(read)}: the project's own variables may make it compile" if read else ""
+        if plan.cuda and not plan.run.allow_no_device_code:
+            return Verdict(notes, f"{what} of this project compiles nothing as configured: setup() gets no "
+                                  f"extension{why} (--allow-no-device-code for kernels compiled at run time)")
+        notes.append("setup() gets no extension: a pure-Python wheel" + why)
+        return Verdict(notes)
+    if plan.cuda and not answers.builds_cuda and not plan.run.allow_no_device_code:
+        names = ", ".join(e.get("name", "?") for e in answers.extensions[:4])
+        read = [k for k, v in answers.env.items() if v is None]
+        return Verdict(notes, f"{what} of this project compiles its CPU path only as configured ({names}: no CUDA "
+                              f"source){'; it reads ' + ', '.join(read) if read else ''}")
+    if plan.cuda:
+        own = answers.device_targets
+        if own and plan.narrowed:
+            notes.append(f"device targets: {plan.arch_list} (the project's own {' '.join(own)} replaced)")
+        elif own:
+            notes.append(f"device targets: {' '.join(own)} (the project's own; --arch-list replaces them)")
+        else:
+            notes.append(f"device targets: {plan.arch_list} (TORCH_CUDA_ARCH_LIST)")
+    return Verdict(notes)
+
+
+def checked(answers: Answers | None, plan: Plan) -> list[str]:
+    """The verdict said: its notes returned, its refusal raised (a Finding: the project cannot be built so)."""
+    if answers is None:
+        return []
+    verdict = judge(answers, plan)
+    if verdict.refusal:
+        raise Finding(verdict.refusal)
+    return verdict.notes
