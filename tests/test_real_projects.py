@@ -19,21 +19,16 @@ Each sdist is fetched by its pinned sha256 (a different file is refused), cached
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 import subprocess
-import sys
-import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from wheelci.util.cache import cache_dir
 from tests._wheels import run_stage
-from tests import _proc
+from tests import _proc, _sdists
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
@@ -41,50 +36,9 @@ HERE = Path(__file__).resolve().parent
 CHECKS = HERE / "real_projects"
 TINY = HERE / "fixtures" / "tiny_ext"
 
-# project -> (sdist file, its sha256 on the index)
-SDISTS = {
-    "spatial-correlation-sampler": ("spatial_correlation_sampler-0.5.0.tar.gz",
-                                    "872d720d3740f3caf0d15620af5180af8a1971568f9c7cda3664757262688d11"),
-    "torch-linear-assignment": ("torch_linear_assignment-0.0.6.tar.gz",
-                                "6aad76d3c976b40cf1572e81bed8aedbeafdacb817f290e137c7a76ad58fcd23"),
-    # CPU builds, in test_real_projects_cpu.py
-    "torchsort": ("torchsort-0.1.10.tar.gz", "416a7dd2ab88332b27e98318d7fb2e0243b9fb6f1fffcf77760d63103d70dd04"),
-    "torch-cluster": ("torch_cluster-1.6.3.tar.gz", "78d5a930a5bbd0d8788df8c6d66addd68d6dd292fe3edb401e3dacba26308152"),
-    "torch-spline-conv": ("torch_spline_conv-1.2.2.tar.gz",
-                          "ed45a81da29f774665dbdd4709d7e534cdf16d2e7006dbd06957f35bd09661b2"),
-}
-
-
 def sdist(project: str) -> Path:
-    """The project's pinned sdist, from the index's PEP 691 JSON page (cached, sha256-checked)."""
-    filename, sha256 = SDISTS[project]
-    path = cache_dir("sdists") / filename
-    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256:
-        return path
-    index = (os.environ.get("PIP_INDEX_URL") or _pip_config("global.index-url") or "https://pypi.org/simple").rstrip("/")
-    page = urllib.request.Request(f"{index}/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(page, timeout=60) as r:
-        files = {f["filename"]: f for f in json.load(r)["files"]}
-    assert filename in files, f"{filename} is not on {index}/{project}/"
-    with urllib.request.urlopen(urllib.request.urljoin(f"{index}/{project}/", files[filename]["url"]),
-                                timeout=300) as r:
-        data = r.read()
-    assert hashlib.sha256(data).hexdigest() == sha256, f"{filename}: the index served another file"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_suffix(".part")
-    part.write_bytes(data)
-    part.replace(path)
-    return path
-
-
-def _pip_config(key: str) -> str | None:
-    """A value of pip's own configuration (a mirror the machine points pip at), or None."""
-    r = _proc.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
-    for line in r.stdout.splitlines():
-        name, _, value = line.partition("=")
-        if name.strip() in (key, f":env:.{key.partition('.')[2]}"):
-            return value.strip().strip("'\"") or None
-    return None
+    """The project's pinned sdist (tests._sdists: fetched by the tool's own requirement fetch, cached)."""
+    return _sdists.sdist(project)
 
 
 def build(tmp: Path, source: Path, *args: str, timeout: float | None = None) -> tuple[subprocess.CompletedProcess, dict, list[Path]]:

@@ -21,7 +21,7 @@ from wheelci.cibw import ContainerInputs, cibw_quote, container_environment
 from wheelci.config import constraints, matrix as mx
 from wheelci.config.compilecache import for_the_store, parse, torch_finds_ccache
 from wheelci.config.options import Options
-from wheelci.config.project import Project
+from wheelci.config.project import Backend, Project
 from wheelci.config.releases import TorchIndex, choose_torch, release_note
 from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
 from wheelci.config.switches import ScriptReading, gencode_note, plan_switches, read_scripts
@@ -417,6 +417,10 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     narrowed = (bool(plan.cuda) and request.arch_list is not None and not request.keep_project_archs
                 and not plan.engine.container)
     hardcoded = gencode_note(reading, plan.arch_list, narrowed) if plan.cuda else None
+    if project.backend in (Backend.SETUPTOOLS, Backend.PEP517) and (Path(project_dir) / "setup.py").is_file():
+        found = replace(found, notes=[*found.notes, "read from the project's text (the dry run runs none of its "
+                                      "code); the build first asks its setup.py, run with setup() answering, and "
+                                      "judges from what it says"])
     if hardcoded and plan.engine.container and request.arch_list is not None and not request.keep_project_archs:
         hardcoded += f" (in a {plan.engine} build the image's nvcc keeps them: --engine host narrows them)"
     plan = replace(plan, script=reading, switches=dict(found.sets), narrowed=narrowed,

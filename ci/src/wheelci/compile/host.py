@@ -267,7 +267,14 @@ def probed(plan: Plan, own: Overlay, backend: Backend, project_dir: Path, work_d
     the compile (wheelci.compile.probe): a build that cannot give a wheel stops here, in seconds."""
     if backend not in (Backend.SETUPTOOLS, Backend.PEP517):
         return None
-    answers = probe.ask(own.python, project_dir, environ, work_dir / probe.PROBE_OUT)
+    out = work_dir / probe.PROBE_OUT
+    answers = probe.ask(own.python, project_dir, environ, out)
+    sets = probe.switches_read(answers, plan, environ) if answers else {}
+    if sets:  # a variable of a known convention the text did not show (read through a helper): set, asked again
+        log.info(f"note: the project reads {', '.join(sets)}: the build sets "
+                 f"{', '.join(f'{k}={v}' for k, v in sets.items())} (--env NAME=... to choose otherwise)")
+        environ.update(sets)
+        answers = probe.ask(own.python, project_dir, environ, out)
     for note in probe.checked(answers, plan):
         log.info(f"note: {note}")
     return answers

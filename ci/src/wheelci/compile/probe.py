@@ -18,6 +18,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wheelci.config.switches import ScriptReading, Switch, convention_of, plan_switches
 from wheelci.errors import Finding
 from wheelci.util import proc
 from wheelci.util.secret import redact
@@ -44,14 +45,22 @@ class Answers:
 
     @property
     def device_targets(self) -> list[str]:
-        """The targets the extensions' own nvcc flags name (sm_80, compute_90), in their order."""
+        """The code the extensions' own nvcc flags put in the wheel (sm_80's cubin, compute_90's PTX), in
+        their order: what `code=` names (`arch=compute_80` alone is only the virtual arch compiled through)."""
         flags = [a for e in self.extensions for a in _nvcc_flags(e)]
-        return list(dict.fromkeys(re.findall(r"\b(?:sm|compute)_\d{2,3}[af]?\b", " ".join(f for f in flags
-                                                                                   if "arch" in f or "code" in f))))
+        found = [t for f in flags for m in re.finditer(r"code=\[?([^\s\]]+)", f)
+                 for t in re.findall(r"\b(?:sm|compute)_\d{2,3}[af]?\b", m[1])]
+        found += [m[1] for f in flags for m in [re.fullmatch(r"-arch[= ](sm_\d{2,3}[af]?)", f)] if m]
+        return list(dict.fromkeys(found))
 
     @property
     def builds_cuda(self) -> bool:
         return any(e.get("kind") == "CUDAExtension" or e.get("cuda_sources", 0) for e in self.extensions)
+
+    @property
+    def builds_itself(self) -> list[str]:
+        """Extensions of no sources: the project's own build_ext makes them (natten's CMake library)."""
+        return [str(e.get("name", "?")) for e in self.extensions if not e.get("sources")]
 
     def to_json(self) -> dict[str, Any]:
         return {"env": self.env, "cuda": self.cuda, "failed_imports": self.failed_imports,
@@ -119,9 +128,6 @@ def judge(answers: Answers, plan: Plan) -> Verdict:
     what = f"a {'CUDA ' + plan.cuda if plan.cuda else 'CPU'} build"
     notes = [f"the project reads {', '.join(f'{k}={v}' if v is not None else f'{k} (unset)' for k, v in answers.env.items())}"
              ] if answers.env else []
-    if answers.failed_imports:
-        notes.append(f"its setup.py imports {', '.join(answers.failed_imports)}, which the build environment lacks "
-                     f"(--build-requires adds one)")
     if answers.downloads:
         notes.append(f"its setup.py tries to download {', '.join(redact(u) for u in answers.downloads[:3])}: nothing "
                      "downloaded is built here")
@@ -130,8 +136,11 @@ def judge(answers: Answers, plan: Plan) -> Verdict:
             return Verdict(notes + [f"its setup.py stops on a download the probe refused ({answers.error}): the "
                                     "compile tells"])
         cpu = "" if plan.cuda else " (a CPU build of it cannot exist: build with --cuda X.Y)"
+        # an import the project guards (torch_npu, habana_frameworks) fails too: only the one it stopped on counts
+        lacks = ("; the build environment lacks it: --build-requires the package that provides it"
+                 if answers.error.startswith(("ModuleNotFoundError", "ImportError")) else "")
         return Verdict(notes, f"{what} of this project cannot run: its setup.py stops before any compile under torch "
-                              f"{plan.torch}: {answers.error}{cpu}")
+                              f"{plan.torch}: {answers.error}{cpu}{lacks}")
     if not answers.setup_called:
         return Verdict(notes + ["its setup.py never called setup(): the compile tells what it builds"])
     if not answers.extensions:
@@ -141,6 +150,10 @@ def judge(answers: Answers, plan: Plan) -> Verdict:
             return Verdict(notes, f"{what} of this project compiles nothing as configured: setup() gets no "
                                   f"extension{why} (--allow-no-device-code for kernels compiled at run time)")
         notes.append("setup() gets no extension: a pure-Python wheel" + why)
+        return Verdict(notes)
+    if answers.builds_itself:
+        notes.append(f"{', '.join(answers.builds_itself)}: built by the project's own build step (its build_ext, "
+                     "CMake): the device code read after the compile says what it holds")
         return Verdict(notes)
     if plan.cuda and not answers.builds_cuda and not plan.run.allow_no_device_code:
         names = ", ".join(e.get("name", "?") for e in answers.extensions[:4])
@@ -156,6 +169,16 @@ def judge(answers: Answers, plan: Plan) -> Verdict:
         else:
             notes.append(f"device targets: {plan.arch_list} (TORCH_CUDA_ARCH_LIST)")
     return Verdict(notes)
+
+
+def switches_read(answers: Answers, plan: Plan, environ: dict[str, str]) -> dict[str, str]:
+    """The build switches of a known convention (wheelci.config.switches) the project read and found unset,
+    as the plan would set them had its reading of the text seen them; the user's never change."""
+    reading = ScriptReading(["setup.py"], [Switch(name, None, c, "setup.py") for name, value in answers.env.items()
+                                           if value is None and name not in environ and (c := convention_of(name))])
+    found = plan_switches(reading, plan.run.build_env, cuda=plan.cuda is not None,
+                          arch_list=plan.arch_list if plan.narrowed else None)
+    return {k: v for k, v in found.sets.items() if k not in environ}
 
 
 def checked(answers: Answers | None, plan: Plan) -> list[str]:
