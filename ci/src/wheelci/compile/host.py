@@ -258,7 +258,7 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
     return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env, cached[0] if cached else None,
-                         answers.to_json() if answers else None)
+                         answers.to_json(plan) if answers else None)
 
 
 def probed(plan: Plan, own: Overlay, backend: Backend, project_dir: Path, work_dir: Path,

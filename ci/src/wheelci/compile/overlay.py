@@ -27,7 +27,7 @@ from wheelci.errors import CiError, Finding
 from wheelci.util import proc
 from wheelci.util.atomic import write_text
 from wheelci.util.cache import read_stamp
-from wheelci.wheel.requirements import requirement_name
+from wheelci.wheel.requirements import read_requirement, requirement_name
 
 OVERLAY = "build-env"  # the work directory's entry (wheelci.util.layout)
 MARK = ".wheelci-requires"  # what the venv was made with: the same again is reused as it is
@@ -102,7 +102,9 @@ def add_asked(own: Overlay, asked: list[str], pins: Path) -> bool:
     it from the start. False where nothing is new (the same lack twice is the project's to fix) or it is
     torch, which only the shared environment gives."""
     have = set(_asked(own.root)) | set(own.requires)
-    new = [a for a in asked if a not in have and requirement_name(a) != "torch"]
+    # what a log line names: a requirement (never a pip option a project could print there), torch left out
+    new = [a for a in asked if a not in have and (req := read_requirement(a)) is not None and not req.url
+           and requirement_name(a) != "torch"]
     if not new:
         return False
     _install(own.python, new, pins)

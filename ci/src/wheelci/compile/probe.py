@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from wheelci.config.switches import ScriptReading, Switch, convention_of, plan_switches
 from wheelci.errors import Finding
-from wheelci.util import proc
+from wheelci.util import log, proc, secret
 from wheelci.util.secret import redact
 
 if TYPE_CHECKING:
@@ -42,13 +43,14 @@ class Answers:
     setup_called: bool = False
     extensions: list[dict[str, Any]] = field(default_factory=list)
     setup_requires: list[str] = field(default_factory=list)
+    cmdclass: dict[str, str] = field(default_factory=dict)  # command -> the class the project gives it
 
     @property
     def device_targets(self) -> list[str]:
         """The code the extensions' own nvcc flags put in the wheel (sm_80's cubin, compute_90's PTX), in
         their order: what `code=` names (`arch=compute_80` alone is only the virtual arch compiled through)."""
         flags = [a for e in self.extensions for a in _nvcc_flags(e)]
-        found = [t for f in flags for m in re.finditer(r"code=\[?([^\s\]]+)", f)
+        found = [t for f in flags for m in re.finditer(r"(?<![A-Za-z])code=\[?([^\s\]]+)", f)
                  for t in re.findall(r"\b(?:sm|compute)_\d{2,3}[af]?\b", m[1])]
         found += [m[1] for f in flags for m in [re.fullmatch(r"-arch[= ](sm_\d{2,3}[af]?)", f)] if m]
         return list(dict.fromkeys(found))
@@ -58,12 +60,27 @@ class Answers:
         return any(e.get("kind") == "CUDAExtension" or e.get("cuda_sources", 0) for e in self.extensions)
 
     @property
+    def own_build_ext(self) -> str | None:
+        """The project's own build_ext, where it is not setuptools' or torch's BuildExtension: what it
+        compiles, beyond the extensions' sources, the compile alone tells."""
+        cls = self.cmdclass.get("build_ext")
+        return cls if cls and not cls.startswith(("torch.utils.cpp_extension.", "setuptools.")) else None
+
+    @property
     def builds_itself(self) -> list[str]:
         """Extensions of no sources: the project's own build_ext makes them (natten's CMake library)."""
         return [str(e.get("name", "?")) for e in self.extensions if not e.get("sources")]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"env": self.env, "cuda": self.cuda, "failed_imports": self.failed_imports,
+    def shown_env(self, plan: Plan) -> dict[str, str | None]:
+        """The variables it read as they may be shown: a value is masked where its name says it is a secret
+        or it is a build variable not declared public (--env, [tool.wheelci] env); the rest redacted."""
+        public = secret.shown_names(plan.run.public_env)
+        hidden = {k for k in plan.run.build_env if k not in public}
+        return {k: None if v is None else secret.MASK if secret.is_secret_name(k) or k in hidden else redact(v)
+                for k, v in self.env.items()}
+
+    def to_json(self, plan: Plan) -> dict[str, Any]:
+        return {"env": self.shown_env(plan), "cuda": self.cuda, "failed_imports": self.failed_imports,
                 "downloads": [redact(u) for u in self.downloads], "error": self.error,
                 "setup_called": self.setup_called, "setup_requires": self.setup_requires,
                 "extensions": [{k: e.get(k) for k in ("name", "kind", "sources", "cuda_sources")} for e in self.extensions],
@@ -76,8 +93,12 @@ def _nvcc_flags(ext: dict[str, Any]) -> list[str]:
     return [str(a) for a in flags] if isinstance(flags, list) else []
 
 
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _strings(value: object) -> list[str]:
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+    return [v for v in _list(value) if isinstance(v, str)]
 
 
 def parse(doc: object) -> Answers:
@@ -91,13 +112,15 @@ def parse(doc: object) -> Answers:
     return Answers(
         env={k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, (str, type(None)))}
         if isinstance(env, dict) else {},
-        cuda=[f"{c.get('asked')} -> {c.get('answer')}" for c in doc.get("cuda") or [] if isinstance(c, dict)],
+        cuda=[f"{c.get('asked')} -> {c.get('answer')}" for c in _list(doc.get("cuda")) if isinstance(c, dict)],
         failed_imports=[n for n in _strings(doc.get("failed_imports")) if n],
         downloads=_strings(doc.get("downloads")),
         error=doc["error"] if isinstance(doc.get("error"), str) else None,
         setup_called=setup is not None,
         extensions=[e for e in exts if isinstance(e, dict)] if isinstance(exts, list) else [],
-        setup_requires=_strings(setup.get("setup_requires")) if setup else [])
+        setup_requires=_strings(setup.get("setup_requires")) if setup else [],
+        cmdclass={k: v for k, v in (setup.get("cmdclass") or {}).items() if isinstance(k, str) and isinstance(v, str)}
+        if setup and isinstance(setup.get("cmdclass"), dict) else {})
 
 
 def ask(python: Path, project_dir: Path, environ: dict[str, str], out: Path) -> Answers | None:
@@ -107,9 +130,14 @@ def ask(python: Path, project_dir: Path, environ: dict[str, str], out: Path) -> 
         return None
     out.unlink(missing_ok=True)
     script = str(files("wheelci.resources") / "probe_setup.py")
-    r = proc.run([python, "-I", script, out, project_dir], what="asking the project how it builds (setup.py, "
-                 "nothing compiled)", check=False, capture_output=True, text=True, env=environ, cwd=project_dir,
-                 timeout=TIMEOUT)
+    try:  # what it prints is not read (the build's log gets it, seconds later): never held in memory
+        r = proc.run([python, "-I", script, out, project_dir], what="asking the project how it builds (setup.py, "
+                     "nothing compiled)", check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     env=environ, cwd=project_dir, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        log.info(f"note: the project's setup.py gave no answer within {TIMEOUT:.0f} s (nothing compiled): the "
+                 "compile tells what it builds")
+        return None
     try:
         return parse(json.loads(out.read_text(errors="replace")))
     except (OSError, ValueError):
@@ -126,12 +154,15 @@ def judge(answers: Answers, plan: Plan) -> Verdict:
     """Each point before the compile: whether this build can exist, whether it compiles anything, the
     device targets the wheel will hold, and what the project tried that the build lacks (pure)."""
     what = f"a {'CUDA ' + plan.cuda if plan.cuda else 'CPU'} build"
-    notes = [f"the project reads {', '.join(f'{k}={v}' if v is not None else f'{k} (unset)' for k, v in answers.env.items())}"
-             ] if answers.env else []
+    shown = answers.shown_env(plan)
+    notes = [f"the project reads {', '.join(f'{k}={v}' if v is not None else f'{k} (unset)' for k, v in shown.items())}"
+             ] if shown else []
     if answers.downloads:
         notes.append(f"its setup.py tries to download {', '.join(redact(u) for u in answers.downloads[:3])}: nothing "
                      "downloaded is built here")
-    if answers.error is not None:
+    if answers.error is not None and answers.setup_called:  # raised after setup(), which answered nothing
+        notes.append(f"after setup() its setup.py raised {answers.error} (the probe's setup() returns nothing)")
+    elif answers.error is not None:
         if answers.downloads and "URLError" in answers.error:
             return Verdict(notes + [f"its setup.py stops on a download the probe refused ({answers.error}): the "
                                     "compile tells"])
@@ -154,6 +185,10 @@ def judge(answers: Answers, plan: Plan) -> Verdict:
     if answers.builds_itself:
         notes.append(f"{', '.join(answers.builds_itself)}: built by the project's own build step (its build_ext, "
                      "CMake): the device code read after the compile says what it holds")
+        return Verdict(notes)
+    if answers.own_build_ext:
+        notes.append(f"its build_ext is its own ({answers.own_build_ext}): the device code read after the compile "
+                     "says what it holds")
         return Verdict(notes)
     if plan.cuda and not answers.builds_cuda and not plan.run.allow_no_device_code:
         names = ", ".join(e.get("name", "?") for e in answers.extensions[:4])

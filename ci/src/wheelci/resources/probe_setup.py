@@ -147,7 +147,8 @@ def _setup(**kwargs: Any) -> None:
         "ext_modules": [_extension(e) for e in modules],
         "setup_requires": [str(r) for r in kwargs.get("setup_requires") or []],
         "install_requires": [str(r) for r in kwargs.get("install_requires") or []],
-        "cmdclass": sorted(str(k) for k in (kwargs.get("cmdclass") or {})),
+        "cmdclass": {str(k): f"{getattr(v, '__module__', '?')}.{getattr(v, '__qualname__', '?')}"
+                     for k, v in dict(kwargs.get("cmdclass") or {}).items()},
         "packages": len(kwargs.get("packages") or []) + len(kwargs.get("py_modules") or []),
     }
 

@@ -1,0 +1,102 @@
+"""The verdict on what a project's setup.py said (wheelci.compile.probe.judge): each point judged before the
+compile, a refusal only where no compile can give the build, and what it read shown by the secret rule.
+The answers are the probe's own JSON shape; tests/test_corpus.py asks twelve real projects."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from wheelci import plan as pl
+from wheelci.compile import probe
+from wheelci.util import secret
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_ext"
+
+
+@pytest.fixture(scope="module")
+def cuda_plan():
+    return pl.make_plan(pl.Request(cuda="13.0", engine="host", arch_list="9.0"), project_dir=FIXTURE)
+
+
+@pytest.fixture(scope="module")
+def cpu_plan():
+    return pl.make_plan(pl.Request(cuda=None, engine="host"), project_dir=FIXTURE)
+
+
+def answers(**setup) -> probe.Answers:
+    doc = {"env": setup.pop("env", {}), "cuda": [], "failed_imports": [], "downloads": setup.pop("downloads", []),
+           "error": setup.pop("error", None), "setup": setup.pop("setup", {"ext_modules": [], **setup})}
+    return probe.parse(json.loads(json.dumps(doc)))
+
+
+CUDA_EXT = {"name": "k._C", "kind": "CUDAExtension", "sources": 2, "cuda_sources": 1,
+            "extra_compile_args": {"nvcc": ["-gencode", "arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=[sm_90,compute_90]"]}}
+CPU_EXT = {"name": "k._cpu", "kind": "Extension", "sources": 1, "cuda_sources": 0}
+
+
+def test_a_script_that_stops_before_setup_is_refused_and_a_cpu_build_says_why(cpu_plan):
+    verdict = probe.judge(answers(error="NameError: name 'bare_metal_version' is not defined", setup=None), cpu_plan)
+    assert verdict.refusal == ("a CPU build of this project cannot run: its setup.py stops before any compile under "
+                               "torch 2.13.0: NameError: name 'bare_metal_version' is not defined (a CPU build of it "
+                               "cannot exist: build with --cuda X.Y)")
+
+
+def test_what_the_probe_itself_causes_is_never_a_refusal(cuda_plan):
+    after = answers(error="AttributeError: 'NoneType' object has no attribute 'command_obj'", ext_modules=[CUDA_EXT])
+    assert probe.judge(after, cuda_plan).refusal is None  # setup() answered first: our stub returned None
+    offline = answers(error="urllib.error.URLError: <urlopen error the build's probe reaches no network>", setup=None,
+                      downloads=["https://github.com/x/releases/x.whl"])
+    assert probe.judge(offline, cuda_plan).refusal is None
+
+
+def test_a_cuda_build_that_compiles_nothing_names_what_it_reads(cuda_plan):
+    got = probe.judge(answers(env={"NATTEN_CUDA_ARCH": None}), cuda_plan)
+    assert got.refusal and "compiles nothing as configured" in got.refusal and "it reads NATTEN_CUDA_ARCH" in got.refusal
+    allowed = replace(cuda_plan, run=replace(cuda_plan.run, allow_no_device_code=True))
+    assert probe.judge(answers(env={"NATTEN_CUDA_ARCH": None}), allowed).refusal is None
+
+
+def test_a_cpu_path_only_is_refused_unless_the_project_builds_it_its_own_way(cuda_plan):
+    assert "compiles its CPU path only" in (probe.judge(answers(ext_modules=[CPU_EXT]), cuda_plan).refusal or "")
+    own = answers(ext_modules=[CPU_EXT], cmdclass={"build_ext": "setup.CMakeBuild"})
+    assert probe.judge(own, cuda_plan).refusal is None
+    torch_own = answers(ext_modules=[CPU_EXT], cmdclass={"build_ext": "torch.utils.cpp_extension.BuildExtension"})
+    assert probe.judge(torch_own, cuda_plan).refusal  # torch's BuildExtension compiles the sources given, no more
+    itself = answers(ext_modules=[{"name": "natten.libnatten", "kind": "Extension", "sources": 0}])
+    assert probe.judge(itself, cuda_plan).refusal is None
+
+
+def test_the_device_targets_are_named(cuda_plan):
+    a = answers(ext_modules=[CUDA_EXT])
+    assert a.device_targets == ["sm_80", "sm_90", "compute_90"]
+    assert "device targets: 9.0 (the project's own sm_80 sm_90 compute_90 replaced)" in probe.judge(a, cuda_plan).notes
+    kept = replace(cuda_plan, narrowed=False)
+    assert "device targets: sm_80 sm_90 compute_90 (the project's own; --arch-list replaces them)" in probe.judge(a, kept).notes
+
+
+def test_what_it_read_is_shown_by_the_secret_rule(cuda_plan):
+    plan = replace(cuda_plan, run=replace(cuda_plan.run, build_env={"MY_SWITCH": "s3cret-value", "FORCE_CUDA": "1"},
+                                          public_env=["FORCE_CUDA"]))
+    a = answers(ext_modules=[CUDA_EXT], env={"GITHUB_TOKEN": "ghp_leak", "MY_SWITCH": "s3cret-value", "FORCE_CUDA": "1",
+                                             "URL": "https://user:pw@host/x", "UNSET": None})
+    shown = json.dumps([a.to_json(plan), probe.judge(a, plan).notes])
+    assert "ghp_leak" not in shown and "s3cret-value" not in shown and "pw@" not in shown
+    assert a.to_json(plan)["env"] == {"GITHUB_TOKEN": "***", "MY_SWITCH": "***", "FORCE_CUDA": "1",
+                                      "URL": secret.redact("https://user:pw@host/x"), "UNSET": None}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=20))
+def test_any_json_the_probe_file_holds_parses_without_an_exception(doc):
+    """The file is written by the project's process (its setup.py may replace anything): read, never trusted."""
+    got = probe.parse(doc)
+    _ = (got.device_targets, got.builds_cuda, got.builds_itself, got.own_build_ext)
+    for key in ("env", "setup", "cuda", "downloads", "error"):
+        probe.parse({key: doc, "setup": doc if key != "setup" else {"ext_modules": doc, "cmdclass": doc}})
