@@ -103,11 +103,38 @@ def test_policy_met_without_ninja_on_the_callers_path(tmp_path):
 @pytest.mark.slow
 @pytest.mark.network
 def test_sdist_cpu(tmp_path):
+    """An sdist's build tree is kept by its digest: the same file, copied elsewhere and built into a new -w,
+    builds in the same tree (its source unpacked at one path) and gives the same bytes."""
     sdist = make_sdist(tmp_path / "dist")
     out = tmp_path / "out"
     r = run_stage("ci.build", sdist, "--cpu", "--engine", "host", "-w", out)
     assert r.returncode == 0, r.stderr[-3000:]
     assert_tested(out, "cpu")
+    again = tmp_path / "elsewhere" / sdist.name
+    again.parent.mkdir()
+    shutil.copyfile(sdist, again)
+    r = run_stage("ci.build", again, "--cpu", "--engine", "host", "-w", tmp_path / "out2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (first, one), (second, two) = built(out), built(tmp_path / "out2")
+    assert one["work_dir"] == two["work_dir"] and Path(one["work_dir"], "sdist", "tiny_ext-0.1.0").is_dir()
+    assert first.read_bytes() == second.read_bytes()
+
+
+@pytest.mark.slow
+def test_a_failed_sdist_build_keeps_its_log_and_tree(tmp_path):
+    """The log the error line names, and the build files kept for inspection, are there when it returns."""
+    broken = tmp_path / "broken"
+    shutil.copytree(FIXTURE, broken, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    source = next(broken.glob("csrc/*.cpp"))
+    source.write_text(source.read_text() + "\nthis is not C++;\n")
+    r = run_stage("ci.build", make_sdist(tmp_path / "dist", broken), "--cpu", "--engine", "host", "-w", tmp_path / "out")
+    assert r.returncode == 1, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    m = re.search(r"\(full log: (\S+)\)", last)
+    assert m and "the compiler's first error:" in last, last
+    log = Path(m[1])
+    assert log.is_file() and "this is not C++" in log.read_text()
+    assert (log.parent / "sdist" / "tiny_ext-0.1.0").is_dir()  # the unpacked source too
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 CHECKS = HERE / "real_projects"
 TINY = HERE / "fixtures" / "tiny_ext"
 
+
 def sdist(project: str) -> Path:
     """The project's pinned sdist (tests._sdists: fetched by the tool's own requirement fetch, cached)."""
     return _sdists.sdist(project)
@@ -117,6 +118,46 @@ def test_a_pyg_family_cuda_wheel_with_alternative_libraries_verifies(tmp_path):
 def _git(*args: str, cwd: Path) -> None:
     _proc.run(["git", "-c", "protocol.file.allow=always", "-c", "user.name=t", "-c", "user.email=t@t", *args],
               cwd=cwd, check=True, capture_output=True)
+
+
+def test_causal_conv1d_from_its_requirement_holds_only_the_asked_target(tmp_path):
+    """`wheelci build causal-conv1d==1.7.0 --cuda 13.0 --arch-list 9.0`: the sdist fetched by its requirement,
+    its nine hard-coded -gencode targets replaced by the one asked (resources/nvcc_targets.py), verified.
+    About 9 minutes of compile on two cores (nine targets: estimated 40); cached by the sdist, the plan and
+    the tool's files that reach the wheel or the device targets (test_real_projects_cpu.build_key)."""
+    from tests.test_real_projects_cpu import build_key, cache_dir_for, cached_report, cached_wheel, store
+
+    args = ("--cuda", "13.0", "--arch-list", "9.0")
+    key = {**build_key(sdist("causal-conv1d"), args), "narrowing": _narrowing_digest()}
+    entry = cache_dir_for("causal-conv1d-requirement", key)
+    wheel = cached_wheel(entry, key)
+    if wheel is None:
+        out = tmp_path / "out"
+        r = run_stage("ci.build", "causal-conv1d==1.7.0", *args, "--engine", "host", "-w", out, timeout=3600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        (built,) = out.glob("*.whl")
+        store(entry, built, key, json.loads((out / "report.json").read_text()))
+        wheel = cached_wheel(entry, key)
+        assert wheel is not None
+    report = cached_report(entry)
+    assert report["plan"]["fetched"]["sha256"] == _sdists.PINNED["causal-conv1d==1.7.0"]
+    assert report["plan"]["narrowed"] is True
+    (lib,) = report["wheels"][0]["device_code"].values()
+    assert lib == ["sm_90"], report["wheels"][0]["device_code"]  # not the nine the project names
+    assert report["passed"] and wheel.name.startswith("causal_conv1d-1.7.0+pt2.13.0.cu130-cp311-cp311-manylinux")
+
+
+def _narrowing_digest() -> str:
+    """The files that decide the device targets of a narrowed build."""
+    import hashlib
+
+    import wheelci
+
+    root = Path(wheelci.__file__).resolve().parent
+    h = hashlib.sha256()
+    for rel in ("resources/nvcc_targets.py", "compile/launch.py"):
+        h.update((root / rel).read_bytes())
+    return h.hexdigest()
 
 
 def test_a_project_whose_sources_include_a_git_submodule(tmp_path):

@@ -85,6 +85,11 @@ def build_key(source: Path, args: tuple[str, ...] = BUILD_ARGS) -> dict:
             "libc": " ".join(platform.libc_ver()), "tool": tool_digest()}
 
 
+def cache_dir_for(name: str, key: dict) -> Path:
+    """The cache entry of a build of `name` for this key."""
+    return cache_dir("real-project-wheels", f"{name}-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}")
+
+
 def cached_wheel(entry: Path, key: dict) -> Path | None:
     """The entry's wheel where the entry is whole and was made for this key, else None."""
     try:
@@ -123,7 +128,7 @@ def verified_build(project: str, tmp: Path, check: Path, args: tuple[str, ...] =
     default). The CUDA builds of test_real_projects.py use it too."""
     source = sdist(project)
     key = build_key(source, args)
-    entry = cache_dir("real-project-wheels", f"{project}-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}")
+    entry = cache_dir_for(project, key)
     wheel = cached_wheel(entry, key)
     if wheel is not None:
         return wheel, cached_report(entry), False
