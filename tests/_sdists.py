@@ -42,7 +42,7 @@ def sdist(project: str) -> Path:
     fetched from the index and checked."""
     requirement = requirement_of(project)
     name, version = requirement.split("==")
-    cached = cache_dir("sdists") / f"{name.replace('-', '_')}-{version}.tar.gz"
+    cached = cache_dir("sdists", PINNED[requirement][:32], f"{name.replace('-', '_')}-{version}.tar.gz")
     if cached.is_file() and sha256_file(cached) == PINNED[requirement]:
         return cached
     got = fetch(requirement, os.environ)

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests import _sdists
+from tests import _proc, _sdists
 from wheelci.config.sdist import extract_sdist
 
 pytestmark = pytest.mark.network
@@ -50,7 +49,7 @@ PLANNED: dict[str, tuple[dict[str, str], dict[str, str], list[str]]] = {
 
 
 def plan(project: str, *kind: str) -> dict:
-    r = subprocess.run([sys.executable, "-m", "wheelci", "plan", str(_sdists.sdist(project)), *kind, "--engine",
+    r = _proc.run([sys.executable, "-m", "wheelci", "plan", str(_sdists.sdist(project)), *kind, "--engine",
                         "host", "--json"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout)

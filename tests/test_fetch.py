@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import _proc
+
 from wheelci.config import fetch
 from wheelci.config.releases import IndexFile, parse_page
 from wheelci.errors import CiError
@@ -44,13 +46,13 @@ def index(tmp_path_factory):
     root = tmp_path_factory.mktemp("index")
     for version in ("0.1.0", "0.2.0", "0.3.0rc1"):
         _sdist(root, version)
-    subprocess.run([sys.executable, "-m", "wheelci", "index", str(root)], check=True, capture_output=True)
+    _proc.run([sys.executable, "-m", "wheelci", "index", str(root)], check=True, capture_output=True)
     return root
 
 
 def plan(requirement: str, url: str, cache: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PIP_INDEX_URL": url, "WHEELCI_CACHE_DIR": str(cache)}
-    return subprocess.run([sys.executable, "-m", "wheelci", "plan", "--cpu", "--json", requirement, *extra],
+    return _proc.run([sys.executable, "-m", "wheelci", "plan", "--cpu", "--json", requirement, *extra],
                           capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -63,7 +65,7 @@ def test_a_pinned_requirement_is_fetched_checked_and_planned_from_pep_691(index,
     data = (index / "tiny_ext-0.1.0.tar.gz").read_bytes()
     assert got["filename"] == "tiny_ext-0.1.0.tar.gz" and got["sha256"] == hashlib.sha256(data).hexdigest()
     assert got["requirement"] == "tiny-ext==0.1.0" and got["version"] == "0.1.0"
-    assert (tmp_path / "sdists" / "tiny_ext-0.1.0.tar.gz").read_bytes() == data  # cached by name, checked by digest
+    assert (tmp_path / "sdists" / got["sha256"][:32] / "tiny_ext-0.1.0.tar.gz").read_bytes() == data  # by its digest
     assert json.loads(r.stdout)["project"] == "tiny-ext"
 
 
@@ -95,12 +97,13 @@ def test_a_file_that_is_not_the_one_the_index_hashed_is_refused_and_not_kept(ind
 
 
 def test_a_corrupt_cached_copy_is_fetched_again(index, tmp_path):
-    cached = tmp_path / "sdists" / "tiny_ext-0.1.0.tar.gz"
+    data = (index / "tiny_ext-0.1.0.tar.gz").read_bytes()
+    cached = tmp_path / "sdists" / hashlib.sha256(data).hexdigest()[:32] / "tiny_ext-0.1.0.tar.gz"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"not the sdist")
     with NegotiatingServer(index) as server:
         assert plan("tiny-ext==0.1.0", f"{server.url}simple", tmp_path).returncode == 0
-    assert cached.read_bytes() == (index / "tiny_ext-0.1.0.tar.gz").read_bytes()
+    assert cached.read_bytes() == data
 
 
 @pytest.mark.parametrize("requirement, message", [
@@ -122,12 +125,26 @@ def test_a_path_is_never_read_as_a_requirement(tmp_path, monkeypatch):
     assert r.returncode == 2 and "tiny-ext: no such file or directory" in r.stderr and "index" not in r.stderr
 
 
+def test_pick_follows_pep_440_and_592():
+    """A wildcard is no pin (no pre-release, no yanked file for it); a pre-release is taken where it is all
+    there is; an upper-case digest is a digest; a name with a space or a slash is no file of the project."""
+    files = [IndexFile("proj-1.0.tar.gz", "final", False, "a" * 64, True), IndexFile("proj-1.1rc1.tar.gz", "rc", False, "b" * 64),
+             IndexFile("proj-1.0 .tar.gz", "space", False, "c" * 64), IndexFile("proj-2.0rc1.tar.gz", "rc2", False, "d" * 64)]
+    assert fetch.pick(Requirement("proj==1.*"), files, "i")[0].url == "rc"  # 1.0 is yanked: the rc is all there is
+    assert fetch.pick(Requirement("proj==1.0"), files, "i")[0].url == "final"  # pinned: even yanked
+    with pytest.raises(CiError, match="the others are yanked"):
+        fetch.pick(Requirement("proj<1.1"), [files[0]], "i")
+    doc = {"files": [{"filename": "p-1.0.tar.gz", "url": "p-1.0.tar.gz", "hashes": {"sha256": "AB" * 32}}]}
+    (f,) = parse_page(json.dumps(doc).encode(), "application/vnd.pypi.simple.v1+json", "https://i.example/simple/p/")
+    assert f.sha256 == "ab" * 32
+
+
 def test_pick_takes_the_newest_allowed_and_a_yanked_file_only_when_pinned():
     files = [IndexFile("proj-1.0.tar.gz", "u1", False, "a" * 64), IndexFile("proj-1.1.tar.gz", "u2", False, "b" * 64, True),
              IndexFile("proj-1.1-cp311-cp311-linux_x86_64.whl", "w", False), IndexFile("other-2.0.tar.gz", "o", False)]
     assert fetch.pick(Requirement("proj"), files, "i")[0].url == "u1"
     assert fetch.pick(Requirement("PROJ==1.1"), files, "i")[0].url == "u2"
-    with pytest.raises(CiError, match=r"proj>=2: no sdist of it on i \(sdists there: 1.0, 1.1\)"):
+    with pytest.raises(CiError, match=r"proj>=2: no sdist of it on i \(sdists there: 1.0, 1.1; the others are yanked"):
         fetch.pick(Requirement("proj>=2"), files, "i")
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import _proc
 
 from wheelci.compile import launch
 from wheelci.native.fatbin import read_library, summary
@@ -107,9 +108,16 @@ def test_a_real_nvcc_compiles_only_the_asked_target(tmp_path):
     assert environ["PYTORCH_NVCC"] == str(view / "bin" / "nvcc")
     (tmp_path / "k.cu").write_text("__global__ void k(float *x) { x[threadIdx.x] *= 2.0f; }\n")
     # the one-file-at-a-time path runs CUDA_HOME's nvcc, with the project's targets
-    subprocess.run([str(view / "bin" / "nvcc"), "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"),
+    _proc.run([str(view / "bin" / "nvcc"), "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"),
                     str(tmp_path / "k.cu"), "-gencode=arch=compute_75,code=sm_75",
                     "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_120,code=sm_120"],
                    check=True, env=environ, capture_output=True)
     with open(tmp_path / "k.so", "rb") as f:
         assert summary(read_library(f)) == (["sm_90"], [])
+
+
+@pytest.mark.parametrize("mode", ["-ptx", "--cubin", "--options-file=opts.txt", "-optf"])
+def test_a_single_target_output_or_an_options_file_runs_as_given(mode):
+    """nvcc refuses several targets for a .ptx or a .cubin, and an options file's targets are not seen."""
+    call = ["nvcc", mode, "-arch=sm_80", "a.cu"]
+    assert targets.narrow(call, "8.0;9.0") == call

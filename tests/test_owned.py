@@ -146,10 +146,9 @@ def test_a_link_planted_in_the_kept_tree_is_replaced_never_followed(tmp_path):
 
 
 def test_a_refused_repair_leaves_no_directory_it_made(tmp_path):
-    src = tmp_path / "omp.c"
-    src.write_text("#include <omp.h>\nint threads(void) { return omp_get_max_threads(); }\n")
-    lib = tmp_path / "libomp_op.so"
-    _proc.run(["gcc", "-shared", "-fPIC", "-fopenmp", "-o", lib, src], check=True)
+    from tests.test_repair import _torch_op
+
+    lib = _torch_op(tmp_path)  # links LibTorch: repair writes its torch pin, and so the metadata
     # a second Version header: refused when the Requires-Dist is written, after auditwheel ran
     wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": lib},
                        requires_python=">=3\nVersion: 2.0")

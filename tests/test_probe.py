@@ -47,28 +47,30 @@ def test_a_script_that_stops_before_setup_is_refused_and_a_cpu_build_says_why(cp
 
 
 def test_what_the_probe_itself_causes_is_never_a_refusal(cuda_plan):
+    """A false refusal is the worst answer: only the project's own failure before setup() refuses."""
     after = answers(error="AttributeError: 'NoneType' object has no attribute 'command_obj'", ext_modules=[CUDA_EXT])
     assert probe.judge(after, cuda_plan).refusal is None  # setup() answered first: our stub returned None
-    offline = answers(error="urllib.error.URLError: <urlopen error the build's probe reaches no network>", setup=None,
-                      downloads=["https://github.com/x/releases/x.whl"])
-    assert probe.judge(offline, cuda_plan).refusal is None
+    for downloaded in ("urllib.error.URLError: <urlopen error the build's probe reaches no network>",
+                       "RuntimeError: could not fetch the prebuilt kernels: the build's probe reaches no network"):
+        offline = answers(error=downloaded, setup=None, downloads=["https://github.com/x/releases/x.whl"])
+        assert probe.judge(offline, cuda_plan).refusal is None, downloaded
+    guarded = answers(error="SystemExit: run me through the project's build backend", setup=None)
+    assert probe.judge(guarded, cuda_plan).refusal is None
 
 
-def test_a_cuda_build_that_compiles_nothing_names_what_it_reads(cuda_plan):
+def test_compiling_nothing_or_the_cpu_path_only_is_said_not_refused(cuda_plan):
+    """Extensions declared in pyproject.toml, or a command of the project's own, may still build them: the
+    compile's device code check decides."""
     got = probe.judge(answers(env={"NATTEN_CUDA_ARCH": None}), cuda_plan)
-    assert got.refusal and "compiles nothing as configured" in got.refusal and "it reads NATTEN_CUDA_ARCH" in got.refusal
-    allowed = replace(cuda_plan, run=replace(cuda_plan.run, allow_no_device_code=True))
-    assert probe.judge(answers(env={"NATTEN_CUDA_ARCH": None}), allowed).refusal is None
-
-
-def test_a_cpu_path_only_is_refused_unless_the_project_builds_it_its_own_way(cuda_plan):
-    assert "compiles its CPU path only" in (probe.judge(answers(ext_modules=[CPU_EXT]), cuda_plan).refusal or "")
+    assert got.refusal is None
+    assert any(n.startswith("warning:") and "compiles nothing as configured" in n and "it reads NATTEN_CUDA_ARCH" in n
+               for n in got.notes), got.notes
+    cpu_only = probe.judge(answers(ext_modules=[CPU_EXT]), cuda_plan)
+    assert cpu_only.refusal is None and any("compiles its CPU path only" in n for n in cpu_only.notes)
     own = answers(ext_modules=[CPU_EXT], cmdclass={"build_ext": "setup.CMakeBuild"})
-    assert probe.judge(own, cuda_plan).refusal is None
-    torch_own = answers(ext_modules=[CPU_EXT], cmdclass={"build_ext": "torch.utils.cpp_extension.BuildExtension"})
-    assert probe.judge(torch_own, cuda_plan).refusal  # torch's BuildExtension compiles the sources given, no more
+    assert not any("CPU path only" in n for n in probe.judge(own, cuda_plan).notes)
     itself = answers(ext_modules=[{"name": "natten.libnatten", "kind": "Extension", "sources": 0}])
-    assert probe.judge(itself, cuda_plan).refusal is None
+    assert any("built by the project's own build step" in n for n in probe.judge(itself, cuda_plan).notes)
 
 
 def test_the_device_targets_are_named(cuda_plan):

@@ -13,17 +13,29 @@ from tests import _proc
 
 @pytest.fixture
 def omp_lib(tmp_path):
-    """A library NEEDing libgomp.so.1: excluded (torch ships it), so repair pins torch."""
+    """A library NEEDing libgomp.so.1 and LibTorch's libc10.so (linked against a stand-in of that name):
+    both excluded (torch ships them), and LibTorch ties the wheel to its torch, so repair pins it."""
+    return _torch_op(tmp_path)
+
+
+def _torch_op(tmp_path: Path) -> Path:
+    stub = tmp_path / "stub" / "libc10.so"
+    stub.parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "c10.c").write_text("int c10_stand_in(void) { return 0; }\n")
+    _proc.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libc10.so", "-o", stub, tmp_path / "c10.c"], check=True)
     src = tmp_path / "omp.c"
-    src.write_text("#include <omp.h>\nint threads(void) { return omp_get_max_threads(); }\n")
+    src.write_text("#include <omp.h>\nint c10_stand_in(void);\n"
+                   "int threads(void) { return omp_get_max_threads() + c10_stand_in(); }\n")
     lib = tmp_path / "libomp_op.so"
-    _proc.run(["gcc", "-shared", "-fPIC", "-fopenmp", "-o", lib, src], check=True)
+    _proc.run(["gcc", "-shared", "-fPIC", "-fopenmp", "-o", lib, src, f"-L{stub.parent}", "-lc10",
+               "-Wl,--no-as-needed"], check=True)
     return lib
 
 
 def test_openmp_runtime_is_left_to_torch(tmp_path):
     """An op built with -fopenmp NEEDs libgomp.so.1; torch ships its own (torch/lib/libgomp.so.1), so the
-    wheel must not carry a second copy (auditwheel grafts it by default: it is outside every policy)."""
+    wheel must not carry a second copy (auditwheel grafts it by default: it is outside every policy). It
+    links no LibTorch, so it ties the wheel to no torch release: no pin."""
     src = tmp_path / "omp.c"
     src.write_text("#include <omp.h>\nint threads(void) { return omp_get_max_threads(); }\n")
     lib = tmp_path / "libomp_op.so"
@@ -37,16 +49,15 @@ def test_openmp_runtime_is_left_to_torch(tmp_path):
     names = zipfile.ZipFile(repaired).namelist()
     assert not [n for n in names if "gomp" in n], names
     assert "libgomp.so.1" in proc.stdout  # reported as excluded: torch provides it
+    metadata = zipfile.ZipFile(repaired).read("omp_op-1.0.dist-info/METADATA").decode()
+    assert "Requires-Dist: torch" not in metadata
 
 
 def test_the_projects_own_torch_requirement_gives_way_to_the_pin(tmp_path):
     """Real setup.py files declare `install_requires=['torch>=1.1']` (spatial-correlation-sampler does):
     true of the source, not of a library built against torch 2.13.0. The pin replaces it; other
     requirements, and torch for an extra, stay as the project wrote them."""
-    src = tmp_path / "omp.c"
-    src.write_text("#include <omp.h>\nint threads(void) { return omp_get_max_threads(); }\n")
-    lib = tmp_path / "libomp_op.so"
-    _proc.run(["gcc", "-shared", "-fPIC", "-fopenmp", "-o", lib, src], check=True)
+    lib = _torch_op(tmp_path)
     wheel = make_wheel(tmp_path / "in", "omp-op", {"omp_op/__init__.py": b"", "omp_op/libomp_op.so": lib},
                        requires=("torch>=1.1", "numpy", 'torch>=2; extra == "compile"'))
     out = tmp_path / "out"

@@ -542,8 +542,10 @@ def finish_step(b: Build) -> None:
     plan, local = b.plan, truthful_label(b.plan, b.repaired)
     major = plan.stable.cuda_major if plan.stable else None  # a stable CUDA wheel checks torch's CUDA
     wheels = variant_wheels(plan, b.repaired, b.env.site, b.work, major) if plan.run.variants and plan.cuda else []
-    # a labelled CUDA wheel checks it too: beside a CPU torch, one line names the build to install instead
-    checked = major or (int(plan.cuda.split(".")[0]) if plan.cuda and local else None)
+    # a labelled CUDA wheel that links LibTorch checks it too: beside a CPU torch, one line names the build
+    # to install instead
+    linked = any(links_libtorch(lib.needed) for w in b.repaired for lib in scan_wheel(w))
+    checked = major or (int(plan.cuda.split(".")[0]) if plan.cuda and local and linked else None)
     if local or not wheels:  # a variant's unlabelled twin would take the CPU wheel's name
         wheels += [finish_wheel(w, b.env.site, b.work / "finished", local, checked) for w in b.repaired]
     b.wheels = wheels

@@ -33,7 +33,7 @@ from wheelci.util.invocation import command
 from wheelci.util.log import on_github_actions
 from wheelci.util.sizes import parse_limit
 from wheelci.util.untrusted import cut, one_line, workflow_commands_off
-from wheelci.wheel.names import cuda_tag, local_version
+from wheelci.wheel.names import cuda_tag, local_version, normalize
 from wheelci.wheel.requirements import read_requirement
 
 if TYPE_CHECKING:
@@ -143,8 +143,10 @@ def checked_requirements(given: tuple[str, ...]) -> list[str]:
     """--build-requires, each a PEP 508 requirement (a typo is bad input now, not pip's error minutes in)."""
     for text in given:
         req = read_requirement(text)
-        if req is None or req.url:
+        if req is None or req.url or text.strip().endswith((".whl", ".tar.gz", ".zip")):
             raise CiError(f"--build-requires {cut(one_line(text), 80)!r}: not a requirement (e.g. psutil, pybind11>=2.6)")
+        if normalize(req.name) == "torch":
+            raise CiError(f"--build-requires {cut(one_line(text), 80)!r}: the build's torch is the plan's (--torch)")
     return [t.strip() for t in given]
 
 
@@ -417,7 +419,7 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     narrowed = (bool(plan.cuda) and request.arch_list is not None and not request.keep_project_archs
                 and not plan.engine.container)
     hardcoded = gencode_note(reading, plan.arch_list, narrowed) if plan.cuda else None
-    if project.backend in (Backend.SETUPTOOLS, Backend.PEP517) and (Path(project_dir) / "setup.py").is_file():
+    if project.backend is Backend.SETUPTOOLS and (Path(project_dir) / "setup.py").is_file():
         found = replace(found, notes=[*found.notes, "read from the project's text (the dry run runs none of its "
                                       "code); the build first asks its setup.py, run with setup() answering, and "
                                       "judges from what it says"])

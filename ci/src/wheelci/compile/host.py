@@ -220,6 +220,7 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     local = ccache_launchers(plan, env, work_dir, environ, root / "bin" / "nvcc" if root is not None else None)
     note_extra_files(work_dir, environ)
     keep_sound(plan, backend, project_dir, work_dir, files, configure, environ)
+    before = fingerprint(env)  # the project's own code runs from here on: the probe's run too
     answers = probed(plan, own, backend, project_dir, work_dir, environ)
     dist = work_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)  # the wheel is the one this compile makes
@@ -232,7 +233,6 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     check_key = requirements_check_key(plan, env, project_dir, configure or configure_inputs(environ))
     skip = ["--skip-dependency-check"] if checked_with(checked, check_key) else []
     start = time.monotonic()
-    before = fingerprint(env)
     with env_held(env, plan) as env_fd, remote_cache(plan, env, own, work_dir, project_dir, root, environ,
                                                      local) as (cached, put):
         put = in_front(plan, env, put, environ, cmake=cmake, root=root, work_dir=work_dir)
@@ -265,18 +265,20 @@ def probed(plan: Plan, own: Overlay, backend: Backend, project_dir: Path, work_d
           environ: dict[str, str]) -> probe.Answers | None:
     """A setuptools project asked how it builds, in the compile's environment, and every point judged before
     the compile (wheelci.compile.probe): a build that cannot give a wheel stops here, in seconds."""
-    if backend not in (Backend.SETUPTOOLS, Backend.PEP517):
+    if backend is not Backend.SETUPTOOLS:  # another backend (an in-tree one) runs setup.py its own way
         return None
-    out = work_dir / probe.PROBE_OUT
-    answers = probe.ask(own.python, project_dir, environ, out)
+    answers = probe.ask(own.python, project_dir, environ)
     sets = probe.switches_read(answers, plan, environ) if answers else {}
     if sets:  # a variable of a known convention the text did not show (read through a helper): set, asked again
         log.info(f"note: the project reads {', '.join(sets)}: the build sets "
                  f"{', '.join(f'{k}={v}' for k, v in sets.items())} (--env NAME=... to choose otherwise)")
         environ.update(sets)
-        answers = probe.ask(own.python, project_dir, environ, out)
+        answers = probe.ask(own.python, project_dir, environ)
     for note in probe.checked(answers, plan):
-        log.info(f"note: {note}")
+        if note.startswith("warning: "):
+            log.warning(note.removeprefix("warning: "))
+        else:
+            log.info(f"note: {note}")
     return answers
 
 

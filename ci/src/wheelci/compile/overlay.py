@@ -32,6 +32,8 @@ from wheelci.wheel.requirements import read_requirement, requirement_name
 OVERLAY = "build-env"  # the work directory's entry (wheelci.util.layout)
 MARK = ".wheelci-requires"  # what the venv was made with: the same again is reused as it is
 SHARED_PTH = "_wheelci_shared.pth"
+# pip for the venv (made without one: the shared environment's pip runs in it, through the site directory)
+PIP_SHIM = "#!{python}\nimport sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n"
 ASKED = ".wheelci-asked"  # what the frontend found the project asks for beyond its declared requirements
 
 
@@ -71,6 +73,9 @@ def overlay(base: BuildEnv, work_dir: Path, requires: list[str], pins: Path) -> 
              capture_output=True, text=True)
     if asked:
         write_text(root / ASKED, json.dumps(asked))
+    for name in ("pip", "pip3", f"pip{base.site.parent.name.removeprefix('python')}"):  # a bare `pip` is this venv's, never the shared one
+        write_text(root / "bin" / name, PIP_SHIM.format(python=python))
+        (root / "bin" / name).chmod(0o755)
     site = root / base.site.relative_to(base.root)
     # a site directory, not a path line: the shared environment's own .pth files (setuptools' distutils
     # shim, a namespace package's) are read as they are there

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -27,7 +28,6 @@ from wheelci.util.secret import redact
 if TYPE_CHECKING:
     from wheelci.plan import Plan
 
-PROBE_OUT = ".wheelci-probe.json"  # the work directory's entry (wheelci.util.layout)
 TIMEOUT = 300.0  # a setup.py that imports torch takes seconds; one that hangs is not waited on forever
 
 
@@ -123,25 +123,28 @@ def parse(doc: object) -> Answers:
         if setup and isinstance(setup.get("cmdclass"), dict) else {})
 
 
-def ask(python: Path, project_dir: Path, environ: dict[str, str], out: Path) -> Answers | None:
+def ask(python: Path, project_dir: Path, environ: dict[str, str]) -> Answers | None:
     """The project's answers, or None where it has no setup.py to ask (CMake, meson, an in-tree backend:
     their own configure says what it builds)."""
     if not (project_dir / "setup.py").is_file():
         return None
-    out.unlink(missing_ok=True)
     script = str(files("wheelci.resources") / "probe_setup.py")
-    try:  # what it prints is not read (the build's log gets it, seconds later): never held in memory
-        r = proc.run([python, "-I", script, out, project_dir], what="asking the project how it builds (setup.py, "
-                     "nothing compiled)", check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     env=environ, cwd=project_dir, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        log.info(f"note: the project's setup.py gave no answer within {TIMEOUT:.0f} s (nothing compiled): the "
-                 "compile tells what it builds")
-        return None
-    try:
-        return parse(json.loads(out.read_text(errors="replace")))
-    except (OSError, ValueError):
-        return Answers(error=f"the probe stopped with exit status {r.returncode} before it answered")
+    # its record lives as long as this read: the raw answers (a value the project read, its exception's
+    # text) are shown only as Answers shows them, never kept in the build tree
+    with tempfile.TemporaryDirectory(prefix="ci-probe-") as tmp:
+        out = Path(tmp) / "answers.json"
+        try:  # run as the compile runs it (PYTHONPATH too); what it prints is not read, never held in memory
+            r = proc.run([python, script, out, project_dir], what="asking the project how it builds (setup.py, "
+                         "nothing compiled)", check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=environ, cwd=project_dir, timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            log.info(f"note: the project's setup.py gave no answer within {TIMEOUT:.0f} s (nothing compiled): the "
+                     "compile tells what it builds")
+            return None
+        try:
+            return parse(json.loads(out.read_text(errors="replace")))
+        except (OSError, ValueError):
+            return Answers(error=f"the probe stopped with exit status {r.returncode} before it answered")
 
 
 @dataclass(frozen=True)
@@ -163,9 +166,10 @@ def judge(answers: Answers, plan: Plan) -> Verdict:
     if answers.error is not None and answers.setup_called:  # raised after setup(), which answered nothing
         notes.append(f"after setup() its setup.py raised {answers.error} (the probe's setup() returns nothing)")
     elif answers.error is not None:
-        if answers.downloads and "URLError" in answers.error:
-            return Verdict(notes + [f"its setup.py stops on a download the probe refused ({answers.error}): the "
-                                    "compile tells"])
+        # what the probe itself causes is never the project's answer: a download it refused (however the
+        # script words the failure), an exit the script chose (a guard that wants its own backend)
+        if answers.downloads or answers.error.startswith("SystemExit"):
+            return Verdict(notes + [f"its setup.py stopped under the probe ({answers.error}): the compile tells"])
         cpu = "" if plan.cuda else " (a CPU build of it cannot exist: build with --cuda X.Y)"
         # an import the project guards (torch_npu, habana_frameworks) fails too: only the one it stopped on counts
         lacks = ("; the build environment lacks it: --build-requires the package that provides it"
@@ -177,10 +181,12 @@ def judge(answers: Answers, plan: Plan) -> Verdict:
     if not answers.extensions:
         read = [k for k, v in answers.env.items() if v is None]
         why = f"; it reads {', '.join(read)}: the project's own variables may make it compile" if read else ""
+        # said, not refused: extensions declared in pyproject.toml, or a command of its own, may still build
         if plan.cuda and not plan.run.allow_no_device_code:
-            return Verdict(notes, f"{what} of this project compiles nothing as configured: setup() gets no "
-                                  f"extension{why} (--allow-no-device-code for kernels compiled at run time)")
-        notes.append("setup() gets no extension: a pure-Python wheel" + why)
+            notes.append(f"warning: {what} of this project compiles nothing as configured: setup() gets no "
+                         f"extension{why}")
+        else:
+            notes.append("setup() gets no extension: a pure-Python wheel" + why)
         return Verdict(notes)
     if answers.builds_itself:
         notes.append(f"{', '.join(answers.builds_itself)}: built by the project's own build step (its build_ext, "
@@ -193,8 +199,9 @@ def judge(answers: Answers, plan: Plan) -> Verdict:
     if plan.cuda and not answers.builds_cuda and not plan.run.allow_no_device_code:
         names = ", ".join(e.get("name", "?") for e in answers.extensions[:4])
         read = [k for k, v in answers.env.items() if v is None]
-        return Verdict(notes, f"{what} of this project compiles its CPU path only as configured ({names}: no CUDA "
-                              f"source){'; it reads ' + ', '.join(read) if read else ''}")
+        notes.append(f"warning: {what} of this project compiles its CPU path only as configured ({names}: no CUDA "
+                     f"source){'; it reads ' + ', '.join(read) if read else ''}")
+        return Verdict(notes)
     if plan.cuda:
         own = answers.device_targets
         if own and plan.narrowed:

@@ -31,6 +31,7 @@ from wheelci.util.untrusted import cut, one_line
 SDIST_MAX = 1 << 30  # the largest sdist read (flash-attn's is 8 MB, with cutlass bundled)
 INDEX_VARIABLE = "PIP_INDEX_URL"  # pip's own: the index a team already points its installs at
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_SDIST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.tar\.gz")
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,14 @@ def index_url(env: Mapping[str, str]) -> str:
 def pick(req: Requirement, files: list[IndexFile], index: str) -> tuple[IndexFile, Version]:
     """The sdist the requirement names among a project page's files: the newest version it allows (a
     pre-release or a yanked file only where the requirement pins it with ==) (pure)."""
-    pinned = any(s.operator in ("==", "===") for s in req.specifier)
+    pinned = any(s.operator == "===" or (s.operator == "==" and "*" not in s.version) for s in req.specifier)
     pre = pinned or bool(req.specifier.prereleases)  # `>=1.0rc1` asks for pre-releases too
-    found: list[tuple[Version, IndexFile]] = []
+    allowed: list[tuple[Version, IndexFile]] = []
     versions: set[Version] = set()
+    yanked = False
     for f in files:
+        if not _SDIST_NAME.fullmatch(f.filename):  # a name that is no file name (a slash, a space, a newline)
+            continue
         try:
             name, version = parse_sdist_filename(f.filename)
         except InvalidSdistFilename:
@@ -85,14 +89,17 @@ def pick(req: Requirement, files: list[IndexFile], index: str) -> tuple[IndexFil
         if canonicalize_name(name) != canonicalize_name(req.name) or not f.filename.endswith(".tar.gz"):
             continue
         versions.add(version)
-        if (f.yanked and not pinned) or (version.is_prerelease and not pre):
+        if f.yanked and not pinned:
+            yanked = True
             continue
-        if not req.specifier.contains(version, prereleases=True):
-            continue
-        found.append((version, f))
+        if req.specifier.contains(version, prereleases=True):
+            allowed.append((version, f))
+    # pre-releases only where asked for, or where they are all there is (pip's rule)
+    found = [(v, f) for v, f in allowed if pre or not v.is_prerelease] or allowed
     if not found:
         newest = ", ".join(str(v) for v in sorted(versions)[-3:]) or "none"
-        raise CiError(f"{req}: no sdist of it on {http.shown(index)} (sdists there: {newest})")
+        why = "; the others are yanked (pin one with == to take it)" if yanked else ""
+        raise CiError(f"{req}: no sdist of it on {http.shown(index)} (sdists there: {newest}{why})")
     version, chosen = max(found, key=lambda p: p[0])
     return chosen, version
 
@@ -104,6 +111,8 @@ def fetch(text: str, env: Mapping[str, str], cache: Path | None = None) -> Fetch
     if req is None:
         raise CiError(f"{cut(one_line(text), 80)}: not a project requirement (NAME or NAME==VERSION)")
     index = index_url(env)
+    if not index.startswith(("http://", "https://")):
+        raise CiError(f"{INDEX_VARIABLE} {http.shown(index)}: a project is fetched from an http(s) index")
     client = http.Client(index)
     page = f"{client.base}/{canonicalize_name(req.name)}/"
     try:
@@ -116,7 +125,8 @@ def fetch(text: str, env: Mapping[str, str], cache: Path | None = None) -> Fetch
     chosen, version = pick(req, parse_page(answer.body, answer.headers.get("Content-Type", ""), answer.url), index)
     if not chosen.sha256:
         raise CiError(f"{http.shown(chosen.url)}: the index gives no sha256 for it, so it cannot be checked")
-    path = (cache or cache_dir("sdists", env=env)) / chosen.filename
+    # by its digest: another index's file of the same name is another entry, never this one replaced
+    path = (cache or cache_dir("sdists", env=env)) / chosen.sha256[:32] / chosen.filename
     if not (path.is_file() and not path.is_symlink() and sha256_file(path) == chosen.sha256):
         data = client.get(chosen.url, cap=SDIST_MAX).body
         got = hashlib.sha256(data).hexdigest()

@@ -163,7 +163,7 @@ def parse_page(body: bytes, content_type: str, base: str) -> list[IndexFile]:
         try:
             doc = json.loads(body)
             entries = [(f["filename"], f["url"], bool(f.get("core-metadata") or f.get("dist-info-metadata")),
-                        (f.get("hashes") or {}).get("sha256"), bool(f.get("yanked"))) for f in doc["files"]]
+                        _hex((f.get("hashes") or {}).get("sha256")), bool(f.get("yanked"))) for f in doc["files"]]
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CiError(f"{_shown(base)}: not a simple index page ({type(e).__name__})") from None
     else:
@@ -181,6 +181,11 @@ def parse_page(body: bytes, content_type: str, base: str) -> list[IndexFile]:
             # a remote page never points at this machine's files
             files.append(IndexFile(filename, url, metadata, sha256 if isinstance(sha256, str) else None, yanked))
     return files
+
+
+def _hex(value: object) -> str | None:
+    """A sha256 as the index gives it, lower-case (hex is hex in either case)."""
+    return value.lower() if isinstance(value, str) and re.fullmatch(r"[0-9a-fA-F]{64}", value) else None
 
 
 def _fragment_sha256(href: str) -> str | None:

@@ -90,9 +90,16 @@ def gencodes(asked: List[Asked], project: List[Tuple[str, str]]) -> List[str]:
     return out
 
 
+# calls left as they are: one target's output (a .ptx, a .cubin: nvcc refuses several), and targets this
+# cannot see (an options file)
+AS_GIVEN = {"-ptx", "--ptx", "-cubin", "--cubin", "-optf", "--options-file"}
+
+
 def narrow(args: List[str], arch_list: str) -> List[str]:
     """`args` (an nvcc call's, possibly behind launchers) with its device targets replaced by the asked
-    ones; a call naming no target is returned as it is (pure)."""
+    ones; a call naming no target, or one of AS_GIVEN, is returned as it is (pure)."""
+    if any(a.partition("=")[0] in AS_GIVEN for a in args):
+        return list(args)
     kept, found = targets_of(args)
     if not found:
         return list(args)

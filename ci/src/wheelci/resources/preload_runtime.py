@@ -157,17 +157,12 @@ def check_variant() -> None:
     """Refuse a torch whose CUDA major differs from VARIANT's, naming the variant to install."""
     if VARIANT is None:
         return
-    try:
-        import torch
-    except ImportError:  # a library that links no LibTorch may be used without it: nothing to compare
-        return
-
+    import torch
     dist, version, variant, major = VARIANT
     cuda = torch.version.cuda
     if cuda is None or int(cuda.split(".")[0]) != major:
         wanted = "cpu" if cuda is None else "cu" + cuda.split(".")[0]
-        # the label's CUDA part swapped: pt2.13.0.cu130 -> pt2.13.0.cpu, cu13 -> cu12
-        label = re.sub(r"cu[0-9]+$", wanted, variant) if re.search(r"cu[0-9]+$", variant) else wanted
+        label = re.sub(r"cu[0-9]+$", wanted, variant)  # its CUDA part swapped: pt2.13.0.cu130 -> pt2.13.0.cpu
         raise VariantError(
             "%s %s is the %s build (CUDA %d), but torch %s has %s: install the %s build of %s "
             "(version %s+%s), or a torch with CUDA %d" % (

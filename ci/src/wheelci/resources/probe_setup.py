@@ -25,7 +25,7 @@ import runpy
 import sys
 import traceback
 from types import FrameType
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 answers: Dict[str, Any] = {"env": {}, "cuda": [], "failed_imports": [], "downloads": [], "setup": None,
                            "error": None}
@@ -46,8 +46,21 @@ def _watch_environ(root: str) -> None:
     base = type(os.environ)
 
     def seen(key: object) -> None:
-        if isinstance(key, str) and key not in answers["env"] and _project_frame(root, 3):
-            answers["env"][key] = base.get(os.environ, key)
+        """A read the project names: the key a constant of its own code, in the frame that asks or in one of
+        the few that called it (a helper such as deepspeed's get_env_if_set(name)); never a copy or an
+        iteration of the whole environment (dict(os.environ), .copy(), .items(): every key, named by none)."""
+        if not isinstance(key, str) or key in answers["env"]:
+            return
+        frame: Optional[FrameType] = sys._getframe(2)  # the frame that called Recording's method
+        for _ in range(6):
+            if frame is None:
+                return
+            name = frame.f_code.co_filename
+            if (os.path.isabs(name) and os.path.realpath(name).startswith(root + os.sep)
+                    and key in frame.f_code.co_consts):
+                answers["env"][key] = base.get(os.environ, key)
+                return
+            frame = frame.f_back
 
     class Recording(base):  # type: ignore[misc, valid-type]
         def __getitem__(self, key: str) -> str:
@@ -139,14 +152,22 @@ def _extension(ext: Any) -> Dict[str, Any]:
             "libraries": [str(x) for x in getattr(ext, "libraries", None) or []]}
 
 
+def _requirements(value: Any) -> List[str]:
+    """setuptools takes a list or a string (one requirement a line)."""
+    if isinstance(value, str):
+        return [line.strip() for line in value.splitlines() if line.strip()]
+    return [str(r) for r in value or []]
+
+
 def _setup(**kwargs: Any) -> None:
-    """setup() answering: what it was given, and nothing built."""
-    modules = kwargs.get("ext_modules") or []
+    """setup() answering: what it was given, and nothing built (called twice: both calls' extensions)."""
+    modules = [_extension(e) for e in kwargs.get("ext_modules") or []]
+    earlier = answers["setup"]["ext_modules"] if answers["setup"] else []
     answers["setup"] = {
         "name": str(kwargs.get("name", "")),
-        "ext_modules": [_extension(e) for e in modules],
-        "setup_requires": [str(r) for r in kwargs.get("setup_requires") or []],
-        "install_requires": [str(r) for r in kwargs.get("install_requires") or []],
+        "ext_modules": earlier + modules,
+        "setup_requires": _requirements(kwargs.get("setup_requires")),
+        "install_requires": _requirements(kwargs.get("install_requires")),
         "cmdclass": {str(k): f"{getattr(v, '__module__', '?')}.{getattr(v, '__qualname__', '?')}"
                      for k, v in dict(kwargs.get("cmdclass") or {}).items()},
         "packages": len(kwargs.get("packages") or []) + len(kwargs.get("py_modules") or []),

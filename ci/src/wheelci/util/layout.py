@@ -79,7 +79,6 @@ WORK = (
     Entry(SEARCHED, "what the searched directories hold, as ccache hashes it"),
     Entry(COMPILED_WITH, "what a setuptools tree's last compile searched"),
     Entry(CHECKED, "what the frontend's requirements check passed with"),
-    Entry(".wheelci-probe.json", "what the project's setup.py said before the compile (wheelci.compile.probe)"),
     Entry(STEPS, "the steps' records, for reuse (wheelci.reuse)"),
 )
 
