@@ -126,7 +126,7 @@ def test_the_project_asked_says_what_its_build_does(project, tmp_path):
     python, _ = _env_python(None)
     # as a CPU build's compile sees the machine: no nvcc on PATH (torchsort builds CUDA wherever one runs)
     hidden = cpu_environ({**os.environ, **cpu_plan["switches"]}, nvcc_dirs(dict(os.environ)), tmp_path / "cpu-path")
-    cpu = probe.ask(python, tree, hidden, tmp_path / "cpu.json")
+    cpu = probe.ask(python, tree, hidden)
     assert cpu is not None
     if cpu_stop is None:
         assert cpu.error is None, cpu.error
@@ -136,7 +136,7 @@ def test_the_project_asked_says_what_its_build_does(project, tmp_path):
     python, root = _env_python("13.0")
     assert root is not None
     environ = {**os.environ, **cuda_build_environ(root, "9.0"), **cuda_plan["switches"]}
-    answers = probe.ask(python, tree, environ, tmp_path / "cuda.json")
+    answers = probe.ask(python, tree, environ)
     assert answers is not None and answers.error is None, answers and answers.error
     assert answers.builds_cuda is builds_cuda, answers.extensions
     if project == "natten":

@@ -20,6 +20,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wheelci.compile.hints import hint
 from wheelci.config.switches import ScriptReading, Switch, convention_of, plan_switches
 from wheelci.errors import Finding
 from wheelci.util import log, proc, secret
@@ -174,8 +175,10 @@ def judge(answers: Answers, plan: Plan) -> Verdict:
         # an import the project guards (torch_npu, habana_frameworks) fails too: only the one it stopped on counts
         lacks = ("; the build environment lacks it: --build-requires the package that provides it"
                  if answers.error.startswith(("ModuleNotFoundError", "ImportError")) else "")
+        # what a compile that failed so would be told (a CUDA extension in a CPU build, no CUDA toolkit)
+        known = hint(answers.error, cuda=plan.cuda, stable=plan.stable is not None)
         return Verdict(notes, f"{what} of this project cannot run: its setup.py stops before any compile under torch "
-                              f"{plan.torch}: {answers.error}{cpu}{lacks}")
+                              f"{plan.torch}: {answers.error}{f'; {known}' if known else cpu}{lacks}")
     if not answers.setup_called:
         return Verdict(notes + ["its setup.py never called setup(): the compile tells what it builds"])
     if not answers.extensions:
