@@ -132,3 +132,16 @@ def test_what_the_frontend_finds_the_project_asks_for_is_installed_and_remembere
         said = "the project asks for asked_for to build (its setup_requires)" in r.stderr
         assert said == (attempt == 0), r.stderr[-2000:]
     assert overlay.fingerprint(env) == before and not list(env.site.glob("asked_for*"))
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_requirement_that_wants_another_torch_is_one_error_not_a_second_torch(tmp_path):
+    """torchvision 0.20.0 pins torch 2.5.0: the build's venv keeps the shared torch (a constraint), so pip
+    refuses the set instead of installing a second torch in front of the plan's."""
+    root = project(tmp_path, "vision", "setuptools")
+    r = run_stage("ci.build", root, "--cpu", "--engine", "host", "--compile-only", "--build-requires",
+                  "torchvision==0.20.0", "-w", tmp_path / "out", "--work-dir", tmp_path / "work")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "installing the build requirements" in r.stderr.splitlines()[-1] and "torch" in r.stderr.splitlines()[-1]
+    assert not list((tmp_path / "work" / overlay.OVERLAY).glob("lib/python*/site-packages/torch"))

@@ -34,6 +34,7 @@ MARK = ".wheelci-requires"  # what the venv was made with: the same again is reu
 SHARED_PTH = "_wheelci_shared.pth"
 # pip for the venv (made without one: the shared environment's pip runs in it, through the site directory)
 PIP_SHIM = "#!{python}\nimport sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n"
+TORCH_PIN = ".wheelci-torch.txt"  # the constraint that keeps the venv's torch the shared one
 ASKED = ".wheelci-asked"  # what the frontend found the project asks for beyond its declared requirements
 
 
@@ -80,15 +81,20 @@ def overlay(base: BuildEnv, work_dir: Path, requires: list[str], pins: Path) -> 
     # a site directory, not a path line: the shared environment's own .pth files (setuptools' distutils
     # shim, a namespace package's) are read as they are there
     write_text(site / SHARED_PTH, f"import site; site.addsitedir({str(base.site)!r})\n")
-    _install(python, requires, pins)
+    _install(python, requires, pins, base.torch_version)
     write_text(root / MARK, key)
     return done
 
 
-def _install(python: Path, requires: list[str], pins: Path) -> None:
+def _install(python: Path, requires: list[str], pins: Path, torch_version: str) -> None:
+    """pip in the venv, under our pins; torch is the shared environment's: a requirement that wants another
+    (torchvision==X) is pip's one error, never a second torch in the venv in front of the plan's."""
+    torch = python.parent.parent / TORCH_PIN
+    write_text(torch, f"torch=={torch_version}\n")
     try:
-        proc.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", pins, *requires],
-                 what=f"installing the build requirements {', '.join(requires)}", capture_output=True, text=True)
+        proc.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", pins, "-c", torch,
+                  *requires], what=f"installing the build requirements {', '.join(requires)}", capture_output=True,
+                 text=True)
     except CiError as e:
         raise Finding(str(e)) from None
 
@@ -112,7 +118,7 @@ def add_asked(own: Overlay, asked: list[str], pins: Path) -> bool:
            and requirement_name(a) != "torch"]
     if not new:
         return False
-    _install(own.python, new, pins)
+    _install(own.python, new, pins, own.base.torch_version)
     write_text(own.root / ASKED, json.dumps([*_asked(own.root), *new]))
     write_text(own.root / MARK, _key(own.base, [*own.requires, *new], pins))
     return True
