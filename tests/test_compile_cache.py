@@ -617,7 +617,9 @@ def test_nvcc_launch_writes_nvccs_own_object_and_dependency_file(tmp_path):
         stopped = [name if a == "k.cu" else a for a in compile_args]
         started = subprocess.Popen([*launcher, *stopped], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
-        time.sleep(1.5)
+        deadline = time.monotonic() + 60  # under load its first process may take seconds to start
+        while not running(name) and started.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert running(name)  # still compiling
         started.send_signal(signal.SIGTERM)
         assert started.wait(timeout=60) == -signal.SIGTERM
