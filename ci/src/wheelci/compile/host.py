@@ -75,13 +75,13 @@ def _requirements_key(plan: Plan) -> tuple[list[str], Path, str]:
 
 
 @contextlib.contextmanager
-def env_held(env: BuildEnv, plan: Plan) -> Iterator[int]:
+def env_held(env: BuildEnv, plan: Plan, key: str) -> Iterator[int]:
     """The shared environment held for as long as the compile runs (a shared hold: builds compile side by
     side; nvcc's wheels and the headers' one time are given under the exclusive one). With a remote compile
     cache its headers have one time first (steady_env). Yields the lock's descriptor, for the compile to
-    hold too (a build killed with -9 leaves it held)."""
+    hold too (a build killed with -9 leaves it held). `key`: the environment's fingerprint."""
 
-    steady, key = env.root / STEADY_MARK, fingerprint(env)
+    steady = env.root / STEADY_MARK
     if plan.compile_cache is not None and not plan.compile_cache.unusable and read_record(steady) != key:
         steady_env(env, key)
     with locked_file(env.root.with_name(env.root.name + ".lock"), f"the build environment {env.root.name}",
@@ -214,14 +214,15 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
             files, _ = snapshot_sources(project_dir, work_dir)
         project_dir = sync_project(project_dir, work_dir / "src", files)
         clear_outputs(project_dir, files)
-    own = overlay(env, work_dir, *_requirements_key(plan)[:2])  # exactly this project's build requirements
+    reqs, pins, _ = _requirements_key(plan)
+    own = overlay(env, work_dir, reqs, pins)  # exactly this project's build requirements
     environ, config, root = compile_environ(plan, env, own, backend, project_dir, work_dir)
     cmake = backend is Backend.SCIKIT_BUILD_CORE
     local = ccache_launchers(plan, env, work_dir, environ, root / "bin" / "nvcc" if root is not None else None)
     note_extra_files(work_dir, environ)
     keep_sound(plan, backend, project_dir, work_dir, files, configure, environ)
     before = fingerprint(env)  # the project's own code runs from here on: the probe's run too
-    answers = probed(plan, own, backend, project_dir, work_dir, environ)
+    answers = probed(plan, own, backend, project_dir, environ)
     dist = work_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)  # the wheel is the one this compile makes
     dist.mkdir(parents=True, exist_ok=True)
@@ -233,14 +234,14 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     check_key = requirements_check_key(plan, env, project_dir, configure or configure_inputs(environ))
     skip = ["--skip-dependency-check"] if checked_with(checked, check_key) else []
     start = time.monotonic()
-    with env_held(env, plan) as env_fd, remote_cache(plan, env, own, work_dir, project_dir, root, environ,
+    with env_held(env, plan, before) as env_fd, remote_cache(plan, env, own, work_dir, project_dir, root, environ,
                                                      local) as (cached, put):
         put = in_front(plan, env, put, environ, cmake=cmake, root=root, work_dir=work_dir)
         cmd = [own.python, "-m", "build", "--no-isolation", *skip, "--wheel", "-o", dist, *config, *put.config,
                project_dir]
         done = streamed(cmd, logfile, environ, (*hold_fds, env_fd))
         asked = hints.unmet_dependencies(logfile.read_text(errors="replace")) if done.returncode else []
-        if asked and add_asked(own, asked, _requirements_key(plan)[1]):  # setup_requires: what the build asks for
+        if asked and add_asked(own, asked, pins):  # setup_requires: what the build asks for
             log.info(f"the project asks for {', '.join(asked)} to build (its setup_requires): installed into the "
                      "build's own environment, compiling again")
             done = streamed(cmd, logfile, environ, (*hold_fds, env_fd))
@@ -261,8 +262,8 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
                          answers.to_json(plan) if answers else None)
 
 
-def probed(plan: Plan, own: Overlay, backend: Backend, project_dir: Path, work_dir: Path,
-          environ: dict[str, str]) -> probe.Answers | None:
+def probed(plan: Plan, own: Overlay, backend: Backend, project_dir: Path,
+           environ: dict[str, str]) -> probe.Answers | None:
     """A setuptools project asked how it builds, in the compile's environment, and every point judged before
     the compile (wheelci.compile.probe): a build that cannot give a wheel stops here, in seconds."""
     if backend is not Backend.SETUPTOOLS:  # another backend (an in-tree one) runs setup.py its own way
