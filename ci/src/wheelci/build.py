@@ -522,16 +522,13 @@ def repair_step(b: Build) -> None:
                     "--env FORCE_CUDA=1; pass --allow-no-device-code if the kernels are compiled at run time")
 
 
-def truthful_label(plan: "Plan", wheels: list[Path]) -> str | None:
+def truthful_label(plan: "Plan", wheels: list[Path], linked: bool) -> str | None:
     """The label the wheels get: the plan's, but `auto` names torch only where a library links LibTorch
-    (one that links only CUDA's is labelled by its CUDA alone, `cu130`; a wheel of no library gets none):
-    a label an installer reads as a torch build must be one."""
-    if plan.run.local_version != "auto" or plan.label is None or plan.stable is not None:
+    (`linked`; one that links only CUDA's is labelled by its CUDA alone, `cu130`; a wheel of no library gets
+    none): a label an installer reads as a torch build must be one."""
+    if plan.run.local_version != "auto" or plan.label is None or plan.stable is not None or linked:
         return plan.label
-    libs = [lib for w in wheels for lib in scan_wheel(w)]
-    if any(links_libtorch(lib.needed) for lib in libs):
-        return plan.label
-    label = cuda_tag(plan.cuda) if libs and plan.cuda else None
+    label = cuda_tag(plan.cuda) if plan.cuda and any(scan_wheel(w) for w in wheels) else None
     log.info(f"note: no library of the wheel links LibTorch: not tied to torch {plan.torch}, labelled "
              f"{f'+{label}' if label else 'with no local version'}")
     return label
@@ -539,12 +536,12 @@ def truthful_label(plan: "Plan", wheels: list[Path]) -> str | None:
 
 def finish_step(b: Build) -> None:
     """The preload and the version label (or the PEP 825 variant), in one rewrite per wheel."""
-    plan, local = b.plan, truthful_label(b.plan, b.repaired)
+    linked = links_libtorch(b.excluded)  # what repair left to torch: LibTorch's own among it
+    plan, local = b.plan, truthful_label(b.plan, b.repaired, linked)
     major = plan.stable.cuda_major if plan.stable else None  # a stable CUDA wheel checks torch's CUDA
     wheels = variant_wheels(plan, b.repaired, b.env.site, b.work, major) if plan.run.variants and plan.cuda else []
     # a labelled CUDA wheel that links LibTorch checks it too: beside a CPU torch, one line names the build
     # to install instead
-    linked = any(links_libtorch(lib.needed) for w in b.repaired for lib in scan_wheel(w))
     checked = major or (int(plan.cuda.split(".")[0]) if plan.cuda and local and linked else None)
     if local or not wheels:  # a variant's unlabelled twin would take the CPU wheel's name
         wheels += [finish_wheel(w, b.env.site, b.work / "finished", local, checked) for w in b.repaired]
@@ -665,7 +662,7 @@ STEPS: tuple[Step[Build], ...] = (
          writes=("compiled", "build_dir", "deps"),
          title=lambda b: f"compile ({b.plan.engine})", reuse=True),
     Step("repair", repair_step, when=wheels_wanted, reads=("compiled", "env", "plan"), writes=("repaired", "excluded"), reuse=True),
-    Step("finish", finish_step, when=wheels_wanted, reads=("repaired", "env", "plan"), writes=("wheels",), reuse=True),
+    Step("finish", finish_step, when=wheels_wanted, reads=("repaired", "excluded", "env", "plan"), writes=("wheels",), reuse=True),
     Step("sbom", sbom_step, when=wheels_wanted, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("wheels",), reuse=True),
     Step("check", check_step, when=wheels_wanted, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("final",), reuse=True),
     Step("abi", abi_step, when=wheels_wanted, reads=("final", "env"), writes=("torch_requirement",), reuse=True),
