@@ -76,13 +76,26 @@ def test_a_torch_offered_by_find_links_never_shadows_the_install(torch_site, tmp
     (('torch==2.13.0; extra == "x"',), False),  # only for an extra: a plain install has none
     (("numpy",), False),
 ])
-def test_the_wheel_must_name_a_torch_range(torch_site, tmp_path, requires, ok):
+def test_a_wheel_linking_libtorch_must_name_a_torch_range(torch_site, tmp_path, requires, ok):
+    """A library NEEDing LibTorch (libc10.so) ties the wheel to the torch it was built against."""
+    from tests.test_repair import _torch_op
     from wheelci.verify import verify_generic
 
-    wheel = build_wheel(tmp_path / "w", "names-torch", requires=requires)
+    op = _torch_op(tmp_path).read_bytes()
+    wheel = build_wheel(tmp_path / "w", "names-torch", requires=requires, tag="py3-none-linux_x86_64",
+                        files={"names_torch/__init__.py": "", "names_torch/libop.so": op})
     result = verify_generic(wheel, torch_site, project_dir=tmp_path)
     expected = "ok" if ok else "FAILED: Requires-Dist does not name the torch it needs"
     assert result.checks["requires_torch"] == expected
+
+
+def test_a_wheel_linking_no_libtorch_needs_no_torch_pin(torch_site, tmp_path):
+    """A ctypes library (bitsandbytes' kind) or pure Python: no torch release to name, so none is asked."""
+    from wheelci.verify import verify_generic
+
+    wheel = build_wheel(tmp_path / "w", "names-torch", requires=("numpy",))
+    result = verify_generic(wheel, torch_site, project_dir=tmp_path)
+    assert result.checks["requires_torch"] == "ok (links no LibTorch: tied to no torch release)"
 
 
 @pytest.mark.parametrize("requires, ok", [
