@@ -123,6 +123,7 @@ def test_build_is_a_reusable_workflow_with_its_inputs_and_secrets(build):
         "torch": ("string", ""), "env": ("string", ""), "cuda-env": ("string", ""), "cpu-env": ("string", ""),
         "archs": ("string", ""), "engine": ("string", ""), "arch-list": ("string", ""),
         "compile-cache": ("string", ""), "arch-jobs": ("string", ""),  # empty: no store, no fan-out
+        "skip-published": ("boolean", False), "gpu-runner": ("string", ""),  # build all; verify on CPU only
         # empty: the tool comes from this workflow's own repository at the caller's ref, no index release
         "wheelci": ("string", "")}
     assert not any(v["required"] for v in inputs.values())
@@ -144,9 +145,11 @@ def test_build_is_a_reusable_workflow_with_its_inputs_and_secrets(build):
 def test_wheels_yml_calls_build_yml(caller, build):
     on = triggers(caller)
     assert on["push"] == {"branches": ["main"], "tags": ["v*"]} and "pull_request" in on
+    assert len(on["schedule"]) == 1  # daily: what a new torch needs, built and published; nothing else
     dispatch = on["workflow_dispatch"]["inputs"]
     assert set(dispatch) == {"project", "stable-abi", "cuda", "publish", "variants", "python", "torch", "env",
-                             "cuda-env", "cpu-env", "archs", "engine", "arch-list", "compile-cache", "arch-jobs"}
+                             "cuda-env", "cpu-env", "archs", "engine", "arch-list", "compile-cache", "arch-jobs",
+                             "skip-published", "gpu-runner"}
     assert dispatch["publish"]["type"] == "boolean" and dispatch["publish"]["default"] is False
     assert dispatch["cuda"]["default"] == ""  # the whole matrix
     (job,) = caller["jobs"].values()
@@ -157,9 +160,13 @@ def test_wheels_yml_calls_build_yml(caller, build):
     assert job["with"]["wheelci"] == "./ci"  # this repository builds with the tool from its own checkout
     assert job["with"]["cuda"] == "${{ inputs.cuda || '' }}"
     # a called workflow sees none of its caller's inputs unless the caller passes each on
-    for name in ("python", "torch", "env", "cuda-env", "cpu-env", "archs", "engine", "arch-list", "compile-cache",
+    for name in ("python", "env", "cuda-env", "cpu-env", "archs", "engine", "arch-list", "compile-cache",
                  "arch-jobs"):
         assert job["with"][name] == f"${{{{ inputs.{name} || '' }}}}", name
+    # the scheduled run: the newest four torch minors, only what the private index lacks, published
+    assert job["with"]["torch"] == "${{ inputs.torch || (github.event_name == 'schedule' && 'last:4') || '' }}"
+    assert "github.event_name == 'schedule'" in job["with"]["skip-published"]
+    assert "github.event_name == 'schedule'" in job["with"]["publish"]
     # the secrets are named one by one, not `inherit`ed: the called workflow gets these three only
     assert job["secrets"] == {k: f"${{{{ secrets.{k} }}}}" for k in
                               ("PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN", *CACHE_SECRETS)}
@@ -175,7 +182,7 @@ def test_matrix_is_the_cuda_matrix_or_the_stable_variants(build):
     job = build["jobs"]["wheels"]
     assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}" and job["needs"] == ["plan", "warm"]
     plan_runs = "\n".join(run_lines(build["jobs"]["plan"]))
-    assert 'matrix=$("$RUNNER_TEMP/wheelci/bin/wheelci" plan "${args[@]}")' in plan_runs
+    assert 'matrix=$("$RUNNER_TEMP/wheelci/bin/wheelci" plan "${args[@]}" 2>"$notes")' in plan_runs
     assert 'args+=(--cuda "$CUDA")' in plan_runs
     matrix = mx.load()
     classic = workflow_matrix(None)["include"]
@@ -289,7 +296,11 @@ def test_the_torch_input_builds_every_job_against_one_release():
     # a release the matrix does not list: the jobs' builds read it from the index, once its CUDA is named
     (["--torch", "2.99.0"], "--torch 2.99.0 is not in the matrix: name the CUDA it is built on with --cuda"),
     (["--torch", "2.13"], "bad --torch '2.13' (want a release such as"),
-    (["--torch", "latest"], "--torch latest: the jobs are planned against a release the matrix lists"),
+    # a torch axis reads the index: on the plan job's bare Python (no packaging) that is one line too
+    (["--torch", "latest"], "--torch latest reads an index, which takes packaging and requests: install wheelci"),
+    (["--torch", "2.14-2.13"], "--torch 2.14-2.13: the range runs from 2.14 down to 2.13: give the lower first"),
+    (["--torch", "2.15.0-"], "bad --torch '2.15.0-' (want a release such as 2.13.0, latest, a range such as"),
+    (["--torch", "last:0"], "--torch last:0: give last:1 to last:24"),
     (["--torch", "2.13.0", "--cuda", "11.8"], "--torch 2.13.0: the matrix has no CUDA 11.8 build of it; it builds for"),
     (["--torch", "2.9.1", "--stable-abi", "2.10"], "a stable-ABI 2.10 build wants a torch >= 2.10"),
     (["--torch", "2.11.9", "--stable-abi", "2.12", "--cuda", "13"], "a stable-ABI 2.12 build wants a torch >= 2.12"),
@@ -553,8 +564,13 @@ def test_publish_only_when_asked_with_the_secrets(build):
     pub = build["jobs"]["publish"]
     # its own needs' results decide, not a skipped warm job before the wheels (GitHub skips a job whose
     # ancestor was skipped unless its `if:` says otherwise)
-    assert pub["needs"] == ["plan", "wheels"]
-    assert pub["if"] == "${{ !cancelled() && inputs.publish && needs.wheels.result == 'success' }}"
+    assert pub["needs"] == ["plan", "wheels", "gpu"]
+    # with a gpu-runner, only once every CUDA wheel passed there; without one (or no CUDA job), as before
+    assert pub["if"] == ("${{ !cancelled() && inputs.publish && needs.wheels.result == 'success' && "
+                         "(needs.gpu.result == 'success' || (needs.gpu.result == 'skipped' && needs.plan.outputs.gpu == '')) }}")
+    gpu = build["jobs"]["gpu"]
+    assert gpu["runs-on"] == "${{ inputs.gpu-runner }}" and gpu["needs"] == ["plan", "wheels"]
+    assert any("--require-gpu" in s.get("run", "") for s in gpu["steps"])
     (step,) = [s for s in pub["steps"] if "wheelci upload" in s.get("run", "")]
     assert step["env"] == {"TWINE_REPOSITORY_URL": "${{ secrets.PRIVATE_INDEX_URL }}",
                            "TWINE_USERNAME": "${{ secrets.PRIVATE_INDEX_USER }}",
@@ -601,7 +617,7 @@ def test_publish_uploads_the_variants_file_the_index_wrote(build, tmp_path, vari
 def test_a_publish_without_its_secrets_stops_first(build):
     """The plan job's first step, only when publishing: it sees whether each secret is set, not its value."""
     first = build["jobs"]["plan"]["steps"][0]
-    assert first["if"] == "inputs.publish"
+    assert first["if"] == "inputs.publish || inputs.skip-published"  # skip-published reads the private index
     assert sorted(first["env"].values()) == sorted(f"${{{{ secrets.{k} != '' }}}}" for k in
                                                     ("PRIVATE_INDEX_URL", "PRIVATE_INDEX_USER", "PRIVATE_INDEX_TOKEN"))
     assert first["run"].count("::error::") == 1 and "exit 1" in first["run"]
@@ -632,7 +648,12 @@ def test_secret_values_only_in_the_upload_step_and_the_steps_running_the_tool(bu
         with_secrets = {s["name"]: {k: v for k, v in s["env"].items() if "secrets." in v}
                         for s in build["jobs"][job]["steps"] if "secrets." in json.dumps(s)}
         assert with_secrets == steps, job
-    assert len(re.findall(r"secrets\.\w+\b(?! != '')", text[:upload])) == 15  # those (the keys' test of the URL too), HAS_COMPILE_CACHE's two
+    # the plan step reads the private index with its three (skip-published alone)
+    plan_step = next(s for s in build["jobs"]["plan"]["steps"] if s.get("id") == "matrix")
+    assert plan_step["env"] == {k: f"${{{{ inputs.skip-published && secrets.{s} || '' }}}}" for k, s in (
+        ("TWINE_REPOSITORY_URL", "PRIVATE_INDEX_URL"), ("TWINE_USERNAME", "PRIVATE_INDEX_USER"),
+        ("TWINE_PASSWORD", "PRIVATE_INDEX_TOKEN"))}
+    assert len(re.findall(r"secrets\.\w+\b(?! != '')", text[:upload])) == 18  # those (the keys' test of the URL too), HAS_COMPILE_CACHE's two
 
 
 def test_least_privilege(build, caller):
@@ -701,11 +722,12 @@ def wheelci_invocations(workflow: dict) -> list[list[str]]:
 def test_every_wheelci_flag_the_workflow_uses_exists(build):
     """Each `wheelci STAGE --flag` in the workflow names a flag that stage's --help lists."""
     calls = wheelci_invocations(build)
-    assert sorted({c[0] for c in calls}) == ["build", "index", "plan", "upload"]
+    assert sorted({c[0] for c in calls}) == ["build", "index", "plan", "upload", "verify"]
     assert ["plan", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda", "--torch", "--archs",
-            "--python", "--variant", "--engine", "--arch-list"] in calls
+            "--python", "--variant", "--engine", "--skip-published", "--arch-list"] in calls
     assert ["plan", "--arch-jobs", "--workflow-matrix", "--project-dir", "--stable-abi", "--cuda", "--torch", "--archs",
-            "--python", "--variant", "--engine", "--arch-list"] in calls
+            "--python", "--variant", "--engine", "--skip-published", "--arch-list"] in calls
+    assert ["verify", "--torch-site", "--require-gpu"] in calls  # the GPU job
     assert ["build", "--compile-only", "--warm-for", "--engine", "-w", "--"] in calls  # the warm job
     for stage, *flags in calls:
         help_text = _proc.run([sys.executable, "-m", "wheelci", stage, "--help"], cwd=ROOT, capture_output=True,
@@ -790,7 +812,9 @@ def run_plan_step(build: dict, tmp_path: Path, **env: str) -> tuple[subprocess.C
     tool.write_text(f'#!/bin/bash\nPYTHONPATH={shlex.quote(str(ROOT / "ci" / "src"))} exec '
                     f'{shlex.quote(sys.executable)} -S -m wheelci "$@"\n')
     tool.chmod(0o755)
-    given = {"PROJECT": "tests/fixtures/tiny_ext", "STABLE_ABI": "", "CUDA": "", "TORCH_VERSION": "", "ARCHS": "",
+    (tool.parent / "python").unlink(missing_ok=True)
+    (tool.parent / "python").symlink_to(sys.executable)  # the venv's, which the step's summary lines run
+    given = {"GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "PROJECT": "tests/fixtures/tiny_ext", "STABLE_ABI": "", "CUDA": "", "TORCH_VERSION": "", "ARCHS": "",
              "PYTHON_VERSIONS": "", "VARIANTS": "false", "ENGINE_INPUT": "", "ARCH_LIST_INPUT": "", "ARCH_JOBS": "",
              "RUNNER_TEMP": str(tmp_path / "temp"), **env}
     script = f"cd {shlex.quote(str(ROOT))}\n" + step_script(build, "plan", "One job per CUDA version, or per variant "
@@ -861,7 +885,8 @@ def test_the_warm_jobs_run_before_the_wheels_jobs_which_run_whatever_they_did(bu
     assert warm["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.warm) }}"}
     assert warm["name"].startswith("Warm the compile cache: ${{ matrix.name }}")
     assert wheels["needs"] == ["plan", "warm"]
-    assert wheels["if"] == "${{ !cancelled() && needs.plan.result == 'success' }}"
+    # and none where every wheel is published already (skip-published: GitHub refuses an empty matrix)
+    assert wheels["if"] == "${{ !cancelled() && needs.plan.result == 'success' && needs.plan.outputs.jobs != '0' }}"
     # the same row arguments as the wheels job, its part of the arch list in place of the input's
     assert warm["env"]["ARCH_LIST"] == "${{ matrix.arch_list }}" and wheels["env"]["ARCH_LIST"] == "${{ inputs.arch-list }}"
     for name in ("BUILD_ARGS", "ROW_TORCH", "ROW_PYTHON", "ENGINE", "KIND", "HAS_COMPILE_CACHE"):

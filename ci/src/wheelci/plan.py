@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from wheelci import archs as arch, engine as eng
 from wheelci.cibw import ContainerInputs, cibw_quote, container_environment
-from wheelci.config import constraints, matrix as mx
+from wheelci.config import constraints, matrix as mx, torchaxis
 from wheelci.config.compilecache import for_the_store, parse, torch_finds_ccache
 from wheelci.config.options import Options
 from wheelci.config.project import Backend, Project
@@ -379,6 +379,11 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
                  else TorchIndex.from_env(env))
     if request.torch == "latest":
         request = replace(request, torch=index.latest())
+    elif request.torch is not None and not torchaxis.RELEASE.fullmatch(request.torch):
+        axis = torchaxis.parse(request.torch)  # one bad-input line for what names no release at all
+        if not axis.single:
+            raise CiError(f"--torch {axis.text}: a build is against one torch release; `{command('plan')} --torch "
+                          f"'{axis.text}'` lists the jobs of every release it names")
     run = RunSettings() if run is None else run
     matrix = mx.load()
     project = Project.read(project_dir) if project is None else project

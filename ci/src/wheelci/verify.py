@@ -152,7 +152,8 @@ def grafted_runtime(names: list[str]) -> list[str]:
 
 def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_command: str | None = None,
                    test_requires: Sequence[str] = (), find_links: Sequence[Path] = (),
-                   build_dir: Path | None = None, log_file: Path | None = None) -> VerifyResult:
+                   build_dir: Path | None = None, log_file: Path | None = None,
+                   require_gpu: bool = False) -> VerifyResult:
     """Any extension: install it over its torch, import every top-level package, load every shared
     library (wheelci.verify._probe), list the torch.ops namespaces it registers, check it pins torch and
     grafts none of the runtime; then its test command. With log_file, what the probes and the test
@@ -193,7 +194,10 @@ def verify_generic(wheel: Path, torch_site: Path, *, project_dir: Path, test_com
                 else:
                     log.info(f"running the test command: {test_command}")
                     checks.update(run_test_command(test_command, python, project_dir, wheel, tmp, build_dir, output))
-    if _device_code(wheel):
+    device = _device_code(wheel)
+    if require_gpu:
+        checks["require_gpu"] = gpu_outcome(checks, device)
+    if device:
         _cuda_wheel_outcomes(checks)
     result = VerifyResult(wheel.name, checks)
     if log_file is not None and not result.passed and log_file.is_file():
@@ -213,6 +217,23 @@ def _cuda_wheel_outcomes(checks: dict[str, object]) -> None:
                 checks[key] = value + why
     if str(checks.get("gpu", "")).startswith("none"):
         checks["gpu"] = "skipped: " + no_gpu(checks)  # "passed" alone would claim the kernels were checked
+
+
+def gpu_outcome(checks: dict[str, object], device: bool) -> str:
+    """`--require-gpu`: a CUDA wheel verified with its GPU, its kernels run by at least one test that ran
+    (a test command whose tests were all skipped, or none, ran no kernel); FAILED otherwise."""
+    if not device:
+        return "FAILED: --require-gpu: the wheel holds no device code, so no GPU can run any of it"
+    gpu = str(checks.get("gpu", "none: torch did not load"))
+    if not gpu.startswith("ok"):
+        return f"FAILED: --require-gpu: no GPU ran its kernels ({gpu.removeprefix('skipped: ')})"
+    tests = {k: str(v) for k, v in checks.items() if k.startswith("test ")}
+    ran = [k for k, v in tests.items() if not v.startswith("skipped")]
+    if not str(checks.get("test_command", "")).startswith("ok"):
+        return f"FAILED: --require-gpu: no test command passed ({checks.get('test_command', 'none ran')}): no CUDA test ran"
+    if tests and not ran:
+        return f"FAILED: --require-gpu: every one of its {len(tests)} tests was skipped: no CUDA test ran"
+    return f"ok: {gpu.removeprefix('ok ').strip('()')}, " + (f"{len(ran)} tests ran" if tests else "its test command ran")
 
 
 def _device_code(wheel: Path) -> bool:

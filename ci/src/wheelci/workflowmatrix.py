@@ -1,19 +1,23 @@
 """The CI jobs a project needs, as a GitHub Actions matrix (`plan --workflow-matrix`).
 
-It runs on the runner's bare Python before anything is installed: the standard library and the matrix
-only, no packaging.
+Against one torch release it runs on the runner's bare Python before anything is installed: the standard
+library and the matrix only, no packaging. A torch axis (a range, latest, last:N: wheelci.config.torchaxis)
+reads the releases the index lists, with packaging and the HTTP client (torch_matrix).
 """
 
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from wheelci.config import matrix as mx
 from wheelci.config.stable import minor_of, newest_torch, parse_target, pick_row
+from wheelci.config.torchaxis import RELEASE as _TORCH, TorchAxis, key as release_key
 from wheelci.errors import CiError
 
-_TORCH = re.compile(r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})")  # fullmatch: a release, as written
+if TYPE_CHECKING:
+    from wheelci.config.releases import TorchIndex
+
 _PY = re.compile(r"3\.(0|[1-9][0-9]?)")
 # GitHub's runner of each architecture: an aarch64 job builds natively on an Arm runner
 RUNNERS = {"x86_64": "ubuntu-latest", "aarch64": "ubuntu-24.04-arm"}
@@ -174,6 +178,107 @@ def workflow_matrix(stable_abi: str | None, cuda: list[str] | None = None, varia
                       "images of those rows are x86_64 only)")
     return {"include": [_on(row, arch) for arch in archs or ["x86_64"] for job in (arm if arch == "aarch64" else keep)
                         for row in _rows(matrix, job, pythons, py_api)]}
+
+
+class Expanded(NamedTuple):
+    """A torch axis's matrix, and why each release or job it names has no row."""
+
+    jobs: dict[str, list[dict[str, str]]]
+    notes: list[str]
+
+
+def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cuda: list[str] | None = None,
+                 variants: bool = False, python: list[str] | None = None, py_api: str = "",
+                 archs: list[str] | None = None, bound: str | None = None) -> Expanded:
+    """The jobs of every torch release the axis names, as the index lists them: each release crossed with
+    the CUDA builds it has (a release the matrix lists: the matrix's rows of it; a newer one: the CUDA its
+    index metadata pins, as its build reads it), every release with CPU, then the Pythons its line has,
+    the archs, and the project's `bound` (its own torch specifier). A stable-ABI project collapses to one
+    job per variant, against the newest release named that the variant builds. A release or CUDA named
+    that has no build is a note, not an error: the next release may have it. An axis that leaves no job is
+    bad input."""
+    from packaging.specifiers import SpecifierSet
+
+    matrix = mx.load()
+    listed = {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}
+    everything = sorted(listed | set(index.versions()), key=release_key)
+    chosen, notes = axis.select(everything), []
+    if not chosen:
+        raise CiError(f"--torch {axis.text}: no torch release on the index is in it (there: "
+                      f"{everything[0]} to {everything[-1]})")
+    floor = parse_target(stable_abi) if stable_abi else None
+    if floor and (below := [v for v in chosen if minor_of(v) < floor]):
+        notes.append(f"torch {', '.join(below)}: before the stable-ABI floor {stable_abi}: no job")
+        chosen = [v for v in chosen if minor_of(v) >= floor]
+    if bound and (outside := [v for v in chosen if not SpecifierSet(bound).contains(v)]):
+        notes.append(f"torch {', '.join(outside)}: outside the project's own torch{bound}: no job")
+        chosen = [v for v in chosen if SpecifierSet(bound).contains(v)]
+    if not chosen:
+        raise CiError(f"--torch {axis.text}: no job: {'; '.join(notes)}")
+    pythons = _pythons(python) if python is not None else None
+    jobs, aliases = _jobs(matrix, stable_abi)
+    if cuda is not None:
+        unknown = [c for c in cuda if c.lower() not in aliases]
+        if unknown or not cuda:
+            what = f"stable-ABI variant for torch >= {stable_abi}" if stable_abi else "CUDA version"
+            raise CiError(f"--cuda {','.join(unknown)}: no such {what} in the matrix "
+                          f"(choose from {', '.join(j.key for j in jobs)})")
+        wanted = {aliases[c.lower()] for c in cuda}
+    else:
+        wanted = {j.key for j in jobs if stable_abi or j.key != "cpu"}
+    if variants:
+        wanted.add("cpu")
+    asked = [j._replace(args=f"{j.args} --variant") if variants else j for j in jobs if j.key in wanted]
+    builds: list[Job] = []
+    if stable_abi:  # one wheel per variant serves every later torch: the newest release named that it builds
+        for job in asked:
+            mine = [v for v in chosen if job.can_build(v)]
+            if mine:
+                builds.append(job._replace(torch=mine[-1]))
+            else:
+                notes.append(f"{job.label}: no release of --torch {axis.text} has a build of it: no job")
+    else:
+        lacking: dict[str, list[str]] = {}
+        for version in chosen:
+            cudas = ({r.version for r in matrix.rows if r.torch_build(version)} if version in listed
+                     else {index.release(version).cuda} - {None})
+            have = [j for j in asked if j.key == "cpu" or j.key in cudas]
+            for j in asked:
+                if j not in have:
+                    lacking.setdefault(j.label, []).append(version)
+            builds += [j._replace(torch=version) for j in have]
+        if cuda is not None:  # what was named and has no build: said; the rest of the matrix is not asked
+            notes += [f"no {label} build of torch {', '.join(versions)}: no job of those"
+                      for label, versions in lacking.items()]
+    if variants and not stable_abi and len({j.torch for j in builds}) > 1:
+        raise CiError(f"--torch {axis.text} with --variant: a release's variant wheels name no torch in their file "
+                      "names, so one variant set is built against one torch; name one release, or build stable-ABI "
+                      "variants (--stable-abi), which serve every later torch")
+    rows: list[dict[str, str]] = []
+    no_python: dict[str, list[str]] = {}
+    for job in builds:
+        line = (matrix.torch_line(job.torch) if job.torch in listed else index.release(job.torch).line)
+        mine: list[str | None] = [None]
+        if pythons is not None:
+            missing = [p for p in pythons if p not in line.python]
+            for p in missing:
+                no_python.setdefault(p, []).append(job.torch)
+            mine = list(python_rows([p for p in pythons if p in line.python], py_api))
+        for arch in archs or ["x86_64"]:
+            if arch == "aarch64" and not _arm_image_of(matrix, job, stable_abi):
+                notes.append(f"{job.label}: no aarch64 image recipe of ours: no aarch64 job")
+                continue
+            for p in mine:
+                row = {"name": job.name, "args": job.args, "engine": "host" if job.key == "cpu" else "docker",
+                       "kind": "cpu" if job.key == "cpu" else "cuda", "torch": job.torch}
+                if p is not None:
+                    row = {**row, "name": f"{job.name}-py{p}", "python": p}
+                rows.append(_on(row, arch))
+    notes += [f"torch {', '.join(dict.fromkeys(versions))} has no wheels for Python {p}: no job of those"
+              for p, versions in no_python.items()]
+    if not rows:
+        raise CiError(f"--torch {axis.text}: no job is left ({'; '.join(notes) or 'nothing builds it'})")
+    return Expanded({"include": rows}, list(dict.fromkeys(notes)))
 
 
 def _arm_image_of(matrix: mx.Matrix, job: Job, stable_abi: str | None) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,22 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="ci-project-") as tmp:
         project = find_project(args.project or args.project_dir, Path(tmp))  # the one read of pyproject.toml
         o = options.resolve("plan", given, os.environ, project.settings.table)
+        if o.torch is not None and not _one_release(o.torch):  # a torch axis: the jobs, as a table
+            return _jobs(given, project.root, table=True)
+        if o.skip_published:
+            raise CiError("--skip-published drops jobs of a matrix: with --workflow-matrix, or a --torch range")
         plan = plan_for(o, project, os.environ)
     if o.json:
         cli.emit_json(plan.to_json())
     else:
         print(for_the_log(format_plan(plan)))
     return 0
+
+
+def _one_release(torch: str) -> bool:
+    from wheelci.config.torchaxis import RELEASE
+
+    return bool(RELEASE.fullmatch(torch.strip())) or torch.strip().lower() == "latest"
 
 
 def _workflow_matrix(given: dict[str, Any], project: Path) -> int:
@@ -41,27 +52,84 @@ def _workflow_matrix(given: dict[str, Any], project: Path) -> int:
         return _jobs(given, locate(project, Path(tmp))[0])
 
 
-def _jobs(given: dict[str, Any], project_dir: Path) -> int:
+def _jobs(given: dict[str, Any], project_dir: Path, table: bool = False) -> int:
     from wheelci import archs as arch, workflowmatrix
+    from wheelci.config import torchaxis
     from wheelci.config.project import read_py_api, read_settings
     from wheelci.plan import split_csv
 
     o = options.resolve("plan", given, os.environ, read_settings(project_dir).table)
-    jobs = workflowmatrix.workflow_matrix(
-        o.stable_abi, split_csv(o.cuda), o.variant, torch=o.torch,
-        python=None if o.python is None else split_csv(o.python) or [],
-        py_api=read_py_api(project_dir) if o.python is not None else "", archs=arch.parse(o.archs))
+    python = None if o.python is None else split_csv(o.python) or []
+    py_api = read_py_api(project_dir) if o.python is not None or o.skip_published else ""
+    axis = torchaxis.parse(o.torch) if o.torch is not None else None
+    notes: list[str] = []
+    if (axis is not None and not axis.single) or o.skip_published:
+        _needs_dependencies(f"--torch {axis.text}" if axis and not axis.single else "--skip-published")
+    if axis is not None and not axis.single:  # releases the index lists: packaging and the HTTP client
+        from wheelci.config.releases import TorchIndex
+
+        jobs, notes = workflowmatrix.torch_matrix(
+            axis, TorchIndex.from_env(os.environ), o.stable_abi, split_csv(o.cuda), o.variant, python=python,
+            py_api=py_api, archs=arch.parse(o.archs), bound=_torch_bound(project_dir))
+    else:
+        jobs = workflowmatrix.workflow_matrix(o.stable_abi, split_csv(o.cuda), o.variant, torch=o.torch, python=python,
+                                              py_api=py_api, archs=arch.parse(o.archs))
     # --engine moves every job (a runner without Docker builds CUDA on the host); a project's engine key
     # does not: the row's own choice suits the runner it names
     if o.sources.get("engine") == "flag" and o.engine != "auto":
         jobs = workflowmatrix.on_engine(jobs, o.engine)
+    if o.skip_published:
+        from wheelci.publish import published
+
+        project = published.identity(project_dir)
+        files = published.read_files(published.index_of(o.skip_published, os.environ), project.name)
+        rows, dropped = published.skipped(jobs["include"], files, project, py_api, o.local_version)
+        jobs, notes = {"include": rows}, notes + dropped
+        if not rows:
+            notes.append("every job's wheel is already published: nothing to build")
     if o.arch_jobs is not None:  # the fan-out's compile-only jobs instead
         if not o.arch_jobs.strip().isdigit():
             raise CiError(f"--arch-jobs {o.arch_jobs[:16]!r}: want a number of jobs, 2 to 16")
         # the list the CUDA builds compile: --arch-list, WHEELCI_ARCH_LIST or the project's, else each row's own
         jobs = workflowmatrix.warm_matrix(jobs, int(o.arch_jobs), o.stable_abi, o.arch_list or None)
-    print(json.dumps(jobs))
+    for note in notes:  # stdout is the matrix alone; the workflow's plan job shows these in its summary
+        print(f"note: {note}", file=sys.stderr)
+    if table:
+        print(_table(jobs["include"]))
+    else:
+        print(json.dumps(jobs))
     return 0
+
+
+def _needs_dependencies(what: str) -> None:
+    """One line, not a traceback, on the plan job's bare Python (the tool installed without them)."""
+    import importlib.util
+
+    missing = [m for m in ("packaging", "requests") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CiError(f"{what} reads an index, which takes {' and '.join(missing)}: install wheelci with its "
+                      "dependencies (not --no-deps)")
+
+
+def _torch_bound(project_dir: Path) -> str | None:
+    """The torch specifier the project's pyproject.toml puts on its own torch (build and run requirements)."""
+    from wheelci.config.project import load_pyproject
+    from wheelci.config.torchaxis import project_bound
+
+    data = load_pyproject(project_dir) or {}
+    system, meta = data.get("build-system", {}), data.get("project", {})
+    found = [r for table, key in ((system, "requires"), (meta, "dependencies")) if isinstance(table, dict)
+             for r in (table.get(key) or []) if isinstance(r, str)]
+    return project_bound(found)
+
+
+def _table(rows: list[dict[str, str]]) -> str:
+    """The jobs as the dry run shows them: one line each."""
+    head = ("job", "torch", "python", "runner", "arguments")
+    lines = [(r["name"], r["torch"], r.get("python", "-"), r.get("runner", "-"), r["args"]) for r in rows]
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in (head, *lines)]
+    return "\n".join(out + [f"{len(rows)} job(s)"])
 
 
 def build_parser() -> argparse.ArgumentParser:

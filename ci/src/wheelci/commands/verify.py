@@ -22,6 +22,8 @@ def build_parser() -> cli.Parser:
     p.add_argument("--test-command", help="run after the checks (default: the project's [tool.wheelci] test-command)")
     p.add_argument("--test-requires", action="append", metavar="REQ", help="installed before the test command")
     p.add_argument("--build-dir", type=Path, help="the build tree, passed to the tests as CI_BUILD_DIR")
+    p.add_argument("--require-gpu", action="store_true", help="fail unless a GPU ran the wheel's CUDA kernels: torch "
+                   "sees a device and the test command ran at least one test that was not skipped")
     p.add_argument("--json", action="store_true")
     return p
 
@@ -40,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
     result = verify_generic(args.wheel, args.torch_site, project_dir=(args.project or Path.cwd()).resolve(),
                             test_command=args.test_command or settings.test_command,
                             test_requires=settings.test_requires + (args.test_requires or []),
-                            build_dir=args.build_dir)
+                            build_dir=args.build_dir, require_gpu=args.require_gpu)
     if args.json:
         cli.emit_json({**asdict(result), "passed": result.passed, "failures": result.failures})
     else:

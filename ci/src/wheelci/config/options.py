@@ -122,7 +122,9 @@ class Options:
         "or --cpu, WHEELCI_CUDA a version or cpu; plan --workflow-matrix: a comma list of the jobs to keep "
         "(CUDA versions, or cpu)", "target", key=False)
     cpu: bool = _opt("bool", "a CPU-only build", "target", key=False, variable=False)
-    torch: str | None = _opt("str", "torch version to build against, or latest (default: the matrix row's)", "target")
+    torch: str | None = _opt("str", "torch version to build against, or latest (default: the matrix row's); plan: also a "
+        "range of releases (>=2.12, 2.12-2.15) or the newest N minors (last:4), each crossed with the CUDA builds "
+        "the index has of it (the jobs, or --workflow-matrix's)", "target")
     torch_index_url: str | None = _opt("str", "where to get that torch, and read its metadata (default: the matrix row's index)",
         "target", metavar="URL")
     python: str | None = _opt("csv", "comma-separated Python versions, e.g. 3.10,3.11 (default: [tool.cibuildwheel] build, "
@@ -206,6 +208,10 @@ class Options:
         "per CUDA version, or one per variant for stable-ABI wheels; each job's engine is host for CPU, docker "
         "for CUDA, or --engine's for every job", "run", commands=("plan",), key=False,
         variable=False)
+    skip_published: str | None = _opt("str", "plan: drop every job whose wheel is already on this simple index (the "
+        "destination's, PEP 691 or 503; `upload`: TWINE_REPOSITORY_URL's, as the upload reads it back; credentials "
+        "in the URL, else TWINE_USERNAME/TWINE_PASSWORD), matched by name, version, label or variant, and tags; the plan says what it dropped",
+        "run", commands=("plan",), key=False, metavar="INDEX")
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
 
