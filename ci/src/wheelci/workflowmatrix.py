@@ -232,9 +232,9 @@ def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cud
     builds: list[Job] = []
     if stable_abi:  # one wheel per variant serves every later torch: the newest release named that it builds
         for job in asked:
-            mine = [v for v in chosen if job.can_build(v)]
-            if mine:
-                builds.append(job._replace(torch=mine[-1]))
+            built = [v for v in chosen if job.can_build(v)]
+            if built:
+                builds.append(job._replace(torch=built[-1]))
             else:
                 notes.append(f"{job.label}: no release of --torch {axis.text} has a build of it: no job")
     else:
