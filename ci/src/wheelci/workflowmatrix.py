@@ -268,11 +268,11 @@ def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cud
             if arch == "aarch64" and not _arm_image_of(matrix, job, stable_abi):
                 notes.append(f"{job.label}: no aarch64 image recipe of ours: no aarch64 job")
                 continue
-            for p in mine:
+            for py in mine:
                 row = {"name": job.name, "args": job.args, "engine": "host" if job.key == "cpu" else "docker",
                        "kind": "cpu" if job.key == "cpu" else "cuda", "torch": job.torch}
-                if p is not None:
-                    row = {**row, "name": f"{job.name}-py{p}", "python": p}
+                if py is not None:
+                    row = {**row, "name": f"{job.name}-py{py}", "python": py}
                 rows.append(_on(row, arch))
     notes += [f"torch {', '.join(dict.fromkeys(versions))} has no wheels for Python {p}: no job of those"
               for p, versions in no_python.items()]
