@@ -91,12 +91,14 @@ def test_push_runs_the_plan_job(checkout, standins, tmp_path):
 
 
 def test_dispatch_builds_on_this_host_and_publishes(checkout, standins, tmp_path):
+    """A manual run as the scheduled one runs: a torch range, only what the private index lacks, published.
+    Run again, it builds nothing and says so."""
     user, token = f"publisher-{secrets.token_hex(6)}", secrets.token_hex(24)
     before = machine_state()
     with PypiServer(tmp_path / "index", user, token) as index:
         values = {"PRIVATE_INDEX_URL": index.url, "PRIVATE_INDEX_USER": user, "PRIVATE_INDEX_TOKEN": token}
-        run = run_act(checkout, tmp_path / "run", standins, "workflow_dispatch",
-                      inputs={"cuda": "cpu", "publish": "true"}, secrets=values)
+        inputs = {"cuda": "cpu", "publish": "true", "torch": ">=2.13,<2.14", "skip-published": "true"}
+        run = run_act(checkout, tmp_path / "run", standins, "workflow_dispatch", inputs=inputs, secrets=values)
         assert run.returncode == 0, run.summary()
         assert [run.job_result(j) for j in ("plan", "wheels", "publish")] == ["success"] * 3
         assert the_matrix(run) == workflow_matrix(None, ["cpu"])
@@ -120,6 +122,16 @@ def test_dispatch_builds_on_this_host_and_publishes(checkout, standins, tmp_path
         with urllib.request.urlopen(index.url + "packages/" + wheel.name, timeout=60) as served_file:
             served = served_file.read()
         assert hashlib.sha256(served).hexdigest() == hashlib.sha256(wheel.read_bytes()).hexdigest()
+        assert "- cpu (torch 2.13.0)" in run.printed("plan")  # the summary: what this run built
+
+        # the next run finds the wheel published: no job, no publish, and the plan says why
+        again = run_act(checkout, tmp_path / "again", standins, "workflow_dispatch", inputs=inputs, secrets=values)
+        assert again.returncode == 0, again.summary()
+        assert again.outputs("plan")["jobs"] == "0" and {"wheels", "publish"}.isdisjoint(again.jobs())
+        printed = again.printed("plan")
+        assert f"note: cpu (torch 2.13.0): {wheel.name} is already published: not built again" in printed, printed
+        assert "None: nothing new to build." in printed
+        assert sorted(p.name for p in (tmp_path / "index" / "packages").iterdir()) == [wheel.name]
 
         # and pip installs it from there into a fresh venv
         venv = tmp_path / "venv"
@@ -136,7 +148,7 @@ def test_dispatch_builds_on_this_host_and_publishes(checkout, standins, tmp_path
 
     # no secret value in any stored artifact file (wheel members read uncompressed) nor in act's output
     for value in values.values():
-        assert value.encode() not in run.log.encode(), "a secret shows in act's output"
+        assert value.encode() not in (run.log + again.log).encode(), "a secret shows in act's output"
         for path in (p for p in standins.artifacts.rglob("*") if p.is_file()):
             assert value.encode() not in path.read_bytes(), path
             if zipfile.is_zipfile(path):

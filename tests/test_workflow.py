@@ -685,6 +685,25 @@ def test_the_documented_caller(actionlint, tmp_path, build):
     assert set(job["with"]) <= set(call["inputs"]) and publish <= set(job["secrets"]) <= set(call["secrets"])
 
 
+def test_the_documented_scheduled_caller(actionlint, tmp_path, build):
+    """docs/workflow.md's scheduled caller: valid, lint-clean, on a schedule and by hand, a torch axis,
+    skipping what is published and publishing the rest."""
+    text = (ROOT / "docs" / "workflow.md").read_text()
+    start = text.index("## The day a torch lands")
+    (block,) = re.findall(r"^```yaml\n(.*?)^```", text[start:text.index("\n## ", start + 1)], re.S | re.M)
+    path = tmp_path / "caller.yml"
+    path.write_text(block)
+    assert check_schema(path).returncode == 0 and lint(actionlint, path) == []
+    workflow = load_yaml(path)
+    assert {"schedule", "workflow_dispatch"} <= set(triggers(workflow))
+    (job,) = workflow["jobs"].values()
+    assert job["uses"].endswith(f"/.github/workflows/build.yml@v{wheelci.__version__}")
+    assert set(job["with"]) <= set(triggers(build)["workflow_call"]["inputs"])
+    assert job["with"]["skip-published"] is True and job["with"]["publish"] is True
+    from wheelci.config.torchaxis import parse
+    assert not parse(job["with"]["torch"]).single
+
+
 def test_the_documented_caller_that_forwards_its_dispatch_inputs(actionlint, tmp_path, build):
     """docs/workflow.md's caller with workflow_dispatch inputs: valid and lint-clean, and each input it
     declares reaches build.yml under the same name (a caller's inputs reach a called workflow only so)."""
