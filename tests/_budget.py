@@ -2,7 +2,7 @@
 [--keep-under GB]`.
 
 Each argument is one tier's JUnit report (pytest --junitxml), named after the tier. It prints each
-tier's wall time and counts, the 15 slowest tests of the run and the disk the caches hold, so the next
+tier's wall time and counts, the 30 slowest tests of the run, the costliest modules of each tier and the disk the caches hold, so the next
 change sees where its time and disk went. With --keep-under, the test inputs only the suite uses (real
 torch releases, the wheel corpus, ...) and the build environments no build of the run used (keyed by a
 test's loopback index, or a torch no test asks for now) are removed, largest first, until the caches fit;
@@ -26,7 +26,8 @@ from typing import Iterator, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "contributing.md"
 BEGIN, END = "<!-- tiers: begin (python -m tests._budget --docs) -->", "<!-- tiers: end -->"
-SLOWEST = 15
+SLOWEST = 30
+MODULES = 20  # the test modules that take the most time, each tier's own
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,16 @@ def tier_table(tiers: list[Tier]) -> str:
     return "\n".join(rows)
 
 
+def by_module(tier: Tier) -> list[tuple[str, tuple[float, int]]]:
+    """Each test module's seconds and tests in the tier, the costliest first."""
+    totals: dict[str, tuple[float, int]] = {}
+    for seconds, node in tier.cases:
+        module = node.split("::")[0]
+        spent, count = totals.get(module, (0.0, 0))
+        totals[module] = (spent + seconds, count + 1)
+    return sorted(totals.items(), key=lambda kv: -kv[1][0])
+
+
 def report(tiers: list[Tier], used: dict[str, int], evicted: Sequence[tuple[Path, int]] = ()) -> str:
     lines = ["", "== the suite's budget =="]
     for t in tiers:
@@ -158,6 +169,9 @@ def report(tiers: list[Tier], used: dict[str, int], evicted: Sequence[tuple[Path
     lines.append(f"the {SLOWEST} slowest tests (setup included):")
     for seconds, node in sorted((c for t in tiers for c in t.cases), reverse=True)[:SLOWEST]:
         lines.append(f"  {seconds:7.1f} s  {node}")
+    for t in tiers:
+        lines.append(f"the {MODULES} test modules taking the most of {t.name} (test seconds; a tier runs on every core):")
+        lines += [f"  {seconds:7.1f} s  {count:4d} tests  {module}" for module, (seconds, count) in by_module(t)[:MODULES]]
     lines.append("disk the caches hold (a hard-linked file once):")
     for name, size in used.items():
         lines.append(f"  {size / 2**30:6.1f} GB  {name}")

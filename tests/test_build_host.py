@@ -7,6 +7,8 @@ NVIDIA's wheels, and verify runs the CPU kernels of that CUDA wheel in a CUDA-to
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -294,3 +296,27 @@ def test_an_unreachable_index_of_the_users_is_one_error_never_another_source():
             torch_pip_args(TorchSpec("2.13.0", cuda, f"http://ci:cnryprivQ7z@127.0.0.1:{port}/simple", True))
         assert f"127.0.0.1:{port}/simple" in str(e.value) and "cnryprivQ7z" not in str(e.value)
         assert "\n" not in str(e.value)
+
+
+def test_the_gpu_jobs_verify_step_says_no_gpu_ran_the_kernels(cuda_build, tmp_path):
+    """The workflow's GPU job, its verify step as build.yml writes it, over the example's real CUDA wheel
+    and the CUDA torch it was built against, on this machine without a GPU: --require-gpu fails, saying
+    that no GPU ran its kernels, and the job fails with it (publishing waits for this job)."""
+    from tests.test_workflow import load_yaml, run_step, step_script
+    from wheelci.compile.hostenv import TorchSpec, ensure_env
+
+    build = load_yaml(ROOT / ".github" / "workflows" / "build.yml")
+    site = ensure_env(TorchSpec("2.13.0", "13.0", None, True)).site  # the build's own, cached
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "wheelci").write_text(f'#!/bin/bash\nexec {sys.executable} -m wheelci "$@"\n')
+    (bin_dir / "wheelci").chmod(0o755)
+    (tmp_path / "job" / "wheelhouse").mkdir(parents=True)
+    shutil.copy(cuda_build.wheel, tmp_path / "job" / "wheelhouse")
+    script = f"cd {tmp_path / 'job'}\n" + step_script(build, "gpu", "Verify with the GPU")
+    r, _ = run_step(script, {"PATH": f"{bin_dir}:/usr/bin:/bin", "PROJECT": str(ROOT), "TORCH_SITE": str(site),
+                             "HOME": os.environ.get("HOME", "/root")}, tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "require_gpu: FAILED: --require-gpu: no GPU ran its kernels (none: no CUDA device (torch for CUDA 13.0))" \
+        in r.stdout, r.stdout
+    assert "test_command: ok" in r.stdout  # everything else passed: the GPU is what is missing
