@@ -335,3 +335,25 @@ def test_the_axis_over_the_real_index():
     assert [v for n, v in got if n == "cuda13.0"][:5] == ["2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"]
     assert ("cuda13.0", "2.15.0") not in got and not [n for n, _ in got if n == "cuda12.8"]
     assert any(n.startswith("no CUDA 12.8 build of torch 2.12.0, 2.12.1") for n in notes), notes
+
+
+@pytest.mark.parametrize("args, torch, words", [
+    (["--cpu"], "2.7.1", "note: torch 2.7.1: the newest release within the project's own torch<2.8"),
+    (["--cuda", "12.6"], "2.7.1", "note: torch 2.7.1: the newest release within"),
+    (["--cuda", "13.0"], None, "the project wants torch<2.8 ([build-system] requires), and CUDA 13.0 has no release of it"),
+    (["--cpu", "--torch", "2.13.0"], None, "--torch 2.13.0: outside the project's own torch<2.8"),
+])
+def test_a_build_keeps_within_the_projects_torch_bound(tmp_path, args, torch, words):
+    """A project capped at torch<2.8 is planned against the newest release within its cap, not the
+    default 2.13.0; one asked outside it, or a CUDA with none within it, is one line."""
+    (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools", "torch<2.8"]\n'
+                                             'build-backend = "setuptools.build_meta"\n[project]\nname = "capped"\n'
+                                             'version = "1.0"\n')
+    r = _proc.run([sys.executable, "-m", "wheelci", "plan", str(tmp_path), *args, "--json"], capture_output=True,
+                  text=True, cwd=ROOT)
+    if torch is None:
+        assert r.returncode == 2 and words in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["torch"] == torch and any(n.startswith(words.removeprefix("note: ")) for n in plan["notes"]), plan["notes"]

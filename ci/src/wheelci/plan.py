@@ -400,6 +400,7 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
         request = replace(request, find_links=find_links)
 
     requires = [*project.build_requires, *run.build_requires]
+    request, bound_notes = _within_bound(matrix, request, torchaxis.project_bound(project.build_requires))
     tools = constraints.for_project(requires)
     machine = Machine(env, facts, ccache_dir(env), constraints.file_for(tools.pins), index)
     plan = (_cpu_plan(matrix, project, request, machine) if request.cuda is None
@@ -407,7 +408,7 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
                    backend=project.backend, tool_constraints=list(tools.pins),
                    build_requires=requires,
-                   notes=[*fetched_notes(project), *plan.notes, *tools.set_aside], ccache_dir=str(machine.ccache),
+                   notes=[*fetched_notes(project), *bound_notes, *plan.notes, *tools.set_aside], ccache_dir=str(machine.ccache),
                    fetched=fetched_record(project))
     if plan.engine.container and not project.pyproject:  # before any image or environment work, not minutes in
         raise CiError(f"{plan.project_dir}: setup.py without a pyproject.toml: the {plan.engine} build (cibuildwheel) "
@@ -581,6 +582,34 @@ def _with_stable(plan: Plan, stable: StablePlan) -> Plan:
         cudnn = f"{plan.cudnn_requirement.split('==')[0]}=={stable.cudnn_floor}"
     return replace(plan, stable=stable, stable_flags=flags, notes=[*plan.notes, note],
                    cudnn_requirement=cudnn)
+
+
+def _within_bound(matrix: mx.Matrix, request: Request, bound: str | None) -> tuple[Request, list[str]]:
+    """The torch a build takes within the project's own bound on it ([build-system] requires: `torch<2.8`):
+    a release asked outside it is refused; without one asked, the newest release of the build's row (the
+    matrix's, for CPU) within it, where the default is not."""
+    if bound is None:
+        return request, []
+    from packaging.specifiers import SpecifierSet
+
+    spec = SpecifierSet(bound)
+    if request.torch is not None:
+        if not spec.contains(request.torch):
+            raise CiError(f"--torch {request.torch}: outside the project's own torch{bound} ([build-system] requires): "
+                          "name a release within it")
+        return request, []
+    row = matrix.row(request.cuda) if request.cuda is not None else None
+    default = (row.default_torch if row else matrix.default_torch) or None
+    if default is not None and spec.contains(default):
+        return request, []
+    offered = sorted({t.version for r in ([row] if row else matrix.rows) for t in r.torch}, key=torchaxis.key)
+    within = [v for v in offered if spec.contains(v)]
+    if not within:
+        what = f"CUDA {request.cuda}" if request.cuda else "the matrix"
+        raise CiError(f"the project wants torch{bound} ([build-system] requires), and {what} has no release of it "
+                      f"(it has {', '.join(offered[-4:]) or 'none'}): name one with --torch, or another --cuda")
+    return replace(request, torch=within[-1]), [f"torch {within[-1]}: the newest release within the project's own "
+                                                f"torch{bound} ([build-system] requires), not the default {default}"]
 
 
 def _torch_source(find_links: Path | None, torch_index_url: str | None, default: str | None) -> str | None:
