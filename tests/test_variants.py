@@ -330,6 +330,29 @@ def test_pip_takes_the_plain_wheel_and_the_cuda_root_takes_the_local_build(relea
         assert installed(python, "demo") == ("1.0+pt2.13.0.cu130", None)
 
 
+def test_a_release_without_variants_serves_its_cpu_build_on_the_page_and_cuda_from_its_root(tmp_path):
+    """A classic release of a +pt2.13.0.cpu and a +pt2.13.0.cu130 build: on the project page the CUDA build
+    would outrank the CPU one (pip and uv take the higher local label) and a machine with a CPU torch would
+    get a build it cannot load. The page serves the CPU build; the CUDA build is served from simple/cu130/."""
+    dist = tmp_path / "dist"
+    for label in ("cpu", "cu130"):
+        build_wheel(dist, version=f"1.0+pt2.13.0.{label}", files={"demo/__init__.py": f"BUILD = {label!r}\n"})
+    build_index(dist)
+    page = (dist / "simple" / "demo" / "index.html").read_text()
+    assert "1.0+pt2.13.0.cpu" in page and "cu130" not in page
+    assert "1.0+pt2.13.0.cu130" in (dist / "simple" / "cu130" / "demo" / "index.html").read_text()
+    with NegotiatingServer(dist) as server:
+        for install in (pip_install, uv_install):
+            python = fresh_venv(tmp_path / f"venv-{install.__name__}")
+            r = install(python, server.url + "simple/", "demo")
+            assert r.returncode == 0, r.stderr
+            assert installed(python, "demo") == ("1.0+pt2.13.0.cpu", None), install.__name__
+            r = install(python, server.url + "simple/cu130/", "--reinstall" if install is uv_install else
+                        "--force-reinstall", "demo")
+            assert r.returncode == 0, r.stderr
+            assert installed(python, "demo") == ("1.0+pt2.13.0.cu130", None), install.__name__
+
+
 # ---------------------------------------------------------------- ci.upload and pypiserver
 
 

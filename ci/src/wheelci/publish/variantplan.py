@@ -4,7 +4,10 @@ builds that leave the project pages, and the PyTorch-style roots, one per label 
 for installers without variant support.
 
 Its own module because it is the one policy the pages carry: which release shows what, and a release
-whose variant wheels disagree is refused (CiError) before anything is written. Pure, apart from
+whose variant wheels disagree is refused (CiError) before anything is written. A release without variants
+that has a CPU build keeps its CUDA builds off the project page too: there `+pt2.13.0.cu130` outranks
+`+pt2.13.0.cpu` (pip and uv take the higher local label), so a machine with a CPU torch would get a CUDA
+build it cannot load; each CUDA build is served from its root (`OUT/cu130/`), as PyTorch serves its own. Pure, apart from
 rendering the roots' pages.
 """
 
@@ -85,11 +88,19 @@ def plan_variants(dists: list[Dist], given: list[Dist], to_root: str | None, bas
                 if v.root_label(d.version) is None:
                     plan.notes.append(f"{d.path} is served from no page: {release} has variants and its local "
                                       "label names no CUDA or CPU build for a root")
+    for ds in releases.values():  # no variants: a CPU build on the page, its CUDA builds from their roots alone
+        if not any(d.variant for d in ds) and any(_is_cpu(d) for d in ds):
+            plan.hidden.update(d.filename for d in ds if v.root_label(d.version) not in (None, "cpu"))
     for d in wheels:
         label = None if d.variant else v.root_label(d.version)
         if label:
             plan.roots.setdefault(label, []).append(d)
     return plan
+
+
+def _is_cpu(d: Dist) -> bool:
+    """A build any torch of its release takes: labelled cpu, or no label at all."""
+    return "+" not in d.version or v.root_label(d.version) == "cpu"
 
 
 def render_roots(roots: dict[str, list[Dist]], root: Path, out: Path, base_url: str | None,
