@@ -240,6 +240,26 @@ def test_a_failing_build_names_the_log_and_writes_nothing(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.network
+def test_a_runtime_requirement_nothing_installs_is_refused_before_the_compile(tmp_path):
+    """install_requires naming what no release installs on the build's Python: refused when setup.py is
+    asked, before anything compiles (verify would have failed after the whole compile); a requirement
+    with an sdist only is a warning."""
+    project = tmp_path / "needs"
+    shutil.copytree(FIXTURE, project)
+    setup = project / "setup.py"
+    setup.write_text(setup.read_text().replace("setup(ext_modules=[ext]",
+                                               "setup(install_requires=['numpy>=1.26', 'wheelci-no-such-project-zz>=1'], ext_modules=[ext]"))
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", tmp_path / "out")
+    assert r.returncode == 1, r.stderr[-2000:]
+    line = error_line(r)
+    assert "its runtime requirement wheelci-no-such-project-zz>=1 has no release that installs on CPython" in line, line
+    assert "compiled in" not in r.stderr  # nothing compiled
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["failed_step"] == "compile" and report["steps"][2]["seconds"] < 120
+
+
+@pytest.mark.slow
+@pytest.mark.network
 def test_a_failing_test_command_writes_no_wheel_and_the_report_says_which(tmp_path):
     out = tmp_path / "out"
     r = run_stage("ci.build", FIXTURE, "--cpu", "--engine", "host", "--test-command",

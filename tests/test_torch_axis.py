@@ -51,6 +51,8 @@ def test_the_axis_names_releases(text, picked):
     ("===2.13.0", "bad --torch"),       # an arbitrary-equality string is no range of releases
     (">=2.x", "bad --torch"),
     ("2.13.0\n", None),                 # surrounding blanks are no part of it: one release
+    ("", "bad --torch ''"),             # blank: no range of every release
+    ("  ", "bad --torch ''"),
 ])
 def test_a_bad_axis_is_one_line(text, words):
     if words is None:
@@ -67,7 +69,7 @@ def test_any_text_is_an_axis_or_one_line(text):
     try:
         axis = parse(text)
     except CiError as e:
-        assert "\n" not in str(e) and len(str(e)) < 200
+        assert "\n" not in str(e) and len(str(e)) < 400
         return
     assert axis.select(["2.12.0", "2.13.0"]) is not None
 
@@ -145,6 +147,44 @@ def test_a_stable_abi_project_collapses_to_one_job_per_variant(tmp_path):
     assert any("before the stable-ABI floor 2.10" in n and "2.9.1" in n for n in notes), notes
 
 
+def test_last_n_counts_the_minors_within_the_projects_bound(tmp_path):
+    """A project capped below the newest torch: last:2 is its newest two minors, not the index's, and the
+    releases past its cap are a note (its daily run keeps building within the cap)."""
+    index = local_index(tmp_path / "index", {TORCH_13_2: "13.2"})
+    jobs, notes = torch_matrix(parse("last:2"), index, None, ["cpu"], bound="<2.15")
+    assert names(jobs) == [("cpu", "2.13.0"), ("cpu", "2.14.0"), ("cpu", "2.14.1")]
+    assert f"torch 2.15.0, {TORCH_13_2}: outside the project's own torch<2.15: no job" in notes, notes
+
+
+def test_a_stable_abi_latest_is_the_newest_its_rows_build(tmp_path):
+    """latest the day a torch the matrix does not list lands: the stable variants still build (against the
+    newest release their rows list), since each serves every torch from the floor on."""
+    index = local_index(tmp_path / "index", {TORCH_13_2: "13.2"})
+    jobs, notes = torch_matrix(parse("latest"), index, "2.10", None)
+    assert [row["name"] for row in jobs["include"]] == ["stable-cpu", "stable-cu12", "stable-cu13"]
+    assert any(TORCH_13_2 in n and "not in the matrix yet" in n for n in notes), notes
+
+
+def test_a_release_without_the_jobs_python_builds_with_one_it_has(tmp_path):
+    """Without --python a job builds with Python 3.11; a release with no 3.11 wheels gets a job with the
+    lowest newer Python it has, and a note, not a job its build refuses."""
+    page = tmp_path / "index"
+    index = local_index(page, {TORCH_13_2: "13.2"})
+    torch_dir = page / "torch"
+    data = json.loads((torch_dir / "index.json").read_text())
+    (entry,) = data["files"]
+    metadata = (torch_dir / f"{entry['filename']}.metadata").read_text()
+    data["files"] = []
+    for py in ("cp312", "cp313"):  # 2.16.0's wheels for 3.12 and 3.13 only
+        name = entry["filename"].replace("cp311-cp311", f"{py}-{py}")
+        (torch_dir / f"{name}.metadata").write_text(metadata)
+        data["files"].append({**entry, "filename": name, "url": name})
+    (torch_dir / "index.json").write_text(json.dumps(data))
+    jobs, notes = torch_matrix(parse("latest"), index, None, ["cpu"])
+    assert jobs["include"][0]["python"] == "3.12" and jobs["include"][0]["name"] == "cpu-py3.12"
+    assert f"torch {TORCH_13_2} has no wheels for Python 3.11: its jobs build with Python 3.12" in notes, notes
+
+
 def test_pythons_a_release_lacks_are_left_out_with_a_note(tmp_path):
     index = local_index(tmp_path / "index", {})
     jobs, notes = torch_matrix(parse("2.14-2.15"), index, None, ["cpu"], python=["3.10", "3.15"])
@@ -155,6 +195,7 @@ def test_pythons_a_release_lacks_are_left_out_with_a_note(tmp_path):
 @pytest.mark.parametrize("args, words", [
     (dict(axis=">=9.0"), "--torch >=9.0: no torch release on the index is in it"),
     (dict(axis=">=2.14", bound="<2.14"), "no job: torch 2.14.0, 2.14.1, 2.15.0: outside the project's own torch<2.14"),
+    (dict(axis="last:1", bound="<2.4"), "no job: torch 2.15.0: outside the project's own torch<2.4"),
     (dict(axis=">=2.14", cuda=["12.8"]), "no job is left (no CUDA 12.8 build of torch"),
     (dict(axis="last:2", variants=True), "with --variant: a release's variant wheels name no torch"),
     (dict(axis="last:2", cuda=["99.0"]), "--cuda 99.0: no such CUDA version in the matrix"),
@@ -205,26 +246,40 @@ def row(name: str, args: str, torch: str, python: str | None = None, runner: str
     return {**r, "python": python} if python else r
 
 
-@pytest.mark.parametrize("published, job, found", [
-    ("softmax_ext-0.3.0+pt2.13.0.cu130-py3-none-manylinux_2_28_x86_64.whl", row("cuda13.0", "--cuda 13.0", "2.13.0"), True),
-    ("softmax_ext-0.3.0+pt2.13.0.cu130-py3-none-manylinux_2_28_x86_64.whl", row("cuda13.0", "--cuda 13.0", "2.14.0"), False),
-    ("softmax_ext-0.3.0+pt2.13.0.cu130-py3-none-manylinux_2_28_x86_64.whl", row("cpu", "--cpu", "2.13.0"), False),
-    ("softmax_ext-0.2.0+pt2.13.0.cpu-py3-none-manylinux_2_28_x86_64.whl", row("cpu", "--cpu", "2.13.0"), False),  # an older version
+CU130 = row("cuda13.0", "--cuda 13.0", "2.13.0")
+
+
+@pytest.mark.parametrize("published, job, py_api, found", [
+    ("softmax_ext-0.3.0+pt2.13.0.cu130-py3-none-manylinux_2_28_x86_64.whl", CU130, "py3", True),
+    ("softmax_ext-0.3.0+pt2.13.0.cu130-py3-none-manylinux_2_28_x86_64.whl", row("cuda13.0", "--cuda 13.0", "2.14.0"), "py3", False),
+    ("softmax_ext-0.3.0+pt2.13.0.cu130-py3-none-manylinux_2_28_x86_64.whl", row("cpu", "--cpu", "2.13.0"), "py3", False),
+    ("softmax_ext-0.2.0+pt2.13.0.cpu-py3-none-manylinux_2_28_x86_64.whl", row("cpu", "--cpu", "2.13.0"), "py3", False),  # an older version
     ("softmax_ext-0.3.0+pt2.13.0.cpu-py3-none-manylinux_2_28_x86_64.whl",
-     row("cpu-aarch64", "--cpu --archs aarch64", "2.13.0", runner="ubuntu-24.04-arm"), False),  # another machine
-    ("softmax_ext-0.3.0+pt2.13.0.cpu-cp312-cp312-manylinux_2_28_x86_64.whl", row("cpu-py3.11", "--cpu", "2.13.0", "3.11"), False),
-    ("softmax_ext-0.3.0+pt2.13.0.cpu-cp310-abi3-manylinux_2_28_x86_64.whl", row("cpu-py3.12", "--cpu", "2.13.0", "3.12"), True),
-    ("softmax_ext-0.3.0+cu130-py3-none-manylinux_2_28_x86_64.whl", row("cuda13.0", "--cuda 13.0", "2.14.0"), True),  # links no LibTorch
+     row("cpu-aarch64", "--cpu --archs aarch64", "2.13.0", runner="ubuntu-24.04-arm"), "py3", False),  # another machine
+    # the tags the project's wheel.py-api makes of the job's Python, on a manylinux platform
+    ("softmax_ext-0.3.0+pt2.13.0.cpu-cp312-cp312-manylinux_2_28_x86_64.whl", row("cpu-py3.11", "--cpu", "2.13.0", "3.11"), "", False),
+    ("softmax_ext-0.3.0+pt2.13.0.cpu-cp311-cp311-manylinux_2_28_x86_64.whl", row("cpu-py3.11", "--cpu", "2.13.0", "3.11"), "", True),
+    ("softmax_ext-0.3.0+pt2.13.0.cpu-cp310-abi3-manylinux_2_28_x86_64.whl", row("cpu-py3.12", "--cpu", "2.13.0", "3.12"), "cp310", True),
+    ("softmax_ext-0.3.0+pt2.13.0.cpu-cp39-abi3-manylinux_2_28_x86_64.whl", row("cpu-py3.12", "--cpu", "2.13.0", "3.12"), "cp310", False),
+    ("softmax_ext-0.3.0+pt2.13.0.cu130-py3-none-musllinux_1_2_x86_64.whl", CU130, "py3", False),
+    ("softmax_ext-0.3.0+pt2.13.0.cu130-py3-none-linux_x86_64.whl", CU130, "py3", False),
+    ("softmax_ext-0.3.0+pt2.13.0.cu130-cp311-cp311-manylinux_2_28_x86_64.whl", CU130, "py3", False),
+    ("softmax_ext-0.3.0+pt2.13.0.cu130-py3-none-any.whl", CU130, "py3", False),
+    ("softmax_ext-0.3.0+pt2.13.0.cu130-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", CU130, "py3", True),
+    # only the label the job gives: a CUDA-only or unlabelled file may be another build's (a plain CPU wheel)
+    ("softmax_ext-0.3.0+cu130-py3-none-manylinux_2_28_x86_64.whl", CU130, "py3", False),
+    ("softmax_ext-0.3.0-py3-none-manylinux_2_28_x86_64.whl", CU130, "py3", False),
+    ("softmax_ext-0.3.0-py3-none-manylinux_2_28_x86_64.whl", row("cpu", "--cpu", "2.13.0"), "py3", False),
     ("softmax_ext-0.3.0+cu13-py3-none-manylinux_2_28_x86_64.whl",
-     row("stable-cu13", "--cuda 13 --stable-abi 2.10", "2.15.0"), True),
-    ("softmax_ext-0.3.0-py3-none-manylinux_2_28_x86_64-cu130.whl", row("cuda13.0", "--cuda 13.0 --variant", "2.13.0"), True),
-    ("softmax_ext-0.3.0-py3-none-manylinux_2_28_x86_64-cu128.whl", row("cuda13.0", "--cuda 13.0 --variant", "2.13.0"), False),
-    ("softmax_ext-0.3.0-py3-none-manylinux_2_28_x86_64.whl", row("cpu", "--cpu --variant", "2.13.0"), True),
-    ("Softmax.Ext-0.3.0+pt2.13.0.cpu-py3-none-any.whl", row("cpu", "--cpu", "2.13.0"), True),  # names compare normalized
-    ("softmax_ext-0.3.0+pt2.13.0.cpu.tar.gz", row("cpu", "--cpu", "2.13.0"), False),
+     row("stable-cu13", "--cuda 13 --stable-abi 2.10", "2.15.0"), "py3", True),
+    ("softmax_ext-0.3.0-py3-none-manylinux_2_28_x86_64-cu130.whl", row("cuda13.0", "--cuda 13.0 --variant", "2.13.0"), "py3", True),
+    ("softmax_ext-0.3.0-py3-none-manylinux_2_28_x86_64-cu128.whl", row("cuda13.0", "--cuda 13.0 --variant", "2.13.0"), "py3", False),
+    ("softmax_ext-0.3.0-py3-none-manylinux_2_28_x86_64.whl", row("cpu", "--cpu --variant", "2.13.0"), "py3", True),
+    ("Softmax.Ext-0.3.0+pt2.13.0.cpu-py3-none-manylinux_2_28_x86_64.whl", row("cpu", "--cpu", "2.13.0"), "py3", True),  # normalized
+    ("softmax_ext-0.3.0+pt2.13.0.cpu.tar.gz", row("cpu", "--cpu", "2.13.0"), "py3", False),
 ])
-def test_a_job_is_published_when_its_wheel_is(published, job, found):
-    kept, notes = skipped([job], [published], PROJECT)
+def test_a_job_is_published_when_its_wheel_is(published, job, py_api, found):
+    kept, notes = skipped([job], [published], PROJECT, py_api)
     assert (kept == []) is found
     if found:
         assert notes == [f"{job['name']} (torch {job['torch']}): {published} is already published: not built again"]
@@ -232,8 +287,9 @@ def test_a_job_is_published_when_its_wheel_is(published, job, found):
 
 def test_a_local_version_named_by_the_user_is_its_label():
     job = row("cpu", "--cpu", "2.13.0")
-    assert skipped([job], ["softmax_ext-0.3.0+internal.7-py3-none-any.whl"], PROJECT, local_version="internal.7")[0] == []
-    assert skipped([job], ["softmax_ext-0.3.0+pt2.13.0.cpu-py3-none-any.whl"], PROJECT, local_version="internal.7")[0] == [job]
+    name = "softmax_ext-0.3.0+{}-py3-none-manylinux_2_28_x86_64.whl"
+    assert skipped([job], [name.format("internal.7")], PROJECT, "py3", local_version="internal.7")[0] == []
+    assert skipped([job], [name.format("pt2.13.0.cpu")], PROJECT, "py3", local_version="internal.7")[0] == [job]
 
 
 def simple_page(root: Path, name: str, files: list[str]) -> None:
@@ -249,7 +305,8 @@ def test_skip_published_against_an_index_holding_part_of_the_matrix(tmp_path):
     user, token = "publisher", secrets.token_hex(16)
     project = tmp_path / "p"
     project.mkdir()
-    (project / "pyproject.toml").write_text('[project]\nname = "softmax-ext"\nversion = "0.3.0"\n')
+    (project / "pyproject.toml").write_text('[project]\nname = "softmax-ext"\nversion = "0.3.0"\n'
+                                            '[tool.scikit-build]\nwheel.py-api = "py3"\n')
     held = ["softmax_ext-0.3.0+pt2.13.0.cpu-py3-none-manylinux_2_28_x86_64.whl",
             "softmax_ext-0.3.0+pt2.13.0.cu130-py3-none-manylinux_2_28_x86_64.whl"]
     simple_page(tmp_path / "srv", "softmax-ext", held)
@@ -306,8 +363,10 @@ def test_a_dynamic_version_cannot_be_matched(tmp_path):
 
 @pytest.mark.parametrize("checks, device, outcome", [
     ({"gpu": "ok (NVIDIA H200)", "test_command": "ok (3 passed in 2s)", "test a::b": "ok", "test a::c": "skipped: x"},
-     True, "ok: NVIDIA H200, 1 tests ran"),
-    ({"gpu": "ok (NVIDIA H200)", "test_command": "ok"}, True, "ok: NVIDIA H200, its test command ran"),
+     True, "ok: NVIDIA H200, 1 of 2 tests ran"),
+    # a command that reports no tests (unittest, `true`): not known to have run a kernel
+    ({"gpu": "ok (NVIDIA H200)", "test_command": "ok"}, True,
+     "FAILED: --require-gpu: the test command reported no tests (pytest reports each one), so no CUDA test is known to have run"),
     ({"gpu": "none: no CUDA device (torch for CUDA 13.0)", "test_command": "ok"}, True,
      "FAILED: --require-gpu: no GPU ran its kernels (none: no CUDA device (torch for CUDA 13.0))"),
     ({"gpu": "none: a CPU torch", "test_command": "ok"}, True, "FAILED: --require-gpu: no GPU ran its kernels (none: a CPU torch)"),

@@ -377,7 +377,7 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     if index is None:
         index = (TorchIndex(request.torch_index_url, cache_dir("torch-releases", env=env)) if request.torch_index_url
                  else TorchIndex.from_env(env))
-    if request.torch == "latest":
+    if request.torch is not None and request.torch.strip().lower() == "latest":
         request = replace(request, torch=index.latest())
     elif request.torch is not None and not torchaxis.RELEASE.fullmatch(request.torch):
         axis = torchaxis.parse(request.torch)  # one bad-input line for what names no release at all

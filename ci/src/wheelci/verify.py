@@ -221,7 +221,8 @@ def _cuda_wheel_outcomes(checks: dict[str, object]) -> None:
 
 def gpu_outcome(checks: dict[str, object], device: bool) -> str:
     """`--require-gpu`: a CUDA wheel verified with its GPU, its kernels run by at least one test that ran
-    (a test command whose tests were all skipped, or none, ran no kernel); FAILED otherwise."""
+    and was not skipped, as pytest reports each (a command that reports no tests, or whose tests were all
+    skipped, is not known to have run a kernel); FAILED otherwise."""
     if not device:
         return "FAILED: --require-gpu: the wheel holds no device code, so no GPU can run any of it"
     gpu = str(checks.get("gpu", "none: torch did not load"))
@@ -231,9 +232,12 @@ def gpu_outcome(checks: dict[str, object], device: bool) -> str:
     ran = [k for k, v in tests.items() if not v.startswith("skipped")]
     if not str(checks.get("test_command", "")).startswith("ok"):
         return f"FAILED: --require-gpu: no test command passed ({checks.get('test_command', 'none ran')}): no CUDA test ran"
-    if tests and not ran:
+    if not tests:
+        return ("FAILED: --require-gpu: the test command reported no tests (pytest reports each one), so no CUDA "
+                "test is known to have run")
+    if not ran:
         return f"FAILED: --require-gpu: every one of its {len(tests)} tests was skipped: no CUDA test ran"
-    return f"ok: {gpu.removeprefix('ok ').strip('()')}, " + (f"{len(ran)} tests ran" if tests else "its test command ran")
+    return f"ok: {gpu.removeprefix('ok ').strip('()')}, {len(ran)} of {len(tests)} tests ran"
 
 
 def _device_code(wheel: Path) -> bool:

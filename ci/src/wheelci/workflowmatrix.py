@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 _PY = re.compile(r"3\.(0|[1-9][0-9]?)")
 # GitHub's runner of each architecture: an aarch64 job builds natively on an Arm runner
 RUNNERS = {"x86_64": "ubuntu-latest", "aarch64": "ubuntu-24.04-arm"}
+DEFAULT_PYTHON = "3.11"  # what a job without a Python of its own builds with (the workflow's setup-python)
 LATEST = "latest"  # the torch of a CUDA version the matrix lists none for: the index's newest, which the build reads
 
 
@@ -202,18 +203,30 @@ def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cud
     matrix = mx.load()
     listed = {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}
     everything = sorted(listed | set(index.versions()), key=release_key)
-    chosen, notes = axis.select(everything), []
-    if not chosen:
-        raise CiError(f"--torch {axis.text}: no torch release on the index is in it (there: "
-                      f"{everything[0]} to {everything[-1]})")
     floor = parse_target(stable_abi) if stable_abi else None
-    if floor and (below := [v for v in chosen if minor_of(v) < floor]):
-        notes.append(f"torch {', '.join(below)}: before the stable-ABI floor {stable_abi}: no job")
-        chosen = [v for v in chosen if minor_of(v) >= floor]
-    if bound and (outside := [v for v in chosen if not SpecifierSet(bound).contains(v)]):
-        notes.append(f"torch {', '.join(outside)}: outside the project's own torch{bound}: no job")
-        chosen = [v for v in chosen if SpecifierSet(bound).contains(v)]
+    spec = SpecifierSet(bound) if bound else None
+
+    def why_not(version: str) -> str | None:
+        if floor and minor_of(version) < floor:
+            return f"before the stable-ABI floor {stable_abi}"
+        if spec is not None and not spec.contains(version):
+            return f"outside the project's own torch{bound}"
+        if stable_abi and version not in listed:  # a stable build's rows are the matrix's
+            return "not in the matrix yet, which a stable-ABI build's rows come from"
+        return None
+
+    # latest and last:N count what the project can build: the newest minors within its bound
+    chosen = axis.select([v for v in everything if why_not(v) is None])
+    notes: list[str] = []
+    reasons: dict[str, list[str]] = {}
+    for version in axis.select(everything):
+        if (reason := why_not(version)) is not None:
+            reasons.setdefault(reason, []).append(version)
+    notes += [f"torch {', '.join(versions)}: {reason}: no job" for reason, versions in reasons.items()]
     if not chosen:
+        if not axis.select(everything):
+            raise CiError(f"--torch {axis.text}: no torch release on the index is in it (there: "
+                          f"{everything[0]} to {everything[-1]})")
         raise CiError(f"--torch {axis.text}: no job: {'; '.join(notes)}")
     pythons = _pythons(python) if python is not None else None
     jobs, aliases = _jobs(matrix, stable_abi)
@@ -230,13 +243,14 @@ def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cud
         wanted.add("cpu")
     asked = [j._replace(args=f"{j.args} --variant") if variants else j for j in jobs if j.key in wanted]
     builds: list[Job] = []
-    if stable_abi:  # one wheel per variant serves every later torch: the newest release named that it builds
-        for job in asked:
+    if stable_abi:  # one wheel per variant serves every torch from the floor on, whichever it builds against:
+        for job in asked:  # the newest release named that its row builds, else the row's own
             built = [v for v in chosen if job.can_build(v)]
-            if built:
-                builds.append(job._replace(torch=built[-1]))
+            if built or why_not(job.torch) is None:
+                builds.append(job._replace(torch=built[-1] if built else job.torch))
             else:
-                notes.append(f"{job.label}: no release of --torch {axis.text} has a build of it: no job")
+                notes.append(f"{job.label}: no release it builds is within --torch {axis.text} and the project's "
+                             "own bound: no job")
     else:
         lacking: dict[str, list[str]] = {}
         for version in chosen:
@@ -256,9 +270,14 @@ def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cud
                       "variants (--stable-abi), which serve every later torch")
     rows: list[dict[str, str]] = []
     no_python: dict[str, list[str]] = {}
+    own_python: dict[str, list[str]] = {}
     for job in builds:
         line = (matrix.torch_line(job.torch) if job.torch in listed else index.release(job.torch).line)
         mine: list[str | None] = [None]
+        if pythons is None and DEFAULT_PYTHON not in line.python:  # the job's own Python, which the line lacks
+            newer = [p for p in line.python if _key(p) > _key(DEFAULT_PYTHON)]
+            mine = [newer[0] if newer else line.python[-1]]
+            own_python.setdefault(str(mine[0]), []).append(job.torch)
         if pythons is not None:
             missing = [p for p in pythons if p not in line.python]
             for p in missing:
@@ -276,6 +295,8 @@ def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cud
                 rows.append(_on(row, arch))
     notes += [f"torch {', '.join(dict.fromkeys(versions))} has no wheels for Python {p}: no job of those"
               for p, versions in no_python.items()]
+    notes += [f"torch {', '.join(dict.fromkeys(versions))} has no wheels for Python {DEFAULT_PYTHON}: its jobs build "
+              f"with Python {p}" for p, versions in own_python.items()]
     if not rows:
         raise CiError(f"--torch {axis.text}: no job is left ({'; '.join(notes) or 'nothing builds it'})")
     return Expanded({"include": rows}, list(dict.fromkeys(notes)))

@@ -92,6 +92,9 @@ def _jobs(given: dict[str, Any], project_dir: Path, table: bool = False) -> int:
             raise CiError(f"--arch-jobs {o.arch_jobs[:16]!r}: want a number of jobs, 2 to 16")
         # the list the CUDA builds compile: --arch-list, WHEELCI_ARCH_LIST or the project's, else each row's own
         jobs = workflowmatrix.warm_matrix(jobs, int(o.arch_jobs), o.stable_abi, o.arch_list or None)
+    if table and o.json:  # the dry run's table as data: the jobs and why others are not among them
+        cli.emit_json({"jobs": jobs["include"], "notes": notes})
+        return 0
     for note in notes:  # stdout is the matrix alone; the workflow's plan job shows these in its summary
         print(f"note: {note}", file=sys.stderr)
     if table:

@@ -23,7 +23,7 @@ def build_parser() -> cli.Parser:
     p.add_argument("--test-requires", action="append", metavar="REQ", help="installed before the test command")
     p.add_argument("--build-dir", type=Path, help="the build tree, passed to the tests as CI_BUILD_DIR")
     p.add_argument("--require-gpu", action="store_true", help="fail unless a GPU ran the wheel's CUDA kernels: torch "
-                   "sees a device and the test command ran at least one test that was not skipped")
+                   "sees a device and the test command ran at least one test that was not skipped (pytest reports each)")
     p.add_argument("--json", action="store_true")
     return p
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from wheelci.cibw import build_installs
-from wheelci.compile import hints, launch, probe, progress, sccache
+from wheelci.compile import hints, launch, probe, progress, runtime, sccache
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
 from wheelci.compile.overlay import Overlay, add_asked, changed_by_the_build, fingerprint, overlay
@@ -280,6 +280,12 @@ def probed(plan: Plan, own: Overlay, backend: Backend, project_dir: Path,
             log.warning(note.removeprefix("warning: "))
         else:
             log.info(f"note: {note}")
+    if answers is not None and answers.install_requires:  # what verify installs, asked of pip now
+        found = runtime.check(answers.install_requires, plan.python[0], plan.manylinux, plan.archs[0])
+        if found.refusal:
+            raise Finding(f"the project cannot be installed where its wheel goes: {found.refusal}")
+        if found.warning:
+            log.warning(found.warning)
     return answers
 
 

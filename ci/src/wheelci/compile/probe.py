@@ -44,6 +44,7 @@ class Answers:
     setup_called: bool = False
     extensions: list[dict[str, Any]] = field(default_factory=list)
     setup_requires: list[str] = field(default_factory=list)
+    install_requires: list[str] = field(default_factory=list)  # the wheel's runtime requirements, as given
     cmdclass: dict[str, str] = field(default_factory=dict)  # command -> the class the project gives it
 
     @property
@@ -84,6 +85,7 @@ class Answers:
         return {"env": self.shown_env(plan), "cuda": self.cuda, "failed_imports": self.failed_imports,
                 "downloads": [redact(u) for u in self.downloads], "error": self.error,
                 "setup_called": self.setup_called, "setup_requires": self.setup_requires,
+                "install_requires": self.install_requires,
                 "extensions": [{k: e.get(k) for k in ("name", "kind", "sources", "cuda_sources")} for e in self.extensions],
                 "device_targets": self.device_targets}
 
@@ -120,6 +122,7 @@ def parse(doc: object) -> Answers:
         setup_called=setup is not None,
         extensions=[e for e in exts if isinstance(e, dict)] if isinstance(exts, list) else [],
         setup_requires=_strings(setup.get("setup_requires")) if setup else [],
+        install_requires=_strings(setup.get("install_requires")) if setup else [],
         cmdclass={k: v for k, v in (setup.get("cmdclass") or {}).items() if isinstance(k, str) and isinstance(v, str)}
         if setup and isinstance(setup.get("cmdclass"), dict) else {})
 

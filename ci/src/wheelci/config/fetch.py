@@ -104,31 +104,37 @@ def pick(req: Requirement, files: list[IndexFile], index: str) -> tuple[IndexFil
     return chosen, version
 
 
+def project_files(name: str, env: Mapping[str, str]) -> tuple[list[IndexFile], str]:
+    """The files the index's page of a project lists, and the index (PIP_INDEX_URL, else PyPI)."""
+    index = index_url(env)
+    if not index.startswith(("http://", "https://")):
+        raise CiError(f"{INDEX_VARIABLE} {http.shown(index)}: a project is fetched from an http(s) index")
+    client = http.Client(index)
+    page = f"{client.base}/{canonicalize_name(name)}/"
+    try:
+        answer = client.get(page, {"Accept": ACCEPT}, cap=PAGE_MAX)
+    except http.HttpError as e:
+        if e.status == 404:
+            raise CiError(f"{name}: no such file or directory, and no project of that name on "
+                          f"{http.shown(index)}") from None
+        raise
+    return parse_page(answer.body, answer.headers.get("Content-Type", ""), answer.url), index
+
+
 def fetch(text: str, env: Mapping[str, str], cache: Path | None = None) -> Fetched:
     """The requirement's sdist, from the cache where a file of the index's digest is there, else fetched
     into it (whole, checked, then renamed in: a killed fetch leaves nothing under the name)."""
     req = requirement(text)
     if req is None:
         raise CiError(f"{cut(one_line(text), 80)}: not a project requirement (NAME or NAME==VERSION)")
-    index = index_url(env)
-    if not index.startswith(("http://", "https://")):
-        raise CiError(f"{INDEX_VARIABLE} {http.shown(index)}: a project is fetched from an http(s) index")
-    client = http.Client(index)
-    page = f"{client.base}/{canonicalize_name(req.name)}/"
-    try:
-        answer = client.get(page, {"Accept": ACCEPT}, cap=PAGE_MAX)
-    except http.HttpError as e:
-        if e.status == 404:
-            raise CiError(f"{req.name}: no such file or directory, and no project of that name on "
-                          f"{http.shown(index)}") from None
-        raise
-    chosen, version = pick(req, parse_page(answer.body, answer.headers.get("Content-Type", ""), answer.url), index)
+    files, index = project_files(req.name, env)
+    chosen, version = pick(req, files, index)
     if not chosen.sha256:
         raise CiError(f"{http.shown(chosen.url)}: the index gives no sha256 for it, so it cannot be checked")
     # by its digest: another index's file of the same name is another entry, never this one replaced
     path = (cache or cache_dir("sdists", env=env)) / chosen.sha256[:32] / chosen.filename
     if not (path.is_file() and not path.is_symlink() and sha256_file(path) == chosen.sha256):
-        data = client.get(chosen.url, cap=SDIST_MAX).body
+        data = http.Client(index).get(chosen.url, cap=SDIST_MAX).body  # the index's credentials, to its origin only
         got = hashlib.sha256(data).hexdigest()
         if got != chosen.sha256:
             raise CiError(f"{http.shown(chosen.url)}: its sha256 is {got}, the index says {chosen.sha256}: refused")

@@ -79,7 +79,7 @@ def parse(text: str) -> TorchAxis:
         if low > high:
             raise CiError(f"--torch {word}: the range runs from {m[1]}.{m[2]} down to {m[3]}.{m[4]}: give the lower first")
         return TorchAxis(word, spec=f">={low[0]}.{low[1]},<{high[0]}.{high[1] + 1}")
-    if word[:1] in "<>=!~" and len(word) < 200:
+    if word and word[0] in "<>=!~" and len(word) < 200:
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
         try:

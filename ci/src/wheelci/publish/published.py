@@ -2,11 +2,13 @@
 (`plan --skip-published INDEX`).
 
 A job's wheel is known before it is built by what its file name will say: the project's name and version,
-the local label or PEP 825 variant the job gives it, and its tags (the job's Python, its machine). The
-label is `pt2.13.0.cu130` for a classic wheel, `cu13` for a stable-ABI one; a wheel that turns out to link
-no LibTorch is labelled by its CUDA alone or not at all (wheelci.build.truthful_label), so either of those
-names published also means the job's file is there: uploading it again would be refused or replace it.
-Reading the page and matching are separate: `skipped` is a pure function of the page's file names.
+the local label or PEP 825 variant the job gives it, and its tags (what the project's wheel.py-api makes
+of the job's Python, a manylinux platform of its machine). The label is `pt2.13.0.cu130` for a classic
+wheel, `cu13` for a stable-ABI one, as the plan gives it. Only that name counts: a wheel that turns out to
+link no LibTorch is labelled by its CUDA alone (wheelci.build.truthful_label), but a file of that name, or
+of none, may be another build's (a release's plain CPU wheel), so such a job is built again, and its
+upload skips a file already there with the same bytes. Reading the page and matching are separate:
+`skipped` is a pure function of the page's file names.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from wheelci.config.project import load_pyproject
 from wheelci.errors import CiError
-from wheelci.publish.endpoint import simple_url_for
-from wheelci.util import http
+from wheelci.publish.endpoint import is_loopback, simple_url_for
+from wheelci.util import http, log
 from wheelci.wheel.names import WheelName, cuda_tag, normalize
+from wheelci.workflowmatrix import DEFAULT_PYTHON
 
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 PAGE_MAX = 64 << 20
-DEFAULT_PYTHON = "3.11"  # a row without a Python builds with the workflow's (setup-python's 3.11)
 _MACHINES = {"ubuntu-24.04-arm": "aarch64"}
 
 
@@ -68,6 +70,8 @@ def identity(project_dir: Path) -> Identity:
 def index_of(value: str, env: Mapping[str, str] = os.environ) -> str:
     """--skip-published's index: a URL, or `upload`: the simple index of the upload's TWINE_REPOSITORY_URL,
     where `wheelci upload` reads its files back (wheelci.publish.endpoint.simple_url_for)."""
+    if not value.strip():
+        raise CiError("--skip-published names no index (give its simple index URL, or upload)")
     if value.strip().lower() != "upload":
         return value.strip()
     url = env.get("TWINE_REPOSITORY_URL", "").strip()
@@ -82,6 +86,9 @@ def read_files(index: str, name: str, env: Mapping[str, str] = os.environ) -> li
     from wheelci.config.releases import parse_page
 
     client = http.Client(_with_credentials(index.strip(), env))
+    if client.auth and urlsplit(client.base).scheme == "http" and not is_loopback(client.base):
+        log.warning(f"--skip-published {http.shown(client.base)} is plain http: the index's credentials cross "
+                    "the network unencrypted")
     page = f"{client.base.rstrip('/')}/{name}/"
     try:
         answer = client.get(page, {"Accept": ACCEPT}, cap=PAGE_MAX)
@@ -150,15 +157,13 @@ def _is_its_wheel(row: dict[str, str], w: WheelName, project: Identity, py_api: 
 
 
 def _labels(row: dict[str, str], cuda: str | None, stable: bool, local_version: str) -> set[str | None]:
-    """The local labels the job's wheel may carry (packaging's spelling: lower case, dots)."""
+    """The local label the job's wheel gets (packaging's spelling: lower case, dots), as the plan gives it."""
     if local_version == "none":
         return {None}
     if local_version != "auto":
         return {local_version.lower().replace("-", ".").replace("_", ".")}
     tag = cuda_tag(cuda, major=stable)
-    if stable:
-        return {tag}
-    return {f"pt{row['torch']}.{tag}", None if cuda is None else tag, None}
+    return {tag} if stable else {f"pt{row['torch']}.{tag}"}
 
 
 def _cuda_of(row: dict[str, str]) -> str | None:
@@ -167,20 +172,18 @@ def _cuda_of(row: dict[str, str]) -> str | None:
 
 
 def _tags_fit(row: dict[str, str], w: WheelName, py_api: str) -> bool:
-    """The wheel's tags serve the job's Python and machine: cp311-cp311, an abi3 one from below, py3."""
+    """The wheel's tags are the job's: the interpreter and ABI tags the project's wheel.py-api makes of the
+    job's Python (py3-none, cp3X-abi3 from its floor, else cp3Y-cp3Y), on a manylinux platform of its machine."""
     python = row.get("python") or DEFAULT_PYTHON
     minor = int(python.split(".")[1])
     machine = "aarch64" if "--archs aarch64" in row["args"] else _MACHINES.get(row.get("runner", ""), "x86_64")
-    platforms = w.platform.split(".")
-    if not any(p == "any" or (p.endswith(f"_{machine}") and "linux" in p) for p in platforms):
-        return False
-    for interpreter in w.python.split("."):
-        for abi in w.abi.split("."):
-            if abi == f"cp3{minor}" and interpreter == f"cp3{minor}":
-                return True
-            m = re.fullmatch(r"cp3(\d+)", interpreter)
-            if abi == "abi3" and m and int(m[1]) <= minor:
-                return True
-            if abi == "none" and interpreter in ("py3", f"cp3{minor}"):
-                return True
-    return False
+    abi3 = re.fullmatch(r"cp3(\d+)", py_api)
+    if py_api.startswith("py3"):
+        wanted = ("py3", "none")
+    elif abi3 and minor >= int(abi3[1]):
+        wanted = (f"cp3{abi3[1]}", "abi3")
+    else:
+        wanted = (f"cp3{minor}", f"cp3{minor}")
+    tags = {(i, a) for i in w.python.split(".") for a in w.abi.split(".")}
+    return wanted in tags and any(re.fullmatch(rf"manylinux(1|2010|2014|_\d+_\d+)_{machine}", p)
+                                  for p in w.platform.split("."))
