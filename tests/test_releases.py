@@ -149,7 +149,7 @@ def test_the_plan_takes_a_release_the_matrix_does_not_list(index_dir, tmp_path):
     assert (cpu.cuda, cpu.torch, cpu.python) == (None, "2.98.0", [f"{sys.version_info[0]}.{sys.version_info[1]}"])
     with pytest.raises(CiError, match=r"torch 9\.9\.9 is not on"):
         plan(torch="9.9.9")
-    with pytest.raises(CiError, match=r"bad torch version '2\.99'"):
+    with pytest.raises(CiError, match=r"bad --torch '2\.99' \(want a release such as 2\.13\.0, latest"):
         plan(cuda="13.3", torch="2.99")
 
 

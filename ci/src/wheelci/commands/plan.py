@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from wheelci import cli
 from wheelci.config import options
 from wheelci.errors import CiError
+from wheelci.util import log
 
 
 def main(args: argparse.Namespace) -> int:
@@ -96,7 +96,7 @@ def _jobs(given: dict[str, Any], project_dir: Path, table: bool = False) -> int:
         cli.emit_json({"jobs": jobs["include"], "notes": notes})
         return 0
     for note in notes:  # stdout is the matrix alone; the workflow's plan job shows these in its summary
-        print(f"note: {note}", file=sys.stderr)
+        log.info(f"note: {note}")
     if table:
         print(_table(jobs["include"]))
     else:
