@@ -102,3 +102,79 @@ def test_any_json_the_probe_file_holds_parses_without_an_exception(doc):
     _ = (got.device_targets, got.builds_cuda, got.builds_itself, got.own_build_ext)
     for key in ("env", "setup", "cuda", "downloads", "error"):
         probe.parse({key: doc, "setup": doc if key != "setup" else {"ext_modules": doc, "cmdclass": doc}})
+
+
+@pytest.mark.parametrize("cuda, setup_called, builds, want", [
+    (["is_available -> False"], True, False, True),               # asked, told no, builds no CUDA: answer it
+    (["get_device_capability -> RuntimeError: no device"], True, False, True),
+    (["is_available -> False"], True, True, False),               # builds CUDA anyway: nothing to answer
+    (["get_arch_list -> []"], True, False, False),                # not a device question
+    ([], True, False, False),                                     # asked nothing: its own switch, or none
+    (["is_available -> False"], False, False, False),             # stopped before setup(): its refusal stands
+])
+def test_a_gpu_is_answered_only_for_a_project_that_asks_for_one(cuda_plan, cuda, setup_called, builds, want):
+    ext = {"name": "x._C", "kind": "CUDAExtension" if builds else "CppExtension", "sources": ["a.cpp"]}
+    answers = probe.Answers(cuda=cuda, setup_called=setup_called, extensions=[ext])
+    assert probe.wants_a_gpu(answers, cuda_plan) is want
+    assert probe.wants_a_gpu(answers, replace(cuda_plan, cuda=None)) is False  # a CPU build never is
+
+
+def test_the_capability_answered_is_the_arch_lists_newest():
+    assert probe.gpu_capability("7.5;8.0;9.0;12.0+PTX") == "12.0"
+    assert probe.gpu_capability("8.6") == "8.6"
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_torch_answers_as_the_gpu_of_the_arch_list_under_the_hook(tmp_path):
+    """The real torch of the CPU build environment, with the hook first on PYTHONPATH: its device questions
+    get one device of the asked capability; without WHEELCI_GPU_ANSWER it says what it always says."""
+    import os
+    import shutil
+    import subprocess
+    from importlib.resources import files
+
+    from wheelci.compile.hostenv import TorchSpec, ensure_env
+
+    env = ensure_env(TorchSpec("2.13.0", None, None, False))
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    shutil.copy(str(files("wheelci.resources") / "gpu_answer" / "sitecustomize.py"), hook)
+    code = ("import torch; c = torch.cuda; p = c.get_device_properties(0); "
+            "print(c.is_available(), c.device_count(), c.get_device_capability(), p.major, p.minor)")
+    base = {k: v for k, v in os.environ.items() if k != "WHEELCI_GPU_ANSWER"}
+    asked = subprocess.run([env.python, "-c", code], capture_output=True, text=True,
+                           env={**base, "PYTHONPATH": str(hook), "WHEELCI_GPU_ANSWER": "9.0"})
+    assert asked.returncode == 0, asked.stderr
+    assert asked.stdout.split() == ["True", "1", "(9,", "0)", "9", "0"]
+    plain = subprocess.run([env.python, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True,
+                           text=True, env={**base, "PYTHONPATH": str(hook)})
+    assert plain.stdout.strip() == "False"
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_project_that_builds_cuda_only_on_a_gpu_builds_it_here(tmp_path):
+    """tiny_ext changed to build its CUDA extension only when torch sees a GPU, with no switch: the probe sees
+    it ask and build none, the build answers as a compute capability 9.0 device would, and the wheel holds
+    sm_90 code, first try, on this machine without a GPU."""
+    import shutil
+    import zipfile
+
+    from tests._wheels import run_stage
+    from tests.test_build_host import fatbin_archs
+    from wheelci.native.elf import scan_wheel
+
+    project = tmp_path / "gpu-only"
+    shutil.copytree(FIXTURE, project)
+    setup = project / "setup.py"
+    setup.write_text(setup.read_text().replace("if torch.version.cuda is not None and CUDA_HOME is not None:",
+                                               "if torch.cuda.is_available() and CUDA_HOME is not None:"))
+    out = tmp_path / "out"
+    r = run_stage("ci.build", project, "--cuda", "13.0", "--arch-list", "9.0", "--engine", "host", "-w", out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "the build answers as a compute capability 9.0 device would" in r.stderr, r.stderr[-3000:]
+    (wheel,) = out.glob("*.whl")
+    (lib,) = [lib for lib in scan_wheel(wheel) if "libcudart.so.13" in lib.needed]
+    with zipfile.ZipFile(wheel) as zf:
+        assert fatbin_archs(zf.read(lib.path)) == {(2, 90)}

@@ -16,6 +16,7 @@ import shutil
 import shutil as sh
 import subprocess
 import time
+from importlib.resources import files as resource_files
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -222,7 +223,7 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     note_extra_files(work_dir, environ)
     keep_sound(plan, backend, project_dir, work_dir, files, configure, environ)
     before = fingerprint(env)  # the project's own code runs from here on: the probe's run too
-    answers = probed(plan, own, backend, project_dir, environ)
+    answers = probed(plan, own, backend, project_dir, environ, work_dir)
     dist = work_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)  # the wheel is the one this compile makes
     dist.mkdir(parents=True, exist_ok=True)
@@ -263,7 +264,7 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
 
 
 def probed(plan: Plan, own: Overlay, backend: Backend, project_dir: Path,
-           environ: dict[str, str]) -> probe.Answers | None:
+           environ: dict[str, str], work_dir: Path) -> probe.Answers | None:
     """A setuptools project asked how it builds, in the compile's environment, and every point judged before
     the compile (wheelci.compile.probe): a build that cannot give a wheel stops here, in seconds."""
     if backend is not Backend.SETUPTOOLS:  # another backend (an in-tree one) runs setup.py its own way
@@ -275,6 +276,16 @@ def probed(plan: Plan, own: Overlay, backend: Backend, project_dir: Path,
                  f"{', '.join(f'{k}={v}' for k, v in sets.items())} (--env NAME=... to choose otherwise)")
         environ.update(sets)
         answers = probe.ask(own.python, project_dir, environ)
+    if answers is not None and probe.wants_a_gpu(answers, plan):  # it asks for a device, and has no switch
+        answered = gpu_answers(environ, work_dir, probe.gpu_capability(plan.arch_list))
+        again = probe.ask(own.python, project_dir, answered)
+        if again is not None and again.builds_cuda:
+            asked = sorted({c.split(" -> ")[0] for c in answers.cuda if c.split(" -> ")[0] in probe.DEVICE_QUESTIONS})
+            log.info(f"note: the project asks torch for a GPU ({', '.join(asked)}) and builds CUDA only when it sees "
+                     f"one: this machine has none, so the build answers as a compute capability "
+                     f"{answered['WHEELCI_GPU_ANSWER']} device would (the arch list's newest); nothing runs on it")
+            environ.update(answered)
+            answers = again
     for note in probe.checked(answers, plan):
         if note.startswith("warning: "):
             log.warning(note.removeprefix("warning: "))
@@ -287,6 +298,17 @@ def probed(plan: Plan, own: Overlay, backend: Backend, project_dir: Path,
         if found.warning:
             log.warning(found.warning)
     return answers
+
+
+def gpu_answers(environ: dict[str, str], work_dir: Path, capability: str) -> dict[str, str]:
+    """The compile's environment with torch.cuda answering as one device of `capability` would
+    (resources/gpu_answer: a sitecustomize first on PYTHONPATH)."""
+    where = work_dir / "gpu-answer"
+    where.mkdir(parents=True, exist_ok=True)
+    source = resource_files("wheelci.resources") / "gpu_answer" / "sitecustomize.py"
+    write_text(where / "sitecustomize.py", source.read_text())
+    path = os.pathsep.join(p for p in (str(where), environ.get("PYTHONPATH", "")) if p)
+    return {**environ, "PYTHONPATH": path, "WHEELCI_GPU_ANSWER": capability}
 
 
 def streamed(cmd: list[object], logfile: Path, environ: dict[str, str], fds: tuple[int, ...]) -> subprocess.CompletedProcess[bytes]:

@@ -229,6 +229,23 @@ def switches_read(answers: Answers, plan: Plan, environ: dict[str, str]) -> dict
     return {k: v for k, v in found.sets.items() if k not in environ}
 
 
+DEVICE_QUESTIONS = ("is_available", "device_count", "get_device_capability", "get_device_properties")
+
+
+def wants_a_gpu(answers: Answers, plan: Plan) -> bool:
+    """A CUDA build of a project that asked torch for a device, was told there is none, and so builds no CUDA
+    extension: answering as a GPU of the arch list would is what it lacks (pure)."""
+    asked = [c for c in answers.cuda if c.split(" -> ")[0] in DEVICE_QUESTIONS]
+    return bool(plan.cuda and asked and answers.setup_called and not answers.builds_cuda)
+
+
+def gpu_capability(arch_list: str) -> str:
+    """The capability a GPU-less build answers with: the arch list's newest (what the wheel runs on)."""
+    found = [tuple(int(p) for p in m) for m in re.findall(r"(\d+)\.(\d+)", arch_list)]
+    major, minor = max(found) if found else (9, 0)
+    return f"{major}.{minor}"
+
+
 def checked(answers: Answers | None, plan: Plan) -> list[str]:
     """The verdict said: its notes returned, its refusal raised (a Finding: the project cannot be built so)."""
     if answers is None:
