@@ -319,8 +319,8 @@ def test_skip_published_against_an_index_holding_part_of_the_matrix(tmp_path):
         assert names(json.loads(r.stdout)) == [("cpu", "2.14.0"), ("cuda13.0", "2.14.0"), ("cpu", "2.14.1"),
                                                ("cuda13.0", "2.14.1")]
         assert [line for line in r.stderr.splitlines() if "already published" in line] == [
-            f"note: cpu (torch 2.13.0): {held[0]} is already published: not built again",
-            f"note: cuda13.0 (torch 2.13.0): {held[1]} is already published: not built again"]
+            f"wheelci plan: note: cpu (torch 2.13.0): {held[0]} is already published: not built again",
+            f"wheelci plan: note: cuda13.0 (torch 2.13.0): {held[1]} is already published: not built again"]
         # `upload`: the upload's own index (TWINE_REPOSITORY_URL), its simple pages where the upload reads them
         again = plan(*args, "upload", env={**env, "TWINE_REPOSITORY_URL": server.url}, project=project)
         assert again.returncode == 0 and again.stdout == r.stdout, again.stderr
@@ -399,7 +399,7 @@ def test_the_axis_over_the_real_index():
 @pytest.mark.parametrize("args, torch, words", [
     (["--cpu"], "2.7.1", "note: torch 2.7.1: the newest release within the project's own torch<2.8"),
     (["--cuda", "12.6"], "2.7.1", "note: torch 2.7.1: the newest release within"),
-    (["--cuda", "13.0"], None, "the project wants torch<2.8 ([build-system] requires), and CUDA 13.0 has no release of it"),
+    (["--cuda", "13.0"], None, "the project wants torch<2.8 (its pyproject.toml's requirements), and CUDA 13.0 has no release of it"),
     (["--cpu", "--torch", "2.13.0"], None, "--torch 2.13.0: outside the project's own torch<2.8"),
 ])
 def test_a_build_keeps_within_the_projects_torch_bound(tmp_path, args, torch, words):

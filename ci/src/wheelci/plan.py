@@ -400,7 +400,7 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
         request = replace(request, find_links=find_links)
 
     requires = [*project.build_requires, *run.build_requires]
-    request, bound_notes = _within_bound(matrix, request, torchaxis.project_bound(project.build_requires))
+    request, bound_notes = _within_bound(matrix, request, project.torch_bound)
     tools = constraints.for_project(requires)
     machine = Machine(env, facts, ccache_dir(env), constraints.file_for(tools.pins), index)
     plan = (_cpu_plan(matrix, project, request, machine) if request.cuda is None
@@ -585,7 +585,7 @@ def _with_stable(plan: Plan, stable: StablePlan) -> Plan:
 
 
 def _within_bound(matrix: mx.Matrix, request: Request, bound: str | None) -> tuple[Request, list[str]]:
-    """The torch a build takes within the project's own bound on it ([build-system] requires: `torch<2.8`):
+    """The torch a build takes within the project's own bound on it (its requirements: `torch<2.8`):
     a release asked outside it is refused; without one asked, the newest release of the build's row (the
     matrix's, for CPU) within it, where the default is not."""
     if bound is None:
@@ -595,8 +595,8 @@ def _within_bound(matrix: mx.Matrix, request: Request, bound: str | None) -> tup
     spec = SpecifierSet(bound)
     if request.torch is not None:
         if not spec.contains(request.torch):
-            raise CiError(f"--torch {request.torch}: outside the project's own torch{bound} ([build-system] requires): "
-                          "name a release within it")
+            raise CiError(f"--torch {request.torch}: outside the project's own torch{bound} (its pyproject.toml's "
+                          "requirements): name a release within it")
         return request, []
     row = matrix.row(request.cuda) if request.cuda is not None else None
     default = (row.default_torch if row else matrix.default_torch) or None
@@ -606,10 +606,10 @@ def _within_bound(matrix: mx.Matrix, request: Request, bound: str | None) -> tup
     within = [v for v in offered if spec.contains(v)]
     if not within:
         what = f"CUDA {request.cuda}" if request.cuda else "the matrix"
-        raise CiError(f"the project wants torch{bound} ([build-system] requires), and {what} has no release of it "
+        raise CiError(f"the project wants torch{bound} (its pyproject.toml's requirements), and {what} has no release of it "
                       f"(it has {', '.join(offered[-4:]) or 'none'}): name one with --torch, or another --cuda")
     return replace(request, torch=within[-1]), [f"torch {within[-1]}: the newest release within the project's own "
-                                                f"torch{bound} ([build-system] requires), not the default {default}"]
+                                                f"torch{bound} (its pyproject.toml's requirements), not the default {default}"]
 
 
 def _torch_source(find_links: Path | None, torch_index_url: str | None, default: str | None) -> str | None:

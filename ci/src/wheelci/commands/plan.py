@@ -115,15 +115,9 @@ def _needs_dependencies(what: str) -> None:
 
 
 def _torch_bound(project_dir: Path) -> str | None:
-    """The torch specifier the project's pyproject.toml puts on its own torch (build and run requirements)."""
-    from wheelci.config.project import load_pyproject
-    from wheelci.config.torchaxis import project_bound
+    from wheelci.config.project import load_pyproject, torch_bound
 
-    data = load_pyproject(project_dir) or {}
-    system, meta = data.get("build-system", {}), data.get("project", {})
-    found = [r for table, key in ((system, "requires"), (meta, "dependencies")) if isinstance(table, dict)
-             for r in (table.get(key) or []) if isinstance(r, str)]
-    return project_bound(found)
+    return torch_bound(load_pyproject(project_dir) or {})
 
 
 def _table(rows: list[dict[str, str]]) -> str:

@@ -204,6 +204,7 @@ class Project:
     root: Path = Path(".")  # the directory built
     pyproject: bool = True  # False: setup.py alone, no pyproject.toml
     fetched: Fetched | None = None  # named by its requirement: the sdist fetched for it
+    torch_bound: str | None = None  # the torch specifier of its own requirements (torch<2.8), torch_bound()
 
     @classmethod
     def read(cls, project_dir: Path) -> "Project":
@@ -268,7 +269,7 @@ def read_project(project_dir: Path) -> Project:
         # then the directory's name stands for it, made a valid name (it is shown: a report, a plan)
         stand_in = re.sub(r"[^A-Za-z0-9._-]+", "-", project_dir.resolve().name).strip("._-")[:100] or "project"
         return Project(stand_in, "", _build_requires(system, ["setuptools", "wheel"], path), [],
-                       "", kind, settings, project_dir, pyproject=has_pyproject)
+                       "", kind, settings, project_dir, pyproject=has_pyproject, torch_bound=torch_bound(data))
     if not name:
         raise CiError(f"{path} has no [project] name")
     if not isinstance(name, str):
@@ -277,7 +278,7 @@ def read_project(project_dir: Path) -> Project:
     build = _table(tool, "cibuildwheel", path, "tool.").get("build", "")
     selectors = build.split() if isinstance(build, str) else _strings(build, "[tool.cibuildwheel] build", path)
     return Project(name, _requires_python(meta, path), _build_requires(system, [], path), selectors,
-                   _py_api(tool, path), kind, settings, project_dir)
+                   _py_api(tool, path), kind, settings, project_dir, torch_bound=torch_bound(data))
 
 
 # PEP 508's name (as packaging's canonicalize_name(validate=True) reads it), at most 200 characters
@@ -311,6 +312,18 @@ def _py_api(tool: dict[str, Any], path: Path) -> str:
     if not isinstance(py_api, str):
         raise CiError(f"{path}: [tool.scikit-build] wheel.py-api must be a string, not {options.toml_text(py_api)}")
     return py_api
+
+
+def torch_bound(data: dict[str, Any]) -> str | None:
+    """The torch specifier a pyproject.toml's own requirements put on torch: [build-system] requires (the
+    torch it builds against) and [project] dependencies (the one it runs with, which the wheel pins), read
+    with the standard library's data and packaging (wheelci.config.torchaxis.project_bound)."""
+    from wheelci.config.torchaxis import project_bound
+
+    system, meta = data.get("build-system", {}), data.get("project", {})
+    found = [r for table, key in ((system, "requires"), (meta, "dependencies")) if isinstance(table, dict)
+             and isinstance(table.get(key), list) for r in table[key] if isinstance(r, str)]
+    return project_bound(found)
 
 
 def read_py_api(project_dir: Path) -> str:
