@@ -121,3 +121,46 @@ def test_a_single_target_output_or_an_options_file_runs_as_given(mode):
     """nvcc refuses several targets for a .ptx or a .cubin, and an options file's targets are not seen."""
     call = ["nvcc", mode, "-arch=sm_80", "a.cu"]
     assert targets.narrow(call, "8.0;9.0") == call
+
+
+CMAKE_PROJECT = {
+    "pyproject.toml": '[build-system]\nrequires = ["scikit-build-core>=0.10"]\nbuild-backend = "scikit_build_core.build"\n'
+                      '[project]\nname = "archk"\nversion = "0.1"\n[tool.scikit-build]\nwheel.py-api = "py3"\n'
+                      'wheel.packages = ["archk"]\n',
+    # the project's own targets, hard-coded as bitsandbytes-style CMake projects do
+    "CMakeLists.txt": 'cmake_minimum_required(VERSION 3.24)\nproject(archk LANGUAGES CXX CUDA)\n'
+                      'set(CMAKE_CUDA_ARCHITECTURES 75 80 120)\nadd_library(k SHARED k.cu)\n'
+                      'install(TARGETS k LIBRARY DESTINATION archk)\n',
+    "k.cu": "__global__ void twice(float *x) { x[threadIdx.x] *= 2.0f; }\n"
+            'extern "C" void launch(float *x) { twice<<<1, 32>>>(x); }\n',
+    "archk/__init__.py": "",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_cmake_project_with_hard_coded_architectures_gets_the_asked_one(tmp_path):
+    """A CMake project that sets CMAKE_CUDA_ARCHITECTURES itself (75;80;120), built with --arch-list 9.0:
+    its CUDA compiler launcher narrows every device compile, and the library holds sm_90 alone; with
+    --keep-project-archs, its own three."""
+    import zipfile
+
+    from tests._wheels import run_stage
+
+    project = tmp_path / "archk"
+    for name, text in CMAKE_PROJECT.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    for keep, want in ((False, ["sm_90"]), (True, ["sm_120", "sm_75", "sm_80"])):
+        work = tmp_path / f"work-{keep}"
+        args = ["--keep-project-archs"] if keep else []
+        r = run_stage("ci.build", project, "--cuda", "13.0", "--arch-list", "9.0", "--engine", "host", "--compile-only",
+                      "--work-dir", work, "-w", tmp_path / f"out-{keep}", *args)
+        assert r.returncode == 0, r.stderr[-3000:]
+        (wheel,) = (work / "dist").glob("*.whl")
+        with zipfile.ZipFile(wheel) as zf:
+            (member,) = [n for n in zf.namelist() if n.endswith("libk.so")]
+            library = tmp_path / f"libk-{keep}.so"
+            library.write_bytes(zf.read(member))
+        with open(library, "rb") as f:
+            assert sorted(summary(read_library(f))[0]) == want, keep
