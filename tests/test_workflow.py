@@ -182,7 +182,7 @@ def test_matrix_is_the_cuda_matrix_or_the_stable_variants(build):
     job = build["jobs"]["wheels"]
     assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}" and job["needs"] == ["plan", "warm"]
     plan_runs = "\n".join(run_lines(build["jobs"]["plan"]))
-    assert 'matrix=$("$RUNNER_TEMP/wheelci/bin/wheelci" plan "${args[@]}" 2>"$notes")' in plan_runs
+    assert 'matrix=$("$RUNNER_TEMP/wheelci/bin/wheelci" plan "${args[@]}" "${project[@]}" 2>"$notes")' in plan_runs
     assert 'args+=(--cuda "$CUDA")' in plan_runs
     matrix = mx.load()
     classic = workflow_matrix(None)["include"]
