@@ -182,7 +182,33 @@ def test_a_release_without_the_jobs_python_builds_with_one_it_has(tmp_path):
     (torch_dir / "index.json").write_text(json.dumps(data))
     jobs, notes = torch_matrix(parse("latest"), index, None, ["cpu"])
     assert jobs["include"][0]["python"] == "3.12" and jobs["include"][0]["name"] == "cpu-py3.12"
-    assert f"torch {TORCH_13_2} has no wheels for Python 3.11: its jobs build with Python 3.12" in notes, notes
+    assert f"torch {TORCH_13_2}: no Python 3.11 wheels, or the project does not allow it: its jobs build with " \
+        "Python 3.12" in notes, notes
+    # and the project's requires-python chooses among the Pythons the release has
+    jobs, notes = torch_matrix(parse("latest"), index, None, ["cpu"], requires_python=">=3.13")
+    assert jobs["include"][0]["python"] == "3.13"
+    with pytest.raises(CiError, match="no wheels for a Python the project allows"):
+        torch_matrix(parse("latest"), index, None, ["cpu"], requires_python="<3.12")
+
+
+def test_without_a_torch_each_job_keeps_within_the_projects_bound(tmp_path):
+    """No --torch (a push's matrix) for a project capped at torch<2.8: each CUDA row's newest release inside
+    the cap instead of its default, the rows with none left out, each said."""
+    index = local_index(tmp_path / "index", {})
+    jobs, notes = torch_matrix(None, index, None, None, bound="<2.8")
+    assert {row["torch"] for row in jobs["include"]} == {"2.7.1"}
+    assert [row["name"] for row in jobs["include"]] == ["cuda11.8", "cuda12.6", "cuda12.8"]
+    assert "CUDA 13.0: no release it builds is within the project's own torch<2.8: no job" in notes, notes
+    assert any(n.startswith("CUDA 12.6: torch 2.7.1, the newest it builds within") for n in notes), notes
+
+
+def test_a_release_the_matrix_does_not_list_is_planned_from_its_index(tmp_path):
+    """--torch 2.16.0 alone: its CPU job and the CUDA its metadata pins, as a range of one."""
+    index = local_index(tmp_path / "index", {TORCH_13_2: "13.2"})
+    jobs, _ = torch_matrix(parse(TORCH_13_2), index, None, ["cpu", "13.2"])
+    assert names(jobs) == [("cpu", TORCH_13_2), ("cuda13.2", TORCH_13_2)]
+    with pytest.raises(CiError, match="before the stable-ABI floor 2.12"):
+        torch_matrix(parse("2.11.9"), index, "2.12", ["13"])
 
 
 def test_pythons_a_release_lacks_are_left_out_with_a_note(tmp_path):

@@ -377,8 +377,9 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     if index is None:
         index = (TorchIndex(request.torch_index_url, cache_dir("torch-releases", env=env)) if request.torch_index_url
                  else TorchIndex.from_env(env))
-    if request.torch is not None and request.torch.strip().lower() == "latest":
-        request = replace(request, torch=index.latest())
+    project = Project.read(project_dir) if project is None else project
+    if request.torch is not None and request.torch.strip().lower() == "latest":  # the newest it can build
+        request = replace(request, torch=index.latest(project.torch_bound))
     elif request.torch is not None and not torchaxis.RELEASE.fullmatch(request.torch):
         axis = torchaxis.parse(request.torch)  # one bad-input line for what names no release at all
         if not axis.single:
@@ -386,7 +387,6 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
                           f"'{axis.text}'` lists the jobs of every release it names")
     run = RunSettings() if run is None else run
     matrix = mx.load()
-    project = Project.read(project_dir) if project is None else project
     if request.engine not in ENGINES:
         raise CiError(f"unknown engine {request.engine!r} (choose from {', '.join(ENGINES)})")
     if request.stable_abi is not None and request.cuda is not None:

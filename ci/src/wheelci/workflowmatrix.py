@@ -188,16 +188,31 @@ class Expanded(NamedTuple):
     notes: list[str]
 
 
-def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cuda: list[str] | None = None,
+def listed(version: str) -> bool:
+    """A release the matrix lists (its CUDA rows known without the index)."""
+    matrix = mx.load()
+    return version in {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}
+
+
+def within(version: str, bound: str) -> bool:
+    from packaging.specifiers import SpecifierSet
+
+    return SpecifierSet(bound).contains(version)
+
+
+def torch_matrix(axis: TorchAxis | None, index: TorchIndex, stable_abi: str | None, cuda: list[str] | None = None,
                  variants: bool = False, python: list[str] | None = None, py_api: str = "",
-                 archs: list[str] | None = None, bound: str | None = None) -> Expanded:
+                 archs: list[str] | None = None, bound: str | None = None,
+                 requires_python: str | None = None) -> Expanded:
     """The jobs of every torch release the axis names, as the index lists them: each release crossed with
     the CUDA builds it has (a release the matrix lists: the matrix's rows of it; a newer one: the CUDA its
     index metadata pins, as its build reads it), every release with CPU, then the Pythons its line has,
     the archs, and the project's `bound` (its own torch specifier). A stable-ABI project collapses to one
     job per variant, against the newest release named that the variant builds. A release or CUDA named
     that has no build is a note, not an error: the next release may have it. An axis that leaves no job is
-    bad input."""
+    bad input. No axis (None): each job's own release, or the newest of its row within the bound. A job
+    without a Python of its own builds with DEFAULT_PYTHON, or with one its release has and the project's
+    `requires_python` allows."""
     from packaging.specifiers import SpecifierSet
 
     matrix = mx.load()
@@ -216,18 +231,21 @@ def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cud
         return None
 
     # latest and last:N count what the project can build: the newest minors within its bound
-    chosen = axis.select([v for v in everything if why_not(v) is None])
+    named = axis.select(everything) if axis else []
+    chosen = ([] if axis is None else [v for v in named if why_not(v) is None] if axis.single
+              else axis.select([v for v in everything if why_not(v) is None]))
+    text = axis.text if axis else "(each job's own)"
     notes: list[str] = []
     reasons: dict[str, list[str]] = {}
-    for version in axis.select(everything):
+    for version in named:
         if (reason := why_not(version)) is not None:
             reasons.setdefault(reason, []).append(version)
     notes += [f"torch {', '.join(versions)}: {reason}: no job" for reason, versions in reasons.items()]
-    if not chosen:
-        if not axis.select(everything):
-            raise CiError(f"--torch {axis.text}: no torch release on the index is in it (there: "
+    if axis and not chosen:
+        if not named:
+            raise CiError(f"--torch {text}: no torch release on the index is in it (there: "
                           f"{everything[0]} to {everything[-1]})")
-        raise CiError(f"--torch {axis.text}: no job: {'; '.join(notes)}")
+        raise CiError(f"--torch {text}: no job: {'; '.join(notes)}")
     pythons = _pythons(python) if python is not None else None
     jobs, aliases = _jobs(matrix, stable_abi)
     if cuda is not None:
@@ -237,8 +255,8 @@ def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cud
             raise CiError(f"--cuda {','.join(unknown)}: no such {what} in the matrix "
                           f"(choose from {', '.join(j.key for j in jobs)})")
         wanted = {aliases[c.lower()] for c in cuda}
-    else:
-        wanted = {j.key for j in jobs if stable_abi or j.key != "cpu"}
+    else:  # every CUDA row (that lists a torch, without an axis: the others' builds read one from the index)
+        wanted = {j.key for j in jobs if (stable_abi or j.key != "cpu") and (axis or j.builds is not None)}
     if variants:
         wanted.add("cpu")
     asked = [j._replace(args=f"{j.args} --variant") if variants else j for j in jobs if j.key in wanted]
@@ -249,8 +267,19 @@ def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cud
             if built or why_not(job.torch) is None:
                 builds.append(job._replace(torch=built[-1] if built else job.torch))
             else:
-                notes.append(f"{job.label}: no release it builds is within --torch {axis.text} and the project's "
+                notes.append(f"{job.label}: no release it builds is within --torch {text} and the project's "
                              "own bound: no job")
+    elif axis is None:  # each job's own release, else the newest of its row within the bound
+        for job in asked:
+            inside = sorted((v for v in job.builds or () if why_not(v) is None), key=release_key)
+            if job.torch != LATEST and why_not(job.torch) is None:
+                builds.append(job)
+            elif inside:
+                builds.append(job._replace(torch=inside[-1]))
+                notes.append(f"{job.label}: torch {inside[-1]}, the newest it builds within the project's own "
+                             f"torch{bound} (its default {job.torch} is not)")
+            else:
+                notes.append(f"{job.label}: no release it builds is within the project's own torch{bound}: no job")
     else:
         lacking: dict[str, list[str]] = {}
         for version in chosen:
@@ -265,18 +294,24 @@ def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cud
             notes += [f"no {label} build of torch {', '.join(versions)}: no job of those"
                       for label, versions in lacking.items()]
     if variants and not stable_abi and len({j.torch for j in builds}) > 1:
-        raise CiError(f"--torch {axis.text} with --variant: a release's variant wheels name no torch in their file "
+        raise CiError(f"--torch {text} with --variant: a release's variant wheels name no torch in their file "
                       "names, so one variant set is built against one torch; name one release, or build stable-ABI "
                       "variants (--stable-abi), which serve every later torch")
     rows: list[dict[str, str]] = []
+    rp = SpecifierSet(requires_python) if requires_python else None
     no_python: dict[str, list[str]] = {}
     own_python: dict[str, list[str]] = {}
     for job in builds:
         line = (matrix.torch_line(job.torch) if job.torch in listed else index.release(job.torch).line)
         mine: list[str | None] = [None]
-        if pythons is None and DEFAULT_PYTHON not in line.python:  # the job's own Python, which the line lacks
-            newer = [p for p in line.python if _key(p) > _key(DEFAULT_PYTHON)]
-            mine = [newer[0] if newer else line.python[-1]]
+        allowed = [p for p in line.python if rp is None or rp.contains(f"{p}.0", prereleases=True)]
+        if pythons is None and DEFAULT_PYTHON not in allowed:  # the job's own Python: one the line has
+            if not allowed:
+                notes.append(f"torch {job.torch} has no wheels for a Python the project allows "
+                             f"(requires-python {requires_python}): no {job.name} job")
+                continue
+            newer = [p for p in allowed if _key(p) > _key(DEFAULT_PYTHON)]
+            mine = [newer[0] if newer else allowed[-1]]
             own_python.setdefault(str(mine[0]), []).append(job.torch)
         if pythons is not None:
             missing = [p for p in pythons if p not in line.python]
@@ -295,10 +330,10 @@ def torch_matrix(axis: TorchAxis, index: TorchIndex, stable_abi: str | None, cud
                 rows.append(_on(row, arch))
     notes += [f"torch {', '.join(dict.fromkeys(versions))} has no wheels for Python {p}: no job of those"
               for p, versions in no_python.items()]
-    notes += [f"torch {', '.join(dict.fromkeys(versions))} has no wheels for Python {DEFAULT_PYTHON}: its jobs build "
-              f"with Python {p}" for p, versions in own_python.items()]
+    notes += [f"torch {', '.join(dict.fromkeys(versions))}: no Python {DEFAULT_PYTHON} wheels, or the project does "
+              f"not allow it: its jobs build with Python {p}" for p, versions in own_python.items()]
     if not rows:
-        raise CiError(f"--torch {axis.text}: no job is left ({'; '.join(notes) or 'nothing builds it'})")
+        raise CiError(f"--torch {text}: no job is left ({'; '.join(notes) or 'nothing builds it'})")
     return Expanded({"include": rows}, list(dict.fromkeys(notes)))
 
 

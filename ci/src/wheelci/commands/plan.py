@@ -27,7 +27,7 @@ def main(args: argparse.Namespace) -> int:
         o = options.resolve("plan", given, os.environ, project.settings.table)
         if o.torch is not None and not _one_release(o.torch):  # a torch axis: the jobs, as a table
             return _jobs(given, project.root, table=True)
-        if o.skip_published:
+        if o.skip_published is not None:
             raise CiError("--skip-published drops jobs of a matrix: with --workflow-matrix, or a --torch range")
         plan = plan_for(o, project, os.environ)
     if o.json:
@@ -63,22 +63,29 @@ def _jobs(given: dict[str, Any], project_dir: Path, table: bool = False) -> int:
     py_api = read_py_api(project_dir) if o.python is not None or o.skip_published else ""
     axis = torchaxis.parse(o.torch) if o.torch is not None else None
     notes: list[str] = []
-    if (axis is not None and not axis.single) or o.skip_published:
-        _needs_dependencies(f"--torch {axis.text}" if axis and not axis.single else "--skip-published")
-    if axis is not None and not axis.single:  # releases the index lists: packaging and the HTTP client
+    bound, requires_python = _project_limits(project_dir)
+    # a torch axis, a release the matrix does not list, or a project that bounds its torch: planned over the
+    # index's releases (packaging and the HTTP client); else from the matrix alone, on a bare Python
+    if (axis is not None and not (axis.single and workflowmatrix.listed(axis.text))) or bound or o.skip_published is not None:
+        _needs_dependencies(f"--torch {axis.text}" if axis and not (axis.single and workflowmatrix.listed(axis.text))
+                            else "--skip-published" if o.skip_published is not None else "the project's torch bound")
+    if axis is not None and not (axis.single and workflowmatrix.listed(axis.text)) or (bound and axis is None):
         from wheelci.config.releases import TorchIndex
 
         jobs, notes = workflowmatrix.torch_matrix(
             axis, TorchIndex.from_env(os.environ), o.stable_abi, split_csv(o.cuda), o.variant, python=python,
-            py_api=py_api, archs=arch.parse(o.archs), bound=_torch_bound(project_dir))
+            py_api=py_api, archs=arch.parse(o.archs), bound=bound, requires_python=requires_python)
     else:
+        if bound and axis is not None and not workflowmatrix.within(axis.text, bound):
+            raise CiError(f"--torch {axis.text}: outside the project's own torch{bound} (its pyproject.toml's "
+                          "requirements): name a release within it")
         jobs = workflowmatrix.workflow_matrix(o.stable_abi, split_csv(o.cuda), o.variant, torch=o.torch, python=python,
                                               py_api=py_api, archs=arch.parse(o.archs))
     # --engine moves every job (a runner without Docker builds CUDA on the host); a project's engine key
     # does not: the row's own choice suits the runner it names
     if o.sources.get("engine") == "flag" and o.engine != "auto":
         jobs = workflowmatrix.on_engine(jobs, o.engine)
-    if o.skip_published:
+    if o.skip_published is not None:
         from wheelci.publish import published
 
         project = published.identity(project_dir)
@@ -114,10 +121,19 @@ def _needs_dependencies(what: str) -> None:
                       "dependencies (not --no-deps)")
 
 
-def _torch_bound(project_dir: Path) -> str | None:
-    from wheelci.config.project import load_pyproject, torch_bound
+def _project_limits(project_dir: Path) -> tuple[str | None, str | None]:
+    """The project's own torch bound and requires-python, as its pyproject.toml says (None: none; the
+    bound only where one is written, read with packaging, which the bare-Python path then needs)."""
+    from wheelci.config.project import load_pyproject, names_torch_bound, torch_bound
 
-    return torch_bound(load_pyproject(project_dir) or {})
+    data = load_pyproject(project_dir) or {}
+    meta = data.get("project", {})
+    requires_python = meta.get("requires-python") if isinstance(meta, dict) else None
+    requires_python = requires_python if isinstance(requires_python, str) and requires_python.strip() else None
+    if not names_torch_bound(data):
+        return None, requires_python
+    _needs_dependencies("the project's torch bound")
+    return torch_bound(data), requires_python
 
 
 def _table(rows: list[dict[str, str]]) -> str:

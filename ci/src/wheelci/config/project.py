@@ -314,16 +314,25 @@ def _py_api(tool: dict[str, Any], path: Path) -> str:
     return py_api
 
 
+def _torch_requirements(data: dict[str, Any]) -> list[str]:
+    system, meta = data.get("build-system", {}), data.get("project", {})
+    return [r for table, key in ((system, "requires"), (meta, "dependencies")) if isinstance(table, dict)
+            and isinstance(table.get(key), list) for r in table[key] if isinstance(r, str)]
+
+
+def names_torch_bound(data: dict[str, Any]) -> bool:
+    """Whether the requirements put any specifier on torch (`torch<2.8`), read with the standard library:
+    what tells a bare Python that packaging must read it."""
+    return any(re.match(r"\s*torch\s*(\[[^\]]*\]\s*)?[<>=!~]", r, re.I) for r in _torch_requirements(data))
+
+
 def torch_bound(data: dict[str, Any]) -> str | None:
     """The torch specifier a pyproject.toml's own requirements put on torch: [build-system] requires (the
     torch it builds against) and [project] dependencies (the one it runs with, which the wheel pins), read
     with the standard library's data and packaging (wheelci.config.torchaxis.project_bound)."""
     from wheelci.config.torchaxis import project_bound
 
-    system, meta = data.get("build-system", {}), data.get("project", {})
-    found = [r for table, key in ((system, "requires"), (meta, "dependencies")) if isinstance(table, dict)
-             and isinstance(table.get(key), list) for r in table[key] if isinstance(r, str)]
-    return project_bound(found)
+    return project_bound(_torch_requirements(data))
 
 
 def read_py_api(project_dir: Path) -> str:

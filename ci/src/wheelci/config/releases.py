@@ -407,10 +407,14 @@ class TorchIndex:
         write_text(cached, json.dumps(asdict(release)))
         return release
 
-    def latest(self) -> str:
-        known = self.versions()
+    def latest(self, bound: str | None = None) -> str:
+        """The newest release, of those within `bound` (a project's own torch specifier) where one is given."""
+        from packaging.specifiers import SpecifierSet
+
+        known = [v for v in self.versions() if bound is None or SpecifierSet(bound).contains(v)]
         if not known:
-            raise CiError(f"{_shown(self.url)} lists no torch release with an x86_64 Linux wheel")
+            within = f" within torch{bound}" if bound else ""
+            raise CiError(f"{_shown(self.url)} lists no torch release{within} with an x86_64 Linux wheel")
         return known[-1]
 
 
