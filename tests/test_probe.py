@@ -131,8 +131,9 @@ def test_torch_answers_as_the_gpu_of_the_arch_list_under_the_hook(tmp_path):
     get one device of the asked capability; without WHEELCI_GPU_ANSWER it says what it always says."""
     import os
     import shutil
-    import subprocess
     from importlib.resources import files
+
+    from tests import _proc
 
     from wheelci.compile.hostenv import TorchSpec, ensure_env
 
@@ -143,12 +144,12 @@ def test_torch_answers_as_the_gpu_of_the_arch_list_under_the_hook(tmp_path):
     code = ("import torch; c = torch.cuda; p = c.get_device_properties(0); "
             "print(c.is_available(), c.device_count(), c.get_device_capability(), p.major, p.minor)")
     base = {k: v for k, v in os.environ.items() if k != "WHEELCI_GPU_ANSWER"}
-    asked = subprocess.run([env.python, "-c", code], capture_output=True, text=True,
-                           env={**base, "PYTHONPATH": str(hook), "WHEELCI_GPU_ANSWER": "9.0"})
+    asked = _proc.run([env.python, "-c", code], capture_output=True, text=True,
+                      env={**base, "PYTHONPATH": str(hook), "WHEELCI_GPU_ANSWER": "9.0"})
     assert asked.returncode == 0, asked.stderr
     assert asked.stdout.split() == ["True", "1", "(9,", "0)", "9", "0"]
-    plain = subprocess.run([env.python, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True,
-                           text=True, env={**base, "PYTHONPATH": str(hook)})
+    plain = _proc.run([env.python, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True,
+                      text=True, env={**base, "PYTHONPATH": str(hook)})
     assert plain.stdout.strip() == "False"
 
 

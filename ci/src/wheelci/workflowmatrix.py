@@ -8,6 +8,7 @@ reads the releases the index lists, with packaging and the HTTP client (torch_ma
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from wheelci.config import matrix as mx
@@ -213,40 +214,67 @@ def torch_matrix(axis: TorchAxis | None, index: TorchIndex, stable_abi: str | No
     bad input. No axis (None): each job's own release, or the newest of its row within the bound. A job
     without a Python of its own builds with DEFAULT_PYTHON, or with one its release has and the project's
     `requires_python` allows."""
-    from packaging.specifiers import SpecifierSet
-
     matrix = mx.load()
-    listed = {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}
-    everything = sorted(listed | set(index.versions()), key=release_key)
-    floor = parse_target(stable_abi) if stable_abi else None
-    spec = SpecifierSet(bound) if bound else None
+    limits = _Limits(frozenset({t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}),
+                     stable_abi, bound)
+    chosen, notes = _chosen(axis, sorted(limits.listed | set(index.versions()), key=release_key), limits)
+    text = axis.text if axis else "(each job's own)"
+    builds = _builds(_asked(matrix, stable_abi, cuda, variants, axis), chosen, axis, limits, matrix, index,
+                     named_cuda=cuda is not None, notes=notes)
+    if variants and not stable_abi and len({j.torch for j in builds}) > 1:
+        raise CiError(f"--torch {text} with --variant: a release's variant wheels name no torch in their file "
+                      "names, so one variant set is built against one torch; name one release, or build stable-ABI "
+                      "variants (--stable-abi), which serve every later torch")
+    pythons = _pythons(python) if python is not None else None
+    rows = _job_rows(builds, matrix, limits, index, pythons, py_api, archs, requires_python, notes)
+    if not rows:
+        raise CiError(f"--torch {text}: no job is left ({'; '.join(notes) or 'nothing builds it'})")
+    return Expanded({"include": rows}, list(dict.fromkeys(notes)))
 
-    def why_not(version: str) -> str | None:
-        if floor and minor_of(version) < floor:
-            return f"before the stable-ABI floor {stable_abi}"
-        if spec is not None and not spec.contains(version):
-            return f"outside the project's own torch{bound}"
-        if stable_abi and version not in listed:  # a stable build's rows are the matrix's
+
+@dataclass(frozen=True)
+class _Limits:
+    """What the project can build: the matrix's releases, its stable-ABI floor, its own torch bound."""
+
+    listed: frozenset[str]
+    stable_abi: str | None
+    bound: str | None
+
+    def why_not(self, version: str) -> str | None:
+        from packaging.specifiers import SpecifierSet
+
+        if self.stable_abi and minor_of(version) < parse_target(self.stable_abi):
+            return f"before the stable-ABI floor {self.stable_abi}"
+        if self.bound and not SpecifierSet(self.bound).contains(version):
+            return f"outside the project's own torch{self.bound}"
+        if self.stable_abi and version not in self.listed:  # a stable build's rows are the matrix's
             return "not in the matrix yet, which a stable-ABI build's rows come from"
         return None
 
-    # latest and last:N count what the project can build: the newest minors within its bound
+
+def _chosen(axis: TorchAxis | None, everything: list[str], limits: _Limits) -> tuple[list[str], list[str]]:
+    """The releases the axis names that the project can build (latest and last:N count only those: the
+    newest minors within its bound), and a note for each kind it names and cannot."""
     named = axis.select(everything) if axis else []
-    chosen = ([] if axis is None else [v for v in named if why_not(v) is None] if axis.single
-              else axis.select([v for v in everything if why_not(v) is None]))
-    text = axis.text if axis else "(each job's own)"
-    notes: list[str] = []
+    chosen = ([] if axis is None else [v for v in named if limits.why_not(v) is None] if axis.single
+              else axis.select([v for v in everything if limits.why_not(v) is None]))
     reasons: dict[str, list[str]] = {}
     for version in named:
-        if (reason := why_not(version)) is not None:
+        if (reason := limits.why_not(version)) is not None:
             reasons.setdefault(reason, []).append(version)
-    notes += [f"torch {', '.join(versions)}: {reason}: no job" for reason, versions in reasons.items()]
+    notes = [f"torch {', '.join(versions)}: {reason}: no job" for reason, versions in reasons.items()]
     if axis and not chosen:
         if not named:
-            raise CiError(f"--torch {text}: no torch release on the index is in it (there: "
+            raise CiError(f"--torch {axis.text}: no torch release on the index is in it (there: "
                           f"{everything[0]} to {everything[-1]})")
-        raise CiError(f"--torch {text}: no job: {'; '.join(notes)}")
-    pythons = _pythons(python) if python is not None else None
+        raise CiError(f"--torch {axis.text}: no job: {'; '.join(notes)}")
+    return chosen, notes
+
+
+def _asked(matrix: mx.Matrix, stable_abi: str | None, cuda: list[str] | None, variants: bool,
+           axis: TorchAxis | None) -> list[Job]:
+    """The jobs --cuda names (every CUDA row where it names none; without an axis, those that list a torch:
+    the others' builds read one from the index), each with --variant where asked, CPU always with it."""
     jobs, aliases = _jobs(matrix, stable_abi)
     if cuda is not None:
         unknown = [c for c in cuda if c.lower() not in aliases]
@@ -255,54 +283,68 @@ def torch_matrix(axis: TorchAxis | None, index: TorchIndex, stable_abi: str | No
             raise CiError(f"--cuda {','.join(unknown)}: no such {what} in the matrix "
                           f"(choose from {', '.join(j.key for j in jobs)})")
         wanted = {aliases[c.lower()] for c in cuda}
-    else:  # every CUDA row (that lists a torch, without an axis: the others' builds read one from the index)
+    else:
         wanted = {j.key for j in jobs if (stable_abi or j.key != "cpu") and (axis or j.builds is not None)}
     if variants:
         wanted.add("cpu")
-    asked = [j._replace(args=f"{j.args} --variant") if variants else j for j in jobs if j.key in wanted]
+    return [j._replace(args=f"{j.args} --variant") if variants else j for j in jobs if j.key in wanted]
+
+
+def _builds(asked: list[Job], chosen: list[str], axis: TorchAxis | None, limits: _Limits, matrix: mx.Matrix,
+            index: TorchIndex, *, named_cuda: bool, notes: list[str]) -> list[Job]:
+    """Each job against each release it builds: a stable variant once (it serves every torch from the floor
+    on), against the newest release chosen that its row builds, else its row's own; without an axis, each
+    job's own release, else the newest of its row within the bound; else every chosen release that has a
+    build of the job's CUDA (the matrix's rows, or the CUDA a newer release's metadata pins)."""
+    text = axis.text if axis else "(each job's own)"
     builds: list[Job] = []
-    if stable_abi:  # one wheel per variant serves every torch from the floor on, whichever it builds against:
-        for job in asked:  # the newest release named that its row builds, else the row's own
+    if limits.stable_abi:
+        for job in asked:
             built = [v for v in chosen if job.can_build(v)]
-            if built or why_not(job.torch) is None:
+            if built or limits.why_not(job.torch) is None:
                 builds.append(job._replace(torch=built[-1] if built else job.torch))
             else:
                 notes.append(f"{job.label}: no release it builds is within --torch {text} and the project's "
                              "own bound: no job")
-    elif axis is None:  # each job's own release, else the newest of its row within the bound
+        return builds
+    if axis is None:
         for job in asked:
-            inside = sorted((v for v in job.builds or () if why_not(v) is None), key=release_key)
-            if job.torch != LATEST and why_not(job.torch) is None:
+            inside = sorted((v for v in job.builds or () if limits.why_not(v) is None), key=release_key)
+            if job.torch != LATEST and limits.why_not(job.torch) is None:
                 builds.append(job)
             elif inside:
                 builds.append(job._replace(torch=inside[-1]))
                 notes.append(f"{job.label}: torch {inside[-1]}, the newest it builds within the project's own "
-                             f"torch{bound} (its default {job.torch} is not)")
+                             f"torch{limits.bound} (its default {job.torch} is not)")
             else:
-                notes.append(f"{job.label}: no release it builds is within the project's own torch{bound}: no job")
-    else:
-        lacking: dict[str, list[str]] = {}
-        for version in chosen:
-            cudas = ({r.version for r in matrix.rows if r.torch_build(version)} if version in listed
-                     else {index.release(version).cuda} - {None})
-            have = [j for j in asked if j.key == "cpu" or j.key in cudas]
-            for j in asked:
-                if j not in have:
-                    lacking.setdefault(j.label, []).append(version)
-            builds += [j._replace(torch=version) for j in have]
-        if cuda is not None:  # what was named and has no build: said; the rest of the matrix is not asked
-            notes += [f"no {label} build of torch {', '.join(versions)}: no job of those"
-                      for label, versions in lacking.items()]
-    if variants and not stable_abi and len({j.torch for j in builds}) > 1:
-        raise CiError(f"--torch {text} with --variant: a release's variant wheels name no torch in their file "
-                      "names, so one variant set is built against one torch; name one release, or build stable-ABI "
-                      "variants (--stable-abi), which serve every later torch")
-    rows: list[dict[str, str]] = []
+                notes.append(f"{job.label}: no release it builds is within the project's own torch{limits.bound}: no job")
+        return builds
+    lacking: dict[str, list[str]] = {}
+    for version in chosen:
+        cudas = ({r.version for r in matrix.rows if r.torch_build(version)} if version in limits.listed
+                 else {index.release(version).cuda} - {None})
+        have = [j for j in asked if j.key == "cpu" or j.key in cudas]
+        for j in asked:
+            if j not in have:
+                lacking.setdefault(j.label, []).append(version)
+        builds += [j._replace(torch=version) for j in have]
+    if named_cuda:  # what was named and has no build: said; the rest of the matrix is not asked
+        notes += [f"no {label} build of torch {', '.join(versions)}: no job of those" for label, versions in lacking.items()]
+    return builds
+
+
+def _job_rows(builds: list[Job], matrix: mx.Matrix, limits: _Limits, index: TorchIndex, pythons: list[str] | None,
+              py_api: str, archs: list[str] | None, requires_python: str | None, notes: list[str]) -> list[dict[str, str]]:
+    """The matrix rows of the builds: per Python (the ones given that the release has; or the job's own,
+    DEFAULT_PYTHON or one the release has and requires-python allows) and per architecture."""
+    from packaging.specifiers import SpecifierSet
+
     rp = SpecifierSet(requires_python) if requires_python else None
+    rows: list[dict[str, str]] = []
     no_python: dict[str, list[str]] = {}
     own_python: dict[str, list[str]] = {}
     for job in builds:
-        line = (matrix.torch_line(job.torch) if job.torch in listed else index.release(job.torch).line)
+        line = matrix.torch_line(job.torch) if job.torch in limits.listed else index.release(job.torch).line
         mine: list[str | None] = [None]
         allowed = [p for p in line.python if rp is None or rp.contains(f"{p}.0", prereleases=True)]
         if pythons is None and DEFAULT_PYTHON not in allowed:  # the job's own Python: one the line has
@@ -314,12 +356,11 @@ def torch_matrix(axis: TorchAxis | None, index: TorchIndex, stable_abi: str | No
             mine = [newer[0] if newer else allowed[-1]]
             own_python.setdefault(str(mine[0]), []).append(job.torch)
         if pythons is not None:
-            missing = [p for p in pythons if p not in line.python]
-            for p in missing:
+            for p in (p for p in pythons if p not in line.python):
                 no_python.setdefault(p, []).append(job.torch)
             mine = list(python_rows([p for p in pythons if p in line.python], py_api))
         for arch in archs or ["x86_64"]:
-            if arch == "aarch64" and not _arm_image_of(matrix, job, stable_abi):
+            if arch == "aarch64" and not _arm_image_of(matrix, job, limits.stable_abi):
                 notes.append(f"{job.label}: no aarch64 image recipe of ours: no aarch64 job")
                 continue
             for py in mine:
@@ -332,9 +373,7 @@ def torch_matrix(axis: TorchAxis | None, index: TorchIndex, stable_abi: str | No
               for p, versions in no_python.items()]
     notes += [f"torch {', '.join(dict.fromkeys(versions))}: no Python {DEFAULT_PYTHON} wheels, or the project does "
               f"not allow it: its jobs build with Python {p}" for p, versions in own_python.items()]
-    if not rows:
-        raise CiError(f"--torch {text}: no job is left ({'; '.join(notes) or 'nothing builds it'})")
-    return Expanded({"include": rows}, list(dict.fromkeys(notes)))
+    return rows
 
 
 def _arm_image_of(matrix: mx.Matrix, job: Job, stable_abi: str | None) -> bool:

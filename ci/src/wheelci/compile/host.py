@@ -36,7 +36,7 @@ from wheelci.config.project import Backend
 from wheelci.engine import nvcc_dirs
 from wheelci.errors import CiError, Finding
 from wheelci.resources.container.steady import steady_times
-from wheelci.util import log, proc, toml
+from wheelci.util import log, proc, toml, variables
 from wheelci.util.atomic import fresh_file, write_text
 from wheelci.util.layout import BUILT, CHECKED, COMPILED_WITH, CONFIGURED, SEARCHED
 from wheelci.util.lock import locked_file
@@ -283,7 +283,7 @@ def probed(plan: Plan, own: Overlay, backend: Backend, project_dir: Path,
             asked = sorted({c.split(" -> ")[0] for c in answers.cuda if c.split(" -> ")[0] in probe.DEVICE_QUESTIONS})
             log.info(f"note: the project asks torch for a GPU ({', '.join(asked)}) and builds CUDA only when it sees "
                      f"one: this machine has none, so the build answers as a compute capability "
-                     f"{answered['WHEELCI_GPU_ANSWER']} device would (the arch list's newest); nothing runs on it")
+                     f"{answered[variables.GPU_ANSWER]} device would (the arch list's newest); nothing runs on it")
             environ.update(answered)
             answers = again
     for note in probe.checked(answers, plan):
@@ -308,7 +308,7 @@ def gpu_answers(environ: dict[str, str], work_dir: Path, capability: str) -> dic
     source = resource_files("wheelci.resources") / "gpu_answer" / "sitecustomize.py"
     write_text(where / "sitecustomize.py", source.read_text())
     path = os.pathsep.join(p for p in (str(where), environ.get("PYTHONPATH", "")) if p)
-    return {**environ, "PYTHONPATH": path, "WHEELCI_GPU_ANSWER": capability}
+    return {**environ, "PYTHONPATH": path, variables.GPU_ANSWER: capability}
 
 
 def streamed(cmd: list[object], logfile: Path, environ: dict[str, str], fds: tuple[int, ...]) -> subprocess.CompletedProcess[bytes]:

@@ -32,6 +32,7 @@ IMAGE_REGISTRY = "WHEELCI_IMAGE_REGISTRY"
 TOOL_SOURCE = "WHEELCI_TOOL_SOURCE"
 SCCACHE_TIMEOUT = "WHEELCI_SCCACHE_TIMEOUT"
 SITE_PACKAGES = "WHEELCI_SITE_PACKAGES"
+GPU_ANSWER = "WHEELCI_GPU_ANSWER"
 
 VARIABLES = (
     Variable(TORCH_INDEX, "the index a torch release the matrix does not list is read from, when "
@@ -51,6 +52,8 @@ VARIABLES = (
              "the container's sccache server has to answer for its store (20, as on the host)"),
     Variable(SITE_PACKAGES, "read inside a container build: the build venv's site-packages whose files the "
              "compile-cache script gives one time (default: the interpreter's own)"),
+    Variable(GPU_ANSWER, "set by the tool, not the user: in a GPU-less host build of a project that builds CUDA only "
+             "when it sees a GPU, the compute capability torch.cuda answers with (the arch list's newest)"),
 )
 OLD_NAMES = {v.name: v.old for v in VARIABLES if v.old}
 
