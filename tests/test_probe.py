@@ -117,6 +117,10 @@ def test_a_gpu_is_answered_only_for_a_project_that_asks_for_one(cuda_plan, cuda,
     answers = probe.Answers(cuda=cuda, setup_called=setup_called, extensions=[ext])
     assert probe.wants_a_gpu(answers, cuda_plan) is want
     assert probe.wants_a_gpu(answers, replace(cuda_plan, cuda=None)) is False  # a CPU build never is
+    if want:  # a variable it reads that the user set (FORCE_CUDA=0): the user decided, no answer
+        read = replace(answers, env={"FORCE_CUDA": "0"})
+        user = replace(cuda_plan, run=replace(cuda_plan.run, build_env={"FORCE_CUDA": "0"}))
+        assert probe.wants_a_gpu(read, user) is False
 
 
 def test_the_capability_answered_is_the_arch_lists_newest():
@@ -156,7 +160,7 @@ def test_torch_answers_as_the_gpu_of_the_arch_list_under_the_hook(tmp_path):
 @pytest.mark.slow
 @pytest.mark.network
 def test_a_project_that_builds_cuda_only_on_a_gpu_builds_it_here(tmp_path):
-    """tiny_ext changed to build its CUDA extension only when torch sees a GPU, with no switch: the probe sees
+    """pytorch/extension-cpp's kind (it once gave a CPU-only wheel labelled +cu130 here): tiny_ext changed to build its CUDA extension only when torch sees a GPU, with no switch: the probe sees
     it ask and build none, the build answers as a compute capability 9.0 device would, and the wheel holds
     sm_90 code, first try, on this machine without a GPU."""
     import shutil

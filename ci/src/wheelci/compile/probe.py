@@ -234,9 +234,11 @@ DEVICE_QUESTIONS = ("is_available", "device_count", "get_device_capability", "ge
 
 def wants_a_gpu(answers: Answers, plan: Plan) -> bool:
     """A CUDA build of a project that asked torch for a device, was told there is none, and so builds no CUDA
-    extension: answering as a GPU of the arch list would is what it lacks (pure)."""
+    extension, with no variable of its own set by the user (FORCE_CUDA=0 turns CUDA off on purpose):
+    answering as a GPU of the arch list would is what it lacks (pure)."""
     asked = [c for c in answers.cuda if c.split(" -> ")[0] in DEVICE_QUESTIONS]
-    return bool(plan.cuda and asked and answers.setup_called and not answers.builds_cuda)
+    switched = set(answers.env) & set(plan.run.build_env)  # a variable of its own the user set: the user decided
+    return bool(plan.cuda and asked and answers.setup_called and not answers.builds_cuda and not switched)
 
 
 def gpu_capability(arch_list: str) -> str:
