@@ -303,6 +303,24 @@ def zeros_wheel(dest_dir: Path, size: int) -> Path:
     return out
 
 
+# tiny_ext's setup.py compiling slowly: its build_ext prints `compiling slowly` and sleeps. The sleep is in a
+# command, which the build's probe of the project (setup() answering, nothing built) never runs: a sleep at
+# the top of the script kept each probe waiting its whole length before the compile began.
+SLOW_SETUP = """import time
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class Slow(build_ext):
+    def run(self):
+        print("compiling slowly", flush=True)
+        time.sleep(120)
+
+
+setup(ext_modules=[Extension("tiny_ext._C", ["csrc/tiny.cpp"])], cmdclass={"build_ext": Slow})
+"""
+
+
 def interrupted_build(project: Path, out: Path, work: Path, signum: int, wait: float = 300.0) -> tuple[int, str]:
     """ci.build of a project whose compile prints `compiling slowly` and sleeps, sent `signum` once its log
     says so: (exit status, stderr). The signal's default disposition is restored in the child whatever the

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._wheels import interrupted_build, run_stage
+from tests._wheels import SLOW_SETUP, interrupted_build, run_stage
 from tests.test_layout import assert_declared
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -372,7 +372,7 @@ def test_an_interrupted_build_leaves_no_wheel_dir_it_made(tmp_path, signum):
     and so is the temporary work directory."""
     project = tmp_path / "slow"
     shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    (project / "setup.py").write_text("import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
+    (project / "setup.py").write_text(SLOW_SETUP)
     out, work = tmp_path / "out", tmp_path / "work"
     returncode, stderr = interrupted_build(project, out, work, signum, wait=300)
     assert returncode == 128 + signum, stderr[-2000:]

@@ -19,7 +19,7 @@ import pytest
 
 from tests import _proc
 from tests._elfbuild import make_wheel
-from tests._wheels import interrupted_build, run_stage
+from tests._wheels import SLOW_SETUP, interrupted_build, run_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_ext"
@@ -96,7 +96,7 @@ def test_a_failed_rebuild_sets_the_earlier_wheel_aside_and_the_report_names_wher
 def test_an_interrupted_rebuild_sets_the_earlier_wheel_aside(tmp_path, signum):
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
     wheel = earlier_build(out)
-    project = failing_project(tmp_path, "import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
+    project = failing_project(tmp_path, SLOW_SETUP)
     returncode, stderr = interrupted_build(project, out, work, signum, wait=240)
     assert returncode == 128 + signum, stderr[-2000:]
     assert not list(out.glob("*.whl")), tree(out)
@@ -113,7 +113,7 @@ def test_an_interrupted_build_replaces_an_earlier_builds_report_with_its_own(tmp
     assert earlier.returncode == 1 and (out / "report.md").is_file(), earlier.stderr[-3000:]
     earlier_md = (out / "report.md").read_text()
     assert "**Stopped at step compile** (failed after" in earlier_md, earlier_md
-    (project / "setup.py").write_text("import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
+    (project / "setup.py").write_text(SLOW_SETUP)
     returncode, stderr = interrupted_build(project, out, work, signum, wait=240)
     assert returncode == 128 + signum, stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
@@ -163,7 +163,7 @@ def test_a_second_build_into_the_same_wheel_dir_waits_for_the_first(tmp_path):
     """Two builds writing one -w interleaved: each moved its wheels in and wrote the report from what it
     saw, so the report beside a wheel could be the other build's."""
     out = tmp_path / "wheelhouse"
-    slow = failing_project(tmp_path, "import time\nprint('compiling slowly', flush=True)\ntime.sleep(120)\n")
+    slow = failing_project(tmp_path, SLOW_SETUP)
     fast = tmp_path / "fast"
     shutil.copytree(failing_project(tmp_path / "f"), fast)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src")])}

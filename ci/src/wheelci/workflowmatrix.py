@@ -196,6 +196,7 @@ def listed(version: str) -> bool:
 
 
 def within(version: str, bound: str) -> bool:
+    """Whether the torch release `version` is inside a project's own torch specifier `bound`."""
     from packaging.specifiers import SpecifierSet
 
     return SpecifierSet(bound).contains(version)
@@ -241,11 +242,9 @@ class _Limits:
     bound: str | None
 
     def why_not(self, version: str) -> str | None:
-        from packaging.specifiers import SpecifierSet
-
         if self.stable_abi and minor_of(version) < parse_target(self.stable_abi):
             return f"before the stable-ABI floor {self.stable_abi}"
-        if self.bound and not SpecifierSet(self.bound).contains(version):
+        if self.bound and not within(version, self.bound):
             return f"outside the project's own torch{self.bound}"
         if self.stable_abi and version not in self.listed:  # a stable build's rows are the matrix's
             return "not in the matrix yet, which a stable-ABI build's rows come from"
