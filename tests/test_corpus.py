@@ -46,6 +46,8 @@ PLANNED: dict[str, tuple[dict[str, str], dict[str, str], list[str]]] = {
     "torchsort": ({}, {}, []),
     "chamferdist": ({"FORCE_CUDA": "1"}, {}, []),
 }
+# project -> the stable-ABI target its CUDA build compiles against (its own TORCH_TARGET_VERSION): planned so
+STABLE = {"xformers": "2.10"}
 
 
 def plan(project: str, *kind: str) -> dict:
@@ -68,7 +70,17 @@ def test_the_plan_reads_each_project_right(project):
     else:
         assert not said
     assert any(n.startswith("read from the project's text") for n in cuda["notes"])  # which reading it used
-    assert plan(project, "--cpu")["switches"] == cpu_sets
+    assert (cuda["stable"] or {}).get("target") == STABLE.get(project), cuda["stable"]
+    assert cuda["label"] == ("cu13" if project in STABLE else "pt2.13.0.cu130")
+    cpu = plan(project, "--cpu")
+    assert cpu["switches"] == cpu_sets and cpu["stable"] is None  # xformers' CPU build is classic
+
+
+def test_a_stable_abi_project_is_pinned_where_torch_names_one_release():
+    """Each job of a workflow matrix names its torch: the wheel it builds is pinned to it, as asked."""
+    doc = plan("xformers", "--cuda", "13.0", "--torch", "2.13.0")
+    assert doc["stable"] is None and doc["label"] == "pt2.13.0.cu130"
+    assert any("--torch 2.13.0 asks for a wheel that pins one torch release; --stable-abi 2.10" in n for n in doc["notes"])
 
 
 @pytest.mark.parametrize("project", ["causal-conv1d"])
@@ -139,6 +151,7 @@ def test_the_project_asked_says_what_its_build_does(project, tmp_path):
     answers = probe.ask(python, tree, environ)
     assert answers is not None and answers.error is None, answers and answers.error
     assert answers.builds_cuda is builds_cuda, answers.extensions
+    assert answers.stable_abi == STABLE.get(project) and cpu.stable_abi is None, answers.extensions
     if project == "natten":
         assert answers.builds_itself == ["natten.libnatten"], answers.extensions
     assert answers.device_targets == targets, answers.device_targets

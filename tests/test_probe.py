@@ -81,6 +81,21 @@ def test_the_device_targets_are_named(cuda_plan):
     assert "device targets: sm_80 sm_90 compute_90 (the project's own; --arch-list replaces them)" in probe.judge(a, kept).notes
 
 
+def test_extensions_built_against_the_stable_abi_are_said_to_be(cuda_plan):
+    """xformers' CUDA build passes -DTORCH_STABLE_ONLY and its own TORCH_TARGET_VERSION: a wheel pinned to one
+    torch would shut out every other release it loads on."""
+    stable = {**CUDA_EXT, "extra_compile_args": {"cxx": ["-O3", "-DTORCH_STABLE_ONLY",
+                                                         "-DTORCH_TARGET_VERSION=0x020a000000000000"], "nvcc": []}}
+    a = answers(ext_modules=[stable])
+    assert a.stable_abi == "2.10"
+    assert any(n.startswith("its extensions compile against torch's stable ABI (TORCH_TARGET_VERSION 2.10)")
+               and "--stable-abi 2.10" in n and "torch==2.13.0" in n for n in probe.judge(a, cuda_plan).notes)
+    macro = answers(ext_modules=[{**CUDA_EXT, "define_macros": [["TORCH_TARGET_VERSION", "0x020b000000000000"]]}])
+    assert macro.stable_abi == "2.11"
+    classic = answers(ext_modules=[CUDA_EXT])
+    assert classic.stable_abi is None and not any("stable ABI" in n for n in probe.judge(classic, cuda_plan).notes)
+
+
 def test_what_it_read_is_shown_by_the_secret_rule(cuda_plan):
     plan = replace(cuda_plan, run=replace(cuda_plan.run, build_env={"MY_SWITCH": "s3cret-value", "FORCE_CUDA": "1"},
                                           public_env=["FORCE_CUDA"]))

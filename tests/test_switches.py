@@ -158,6 +158,15 @@ def test_a_script_of_a_megabyte_is_read_in_one_pass(tmp_path, tail):
     assert closed.gencodes == ["sm_86", "sm_90a"]
 
 
+def test_a_target_version_of_the_stable_abi_is_read_as_its_torch_minor():
+    xformers = 'stable_args = [\n    "-DTORCH_STABLE_ONLY",\n    "-DTORCH_TARGET_VERSION=0x020a000000000000",\n]\n'
+    assert sw.read_script(xformers).stable_target == "2.10"
+    cmake = "target_compile_definitions(ops PRIVATE TORCH_TARGET_VERSION=0x020C000000000000)"
+    assert sw.read_script(cmake, "CMakeLists.txt").stable_target == "2.12"
+    for text in ("TORCH_TARGET_VERSION", "-DTORCH_TARGET_VERSION=0x020a", "# TORCH_TARGET_VERSION=2.10"):
+        assert sw.read_script(text).stable_target is None, text
+
+
 def test_unrelated_variables_are_not_switches():
     r = sw.read_script('os.getenv("MAX_JOBS")\nos.environ["CUDA_HOME"]\nos.getenv("FORCE_BUILDX")\n')
     assert r.switches == []

@@ -23,10 +23,11 @@ from wheelci.config.compilecache import for_the_store, parse, torch_finds_ccache
 from wheelci.config.options import Options
 from wheelci.config.project import Backend, Project
 from wheelci.config.releases import TorchIndex, choose_torch, release_note
-from wheelci.config.stable import StablePlan, newest_torch, parse_target, pick_row, plan_stable
+from wheelci.config.stable import StablePlan, minor_of, newest_torch, parse_target, pick_row, plan_stable
 from wheelci.config.switches import ScriptReading, gencode_note, plan_switches, read_scripts
 from wheelci.engine import Engine, Facts, detect_facts
 from wheelci.errors import CiError
+from wheelci.native.stable_abi import FLOOR
 from wheelci.util import epoch, secret, variables
 from wheelci.util.cache import cache_dir
 from wheelci.util.invocation import command
@@ -389,6 +390,8 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     matrix = mx.load()
     if request.engine not in ENGINES:
         raise CiError(f"unknown engine {request.engine!r} (choose from {', '.join(ENGINES)})")
+    reading = read_scripts(Path(project_dir))  # the project's own build scripts, as text: nothing of it runs
+    request, stable_notes = _projects_stable_abi(request, reading)
     if request.stable_abi is not None and request.cuda is not None:
         row = pick_row(matrix, request.cuda, parse_target(request.stable_abi))
         request = replace(request, cuda=row.version,
@@ -408,7 +411,7 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     plan = replace(plan, project=project.name, project_dir=str(Path(project_dir).resolve()),
                    backend=project.backend, tool_constraints=list(tools.pins),
                    build_requires=requires,
-                   notes=[*fetched_notes(project), *bound_notes, *plan.notes, *tools.set_aside], ccache_dir=str(machine.ccache),
+                   notes=[*fetched_notes(project), *bound_notes, *stable_notes, *plan.notes, *tools.set_aside], ccache_dir=str(machine.ccache),
                    fetched=fetched_record(project))
     if plan.engine.container and not project.pyproject:  # before any image or environment work, not minutes in
         raise CiError(f"{plan.project_dir}: setup.py without a pyproject.toml: the {plan.engine} build (cibuildwheel) "
@@ -417,7 +420,6 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     if request.stable_abi is not None:
         plan = _with_stable(plan, plan_stable(matrix, request.stable_abi, plan.cuda, plan.torch))
     # the project's own build switches, read before any compile: set where the build needs them, the user's win
-    reading = read_scripts(Path(project_dir))
     found = plan_switches(reading, run.build_env, cuda=plan.cuda is not None,
                           arch_list=plan.arch_list if request.arch_list is not None else None)
     run = replace(run, build_env={**found.sets, **run.build_env}, public_env=sorted({*run.public_env, *found.public}))
@@ -444,6 +446,24 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     if request.image is not None:
         plan = _with_image(plan, request.image)
     return replace(plan, environment=container_environment(container_inputs(plan, machine)))
+
+
+def _projects_stable_abi(request: Request, reading: ScriptReading) -> tuple[Request, list[str]]:
+    """A project whose scripts define TORCH_TARGET_VERSION compiles against torch's stable ABI on its own
+    (xformers' CUDA build): its CUDA build is planned as --stable-abi of that target, since pinning one torch
+    release would shut out every other the wheel loads on. The user's --stable-abi, or a --torch naming the
+    release to pin (each job of a workflow matrix), wins; a CPU build, which such a project may compile
+    classically (xformers does), is only told."""
+    target = reading.stable_target
+    if target is None or request.stable_abi is not None or minor_of(target) < FLOOR:
+        return request, []
+    said = f"{', '.join(reading.stable_scripts)} defines TORCH_TARGET_VERSION {target} (torch's stable ABI)"
+    if request.cuda is None or request.torch is not None:  # --torch names the one release to pin: as asked
+        why = "this CPU build" if request.cuda is None else f"--torch {request.torch} asks for a wheel that"
+        return request, [f"{said}: {why} pins one torch release; --stable-abi {target} builds one wheel for every "
+                         f"torch from {target}{' where its CPU build compiles so too' if request.cuda is None else ''}"]
+    return replace(request, stable_abi=target), [f"{said}: planned as --stable-abi {target} plans it, one wheel "
+                                                 f"per CUDA major for every torch from {target}"]
 
 
 def warm_list(plan: Plan, whole: str) -> str:

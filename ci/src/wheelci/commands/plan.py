@@ -56,6 +56,7 @@ def _jobs(given: dict[str, Any], project_dir: Path, table: bool = False) -> int:
     from wheelci import archs as arch, workflowmatrix
     from wheelci.config import torchaxis
     from wheelci.config.project import read_py_api, read_settings
+    from wheelci.config.switches import read_scripts
     from wheelci.plan import split_csv
 
     o = options.resolve("plan", given, os.environ, read_settings(project_dir).table)
@@ -94,6 +95,9 @@ def _jobs(given: dict[str, Any], project_dir: Path, table: bool = False) -> int:
         jobs, notes = {"include": rows}, notes + dropped
         if not rows:
             notes.append("every job's wheel is already published: nothing to build")
+    if o.stable_abi is None and (target := read_scripts(project_dir).stable_target):
+        notes.append(f"the project's scripts define TORCH_TARGET_VERSION {target} (torch's stable ABI): each job "
+                     f"pins its torch; --stable-abi {target} plans one job per variant for every torch from {target}")
     if o.arch_jobs is not None:  # the fan-out's compile-only jobs instead
         if not o.arch_jobs.strip().isdigit():
             raise CiError(f"--arch-jobs {o.arch_jobs[:16]!r}: want a number of jobs, 2 to 16")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wheelci.compile.hints import hint
-from wheelci.config.switches import ScriptReading, Switch, convention_of, plan_switches
+from wheelci.config.switches import ScriptReading, Switch, convention_of, plan_switches, stable_target
 from wheelci.errors import Finding
 from wheelci.util import log, proc, secret
 from wheelci.util.secret import redact
@@ -56,6 +56,15 @@ class Answers:
                  for t in re.findall(r"\b(?:sm|compute)_\d{2,3}[af]?\b", m[1])]
         found += [m[1] for f in flags for m in [re.fullmatch(r"-arch[= ](sm_\d{2,3}[af]?)", f)] if m]
         return list(dict.fromkeys(found))
+
+    @property
+    def stable_abi(self) -> str | None:
+        """The torch minor the extensions' own TORCH_TARGET_VERSION names (torch's stable ABI), in any of
+        their compilers' flags or their macros; None where they build against one release's ABI."""
+        flags = [a for e in self.extensions for a in _all_flags(e)]
+        flags += [f"-D{m[0]}={m[1]}" for e in self.extensions for m in _list(e.get("define_macros"))
+                  if isinstance(m, list) and len(m) == 2]
+        return stable_target(" ".join(flags))
 
     @property
     def builds_cuda(self) -> bool:
@@ -94,6 +103,13 @@ def _nvcc_flags(ext: dict[str, Any]) -> list[str]:
     args = ext.get("extra_compile_args")
     flags = args.get("nvcc", []) if isinstance(args, dict) else args if isinstance(args, list) else []
     return [str(a) for a in flags] if isinstance(flags, list) else []
+
+
+def _all_flags(ext: dict[str, Any]) -> list[str]:
+    """Every compiler's extra flags of an extension (cxx and nvcc alike)."""
+    args = ext.get("extra_compile_args")
+    lists = list(args.values()) if isinstance(args, dict) else [args]
+    return [str(a) for flags in lists if isinstance(flags, list) for a in flags]
 
 
 def _list(value: object) -> list[Any]:
@@ -194,6 +210,10 @@ def judge(answers: Answers, plan: Plan) -> Verdict:
         else:
             notes.append("setup() gets no extension: a pure-Python wheel" + why)
         return Verdict(notes)
+    if (target := answers.stable_abi) and plan.stable is None:
+        notes.append(f"its extensions compile against torch's stable ABI (TORCH_TARGET_VERSION {target}): the wheel "
+                     f"loads on every torch from {target}, and this build pins torch=={plan.torch}; --stable-abi "
+                     f"{target} builds one wheel for all of them")
     if answers.builds_itself:
         notes.append(f"{', '.join(answers.builds_itself)}: built by the project's own build step (its build_ext, "
                      "CMake): the device code read after the compile says what it holds")

@@ -83,6 +83,9 @@ _ARCH_FLAG = re.compile(r"-arch[= ](sm_\d{2,3}[af]?)\b")
 # set(CMAKE_CUDA_ARCHITECTURES "80;90-real"): what stands before the `)` (bounded), split into words after
 _CMAKE_ARCHS = re.compile(r"set\s*\(\s*CMAKE_CUDA_ARCHITECTURES\b([^()]{0,256})\)", re.I)
 _TRUE = {"1", "true", "yes", "on", "y"}
+# a build against torch's stable C ABI: -DTORCH_TARGET_VERSION=0x020a000000000000 (major, minor, patch: a
+# byte each from the top, as torch's headers read it), as xformers' setup.py writes it
+_TARGET = re.compile(r"TORCH_TARGET_VERSION=0x([0-9a-fA-F]{2})([0-9a-fA-F]{2})[0-9a-fA-F]{12}\b")
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,14 @@ class ScriptReading:
     downloads_wheel: list[str] = field(default_factory=list)  # the scripts that download a wheel
     gencodes: list[str] = field(default_factory=list)  # hard-coded device code targets: sm_80, compute_90
     gencode_scripts: list[str] = field(default_factory=list)  # the scripts that hard-code them
+    stable_target: str | None = None  # the torch minor its own TORCH_TARGET_VERSION names ("2.10")
+    stable_scripts: list[str] = field(default_factory=list)  # the scripts that define it
+
+
+def stable_target(text: str) -> str | None:
+    """The torch minor ("2.10") a TORCH_TARGET_VERSION definition in `text` names, or None."""
+    m = _TARGET.search(text)
+    return f"{int(m[1], 16)}.{int(m[2], 16)}" if m else None
 
 
 def convention_of(name: str) -> Convention | None:
@@ -136,8 +147,10 @@ def read_script(text: str, script: str = "setup.py") -> ScriptReading:
     gencodes += [f"sm_{a.split('-')[0]}" for m in _CMAKE_ARCHS.finditer(text) for a in re.split(r"[;\s\"]+", m[1])
                  if re.fullmatch(r"\d{2,3}[af]?(?:-real|-virtual)?", a)]
     downloads = bool(_DOWNLOAD.search(text) and _WHEEL_URL.search(text))
+    target = stable_target(text)
     return ScriptReading([script], list(found.values()), [script] if _GUARD.search(text) else [],
-                         [script] if downloads else [], list(dict.fromkeys(gencodes)), [script] if gencodes else [])
+                         [script] if downloads else [], list(dict.fromkeys(gencodes)), [script] if gencodes else [],
+                         target, [script] if target else [])
 
 
 def merge(readings: list[ScriptReading]) -> ScriptReading:
@@ -148,7 +161,9 @@ def merge(readings: list[ScriptReading]) -> ScriptReading:
     return ScriptReading([s for r in readings for s in r.scripts], list(switches.values()),
                          [s for r in readings for s in r.cuda_guard], [s for r in readings for s in r.downloads_wheel],
                          list(dict.fromkeys(g for r in readings for g in r.gencodes)),
-                         [s for r in readings for s in r.gencode_scripts])
+                         [s for r in readings for s in r.gencode_scripts],
+                         next((r.stable_target for r in readings if r.stable_target), None),
+                         [s for r in readings for s in r.stable_scripts])
 
 
 def read_scripts(project_dir: Path) -> ScriptReading:
