@@ -92,6 +92,46 @@ def test_what_the_log_does_not_show_is_not_guessed():
     assert "csrc/stable" not in hints.hint(classic, cuda=None, stable=False)  # not a stable build: not that refusal
 
 
+# a CMakeCache.txt as a bitsandbytes-style configure leaves it: the project's options among CMake's own
+CMAKE_CACHE = """# This is the CMakeCache file.
+//The compute backend to use (cpu, cuda, hip, mps, xpu)
+COMPUTE_BACKEND:STRING=cpu
+
+//Build the benchmarks
+BUILD_BENCH:BOOL=OFF
+
+//Semicolon separated list of CUDA architectures
+COMPUTE_CAPABILITY:STRING=
+
+//CUDA architectures
+CMAKE_CUDA_ARCHITECTURES:STRING=52
+
+//Path to a program.
+CMAKE_CUDA_COMPILER:FILEPATH=/usr/local/cuda/bin/nvcc
+
+//The directory containing a CMake configuration file for Torch.
+Torch_DIR:PATH=/site/torch/share/cmake/Torch
+
+//Use GPU timers
+USE_GPU_TIMERS:BOOL=ON
+
+CMAKE_CUDA_COMPILER_LOADED:INTERNAL=1
+"""
+
+
+def test_a_cmake_project_without_device_code_is_told_its_own_options():
+    """bitsandbytes' CUDA build with nothing compiled was told of setup.py switches: its option is
+    COMPUTE_BACKEND=cuda, which its CMake cache names and describes."""
+    options = hints.cmake_cuda_options(CMAKE_CACHE)
+    assert options == ['COMPUTE_BACKEND=cpu ("The compute backend to use (cpu, cuda, hip, mps, xpu)")',
+                       'COMPUTE_CAPABILITY= ("Semicolon separated list of CUDA architectures")']
+    said = hints.no_device_code("k-0.1-py3-none-linux_x86_64.whl", "13.0", True, CMAKE_CACHE)
+    assert "COMPUTE_BACKEND=cpu" in said and "--env CMAKE_ARGS=-DNAME=VALUE" in said and "FORCE_CUDA" not in said
+    assert "its CMakeLists.txt names it" in hints.no_device_code("k.whl", "13.0", True, None)
+    assert "--env FORCE_CUDA=1" in hints.no_device_code("k.whl", "13.0", False, None)
+    assert hints.cmake_cuda_options("") == [] and hints.cmake_cuda_options("//x\nA:BOOL") == []
+
+
 def test_a_build_tools_count_is_read_from_its_own_lines():
     assert progress.read(b"[3/12] Building CXX object CMakeFiles/_C.dir/csrc/op.cpp.o\n") == progress.Count(3, 12, "files")
     assert progress.read(b"[0/2] Generating gen.c\n") == progress.Count(0, 2, "files")

@@ -164,3 +164,46 @@ def test_a_cmake_project_with_hard_coded_architectures_gets_the_asked_one(tmp_pa
             library.write_bytes(zf.read(member))
         with open(library, "rb") as f:
             assert sorted(summary(read_library(f))[0]) == want, keep
+
+
+# bitsandbytes-style: the CUDA library is built only when the project's own COMPUTE_BACKEND says cuda
+BACKEND_PROJECT = {
+    **{k: v.replace("archk", "backk") for k, v in CMAKE_PROJECT.items() if k != "CMakeLists.txt" and k != "archk/__init__.py"},
+    "CMakeLists.txt": 'cmake_minimum_required(VERSION 3.24)\nproject(backk LANGUAGES CXX)\n'
+                      'set(COMPUTE_BACKEND "cpu" CACHE STRING "The compute backend to use (cpu, cuda, hip, mps, xpu)")\n'
+                      'if(COMPUTE_BACKEND STREQUAL "cuda")\n  enable_language(CUDA)\n  add_library(k SHARED k.cu)\n'
+                      'else()\n  add_library(k SHARED k.cpp)\nendif()\ninstall(TARGETS k LIBRARY DESTINATION backk)\n',
+    "k.cpp": 'extern "C" int twice(int x) { return 2 * x; }\n',
+    "backk/__init__.py": "",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_cmake_project_that_compiled_no_cuda_is_told_its_option_and_builds_with_it(tmp_path):
+    """A --cuda build of a CMake project whose own option chose its CPU library: the finding names the
+    option from the project's CMake cache, not setup.py's switches; given as it says, the build holds sm_90."""
+    import zipfile
+
+    from tests._wheels import run_stage
+
+    project = tmp_path / "backk"
+    for name, text in BACKEND_PROJECT.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    args = ("--cuda", "13.0", "--arch-list", "9.0", "--engine", "host")
+    r = run_stage("ci.build", project, *args, "--work-dir", tmp_path / "work", "-w", tmp_path / "out")
+    assert r.returncode == 1, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert ('COMPUTE_BACKEND=cpu ("The compute backend to use (cpu, cuda, hip, mps, xpu)")' in last
+            and "--env CMAKE_ARGS=-DNAME=VALUE" in last and "FORCE_CUDA" not in last), last
+    r = run_stage("ci.build", project, *args, "--compile-only", "--env", "CMAKE_ARGS=-DCOMPUTE_BACKEND=cuda",
+                  "--work-dir", tmp_path / "work-cuda", "-w", tmp_path / "out-cuda")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (wheel,) = (tmp_path / "work-cuda" / "dist").glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        (member,) = [n for n in zf.namelist() if n.endswith("libk.so")]
+        library = tmp_path / "libk.so"
+        library.write_bytes(zf.read(member))
+    with open(library, "rb") as f:
+        assert sorted(summary(read_library(f))[0]) == ["sm_90"]

@@ -158,6 +158,14 @@ def test_a_script_of_a_megabyte_is_read_in_one_pass(tmp_path, tail):
     assert closed.gencodes == ["sm_86", "sm_90a"]
 
 
+@pytest.mark.parametrize("head", ['option(WITH_CUDA "x"', "option(A ", "set(X ", 'set(X "', "set(X a CACHE STRING "])
+def test_a_megabyte_of_an_unclosed_cmake_option_is_read_in_one_pass(head):
+    """The options' pattern meets a megabyte of spaces after each of its parts in linear time (a first try
+    of it took over ten minutes on one)."""
+    for tail in (" " * sw.MAX_SCRIPT, " \t\n" * (sw.MAX_SCRIPT // 3), "a " * (sw.MAX_SCRIPT // 2)):
+        assert sw.read_script((head + tail)[:sw.MAX_SCRIPT], "CMakeLists.txt").cmake_options == []
+
+
 def test_a_target_version_of_the_stable_abi_is_read_as_its_torch_minor():
     xformers = 'stable_args = [\n    "-DTORCH_STABLE_ONLY",\n    "-DTORCH_TARGET_VERSION=0x020a000000000000",\n]\n'
     assert sw.read_script(xformers).stable_target == "2.10"
@@ -165,6 +173,20 @@ def test_a_target_version_of_the_stable_abi_is_read_as_its_torch_minor():
     assert sw.read_script(cmake, "CMakeLists.txt").stable_target == "2.12"
     for text in ("TORCH_TARGET_VERSION", "-DTORCH_TARGET_VERSION=0x020a", "# TORCH_TARGET_VERSION=2.10"):
         assert sw.read_script(text).stable_target is None, text
+
+
+def test_a_cmake_projects_own_cuda_options_are_named_with_their_defaults():
+    """bitsandbytes builds CUDA only with COMPUTE_BACKEND=cuda: the plan names it before anything compiles."""
+    text = ('set(COMPUTE_BACKEND "cpu" CACHE STRING "The compute backend to use (cpu, cuda, hip, mps, xpu)")\n'
+            'option(WITH_CUDA "Build the CUDA kernels" ON)\noption(BUILD_BENCH "benchmarks" OFF)\n'
+            'option(USE_GPU_TIMERS "timers")\nset(PLAIN "x" CACHE STRING "nothing of devices")\n')
+    reading = sw.read_script(text, "CMakeLists.txt")
+    assert reading.cmake_options == ["COMPUTE_BACKEND=cpu", "WITH_CUDA=ON", "USE_GPU_TIMERS=OFF"]
+    assert sw.read_script(text, "setup.py").cmake_options == []  # CMake's syntax, read in CMake's file only
+    notes = sw.plan_switches(reading, {}, cuda=True).notes
+    assert ("CMakeLists.txt's own options that may decide its CUDA code: COMPUTE_BACKEND=cpu, WITH_CUDA=ON, "
+            "USE_GPU_TIMERS=OFF (the defaults written; --env CMAKE_ARGS=-DNAME=VALUE sets one)") in notes
+    assert not any("CMake" in n for n in sw.plan_switches(reading, {}, cuda=False).notes)
 
 
 def test_unrelated_variables_are_not_switches():

@@ -26,12 +26,14 @@ from wheelci.check import check_wheel
 from wheelci.compile import container
 from wheelci.compile.container import refuse_unreachable, require_engine
 from wheelci.compile.crossenv import ensure_cross_env
+from wheelci.compile.hints import no_device_code
 from wheelci.compile.host import compile_host, dependencies, torch_spec
 from wheelci.compile.hostenv import TorchSpec, ensure_env, env_state
 from wheelci.compile.workdir import (SourcesChanged, clear_work_dir, compile_view, configure_inputs, kept_tree,
                                      own_work_dir, snapshot_sources, unpack_into)
 from wheelci.util.digest import sha256_file
 from wheelci.config import options, project as projects
+from wheelci.config.project import Backend
 from wheelci.config.compilecache import withheld_while
 from wheelci.config.constraints import ensure_file
 from wheelci.config.options import Options
@@ -515,11 +517,9 @@ def repair_step(b: Build) -> None:
     if b.plan.cuda and not b.plan.run.allow_no_device_code:
         for w in b.repaired:
             if not device_code(w):
-                raise Finding(
-                    f"{w.name} holds no device code (no library with a .nv_fatbin section): the --cuda "
-                    f"{b.plan.cuda} build compiled the CPU path only. Projects that build CUDA kernels only "
-                    "when torch.cuda.is_available() need their own switch on a GPU-less builder, e.g. "
-                    "--env FORCE_CUDA=1; pass --allow-no-device-code if the kernels are compiled at run time")
+                cache = b.build_dir / "CMakeCache.txt" if b.build_dir else None
+                raise Finding(no_device_code(w.name, b.plan.cuda, b.plan.backend is Backend.SCIKIT_BUILD_CORE,
+                                             cache.read_text(errors="replace") if cache and cache.is_file() else None))
 
 
 def truthful_label(plan: "Plan", wheels: list[Path], linked: bool) -> str | None:
@@ -661,7 +661,7 @@ STEPS: tuple[Step[Build], ...] = (
     Step("compile", compile_step, reads=("compile_plan", "sources", "env", "environ", "configure"),
          writes=("compiled", "build_dir", "deps"),
          title=lambda b: f"compile ({b.plan.engine})", reuse=True),
-    Step("repair", repair_step, when=wheels_wanted, reads=("compiled", "env", "plan"), writes=("repaired", "excluded"), reuse=True),
+    Step("repair", repair_step, when=wheels_wanted, reads=("compiled", "env", "plan", "build_dir"), writes=("repaired", "excluded"), reuse=True),
     Step("finish", finish_step, when=wheels_wanted, reads=("repaired", "excluded", "env", "plan"), writes=("wheels",), reuse=True),
     Step("sbom", sbom_step, when=wheels_wanted, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("wheels",), reuse=True),
     Step("check", check_step, when=wheels_wanted, reads=("wheels", "plan", "env", "excluded", "sources"), writes=("final",), reuse=True),

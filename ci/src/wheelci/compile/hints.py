@@ -124,3 +124,41 @@ def _header_fix(header: str, cuda: str | None) -> str:
         return "a CUDA header: it comes with the CUDA toolkit or one of NVIDIA's nvidia-* wheels"
     return ("install what provides it, or add its directory to the include path (the project's include_dirs, "
             "or --env CFLAGS=-I...); a git submodule that is not checked out leaves its headers missing too")
+
+
+# a CMakeCache.txt entry with its help: `//help` lines, then NAME:TYPE=VALUE (INTERNAL and STATIC are CMake's)
+_CACHE_ENTRY = re.compile(r"^((?://[^\n]*\n)+)([A-Za-z_][A-Za-z0-9_.+-]*):(BOOL|STRING)=([^\n]*)$", re.MULTILINE)
+# what CMake, its modules and the packages it found put in the cache: not the project's own options
+_NOT_THE_PROJECTS = re.compile(r"(?:CMAKE|CUDA|CUDAToolkit|Python3?|Torch|TORCH|Caffe2|pybind11|SKBUILD|FETCHCONTENT"
+                               r"|BUILD_TESTING|USE_|CUDNN|NVTX|MKL|OpenMP)[A-Za-z0-9_]*|.*_DIR")
+# an option that may decide whether CUDA is built: its name, value or help says so (COMPUTE_BACKEND: "cpu, cuda")
+_CUDA_WORD = re.compile(r"cuda|gpu|backend|nvcc|device", re.IGNORECASE)
+
+
+def cmake_cuda_options(cache: str, limit: int = 4) -> list[str]:
+    """The project's own CMake options (its option() and set(... CACHE)) in a CMakeCache.txt that may turn
+    its CUDA code on, as `NAME=VALUE ("help")` (pure)."""
+    found = []
+    for m in _CACHE_ENTRY.finditer(cache):
+        name, value = m[2], m[4]
+        text = " ".join(ln.removeprefix("//").strip() for ln in m[1].splitlines())
+        if _NOT_THE_PROJECTS.fullmatch(name) or not _CUDA_WORD.search(f"{name} {value} {text}"):
+            continue
+        found.append(f'{name}={value} ("{text[:120]}")' if text else f"{name}={value}")
+    return found[:limit]
+
+
+def no_device_code(wheel: str, cuda: str, cmake: bool, cache: str | None) -> str:
+    """Why a --cuda wheel with no device code got none, worded for its build system: a CMake project's own
+    options (from the CMakeCache.txt its configure left, where there is one), else setup.py's switches."""
+    head = f"{wheel} holds no device code (no library with a .nv_fatbin section): the --cuda {cuda} build compiled the CPU path only"
+    tail = "; pass --allow-no-device-code if the kernels are compiled at run time"
+    if not cmake:
+        return (f"{head}. Projects that build CUDA kernels only when torch.cuda.is_available() need their own switch "
+                f"on a GPU-less builder, e.g. --env FORCE_CUDA=1{tail}")
+    options = cmake_cuda_options(cache) if cache is not None else []
+    if options:
+        return (f"{head}. A CMake project: its options that may turn CUDA on: {'; '.join(options)}; set one with "
+                f"--env CMAKE_ARGS=-DNAME=VALUE{tail}")
+    return (f"{head}. A CMake project: its configure enabled no CUDA code; give the option of its own that does with "
+            f"--env CMAKE_ARGS=-DNAME=VALUE (its CMakeLists.txt names it){tail}")

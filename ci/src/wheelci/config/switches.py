@@ -85,6 +85,13 @@ _CMAKE_ARCHS = re.compile(r"set\s*\(\s*CMAKE_CUDA_ARCHITECTURES\b([^()]{0,256})\
 _TRUE = {"1", "true", "yes", "on", "y"}
 # a build against torch's stable C ABI: -DTORCH_TARGET_VERSION=0x020a000000000000 (major, minor, patch: a
 # byte each from the top, as torch's headers read it), as xformers' setup.py writes it
+# a CMakeLists.txt's own options: option(NAME "help" OFF) and set(NAME "value" CACHE STRING|BOOL "help")
+_CMAKE_OPTION = re.compile(r'option\s*\(\s*(?P<option>[A-Za-z_][A-Za-z0-9_]*)\s+"(?P<ohelp>[^"\n]{0,200})"'
+                           r'(?:\s+(?P<default>\w+))?\s*\)'
+                           # the value is quoted or starts with a non-space: each run of spaces is one \s+'s alone
+                           r'|set\s*\(\s*(?P<cached>[A-Za-z_][A-Za-z0-9_]*)\s+(?:"(?P<quoted>[^"\n]{0,64})"|(?P<bare>[^"\s()]{1,64}))'
+                           r'\s+CACHE\s+(?:STRING|BOOL)\s+"(?P<chelp>[^"\n]{0,200})"', re.IGNORECASE)
+_CUDA_WORD = re.compile(r"cuda|gpu|backend|nvcc", re.IGNORECASE)
 _TARGET = re.compile(r"TORCH_TARGET_VERSION=0x([0-9a-fA-F]{2})([0-9a-fA-F]{2})[0-9a-fA-F]{12}\b")
 
 
@@ -116,6 +123,7 @@ class ScriptReading:
     gencode_scripts: list[str] = field(default_factory=list)  # the scripts that hard-code them
     stable_target: str | None = None  # the torch minor its own TORCH_TARGET_VERSION names ("2.10")
     stable_scripts: list[str] = field(default_factory=list)  # the scripts that define it
+    cmake_options: list[str] = field(default_factory=list)  # its CMake options that may decide CUDA: NAME=DEFAULT
 
 
 def stable_target(text: str) -> str | None:
@@ -148,9 +156,12 @@ def read_script(text: str, script: str = "setup.py") -> ScriptReading:
                  if re.fullmatch(r"\d{2,3}[af]?(?:-real|-virtual)?", a)]
     downloads = bool(_DOWNLOAD.search(text) and _WHEEL_URL.search(text))
     target = stable_target(text)
+    options = [f"{m['option']}={m['default'] or 'OFF'}" if m["option"] else f"{m['cached']}={m['quoted'] or m['bare'] or ''}"
+               for m in _CMAKE_OPTION.finditer(text)
+               if _CUDA_WORD.search(" ".join(g or "" for g in m.groups()))] if script == "CMakeLists.txt" else []
     return ScriptReading([script], list(found.values()), [script] if _GUARD.search(text) else [],
                          [script] if downloads else [], list(dict.fromkeys(gencodes)), [script] if gencodes else [],
-                         target, [script] if target else [])
+                         target, [script] if target else [], list(dict.fromkeys(options)))
 
 
 def merge(readings: list[ScriptReading]) -> ScriptReading:
@@ -163,7 +174,8 @@ def merge(readings: list[ScriptReading]) -> ScriptReading:
                          list(dict.fromkeys(g for r in readings for g in r.gencodes)),
                          [s for r in readings for s in r.gencode_scripts],
                          next((r.stable_target for r in readings if r.stable_target), None),
-                         [s for r in readings for s in r.stable_scripts])
+                         [s for r in readings for s in r.stable_scripts],
+                         [o for r in readings for o in r.cmake_options])
 
 
 def read_scripts(project_dir: Path) -> ScriptReading:
@@ -220,6 +232,9 @@ def plan_switches(reading: ScriptReading, given: Mapping[str, str], *, cuda: boo
                      "builder without a GPU, and reads no switch we know to force the CUDA build "
                      f"({', '.join(c.pattern for c in CONVENTIONS if c.role == 'builds')}): the wheel may hold no "
                      "device code; give the project's own switch with --env NAME=VALUE")
+    if cuda and reading.cmake_options:
+        notes.append(f"CMakeLists.txt's own options that may decide its CUDA code: {', '.join(reading.cmake_options)} "
+                     "(the defaults written; --env CMAKE_ARGS=-DNAME=VALUE sets one)")
     if reading.downloads_wheel and not any(s.convention.role == "builds" and not s.convention.cuda_only
                                            for s in reading.switches):
         notes.append(f"warning: {', '.join(reading.downloads_wheel)} downloads a prebuilt wheel (urlopen/urlretrieve "
