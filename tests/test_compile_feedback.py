@@ -114,6 +114,10 @@ Torch_DIR:PATH=/site/torch/share/cmake/Torch
 
 //Use GPU timers
 USE_GPU_TIMERS:BOOL=ON
+WITH_CUDA:BOOL=OFF
+
+//token for the gpu backend
+GPU_API_TOKEN:STRING=hf_SuperSecretValue123
 
 CMAKE_CUDA_COMPILER_LOADED:INTERNAL=1
 """
@@ -124,12 +128,18 @@ def test_a_cmake_project_without_device_code_is_told_its_own_options():
     COMPUTE_BACKEND=cuda, which its CMake cache names and describes."""
     options = hints.cmake_cuda_options(CMAKE_CACHE)
     assert options == ['COMPUTE_BACKEND=cpu ("The compute backend to use (cpu, cuda, hip, mps, xpu)")',
-                       'COMPUTE_CAPABILITY= ("Semicolon separated list of CUDA architectures")']
+                       'COMPUTE_CAPABILITY= ("Semicolon separated list of CUDA architectures")',
+                       'WITH_CUDA=OFF', 'USE_GPU_TIMERS=ON ("Use GPU timers")',
+                       'GPU_API_TOKEN=*** ("token for the gpu backend")']
     said = hints.no_device_code("k-0.1-py3-none-linux_x86_64.whl", "13.0", True, CMAKE_CACHE)
     assert "COMPUTE_BACKEND=cpu" in said and "--env CMAKE_ARGS=-DNAME=VALUE" in said and "FORCE_CUDA" not in said
+    assert "hf_SuperSecretValue123" not in said
     assert "its CMakeLists.txt names it" in hints.no_device_code("k.whl", "13.0", True, None)
     assert "--env FORCE_CUDA=1" in hints.no_device_code("k.whl", "13.0", False, None)
     assert hints.cmake_cuda_options("") == [] and hints.cmake_cuda_options("//x\nA:BOOL") == []
+    # a megabyte of help lines that no entry follows: one pass (a pattern over the runs took minutes)
+    for run in ("//\n", "//x\n", "// cuda backend\n"):
+        assert hints.cmake_cuda_options(run * (hints.CACHE_MAX // len(run))) == []
 
 
 def test_a_build_tools_count_is_read_from_its_own_lines():

@@ -108,3 +108,56 @@ def test_an_exact_cuda_without_a_torch_of_the_target_is_one_error():
     """--cuda 11.8 --stable-abi 2.10: no torch of that row reaches 2.10; said, not a ValueError from max()."""
     with pytest.raises(CiError, match=r"CUDA 11\.8 has no torch >= 2\.10 in the matrix \(its newest: 2\.7\.1\)"):
         pl.make_plan(pl.Request(cuda="11.8", engine="docker", stable_abi="2.10"), project_dir=ROOT)
+
+
+def _self_stable(tmp_path: Path, setup: str, requires: str = '"setuptools", "torch"') -> Path:
+    project = tmp_path / "own"
+    project.mkdir(parents=True)
+    (project / "setup.py").write_text(setup)
+    (project / "pyproject.toml").write_text(f'[build-system]\nrequires = [{requires}]\n'
+                                            'build-backend = "setuptools.build_meta"\n')
+    return project
+
+
+XFORMERS_STYLE = f'extra = ["-DTORCH_STABLE_ONLY", "{TARGET}"]\n'
+
+
+def test_a_project_defining_its_own_target_is_planned_stable_within_its_torch_bound(tmp_path):
+    """xformers' CUDA build defines TORCH_TARGET_VERSION itself: one cu13 wheel, against the newest torch
+    of the row from the target on that the project's own bound allows (torch<2.12: 2.11.0)."""
+    plan = pl.make_plan(pl.Request(cuda="13.0", engine="host"), project_dir=_self_stable(tmp_path, XFORMERS_STYLE))
+    assert plan.stable is not None and plan.stable.target == "2.10" and plan.stable_from_project
+    assert plan.torch == "2.14.1" and plan.label == "cu13"
+    bounded = pl.make_plan(pl.Request(cuda="13.0", engine="host"),
+                           project_dir=_self_stable(tmp_path / "b", XFORMERS_STYLE, '"setuptools", "torch<2.12"'))
+    assert bounded.stable is not None and bounded.torch == "2.11.0", bounded.notes
+    pinned = pl.make_plan(pl.Request(cuda="13.0", engine="host", torch="2.13.0"),
+                          project_dir=_self_stable(tmp_path / "p", XFORMERS_STYLE))
+    assert pinned.stable is None and pinned.label == "pt2.13.0.cu130"
+    assert any("--torch 2.13.0 asks for a wheel pinned to it; --stable-abi 2.10" in n for n in pinned.notes)
+
+
+@pytest.mark.parametrize("setup, why", [
+    (f'# old: extra = ["{TARGET}"]  (we compile classic now)\n', None),
+    ('extra = ["-DTORCH_TARGET_VERSION=0x0209000000000000"]\n', None),  # below the stable ABI's first torch
+    ('extra = ["-DTORCH_TARGET_VERSION=0xffff000000000000"]\n', "has no torch from 255.255"),
+])
+def test_a_commented_low_or_unbuildable_target_keeps_the_classic_plan(tmp_path, setup, why):
+    plan = pl.make_plan(pl.Request(cuda="13.0", engine="host"), project_dir=_self_stable(tmp_path, setup))
+    assert plan.stable is None and plan.torch == "2.13.0"
+    assert any(why in n for n in plan.notes) if why else not any("TORCH_TARGET_VERSION" in n for n in plan.notes)
+
+
+def test_a_stable_plan_from_the_text_is_refused_when_the_extensions_compile_classic(tmp_path):
+    """The define under a condition the build does not meet: the probe sees classic flags, and the build
+    stops before its compile instead of failing the ABI check after it."""
+    from wheelci.compile import probe
+
+    plan = pl.make_plan(pl.Request(cuda="13.0", engine="host"), project_dir=_self_stable(tmp_path, XFORMERS_STYLE))
+    classic = probe.parse({"setup": {"ext_modules": [{"name": "k._C", "kind": "CUDAExtension", "sources": 2,
+                                                        "cuda_sources": 1, "extra_compile_args": {"cxx": ["-O3"]}}]}})
+    verdict = probe.judge(classic, plan)
+    assert verdict.refusal and "compile without it (a classic build): --torch X" in verdict.refusal
+    stable = probe.parse({"setup": {"ext_modules": [{"name": "k._C", "kind": "CUDAExtension", "sources": 2,
+                                                       "cuda_sources": 1, "extra_compile_args": {"cxx": [TARGET]}}]}})
+    assert probe.judge(stable, plan).refusal is None

@@ -195,6 +195,7 @@ class Plan:
     project_dir: str = ""
     backend: str = ""
     stable: StablePlan | None = None  # a stable-ABI build: one wheel per variant for every later torch
+    stable_from_project: bool = False  # stable because the project's scripts define TORCH_TARGET_VERSION
     tool_constraints: list[str] = field(default_factory=list)  # pip -c for build environments (ours, less the project's)
     build_requires: list[str] = field(default_factory=list)  # the project's [build-system] requires, as written
     cpu_view: CpuView | None = None  # a CPU host build: what its compile does not see of a CUDA toolkit
@@ -391,7 +392,8 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     if request.engine not in ENGINES:
         raise CiError(f"unknown engine {request.engine!r} (choose from {', '.join(ENGINES)})")
     reading = read_scripts(Path(project_dir))  # the project's own build scripts, as text: nothing of it runs
-    request, stable_notes = _projects_stable_abi(request, reading)
+    asked_stable = request.stable_abi is not None
+    request, stable_notes = _projects_stable_abi(request, reading, matrix, project.torch_bound)
     if request.stable_abi is not None and request.cuda is not None:
         row = pick_row(matrix, request.cuda, parse_target(request.stable_abi))
         request = replace(request, cuda=row.version,
@@ -419,6 +421,7 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
                       "setuptools and torch, or build on this machine with --engine host")
     if request.stable_abi is not None:
         plan = _with_stable(plan, plan_stable(matrix, request.stable_abi, plan.cuda, plan.torch))
+        plan = replace(plan, stable_from_project=not asked_stable)
     # the project's own build switches, read before any compile: set where the build needs them, the user's win
     found = plan_switches(reading, run.build_env, cuda=plan.cuda is not None,
                           arch_list=plan.arch_list if request.arch_list is not None else None)
@@ -448,22 +451,41 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     return replace(plan, environment=container_environment(container_inputs(plan, machine)))
 
 
-def _projects_stable_abi(request: Request, reading: ScriptReading) -> tuple[Request, list[str]]:
+def _projects_stable_abi(request: Request, reading: ScriptReading, matrix: mx.Matrix,
+                         bound: str | None) -> tuple[Request, list[str]]:
     """A project whose scripts define TORCH_TARGET_VERSION compiles against torch's stable ABI on its own
-    (xformers' CUDA build): its CUDA build is planned as --stable-abi of that target, since pinning one torch
-    release would shut out every other the wheel loads on. The user's --stable-abi, or a --torch naming the
-    release to pin (each job of a workflow matrix), wins; a CPU build, which such a project may compile
-    classically (xformers does), is only told."""
+    (xformers' CUDA build): its CUDA build is planned as --stable-abi of that target, against the newest
+    torch of its row from the target on and within the project's own torch bound, since pinning one torch
+    release would shut out every other the wheel loads on. The user's --stable-abi, or a --torch naming
+    the release to pin (each job of a workflow matrix), wins; a CPU build, which such a project may compile
+    classically (xformers does), and a row with no torch for it are only told. The build's probe checks
+    that the extensions compile so (wheelci.compile.probe.judge)."""
     target = reading.stable_target
     if target is None or request.stable_abi is not None or minor_of(target) < FLOOR:
         return request, []
     said = f"{', '.join(reading.stable_scripts)} defines TORCH_TARGET_VERSION {target} (torch's stable ABI)"
-    if request.cuda is None or request.torch is not None:  # --torch names the one release to pin: as asked
-        why = "this CPU build" if request.cuda is None else f"--torch {request.torch} asks for a wheel that"
-        return request, [f"{said}: {why} pins one torch release; --stable-abi {target} builds one wheel for every "
-                         f"torch from {target}{' where its CPU build compiles so too' if request.cuda is None else ''}"]
-    return replace(request, stable_abi=target), [f"{said}: planned as --stable-abi {target} plans it, one wheel "
-                                                 f"per CUDA major for every torch from {target}"]
+    classic = f"--stable-abi {target} builds one wheel for every torch from {target}"
+    if request.cuda is None:
+        return request, [f"{said}: this CPU build pins one torch release; {classic} where its CPU build compiles "
+                         "so too"]
+    if request.torch is not None:  # --torch names the one release to pin: as asked
+        return request, [f"{said}: --torch {request.torch} asks for a wheel pinned to it; {classic}"]
+    from packaging.specifiers import SpecifierSet
+
+    try:
+        row = pick_row(matrix, request.cuda, parse_target(target))
+    except CiError:
+        row = None
+    found = [t.version for t in (row.torch if row else ()) if minor_of(t.version) >= minor_of(target)
+             and (bound is None or SpecifierSet(bound).contains(t.version))]
+    if not found:
+        within = f" within the project's own torch{bound}" if bound else ""
+        return request, [f"{said}, but CUDA {request.cuda} has no torch from {target}{within} in the matrix: "
+                         "planned classic, pinned to one torch release"]
+    torch = max(found, key=torchaxis.key)
+    return replace(request, stable_abi=target, torch=torch), [
+        f"{said}: planned as a --stable-abi {target} build, one wheel per CUDA major for every torch from {target} "
+        f"(--torch X builds a classic wheel pinned to X instead)"]
 
 
 def warm_list(plan: Plan, whole: str) -> str:

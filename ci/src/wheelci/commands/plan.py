@@ -56,7 +56,9 @@ def _jobs(given: dict[str, Any], project_dir: Path, table: bool = False) -> int:
     from wheelci import archs as arch, workflowmatrix
     from wheelci.config import torchaxis
     from wheelci.config.project import read_py_api, read_settings
+    from wheelci.config.stable import minor_of
     from wheelci.config.switches import read_scripts
+    from wheelci.native.stable_abi import FLOOR
     from wheelci.plan import split_csv
 
     o = options.resolve("plan", given, os.environ, read_settings(project_dir).table)
@@ -95,7 +97,8 @@ def _jobs(given: dict[str, Any], project_dir: Path, table: bool = False) -> int:
         jobs, notes = {"include": rows}, notes + dropped
         if not rows:
             notes.append("every job's wheel is already published: nothing to build")
-    if o.stable_abi is None and (target := read_scripts(project_dir).stable_target):
+    target = read_scripts(project_dir).stable_target if o.stable_abi is None else None
+    if target and minor_of(target) >= FLOOR:
         notes.append(f"the project's scripts define TORCH_TARGET_VERSION {target} (torch's stable ABI): each job "
                      f"pins its torch; --stable-abi {target} plans one job per variant for every torch from {target}")
     if o.arch_jobs is not None:  # the fan-out's compile-only jobs instead

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from wheelci.util import secret
 from wheelci.util.cause import cause
 
 # torch's own refusal of its classic headers in a stable-ABI build (torch/extension.h)
@@ -126,26 +127,35 @@ def _header_fix(header: str, cuda: str | None) -> str:
             "or --env CFLAGS=-I...); a git submodule that is not checked out leaves its headers missing too")
 
 
-# a CMakeCache.txt entry with its help: `//help` lines, then NAME:TYPE=VALUE (INTERNAL and STATIC are CMake's)
-_CACHE_ENTRY = re.compile(r"^((?://[^\n]*\n)+)([A-Za-z_][A-Za-z0-9_.+-]*):(BOOL|STRING)=([^\n]*)$", re.MULTILINE)
+# a CMakeCache.txt entry: NAME:TYPE=VALUE, after its `//help` lines (none where the help is empty)
+_CACHE_ENTRY = re.compile(r"([A-Za-z_][A-Za-z0-9_.+-]*):(BOOL|STRING)=(.*)")
 # what CMake, its modules and the packages it found put in the cache: not the project's own options
-_NOT_THE_PROJECTS = re.compile(r"(?:CMAKE|CUDA|CUDAToolkit|Python3?|Torch|TORCH|Caffe2|pybind11|SKBUILD|FETCHCONTENT"
-                               r"|BUILD_TESTING|USE_|CUDNN|NVTX|MKL|OpenMP)[A-Za-z0-9_]*|.*_DIR")
+_NOT_THE_PROJECTS = re.compile(r"(?:CMAKE|CUDAToolkit|Python3?|Torch|Caffe2|pybind11|SKBUILD|FETCHCONTENT)_[A-Za-z0-9_]*"
+                               r"|CUDA_(?:TOOLKIT|NVCC|HOST|SDK|PROPAGATE|SEPARABLE|VERBOSE|64_BIT|BUILD_CUBIN|"
+                               r"BUILD_EMULATION|GENERATED|ATTACH|USE_STATIC)[A-Za-z0-9_]*|BUILD_TESTING|.*_DIR")
 # an option that may decide whether CUDA is built: its name, value or help says so (COMPUTE_BACKEND: "cpu, cuda")
-_CUDA_WORD = re.compile(r"cuda|gpu|backend|nvcc|device", re.IGNORECASE)
+_CUDA_WORD = re.compile(r"cuda|gpu|backend|nvcc", re.IGNORECASE)
+CACHE_MAX = 1 << 20  # a CMakeCache.txt is read this far (a project's is tens of kB)
 
 
-def cmake_cuda_options(cache: str, limit: int = 4) -> list[str]:
+def cmake_cuda_options(cache: str, limit: int = 6) -> list[str]:
     """The project's own CMake options (its option() and set(... CACHE)) in a CMakeCache.txt that may turn
-    its CUDA code on, as `NAME=VALUE ("help")` (pure)."""
-    found = []
-    for m in _CACHE_ENTRY.finditer(cache):
-        name, value = m[2], m[4]
-        text = " ".join(ln.removeprefix("//").strip() for ln in m[1].splitlines())
-        if _NOT_THE_PROJECTS.fullmatch(name) or not _CUDA_WORD.search(f"{name} {value} {text}"):
+    its CUDA code on, as `NAME=VALUE ("help")`, those naming CUDA first; a value whose name says it is a
+    secret is masked (pure; one pass over the lines)."""
+    found: list[tuple[bool, str]] = []
+    help_lines: list[str] = []
+    for line in cache[:CACHE_MAX].splitlines():
+        if line.startswith("//"):
+            help_lines.append(line[2:].strip())
             continue
-        found.append(f'{name}={value} ("{text[:120]}")' if text else f"{name}={value}")
-    return found[:limit]
+        m = _CACHE_ENTRY.fullmatch(line)
+        text, help_lines = " ".join(help_lines)[:120], []
+        if m is None or _NOT_THE_PROJECTS.fullmatch(m[1]) or not _CUDA_WORD.search(f"{m[1]} {m[3]} {text}"):
+            continue
+        value = secret.MASK if secret.is_secret_name(m[1]) else secret.redact(m[3][:64])
+        said = f'{m[1]}={value} ("{text}")' if text else f"{m[1]}={value}"
+        found.append((not re.search("cuda", f"{m[1]} {text}", re.IGNORECASE), said))
+    return [said for _, said in sorted(found, key=lambda f: f[0])][:limit]
 
 
 def no_device_code(wheel: str, cuda: str, cmake: bool, cache: str | None) -> str:

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from wheelci.compile.hints import hint
 from wheelci.config.switches import ScriptReading, Switch, convention_of, plan_switches, stable_target
+from wheelci.config.stable import minor_of
 from wheelci.errors import Finding
+from wheelci.native.stable_abi import FLOOR
 from wheelci.util import log, proc, secret
 from wheelci.util.secret import redact
 
@@ -61,10 +63,14 @@ class Answers:
     def stable_abi(self) -> str | None:
         """The torch minor the extensions' own TORCH_TARGET_VERSION names (torch's stable ABI), in any of
         their compilers' flags or their macros; None where they build against one release's ABI."""
-        flags = [a for e in self.extensions for a in _all_flags(e)]
-        flags += [f"-D{m[0]}={m[1]}" for e in self.extensions for m in _list(e.get("define_macros"))
-                  if isinstance(m, list) and len(m) == 2]
-        return stable_target(" ".join(flags))
+        found = []
+        for e in self.extensions:
+            flags = [*_all_flags(e), *(f"-D{m[0]}={m[1]}" for m in _list(e.get("define_macros"))
+                                       if isinstance(m, list) and len(m) == 2)]
+            target = stable_target(" ".join(flags))
+            if target is not None and minor_of(target) >= FLOOR:
+                found.append(target)
+        return max(found, key=minor_of) if found else None  # the wheel needs the newest any of them names
 
     @property
     def builds_cuda(self) -> bool:
@@ -210,6 +216,10 @@ def judge(answers: Answers, plan: Plan) -> Verdict:
         else:
             notes.append("setup() gets no extension: a pure-Python wheel" + why)
         return Verdict(notes)
+    if plan.stable_from_project and answers.stable_abi is None:  # the text said so; as configured, it does not
+        return Verdict(notes, f"{what} of this project was planned stable-ABI from its scripts' TORCH_TARGET_VERSION, "
+                              "but its extensions as configured compile without it (a classic build): --torch X "
+                              "builds a classic wheel pinned to X")
     if (target := answers.stable_abi) and plan.stable is None:
         notes.append(f"its extensions compile against torch's stable ABI (TORCH_TARGET_VERSION {target}): the wheel "
                      f"loads on every torch from {target}, and this build pins torch=={plan.torch}; --stable-abi "

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from wheelci.util import secret
+
 # the build scripts read, and how much of each (a setup.py of megabytes is no setup.py worth reading whole)
 SCRIPTS = ("setup.py", "CMakeLists.txt")  # pyproject.toml is read once, by config.project
 MAX_SCRIPT = 1 << 20
@@ -92,7 +94,9 @@ _CMAKE_OPTION = re.compile(r'option\s*\(\s*(?P<option>[A-Za-z_][A-Za-z0-9_]*)\s+
                            r'|set\s*\(\s*(?P<cached>[A-Za-z_][A-Za-z0-9_]*)\s+(?:"(?P<quoted>[^"\n]{0,64})"|(?P<bare>[^"\s()]{1,64}))'
                            r'\s+CACHE\s+(?:STRING|BOOL)\s+"(?P<chelp>[^"\n]{0,200})"', re.IGNORECASE)
 _CUDA_WORD = re.compile(r"cuda|gpu|backend|nvcc", re.IGNORECASE)
-_TARGET = re.compile(r"TORCH_TARGET_VERSION=0x([0-9a-fA-F]{2})([0-9a-fA-F]{2})[0-9a-fA-F]{12}\b")
+_TARGET = re.compile(r"TORCH_TARGET_VERSION=0[xX]([0-9a-fA-F]{2})([0-9a-fA-F]{2})[0-9a-fA-F]{12}(?![0-9a-fA-F])")
+# a comment line of Python or CMake (`# extra = ["-D..."]`: what the script no longer does)
+_COMMENT_LINE = re.compile(r"^[ \t]*#[^\n]*", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -155,13 +159,21 @@ def read_script(text: str, script: str = "setup.py") -> ScriptReading:
     gencodes += [f"sm_{a.split('-')[0]}" for m in _CMAKE_ARCHS.finditer(text) for a in re.split(r"[;\s\"]+", m[1])
                  if re.fullmatch(r"\d{2,3}[af]?(?:-real|-virtual)?", a)]
     downloads = bool(_DOWNLOAD.search(text) and _WHEEL_URL.search(text))
-    target = stable_target(text)
-    options = [f"{m['option']}={m['default'] or 'OFF'}" if m["option"] else f"{m['cached']}={m['quoted'] or m['bare'] or ''}"
-               for m in _CMAKE_OPTION.finditer(text)
-               if _CUDA_WORD.search(" ".join(g or "" for g in m.groups()))] if script == "CMakeLists.txt" else []
+    code = _COMMENT_LINE.sub("", text)
+    target = stable_target(code)
+    options = [_shown_option(m) for m in _CMAKE_OPTION.finditer(code)
+               if not (m["option"] or m["cached"]).upper().startswith("CMAKE_")
+               and _CUDA_WORD.search(" ".join(g or "" for g in m.groups()))] if script == "CMakeLists.txt" else []
     return ScriptReading([script], list(found.values()), [script] if _GUARD.search(text) else [],
                          [script] if downloads else [], list(dict.fromkeys(gencodes)), [script] if gencodes else [],
                          target, [script] if target else [], list(dict.fromkeys(options)))
+
+
+def _shown_option(m: re.Match[str]) -> str:
+    """`NAME=DEFAULT` of a CMake option as the plan shows it: a secret-named one's value masked."""
+    name = m["option"] or m["cached"]
+    value = (m["default"] or "OFF") if m["option"] else (m["quoted"] or m["bare"] or "")
+    return f"{name}={secret.MASK if secret.is_secret_name(name) else value}"
 
 
 def merge(readings: list[ScriptReading]) -> ScriptReading:
@@ -233,7 +245,9 @@ def plan_switches(reading: ScriptReading, given: Mapping[str, str], *, cuda: boo
                      f"({', '.join(c.pattern for c in CONVENTIONS if c.role == 'builds')}): the wheel may hold no "
                      "device code; give the project's own switch with --env NAME=VALUE")
     if cuda and reading.cmake_options:
-        notes.append(f"CMakeLists.txt's own options that may decide its CUDA code: {', '.join(reading.cmake_options)} "
+        shown = ", ".join(reading.cmake_options[:8]) + (f" and {len(reading.cmake_options) - 8} more"
+                                                        if len(reading.cmake_options) > 8 else "")
+        notes.append(f"CMakeLists.txt's own options that may decide its CUDA code: {shown} "
                      "(the defaults written; --env CMAKE_ARGS=-DNAME=VALUE sets one)")
     if reading.downloads_wheel and not any(s.convention.role == "builds" and not s.convention.cuda_only
                                            for s in reading.switches):
