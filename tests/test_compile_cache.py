@@ -300,7 +300,9 @@ def build_on(tmp_path: Path, name: str, project: Path, args: list[str], cache: s
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # two CUDA builds, the first compiling everything
 @pytest.mark.parametrize("project,args,store", [
-    (TINY, ["--cuda", "13.0", "--arch-list", "9.0"], "redis"),
+    # extended: about 6 min every run; the setuptools path through a Redis store is proven in CI by
+    # tests/test_act.py's fan-out (tiny_ext's CUDA compiles, jobs of other work directories, one Redis)
+    pytest.param(TINY, ["--cuda", "13.0", "--arch-list", "9.0"], "redis", marks=pytest.mark.extended),
     (ROOT, ["--cuda", "13.0", "--arch-list", "9.0"], "webdav"),
 ], ids=["setuptools-redis", "example-webdav"])
 def test_a_second_machine_takes_every_compile_from_the_store_and_writes_the_same_bytes(tmp_path, store, project, args):
