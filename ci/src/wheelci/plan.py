@@ -470,14 +470,12 @@ def _projects_stable_abi(request: Request, reading: ScriptReading, matrix: mx.Ma
                          "so too"]
     if request.torch is not None:  # --torch names the one release to pin: as asked
         return request, [f"{said}: --torch {request.torch} asks for a wheel pinned to it; {classic}"]
-    from packaging.specifiers import SpecifierSet
-
     try:
         row = pick_row(matrix, request.cuda, parse_target(target))
     except CiError:
         row = None
     found = [t.version for t in (row.torch if row else ()) if minor_of(t.version) >= minor_of(target)
-             and (bound is None or SpecifierSet(bound).contains(t.version))]
+             and (bound is None or torchaxis.within(t.version, bound))]
     if not found:
         within = f" within the project's own torch{bound}" if bound else ""
         return request, [f"{said}, but CUDA {request.cuda} has no torch from {target}{within} in the matrix: "

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from wheelci.config import matrix as mx
 from wheelci.config.stable import minor_of, newest_torch, parse_target, pick_row
-from wheelci.config.torchaxis import RELEASE as _TORCH, TorchAxis, key as release_key
+from wheelci.config.torchaxis import RELEASE as _TORCH, TorchAxis, key as release_key, within
 from wheelci.errors import CiError
 
 if TYPE_CHECKING:
@@ -193,13 +193,6 @@ def listed(version: str) -> bool:
     """A release the matrix lists (its CUDA rows known without the index)."""
     matrix = mx.load()
     return version in {t.version for r in matrix.rows for t in r.torch} | {matrix.default_torch}
-
-
-def within(version: str, bound: str) -> bool:
-    """Whether the torch release `version` is inside a project's own torch specifier `bound`."""
-    from packaging.specifiers import SpecifierSet
-
-    return SpecifierSet(bound).contains(version)
 
 
 def torch_matrix(axis: TorchAxis | None, index: TorchIndex, stable_abi: str | None, cuda: list[str] | None = None,

@@ -79,7 +79,7 @@ def _jobs(given: dict[str, Any], project_dir: Path, table: bool = False) -> int:
             axis, TorchIndex.from_env(os.environ), o.stable_abi, split_csv(o.cuda), o.variant, python=python,
             py_api=py_api, archs=arch.parse(o.archs), bound=bound, requires_python=requires_python)
     else:
-        if bound and axis is not None and not workflowmatrix.within(axis.text, bound):
+        if bound and axis is not None and not torchaxis.within(axis.text, bound):
             raise CiError(f"--torch {axis.text}: outside the project's own torch{bound} (its pyproject.toml's "
                           "requirements): name a release within it")
         jobs = workflowmatrix.workflow_matrix(o.stable_abi, split_csv(o.cuda), o.variant, torch=o.torch, python=python,

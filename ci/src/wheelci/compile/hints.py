@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from wheelci.config.switches import CUDA_WORD
 from wheelci.util import secret
 from wheelci.util.cause import cause
 
@@ -133,8 +134,6 @@ _CACHE_ENTRY = re.compile(r"([A-Za-z_][A-Za-z0-9_.+-]*):(BOOL|STRING)=(.*)")
 _NOT_THE_PROJECTS = re.compile(r"(?:CMAKE|CUDAToolkit|Python3?|Torch|Caffe2|pybind11|SKBUILD|FETCHCONTENT)_[A-Za-z0-9_]*"
                                r"|CUDA_(?:TOOLKIT|NVCC|HOST|SDK|PROPAGATE|SEPARABLE|VERBOSE|64_BIT|BUILD_CUBIN|"
                                r"BUILD_EMULATION|GENERATED|ATTACH|USE_STATIC)[A-Za-z0-9_]*|BUILD_TESTING|.*_DIR")
-# an option that may decide whether CUDA is built: its name, value or help says so (COMPUTE_BACKEND: "cpu, cuda")
-_CUDA_WORD = re.compile(r"cuda|gpu|backend|nvcc", re.IGNORECASE)
 CACHE_MAX = 1 << 20  # a CMakeCache.txt is read this far (a project's is tens of kB)
 
 
@@ -150,7 +149,7 @@ def cmake_cuda_options(cache: str, limit: int = 6) -> list[str]:
             continue
         m = _CACHE_ENTRY.fullmatch(line)
         text, help_lines = " ".join(help_lines)[:120], []
-        if m is None or _NOT_THE_PROJECTS.fullmatch(m[1]) or not _CUDA_WORD.search(f"{m[1]} {m[3]} {text}"):
+        if m is None or _NOT_THE_PROJECTS.fullmatch(m[1]) or not CUDA_WORD.search(f"{m[1]} {m[3]} {text}"):
             continue
         value = secret.MASK if secret.is_secret_name(m[1]) else secret.redact(m[3][:64])
         said = f'{m[1]}={value} ("{text}")' if text else f"{m[1]}={value}"

@@ -85,15 +85,16 @@ _ARCH_FLAG = re.compile(r"-arch[= ](sm_\d{2,3}[af]?)\b")
 # set(CMAKE_CUDA_ARCHITECTURES "80;90-real"): what stands before the `)` (bounded), split into words after
 _CMAKE_ARCHS = re.compile(r"set\s*\(\s*CMAKE_CUDA_ARCHITECTURES\b([^()]{0,256})\)", re.I)
 _TRUE = {"1", "true", "yes", "on", "y"}
-# a build against torch's stable C ABI: -DTORCH_TARGET_VERSION=0x020a000000000000 (major, minor, patch: a
-# byte each from the top, as torch's headers read it), as xformers' setup.py writes it
 # a CMakeLists.txt's own options: option(NAME "help" OFF) and set(NAME "value" CACHE STRING|BOOL "help")
 _CMAKE_OPTION = re.compile(r'option\s*\(\s*(?P<option>[A-Za-z_][A-Za-z0-9_]*)\s+"(?P<ohelp>[^"\n]{0,200})"'
                            r'(?:\s+(?P<default>\w+))?\s*\)'
                            # the value is quoted or starts with a non-space: each run of spaces is one \s+'s alone
                            r'|set\s*\(\s*(?P<cached>[A-Za-z_][A-Za-z0-9_]*)\s+(?:"(?P<quoted>[^"\n]{0,64})"|(?P<bare>[^"\s()]{1,64}))'
                            r'\s+CACHE\s+(?:STRING|BOOL)\s+"(?P<chelp>[^"\n]{0,200})"', re.IGNORECASE)
-_CUDA_WORD = re.compile(r"cuda|gpu|backend|nvcc", re.IGNORECASE)
+# an option that may decide whether CUDA is built: its name, value or help says so (COMPUTE_BACKEND: "cpu, cuda")
+CUDA_WORD = re.compile(r"cuda|gpu|backend|nvcc", re.IGNORECASE)
+# a build against torch's stable C ABI: -DTORCH_TARGET_VERSION=0x020a000000000000 (major, minor, patch: a
+# byte each from the top, as torch's headers read it), as xformers' setup.py writes it
 _TARGET = re.compile(r"TORCH_TARGET_VERSION=0[xX]([0-9a-fA-F]{2})([0-9a-fA-F]{2})[0-9a-fA-F]{12}(?![0-9a-fA-F])")
 # a comment line of Python or CMake (`# extra = ["-D..."]`: what the script no longer does)
 _COMMENT_LINE = re.compile(r"^[ \t]*#[^\n]*", re.MULTILINE)
@@ -163,7 +164,7 @@ def read_script(text: str, script: str = "setup.py") -> ScriptReading:
     target = stable_target(code)
     options = [_shown_option(m) for m in _CMAKE_OPTION.finditer(code)
                if not (m["option"] or m["cached"]).upper().startswith("CMAKE_")
-               and _CUDA_WORD.search(" ".join(g or "" for g in m.groups()))] if script == "CMakeLists.txt" else []
+               and CUDA_WORD.search(" ".join(g or "" for g in m.groups()))] if script == "CMakeLists.txt" else []
     return ScriptReading([script], list(found.values()), [script] if _GUARD.search(text) else [],
                          [script] if downloads else [], list(dict.fromkeys(gencodes)), [script] if gencodes else [],
                          target, [script] if target else [], list(dict.fromkeys(options)))

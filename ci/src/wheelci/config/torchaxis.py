@@ -92,6 +92,13 @@ def parse(text: str) -> TorchAxis:
     raise CiError(f"bad --torch {shown!r} (want {EXAMPLES})")
 
 
+def within(version: str, bound: str) -> bool:
+    """Whether the torch release `version` is inside a project's own torch specifier `bound`."""
+    from packaging.specifiers import SpecifierSet
+
+    return SpecifierSet(bound).contains(version)
+
+
 def project_bound(requires: list[str]) -> str | None:
     """The torch specifier a project's own requirements put on the torch it builds against
     ([build-system] requires and [project] dependencies: `torch>=2.4,<2.14`), or None where they name none."""
