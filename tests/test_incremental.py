@@ -29,9 +29,10 @@ EPOCH = {"SOURCE_DATE_EPOCH": "1767323045"}  # not a git checkout: fixed timesta
 REUSABLE = ["compile", "repair", "finish", "sbom", "check", "abi", "verify"]
 
 
-def build(project: Path, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict, float]:
+def build(project: Path, out: Path, *args: str, env: dict[str, str] | None = None,
+          ) -> tuple[subprocess.CompletedProcess, dict, float]:
     start = time.monotonic()
-    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", out, *args, env=EPOCH)
+    r = run_stage("ci.build", project, "--cpu", "--engine", "host", "-w", out, *args, env={**EPOCH, **(env or {})})
     seconds = time.monotonic() - start
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {}
     return r, report, seconds
@@ -67,7 +68,8 @@ def test_reruns_reuse_what_did_not_change_and_rebuild_what_did(tmp_path):
 
     # the first build, twice at once: one waits for the build tree the other holds, then reuses every step
     # the environment run_stage gives the later builds: the variables are inputs of the compile too
-    env = {**os.environ, **EPOCH, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src"),
+    own = {"CCACHE_DIR": str(tmp_path / "ccache")}  # this test's own, so another's compiles never count in it
+    env = {**os.environ, **EPOCH, **own, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "ci" / "src"),
                                                                 os.environ.get("PYTHONPATH", "")])}
     start = time.monotonic()
     runs = [subprocess.Popen([sys.executable, "-m", "ci.build", str(project), "--cpu", "--engine", "host",
@@ -89,7 +91,7 @@ def test_reruns_reuse_what_did_not_change_and_rebuild_what_did(tmp_path):
     shutil.rmtree(foreign)
 
     # unchanged: every step reused, said on a line each and in report.md, the same wheel and verify result
-    rerun, report3, rerun_seconds = build(project, tmp_path / "o3")
+    rerun, report3, rerun_seconds = build(project, tmp_path / "o3", env=own)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert all(statuses(report3)[s] == "reused" for s in REUSABLE), report3["steps"]
     assert "compile: reused (its inputs are unchanged since" in rerun.stderr
@@ -102,7 +104,7 @@ def test_reruns_reuse_what_did_not_change_and_rebuild_what_did(tmp_path):
     test_file = project / "tests" / "test_tiny.py"
     (project / "tiny_ext" / "dropped.py").unlink()  # and a module deleted: it must not ship again
     test_file.write_text(test_file.read_text() + "\n\ndef test_added():\n    assert False, 'the added test ran'\n")
-    failing, report4, _ = build(project, tmp_path / "o4")
+    failing, report4, _ = build(project, tmp_path / "o4", env=own)
     assert failing.returncode == 1 and report4["failed_step"] == "verify", failing.stderr[-3000:]
     assert statuses(report4)["compile"] == "ok" and statuses(report4)["verify"] == "failed"
     assert "ninja: no work to do" in (tree / "compile.log").read_text()
@@ -111,7 +113,7 @@ def test_reruns_reuse_what_did_not_change_and_rebuild_what_did(tmp_path):
     test_file.write_text(test_file.read_text().replace("assert False, 'the added test ran'", "pass"))
     extra = project / "csrc" / "extra.cpp"
     extra.write_text(extra.read_text() + "int tiny_one_line_change() { return 42; }\n")  # new code, new bytes
-    changed, report5, changed_seconds = build(project, tmp_path / "o5")
+    changed, report5, changed_seconds = build(project, tmp_path / "o5", env=own)
     assert changed.returncode == 0, changed.stderr[-3000:]
     assert all(statuses(report5)[s] == "ok" for s in REUSABLE), report5["steps"]
     (wheel,) = (tmp_path / "o5").glob("*.whl")
@@ -123,9 +125,16 @@ def test_reruns_reuse_what_did_not_change_and_rebuild_what_did(tmp_path):
     # again (for setuptools it runs setup.py once more, and so imports torch)
     assert "Getting build dependencies" not in log, log[:2000]
 
-    # --fresh: an empty tree, every step run, the same bytes as the incremental build
-    fresh, report6, fresh_seconds = build(project, tmp_path / "o6", "--fresh")
+    # --fresh: an empty tree, every step run, the same bytes as the incremental build, and every compile a
+    # hit of the local compile cache (the new tree's staged headers are new files with the same bytes)
+    ccache = {**os.environ, **own}
+    subprocess.run(["ccache", "--zero-stats"], env=ccache, check=True, capture_output=True)
+    fresh, report6, fresh_seconds = build(project, tmp_path / "o6", "--fresh", env=own)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
+    stats = dict(line.split("\t")[:2] for line in subprocess.run(
+        ["ccache", "--print-stats"], env=ccache, check=True, capture_output=True, text=True).stdout.splitlines())
+    hits = int(stats["direct_cache_hit"]) + int(stats["preprocessed_cache_hit"])
+    assert (hits, int(stats["cache_miss"])) == (2, 0), stats
     assert "Getting build dependencies" in (tree / "compile.log").read_text()  # a new tree checks them again
     assert all(statuses(report6)[s] == "ok" for s in REUSABLE), report6["steps"]
     assert digest(tmp_path / "o6") == digest(tmp_path / "o5")

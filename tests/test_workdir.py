@@ -271,6 +271,16 @@ def test_what_a_configure_searches_is_an_input(tmp_path):
     (tmp_path / "__pycache__").mkdir()  # below PYENV_ROOT only: no search reads it
     assert workdir.configure_inputs(env) == base
     assert workdir.configure_inputs({**env, "CMAKE_PREFIX_PATH": "/elsewhere"}) != base
+    # a header written again with the same bytes (a fresh tree's staged headers) is the same input, so the
+    # compile cache that hashes this digest still hits; other bytes of the same size are not
+    found = prefix / "include" / "v2" / "found.h"
+    found.unlink()
+    found.write_text("#define FOUND 2\n")
+    os.utime(found, ns=(1, 1))
+    assert workdir.configure_inputs(env) == base
+    found.write_text("#define FOUND 3\n")
+    os.utime(found, ns=(1, 1))
+    assert workdir.configure_inputs(env) != base
 
 
 def test_a_changed_configure_input_drops_cmakes_cache_and_meson_s_tree(tmp_path):

@@ -119,7 +119,9 @@ def narrowing(arch_list: str, python: Path, put: Launchers, environ: dict[str, s
     compile cache's launchers `put`, so the cache keys the narrowed call. CMake: as CUDA's launcher.
     cpp_extension: as PYTORCH_NVCC, and as the nvcc of a CUDA root made of links to `root` (its one-file
     path runs CUDA_HOME's nvcc); `environ` is pointed at that root. Returns the launchers to use."""
-    front = (str(python), "-I", "-S", str(files("wheelci.resources") / "nvcc_targets.py"), arch_list, "--")
+    narrow = str(files("wheelci.resources") / "nvcc_targets.py")
+    front = (str(python), "-I", "-S", narrow, arch_list, "--")
+    environ["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, (environ.get("CCACHE_EXTRAFILES"), narrow)))
     if cmake:
         prefix = "cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER="
         pairs = list(zip(put.config[::2], put.config[1::2]))

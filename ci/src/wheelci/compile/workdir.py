@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -199,6 +200,7 @@ SEARCH_VARIABLES = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PA
                     "CMAKE_PROGRAM_PATH", "CMAKE_FRAMEWORK_PATH")
 SEARCH_FLAGS = ("CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CMAKE_ARGS", "CUDAFLAGS")
 SEARCH_DEPTH, SEARCH_ENTRIES = 5, 2000  # how far below each directory is listed, at most
+HASHED_SIZE = 1 << 20  # a searched file up to this size counts by its bytes, a larger one by its mtime
 TOOL_ROOTS = ("PYENV_ROOT", "CONDA_ROOT", "RBENV_ROOT", "CUDA_ROOT")  # *_ROOT variables no find_package reads
 
 
@@ -227,8 +229,10 @@ def search_dirs(environ: Mapping[str, str]) -> list[Path]:
 
 
 def listing(top: Path) -> list[list[str | int | None]]:
-    """What lies below top, as a search sees it: each entry's path, kind, size and mtime (a link's
-    target), SEARCH_DEPTH deep and SEARCH_ENTRIES long at most (a system prefix is not walked whole)."""
+    """What lies below top, as a search sees it: each entry's path, a link's target, its size and what it
+    holds (a file up to HASHED_SIZE by its digest, so a header written again with the same bytes, as a fresh
+    work tree's staged ones are, is the same entry; a larger one by its mtime), SEARCH_DEPTH deep and
+    SEARCH_ENTRIES long at most (a system prefix is not walked whole)."""
     seen: list[list[str | int | None]] = []
     for dirpath, dirnames, filenames in os.walk(top):
         here = Path(dirpath)
@@ -243,10 +247,24 @@ def listing(top: Path) -> list[list[str | int | None]]:
                 target = os.readlink(path) if path.is_symlink() else None
             except OSError:
                 continue
-            seen.append([str(path.relative_to(top)), target, st.st_size, st.st_mtime_ns])
+            seen.append([str(path.relative_to(top)), target, st.st_size, _content(path, st)])
             if len(seen) >= SEARCH_ENTRIES:
                 return seen
     return seen
+
+
+def _content(path: Path, st: os.stat_result) -> str | int:
+    """A small regular file's digest (opened without following a link or waiting on a FIFO swapped in),
+    else the mtime."""
+    if stat.S_ISREG(st.st_mode) and st.st_size <= HASHED_SIZE:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return st.st_mtime_ns
+        with os.fdopen(fd, "rb") as f:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return hashlib.sha256(f.read(HASHED_SIZE + 1)).hexdigest()
+    return st.st_mtime_ns
 
 
 def searched(environ: Mapping[str, str]) -> str:
