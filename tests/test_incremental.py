@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import _proc
 from tests._wheels import run_stage
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
@@ -128,10 +129,10 @@ def test_reruns_reuse_what_did_not_change_and_rebuild_what_did(tmp_path):
     # --fresh: an empty tree, every step run, the same bytes as the incremental build, and every compile a
     # hit of the local compile cache (the new tree's staged headers are new files with the same bytes)
     ccache = {**os.environ, **own}
-    subprocess.run(["ccache", "--zero-stats"], env=ccache, check=True, capture_output=True)
+    _proc.run(["ccache", "--zero-stats"], env=ccache, check=True, capture_output=True)
     fresh, report6, fresh_seconds = build(project, tmp_path / "o6", "--fresh", env=own)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
-    stats = dict(line.split("\t")[:2] for line in subprocess.run(
+    stats = dict(line.split("\t")[:2] for line in _proc.run(
         ["ccache", "--print-stats"], env=ccache, check=True, capture_output=True, text=True).stdout.splitlines())
     hits = int(stats["direct_cache_hit"]) + int(stats["preprocessed_cache_hit"])
     assert (hits, int(stats["cache_miss"])) == (2, 0), stats
