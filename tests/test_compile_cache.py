@@ -507,8 +507,9 @@ def test_a_part_of_the_arch_list_fills_the_store_with_the_whole_lists_device_com
 @pytest.mark.slow
 def test_a_fresh_trees_narrowing_nvcc_hits_ccache(tmp_path):
     """Narrowing puts a script of ours in front of nvcc, and a fresh work tree writes it anew (ccache knows a
-    compiler by its mtime by default): the same compile in the fresh tree is a hit all the same, of the
-    narrowed call. A real ccache, nvcc and the package's narrowing script."""
+    compiler by its size and mtime): the same compile in the fresh tree is a hit all the same, of the
+    narrowed call, and another arch list (the script's text) a miss. A real ccache, nvcc and the package's
+    narrowing script."""
     import os
     import shutil
     import sys
@@ -522,28 +523,31 @@ def test_a_fresh_trees_narrowing_nvcc_hits_ccache(tmp_path):
     if not (root / "bin" / "nvcc").is_file() or (root / "bin" / "nvcc").stat().st_size < 4096:  # a wrapper script
         root = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda").resolve()
     counts: dict[str, str] = {}
-    for n in (1, 2):
+    listed = {}
+    for n, arch in ((1, "9.0"), (2, "9.0"), (3, "8.0")):
         work = tmp_path / "work"
         shutil.rmtree(work, ignore_errors=True)  # --fresh: the tree from nothing
         (work / "src").mkdir(parents=True)
         (work / "src" / "k.cu").write_text("__global__ void twice(float* x) { x[threadIdx.x] *= 2.f; }\n")
         environ = {"PATH": f"{root / 'bin'}:/usr/bin:/bin"}
-        launch.narrowing("9.0", Path(sys.executable), launch.Launchers(), environ, cmake=False, root=root,
+        launch.narrowing(arch, Path(sys.executable), launch.Launchers(), environ, cmake=False, root=root,
                          where=work / "nvcc-targets")
-        assert "nvcc_targets.py" in environ["CCACHE_EXTRAFILES"]  # what the script does is in the key
-        env = {**environ, **host.ccache_variables(str(tmp_path / "cache"), work, {}), "HOME": str(tmp_path)}
+        assert "nvcc_targets.py" in environ["CCACHE_EXTRAFILES"]  # the narrowing's code is in the key
+        env = {**environ, **host.ccache_variables(str(tmp_path / "cache"), work), "HOME": str(tmp_path)}
         r = _proc.run([ccache, environ["CUDACXX"], "-c", "src/k.cu", "-gencode=arch=compute_80,code=sm_80",
                        "-o", "k.o"], env=env, capture_output=True, text=True, cwd=work)
         assert r.returncode == 0, r.stderr[-2000:]
         stats = _proc.run([ccache, "--print-stats"], env=env, capture_output=True, text=True).stdout
         counts = dict(line.split("\t", 1) for line in stats.splitlines() if "\t" in line)
-    assert int(counts["direct_cache_hit"]) + int(counts.get("preprocessed_cache_hit", 0)) == 1, counts
-    assert int(counts["cache_miss"]) == 1, counts
-    cuobjdump = _cuobjdump()
-    if cuobjdump:  # the hit is the narrowed object: sm_90, not the sm_80 asked by the call
-        listed = _proc.run([cuobjdump, "--list-elf", str(tmp_path / "work" / "k.o")], capture_output=True,
-                           text=True).stdout
-        assert "sm_90" in listed and "sm_80" not in listed, listed
+        hits = int(counts["direct_cache_hit"]) + int(counts.get("preprocessed_cache_hit", 0))
+        assert (hits, int(counts["cache_miss"])) == ({1: (0, 1), 2: (1, 1), 3: (1, 2)}[n]), (n, counts)
+        cuobjdump = _cuobjdump()
+        if cuobjdump:  # the narrowed object: the script's arch, never the sm_80 the call asks, nor a stale one
+            listed[arch] = _proc.run([cuobjdump, "--list-elf", str(work / "k.o")], capture_output=True,
+                                     text=True).stdout
+    if listed:
+        assert "sm_90" in listed["9.0"] and "sm_80" not in listed["9.0"], listed
+        assert "sm_80" in listed["8.0"] and "sm_90" not in listed["8.0"], listed
 
 
 @pytest.mark.parametrize("args,compile_args,dep_args", [

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from wheelci.config.compilecache import COMPILER_CHECK, cache_goes
+from wheelci.config.compilecache import cache_goes
 from wheelci.config.constraints import BUILD_TOOLS, CACHE_TOOLS
 from wheelci.engine import CA_VARIABLES, Engine
 from wheelci.wheel.requirements import requirement_name
@@ -136,8 +136,7 @@ def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str
     # paths relative, and the wheel differ from one built without ccache. pip does not byte-compile the
     # throwaway build environment (three quarters of installing torch; under QEMU, minutes): the build
     # imports a part of it. PIP_COMPILE=false, as PIP_NO_COMPILE=1 means compile.
-    inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CCACHE_NOHASHDIR": "true", "CCACHE_COMPILERCHECK": COMPILER_CHECK,
-             "PIP_COMPILE": "false"}
+    inner = {"CCACHE_DIR": CONTAINER_CCACHE, "CCACHE_NOHASHDIR": "true", "PIP_COMPILE": "false"}
     how = cache_goes(backend, torch_finds_ccache and not compile_cache)
     launcher = CONTAINER_LAUNCHER if compile_cache else "ccache"
     nvcc_launcher = CONTAINER_NVCC_LAUNCHER if compile_cache else "ccache"

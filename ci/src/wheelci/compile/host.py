@@ -19,7 +19,7 @@ import time
 from importlib.resources import files as resource_files
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator
 
 from wheelci.cibw import build_installs
 from wheelci.compile import hints, launch, probe, progress, runtime, sccache
@@ -31,7 +31,7 @@ from wheelci.compile.workdir import (clear_outputs, compile_view, configure_inpu
                                      note_searched, read_record, recompile_if_changed, reconfigure_if_changed,
                                      snapshot_sources, stage_files, sync_project)
 from wheelci.config import constraints, matrix
-from wheelci.config.compilecache import COMPILER_CHECK, torch_finds_ccache
+from wheelci.config.compilecache import torch_finds_ccache
 from wheelci.config.project import Backend
 from wheelci.engine import nvcc_dirs
 from wheelci.errors import CiError, Finding
@@ -115,15 +115,13 @@ def ccache_launchers(plan: Plan, env: BuildEnv, work_dir: Path, environ: dict[st
                            path=environ.get("PATH"), shim_dir=work_dir / "ccache-bin",
                            nvcc=None if environ.get("PYTORCH_NVCC") else nvcc,
                            torch_finds_it=torch_finds_ccache(env.torch_version))
-    return launch.Launchers(environ={**ccache_variables(plan.ccache_dir, work_dir, environ), **put.environ},
+    return launch.Launchers(environ={**ccache_variables(plan.ccache_dir, work_dir), **put.environ},
                             config=put.config)
 
 
-def ccache_variables(ccache_dir: str, work_dir: Path, environ: Mapping[str, str]) -> dict[str, str]:
-    """ccache's settings for a compile in `work_dir`: its store, the work directory as its base, and the
-    compiler known by its version (COMPILER_CHECK) unless the user chose how."""
-    return {"CCACHE_DIR": ccache_dir, "CCACHE_BASEDIR": str(work_dir.resolve()), "CCACHE_NOHASHDIR": "true",
-            "CCACHE_COMPILERCHECK": environ.get("CCACHE_COMPILERCHECK") or COMPILER_CHECK}
+def ccache_variables(ccache_dir: str, work_dir: Path) -> dict[str, str]:
+    """ccache's settings for a compile in `work_dir`: its store, and the work directory as its base."""
+    return {"CCACHE_DIR": ccache_dir, "CCACHE_BASEDIR": str(work_dir.resolve()), "CCACHE_NOHASHDIR": "true"}
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ compiles C++ with CC, which stays plain (cpp_extension gives it to nvcc as -ccbi
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import shutil
@@ -25,6 +26,7 @@ from wheelci.util.atomic import fresh_text
 
 
 CACHES = ("ccache", "sccache")
+STEADY_EPOCH, STEADY_SPAN = 946_684_800 * 10**9, 10**17  # 2000-01-01 and about three years, in ns
 
 
 @dataclass(frozen=True)
@@ -107,10 +109,15 @@ def launchers(launcher: Path, *, backend: str, cuda: bool, cxx: str | None, path
 
 
 def _steady_script(path: Path, text: str) -> str:
-    """_script, but a script already holding `text` keeps its mtime: ccache knows a compiler by it."""
-    if path.is_file() and not path.is_symlink() and path.read_text(errors="replace") == text:
-        return str(path)
-    return _script(path, text)
+    """_script for a script ccache takes for the compiler, which ccache knows by its size and mtime: the
+    mtime is made from the text (STEADY_EPOCH plus its digest), so a fresh work tree's script is the same
+    compiler and a changed one (another arch list, another nvcc) a new one, whatever ccache's check."""
+    mtime = STEADY_EPOCH + int(hashlib.sha256(text.encode()).hexdigest()[:15], 16) % STEADY_SPAN
+    if not (path.is_file() and not path.is_symlink() and path.read_text(errors="replace") == text):
+        _script(path, text)
+    if path.stat().st_mtime_ns != mtime:
+        os.utime(path, ns=(mtime, mtime), follow_symlinks=False)
+    return str(path)
 
 
 def narrowing(arch_list: str, python: Path, put: Launchers, environ: dict[str, str], *, cmake: bool, root: Path,

@@ -229,10 +229,10 @@ def search_dirs(environ: Mapping[str, str]) -> list[Path]:
 
 
 def listing(top: Path) -> list[list[str | int | None]]:
-    """What lies below top, as a search sees it: each entry's path, a link's target, its size and what it
-    holds (a file up to HASHED_SIZE by its digest, so a header written again with the same bytes, as a fresh
-    work tree's staged ones are, is the same entry; a larger one by its mtime), SEARCH_DEPTH deep and
-    SEARCH_ENTRIES long at most (a system prefix is not walked whole)."""
+    """What lies below top, as a search sees it: each entry's path, a link's target, its size, and a regular
+    file up to HASHED_SIZE by its digest (a header written again with the same bytes, as a fresh work tree's
+    staged ones are, is the same entry), anything else by its mtime; SEARCH_DEPTH deep and SEARCH_ENTRIES
+    long at most (a system prefix is not walked whole)."""
     seen: list[list[str | int | None]] = []
     for dirpath, dirnames, filenames in os.walk(top):
         here = Path(dirpath)
@@ -256,14 +256,24 @@ def listing(top: Path) -> list[list[str | int | None]]:
 def _content(path: Path, st: os.stat_result) -> str | int:
     """A small regular file's digest (opened without following a link or waiting on a FIFO swapped in),
     else the mtime."""
-    if stat.S_ISREG(st.st_mode) and st.st_size <= HASHED_SIZE:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return st.st_mtime_ns
-        with os.fdopen(fd, "rb") as f:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                return hashlib.sha256(f.read(HASHED_SIZE + 1)).hexdigest()
+    if not (stat.S_ISREG(st.st_mode) and st.st_size <= HASHED_SIZE):
+        return st.st_mtime_ns
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return st.st_mtime_ns
+    try:
+        now = os.fstat(fd)
+        if stat.S_ISREG(now.st_mode) and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):  # the entry listed
+            digest, left = hashlib.sha256(), HASHED_SIZE + 1
+            while left and (chunk := os.read(fd, min(left, 1 << 16))):
+                digest.update(chunk)
+                left -= len(chunk)
+            return digest.hexdigest()
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     return st.st_mtime_ns
 
 

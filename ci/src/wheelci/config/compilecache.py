@@ -195,13 +195,6 @@ def cache_goes(backend: str, torch_finds_it: bool) -> str:
     return "itself" if backend == Backend.MESON_PYTHON or torch_finds_it else "cxx"
 
 
-# ccache knows a compiler by its mtime unless told otherwise; in front of the real compilers stand scripts
-# that a fresh work tree or a new container writes again, so every compile of one would miss. The version
-# the real compiler prints through them says what compiles; a script of ours that changes a call is hashed
-# as an extra file (wheelci.compile.launch.narrowing).
-COMPILER_CHECK = "%compiler% --version"
-
-
 def torch_finds_ccache(torch: str) -> bool:
     """Whether this torch release puts ccache in front of its compilers by itself."""
     from packaging.version import InvalidVersion, Version
