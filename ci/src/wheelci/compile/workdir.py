@@ -265,12 +265,8 @@ def _content(path: Path, st: os.stat_result) -> str | int:
     try:
         now = os.fstat(fd)
         if stat.S_ISREG(now.st_mode) and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):  # the entry listed
-            digest, left = hashlib.sha256(), HASHED_SIZE + 1
-            while left and (chunk := os.read(fd, min(left, 1 << 16))):
-                digest.update(chunk)
-                left -= len(chunk)
-            return digest.hexdigest()
-    except OSError:
+            return sha256_file(os.dup(fd), limit=HASHED_SIZE)  # the descriptor read and closed
+    except (OSError, CiError):  # unreadable, or grown past the limit while read
         pass
     finally:
         os.close(fd)

@@ -11,9 +11,10 @@ from wheelci.util.sizes import format_size
 _CHUNK = 1 << 20
 
 
-def sha256_file(path: Path | str, limit: int | None = None) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks into one buffer (hashlib releases the GIL). With `limit`,
-    a file that holds more bytes than that (one growing while read) is refused, not read on."""
+def sha256_file(path: Path | str | int, limit: int | None = None) -> str:
+    """Hex sha256 of a file (or of an open descriptor, which it closes), read in 1 MiB chunks into one buffer
+    (hashlib releases the GIL). With `limit`, a file that holds more bytes than that (one growing while
+    read) is refused, not read on."""
     h = hashlib.sha256()
     buf = bytearray(_CHUNK)
     view = memoryview(buf)
