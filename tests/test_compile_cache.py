@@ -504,6 +504,26 @@ def test_a_part_of_the_arch_list_fills_the_store_with_the_whole_lists_device_com
     assert plain.device.hits == 0 and plain.device.misses >= 4, plain
 
 
+def test_a_compiler_script_is_known_by_its_text_and_the_compiler_it_runs(tmp_path):
+    """ccache knows the narrowing script by its size and mtime: the same text over the same nvcc gets the same
+    mtime in a fresh tree, and other text, or the nvcc upgraded in place (a new mtime), another one."""
+    import os
+
+    from wheelci.compile import launch
+
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\n")
+
+    def mtime(text: str, tree: str) -> int:
+        return Path(launch._steady_script(tmp_path / tree / "nvcc", text, nvcc)).stat().st_mtime_ns
+
+    base = mtime("narrow 9.0", "a")
+    assert mtime("narrow 9.0", "b") == base and mtime("narrow 8.0", "c") != base
+    os.utime(nvcc, ns=(1, 1))
+    assert mtime("narrow 9.0", "d") != base
+
+
 @pytest.mark.slow
 def test_a_fresh_trees_narrowing_nvcc_hits_ccache(tmp_path):
     """Narrowing puts a script of ours in front of nvcc, and a fresh work tree writes it anew (ccache knows a

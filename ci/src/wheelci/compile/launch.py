@@ -108,15 +108,26 @@ def launchers(launcher: Path, *, backend: str, cuda: bool, cxx: str | None, path
     return Launchers(environ=out)
 
 
-def _steady_script(path: Path, text: str) -> str:
+def _steady_script(path: Path, text: str, runs: Path) -> str:
     """_script for a script ccache takes for the compiler, which ccache knows by its size and mtime: the
-    mtime is made from the text (STEADY_EPOCH plus its digest), so a fresh work tree's script is the same
-    compiler and a changed one (another arch list, another nvcc) a new one, whatever ccache's check."""
-    mtime = STEADY_EPOCH + int(hashlib.sha256(text.encode()).hexdigest()[:15], 16) % STEADY_SPAN
+    mtime is made from the text and from the compiler it `runs` (its real path, size and mtime: a toolkit
+    upgraded in place), STEADY_EPOCH plus their digest, so a fresh work tree's script is the same compiler
+    and another arch list or nvcc a new one. A file we cannot set is written anew."""
+    real = runs.resolve()
+    try:
+        st = real.stat()
+        key = f"{text}\0{real}\0{st.st_size}\0{st.st_mtime_ns}"
+    except OSError:
+        key = f"{text}\0{real}"
+    mtime = STEADY_EPOCH + int(hashlib.sha256(key.encode()).hexdigest()[:15], 16) % STEADY_SPAN
     if not (path.is_file() and not path.is_symlink() and path.read_text(errors="replace") == text):
         _script(path, text)
     if path.stat().st_mtime_ns != mtime:
-        os.utime(path, ns=(mtime, mtime), follow_symlinks=False)
+        try:
+            os.utime(path, ns=(mtime, mtime), follow_symlinks=False)
+        except OSError:  # not ours to set (another user's file with the same text)
+            _script(path, text)
+            os.utime(path, ns=(mtime, mtime), follow_symlinks=False)
     return str(path)
 
 
@@ -133,12 +144,12 @@ def narrowing(arch_list: str, python: Path, put: Launchers, environ: dict[str, s
         prefix = "cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER="
         pairs = list(zip(put.config[::2], put.config[1::2]))
         given = [v.removeprefix(prefix) for _, v in pairs if v.startswith(prefix)]
-        script = _steady_script(where / "nvcc-launcher", shim_text((*front, *given[:1]), None))
+        script = _steady_script(where / "nvcc-launcher", shim_text((*front, *given[:1]), None), root / "bin" / "nvcc")
         rest = [w for k, v in pairs if not v.startswith(prefix) for w in (k, v)]
         return Launchers(environ=put.environ, config=[*rest, "-C", prefix + script])
     chain = shlex.split(environ.get("PYTORCH_NVCC", "")) or [str(root / "bin" / "nvcc")]
     view = where / "cuda-root"
-    nvcc = Path(_steady_script(view / "bin" / "nvcc", shim_text((*front, *chain), None)))
+    nvcc = Path(_steady_script(view / "bin" / "nvcc", shim_text((*front, *chain), None), root / "bin" / "nvcc"))
     _link_view(root, view)
     for name in ("CUDA_HOME", "CUDA_PATH", "CUDAToolkit_ROOT"):
         environ[name] = str(view)
