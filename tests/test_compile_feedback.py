@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests._wheels import run_stage
-from wheelci.compile import hints, progress
+from wheelci.compile import cmakeprobe, hints, progress
 from wheelci.errors import CiError, Finding
 from wheelci.util import log
 from tests import _proc
@@ -126,7 +126,7 @@ CMAKE_CUDA_COMPILER_LOADED:INTERNAL=1
 def test_a_cmake_project_without_device_code_is_told_its_own_options():
     """bitsandbytes' CUDA build with nothing compiled was told of setup.py switches: its option is
     COMPUTE_BACKEND=cuda, which its CMake cache names and describes."""
-    options = hints.cmake_cuda_options(CMAKE_CACHE)
+    options = cmakeprobe.cmake_cuda_options(CMAKE_CACHE)
     assert options == ['COMPUTE_BACKEND=cpu ("The compute backend to use (cpu, cuda, hip, mps, xpu)")',
                        'COMPUTE_CAPABILITY= ("Semicolon separated list of CUDA architectures")',
                        'WITH_CUDA=OFF', 'USE_GPU_TIMERS=ON ("Use GPU timers")',
@@ -136,10 +136,10 @@ def test_a_cmake_project_without_device_code_is_told_its_own_options():
     assert "hf_SuperSecretValue123" not in said
     assert "its CMakeLists.txt names it" in hints.no_device_code("k.whl", "13.0", True, None)
     assert "--env FORCE_CUDA=1" in hints.no_device_code("k.whl", "13.0", False, None)
-    assert hints.cmake_cuda_options("") == [] and hints.cmake_cuda_options("//x\nA:BOOL") == []
+    assert cmakeprobe.cmake_cuda_options("") == [] and cmakeprobe.cmake_cuda_options("//x\nA:BOOL") == []
     # a megabyte of help lines that no entry follows: one pass (a pattern over the runs took minutes)
     for run in ("//\n", "//x\n", "// cuda backend\n"):
-        assert hints.cmake_cuda_options(run * (hints.CACHE_MAX // len(run))) == []
+        assert cmakeprobe.cmake_cuda_options(run * (cmakeprobe.CACHE_MAX // len(run))) == []
 
 
 def test_a_build_tools_count_is_read_from_its_own_lines():

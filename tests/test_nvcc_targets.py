@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -180,9 +181,11 @@ BACKEND_PROJECT = {
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_a_cmake_project_that_compiled_no_cuda_is_told_its_option_and_builds_with_it(tmp_path):
-    """A --cuda build of a CMake project whose own option chose its CPU library: the finding names the
-    option from the project's CMake cache, not setup.py's switches; given as it says, the build holds sm_90."""
+def test_a_cmake_project_whose_option_chose_no_cuda_is_asked_and_built_with_it(tmp_path):
+    """A --cuda build of a CMake project whose own option chooses its CPU library: its configure, asked
+    (wheelci.compile.cmakeprobe), defines no CUDA target and stops before compiling; the option whose
+    choices list cuda is set, and the library holds sm_90. Given by the user, the option stands and the
+    build is refused in seconds, naming it, with nothing compiled."""
     import zipfile
 
     from tests._wheels import run_stage
@@ -192,18 +195,26 @@ def test_a_cmake_project_that_compiled_no_cuda_is_told_its_option_and_builds_wit
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
     args = ("--cuda", "13.0", "--arch-list", "9.0", "--engine", "host")
-    r = run_stage("ci.build", project, *args, "--work-dir", tmp_path / "work", "-w", tmp_path / "out")
-    assert r.returncode == 1, r.stderr[-3000:]
-    last = r.stderr.strip().splitlines()[-1]
-    assert ('COMPUTE_BACKEND=cpu ("The compute backend to use (cpu, cuda, hip, mps, xpu)")' in last
-            and "--env CMAKE_ARGS=-DNAME=VALUE" in last and "FORCE_CUDA" not in last), last
-    r = run_stage("ci.build", project, *args, "--compile-only", "--env", "CMAKE_ARGS=-DCOMPUTE_BACKEND=cuda",
-                  "--work-dir", tmp_path / "work-cuda", "-w", tmp_path / "out-cuda")
+    r = run_stage("ci.build", project, *args, "--compile-only", "--work-dir", tmp_path / "work", "-w", tmp_path / "out")
     assert r.returncode == 0, r.stderr[-3000:]
-    (wheel,) = (tmp_path / "work-cuda" / "dist").glob("*.whl")
+    assert ('the build sets the project\'s option COMPUTE_BACKEND=cuda' in r.stderr
+            and "CUDA targets k; device targets: 9.0" in r.stderr), r.stderr[-3000:]
+    (wheel,) = (tmp_path / "work" / "dist").glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
         (member,) = [n for n in zf.namelist() if n.endswith("libk.so")]
         library = tmp_path / "libk.so"
         library.write_bytes(zf.read(member))
     with open(library, "rb") as f:
         assert sorted(summary(read_library(f))[0]) == ["sm_90"]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())["probe"]["cmake"]
+    assert report["set"] == {"COMPUTE_BACKEND": "cuda"} and report["languages"] == ["CUDA", "CXX"], report
+    assert [(t["name"], t["cuda_sources"]) for t in report["targets"]] == [("k", 1)], report
+
+    r = run_stage("ci.build", project, *args, "--env", "CMAKE_ARGS=-DCOMPUTE_BACKEND=cpu",
+                  "--work-dir", tmp_path / "work-cpu", "-w", tmp_path / "out-cpu")
+    assert r.returncode == 1, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert ("compiles no CUDA as configured" in last and "stopped before compiling" in last
+            and 'COMPUTE_BACKEND=cpu ("The compute backend to use (cpu, cuda, hip, mps, xpu)")' in last
+            and "FORCE_CUDA" not in last), last
+    assert not list((tmp_path / "work-cpu" / "build").rglob("*.o")), "the refused build compiled something"

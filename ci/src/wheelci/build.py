@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from wheelci import report
 from wheelci.abi import check_abi
 from wheelci.check import check_wheel
-from wheelci.compile import container
+from wheelci.compile import cmakeprobe, container
 from wheelci.compile.container import refuse_unreachable, require_engine
 from wheelci.compile.crossenv import ensure_cross_env
-from wheelci.compile.hints import CACHE_MAX, no_device_code
+from wheelci.compile.hints import no_device_code
 from wheelci.compile.host import compile_host, dependencies, torch_spec
 from wheelci.compile.hostenv import TorchSpec, ensure_env, env_state
 from wheelci.compile.workdir import (SourcesChanged, clear_work_dir, compile_view, configure_inputs, kept_tree,
@@ -518,16 +518,7 @@ def repair_step(b: Build) -> None:
         for w in b.repaired:
             if not device_code(w):
                 raise Finding(no_device_code(w.name, b.plan.cuda, b.plan.backend is Backend.SCIKIT_BUILD_CORE,
-                                             cmake_cache(b.build_dir)))
-
-
-def cmake_cache(build_dir: Path | None) -> str | None:
-    """The CMakeCache.txt a CMake configure left in the build tree, its first CACHE_MAX bytes; None without one."""
-    cache = build_dir / "CMakeCache.txt" if build_dir else None
-    if cache is None or not cache.is_file() or cache.is_symlink():
-        return None
-    with open(cache, "rb") as f:
-        return f.read(CACHE_MAX).decode("utf-8", "replace")
+                                             cmakeprobe.cache_text(b.build_dir)))
 
 
 def truthful_label(plan: "Plan", wheels: list[Path], linked: bool) -> str | None:

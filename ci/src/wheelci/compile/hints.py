@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import re
 
-from wheelci.config.switches import CUDA_WORD
-from wheelci.util import secret
+from wheelci.compile.cmakeprobe import cmake_cuda_options
 from wheelci.util.cause import cause
 
 # torch's own refusal of its classic headers in a stable-ABI build (torch/extension.h)
@@ -126,35 +125,6 @@ def _header_fix(header: str, cuda: str | None) -> str:
         return "a CUDA header: it comes with the CUDA toolkit or one of NVIDIA's nvidia-* wheels"
     return ("install what provides it, or add its directory to the include path (the project's include_dirs, "
             "or --env CFLAGS=-I...); a git submodule that is not checked out leaves its headers missing too")
-
-
-# a CMakeCache.txt entry: NAME:TYPE=VALUE, after its `//help` lines (none where the help is empty)
-_CACHE_ENTRY = re.compile(r"([A-Za-z_][A-Za-z0-9_.+-]*):(BOOL|STRING)=(.*)")
-# what CMake, its modules and the packages it found put in the cache: not the project's own options
-_NOT_THE_PROJECTS = re.compile(r"(?:CMAKE|CUDAToolkit|Python3?|Torch|Caffe2|pybind11|SKBUILD|FETCHCONTENT)_[A-Za-z0-9_]*"
-                               r"|CUDA_(?:TOOLKIT|NVCC|HOST|SDK|PROPAGATE|SEPARABLE|VERBOSE|64_BIT|BUILD_CUBIN|"
-                               r"BUILD_EMULATION|GENERATED|ATTACH|USE_STATIC)[A-Za-z0-9_]*|BUILD_TESTING|.*_DIR")
-CACHE_MAX = 1 << 20  # a CMakeCache.txt is read this far (a project's is tens of kB)
-
-
-def cmake_cuda_options(cache: str, limit: int = 6) -> list[str]:
-    """The project's own CMake options (its option() and set(... CACHE)) in a CMakeCache.txt that may turn
-    its CUDA code on, as `NAME=VALUE ("help")`, those naming CUDA first; a value whose name says it is a
-    secret is masked (pure; one pass over the lines)."""
-    found: list[tuple[bool, str]] = []
-    help_lines: list[str] = []
-    for line in cache[:CACHE_MAX].splitlines():
-        if line.startswith("//"):
-            help_lines.append(line[2:].strip())
-            continue
-        m = _CACHE_ENTRY.fullmatch(line)
-        text, help_lines = " ".join(help_lines)[:120], []
-        if m is None or _NOT_THE_PROJECTS.fullmatch(m[1]) or not CUDA_WORD.search(f"{m[1]} {m[3]} {text}"):
-            continue
-        value = secret.MASK if secret.is_secret_name(m[1]) else secret.redact(m[3][:64])
-        said = f'{m[1]}={value} ("{text}")' if text else f"{m[1]}={value}"
-        found.append((not re.search("cuda", f"{m[1]} {text}", re.IGNORECASE), said))
-    return [said for _, said in sorted(found, key=lambda f: f[0])][:limit]
 
 
 def no_device_code(wheel: str, cuda: str, cmake: bool, cache: str | None) -> str:

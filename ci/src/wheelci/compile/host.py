@@ -19,10 +19,11 @@ import time
 from importlib.resources import files as resource_files
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Iterator
 
 from wheelci.cibw import build_installs
-from wheelci.compile import hints, launch, probe, progress, runtime, sccache
+from wheelci.compile import cmakeprobe, hints, launch, probe, progress, runtime, sccache
 from wheelci.compile.hostenv import (BuildEnv, TorchSpec, assemble_cuda_root, cpu_environ, cuda_build_environ,
                                      ensure_env, find_nvcc)
 from wheelci.compile.overlay import Overlay, add_asked, changed_by_the_build, fingerprint, overlay
@@ -239,13 +240,19 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     checked = work_dir / CHECKED
     check_key = requirements_check_key(plan, env, project_dir, configure or configure_inputs(environ))
     skip = ["--skip-dependency-check"] if checked_with(checked, check_key) else []
+    question = cmakeprobe.asking(plan, work_dir, environ) if cmake else None
+    said: dict[str, Any] | None = None  # what the configure answered, for the report
     start = time.monotonic()
     with env_held(env, plan, before) as env_fd, remote_cache(plan, env, own, work_dir, project_dir, root, environ,
                                                      local) as (cached, put):
         put = in_front(plan, env, put, environ, cmake=cmake, root=root, work_dir=work_dir)
         cmd = [own.python, "-m", "build", "--no-isolation", *skip, "--wheel", "-o", dist, *config, *put.config,
-               project_dir]
+               *(question.config if question else []), project_dir]
         done = streamed(cmd, logfile, environ, (*hold_fds, env_fd))
+        if question is not None:  # the configure answered (or stopped a CUDA build that would compile none)
+            def again(extra: list[str]) -> subprocess.CompletedProcess[bytes]:
+                return streamed([*cmd[:-1], *extra, cmd[-1]], logfile, environ, (*hold_fds, env_fd))
+            done, said = cmake_answered(plan, question, done, again, environ, work_dir / "build")
         asked = hints.unmet_dependencies(logfile.read_text(errors="replace")) if done.returncode else []
         if asked and add_asked(own, asked, pins):  # setup_requires: what the build asks for
             log.info(f"the project asks for {', '.join(asked)} to build (its setup_requires): installed into the "
@@ -265,7 +272,39 @@ def compile_host(plan: Plan, project_dir: Path, work_dir: Path, *, env: BuildEnv
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     build_dir = work_dir / "build"
     return CompileResult(wheels[-1], build_dir if build_dir.is_dir() else None, env, cached[0] if cached else None,
-                         answers.to_json(plan) if answers else None)
+                         answers.to_json(plan) if answers else said)
+
+
+def cmake_answered(plan: Plan, question: cmakeprobe.Asking, done: subprocess.CompletedProcess[bytes],
+                   again: Callable[[list[str]], subprocess.CompletedProcess[bytes]], environ: dict[str, str],
+                   build_dir: Path) -> tuple[subprocess.CompletedProcess[bytes], dict[str, Any] | None]:
+    """What a CMake project's configure said (wheelci.compile.cmakeprobe), judged: a --cuda build whose
+    configure defines no CUDA target stopped before compiling, so the one option of the project that --cuda
+    makes certain is set and the build run `again`; with none, the build is refused with the options its
+    cache names. Returns the build's last run and what the report keeps of the answers."""
+    configured, setting = question.read(), None
+    if configured is not None and plan.cuda and not plan.run.allow_no_device_code and not configured.compiles_cuda:
+        setting = cmakeprobe.cuda_setting(cmakeprobe.cache_text(build_dir) or "", cmakeprobe.user_defines(environ))
+        if setting is None:
+            raise Finding(cmakeprobe.refusal(plan, cmakeprobe.cache_text(build_dir)))
+        entry, value = setting
+        log.info(f"note: the configure defines no target with CUDA sources with {cmakeprobe.shown(entry)}: the build "
+                 f"sets the project's option {entry.name}={value} (--env CMAKE_ARGS=-D{entry.name}=... to choose "
+                 "otherwise)")
+        done = again(["-C", f"cmake.define.{entry.name}={value}"])
+        configured = question.read()
+        if configured is not None and not configured.compiles_cuda:
+            raise Finding(cmakeprobe.refusal(plan, cmakeprobe.cache_text(build_dir)))
+    if configured is None:
+        return done, None
+    options = [cmakeprobe.shown(e) for e in cmakeprobe.project_options(cmakeprobe.cache_text(build_dir) or "")]
+    if options:
+        log.info(f"note: the configure's options: {', '.join(options[:12])}"
+                 f"{f' and {len(options) - 12} more' if len(options) > 12 else ''}")
+    for note in cmakeprobe.notes(configured, plan):
+        log.info(f"note: {note}")
+    return done, {"cmake": {**configured.to_json(), "options": options,
+                            "set": {setting[0].name: setting[1]} if setting else {}}}
 
 
 def probed(plan: Plan, own: Overlay, backend: Backend, project_dir: Path,

@@ -58,6 +58,7 @@ WORK = (
     Entry("compat", "glibc compatibility headers on the include path"),
     Entry("ccache-bin", "ccache's compiler links"),
     Entry("nvcc-targets", "the nvcc that narrows the project's device targets to --arch-list, and the CUDA root around it"),
+    Entry("cmake-probe", "the question a CMake configure is asked (CMAKE_PROJECT_INCLUDE) and its answers: every target, its CUDA sources and architectures"),
     Entry("gpu-answer", "a sitecustomize answering torch.cuda as a GPU of the arch list would, for a project that builds CUDA only when it sees one"),
     Entry("sccache-bin", "sccache's compiler links (a compile cache with a store)"),
     Entry("sccache", "the sccache client's local directory"),
