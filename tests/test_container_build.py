@@ -138,6 +138,52 @@ def test_engine_and_image_problems_are_one_line_exit_2(engines, standin, tmp_pat
     assert not out.exists() or not any(out.iterdir())
 
 
+@pytest.mark.parametrize("engine", ["docker"])
+def test_a_narrowed_container_builds_nvcc_calls_get_only_the_asked_target(engines, standin, tmp_path, engine):
+    """--arch-list 9.0 in the image, as cibuildwheel's variables and before-all set it up (wheelci.cibw): a
+    call naming the project's own sm_75 and sm_80 compiles sm_90 alone through each way a build reaches nvcc
+    (cpp_extension's one-file path: CUDA_HOME's nvcc; its ninja path: PYTORCH_NVCC; CMake's CUDA launcher),
+    run by the build's Python (a venv, as cibuildwheel's) from the read-only mount."""
+    from cibuildwheel.environment import parse_environment
+
+    from wheelci import cibw
+    from wheelci.config.compilecache import torch_finds_ccache
+    from wheelci.engine import Engine
+    from wheelci.native.fatbin import read_library, summary
+
+    need(engines, engine)
+
+    def made(backend: str) -> tuple[dict[str, str], list[str]]:
+        inputs = cibw.ContainerInputs(engine=Engine(engine), images={"x86_64": "img"}, identifiers=["cp311-manylinux_x86_64"],
+                                      torch_requirement="torch==2.11.0", torch_index=None, cudnn=None, build_requires=[],
+                                      cuda=_standin.CUDA, arch_list="9.0", nvcc_flags=[], tools=Path("/t"),
+                                      ccache=Path("/c"), backend=backend, torch_finds_ccache=torch_finds_ccache("2.11.0"),
+                                      narrow=True)
+        variables = cibw.container_environment(inputs)
+        env = parse_environment(variables["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"PATH": "/usr/bin:/bin"})
+        return env, variables["CIBW_BEFORE_ALL_LINUX"].split(" && ")
+
+    setuptools, before_all = made("setuptools")
+    cmake, _ = made("scikit-build-core")
+    (tmp_path / "k.cu").write_text("__global__ void twice(float *x) { x[threadIdx.x] *= 2.0f; }\n")
+    flags = ("-shared -Xcompiler -fPIC -gencode=arch=compute_75,code=sm_75 -gencode=arch=compute_80,code=sm_80 "
+             "k.cu -o")
+    script = " && ".join([
+        "python3 -m venv /tmp/build-env", "export PATH=/tmp/build-env/bin:$PATH", before_all[-1], "cd /work",
+        f"$CUDA_HOME/bin/nvcc {flags} one-file.so", f'sh -c "$PYTORCH_NVCC {flags} ninja.so"',
+        f'$(echo "$LAUNCHER" | tr ";" " ") {cibw.CONTAINER_CUDA_HOME}/bin/nvcc {flags} cmake.so'])
+    root = Path(__file__).resolve().parent.parent
+    r = _proc.run([engine, "run", "--rm", "--network=host", f"--volume={tmp_path}:/work",
+                   f"--volume={root / 'ci' / 'src' / 'wheelci'}:{cibw.CONTAINER_TOOL}/wheelci:ro",
+                   f"--env=CUDA_HOME={setuptools['CUDA_HOME']}", f"--env=PYTORCH_NVCC={setuptools['PYTORCH_NVCC']}",
+                   f"--env=LAUNCHER={cmake['CMAKE_CUDA_COMPILER_LAUNCHER']}", "--env=CCACHE_DISABLE=1",
+                   standin[engine], "sh", "-c", script], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for name in ("one-file", "ninja", "cmake"):
+        with open(tmp_path / f"{name}.so", "rb") as f:
+            assert summary(read_library(f)) == (["sm_90"], []), name
+
+
 @pytest.mark.parametrize("engine", ["docker"])  # the example's CPU build is podman's (above)
 def test_another_project_in_container(engines, standin, torch_cpu_wheel, tmp_path, engine):
     """The setuptools fixture through the same container path: this package's ci.repair mounted in,

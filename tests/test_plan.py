@@ -492,6 +492,45 @@ def test_the_container_puts_ccache_in_front_of_the_compilers_as_the_backend_take
         assert not launchers and "CXX" not in env and "TORCH_NO_COMPILER_WRAPPER" not in env
 
 
+@pytest.mark.parametrize("backend,torch", [("setuptools", "2.11.0"), ("setuptools", "2.13.0"),
+                                           ("scikit-build-core", "2.13.0")])
+def test_a_narrowed_container_build_sends_every_nvcc_call_through_the_narrowing_first(backend, torch):
+    """--arch-list in a container, read as cibuildwheel reads it: CMake's CUDA launcher, cpp_extension's
+    PYTORCH_NVCC (the ninja path) and CUDA_HOME's nvcc (its one-file path, a root narrowing.sh makes after
+    the image is checked) each run resources/nvcc_targets.py in front of the cache; not narrowed, none."""
+    from cibuildwheel.environment import parse_environment
+
+    from wheelci.config.compilecache import torch_finds_ccache
+    from wheelci.engine import Engine
+
+    def env_of(narrow: bool) -> tuple[dict[str, str], list[str]]:
+        inputs = cibw.ContainerInputs(engine=Engine("docker"), images={"x86_64": "img"}, identifiers=["cp311-manylinux_x86_64"],
+                                      torch_requirement=f"torch=={torch}", torch_index=None, cudnn=None, build_requires=[],
+                                      cuda="13.0", arch_list="8.0;9.0+PTX", nvcc_flags=[], tools=Path("/t"), ccache=Path("/c"),
+                                      backend=backend, torch_finds_ccache=torch_finds_ccache(torch), narrow=narrow)
+        made = cibw.container_environment(inputs)
+        return (parse_environment(made["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"PATH": "/bin"}),
+                made["CIBW_BEFORE_ALL_LINUX"].split(" && "))
+
+    front = ["python", "-I", "-S", cibw.CONTAINER_NARROW, "8.0,9.0+PTX", "--"]
+    env, before_all = env_of(True)
+    if backend == "scikit-build-core":
+        assert env["CMAKE_CUDA_COMPILER_LAUNCHER"].split(";") == [*front, "ccache"]
+        assert env["CUDA_HOME"] == cibw.CONTAINER_CUDA_HOME and not any("narrowing.sh" in s for s in before_all)
+    else:
+        assert shlex.split(env["PYTORCH_NVCC"]) == [*front, "ccache", f"{cibw.CONTAINER_CUDA_HOME}/bin/nvcc"]
+        assert env["CUDA_HOME"] == cibw.CONTAINER_NARROW_ROOT and env["PATH"] == f"{cibw.CONTAINER_NARROW_ROOT}/bin:/bin"
+        # after the image's check (which reads the image's own nvcc), with ccache inside only where torch
+        # does not put its own in front of CUDA_HOME's nvcc
+        assert before_all[0].startswith(f"sh {cibw.CONTAINER_SCRIPTS}/check_image.sh ")
+        launcher = ["ccache"] if torch == "2.11.0" else []
+        assert before_all[-1] == f"sh {cibw.CONTAINER_SCRIPTS}/narrowing.sh " + shlex.join(
+            [cibw.CONTAINER_NARROW_ROOT, "8.0,9.0+PTX", *launcher]), before_all
+    plain, before_all = env_of(False)
+    assert cibw.CONTAINER_NARROW not in " ".join([*plain.values(), *before_all])
+    assert plain["CUDA_HOME"] == cibw.CONTAINER_CUDA_HOME
+
+
 def test_the_library_builds_from_typed_options_and_prints_no_plan(capsys):
     """The library's entry: build(Options, Project) -> BuildResult, no dict of parsed arguments, and the
     printing (the plan, the JSON) is the command's: a dry run through the library returns the plan only."""

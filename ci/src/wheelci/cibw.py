@@ -31,6 +31,8 @@ CONTAINER_PROJECT = "/project"  # where cibuildwheel copies the project: sccache
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
 CONTAINER_TOOL = "/opt/cuda-wheel-ci"  # inside the container: where we mount this package read-only (ci.repair runs from it)
 CONTAINER_SCRIPTS = f"{CONTAINER_TOOL}/wheelci/resources/container"  # wheelci/resources/container/*.sh, mounted
+CONTAINER_NARROW = f"{CONTAINER_TOOL}/wheelci/resources/nvcc_targets.py"  # --arch-list's nvcc, mounted with the rest
+CONTAINER_NARROW_ROOT = "/usr/local/lib/wheelci-nvcc"  # a CUDA root whose nvcc narrows (container/narrowing.sh)
 REPAIR_COMMAND = f"PYTHONPATH={CONTAINER_TOOL} python -m wheelci.repair -w {{dest_dir}} {{wheel}}"
 SCCACHE_SERVER = f"python {CONTAINER_SCRIPTS}/sccache_server.py {{}} {CONTAINER_COMPILE_CACHE} {CONTAINER_LAUNCHER}"
 
@@ -123,14 +125,15 @@ def image_variable(machine: str) -> str:
 def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str], before_build: str, cuda: str | None,
                 arch_list: str, nvcc_flags: list[str], tools: Path, ccache: Path, ca: str | None,
                 gcc_max: int | None = None, find_links: Path | None = None, backend: str = "setuptools",
-                torch_finds_ccache: bool = True, compile_cache: bool = False) -> dict[str, str]:
+                torch_finds_ccache: bool = True, compile_cache: bool = False, narrow: bool = False) -> dict[str, str]:
     """The CIBW_* variables a container build sets (a host build shows what a container one would).
     `images`: the build image of each machine architecture built (cibuildwheel's CIBW_ARCHS); `backend`: the
     project's build backend and `torch_finds_ccache` (the torch built against puts ccache in front of its
     compilers itself) say how ccache goes in front of the compilers (wheelci.compile.launch). With a remote
     `compile_cache` they go through CONTAINER_LAUNCHER, ccache or sccache as the store answers (as on the host:
     torch's own ccache would put sccache behind it). The store's variables are not here: cibuildwheel prints these;
-    they go in through the engine's --env-file (wheelci.compile.containercache)."""
+    they go in through the engine's --env-file (wheelci.compile.containercache). `narrow`: every nvcc call goes
+    through resources/nvcc_targets.py first, in front of the cache (which keys the narrowed call), as on the host."""
     create, extra = container_options(engine, find_links, tools, ccache, ca)
     # The project is copied to /project in every build, so no CCACHE_BASEDIR: it would make the compiler's
     # paths relative, and the wheel differ from one built without ccache. pip does not byte-compile the
@@ -142,18 +145,27 @@ def environment(*, engine: Engine, images: dict[str, str], identifiers: list[str
     nvcc_launcher = CONTAINER_NVCC_LAUNCHER if compile_cache else "ccache"
     # ensure_ccache.sh writes the launcher and the CXX script into the directory it is given
     script = f" {shlex.quote(str(PurePosixPath(CONTAINER_CXX).parent))}" if how == "cxx" or compile_cache else ""
+    # the build's Python runs the narrowing (stdlib only); the arch list's `;` would split CMake's list
+    front = ["python", "-I", "-S", CONTAINER_NARROW, arch_list.replace(";", ","), "--"] if cuda and narrow else []
     if how == "cmake":
         inner |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": launcher for lang in ("C", "CXX")}
         if cuda:
-            inner["CMAKE_CUDA_COMPILER_LAUNCHER"] = nvcc_launcher
+            inner["CMAKE_CUDA_COMPILER_LAUNCHER"] = ";".join([*front, nvcc_launcher])
     elif how == "cxx":
         inner |= {"CXX": CONTAINER_CXX, "TORCH_NO_COMPILER_WRAPPER": "1"}
         if cuda:
-            inner["PYTORCH_NVCC"] = f"{nvcc_launcher} {CONTAINER_CUDA_HOME}/bin/nvcc"
+            inner["PYTORCH_NVCC"] = shlex.join([*front, nvcc_launcher, f"{CONTAINER_CUDA_HOME}/bin/nvcc"])
+    elif front and backend != "meson-python":  # torch's own wrapper skips a PYTORCH_NVCC: ccache goes here
+        inner["PYTORCH_NVCC"] = shlex.join([*front, nvcc_launcher, f"{CONTAINER_CUDA_HOME}/bin/nvcc"])
     inner |= extra
     before_all = [f"sh {CONTAINER_SCRIPTS}/ensure_ccache.sh{script}"]
+    home = CONTAINER_CUDA_HOME
+    if front and how != "cmake":  # cpp_extension's one-file path runs CUDA_HOME's nvcc: one that narrows
+        home = CONTAINER_NARROW_ROOT
+        view = [CONTAINER_NARROW_ROOT, front[4], *([nvcc_launcher] if how == "cxx" else [])]
+        before_all.append(f"sh {CONTAINER_SCRIPTS}/narrowing.sh {shlex.join(view)}")
     if cuda:
-        inner = {"CUDA_HOME": CONTAINER_CUDA_HOME, "PATH": f"{CONTAINER_CUDA_HOME}/bin:$PATH",
+        inner = {"CUDA_HOME": home, "PATH": f"{home}/bin:$PATH",
                  "TORCH_CUDA_ARCH_LIST": arch_list, "CUDAFLAGS": " ".join(nvcc_flags), **inner}
         before_all[:0] = [f"sh {CONTAINER_SCRIPTS}/check_image.sh {shlex.quote(cuda)} {gcc_max}"]
     env = {
@@ -200,6 +212,7 @@ class ContainerInputs:
     backend: str = "setuptools"  # the project's build backend (how ccache goes in front of its compilers)
     torch_finds_ccache: bool = True  # the torch built against puts ccache in front of its compilers itself
     compile_cache: bool = False  # a remote compile cache is named: sccache in the container (its store: --env-file)
+    narrow: bool = False  # --arch-list replaces the project's own device targets (plan.narrowed)
 
 
 def container_environment(c: ContainerInputs) -> dict[str, str]:
@@ -211,7 +224,7 @@ def container_environment(c: ContainerInputs) -> dict[str, str]:
                                                 c.compile_cache),
                       cuda=c.cuda, arch_list=c.arch_list, nvcc_flags=c.nvcc_flags, tools=c.tools, ccache=c.ccache,
                       ca=c.ca, gcc_max=c.gcc_max, find_links=c.find_links, backend=c.backend,
-                      torch_finds_ccache=c.torch_finds_ccache, compile_cache=c.compile_cache)
+                      torch_finds_ccache=c.torch_finds_ccache, compile_cache=c.compile_cache, narrow=c.narrow)
     added = {k: (v if k == "CI_STABLE_ABI" else f"${k} {v}") for k, v in c.stable_flags.items()}
     words = [env["CIBW_ENVIRONMENT_LINUX"], *([cibw_environment(added)] if added else []),
              *([cibw_environment(c.build_env)] if c.build_env else [])]

@@ -426,16 +426,14 @@ def make_plan(request: Request, *, project_dir: Path = Path("."), run: RunSettin
     found = plan_switches(reading, run.build_env, cuda=plan.cuda is not None,
                           arch_list=plan.arch_list if request.arch_list is not None else None)
     run = replace(run, build_env={**found.sets, **run.build_env}, public_env=sorted({*run.public_env, *found.public}))
-    # the host's nvcc narrows (wheelci.compile.launch.narrowing); a container's compilers are the image's
-    narrowed = (bool(plan.cuda) and request.arch_list is not None and not request.keep_project_archs
-                and not plan.engine.container)
+    # every nvcc call goes through resources/nvcc_targets.py: the host's (wheelci.compile.launch.narrowing), a
+    # container's (cibw.environment: CMake's CUDA launcher, cpp_extension's PYTORCH_NVCC)
+    narrowed = bool(plan.cuda) and request.arch_list is not None and not request.keep_project_archs
     hardcoded = gencode_note(reading, plan.arch_list, narrowed) if plan.cuda else None
     if project.backend is Backend.SETUPTOOLS and (Path(project_dir) / "setup.py").is_file():
         found = replace(found, notes=[*found.notes, "read from the project's text (the dry run runs none of its "
                                       "code); the build first asks its setup.py, run with setup() answering, and "
                                       "judges from what it says"])
-    if hardcoded and plan.engine.container and request.arch_list is not None and not request.keep_project_archs:
-        hardcoded += f" (in a {plan.engine} build the image's nvcc keeps them: --engine host narrows them)"
     plan = replace(plan, script=reading, switches=dict(found.sets), narrowed=narrowed,
                    notes=[*plan.notes, *found.notes, *([hardcoded] if hardcoded else [])])
     plan = _with_run(plan, run)
@@ -523,7 +521,7 @@ def container_inputs(plan: Plan, machine: Machine) -> ContainerInputs:
         excludes=list(plan.run.excludes), stable_abi=plan.stable.target if plan.stable else None,
         stable_flags=dict(plan.stable_flags), build_env=dict(plan.run.build_env),
         backend=plan.backend, torch_finds_ccache=torch_finds_ccache(plan.torch),
-        compile_cache=bool(plan.run.compile_cache))
+        compile_cache=bool(plan.run.compile_cache), narrow=plan.narrowed)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@
 set -u
 cuda=$1
 gcc_max=$2
-nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
+# the image's toolkit (wheelci.cibw.CONTAINER_CUDA_HOME), not $CUDA_HOME: with --arch-list that names the
+# narrowing root a later before-all step makes (narrowing.sh)
+nvcc=/usr/local/cuda/bin/nvcc
 cxx=${CUDAHOSTCXX:-g++}
 
 if ! "$nvcc" --version 2>/dev/null | grep -qF "release $cuda,"; then
