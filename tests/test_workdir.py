@@ -283,6 +283,28 @@ def test_what_a_configure_searches_is_an_input(tmp_path):
     assert workdir.configure_inputs(env) != base
 
 
+def test_two_work_trees_at_other_paths_give_ccache_one_searched_digest(tmp_path):
+    """What ccache hashes with every compile (note_searched): each tree's staged headers on the include path
+    are named below the tree, as ccache names every path below its base directory, so a tree at another
+    path (another clone, another test's project) hits what the first compiled; other bytes there do not,
+    and a directory outside the tree keeps its own name."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    digests = []
+    for tree in (tmp_path / "a" / "work", tmp_path / "b" / "deeper" / "work"):
+        (tree / "compat").mkdir(parents=True)
+        (tree / "compat" / "glibc_compat.h").write_text("#pragma once\n")
+        env = {"CFLAGS": f"-isystem {tree / 'compat'} -I{outside}"}
+        digests.append(workdir.note_searched(tree / workdir.SEARCHED, env).read_text())
+    assert digests[0] == digests[1]
+    (tmp_path / "b" / "deeper" / "work" / "compat" / "glibc_compat.h").write_text("#pragma twice\n")
+    env = {"CFLAGS": f"-isystem {tmp_path / 'b' / 'deeper' / 'work' / 'compat'} -I{outside}"}
+    assert workdir.note_searched(tmp_path / "b" / "deeper" / "work" / workdir.SEARCHED, env).read_text() != digests[0]
+    # outside a base, a directory is named where it is (the configure inputs of one tree)
+    (tmp_path / "elsewhere").mkdir()
+    assert workdir.searched({"CFLAGS": f"-I{outside}"}) != workdir.searched({"CFLAGS": f"-I{tmp_path / 'elsewhere'}"})
+
+
 def test_a_changed_configure_input_drops_cmakes_cache_and_meson_s_tree(tmp_path):
     build, record = tmp_path / "build", tmp_path / workdir.CONFIGURED
     build.mkdir()

@@ -273,10 +273,20 @@ def _content(path: Path, st: os.stat_result) -> str | int:
     return st.st_mtime_ns
 
 
-def searched(environ: Mapping[str, str]) -> str:
-    """One digest of what the directories the environment names hold (search_dirs, listing)."""
-    doc = {str(d): listing(d) for d in search_dirs(environ)}
+def searched(environ: Mapping[str, str], base: Path | None = None) -> str:
+    """One digest of what the directories the environment names hold (search_dirs, listing). A directory
+    below `base` is named relative to it, as ccache names every path below its base directory: the staged
+    headers of two work trees (their compat/) are one input where they hold the same files."""
+    doc = {_named(d, base): listing(d) for d in search_dirs(environ)}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def _named(directory: Path, base: Path | None) -> str:
+    if base is not None:
+        for d, b in ((directory, base), (directory.resolve(), base.resolve())):
+            if d == b or b in d.parents:
+                return str(Path("<base>") / d.relative_to(b))
+    return str(directory)
 
 
 def configure_inputs(environ: Mapping[str, str]) -> str:
@@ -290,9 +300,11 @@ def configure_inputs(environ: Mapping[str, str]) -> str:
 def note_searched(path: Path, environ: Mapping[str, str]) -> Path:
     """The searched directories' digest in a file, for ccache to hash with every compile
     (CCACHE_EXTRAFILES): its direct mode checks the headers a compile read last time, so a header that
-    appears in a directory searched before theirs would be a stale hit, in a fresh tree too."""
+    appears in a directory searched before theirs would be a stale hit, in a fresh tree too. `path` lies in
+    the work directory, ccache's base: what lies below it is named relative to it, so a tree at another path
+    (another clone, another test) hits what this one compiled."""
 
-    write_text(path, searched(environ) + "\n")
+    write_text(path, searched(environ, base=path.parent) + "\n")
     return path
 
 
